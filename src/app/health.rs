@@ -1,0 +1,74 @@
+//! `/health`, `/health/ready` and `/api/config` (CONTRACT §6).
+
+use super::{App, Ctx, Reply};
+use crate::config::Config;
+use crate::error::Error;
+use crate::http::request::Request;
+use crate::http::response::{Body, Response};
+
+/// `GET /health`: cheap, touches nothing.
+pub fn health(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    Ok(Reply::Now(Response::static_json(b"{\"status\":\"ok\"}")))
+}
+
+/// `GET /health/ready`: 503 while draining.
+pub fn ready(_: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
+    if ctx.draining {
+        return Err(Error::ServiceUnavailable("draining"));
+    }
+    Ok(Reply::Now(Response::static_json(b"{\"status\":\"ok\"}")))
+}
+
+/// `GET /api/config`: public client settings, cacheable, with a strong ETag.
+pub fn client_config(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    let fresh = req.header("if-none-match").is_some_and(|v| etag_matches(v, app.config_etag.as_bytes()));
+    let mut r = Response::new(if fresh { 304 } else { 200 });
+    r.cache_control = "public, max-age=3600";
+    r.header("ETag", app.config_etag.clone());
+    if !fresh {
+        r.body = Body::Bytes(app.config_body.clone());
+    }
+    Ok(Reply::Now(r))
+}
+
+/// Whether an `If-None-Match` value matches `etag` (weak comparison, RFC 9110 §13.1.2).
+pub fn etag_matches(header: &[u8], etag: &[u8]) -> bool {
+    let strip = |t: &[u8]| -> Vec<u8> { t.strip_prefix(b"W/").unwrap_or(t).to_vec() };
+    let want = strip(etag);
+    header.split(|&c| c == b',').map(|t| t.trim_ascii()).any(|t| t == b"*" || strip(t) == want)
+}
+
+/// The `/api/config` body and its ETag, rendered once per worker.
+pub fn render_client_config(c: &Config) -> (Vec<u8>, String) {
+    let data = serde_json::json!({
+        "environment": if c.is_development() { "development" } else { "production" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "publicOrigin": c.public_origin,
+        "apiBase": "/api/v1",
+        "limits": { "jsonBodyBytes": c.limits.json_body_bytes },
+        "sse": { "path": "/api/events", "retryMs": c.sse.retry.as_millis() as u64 },
+        "websocket": { "path": "/ws", "maxMessageBytes": c.websocket.max_message_bytes },
+        "auth": { "accessTtlSecs": c.auth.access_ttl.as_secs() },
+    });
+    let body = serde_json::to_vec(&serde_json::json!({"code": 200, "message": "OK", "data": data})).unwrap_or_default();
+    let etag = format!("\"{:016x}\"", fnv1a(&body));
+    (body, etag)
+}
+
+/// 64-bit FNV-1a: a stable content hash for ETags (not a security boundary).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etag_lists_weak_and_star() {
+        assert!(etag_matches(b"\"a\"", b"\"a\""));
+        assert!(etag_matches(b"\"x\", W/\"a\"", b"\"a\""));
+        assert!(etag_matches(b"*", b"\"a\""));
+        assert!(!etag_matches(b"\"b\"", b"\"a\""));
+    }
+}

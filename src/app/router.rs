@@ -1,0 +1,144 @@
+//! Method + path routing with `{param}` segments.
+//!
+//! Routes are grouped by path pattern at start, so a path that matches with
+//! the wrong method yields 405 with a pre-rendered `Allow` list. `HEAD` is
+//! served by a `GET` route. Matching allocates nothing.
+
+use crate::http::request::Method;
+
+/// Up to this many `{param}` segments per route.
+pub const MAX_PARAMS: usize = 4;
+
+/// Captured path parameters (byte ranges into the path).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Params<'a> {
+    vals: [&'a str; MAX_PARAMS],
+    len: usize,
+}
+
+impl<'a> Params<'a> {
+    /// Parameter `i` (in pattern order).
+    pub fn get(&self, i: usize) -> Option<&'a str> {
+        if i < self.len {
+            Some(self.vals[i])
+        } else {
+            None
+        }
+    }
+}
+
+enum Seg {
+    Lit(&'static str),
+    Param,
+}
+
+struct Entry<H> {
+    segs: Vec<Seg>,
+    methods: Vec<(Method, H)>,
+    allow: &'static str,
+}
+
+/// The result of a lookup.
+pub enum Match<'r, 'p, H> {
+    /// A handler and its parameters.
+    Found(&'r H, Params<'p>),
+    /// The path exists; the method does not. The `Allow` value.
+    MethodNotAllowed(&'static str),
+    /// No such path.
+    NotFound,
+}
+
+/// A route table.
+pub struct Router<H> {
+    entries: Vec<Entry<H>>,
+}
+
+impl<H> Default for Router<H> {
+    fn default() -> Self {
+        Router { entries: Vec::new() }
+    }
+}
+
+impl<H> Router<H> {
+    /// Add `method pattern` → `handler`; pattern segments `{name}` capture.
+    pub fn add(&mut self, method: Method, pattern: &'static str, handler: H) -> &mut Self {
+        let segs: Vec<Seg> =
+            pattern.split('/').skip(1).map(|s| if s.starts_with('{') { Seg::Param } else { Seg::Lit(s) }).collect();
+        let same = |e: &Entry<H>| {
+            e.segs.len() == segs.len()
+                && e.segs.iter().zip(&segs).all(|(a, b)| match (a, b) {
+                    (Seg::Lit(x), Seg::Lit(y)) => x == y,
+                    (Seg::Param, Seg::Param) => true,
+                    _ => false,
+                })
+        };
+        let idx = match self.entries.iter().position(same) {
+            Some(i) => i,
+            None => {
+                self.entries.push(Entry { segs, methods: Vec::new(), allow: "" });
+                self.entries.len() - 1
+            }
+        };
+        let entry = &mut self.entries[idx];
+        entry.methods.push((method, handler));
+        let mut names: Vec<&str> = entry.methods.iter().map(|(m, _)| m.as_str()).collect();
+        if entry.methods.iter().any(|(m, _)| *m == Method::Get) {
+            names.push("HEAD");
+        }
+        // Leaked once per route at start-up: the Allow value is then a static slice.
+        entry.allow = Box::leak(names.join(", ").into_boxed_str());
+        self
+    }
+
+    /// Look up `method path`.
+    pub fn find<'r, 'p>(&'r self, method: Method, path: &'p str) -> Match<'r, 'p, H> {
+        let want = if method == Method::Head { Method::Get } else { method };
+        for e in &self.entries {
+            let mut params = Params::default();
+            let mut parts = path.split('/').skip(1);
+            let mut ok = true;
+            for seg in &e.segs {
+                match (seg, parts.next()) {
+                    (Seg::Lit(l), Some(p)) if *l == p => {}
+                    (Seg::Param, Some(p)) if !p.is_empty() && params.len < MAX_PARAMS => {
+                        params.vals[params.len] = p;
+                        params.len += 1;
+                    }
+                    _ => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            if !ok || parts.next().is_some() {
+                continue;
+            }
+            return match e.methods.iter().find(|(m, _)| *m == want) {
+                Some((_, h)) => Match::Found(h, params),
+                None => Match::MethodNotAllowed(e.allow),
+            };
+        }
+        Match::NotFound
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_params_and_405() {
+        let mut r = Router::default();
+        r.add(Method::Get, "/health", 1).add(Method::Get, "/users/{id}", 2).add(Method::Delete, "/users/{id}", 3);
+        assert!(matches!(r.find(Method::Get, "/health"), Match::Found(1, _)));
+        assert!(matches!(r.find(Method::Head, "/health"), Match::Found(1, _)));
+        match r.find(Method::Get, "/users/42") {
+            Match::Found(2, p) => assert_eq!(p.get(0), Some("42")),
+            _ => panic!("no match"),
+        }
+        assert!(matches!(r.find(Method::Post, "/users/1"), Match::MethodNotAllowed("GET, DELETE, HEAD")));
+        assert!(matches!(r.find(Method::Get, "/users/"), Match::NotFound));
+        assert!(matches!(r.find(Method::Get, "/users/1/x"), Match::NotFound));
+        assert!(matches!(r.find(Method::Get, "/nope"), Match::NotFound));
+    }
+}

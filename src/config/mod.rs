@@ -1,0 +1,679 @@
+//! Configuration in two stages (CONTRACT §2): the TOML file, with `FORKD_*` environment
+//! overrides applied on top, is read as a [`RawConfig`] that mirrors the file
+//! (`raw.rs`, `env.rs`), then checked and resolved into a [`Config`] of ready-to-use types
+//! (`validate.rs`). Every problem is collected, one line each, into [`ConfigErrors`]; the caller
+//! prints them and exits with code 2.
+//!
+//! This module must not read the process environment (the caller passes the pairs), must do
+//! no I/O beyond reading the one config file, and depends on no other forkd module. It runs
+//! once, in the supervisor, before any fork.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::{Table, Value};
+
+mod env;
+pub mod raw;
+mod validate;
+
+pub use raw::RawConfig;
+
+/// The validated, resolved configuration. `Default` is the contract's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Development or production.
+    pub environment: Environment,
+    /// The address to listen on.
+    pub listen: SocketAddr,
+    /// Worker processes (0 in the file is resolved to the number of CPUs).
+    pub workers: usize,
+    /// This service's own origin, lower-cased, e.g. `http://127.0.0.1:8080`.
+    pub public_origin: String,
+    /// Directory of the SQLite database.
+    pub data_dir: PathBuf,
+    /// Graceful drain limit.
+    pub shutdown_timeout: Duration,
+    /// Log line format.
+    pub log_format: LogFormat,
+    /// Send the CSP as `Content-Security-Policy-Report-Only`.
+    pub csp_report_only: bool,
+    /// `[limits]`
+    pub limits: Limits,
+    /// `[db]`
+    pub db: Db,
+    /// `[io]`
+    pub io: Io,
+    /// `[auth]`
+    pub auth: Auth,
+    /// `[rate_limit]`
+    pub rate_limit: RateLimit,
+    /// `[cors]`
+    pub cors: Cors,
+    /// `[redirect]`
+    pub redirect: Redirect,
+    /// `[sse]`
+    pub sse: Sse,
+    /// `[download]`
+    pub download: Download,
+    /// `[upstreams]`
+    pub upstreams: Upstreams,
+    /// `[chat]`
+    pub chat: Chat,
+    /// `[websocket]`
+    pub websocket: WebSocket,
+    /// `[supervisor]`
+    pub supervisor: Supervisor,
+    /// `[debug]`
+    pub debug: Debug,
+}
+
+/// `environment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Environment {
+    /// Error responses carry `stack`; a signing secret is generated when none is configured.
+    Development,
+    /// No debug output; a signing secret is required.
+    Production,
+}
+
+/// `log_format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[limits]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Largest JSON request body (larger → 413).
+    pub json_body_bytes: usize,
+    /// Largest request head (larger → 431).
+    pub max_header_bytes: usize,
+    /// Time allowed for the whole head from its first byte (then 408 and close).
+    pub header_timeout: Duration,
+    /// Idle keep-alive connections are closed after this.
+    pub keepalive_timeout: Duration,
+    /// Open connections per worker.
+    pub max_connections: usize,
+}
+
+/// `[db]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Db {
+    /// The database file: `db.file` resolved against `data_dir`.
+    pub path: PathBuf,
+    /// Connections per worker.
+    pub pool_size: usize,
+}
+
+/// `[io]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Io {
+    /// Per-worker thread pool size.
+    pub threads: usize,
+}
+
+/// `[auth]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Auth {
+    /// Where the HS256 signing secret comes from.
+    pub secret: JwtSecret,
+    /// Token issuer (`iss`).
+    pub issuer: String,
+    /// Token audience (`aud`).
+    pub audience: String,
+    /// Access token lifetime.
+    pub access_ttl: Duration,
+    /// Refresh token lifetime.
+    pub refresh_ttl: Duration,
+    /// argon2id memory cost in KiB.
+    pub argon2_memory_kib: u32,
+    /// argon2id iterations.
+    pub argon2_iterations: u32,
+    /// Mark cookies `Secure`.
+    pub cookie_secure: bool,
+}
+
+/// The source of the signing secret: `auth.jwt_secret`, `auth.jwt_secret_file`, or neither.
+/// Its `Debug` never shows the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub enum JwtSecret {
+    /// `auth.jwt_secret`, at least 32 bytes.
+    Inline(String),
+    /// `auth.jwt_secret_file`; the caller reads it.
+    File(PathBuf),
+    /// Neither is set (development only): the caller generates one at start.
+    Generate,
+}
+
+impl fmt::Debug for JwtSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Inline(_) => f.write_str("Inline(<redacted>)"),
+            Self::File(path) => f.debug_tuple("File").field(path).finish(),
+            Self::Generate => f.write_str("Generate"),
+        }
+    }
+}
+
+/// `[rate_limit]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateLimit {
+    /// Rate limiting on or off.
+    pub enabled: bool,
+    /// Requests per client address per window, across all workers.
+    pub max: u64,
+    /// Window length.
+    pub window: Duration,
+    /// Failed logins per (address, e-mail) per window before 429.
+    pub login_max_failures: u64,
+}
+
+/// `[cors]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cors {
+    /// Allowed origins, lower-cased, compared exactly.
+    pub origins: Vec<String>,
+}
+
+/// `[redirect]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Redirect {
+    /// Host names `/redirect?url=` may point to, lower-cased.
+    pub allowed_hosts: Vec<String>,
+}
+
+/// `[sse]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sse {
+    /// Heartbeat interval.
+    pub heartbeat: Duration,
+    /// Reconnect delay sent as `retry:`.
+    pub retry: Duration,
+    /// Most notifications replayed after `Last-Event-ID`.
+    pub replay_limit: usize,
+}
+
+/// `[download]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Download {
+    /// Directory served by `/download/{name}`.
+    pub dir: PathBuf,
+}
+
+/// `[upstreams]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upstreams {
+    /// Users service base URL without trailing `/`; `None` = built-in demo.
+    pub users: Option<String>,
+    /// Orders service base URL without trailing `/`; `None` = built-in demo.
+    pub orders: Option<String>,
+    /// Recommendations service base URL without trailing `/`; `None` = built-in demo.
+    pub recommendations: Option<String>,
+    /// Per-call timeout.
+    pub timeout: Duration,
+    /// Cache lifetime of upstream answers.
+    pub cache_ttl: Duration,
+    /// Entries in each worker's upstream cache.
+    pub cache_entries: usize,
+}
+
+/// `[chat]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chat {
+    /// OpenAI-compatible streaming endpoint URL; `None` = built-in echo.
+    pub upstream: Option<String>,
+    /// Model name sent upstream.
+    pub model: String,
+    /// Delay between echoed chunks.
+    pub echo_delay: Duration,
+}
+
+/// `[websocket]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebSocket {
+    /// `/ws/echo` enabled.
+    pub echo: bool,
+    /// Largest message (larger → close 1009).
+    pub max_message_bytes: usize,
+}
+
+/// `[supervisor]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Supervisor {
+    /// A worker over this resident memory (MiB) is replaced.
+    pub worker_max_rss_mb: u64,
+    /// How often worker memory is read.
+    pub memory_check: Duration,
+    /// A worker whose loop is stuck this long is killed.
+    pub worker_timeout: Duration,
+}
+
+/// `[debug]`: test-only switches, never on in production.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Debug {
+    /// The `/_debug/*` routes are enabled.
+    pub routes: bool,
+}
+
+impl Config {
+    /// Whether `environment = "development"`.
+    pub fn is_development(&self) -> bool {
+        self.environment == Environment::Development
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        validate::resolve(&RawConfig::default(), &env::Sources::new()).0
+    }
+}
+
+/// Every problem found in a configuration, one human-readable line each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors {
+    /// The problems, in the order found; never empty.
+    pub problems: Vec<String>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.problems.join("\n"))
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// The config file to read: `--config` (`cli`), else a non-empty `FORKD_CONFIG` in `env`,
+/// else `None` (built-in defaults).
+pub fn config_path(cli: Option<&Path>, env: &[(String, String)]) -> Option<PathBuf> {
+    cli.map(Path::to_path_buf).or_else(|| {
+        let (_, value) = env.iter().rev().find(|(name, _)| name == env::CONFIG_VAR)?;
+        (!value.is_empty()).then(|| PathBuf::from(value))
+    })
+}
+
+/// Reads the config file at `path` (`None`: built-in defaults), applies the `FORKD_*`
+/// overrides in `env` (typically `std::env::vars().collect()`), and validates the result.
+/// `FORKD_CONFIG` is skipped here; resolve it with [`config_path`].
+pub fn load(path: Option<&Path>, env: &[(String, String)]) -> Result<Config, ConfigErrors> {
+    let table = match path {
+        None => Table::new(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| one(format!("{}: cannot read config file: {e}", path.display())))?;
+            parse(&path.display().to_string(), &text)?
+        }
+    };
+    from_table(table, env)
+}
+
+/// `text` parsed as TOML; a syntax error is one line: `name:line:column: message`.
+fn parse(name: &str, text: &str) -> Result<Table, ConfigErrors> {
+    text.parse().map_err(|e: toml::de::Error| {
+        let before = e.span().and_then(|span| text.get(..span.start)).unwrap_or("");
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+        let message = e.message().trim().replace('\n', "; ");
+        one(format!("{name}:{line}:{column}: invalid TOML: {message}"))
+    })
+}
+
+/// The file's table with the environment applied, checked, deserialized and resolved.
+fn from_table(mut table: Table, env: &[(String, String)]) -> Result<Config, ConfigErrors> {
+    let defaults = raw::default_table();
+    let mut problems = Vec::new();
+    let sources = env::apply(&mut table, &defaults, env, &mut problems);
+    raw::check_keys(&mut table, &defaults, "", &mut problems);
+    match Value::Table(table).try_into::<RawConfig>() {
+        Ok(raw) => {
+            let (config, found) = validate::resolve(&raw, &sources);
+            problems.extend(found);
+            if problems.is_empty() {
+                return Ok(config);
+            }
+        }
+        Err(e) => problems.push(format!("config: {}", e.message().replace('\n', "; "))),
+    }
+    Err(ConfigErrors { problems })
+}
+
+fn one(problem: String) -> ConfigErrors {
+    ConfigErrors { problems: vec![problem] }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CONTRACT §2, verbatim.
+    const CONTRACT: &str = r#"
+environment = "development"      # or "production"
+listen = "127.0.0.1:8080"        # TCP, HTTP/1.1 (and h2c prior knowledge once HTTP/2 lands)
+workers = 0                      # 0 = one per CPU
+public_origin = "http://127.0.0.1:8080"   # this service's own origin (CORS, CSRF origin check)
+data_dir = "./data"              # SQLite database lives here
+shutdown_timeout_ms = 30000      # graceful drain limit, then force-close
+log_format = "text"              # or "json"
+csp_report_only = false          # true: the CSP goes out as Content-Security-Policy-Report-Only
+
+[limits]
+json_body_bytes = 10240          # 10 kB (seed 8)
+max_header_bytes = 16384         # larger -> 431
+header_timeout_ms = 10000        # whole head within this from its first byte, else 408 and close
+keepalive_timeout_ms = 5000
+max_connections = 10000          # per worker
+
+[db]
+file = "forkd.db"                # under data_dir
+pool_size = 10
+
+[io]
+threads = 4                      # per-worker thread pool for CPU-heavy / blocking work
+
+[auth]
+jwt_secret = ""                  # >= 32 bytes; or jwt_secret_file; production refuses to start without one
+jwt_secret_file = ""
+issuer = "forkd"
+audience = "forkd-api"
+access_ttl_secs = 900            # 15 minutes
+refresh_ttl_secs = 604800        # 7 days
+argon2_memory_kib = 19456        # argon2id, OWASP baseline (equivalent of bcrypt cost 12)
+argon2_iterations = 2
+cookie_secure = true
+
+[rate_limit]
+enabled = true
+max = 100                        # per client address per window, across ALL workers
+window_secs = 900
+login_max_failures = 5           # per (address, email) per window; further attempts → 429 until it ends
+
+[cors]
+origins = []                     # allow-list, exact origins
+
+[redirect]
+allowed_hosts = []
+
+[sse]
+heartbeat_ms = 30000
+retry_ms = 3000
+replay_limit = 1000
+
+[download]
+dir = "./data/files"
+
+[upstreams]                      # /api/homepage; empty = built-in demo upstreams
+users = ""
+orders = ""
+recommendations = ""
+timeout_ms = 3000
+cache_ttl_secs = 300
+cache_entries = 1000
+
+[chat]
+upstream = ""                    # OpenAI-compatible streaming chat endpoint; empty = built-in echo
+model = ""
+echo_delay_ms = 20
+
+[websocket]
+echo = false                     # enables /ws/echo (conformance testing)
+max_message_bytes = 65536
+
+[supervisor]
+worker_max_rss_mb = 500
+memory_check_ms = 5000
+worker_timeout_ms = 30000        # a worker whose event loop is stuck this long is killed
+"#;
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    fn load_str(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
+        let env: Vec<_> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        parse("test.toml", text).and_then(|table| from_table(table, &env))
+    }
+
+    fn problems(text: &str, env: &[(&str, &str)]) -> Vec<String> {
+        match load_str(text, env) {
+            Ok(config) => panic!("expected problems, got {config:?}"),
+            Err(e) => e.problems,
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_contract() {
+        let contract: RawConfig = toml::from_str(CONTRACT).expect("contract parses");
+        assert_eq!(contract, RawConfig::default());
+        let config = Config::default();
+        assert_eq!(load(None, &[]), Ok(config.clone()));
+        assert_eq!(load_str(CONTRACT, &[]), Ok(config.clone()));
+        assert!(config.is_development());
+        assert_eq!(config.listen, "127.0.0.1:8080".parse().expect("literal"));
+        assert!(config.workers >= 1);
+        assert_eq!(config.public_origin, "http://127.0.0.1:8080");
+        assert_eq!(config.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(config.log_format, LogFormat::Text);
+        let limits = Limits {
+            json_body_bytes: 10240,
+            max_header_bytes: 16384,
+            header_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(5),
+            max_connections: 10000,
+        };
+        assert_eq!(config.limits, limits);
+        assert_eq!(config.db.path, Path::new("./data/forkd.db"));
+        assert_eq!((config.db.pool_size, config.io.threads), (10, 4));
+        assert_eq!(config.auth.secret, JwtSecret::Generate);
+        assert_eq!((config.auth.issuer.as_str(), config.auth.audience.as_str()), ("forkd", "forkd-api"));
+        assert_eq!(config.auth.access_ttl, Duration::from_secs(900));
+        assert_eq!(config.auth.refresh_ttl, Duration::from_secs(604_800));
+        assert_eq!((config.auth.argon2_memory_kib, config.auth.argon2_iterations), (19456, 2));
+        assert!(config.auth.cookie_secure && config.rate_limit.enabled);
+        assert_eq!((config.rate_limit.max, config.rate_limit.login_max_failures), (100, 5));
+        assert_eq!(config.rate_limit.window, Duration::from_secs(900));
+        assert!(config.cors.origins.is_empty() && config.redirect.allowed_hosts.is_empty());
+        let sse = Sse { heartbeat: Duration::from_secs(30), retry: Duration::from_secs(3), replay_limit: 1000 };
+        assert_eq!(config.sse, sse);
+        assert_eq!(config.download.dir, Path::new("./data/files"));
+        let upstreams = Upstreams {
+            users: None,
+            orders: None,
+            recommendations: None,
+            timeout: Duration::from_secs(3),
+            cache_ttl: Duration::from_secs(300),
+            cache_entries: 1000,
+        };
+        assert_eq!(config.upstreams, upstreams);
+        assert_eq!((config.chat.upstream.as_deref(), config.chat.model.as_str()), (None, ""));
+        assert_eq!(config.chat.echo_delay, Duration::from_millis(20));
+        assert_eq!((config.websocket.echo, config.websocket.max_message_bytes), (false, 65536));
+        let supervisor = Supervisor {
+            worker_max_rss_mb: 500,
+            memory_check: Duration::from_secs(5),
+            worker_timeout: Duration::from_secs(30),
+        };
+        assert_eq!(config.supervisor, supervisor);
+        assert!(!config.debug.routes && !config.csp_report_only);
+    }
+
+    #[test]
+    fn file_overrides_defaults() {
+        let config = load_str(
+            r#"
+            environment = "production"
+            workers = 3
+            log_format = "json"
+            [limits]
+            max_header_bytes = 8192
+            [auth]
+            jwt_secret_file = "/run/secrets/jwt"
+            [cors]
+            origins = ["https://App.example:8443"]
+            [upstreams]
+            users = "http://users.internal:9000/v1/"
+            "#,
+            &[],
+        )
+        .expect("valid");
+        assert!(!config.is_development());
+        assert_eq!((config.workers, config.log_format), (3, LogFormat::Json));
+        assert_eq!(config.limits.max_header_bytes, 8192);
+        assert_eq!(config.limits.json_body_bytes, 10240, "untouched keys keep their default");
+        assert_eq!(config.auth.secret, JwtSecret::File("/run/secrets/jwt".into()));
+        assert_eq!(config.cors.origins, ["https://app.example:8443"]);
+        assert_eq!(config.upstreams.users.as_deref(), Some("http://users.internal:9000/v1"));
+    }
+
+    #[test]
+    fn environment_overrides_file() {
+        let config = load_str(
+            "workers = 2\n[rate_limit]\nmax = 5\n",
+            &[
+                ("FORKD_CONFIG", "/nonexistent/forkd.toml"),
+                ("FORKD_RATE_LIMIT__MAX", "1000"),
+                ("FORKD_WEBSOCKET__ECHO", "true"),
+                ("FORKD_LISTEN", "0.0.0.0:80"),
+                ("FORKD_AUTH__JWT_SECRET", SECRET),
+                ("FORKD_REDIRECT__ALLOWED_HOSTS", "a.example,B.example"),
+                ("FORKD_CORS__ORIGINS", r#"["https://a.example"]"#),
+                ("HOME", "/root"),
+            ],
+        )
+        .expect("valid");
+        assert_eq!(config.workers, 2);
+        assert_eq!(config.rate_limit.max, 1000);
+        assert!(config.websocket.echo);
+        assert_eq!(config.listen, "0.0.0.0:80".parse().expect("literal"));
+        assert_eq!(config.auth.secret, JwtSecret::Inline(SECRET.into()));
+        assert_eq!(config.redirect.allowed_hosts, ["a.example", "b.example"]);
+        assert_eq!(config.cors.origins, ["https://a.example"]);
+        assert!(!format!("{config:?}").contains(SECRET), "Debug must not show the secret");
+    }
+
+    #[test]
+    fn config_path_prefers_the_command_line() {
+        let env = [("FORKD_CONFIG".to_string(), "/etc/forkd.toml".to_string())];
+        let cli = Path::new("/tmp/cli.toml");
+        assert_eq!(config_path(Some(cli), &env), Some(cli.to_path_buf()));
+        assert_eq!(config_path(None, &env), Some(PathBuf::from("/etc/forkd.toml")));
+        assert_eq!(config_path(None, &[("FORKD_CONFIG".into(), String::new())]), None);
+        assert_eq!(config_path(None, &[]), None);
+    }
+
+    #[test]
+    fn every_unknown_key_is_reported() {
+        let found = problems(
+            "lisen = \"x\"\nworkers = 1\n[limits]\nmax_heder_bytes = 1\n[nope]\na = 1\n",
+            &[("FORKD_RATE_LIMIT__FOO", "1")],
+        );
+        assert_eq!(
+            found,
+            [
+                "unknown key rate_limit.foo (from FORKD_RATE_LIMIT__FOO)",
+                "unknown key limits.max_heder_bytes",
+                "unknown key lisen",
+                "unknown key nope",
+            ]
+        );
+    }
+
+    #[test]
+    fn every_bad_value_is_reported() {
+        let found = problems(
+            r#"
+            environment = "staging"
+            listen = "localhost:80"
+            workers = -1
+            public_origin = "https://a.example/"
+            log_format = "xml"
+            csp_report_only = "yes"
+            [limits]
+            max_header_bytes = 512
+            [auth]
+            jwt_secret = "short"
+            issuer = ""
+            [cors]
+            origins = ["*", "https://ok.example", "https://a.example:99999"]
+            [redirect]
+            allowed_hosts = ["https://b.example", "c.example"]
+            [upstreams]
+            orders = "ftp://orders"
+            [supervisor]
+            worker_max_rss_mb = 0
+            "#,
+            &[("FORKD_SSE__HEARTBEAT_MS", "5"), ("FORKD_IO__THREADS", "many")],
+        );
+        let origin = "must be an origin: http or https, host and optional port, no path \
+                      (https://a.example)";
+        assert_eq!(
+            found,
+            [
+                r#"FORKD_IO__THREADS="many": io.threads must be an integer"#.to_string(),
+                r#"csp_report_only = "yes": must be true or false"#.into(),
+                r#"environment = "staging": must be one of development, production"#.into(),
+                r#"listen = "localhost:80": must be an address ip:port (127.0.0.1:8080)"#.into(),
+                "workers = -1: must be between 0 and 1024".into(),
+                "auth.jwt_secret = <5 bytes>: must be at least 32 bytes".into(),
+                format!(r#"public_origin = "https://a.example/": {origin}"#),
+                r#"log_format = "xml": must be one of text, json"#.into(),
+                "limits.max_header_bytes = 512: must be between 1024 and 1048576".into(),
+                r#"auth.issuer = "": must be non-empty"#.into(),
+                format!(r#"cors.origins[0] = "*": {origin}"#),
+                format!(r#"cors.origins[2] = "https://a.example:99999": {origin}"#),
+                r#"redirect.allowed_hosts[0] = "https://b.example": must be a bare host name (a.example: no scheme, port or path)"#.into(),
+                "sse.heartbeat_ms = 5: must be at least 100 (from FORKD_SSE__HEARTBEAT_MS)".into(),
+                r#"upstreams.orders = "ftp://orders": must be empty or an http:// or https:// URL"#.into(),
+                "supervisor.worker_max_rss_mb = 0: must be between 1 and 1048576".into(),
+            ]
+        );
+    }
+
+    #[test]
+    fn secrets_are_exclusive() {
+        let env = [("FORKD_AUTH__JWT_SECRET", SECRET), ("FORKD_AUTH__JWT_SECRET_FILE", "/s")];
+        let found = problems("", &env);
+        assert_eq!(found, ["auth.jwt_secret and auth.jwt_secret_file are both set: use only one"]);
+    }
+
+    #[test]
+    fn production_rules() {
+        let found = problems("environment = \"production\"\n[debug]\nroutes = true\n", &[]);
+        assert_eq!(
+            found,
+            [
+                "auth.jwt_secret or auth.jwt_secret_file is required in production",
+                "debug.routes = true is not allowed in production",
+            ]
+        );
+        let env = [("FORKD_ENVIRONMENT", "production"), ("FORKD_AUTH__JWT_SECRET", SECRET)];
+        assert!(load_str("", &env).is_ok());
+        let dev = load_str("[debug]\nroutes = true\n", &[]).expect("allowed in development");
+        assert!(dev.debug.routes);
+    }
+
+    #[test]
+    fn syntax_error_is_one_line_with_position() {
+        let found = problems("workers = 1\n[limits]\nmax_header_bytes = = 3\n", &[]);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].starts_with("test.toml:3:"), "{found:?}");
+        assert!(!found[0].contains('\n'), "{found:?}");
+        assert_eq!(ConfigErrors { problems: found.clone() }.to_string(), found[0]);
+    }
+
+    #[test]
+    fn reads_the_file_or_says_why_not() {
+        let path = std::env::temp_dir().join(format!("forkd-config-{}.toml", std::process::id()));
+        std::fs::write(&path, "workers = 7\n").expect("write temp file");
+        let loaded = load(Some(&path), &[]);
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(loaded.map(|c| c.workers), Ok(7));
+        let missing = load(Some(Path::new("/nonexistent/forkd.toml")), &[]).expect_err("missing");
+        assert_eq!(missing.problems.len(), 1);
+        assert!(missing.problems[0].starts_with("/nonexistent/forkd.toml: cannot read config file: "), "{missing}");
+    }
+}

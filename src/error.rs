@@ -1,0 +1,169 @@
+//! The one error type every layer returns, and the one place that maps it
+//! to the contract's status codes and JSON envelope (CONTRACT §3).
+//!
+//! Protocol errors from the HTTP parser, routing errors and handler errors
+//! all end up here; nothing else writes an error body. It must not log
+//! (the caller logs with context) and must not know about sockets.
+
+use std::borrow::Cow;
+
+use crate::http::response::{Body, Response};
+
+/// One bad field of a request body or query (the `errors` array of §3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// The field's name.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// Everything that can go wrong while answering a request.
+#[derive(Debug)]
+pub enum Error {
+    /// 400: malformed request, bad parameter, unsupported version.
+    BadRequest(Cow<'static, str>),
+    /// 400 with per-field problems.
+    BadParams(Vec<FieldError>),
+    /// 404.
+    NotFound,
+    /// 405; the value of the `Allow` header.
+    MethodNotAllowed(&'static str),
+    /// 408: the request head or body did not arrive in time.
+    RequestTimeout,
+    /// 413: the body is known to exceed its limit.
+    PayloadTooLarge,
+    /// 415: a body that is not of the expected media type.
+    UnsupportedMediaType,
+    /// 417: an `Expect` other than `100-continue`.
+    ExpectationFailed,
+    /// 431: the request head exceeds `limits.max_header_bytes`.
+    HeaderTooLarge,
+    /// 503: draining or a dependency is down.
+    ServiceUnavailable(&'static str),
+    /// 500: a bug or an unexpected failure; the detail goes to the log and,
+    /// in development only, into `stack`.
+    Internal(String),
+}
+
+impl Error {
+    /// A 400 with a fixed message.
+    pub fn bad_request(msg: &'static str) -> Error {
+        Error::BadRequest(Cow::Borrowed(msg))
+    }
+
+    /// The HTTP status code.
+    pub fn status(&self) -> u16 {
+        match self {
+            Error::BadRequest(_) | Error::BadParams(_) => 400,
+            Error::NotFound => 404,
+            Error::MethodNotAllowed(_) => 405,
+            Error::RequestTimeout => 408,
+            Error::PayloadTooLarge => 413,
+            Error::UnsupportedMediaType => 415,
+            Error::ExpectationFailed => 417,
+            Error::HeaderTooLarge => 431,
+            Error::ServiceUnavailable(_) => 503,
+            Error::Internal(_) => 500,
+        }
+    }
+
+    /// The contract's string code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::BadRequest(_) | Error::BadParams(_) => "BAD_REQUEST",
+            Error::NotFound => "NOT_FOUND",
+            Error::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
+            Error::RequestTimeout => "REQUEST_TIMEOUT",
+            Error::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Error::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Error::ExpectationFailed => "EXPECTATION_FAILED",
+            Error::HeaderTooLarge => "REQUEST_HEADER_FIELDS_TOO_LARGE",
+            Error::ServiceUnavailable(_) => "SERVICE_UNAVAILABLE",
+            Error::Internal(_) => "INTERNAL_ERROR",
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            Error::BadRequest(m) => m,
+            Error::BadParams(_) => "invalid query parameters",
+            Error::NotFound => "resource not found",
+            Error::MethodNotAllowed(_) => "method not allowed",
+            Error::RequestTimeout => "request timeout",
+            Error::PayloadTooLarge => "payload too large",
+            Error::UnsupportedMediaType => "unsupported media type",
+            Error::ExpectationFailed => "expectation failed",
+            Error::HeaderTooLarge => "request header fields too large",
+            Error::ServiceUnavailable(m) => m,
+            Error::Internal(_) => "internal server error",
+        }
+    }
+
+    /// Render the §3 error envelope. `stack` appears only when `development`.
+    pub fn into_response(self, development: bool) -> Response {
+        let mut body = serde_json::Map::new();
+        body.insert("code".into(), self.code().into());
+        body.insert("message".into(), self.message().into());
+        if let Error::BadParams(errors) = &self {
+            let list = errors.iter().map(|e| serde_json::json!({"field": e.field, "message": e.message})).collect();
+            body.insert("errors".into(), serde_json::Value::Array(list));
+        }
+        if let (Error::Internal(detail), true) = (&self, development) {
+            body.insert("stack".into(), detail.as_str().into());
+        }
+        let bytes = serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec());
+        let mut resp = Response::new(self.status());
+        resp.body = Body::Bytes(bytes);
+        if let Error::MethodNotAllowed(allow) = self {
+            resp.header("Allow", allow);
+        }
+        resp
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Internal(d) => write!(f, "{}: {}", self.code(), d),
+            _ => write!(f, "{}: {}", self.code(), self.message()),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(r: &Response) -> serde_json::Value {
+        match &r.body {
+            Body::Bytes(b) => serde_json::from_slice(b).expect("json"),
+            _ => panic!("expected bytes"),
+        }
+    }
+
+    #[test]
+    fn envelope_has_code_and_message() {
+        let r = Error::NotFound.into_response(false);
+        assert_eq!(r.status, 404);
+        assert_eq!(json(&r), serde_json::json!({"code": "NOT_FOUND", "message": "resource not found"}));
+    }
+
+    #[test]
+    fn stack_only_in_development() {
+        let dev = Error::Internal("boom at x.rs:1".into()).into_response(true);
+        assert_eq!(json(&dev)["stack"], "boom at x.rs:1");
+        let prod = Error::Internal("boom".into()).into_response(false);
+        assert!(json(&prod).get("stack").is_none());
+        assert_eq!(json(&prod)["message"], "internal server error");
+    }
+
+    #[test]
+    fn method_not_allowed_carries_allow() {
+        let r = Error::MethodNotAllowed("GET, HEAD").into_response(false);
+        assert_eq!(r.status, 405);
+        assert!(r.headers.iter().any(|(k, v)| *k == "Allow" && v == "GET, HEAD"));
+    }
+}

@@ -1,0 +1,558 @@
+//! The HTTP/1.1 side of one connection: bytes in, bytes out, no socket.
+//!
+//! [`Http1::advance`] consumes the connection's read buffer, parses heads
+//! and bodies, hands complete requests to a [`Service`] and writes responses
+//! into the output buffer, in order. A request answered later (a pool job)
+//! parks the connection in `Waiting` until [`Http1::complete`]; pipelined
+//! requests behind it stay in the read buffer, so responses keep their order
+//! (nginx does the same: one request at a time per connection). Above the
+//! output high-watermark it stops producing ([`Progress::Paused`]): the
+//! caller stops reading the socket until the peer drains what is queued.
+//!
+//! States: `Idle` (between requests, keep-alive timer) → `Head` (some bytes,
+//! header timer) → `Body` (framing known, body timer) → `Waiting` (pending
+//! handler) → back to `Idle`, or `Closing` once a response ends the connection.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+
+use super::body::Chunked;
+use super::headers::{valid_request_id, Common};
+use super::parse::{self, Framing, Head, MAX_HEADERS};
+use super::request::{Method, Request};
+use super::response::{write_response, RequestMeta, Response};
+
+/// Above this many queued output bytes the connection stops producing.
+pub const HIGH_WATERMARK: usize = 64 * 1024;
+
+/// What a service does with a complete request.
+pub enum Outcome {
+    /// The response, now.
+    Ready(Response),
+    /// The service will call [`Http1::complete`] later.
+    Pending,
+}
+
+/// The application side, as seen by the connection.
+pub trait Service {
+    /// Answer one request.
+    fn call(&mut self, req: &Request<'_>) -> Outcome;
+    /// One request/response exchange finished (the access log).
+    fn finished(&mut self, done: &Finished<'_>);
+}
+
+/// A finished exchange, for the access log.
+pub struct Finished<'a> {
+    /// Method name (`-` when the request line was unreadable).
+    pub method: &'a str,
+    /// Request target as received.
+    pub target: &'a [u8],
+    /// Status sent.
+    pub status: u16,
+    /// Body bytes sent.
+    pub bytes: usize,
+    /// Time from the first byte of the head to the response.
+    pub elapsed: Duration,
+    /// The request id sent.
+    pub request_id: &'a [u8],
+}
+
+/// Per-worker settings and header state every connection shares.
+pub struct Env {
+    /// Common headers (Date, CSP nonce, security block).
+    pub common: Common,
+    /// `limits.max_header_bytes`.
+    pub max_head: usize,
+    /// `limits.json_body_bytes`: every request body's limit.
+    pub max_body: u64,
+    /// `limits.header_timeout_ms`.
+    pub header_timeout: Duration,
+    /// `limits.keepalive_timeout_ms`.
+    pub keepalive_timeout: Duration,
+    /// Development mode (`stack` in 500s).
+    pub development: bool,
+    /// The worker is draining: every response closes its connection.
+    pub draining: bool,
+}
+
+/// Where the connection is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Between requests; nothing buffered.
+    Idle,
+    /// Part of a head has arrived.
+    Head,
+    /// The head is complete; the body is arriving.
+    Body,
+    /// A handler is working on the request.
+    Waiting,
+    /// A response ends the connection; nothing more is read.
+    Closing,
+}
+
+/// Why the connection's timer fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timeout {
+    /// Idle keep-alive: close silently.
+    Idle,
+    /// Head or body too slow: 408 and close.
+    Request,
+}
+
+/// What the caller should do next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Read more input.
+    NeedInput,
+    /// Stop reading until output drains below the watermark.
+    Paused,
+    /// A handler is pending; keep the socket but do not parse.
+    Waiting,
+    /// Flush the output, then close.
+    Close,
+}
+
+struct Current {
+    method: Method,
+    http10: bool,
+    keep_alive: bool,
+    rid: [u8; 128],
+    rid_len: usize,
+    target: Vec<u8>,
+    started: Instant,
+}
+
+/// HTTP/1.1 state of one connection.
+pub struct Http1 {
+    phase: Phase,
+    chunked: Chunked,
+    body: Vec<u8>,
+    continue_sent: bool,
+    seen: usize,
+    cur: Current,
+    deadline: Option<(Instant, Timeout)>,
+    peer: IpAddr,
+}
+
+impl Http1 {
+    /// A fresh connection from `peer`: it must send a head within the header timeout.
+    pub fn new(peer: IpAddr, env: &Env, now: Instant) -> Http1 {
+        Http1 {
+            phase: Phase::Idle,
+            chunked: Chunked::default(),
+            body: Vec::new(),
+            continue_sent: false,
+            seen: 0,
+            cur: Current {
+                method: Method::Other,
+                http10: false,
+                keep_alive: true,
+                rid: [0; 128],
+                rid_len: 0,
+                target: Vec::new(),
+                started: now,
+            },
+            deadline: Some((now + env.header_timeout, Timeout::Idle)),
+            peer,
+        }
+    }
+
+    /// Current phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// When the connection's timer fires, and why.
+    pub fn deadline(&self) -> Option<(Instant, Timeout)> {
+        self.deadline
+    }
+
+    /// Consume input, produce output; call after new bytes arrived, after
+    /// output drained, and after [`Http1::complete`].
+    pub fn advance(
+        &mut self,
+        inbuf: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+        svc: &mut dyn Service,
+        env: &mut Env,
+        now: Instant,
+    ) -> Progress {
+        loop {
+            match self.phase {
+                Phase::Waiting => return Progress::Waiting,
+                Phase::Closing => return Progress::Close,
+                _ => {}
+            }
+            if out.len() > HIGH_WATERMARK {
+                return Progress::Paused;
+            }
+            if inbuf.is_empty() && self.phase == Phase::Idle {
+                if env.draining {
+                    self.phase = Phase::Closing;
+                    return Progress::Close;
+                }
+                return Progress::NeedInput;
+            }
+            match self.step(inbuf, out, svc, env, now) {
+                Ok(true) => continue,
+                Ok(false) => return Progress::NeedInput,
+                Err(e) => {
+                    self.fail(e, out, svc, env, now);
+                    return Progress::Close;
+                }
+            }
+        }
+    }
+
+    /// Deliver the response of a pending request; then call [`Http1::advance`].
+    pub fn complete(&mut self, resp: Response, out: &mut Vec<u8>, svc: &mut dyn Service, env: &mut Env, now: Instant) {
+        if self.phase == Phase::Waiting {
+            self.respond(resp, out, svc, env, now);
+        }
+    }
+
+    /// The connection's timer fired. Returns `Close` when it should go.
+    pub fn on_timeout(&mut self, out: &mut Vec<u8>, svc: &mut dyn Service, env: &mut Env, now: Instant) -> Progress {
+        match self.deadline {
+            Some((at, kind)) if at <= now => {
+                self.deadline = None;
+                match (kind, self.phase) {
+                    (_, Phase::Waiting) => Progress::Waiting,
+                    (Timeout::Request, Phase::Head | Phase::Body) => {
+                        self.fail(Error::RequestTimeout, out, svc, env, now);
+                        Progress::Close
+                    }
+                    _ => {
+                        self.phase = Phase::Closing;
+                        Progress::Close
+                    }
+                }
+            }
+            _ => Progress::NeedInput,
+        }
+    }
+
+    /// Parse and, if possible, dispatch one request. `Ok(true)`: go on.
+    fn step(
+        &mut self,
+        inbuf: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+        svc: &mut dyn Service,
+        env: &mut Env,
+        now: Instant,
+    ) -> Result<bool, Error> {
+        if self.phase == Phase::Idle {
+            self.phase = Phase::Head;
+            self.cur.started = now;
+            self.deadline = Some((now + env.header_timeout, Timeout::Request));
+        }
+        if self.phase == Phase::Body && inbuf.len() != self.seen {
+            // The body is moving: the request timer measures silence, not size.
+            self.deadline = Some((now + env.header_timeout, Timeout::Request));
+        }
+        let mut hdrs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let head = match parse::parse(inbuf, &mut hdrs, env.max_head)? {
+            Some((head, _)) => head,
+            None => {
+                self.seen = inbuf.len();
+                return Ok(false);
+            }
+        };
+        let body_ready = match head.framing {
+            Framing::None => true,
+            Framing::Length(n) => {
+                if n > env.max_body {
+                    return Err(Error::PayloadTooLarge);
+                }
+                inbuf.len() as u64 >= head.len as u64 + n
+            }
+            Framing::Chunked => {
+                if self.phase != Phase::Body {
+                    self.body.clear();
+                    self.chunked = Chunked::default();
+                }
+                let (used, done) = self.chunked.decode(&inbuf[head.len..], &mut self.body, env.max_body)?;
+                inbuf.drain(head.len..head.len + used);
+                done
+            }
+        };
+        if !body_ready {
+            if self.phase != Phase::Body {
+                self.phase = Phase::Body;
+                self.deadline = Some((now + env.header_timeout, Timeout::Request));
+            }
+            if head.expect_continue && !self.continue_sent {
+                self.continue_sent = true;
+                out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            }
+            self.seen = inbuf.len();
+            return Ok(false);
+        }
+        let consumed = self.dispatch(head, inbuf, out, svc, env, now);
+        inbuf.drain(..consumed);
+        self.seen = 0;
+        Ok(!matches!(self.phase, Phase::Waiting | Phase::Closing))
+    }
+
+    /// Build the request, call the service, write or park. Returns bytes consumed.
+    fn dispatch(
+        &mut self,
+        head: Head,
+        inbuf: &[u8],
+        out: &mut Vec<u8>,
+        svc: &mut dyn Service,
+        env: &mut Env,
+        now: Instant,
+    ) -> usize {
+        let mut hdrs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let Ok(Some((_, parsed))) = parse::parse(inbuf, &mut hdrs, env.max_head) else {
+            return inbuf.len(); // unreachable: the same bytes parsed a moment ago
+        };
+        let (body, consumed): (&[u8], usize) = match head.framing {
+            Framing::Length(n) => (&inbuf[head.len..head.len + n as usize], head.len + n as usize),
+            Framing::Chunked => (&self.body, head.len),
+            Framing::None => (&[], head.len),
+        };
+        let target = parsed.path.unwrap_or("/");
+        let cur = &mut self.cur;
+        cur.method = head.method;
+        cur.http10 = head.http10;
+        cur.keep_alive = head.keep_alive;
+        cur.target.clear();
+        cur.target.extend_from_slice(target.as_bytes());
+        match parsed.headers.iter().find(|h| h.name.eq_ignore_ascii_case("x-request-id")) {
+            Some(h) if valid_request_id(h.value) => {
+                cur.rid[..h.value.len()].copy_from_slice(h.value);
+                cur.rid_len = h.value.len();
+            }
+            _ => {
+                let mut u = [0u8; 36];
+                env.common.uuid(&mut u);
+                cur.rid[..36].copy_from_slice(&u);
+                cur.rid_len = 36;
+            }
+        }
+        let (path, query) = parse::split_target(target);
+        let request_id = std::str::from_utf8(&cur.rid[..cur.rid_len]).unwrap_or("");
+        let req = Request {
+            method: head.method,
+            path,
+            query,
+            http10: head.http10,
+            headers: parsed.headers,
+            body,
+            request_id,
+            peer: self.peer,
+        };
+        let outcome = svc.call(&req);
+        self.continue_sent = false;
+        match outcome {
+            Outcome::Ready(resp) => self.respond(resp, out, svc, env, now),
+            Outcome::Pending => {
+                self.phase = Phase::Waiting;
+                self.deadline = None;
+            }
+        }
+        consumed
+    }
+
+    fn respond(&mut self, resp: Response, out: &mut Vec<u8>, svc: &mut dyn Service, env: &mut Env, now: Instant) {
+        let cur = &self.cur;
+        let keep_alive = cur.keep_alive && !resp.close && !env.draining;
+        let meta = RequestMeta {
+            head: cur.method == Method::Head,
+            http10: cur.http10,
+            keep_alive,
+            request_id: &cur.rid[..cur.rid_len],
+        };
+        let bytes = write_response(out, &resp, &meta, &mut env.common);
+        svc.finished(&Finished {
+            method: cur.method.as_str(),
+            target: &cur.target,
+            status: resp.status,
+            bytes,
+            elapsed: cur.started.elapsed(),
+            request_id: &cur.rid[..cur.rid_len],
+        });
+        if keep_alive {
+            self.phase = Phase::Idle;
+            self.deadline = Some((now + env.keepalive_timeout, Timeout::Idle));
+        } else {
+            self.phase = Phase::Closing;
+            self.deadline = None;
+        }
+    }
+
+    /// A protocol error: answer it with `Connection: close` and stop reading.
+    fn fail(&mut self, e: Error, out: &mut Vec<u8>, svc: &mut dyn Service, env: &mut Env, now: Instant) {
+        if self.phase == Phase::Idle {
+            self.cur.started = now;
+        }
+        self.cur.method = Method::Other;
+        self.cur.target.clear();
+        self.cur.target.push(b'-');
+        let mut u = [0u8; 36];
+        env.common.uuid(&mut u);
+        self.cur.rid[..36].copy_from_slice(&u);
+        self.cur.rid_len = 36;
+        self.cur.keep_alive = false;
+        let mut resp = e.into_response(env.development);
+        resp.close = true;
+        self.phase = Phase::Waiting;
+        self.respond(resp, out, svc, env, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::response::Body;
+
+    struct Echo {
+        pending: bool,
+        log: Vec<(String, u16)>,
+    }
+
+    impl Service for Echo {
+        fn call(&mut self, req: &Request<'_>) -> Outcome {
+            if self.pending && req.path == "/slow" {
+                return Outcome::Pending;
+            }
+            let mut r = Response::new(200);
+            r.body = Body::Bytes(format!("{}{}", req.path, String::from_utf8_lossy(req.body)).into_bytes());
+            Outcome::Ready(r)
+        }
+        fn finished(&mut self, done: &Finished<'_>) {
+            self.log.push((String::from_utf8_lossy(done.target).into_owned(), done.status));
+        }
+    }
+
+    fn env() -> Env {
+        Env {
+            common: Common::new(false),
+            max_head: 1024,
+            max_body: 16,
+            header_timeout: Duration::from_secs(1),
+            keepalive_timeout: Duration::from_secs(1),
+            development: true,
+            draining: false,
+        }
+    }
+
+    fn run(input: &[u8]) -> (String, Progress, Echo) {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut svc = Echo { pending: false, log: Vec::new() };
+        let mut inbuf = input.to_vec();
+        let mut out = Vec::new();
+        let p = h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now);
+        (String::from_utf8_lossy(&out).into_owned(), p, svc)
+    }
+
+    fn bodies(out: &str) -> Vec<&str> {
+        out.split("HTTP/1.1 ").skip(1).map(|r| r.split("\r\n\r\n").nth(1).unwrap_or("")).collect()
+    }
+
+    #[test]
+    fn pipelined_in_order() {
+        let (out, p, svc) = run(
+            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\nHost: x\r\n\r\n",
+        );
+        assert_eq!(p, Progress::NeedInput);
+        assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 3);
+        assert_eq!(svc.log.iter().map(|l| l.0.as_str()).collect::<Vec<_>>(), ["/a", "/b", "/c"]);
+    }
+
+    #[test]
+    fn chunked_body_split_across_reads() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut svc = Echo { pending: false, log: Vec::new() };
+        let mut out = Vec::new();
+        let mut inbuf = b"POST /e HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nab".to_vec();
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        assert!(out.is_empty());
+        inbuf.extend_from_slice(b"c\r\n0\r\n\r\n");
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        assert!(String::from_utf8_lossy(&out).ends_with("/eabc"));
+        assert!(inbuf.is_empty());
+    }
+
+    #[test]
+    fn too_large_declared_body_is_413_before_reading() {
+        let (out, p, _) = run(b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\nExpect: 100-continue\r\n\r\n");
+        assert_eq!(p, Progress::Close);
+        assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+        assert!(!out.contains("100 Continue"));
+        assert!(out.contains("Connection: close"));
+    }
+
+    #[test]
+    fn expect_continue_sent_once() {
+        let (out, p, _) = run(b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n");
+        assert_eq!(p, Progress::NeedInput);
+        assert_eq!(out, "HTTP/1.1 100 Continue\r\n\r\n");
+    }
+
+    #[test]
+    fn pending_holds_pipelined_requests_in_order() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut svc = Echo { pending: true, log: Vec::new() };
+        let mut out = Vec::new();
+        let mut inbuf = b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /fast HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::Waiting);
+        assert!(out.is_empty());
+        let mut r = Response::new(200);
+        r.body = Body::Static(b"slow-done");
+        h.complete(r, &mut out, &mut svc, &mut e, now);
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        assert_eq!(bodies(&String::from_utf8_lossy(&out)), ["slow-done", "/fast"]);
+    }
+
+    #[test]
+    fn malformed_gets_400_and_close() {
+        let (out, p, svc) = run(b"GET / HTTP/1.1\r\nHost : x\r\n\r\n");
+        assert_eq!(p, Progress::Close);
+        assert!(out.starts_with("HTTP/1.1 400"));
+        assert!(out.contains("Connection: close\r\n"));
+        assert!(out.contains("\"code\":\"BAD_REQUEST\""));
+        assert_eq!(svc.log.len(), 1);
+    }
+
+    #[test]
+    fn timeouts_408_in_head_silent_when_idle() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut svc = Echo { pending: false, log: Vec::new() };
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut out = Vec::new();
+        let mut inbuf = b"GET / HTTP/1.1\r\n".to_vec();
+        h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now);
+        let later = now + Duration::from_secs(2);
+        assert_eq!(h.on_timeout(&mut out, &mut svc, &mut e, later), Progress::Close);
+        assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 408"));
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut out = Vec::new();
+        assert_eq!(h.on_timeout(&mut out, &mut svc, &mut e, later), Progress::Close);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn draining_closes_after_response() {
+        let mut e = env();
+        e.draining = true;
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut svc = Echo { pending: false, log: Vec::new() };
+        let mut out = Vec::new();
+        let mut inbuf = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::Close);
+        assert!(String::from_utf8_lossy(&out).contains("Connection: close"));
+    }
+}

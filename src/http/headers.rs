@@ -1,0 +1,167 @@
+//! The headers every response carries (CONTRACT §4), rendered cheaply.
+//!
+//! The security set is rendered once at start into one byte block; the
+//! `Date` value is re-rendered at most once per second; the CSP nonce and
+//! generated request ids come from a per-worker ChaCha generator seeded from
+//! the OS after fork (so no two workers share a stream). Nothing here
+//! allocates per response.
+
+use base64::Engine;
+use rand::{RngCore, SeedableRng};
+
+const CSP_1: &str = "default-src 'none'; script-src 'nonce-";
+const CSP_2: &str = "' 'strict-dynamic'; style-src 'self' 'nonce-";
+const CSP_3: &str = "'; img-src 'self'; font-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'; report-uri /csp-report";
+
+const SECURITY: &str = "Server: forkd\r\n\
+Strict-Transport-Security: max-age=31536000; includeSubDomains; preload\r\n\
+X-Content-Type-Options: nosniff\r\n\
+X-Frame-Options: DENY\r\n\
+X-XSS-Protection: 0\r\n\
+Referrer-Policy: strict-origin-when-cross-origin\r\n\
+Permissions-Policy: camera=(), microphone=(), geolocation=()\r\n\
+Cross-Origin-Opener-Policy: same-origin\r\n\
+Cross-Origin-Embedder-Policy: require-corp\r\n\
+Cross-Origin-Resource-Policy: same-origin\r\n";
+
+/// Per-worker state for the common headers.
+pub struct Common {
+    csp_name: &'static [u8],
+    date_secs: u64,
+    date: [u8; 29],
+    rng: rand::rngs::StdRng,
+    nonce: [u8; 24],
+}
+
+impl Common {
+    /// Build the block; `report_only` selects `Content-Security-Policy-Report-Only`.
+    pub fn new(report_only: bool) -> Common {
+        let mut c = Common {
+            csp_name: if report_only { b"Content-Security-Policy-Report-Only: " } else { b"Content-Security-Policy: " },
+            date_secs: 0,
+            date: [b' '; 29],
+            rng: rand::rngs::StdRng::from_entropy(),
+            nonce: [0; 24],
+        };
+        c.tick(std::time::SystemTime::now());
+        c
+    }
+
+    /// Re-render `Date` if the second changed. Called once per loop turn.
+    pub fn tick(&mut self, now: std::time::SystemTime) {
+        let secs = now.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        if secs != self.date_secs {
+            self.date_secs = secs;
+            let s = httpdate::fmt_http_date(now);
+            let n = s.len().min(29);
+            self.date[..n].copy_from_slice(&s.as_bytes()[..n]);
+        }
+    }
+
+    /// Rough size of the fixed headers, for reserving output space.
+    pub fn block_len(&self) -> usize {
+        SECURITY.len() + CSP_1.len() + CSP_2.len() + CSP_3.len() + 120
+    }
+
+    /// Write `Date: …\r\n`.
+    pub fn write_date(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"Date: ");
+        out.extend_from_slice(&self.date);
+        out.extend_from_slice(b"\r\n");
+    }
+
+    /// Write the CSP (with a fresh nonce) and the static security headers.
+    pub fn write_security(&mut self, out: &mut Vec<u8>) {
+        self.fresh_nonce();
+        out.extend_from_slice(self.csp_name);
+        out.extend_from_slice(CSP_1.as_bytes());
+        out.extend_from_slice(&self.nonce);
+        out.extend_from_slice(CSP_2.as_bytes());
+        out.extend_from_slice(&self.nonce);
+        out.extend_from_slice(CSP_3.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(SECURITY.as_bytes());
+    }
+
+    /// The nonce of the response being written (for pages with inline scripts).
+    pub fn nonce(&self) -> &str {
+        std::str::from_utf8(&self.nonce).unwrap_or("")
+    }
+
+    fn fresh_nonce(&mut self) {
+        let mut raw = [0u8; 16];
+        self.rng.fill_bytes(&mut raw);
+        let _ = base64::engine::general_purpose::STANDARD.encode_slice(raw, &mut self.nonce);
+    }
+
+    /// A fresh UUID v4, lower-case hyphenated, into `out`.
+    pub fn uuid(&mut self, out: &mut [u8; 36]) {
+        let mut b = [0u8; 16];
+        self.rng.fill_bytes(&mut b);
+        b[6] = (b[6] & 0x0f) | 0x40;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut j = 0;
+        for (i, byte) in b.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                out[j] = b'-';
+                j += 1;
+            }
+            out[j] = HEX[(byte >> 4) as usize];
+            out[j + 1] = HEX[(byte & 0xf) as usize];
+            j += 2;
+        }
+    }
+}
+
+/// Whether a client-supplied `x-request-id` may be echoed: 1–128 of `[A-Za-z0-9._-]`.
+pub fn valid_request_id(v: &[u8]) -> bool {
+    (1..=128).contains(&v.len()) && v.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nonce_is_fresh_and_in_both_places() {
+        let mut c = Common::new(false);
+        let mut a = Vec::new();
+        c.write_security(&mut a);
+        let first = c.nonce().to_string();
+        let mut b = Vec::new();
+        c.write_security(&mut b);
+        assert_ne!(first, c.nonce());
+        let text = String::from_utf8(a).expect("utf8");
+        assert_eq!(text.matches(&format!("'nonce-{first}'")).count(), 2, "{text}");
+        assert!(text.starts_with("Content-Security-Policy: default-src 'none';"));
+    }
+
+    #[test]
+    fn report_only_name() {
+        let mut c = Common::new(true);
+        let mut a = Vec::new();
+        c.write_security(&mut a);
+        assert!(a.starts_with(b"Content-Security-Policy-Report-Only: "));
+    }
+
+    #[test]
+    fn uuid_shape() {
+        let mut c = Common::new(false);
+        let mut u = [0u8; 36];
+        c.uuid(&mut u);
+        let s = std::str::from_utf8(&u).expect("ascii");
+        let parts: Vec<_> = s.split('-').map(str::len).collect();
+        assert_eq!(parts, [8, 4, 4, 4, 12]);
+        assert_eq!(&s[14..15], "4");
+    }
+
+    #[test]
+    fn request_id_rules() {
+        assert!(valid_request_id(b"abc-1.2_3"));
+        assert!(!valid_request_id(b""));
+        assert!(!valid_request_id(b"a b"));
+        assert!(!valid_request_id(&[b'a'; 129]));
+        assert!(valid_request_id(&[b'a'; 128]));
+    }
+}

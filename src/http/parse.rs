@@ -1,0 +1,239 @@
+//! Parsing and validating a request head (RFC 9112; CONTRACT §10).
+//!
+//! `httparse` does the tokenising; this module adds the rules that keep a
+//! server safe from smuggling and abuse: one framing per message, a bounded
+//! head, `Host` on HTTP/1.1, `Transfer-Encoding` exactly `chunked`. It only
+//! reads bytes and returns values or [`Error`]s; it never writes or logs.
+
+use crate::error::Error;
+
+use super::request::Method;
+
+/// At most this many header fields; more is answered 431.
+pub const MAX_HEADERS: usize = 100;
+
+/// How the body of a request is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    None,
+    /// `Content-Length: n`.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// What the connection needs to know about a parsed head.
+#[derive(Clone, Copy, Debug)]
+pub struct Head {
+    /// Bytes of the head including the blank line.
+    pub len: usize,
+    /// The method.
+    pub method: Method,
+    /// HTTP/1.0.
+    pub http10: bool,
+    /// Body framing.
+    pub framing: Framing,
+    /// The connection may stay open after the response.
+    pub keep_alive: bool,
+    /// The client sent `Expect: 100-continue`.
+    pub expect_continue: bool,
+}
+
+/// Parse a head from `buf` into `headers`. `Ok(None)` means "need more bytes".
+pub fn parse<'h, 'b>(
+    buf: &'b [u8],
+    headers: &'h mut [httparse::Header<'b>],
+    max_head: usize,
+) -> Result<Option<(Head, httparse::Request<'h, 'b>)>, Error> {
+    let mut parsed = httparse::Request::new(headers);
+    let status = match parsed.parse(buf) {
+        Ok(s) => s,
+        Err(httparse::Error::TooManyHeaders) => return Err(Error::HeaderTooLarge),
+        Err(_) => return Err(Error::bad_request("malformed request")),
+    };
+    let len = match status {
+        httparse::Status::Partial => {
+            if buf.len() > max_head {
+                return Err(Error::HeaderTooLarge);
+            }
+            return Ok(None);
+        }
+        httparse::Status::Complete(n) => n,
+    };
+    if len > max_head {
+        return Err(Error::HeaderTooLarge);
+    }
+    let head = validate(&parsed, len)?;
+    Ok(Some((head, parsed)))
+}
+
+fn validate(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, Error> {
+    let method = Method::parse(req.method.unwrap_or(""));
+    let http10 = req.version == Some(0);
+    let path = req.path.unwrap_or("");
+    if !(path.starts_with('/') || (path == "*" && method == Method::Options)) {
+        return Err(Error::bad_request("malformed request target"));
+    }
+    let mut host = 0;
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    let mut te_seen = false;
+    let mut close = false;
+    let mut keep_alive_token = false;
+    let mut expect_continue = false;
+    for h in req.headers.iter() {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("host") {
+            host += 1;
+        } else if name.eq_ignore_ascii_case("content-length") {
+            for part in h.value.split(|&c| c == b',') {
+                let v = parse_length(trim(part)).ok_or_else(|| Error::bad_request("invalid Content-Length"))?;
+                match length {
+                    Some(prev) if prev != v => return Err(Error::bad_request("conflicting Content-Length")),
+                    _ => length = Some(v),
+                }
+            }
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            if te_seen || !trim(h.value).eq_ignore_ascii_case(b"chunked") {
+                return Err(Error::bad_request("unsupported Transfer-Encoding"));
+            }
+            te_seen = true;
+            chunked = true;
+        } else if name.eq_ignore_ascii_case("connection") {
+            for token in h.value.split(|&c| c == b',') {
+                let t = trim(token);
+                if t.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                    keep_alive_token = true;
+                }
+            }
+        } else if name.eq_ignore_ascii_case("expect") {
+            if trim(h.value).eq_ignore_ascii_case(b"100-continue") {
+                expect_continue = true;
+            } else {
+                return Err(Error::ExpectationFailed);
+            }
+        }
+    }
+    if !http10 && host != 1 {
+        return Err(Error::bad_request("missing or repeated Host"));
+    }
+    if chunked && length.is_some() {
+        return Err(Error::bad_request("Content-Length with Transfer-Encoding"));
+    }
+    let framing = match (chunked, length) {
+        (true, _) => Framing::Chunked,
+        (false, Some(0)) | (false, None) => Framing::None,
+        (false, Some(n)) => Framing::Length(n),
+    };
+    let keep_alive = if http10 { keep_alive_token && !close } else { !close };
+    Ok(Head {
+        len,
+        method,
+        http10,
+        framing,
+        keep_alive: keep_alive && !(http10 && chunked),
+        expect_continue: expect_continue && framing != Framing::None,
+    })
+}
+
+fn parse_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    v.iter().try_fold(0u64, |acc, d| acc.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    let start = v.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(v.len());
+    let end = v.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(start, |e| e + 1);
+    &v[start..end]
+}
+
+/// Split a request target into path and query.
+pub fn split_target(target: &str) -> (&str, &str) {
+    match target.split_once('?') {
+        Some((p, q)) => (p, q),
+        None => (target, ""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str) -> Result<Option<Head>, Error> {
+        let mut h = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        parse(raw.as_bytes(), &mut h, 4096).map(|o| o.map(|(h, _)| h))
+    }
+
+    fn status(raw: &str) -> u16 {
+        match head(raw) {
+            Ok(_) => 0,
+            Err(e) => e.status(),
+        }
+    }
+
+    #[test]
+    fn simple_get_keeps_alive() {
+        let h = head("GET /x?a=1 HTTP/1.1\r\nHost: a\r\n\r\n").expect("ok").expect("complete");
+        assert_eq!(h.method, Method::Get);
+        assert!(h.keep_alive);
+        assert_eq!(h.framing, Framing::None);
+    }
+
+    #[test]
+    fn partial_then_too_large() {
+        assert!(head("GET / HTTP/1.1\r\nHost: a\r\n").expect("ok").is_none());
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n", "a".repeat(5000));
+        assert_eq!(status(&big), 431);
+    }
+
+    #[test]
+    fn smuggling_shapes_are_400() {
+        for raw in [
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 4\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost : a\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n",
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET\r\n\r\n",
+            "GET / HTTP/9.9\r\nHost: a\r\n\r\n",
+            "G(T / HTTP/1.1\r\nHost: a\r\n\r\n",
+            "GET x HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            assert_eq!(status(raw), 400, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn identical_lengths_are_fine() {
+        let h = head("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n")
+            .expect("ok")
+            .expect("complete");
+        assert_eq!(h.framing, Framing::Length(3));
+    }
+
+    #[test]
+    fn http10_closes_unless_asked() {
+        let h = head("GET / HTTP/1.0\r\n\r\n").expect("ok").expect("c");
+        assert!(!h.keep_alive);
+        let h = head("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").expect("ok").expect("c");
+        assert!(h.keep_alive);
+        let h = head("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").expect("ok").expect("c");
+        assert!(!h.keep_alive);
+    }
+
+    #[test]
+    fn expect_other_than_continue_is_417() {
+        assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nExpect: x\r\nContent-Length: 1\r\n\r\n"), 417);
+    }
+}

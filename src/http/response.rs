@@ -1,0 +1,244 @@
+//! A response as handlers build it, and its serialisation to HTTP/1.1 bytes.
+//!
+//! Handlers fill a [`Response`]; [`write_response`] renders the status line,
+//! the per-response headers, the pre-rendered security block from
+//! [`super::headers::Common`] and the body, straight into the connection's
+//! output buffer, once. It must not know about routes or sockets.
+
+use std::io::Write;
+
+use super::headers::Common;
+
+/// A response body.
+#[derive(Debug, Default)]
+pub enum Body {
+    /// No body (Content-Length: 0, or none at all for 204/304).
+    #[default]
+    Empty,
+    /// Bytes that live for the whole program.
+    Static(&'static [u8]),
+    /// Owned bytes.
+    Bytes(Vec<u8>),
+}
+
+impl Body {
+    /// The body's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Body::Empty => b"",
+            Body::Static(b) => b,
+            Body::Bytes(b) => b,
+        }
+    }
+}
+
+/// A response before serialisation.
+#[derive(Debug)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// `Content-Type`; JSON unless a handler says otherwise.
+    pub content_type: &'static str,
+    /// `Cache-Control`; `no-store` unless a route says otherwise (§4).
+    pub cache_control: &'static str,
+    /// Further headers (name, value).
+    pub headers: Vec<(&'static str, String)>,
+    /// The body.
+    pub body: Body,
+    /// Close the connection after this response.
+    pub close: bool,
+}
+
+impl Response {
+    /// An empty JSON response with `status`.
+    pub fn new(status: u16) -> Response {
+        Response {
+            status,
+            content_type: "application/json",
+            cache_control: "no-store",
+            headers: Vec::new(),
+            body: Body::Empty,
+            close: false,
+        }
+    }
+
+    /// A 200 with a body that lives forever.
+    pub fn static_json(body: &'static [u8]) -> Response {
+        let mut r = Response::new(200);
+        r.body = Body::Static(body);
+        r
+    }
+
+    /// `{"code": status, "message": "OK"|"Created", "data": data}` (§3).
+    pub fn envelope(status: u16, data: &impl serde::Serialize) -> Response {
+        let message = if status == 201 { "Created" } else { "OK" };
+        let mut r = Response::new(status);
+        let env = serde_json::json!({"code": status, "message": message, "data": data});
+        r.body = Body::Bytes(serde_json::to_vec(&env).unwrap_or_default());
+        r
+    }
+
+    /// Add a header.
+    pub fn header(&mut self, name: &'static str, value: impl Into<String>) -> &mut Response {
+        self.headers.push((name, value.into()));
+        self
+    }
+}
+
+/// What the connection knows about the request a response answers.
+pub struct RequestMeta<'a> {
+    /// The request was `HEAD`: headers only.
+    pub head: bool,
+    /// HTTP/1.0 request (a kept-alive 1.0 connection must say so).
+    pub http10: bool,
+    /// The connection stays open after this response.
+    pub keep_alive: bool,
+    /// The `x-request-id` to send.
+    pub request_id: &'a [u8],
+}
+
+/// The reason phrase for a status code.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        206 => "Partial Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        304 => "Not Modified",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        416 => "Range Not Satisfiable",
+        417 => "Expectation Failed",
+        422 => "Unprocessable Content",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Unknown",
+    }
+}
+
+/// Serialise `resp` into `out`; returns the number of body bytes written.
+pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>, common: &mut Common) -> usize {
+    let body = resp.body.as_bytes();
+    let bodyless = resp.status == 204 || resp.status == 304 || resp.status < 200;
+    out.reserve(common.block_len() + 256 + if meta.head { 0 } else { body.len() });
+    let _ = write!(out, "HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status));
+    common.write_date(out);
+    if !bodyless {
+        out.extend_from_slice(b"Content-Type: ");
+        out.extend_from_slice(resp.content_type.as_bytes());
+        out.extend_from_slice(b"\r\nContent-Length: ");
+        let mut n = itoa_buf(body.len());
+        out.extend_from_slice(n.as_slice());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Cache-Control: ");
+    out.extend_from_slice(resp.cache_control.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if !meta.keep_alive || resp.close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if meta.http10 {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"x-request-id: ");
+    out.extend_from_slice(meta.request_id);
+    out.extend_from_slice(b"\r\n");
+    common.write_security(out);
+    for (name, value) in &resp.headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if meta.head || bodyless {
+        0
+    } else {
+        out.extend_from_slice(body);
+        body.len()
+    }
+}
+
+/// Decimal digits of `n` without allocating.
+pub struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    /// The digits.
+    pub fn as_slice(&mut self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+/// Format `n` in decimal into a stack buffer.
+pub fn itoa_buf(mut n: usize) -> Digits {
+    let mut d = Digits { buf: [0; 20], start: 20 };
+    loop {
+        d.start -= 1;
+        d.buf[d.start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digits() {
+        assert_eq!(itoa_buf(0).as_slice(), b"0");
+        assert_eq!(itoa_buf(15).as_slice(), b"15");
+        assert_eq!(itoa_buf(usize::MAX).as_slice(), usize::MAX.to_string().as_bytes());
+    }
+
+    #[test]
+    fn head_and_304_have_no_body() {
+        let mut common = Common::new(false);
+        let meta = RequestMeta { head: true, http10: false, keep_alive: true, request_id: b"abc" };
+        let mut out = Vec::new();
+        let n = write_response(&mut out, &Response::static_json(b"{\"a\":1}"), &meta, &mut common);
+        assert_eq!(n, 0);
+        let text = String::from_utf8(out).expect("utf8");
+        assert!(text.contains("Content-Length: 7\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\n"));
+        let mut out = Vec::new();
+        let meta = RequestMeta { head: false, ..meta };
+        write_response(&mut out, &Response::new(304), &meta, &mut common);
+        let text = String::from_utf8(out).expect("utf8");
+        assert!(!text.contains("Content-Length"), "{text}");
+    }
+
+    #[test]
+    fn close_and_http10_keep_alive() {
+        let mut common = Common::new(false);
+        let mut out = Vec::new();
+        let meta = RequestMeta { head: false, http10: true, keep_alive: true, request_id: b"r" };
+        write_response(&mut out, &Response::new(200), &meta, &mut common);
+        assert!(String::from_utf8_lossy(&out).contains("Connection: keep-alive\r\n"));
+        let mut out = Vec::new();
+        let meta = RequestMeta { keep_alive: false, ..meta };
+        write_response(&mut out, &Response::new(200), &meta, &mut common);
+        assert!(String::from_utf8_lossy(&out).contains("Connection: close\r\n"));
+    }
+}

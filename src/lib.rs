@@ -1,0 +1,21 @@
+//! forkd: a pre-forked, multi-process HTTP/1.1 service.
+//!
+//! A supervisor ([`supervisor`]) binds one `SO_REUSEPORT` socket per worker
+//! slot and forks single-threaded workers ([`worker`]), each running one mio
+//! event loop plus a small thread pool. Bytes become requests in [`http`];
+//! requests become responses in [`app`]; every error is rendered by
+//! [`error`]. State shared across workers lives in [`shm`]; every `unsafe`
+//! operation lives in [`sys`]. See `docs/architecture.md`.
+
+#![deny(missing_docs)]
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod logging;
+pub mod shm;
+pub mod supervisor;
+pub mod sys;
+pub mod worker;

@@ -1,0 +1,115 @@
+//! The shared-memory region: one fixed-size anonymous `MAP_SHARED` mapping
+//! created by the supervisor before the first fork and inherited by every worker.
+//!
+//! It holds only fixed-size records of atomics (no pointers, no locks), laid
+//! out once. Today: one [`ProcRecord`] per live worker process (heartbeat,
+//! state, counters). Later zones (rate limits, shared cache) are added here
+//! as more fixed arrays. It must not grow, allocate or hold Rust pointers.
+
+use std::io;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+/// How many worker processes can be alive at once (serving plus draining).
+pub const MAX_PROCS: usize = 2048;
+
+/// A worker's state as the worker itself publishes it.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerState {
+    /// Record free or process still setting up.
+    Starting = 0,
+    /// Event loop running and accepting.
+    Serving = 1,
+    /// Stopped accepting; finishing what it has.
+    Draining = 2,
+}
+
+/// One worker process's record. Aligned to a cache line so that workers
+/// stamping their heartbeats never share a line.
+#[repr(C, align(64))]
+pub struct ProcRecord {
+    /// Owner pid; 0 when the record is free. Written by the supervisor.
+    pub pid: AtomicI32,
+    /// The worker's state ([`WorkerState`] as u32). Written by the worker.
+    pub state: AtomicU32,
+    /// Monotonic ms of the worker's last event-loop turn. Written by the worker.
+    pub heartbeat_ms: AtomicU64,
+    /// Open client connections. Written by the worker.
+    pub connections: AtomicU64,
+    /// Requests answered since start. Written by the worker.
+    pub requests: AtomicU64,
+}
+
+/// The whole region.
+#[repr(C)]
+pub struct Region {
+    /// Per-process records, indexed by the slot the supervisor assigned.
+    pub procs: [ProcRecord; MAX_PROCS],
+}
+
+impl Region {
+    /// Map a zeroed region. Call once, in the supervisor, before forking.
+    pub fn create() -> io::Result<&'static Region> {
+        let ptr = crate::sys::map_shared_anonymous(std::mem::size_of::<Region>())?;
+        // SAFETY: the mapping is page-aligned (≥ 64), large enough, zero-filled
+        // (a valid value for every atomic in `Region`) and never unmapped, so a
+        // shared `'static` reference to it is sound; all access goes through atomics.
+        Ok(unsafe { &*(ptr as *const Region) })
+    }
+
+    /// Claim a free record for a new process (supervisor only).
+    pub fn claim(&self) -> Option<usize> {
+        let i = self.procs.iter().position(|p| p.pid.load(Ordering::Relaxed) == 0)?;
+        let rec = &self.procs[i];
+        rec.state.store(WorkerState::Starting as u32, Ordering::Relaxed);
+        rec.heartbeat_ms.store(crate::sys::monotonic_ms(), Ordering::Relaxed);
+        rec.connections.store(0, Ordering::Relaxed);
+        rec.requests.store(0, Ordering::Relaxed);
+        rec.pid.store(-1, Ordering::Release);
+        Some(i)
+    }
+
+    /// Give a record back (supervisor only, after reaping its process).
+    pub fn release(&self, i: usize) {
+        if let Some(rec) = self.procs.get(i) {
+            rec.pid.store(0, Ordering::Release);
+        }
+    }
+}
+
+impl ProcRecord {
+    /// The state the worker last published.
+    pub fn state(&self) -> WorkerState {
+        match self.state.load(Ordering::Relaxed) {
+            1 => WorkerState::Serving,
+            2 => WorkerState::Draining,
+            _ => WorkerState::Starting,
+        }
+    }
+
+    /// Publish a state (worker only).
+    pub fn set_state(&self, s: WorkerState) {
+        self.state.store(s as u32, Ordering::Release);
+    }
+
+    /// Stamp the heartbeat (worker only, every loop turn).
+    pub fn beat(&self, now_ms: u64) {
+        self.heartbeat_ms.store(now_ms, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_cache_line_sized_and_claimed_once() {
+        assert_eq!(std::mem::size_of::<ProcRecord>(), 64);
+        let r = Region::create().expect("map");
+        let a = r.claim().expect("a");
+        let b = r.claim().expect("b");
+        assert_ne!(a, b);
+        r.release(a);
+        assert_eq!(r.claim(), Some(a));
+    }
+}

@@ -1,0 +1,412 @@
+//! The supervisor: binds the slots' sockets, forks the workers, keeps them
+//! alive, and turns operator signals into actions. It never serves a request.
+//!
+//! Its cycle follows nginx's master: signal handlers only count (see
+//! `sys::signals`); one loop wakes on a signal or a timer and handles, in a
+//! fixed order: reap and respawn (with back-off per slot), fast stop,
+//! graceful stop, reload, worker count, log reopen, memory and heartbeat
+//! checks, readiness. The supervisor stays single-threaded so that `fork`
+//! is safe; per-process resources (poll, pool, database) are made by each
+//! worker after fork.
+
+mod listen;
+mod notify;
+mod table;
+
+use std::io;
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Interest, Poll, Token};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+
+use crate::config::Config;
+use crate::shm::{Region, WorkerState};
+use crate::sys::signals::SignalSet;
+use crate::sys::{self, Forked};
+
+use notify::Notifier;
+use table::{Proc, Role, Table};
+
+const SIGNALS: Token = Token(0);
+/// How often heartbeats are checked at most.
+const HEARTBEAT_CHECK: Duration = Duration::from_millis(250);
+/// A worker that lived less than this before dying counts as a fast failure.
+const FAST_FAILURE: Duration = Duration::from_secs(1);
+/// The longest respawn back-off.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Extra time past `shutdown_timeout` before a draining worker is killed.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+
+struct Slot {
+    listener: TcpListener,
+    fast_failures: u32,
+    respawn_at: Option<Instant>,
+}
+
+struct Supervisor {
+    config: Config,
+    region: &'static Region,
+    slots: Vec<Slot>,
+    table: Table,
+    signals: SignalSet,
+    notifier: Notifier,
+    stopping: Option<Instant>,
+    ready: bool,
+    next_memory_check: Instant,
+    next_heartbeat_check: Instant,
+    next_watchdog: Option<Instant>,
+}
+
+/// Run the supervisor until the service stops; returns the exit code.
+pub fn run(config: Config) -> i32 {
+    match Supervisor::start(config).and_then(|mut s| s.cycle()) {
+        Ok(code) => code,
+        Err(e) => {
+            log::error!("supervisor: {e}");
+            1
+        }
+    }
+}
+
+impl Supervisor {
+    fn start(config: Config) -> io::Result<Supervisor> {
+        let region = Region::create()?;
+        let mut slots = Vec::new();
+        for _ in 0..config.workers {
+            let listener = listen::bind(config.listen)
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen)))?;
+            slots.push(Slot { listener, fast_failures: 0, respawn_at: Some(Instant::now()) });
+        }
+        let signals = SignalSet::install(&[
+            libc::SIGCHLD,
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGHUP,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+        ])?;
+        let notifier = Notifier::from_env();
+        let now = Instant::now();
+        log::info!(
+            "forkd {} starting: {} worker(s) on {} ({:?})",
+            env!("CARGO_PKG_VERSION"),
+            config.workers,
+            config.listen,
+            config.environment
+        );
+        Ok(Supervisor {
+            next_memory_check: now + config.supervisor.memory_check,
+            next_heartbeat_check: now + HEARTBEAT_CHECK,
+            next_watchdog: notifier.watchdog_every.map(|_| now),
+            config,
+            region,
+            slots,
+            table: Table::default(),
+            signals,
+            notifier,
+            stopping: None,
+            ready: false,
+        })
+    }
+
+    fn cycle(&mut self) -> io::Result<i32> {
+        let mut poll = Poll::new()?;
+        poll.registry().register(self.signals.source(), SIGNALS, Interest::READABLE)?;
+        let mut events = Events::with_capacity(16);
+        loop {
+            self.respawn_due();
+            let wait = self.next_wake().saturating_duration_since(Instant::now());
+            if let Err(e) = poll.poll(&mut events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            self.signals.drain();
+            self.reap();
+            let stops =
+                self.signals.take(libc::SIGTERM) + self.signals.take(libc::SIGINT) + self.signals.take(libc::SIGQUIT);
+            if stops > 0 {
+                if self.stopping.is_some() || stops > 1 {
+                    self.fast_stop();
+                    return Ok(0);
+                }
+                self.graceful_stop();
+            }
+            if let Some(deadline) = self.stopping {
+                if self.table.is_empty() {
+                    log::info!("all workers stopped; exiting");
+                    return Ok(0);
+                }
+                if Instant::now() >= deadline {
+                    log::warn!("shutdown timeout: killing remaining workers");
+                    self.fast_stop();
+                    return Ok(0);
+                }
+                continue;
+            }
+            if self.signals.take(libc::SIGHUP) > 0 {
+                log::warn!("SIGHUP: configuration reload is not implemented yet; ignoring");
+            }
+            for _ in 0..self.signals.take(libc::SIGTTIN) {
+                self.add_slot();
+            }
+            for _ in 0..self.signals.take(libc::SIGTTOU) {
+                self.remove_slot();
+            }
+            if self.signals.take(libc::SIGUSR1) > 0 {
+                log::info!("SIGUSR1: logs go to stderr; nothing to reopen");
+            }
+            if self.signals.take(libc::SIGUSR2) > 0 {
+                log::warn!("SIGUSR2: binary upgrade is not implemented yet; ignoring");
+            }
+            self.check_memory();
+            self.check_heartbeats();
+            self.check_ready();
+            self.watchdog();
+        }
+    }
+
+    fn next_wake(&self) -> Instant {
+        let now = Instant::now();
+        let mut t = now + Duration::from_secs(1);
+        let mut consider = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = t.min(x);
+            }
+        };
+        consider(Some(self.next_memory_check));
+        consider(Some(self.next_heartbeat_check));
+        consider(self.next_watchdog);
+        consider(self.stopping);
+        for s in &self.slots {
+            consider(s.respawn_at);
+        }
+        for p in self.table.iter() {
+            consider(p.kill_at);
+        }
+        if !self.ready {
+            consider(Some(now + Duration::from_millis(10)));
+        }
+        t
+    }
+
+    /// Fork a worker for `slot`.
+    fn spawn(&mut self, slot: usize) -> io::Result<()> {
+        let record = self.region.claim().ok_or_else(|| io::Error::other("process table full"))?;
+        let fd = self.slots[slot].listener.as_raw_fd();
+        let parent = std::process::id() as i32;
+        match sys::fork()? {
+            Forked::Parent(pid) => {
+                self.region.procs[record].pid.store(pid, std::sync::atomic::Ordering::Release);
+                self.table.add(Proc { pid, slot, record, role: Role::Serving, started: Instant::now(), kill_at: None });
+                log::info!("worker {pid} started for slot {slot}");
+                Ok(())
+            }
+            Forked::Child => {
+                self.signals.uninstall();
+                sys::close_inherited_fds(&[fd]);
+                if sys::die_with_parent(parent).is_err() {
+                    std::process::exit(0);
+                }
+                let code = crate::worker::run(crate::worker::WorkerArgs {
+                    config: &self.config,
+                    listener: sys::listener_from_fd(fd),
+                    record: &self.region.procs[record],
+                });
+                std::process::exit(code);
+            }
+        }
+    }
+
+    fn respawn_due(&mut self) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].respawn_at.is_some_and(|t| t <= now) {
+                self.slots[slot].respawn_at = None;
+                if let Err(e) = self.spawn(slot) {
+                    log::error!("cannot start a worker for slot {slot}: {e}");
+                    self.slots[slot].respawn_at = Some(now + Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// Collect exited workers; schedule a replacement for each that was serving.
+    fn reap(&mut self) {
+        loop {
+            let (pid, how) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => (pid.as_raw(), format!("exit code {code}")),
+                Ok(WaitStatus::Signaled(pid, sig, _)) => (pid.as_raw(), format!("signal {sig}")),
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(_) => continue,
+            };
+            let Some(p) = self.table.remove(pid) else { continue };
+            self.region.release(p.record);
+            if p.role == Role::Draining || self.stopping.is_some() {
+                log::info!("worker {pid} exited after draining ({how})");
+                continue;
+            }
+            log::warn!("worker {pid} of slot {} died ({how}); replacing it", p.slot);
+            if let Some(slot) = self.slots.get_mut(p.slot) {
+                if p.started.elapsed() < FAST_FAILURE {
+                    slot.fast_failures += 1;
+                } else {
+                    slot.fast_failures = 0;
+                }
+                let delay = match slot.fast_failures {
+                    0 => Duration::ZERO,
+                    n => (Duration::from_millis(100) * 2u32.saturating_pow(n - 1)).min(MAX_BACKOFF),
+                };
+                if !delay.is_zero() {
+                    log::warn!("slot {} keeps failing; next start in {delay:?}", p.slot);
+                }
+                slot.respawn_at = Some(Instant::now() + delay);
+            }
+        }
+    }
+
+    fn drain(&mut self, pid: i32) {
+        let deadline = Instant::now() + self.config.shutdown_timeout + KILL_GRACE;
+        if let Some(p) = self.table.iter_mut().find(|p| p.pid == pid) {
+            p.role = Role::Draining;
+            p.kill_at = Some(deadline);
+        }
+        sys::kill(pid, Signal::SIGTERM);
+    }
+
+    fn graceful_stop(&mut self) {
+        log::info!("stopping: draining {} worker(s)", self.table.iter().count());
+        self.notifier.send("STOPPING=1\nSTATUS=draining");
+        self.stopping = Some(Instant::now() + self.config.shutdown_timeout + KILL_GRACE);
+        let pids: Vec<i32> = self.table.iter().map(|p| p.pid).collect();
+        for pid in pids {
+            self.drain(pid);
+        }
+        // Close our copies of the listening sockets: once the workers have
+        // taken what is queued, the port closes.
+        self.slots.clear();
+    }
+
+    fn fast_stop(&mut self) {
+        log::warn!("stopping now: killing {} worker(s)", self.table.iter().count());
+        self.notifier.send("STOPPING=1");
+        for p in self.table.iter() {
+            sys::kill(p.pid, Signal::SIGKILL);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.table.is_empty() && Instant::now() < deadline {
+            match waitpid(None, None) {
+                Ok(WaitStatus::Exited(pid, _)) | Ok(WaitStatus::Signaled(pid, _, _)) => {
+                    self.table.remove(pid.as_raw());
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn add_slot(&mut self) {
+        match listen::bind(self.config.listen) {
+            Ok(listener) => {
+                self.slots.push(Slot { listener, fast_failures: 0, respawn_at: Some(Instant::now()) });
+                log::info!("SIGTTIN: {} worker(s)", self.slots.len());
+            }
+            Err(e) => log::error!("SIGTTIN: cannot open another socket: {e}"),
+        }
+    }
+
+    fn remove_slot(&mut self) {
+        if self.slots.len() <= 1 {
+            log::warn!("SIGTTOU: keeping the last worker");
+            return;
+        }
+        let slot = self.slots.len() - 1;
+        let pids: Vec<i32> = self.table.serving(slot).map(|p| p.pid).collect();
+        for pid in pids {
+            self.drain(pid);
+        }
+        self.slots.pop();
+        log::info!("SIGTTOU: {} worker(s)", self.slots.len());
+    }
+
+    /// Replace workers over `worker_max_rss_mb`: the new one first, then the old one drains.
+    fn check_memory(&mut self) {
+        let now = Instant::now();
+        if now < self.next_memory_check {
+            return;
+        }
+        self.next_memory_check = now + self.config.supervisor.memory_check;
+        let ceiling = self.config.supervisor.worker_max_rss_mb * 1024 * 1024;
+        let over: Vec<(i32, usize, u64)> = self
+            .table
+            .iter()
+            .filter(|p| p.role == Role::Serving)
+            .filter_map(|p| sys::rss_bytes(p.pid).ok().filter(|r| *r > ceiling).map(|r| (p.pid, p.slot, r)))
+            .collect();
+        for (pid, slot, rss) in over {
+            log::warn!("worker {pid} uses {} MiB (> {} MiB): replacing it", rss >> 20, ceiling >> 20);
+            if let Err(e) = self.spawn(slot) {
+                log::error!("cannot start a replacement for worker {pid}: {e}");
+                continue;
+            }
+            self.drain(pid);
+        }
+    }
+
+    /// Kill workers whose loop has not turned for `worker_timeout`, and
+    /// draining workers past their deadline.
+    fn check_heartbeats(&mut self) {
+        let now = Instant::now();
+        if now < self.next_heartbeat_check {
+            return;
+        }
+        self.next_heartbeat_check = now + HEARTBEAT_CHECK;
+        let now_ms = sys::monotonic_ms();
+        let limit = self.config.supervisor.worker_timeout.as_millis() as u64;
+        for p in self.table.iter() {
+            let beat = self.region.procs[p.record].heartbeat_ms.load(std::sync::atomic::Ordering::Relaxed);
+            if now_ms.saturating_sub(beat) > limit {
+                log::error!("worker {} has not turned its loop for {} ms: killing it", p.pid, now_ms - beat);
+                sys::kill(p.pid, Signal::SIGKILL);
+            } else if p.kill_at.is_some_and(|t| t <= now) {
+                log::warn!("worker {} is still draining past the shutdown timeout: killing it", p.pid);
+                sys::kill(p.pid, Signal::SIGKILL);
+            }
+        }
+    }
+
+    fn check_ready(&mut self) {
+        if self.ready {
+            return;
+        }
+        let all = (0..self.slots.len())
+            .all(|s| self.table.serving(s).any(|p| self.region.procs[p.record].state() == WorkerState::Serving));
+        if all {
+            self.ready = true;
+            log::info!("ready: {} worker(s) listening on {}", self.slots.len(), self.config.listen);
+            self.notifier.send(&format!(
+                "READY=1\nSTATUS=serving with {} workers\nMAINPID={}",
+                self.slots.len(),
+                std::process::id()
+            ));
+        }
+    }
+
+    fn watchdog(&mut self) {
+        if let (Some(at), Some(every)) = (self.next_watchdog, self.notifier.watchdog_every) {
+            if Instant::now() >= at {
+                self.notifier.send("WATCHDOG=1");
+                self.next_watchdog = Some(Instant::now() + every);
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! The operating-system boundary: the only module allowed to use `unsafe`.
+//!
+//! It owns fork, the shared anonymous mapping, signal registration, the
+//! parent-death signal, closing inherited descriptors after fork and reading
+//! another process's memory from `/proc`. Everything above it gets safe
+//! functions with the obligations written in their docs. It must not know
+//! about HTTP, configuration or the process table.
+
+pub mod signals;
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// Which side of a [`fork`] we are on.
+pub enum Forked {
+    /// In the parent; the child's pid.
+    Parent(i32),
+    /// In the new child process.
+    Child,
+}
+
+/// Fork the current process.
+///
+/// The caller must be single-threaded (the supervisor is): the child then
+/// holds a consistent copy of every lock and allocator state. The child must
+/// leave through [`std::process::exit`] and never return into the parent's
+/// control flow, so that no object owned by the parent is dropped twice.
+pub fn fork() -> io::Result<Forked> {
+    // SAFETY: the supervisor never starts threads, so the child inherits no
+    // lock held by another thread; the child only runs the worker and exits.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Forked::Parent(child.as_raw())),
+        Ok(nix::unistd::ForkResult::Child) => Ok(Forked::Child),
+        Err(e) => Err(io::Error::from(e)),
+    }
+}
+
+/// Map `len` bytes of zeroed memory shared with every process forked later.
+///
+/// The mapping is never unmapped: it lives as long as the process, which is
+/// what lets [`crate::shm`] hand out a `&'static` view of it.
+pub fn map_shared_anonymous(len: usize) -> io::Result<*mut u8> {
+    use nix::sys::mman::{mmap_anonymous, MapFlags, ProtFlags};
+    let len =
+        std::num::NonZeroUsize::new(len).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"))?;
+    // SAFETY: an anonymous mapping at a kernel-chosen address aliases no
+    // existing Rust object; the kernel zero-fills it.
+    let ptr = unsafe { mmap_anonymous(None, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED) }
+        .map_err(io::Error::from)?;
+    Ok(ptr.as_ptr().cast())
+}
+
+/// Ask the kernel to send `SIGTERM` to this process when its parent dies,
+/// then check the parent did not die before the request took effect.
+pub fn die_with_parent(expected_parent: i32) -> io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and touches no memory.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if nix::unistd::getppid().as_raw() != expected_parent {
+        return Err(io::Error::other("parent exited during start-up"));
+    }
+    Ok(())
+}
+
+/// Close every descriptor of this process except stdin, stdout, stderr and `keep`.
+///
+/// Called in a freshly forked worker so it does not hold the supervisor's
+/// poll, signal pipe or other slots' listening sockets. The objects that owned
+/// those descriptors in the parent are never dropped in the child (it exits
+/// with [`std::process::exit`]), so nothing closes them a second time.
+pub fn close_inherited_fds(keep: &[RawFd]) {
+    let fds: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(dir) => {
+            dir.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect()
+        }
+        Err(_) => return,
+    };
+    for fd in fds {
+        if fd > 2 && !keep.contains(&fd) {
+            // The read_dir descriptor itself is already closed; EBADF is harmless.
+            let _ = nix::unistd::close(fd);
+        }
+    }
+}
+
+/// Resident set size of `pid` in bytes, from `/proc/<pid>/statm`.
+pub fn rss_bytes(pid: i32) -> io::Result<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm"))?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| io::Error::other("unreadable statm"))?;
+    Ok(pages * page_size())
+}
+
+/// The system page size.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf takes an integer and returns an integer.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as u64
+    } else {
+        4096
+    }
+}
+
+/// Milliseconds on the monotonic clock, comparable between processes of one boot.
+pub fn monotonic_ms() -> u64 {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+        Ok(ts) => ts.tv_sec() as u64 * 1000 + ts.tv_nsec() as u64 / 1_000_000,
+        Err(_) => 0,
+    }
+}
+
+/// Send `sig` to `pid`; a process that is already gone is not an error.
+pub fn kill(pid: i32, sig: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+}
+
+/// Take ownership of an inherited listening socket by descriptor number.
+///
+/// Only for a freshly forked worker: `fd` must be a listening TCP socket the
+/// parent created and this process now owns exclusively (the parent's object
+/// for it is never dropped in the child).
+pub fn listener_from_fd(fd: RawFd) -> std::net::TcpListener {
+    use std::os::fd::FromRawFd;
+    // SAFETY: per the contract above, `fd` is open, is a TCP listener and has
+    // no other owner in this process.
+    unsafe { std::net::TcpListener::from_raw_fd(fd) }
+}

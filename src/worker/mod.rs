@@ -1,0 +1,493 @@
+//! A worker process: one thread, one `mio::Poll`, plus a small thread pool.
+//!
+//! The loop owns the slot's listening socket, every client connection (a
+//! slab indexed by token), the pool's waker and the signal pipe. It moves
+//! bytes between sockets and each connection's [`Http1`] state machine, keeps
+//! the timers, stamps the heartbeat in shared memory every turn and drains
+//! gracefully on SIGTERM. It never looks at a route: requests go to
+//! [`App::handle`] through the [`Glue`] service.
+
+mod panics;
+mod pool;
+mod timers;
+
+use std::io::{self, Read, Write};
+use std::net::TcpListener as StdListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::app::{App, Reply};
+use crate::config::Config;
+use crate::error::Error;
+use crate::http::conn::{Env, Finished, Http1, Outcome, Phase, Progress, Service, HIGH_WATERMARK};
+use crate::http::headers::Common;
+use crate::http::request::Request;
+use crate::shm::{ProcRecord, WorkerState};
+use crate::sys::signals::SignalSet;
+
+use pool::Pool;
+use timers::Timers;
+
+const LISTENER: Token = Token(usize::MAX - 1);
+const WAKER: Token = Token(usize::MAX - 2);
+const SIGNALS: Token = Token(usize::MAX - 3);
+/// The loop turns at least this often, so the heartbeat stays fresh when idle.
+const MAX_POLL_WAIT: Duration = Duration::from_millis(500);
+/// A connection whose output makes no progress this long is dropped (nginx `send_timeout`).
+const SEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// While a request is pending or output is paused, stop reading past this much input.
+const READ_AHEAD: usize = 64 * 1024;
+
+/// What a freshly forked worker gets from the supervisor.
+pub struct WorkerArgs<'a> {
+    /// The validated configuration.
+    pub config: &'a Config,
+    /// The slot's listening socket (inherited, non-blocking).
+    pub listener: StdListener,
+    /// This process's record in shared memory.
+    pub record: &'static ProcRecord,
+}
+
+struct Conn {
+    sock: TcpStream,
+    http: Http1,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    generation: u32,
+    eof: bool,
+    timer_at: Option<Instant>,
+    send_deadline: Option<Instant>,
+}
+
+/// Run the worker until it has drained; returns the process exit code.
+pub fn run(args: WorkerArgs<'_>) -> i32 {
+    panics::install_hook();
+    match Worker::new(args).and_then(|mut w| w.run()) {
+        Ok(()) => 0,
+        Err(e) => {
+            log::error!("worker {} failed: {e}", std::process::id());
+            1
+        }
+    }
+}
+
+struct Worker<'a> {
+    config: &'a Config,
+    record: &'static ProcRecord,
+    poll: Poll,
+    listener: Option<TcpListener>,
+    accepting: bool,
+    accept_retry: Option<Instant>,
+    signals: SignalSet,
+    pool: Pool,
+    app: App,
+    env: Env,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    live: usize,
+    next_generation: u32,
+    timers: Timers,
+    scratch: Vec<u8>,
+    drain_deadline: Option<Instant>,
+}
+
+impl<'a> Worker<'a> {
+    fn new(args: WorkerArgs<'a>) -> io::Result<Worker<'a>> {
+        let config = args.config;
+        let poll = Poll::new()?;
+        let mut signals = SignalSet::install(&[libc::SIGTERM])?;
+        for sig in
+            [libc::SIGINT, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2, libc::SIGTTIN, libc::SIGTTOU, libc::SIGQUIT]
+        {
+            crate::sys::signals::ignore(sig)?;
+        }
+        poll.registry().register(signals.source(), SIGNALS, Interest::READABLE)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let pool = Pool::new(config.io.threads, waker)?;
+        args.listener.set_nonblocking(true)?;
+        let mut listener = TcpListener::from_std(args.listener);
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        let env = Env {
+            common: Common::new(config.csp_report_only),
+            max_head: config.limits.max_header_bytes,
+            max_body: config.limits.json_body_bytes as u64,
+            header_timeout: config.limits.header_timeout,
+            keepalive_timeout: config.limits.keepalive_timeout,
+            development: config.is_development(),
+            draining: false,
+        };
+        Ok(Worker {
+            config,
+            record: args.record,
+            poll,
+            listener: Some(listener),
+            accepting: true,
+            accept_retry: None,
+            signals,
+            pool,
+            app: App::new(config),
+            env,
+            conns: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            next_generation: 1,
+            timers: Timers::default(),
+            scratch: vec![0; 64 * 1024],
+            drain_deadline: None,
+        })
+    }
+
+    fn run(&mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        self.record.set_state(WorkerState::Serving);
+        log::debug!("worker {} serving", std::process::id());
+        loop {
+            let now = Instant::now();
+            self.record.beat(crate::sys::monotonic_ms());
+            self.env.common.tick(SystemTime::now());
+            if let Some(deadline) = self.drain_deadline {
+                if self.live == 0 && self.pool.active() == 0 {
+                    return Ok(());
+                }
+                if now >= deadline {
+                    log::warn!("worker {}: shutdown timeout, cutting {} connection(s)", std::process::id(), self.live);
+                    return Ok(());
+                }
+            }
+            let wait = [self.timers.next(), self.accept_retry, self.drain_deadline]
+                .into_iter()
+                .flatten()
+                .map(|t| t.saturating_duration_since(now))
+                .fold(MAX_POLL_WAIT, Duration::min);
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept(),
+                    WAKER => self.completions(),
+                    SIGNALS => self.on_signal(),
+                    Token(i) => self.drive(i),
+                }
+            }
+            self.expire(Instant::now());
+        }
+    }
+
+    fn on_signal(&mut self) {
+        self.signals.drain();
+        if self.signals.take(libc::SIGTERM) > 0 && self.drain_deadline.is_none() {
+            self.begin_drain();
+        }
+    }
+
+    /// Stop accepting (taking what the kernel already queued), close idle
+    /// connections, let the rest finish with `Connection: close`.
+    fn begin_drain(&mut self) {
+        log::info!("worker {} draining", std::process::id());
+        self.record.set_state(WorkerState::Draining);
+        self.env.draining = true;
+        self.drain_deadline = Some(Instant::now() + self.config.shutdown_timeout);
+        self.accept();
+        if let Some(mut l) = self.listener.take() {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        for i in 0..self.conns.len() {
+            self.drive(i);
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            if self.live >= self.config.limits.max_connections {
+                self.pause_accepting(None);
+                return;
+            }
+            let Some(listener) = self.listener.as_ref() else { return };
+            match listener.accept() {
+                Ok((sock, peer)) => {
+                    let _ = sock.set_nodelay(true);
+                    self.add_conn(sock, peer.ip());
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED) | Some(libc::EPROTO)) => continue,
+                Err(e) => {
+                    // EMFILE/ENFILE/ENOBUFS: back off instead of spinning.
+                    log::warn!("accept: {e}");
+                    self.pause_accepting(Some(Instant::now() + Duration::from_millis(100)));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn pause_accepting(&mut self, retry: Option<Instant>) {
+        if self.accepting {
+            if let Some(l) = self.listener.as_mut() {
+                let _ = self.poll.registry().deregister(l);
+            }
+            self.accepting = false;
+        }
+        self.accept_retry = retry;
+    }
+
+    fn resume_accepting(&mut self) {
+        if !self.accepting && self.live < self.config.limits.max_connections {
+            if let Some(l) = self.listener.as_mut() {
+                if self.poll.registry().register(l, LISTENER, Interest::READABLE).is_ok() {
+                    self.accepting = true;
+                    self.accept_retry = None;
+                }
+            }
+        }
+    }
+
+    fn add_conn(&mut self, mut sock: TcpStream, peer: std::net::IpAddr) {
+        let idx = self.free.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.conns.len() - 1
+        });
+        if let Err(e) = self.poll.registry().register(&mut sock, Token(idx), Interest::READABLE | Interest::WRITABLE) {
+            log::warn!("register: {e}");
+            self.free.push(idx);
+            return;
+        }
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1);
+        let now = Instant::now();
+        self.conns[idx] = Some(Conn {
+            sock,
+            http: Http1::new(peer, &self.env, now),
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            out_pos: 0,
+            generation,
+            eof: false,
+            timer_at: None,
+            send_deadline: None,
+        });
+        self.live += 1;
+        self.record.connections.store(self.live as u64, std::sync::atomic::Ordering::Relaxed);
+        // The first bytes may already be there; read them now.
+        self.drive(idx);
+    }
+
+    fn close(&mut self, idx: usize) {
+        if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
+            let _ = self.poll.registry().deregister(&mut c.sock);
+            self.free.push(idx);
+            self.live -= 1;
+            self.record.connections.store(self.live as u64, std::sync::atomic::Ordering::Relaxed);
+            if self.drain_deadline.is_none() {
+                self.resume_accepting();
+            }
+        }
+    }
+
+    fn completions(&mut self) {
+        let done: Vec<pool::Done> = self.pool.completions().collect();
+        for d in done {
+            let now = Instant::now();
+            let Some(Some(c)) = self.conns.get_mut(d.token) else { continue };
+            if c.generation != d.generation {
+                continue;
+            }
+            let resp = d.result.unwrap_or_else(|e| {
+                if let Error::Internal(detail) = &e {
+                    log::error!("pool job failed: {detail}");
+                }
+                e.into_response(self.env.development)
+            });
+            let mut glue = Glue {
+                app: &self.app,
+                config: self.config,
+                pool: &self.pool,
+                token: d.token,
+                generation: c.generation,
+                record: self.record,
+            };
+            c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
+            self.drive(d.token);
+        }
+    }
+
+    /// Read, process and write until nothing more can happen without an event.
+    fn drive(&mut self, idx: usize) {
+        let now = Instant::now();
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let mut glue = Glue {
+            app: &self.app,
+            config: self.config,
+            pool: &self.pool,
+            token: idx,
+            generation: c.generation,
+            record: self.record,
+        };
+        let mut close = false;
+        loop {
+            let phase = c.http.phase();
+            let hold = phase == Phase::Waiting || c.out.len() - c.out_pos > HIGH_WATERMARK;
+            if !c.eof && phase != Phase::Closing && !(hold && c.inbuf.len() >= READ_AHEAD) {
+                match read_into(
+                    &mut c.sock,
+                    &mut c.inbuf,
+                    &mut self.scratch,
+                    if hold { READ_AHEAD } else { usize::MAX },
+                ) {
+                    Ok(eof) => c.eof = eof,
+                    Err(_) => {
+                        close = true;
+                        break;
+                    }
+                }
+            }
+            let progress = c.http.advance(&mut c.inbuf, &mut c.out, &mut glue, &mut self.env, now);
+            match flush(&mut c.sock, &mut c.out, &mut c.out_pos) {
+                Ok(()) => {}
+                Err(_) => {
+                    close = true;
+                    break;
+                }
+            }
+            let pending_out = c.out.len() > c.out_pos;
+            c.send_deadline = if pending_out { c.send_deadline.or(Some(now + SEND_TIMEOUT)) } else { None };
+            match progress {
+                Progress::Close => {
+                    close = !pending_out;
+                    break;
+                }
+                Progress::Paused if !pending_out => continue,
+                Progress::NeedInput if c.eof => {
+                    // The peer finished sending: nothing more can complete.
+                    close = !pending_out;
+                    break;
+                }
+                _ => break,
+            }
+        }
+        if close {
+            self.close(idx);
+            return;
+        }
+        let want = match (c.http.deadline(), c.send_deadline) {
+            (Some((a, _)), Some(b)) => Some(a.min(b)),
+            (a, b) => a.map(|x| x.0).or(b),
+        };
+        if let Some(at) = want {
+            if c.timer_at.is_none_or(|t| at < t) {
+                c.timer_at = Some(at);
+                self.timers.push(at, idx, c.generation);
+            }
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        if self.accept_retry.is_some_and(|t| t <= now) {
+            self.accept_retry = None;
+            self.resume_accepting();
+            self.accept();
+        }
+        while let Some((at, idx, generation)) = self.timers.pop_due(now) {
+            let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
+            if c.generation != generation || c.timer_at != Some(at) {
+                continue;
+            }
+            c.timer_at = None;
+            if c.send_deadline.is_some_and(|t| t <= now) {
+                self.close(idx);
+                continue;
+            }
+            let mut glue = Glue {
+                app: &self.app,
+                config: self.config,
+                pool: &self.pool,
+                token: idx,
+                generation,
+                record: self.record,
+            };
+            if c.http.on_timeout(&mut c.out, &mut glue, &mut self.env, now) == Progress::Close {
+                let _ = flush(&mut c.sock, &mut c.out, &mut c.out_pos);
+                self.close(idx);
+                continue;
+            }
+            // Not due yet (the deadline moved later): re-arm at the real one.
+            self.drive(idx);
+        }
+    }
+}
+
+/// Read until `WouldBlock`, EOF or `cap` bytes buffered. `Ok(true)` on EOF.
+fn read_into(sock: &mut TcpStream, inbuf: &mut Vec<u8>, scratch: &mut [u8], cap: usize) -> io::Result<bool> {
+    loop {
+        if inbuf.len() >= cap {
+            return Ok(false);
+        }
+        match sock.read(scratch) {
+            Ok(0) => return Ok(true),
+            Ok(n) => inbuf.extend_from_slice(&scratch[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Write queued output until done or `WouldBlock`.
+fn flush(sock: &mut TcpStream, out: &mut Vec<u8>, pos: &mut usize) -> io::Result<()> {
+    while *pos < out.len() {
+        match sock.write(&out[*pos..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => *pos += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    out.clear();
+    *pos = 0;
+    if out.capacity() > 4 * HIGH_WATERMARK {
+        out.shrink_to(HIGH_WATERMARK);
+    }
+    Ok(())
+}
+
+/// The bridge from a connection to the app: runs handlers (catching panics),
+/// sends `Later` jobs to the pool and writes the access log.
+struct Glue<'g> {
+    app: &'g App,
+    config: &'g Config,
+    pool: &'g Pool,
+    token: usize,
+    generation: u32,
+    record: &'static ProcRecord,
+}
+
+impl Service for Glue<'_> {
+    fn call(&mut self, req: &Request<'_>) -> Outcome {
+        let draining = self.record.state() == WorkerState::Draining;
+        let dev = self.config.is_development();
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.app.handle(req, self.config, draining)));
+        match result {
+            Ok(Ok(Reply::Now(resp))) => Outcome::Ready(resp),
+            Ok(Ok(Reply::Later(job))) => {
+                self.pool.submit(self.token, self.generation, job);
+                Outcome::Pending
+            }
+            Ok(Err(e)) => Outcome::Ready(e.into_response(dev)),
+            Err(_) => Outcome::Ready(Error::Internal(panics::take_last()).into_response(dev)),
+        }
+    }
+
+    fn finished(&mut self, done: &Finished<'_>) {
+        self.record.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::logging::access(done);
+    }
+}

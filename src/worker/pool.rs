@@ -1,0 +1,82 @@
+//! The worker's thread pool: blocking or CPU-heavy jobs run here, never on
+//! the event loop. Jobs go in over a crossbeam channel; results come back
+//! over another, and a `mio::Waker` tells the loop to collect them.
+//!
+//! A job that panics yields a 500 for its request; the thread lives on.
+//! The pool knows nothing of connections beyond the (token, generation)
+//! pair it carries back.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::app::Job;
+use crate::error::Error;
+use crate::http::response::Response;
+
+struct Task {
+    token: usize,
+    generation: u32,
+    job: Job,
+}
+
+/// A finished job.
+pub struct Done {
+    /// The connection's slab index.
+    pub token: usize,
+    /// The connection's generation when the job was submitted.
+    pub generation: u32,
+    /// The job's result.
+    pub result: Result<Response, Error>,
+}
+
+/// A fixed set of threads.
+pub struct Pool {
+    tx: Sender<Task>,
+    done: Receiver<Done>,
+    active: Arc<AtomicUsize>,
+}
+
+impl Pool {
+    /// Start `threads` threads that wake `waker` after each job.
+    pub fn new(threads: usize, waker: Arc<mio::Waker>) -> std::io::Result<Pool> {
+        let (tx, rx) = crossbeam_channel::unbounded::<Task>();
+        let (done_tx, done) = crossbeam_channel::unbounded::<Done>();
+        let active = Arc::new(AtomicUsize::new(0));
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            let done_tx = done_tx.clone();
+            let waker = Arc::clone(&waker);
+            let active = Arc::clone(&active);
+            std::thread::Builder::new().name(format!("pool-{i}")).spawn(move || {
+                for task in rx.iter() {
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task.job))
+                        .unwrap_or_else(|_| Err(Error::Internal(super::panics::take_last())));
+                    let _ = done_tx.send(Done { token: task.token, generation: task.generation, result });
+                    active.fetch_sub(1, Ordering::AcqRel);
+                    let _ = waker.wake();
+                }
+            })?;
+        }
+        Ok(Pool { tx, done, active })
+    }
+
+    /// Queue a job for connection `token`.
+    pub fn submit(&self, token: usize, generation: u32, job: Job) {
+        self.active.fetch_add(1, Ordering::AcqRel);
+        if self.tx.send(Task { token, generation, job }).is_err() {
+            self.active.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The results that are ready.
+    pub fn completions(&self) -> crossbeam_channel::TryIter<'_, Done> {
+        self.done.try_iter()
+    }
+
+    /// Jobs queued or running.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+}
