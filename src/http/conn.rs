@@ -293,7 +293,8 @@ impl Http1 {
         let consumed = self.dispatch(head, inbuf, out, svc, env, now);
         inbuf.drain(..consumed);
         self.seen = 0;
-        Ok(!matches!(self.phase, Phase::Waiting | Phase::Closing))
+        // The loop's top turns Waiting/Closing into the caller's Progress.
+        Ok(true)
     }
 
     /// Build the request, call the service, write or park. Returns bytes consumed.
