@@ -25,14 +25,36 @@ pub enum Forked {
 /// holds a consistent copy of every lock and allocator state. The child must
 /// leave through [`std::process::exit`] and never return into the parent's
 /// control flow, so that no object owned by the parent is dropped twice.
+///
+/// Every signal is blocked across the fork. The parent gets its mask back at
+/// once; the child starts with all signals blocked and must call
+/// [`unblock_signals`] once its own handlers are installed, so a signal sent
+/// to it early (a SIGTERM right after a SIGTTOU) stays pending instead of
+/// reaching the parent's handlers or none at all.
 pub fn fork() -> io::Result<Forked> {
+    use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow};
+    let mut old = SigSet::empty();
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old)).map_err(io::Error::from)?;
     // SAFETY: the supervisor never starts threads, so the child inherits no
     // lock held by another thread; the child only runs the worker and exits.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Forked::Parent(child.as_raw())),
+    let forked = unsafe { nix::unistd::fork() };
+    match forked {
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+            Ok(Forked::Parent(child.as_raw()))
+        }
         Ok(nix::unistd::ForkResult::Child) => Ok(Forked::Child),
-        Err(e) => Err(io::Error::from(e)),
+        Err(e) => {
+            let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+            Err(io::Error::from(e))
+        }
     }
+}
+
+/// Unblock every signal (a forked child, once its handlers are installed).
+pub fn unblock_signals() -> io::Result<()> {
+    use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow};
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None).map_err(io::Error::from)
 }
 
 /// Map `len` bytes of zeroed memory shared with every process forked later.

@@ -106,6 +106,8 @@ impl<'a> Worker<'a> {
             crate::sys::signals::ignore(sig)?;
         }
         poll.registry().register(signals.source(), SIGNALS, Interest::READABLE)?;
+        // Handlers are in place: let signals that arrived since fork through.
+        crate::sys::unblock_signals()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let pool = Pool::new(config.io.threads, waker)?;
         args.listener.set_nonblocking(true)?;
@@ -172,16 +174,17 @@ impl<'a> Worker<'a> {
                 match event.token() {
                     LISTENER => self.accept(),
                     WAKER => self.completions(),
-                    SIGNALS => self.on_signal(),
+                    SIGNALS => self.signals.drain(),
                     Token(i) => self.drive(i),
                 }
             }
+            // Counters are checked every turn, not only on a wake-up byte.
+            self.on_signal();
             self.expire(Instant::now());
         }
     }
 
     fn on_signal(&mut self) {
-        self.signals.drain();
         if self.signals.take(libc::SIGTERM) > 0 && self.drain_deadline.is_none() {
             self.begin_drain();
         }

@@ -1,0 +1,198 @@
+//! Command line (CONTRACT §1) and configuration validation (§2).
+
+use std::fs;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("forkd-cli-").tempdir().unwrap()
+}
+
+/// Writes `forkd.toml` (the harness defaults plus `extra`, debug routes off) into `dir`.
+fn write_config(dir: &tempfile::TempDir, extra: &str) -> PathBuf {
+    let extra =
+        if extra.contains("[debug]") { extra.to_string() } else { format!("{extra}\n[debug]\nroutes = false\n") };
+    let text = render_config(&format!("127.0.0.1:{}", free_port()), &dir.path().join("data"), &extra);
+    let p = dir.path().join("forkd.toml");
+    fs::write(&p, text).unwrap();
+    p
+}
+
+/// Writes `text` verbatim as the config file.
+fn write_raw_config(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+    let p = dir.path().join("forkd.toml");
+    fs::write(&p, text).unwrap();
+    p
+}
+
+fn check_config(dir: &tempfile::TempDir, cfg: &Path, env: &[(&str, &str)]) -> CliOutput {
+    run_forkd(dir.path(), &["check-config", "--config", cfg.to_str().unwrap()], env)
+}
+
+fn nonempty_lines(s: &str) -> Vec<&str> {
+    s.lines().filter(|l| !l.trim().is_empty()).collect()
+}
+
+#[test]
+fn version_prints_name_and_semver() {
+    let d = tmp();
+    let out = run_forkd(d.path(), &["--version"], &[]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), format!("forkd {}", env!("CARGO_PKG_VERSION")), "{out:?}");
+}
+
+#[test]
+fn gen_secret_prints_fresh_256_bit_base64() {
+    let d = tmp();
+    let a = run_forkd(d.path(), &["gen-secret"], &[]);
+    let b = run_forkd(d.path(), &["gen-secret"], &[]);
+    for out in [&a, &b] {
+        assert_eq!(out.code(), Some(0), "{out:?}");
+        let s = out.stdout.trim();
+        let bytes = base64_decode(s).unwrap_or_else(|| panic!("not base64: {s:?}"));
+        assert_eq!(bytes.len(), 32, "gen-secret must print 32 bytes, decoded {} from {s:?}", bytes.len());
+    }
+    assert_ne!(a.stdout.trim(), b.stdout.trim(), "two gen-secret calls printed the same secret");
+}
+
+#[test]
+fn check_config_accepts_a_good_file() {
+    let d = tmp();
+    let cfg = write_config(&d, "workers = 2\nlog_format = \"json\"\n\n[limits]\nmax_header_bytes = 2048\nkeepalive_timeout_ms = 300\n\n[supervisor]\nworker_max_rss_mb = 64");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(0), "a valid config:\n{}\n{out:?}", fs::read_to_string(&cfg).unwrap());
+}
+
+#[test]
+fn check_config_names_an_unknown_key() {
+    let d = tmp();
+    let cfg = write_config(&d, "[limits]\nmax_heder_bytes = 2048");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(
+        out.stderr.lines().any(|l| l.contains("max_heder_bytes") && l.contains("limits")),
+        "stderr must name the unknown key limits.max_heder_bytes: {out:?}"
+    );
+}
+
+#[test]
+fn check_config_prints_one_line_per_problem() {
+    let d = tmp();
+    let cfg = write_config(&d, "[limits]\nmax_heder_bytes = 2048\n\n[io]\nthredas = 4");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    let lines = nonempty_lines(&out.stderr);
+    assert_eq!(lines.len(), 2, "two problems must give exactly two lines on stderr, got {lines:#?}");
+    assert!(lines.iter().any(|l| l.contains("max_heder_bytes")), "no line names max_heder_bytes: {lines:#?}");
+    assert!(lines.iter().any(|l| l.contains("thredas")), "no line names thredas: {lines:#?}");
+}
+
+#[test]
+fn check_config_refuses_negative_workers() {
+    let d = tmp();
+    let cfg = write_config(&d, "workers = -1");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "workers = -1: {out:?}");
+    assert!(out.stderr.contains("workers"), "stderr should name `workers`: {out:?}");
+}
+
+#[test]
+fn check_config_refuses_a_bad_listen_address() {
+    let d = tmp();
+    let cfg = write_config(&d, "listen = \"nope\"");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "listen = \"nope\": {out:?}");
+    assert!(out.stderr.contains("listen"), "stderr should name `listen`: {out:?}");
+}
+
+#[test]
+fn check_config_refuses_a_bad_env_override() {
+    let d = tmp();
+    let cfg = write_config(&d, "");
+    let good = check_config(&d, &cfg, &[]);
+    assert_eq!(good.code(), Some(0), "the base config must be valid: {good:?}");
+    let out = check_config(&d, &cfg, &[("FORKD_LIMITS__MAX_HEADER_BYTES", "abc")]);
+    assert_eq!(out.code(), Some(2), "FORKD_LIMITS__MAX_HEADER_BYTES=abc: {out:?}");
+    assert!(
+        out.stderr.to_ascii_lowercase().contains("max_header_bytes"),
+        "stderr should name the overridden key: {out:?}"
+    );
+}
+
+#[test]
+fn env_override_is_applied() {
+    // A valid override of a bad file value makes it valid: the environment wins.
+    let d = tmp();
+    let cfg = write_config(&d, "[limits]\nmax_header_bytes = \"lots\"");
+    let bad = check_config(&d, &cfg, &[]);
+    assert_eq!(bad.code(), Some(2), "max_header_bytes = \"lots\" must be refused: {bad:?}");
+    let out = check_config(&d, &cfg, &[("FORKD_LIMITS__MAX_HEADER_BYTES", "4096")]);
+    assert_eq!(out.code(), Some(0), "FORKD_LIMITS__MAX_HEADER_BYTES=4096 over a bad file value: {out:?}");
+}
+
+#[test]
+fn check_config_refuses_debug_routes_in_production() {
+    let d = tmp();
+    let base = |routes: bool| {
+        format!(
+            "environment = \"production\"\n\n[auth]\njwt_secret = \"{}\"\n\n[debug]\nroutes = {routes}\n",
+            "p".repeat(48)
+        )
+    };
+    let cfg = write_config(&d, &base(false));
+    let control = check_config(&d, &cfg, &[]);
+    assert_eq!(
+        control.code(),
+        Some(0),
+        "control: production with a secret and debug routes off should be valid: {control:?}"
+    );
+    let cfg = write_config(&d, &base(true));
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "production with [debug] routes = true: {out:?}");
+    assert!(out.stderr.to_ascii_lowercase().contains("debug"), "stderr should say it is the debug routes: {out:?}");
+}
+
+#[test]
+fn check_config_refuses_a_malformed_toml_file() {
+    let d = tmp();
+    let cfg = write_raw_config(&d, "listen = \"127.0.0.1:1\"\n[limits\nmax_header_bytes = 1\n");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+}
+
+#[test]
+fn serve_with_a_bad_config_exits_2_without_listening() {
+    let d = tmp();
+    let port = free_port();
+    let text = format!(
+        "listen = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\nworkers = 1\n\n[limits]\nmax_heder_bytes = 1\n",
+        d.path().join("data").display()
+    );
+    let cfg = write_raw_config(&d, &text);
+    // `run_forkd` bounds the run at 15 s; a serving process would hit that and fail.
+    let t = Instant::now();
+    let out = run_forkd(d.path(), &["serve", "--config", cfg.to_str().unwrap()], &[]);
+    assert_eq!(out.code(), Some(2), "serve with an unknown key: {out:?}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+    let conn = TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), Duration::from_secs(1));
+    assert!(conn.is_err(), "something listens on the port after a refused start");
+}
+
+#[test]
+fn serve_with_a_bad_env_override_exits_2() {
+    let d = tmp();
+    let cfg = write_config(&d, "");
+    let out = run_forkd(d.path(), &["serve", "--config", cfg.to_str().unwrap()], &[("FORKD_WORKERS", "many")]);
+    assert_eq!(out.code(), Some(2), "serve with FORKD_WORKERS=many: {out:?}");
+}
+
+#[test]
+fn config_file_from_forkd_config_env() {
+    let d = tmp();
+    let cfg = write_config(&d, "[limits]\nmax_heder_bytes = 1");
+    let out = run_forkd(d.path(), &["check-config"], &[("FORKD_CONFIG", cfg.to_str().unwrap())]);
+    assert_eq!(out.code(), Some(2), "check-config must read $FORKD_CONFIG (which has an unknown key): {out:?}");
+}

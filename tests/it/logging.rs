@@ -1,0 +1,138 @@
+//! Access log on stderr: one line per request, text and JSON formats, secrets redacted.
+
+use std::time::Duration;
+
+use crate::util::*;
+
+const LOG_WAIT: Duration = Duration::from_secs(5);
+
+/// All maximal runs of ASCII digits in `s`.
+fn numbers(s: &str) -> Vec<u64> {
+    s.split(|c: char| !c.is_ascii_digit()).filter(|t| !t.is_empty()).filter_map(|t| t.parse().ok()).collect()
+}
+
+/// A duration written like `12ms`, `0.4ms`, `350µs`, `350us`, `1.2s`, or `duration=3`.
+fn has_duration(line: &str) -> bool {
+    let b = line.as_bytes();
+    for (i, &c) in b.iter().enumerate() {
+        if !c.is_ascii_digit() {
+            continue;
+        }
+        let rest = &line[i + 1..];
+        if ["ms", "µs", "us", "ns", "s ", "s\t"].iter().any(|u| rest.starts_with(u)) || rest == "s" {
+            return true;
+        }
+    }
+    let l = line.to_ascii_lowercase();
+    ["duration=", "duration_ms=", "took=", "elapsed=", "time="].iter().any(|k| l.contains(k))
+}
+
+#[test]
+fn access_log_text_line_has_the_request_facts() {
+    let server = Server::start("");
+    let pid = server.debug_pid();
+    let r = server.get_with("/_debug/big?kb=3", &[("X-Request-Id", "log-text-1")]);
+    assert_eq!(r.status, 200, "{:?}", r.headers);
+    let line = server.wait_log_line(LOG_WAIT, |l| l.contains("id=log-text-1"));
+    let mut missing = Vec::new();
+    if !line.contains("GET") {
+        missing.push("method GET");
+    }
+    if !line.contains("/_debug/big") {
+        missing.push("path /_debug/big");
+    }
+    if !numbers(&line).contains(&200) {
+        missing.push("status 200");
+    }
+    if !numbers(&line).iter().any(|n| (3072..3072 + 4096).contains(n)) {
+        missing.push("byte count (~3072)");
+    }
+    if !has_duration(&line) {
+        missing.push("a duration");
+    }
+    if !line.contains(&format!("pid={pid}")) {
+        missing.push("pid=<worker pid>");
+    }
+    assert!(missing.is_empty(), "access log line lacks {missing:?}:\n{line}");
+}
+
+#[test]
+fn access_log_has_one_line_per_request() {
+    let server = Server::start("");
+    let mut c = server.conn();
+    for i in 0..3 {
+        let id = format!("one-line-{i}");
+        c.send(&request("GET", "/health", &[("X-Request-Id", &id)], b""));
+        assert_eq!(c.read_response().status, 200);
+    }
+    let r = server.get_with("/nope", &[("X-Request-Id", "one-line-404")]);
+    assert_eq!(r.status, 404);
+    server.wait_log_line(LOG_WAIT, |l| l.contains("id=one-line-404"));
+    // Give the other lines the same chance, then count.
+    for i in 0..3 {
+        let id = format!("id=one-line-{i}");
+        server.wait_log_line(LOG_WAIT, |l| l.contains(&id));
+    }
+    let logs = server.logs();
+    for id in ["one-line-0", "one-line-1", "one-line-2", "one-line-404"] {
+        let n = logs.lines().filter(|l| l.contains(&format!("id={id}"))).count();
+        assert_eq!(n, 1, "expected exactly one access line for {id}, found {n}\nlog:\n{}", server.log_tail());
+    }
+    let line = logs.lines().find(|l| l.contains("id=one-line-404")).unwrap();
+    assert!(numbers(line).contains(&404), "404 access line lacks the status: {line}");
+}
+
+#[test]
+fn token_query_value_never_reaches_the_log() {
+    let server = Server::start("");
+    let secret = "SuperSecretTok3nValue";
+    let r = server.get_with(&format!("/health?token={secret}&page=2"), &[("X-Request-Id", "log-redact-1")]);
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = server.get_with(&format!("/nope?a=1&token={secret}"), &[("X-Request-Id", "log-redact-2")]);
+    assert_eq!(r.status, 404, "{r:?}");
+    let line = server.wait_log_line(LOG_WAIT, |l| l.contains("id=log-redact-1"));
+    server.wait_log_line(LOG_WAIT, |l| l.contains("id=log-redact-2"));
+    let logs = server.logs();
+    assert!(!logs.contains(secret), "the token value appears in the log:\n{}", server.log_tail());
+    assert!(line.contains("token=REDACTED"), "expected token=REDACTED in the access line:\n{line}");
+}
+
+#[test]
+fn json_log_format_writes_only_json_objects() {
+    let server = Server::start("log_format = \"json\"");
+    let pid = server.debug_pid();
+    let r = server.get_with("/health?token=JsonSecretTok", &[("X-Request-Id", "log-json-1")]);
+    assert_eq!(r.status, 200, "{r:?}");
+    let line = server.wait_log_line(LOG_WAIT, |l| l.contains("log-json-1"));
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("access line is not JSON ({e}):\n{line}"));
+    let mut problems = Vec::new();
+    if v["method"] != "GET" {
+        problems.push(format!("method: {}", v["method"]));
+    }
+    if !v["path"].as_str().map(|p| p.starts_with("/health")).unwrap_or(false) {
+        problems.push(format!("path: {}", v["path"]));
+    }
+    if v["status"] != 200 {
+        problems.push(format!("status: {} (expected the number 200)", v["status"]));
+    }
+    if v["bytes"].as_u64().map(|b| b < 15).unwrap_or(true) {
+        problems.push(format!("bytes: {}", v["bytes"]));
+    }
+    if !v["durationMs"].is_number() {
+        problems.push(format!("durationMs: {}", v["durationMs"]));
+    }
+    if v["requestId"] != "log-json-1" {
+        problems.push(format!("requestId: {}", v["requestId"]));
+    }
+    if v["pid"].as_i64() != Some(pid as i64) {
+        problems.push(format!("pid: {} (worker is {pid})", v["pid"]));
+    }
+    assert!(problems.is_empty(), "JSON access line problems {problems:?}:\n{line}");
+    let logs = server.logs();
+    assert!(!logs.contains("JsonSecretTok"), "the token value appears in the JSON log");
+    for l in logs.lines().filter(|l| !l.trim().is_empty()) {
+        let ok = serde_json::from_str::<serde_json::Value>(l).map(|v| v.is_object()).unwrap_or(false);
+        assert!(ok, "with log_format = \"json\" every stderr line must be a JSON object; this one is not:\n{l}");
+    }
+}

@@ -1,0 +1,14 @@
+//! Black-box integration tests for `forkd`: the real binary, real sockets, real processes.
+//!
+//! Each test starts its own server (`util::Server`) in a temp dir on a free port, so tests
+//! run in parallel without interfering. Everything is bounded in time.
+
+mod util;
+
+mod cli;
+mod endpoints;
+mod headers;
+mod http1;
+mod limits;
+mod logging;
+mod process;
