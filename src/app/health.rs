@@ -24,18 +24,21 @@ pub fn client_config(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply,
     let fresh = req.header("if-none-match").is_some_and(|v| etag_matches(v, app.config_etag.as_bytes()));
     let mut r = Response::new(if fresh { 304 } else { 200 });
     r.cache_control = "public, max-age=3600";
-    r.header("ETag", app.config_etag.clone());
+    r.header("ETag", app.config_etag);
     if !fresh {
-        r.body = Body::Bytes(app.config_body.clone());
+        r.body = Body::Static(app.config_body);
     }
     Ok(Reply::Now(r))
 }
 
+fn strip_weak(t: &[u8]) -> &[u8] {
+    t.strip_prefix(b"W/").unwrap_or(t)
+}
+
 /// Whether an `If-None-Match` value matches `etag` (weak comparison, RFC 9110 §13.1.2).
 pub fn etag_matches(header: &[u8], etag: &[u8]) -> bool {
-    let strip = |t: &[u8]| -> Vec<u8> { t.strip_prefix(b"W/").unwrap_or(t).to_vec() };
-    let want = strip(etag);
-    header.split(|&c| c == b',').map(|t| t.trim_ascii()).any(|t| t == b"*" || strip(t) == want)
+    let want = strip_weak(etag);
+    header.split(|&c| c == b',').map(|t| t.trim_ascii()).any(|t| t == b"*" || strip_weak(t) == want)
 }
 
 /// The `/api/config` body and its ETag, rendered once per worker.

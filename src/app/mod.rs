@@ -43,8 +43,8 @@ type Handler = fn(&App, &Request<'_>, &Ctx<'_>) -> Result<Reply, Error>;
 /// The application: the route table and what handlers precompute at start.
 pub struct App {
     router: Router<Handler>,
-    config_body: Vec<u8>,
-    config_etag: String,
+    config_body: &'static [u8],
+    config_etag: &'static str,
 }
 
 impl App {
@@ -59,7 +59,10 @@ impl App {
         if config.debug.routes {
             debug::routes(&mut router);
         }
-        let (config_body, config_etag) = health::render_client_config(config);
+        let (body, etag) = health::render_client_config(config);
+        // Leaked once per worker: every answer then borrows them, allocation-free.
+        let config_body: &'static [u8] = Box::leak(body.into_boxed_slice());
+        let config_etag: &'static str = Box::leak(etag.into_boxed_str());
         App { router, config_body, config_etag }
     }
 

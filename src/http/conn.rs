@@ -131,6 +131,7 @@ pub struct Http1 {
     body: Vec<u8>,
     continue_sent: bool,
     seen: usize,
+    head_known: bool,
     cur: Current,
     deadline: Option<(Instant, Timeout)>,
     peer: IpAddr,
@@ -145,6 +146,7 @@ impl Http1 {
             body: Vec::new(),
             continue_sent: false,
             seen: 0,
+            head_known: false,
             cur: Current {
                 method: Method::Other,
                 http10: false,
@@ -254,7 +256,14 @@ impl Http1 {
         }
         let mut hdrs = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let head = match parse::parse(inbuf, &mut hdrs, env.max_head)? {
-            Some((head, _)) => head,
+            Some((head, parsed)) => {
+                // Known from here on, so that a later 400/413/408 is logged with them.
+                self.cur.method = head.method;
+                self.cur.target.clear();
+                self.cur.target.extend_from_slice(parsed.path.unwrap_or("/").as_bytes());
+                self.head_known = true;
+                head
+            }
             None => {
                 self.seen = inbuf.len();
                 return Ok(false);
@@ -318,11 +327,8 @@ impl Http1 {
         };
         let target = parsed.path.unwrap_or("/");
         let cur = &mut self.cur;
-        cur.method = head.method;
         cur.http10 = head.http10;
         cur.keep_alive = head.keep_alive;
-        cur.target.clear();
-        cur.target.extend_from_slice(target.as_bytes());
         match parsed.headers.iter().find(|h| h.name.eq_ignore_ascii_case("x-request-id")) {
             Some(h) if valid_request_id(h.value) => {
                 cur.rid[..h.value.len()].copy_from_slice(h.value);
@@ -377,6 +383,7 @@ impl Http1 {
             elapsed: cur.started.elapsed(),
             request_id: &cur.rid[..cur.rid_len],
         });
+        self.head_known = false;
         if keep_alive {
             self.phase = Phase::Idle;
             self.deadline = Some((now + env.keepalive_timeout, Timeout::Idle));
@@ -391,9 +398,11 @@ impl Http1 {
         if self.phase == Phase::Idle {
             self.cur.started = now;
         }
-        self.cur.method = Method::Other;
-        self.cur.target.clear();
-        self.cur.target.push(b'-');
+        if !self.head_known {
+            self.cur.method = Method::Other;
+            self.cur.target.clear();
+            self.cur.target.push(b'-');
+        }
         let mut u = [0u8; 36];
         env.common.uuid(&mut u);
         self.cur.rid[..36].copy_from_slice(&u);

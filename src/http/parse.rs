@@ -72,7 +72,8 @@ fn validate(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, Error> 
     let method = Method::parse(req.method.unwrap_or(""));
     let http10 = req.version == Some(0);
     let path = req.path.unwrap_or("");
-    if !(path.starts_with('/') || (path == "*" && method == Method::Options)) {
+    let origin_form = split_target(path).0.starts_with('/');
+    if !(origin_form || (path == "*" && method == Method::Options)) {
         return Err(Error::bad_request("malformed request target"));
     }
     let mut host = 0;
@@ -152,8 +153,13 @@ fn trim(v: &[u8]) -> &[u8] {
     &v[start..end]
 }
 
-/// Split a request target into path and query.
+/// Split a request target into path and query. An absolute-form target
+/// (`http://host/p?q`, RFC 9112 §3.2.2) is reduced to its path and query.
 pub fn split_target(target: &str) -> (&str, &str) {
+    let target = match target.strip_prefix("http://").or_else(|| target.strip_prefix("https://")) {
+        Some(rest) => rest.find('/').map_or("", |i| &rest[i..]),
+        None => target,
+    };
     match target.split_once('?') {
         Some((p, q)) => (p, q),
         None => (target, ""),
@@ -212,6 +218,14 @@ mod tests {
         ] {
             assert_eq!(status(raw), 400, "{raw:?}");
         }
+    }
+
+    #[test]
+    fn absolute_form_is_reduced_to_its_path() {
+        assert!(head("GET http://a/x?y=1 HTTP/1.1\r\nHost: a\r\n\r\n").expect("ok").is_some());
+        assert_eq!(split_target("http://a/x?y=1"), ("/x", "y=1"));
+        assert_eq!(split_target("/p"), ("/p", ""));
+        assert_eq!(status("GET http://a HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
     }
 
     #[test]

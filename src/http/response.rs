@@ -5,6 +5,7 @@
 //! [`super::headers::Common`] and the body, straight into the connection's
 //! output buffer, once. It must not know about routes or sockets.
 
+use std::borrow::Cow;
 use std::io::Write;
 
 use super::headers::Common;
@@ -41,8 +42,8 @@ pub struct Response {
     pub content_type: &'static str,
     /// `Cache-Control`; `no-store` unless a route says otherwise (§4).
     pub cache_control: &'static str,
-    /// Further headers (name, value).
-    pub headers: Vec<(&'static str, String)>,
+    /// Further headers (name, value); static values cost no allocation.
+    pub headers: Vec<(&'static str, Cow<'static, str>)>,
     /// The body.
     pub body: Body,
     /// Close the connection after this response.
@@ -79,7 +80,7 @@ impl Response {
     }
 
     /// Add a header.
-    pub fn header(&mut self, name: &'static str, value: impl Into<String>) -> &mut Response {
+    pub fn header(&mut self, name: &'static str, value: impl Into<Cow<'static, str>>) -> &mut Response {
         self.headers.push((name, value.into()));
         self
     }

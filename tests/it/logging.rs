@@ -136,3 +136,16 @@ fn json_log_format_writes_only_json_objects() {
         assert!(ok, "with log_format = \"json\" every stderr line must be a JSON object; this one is not:\n{l}");
     }
 }
+
+/// Regression: a request rejected after its head was parsed (here a bad chunk size) was
+/// logged as `OTHER - 400`, losing the method and path.
+#[test]
+fn access_log_keeps_method_and_path_of_a_request_rejected_mid_body() {
+    let server = Server::start("");
+    let mut c = server.conn();
+    c.send(b"POST /_debug/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+    let r = c.read_response();
+    assert_eq!(r.status, 400, "{r:?}");
+    let line = server.wait_log_line(LOG_WAIT, |l| l.contains(" 400 "));
+    assert!(line.contains("POST /_debug/echo 400"), "method and path missing from:\n{line}");
+}
