@@ -10,12 +10,14 @@
 #![deny(missing_docs)]
 
 pub mod app;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod error;
 pub mod http;
 pub mod logging;
 pub mod shm;
+pub mod store;
 pub mod supervisor;
 pub mod sys;
 pub mod worker;
