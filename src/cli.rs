@@ -11,6 +11,8 @@ const USAGE: &str = "usage:
   forkd [serve] [--config FILE]      run the service (foreground)
   forkd check-config [--config FILE] validate the configuration
   forkd gen-secret                   print a fresh 256-bit secret (base64)
+  forkd user create --email E --name N [--age A] [--role user|admin] --password-stdin [--config FILE]
+                                     create a user in the database (works while the service runs)
   forkd --version                    print the version";
 
 /// Exit code for a bad command line or configuration.
@@ -44,10 +46,7 @@ pub fn run(args: &[String]) -> i32 {
             }
             Err(code) => code,
         },
-        "user" => {
-            eprintln!("forkd: `user create` arrives with the data store; not available in this build");
-            EXIT_USAGE
-        }
+        "user" if rest.first().map(String::as_str) == Some("create") => user_create(&rest[1..]),
         other => {
             eprintln!("forkd: unknown command `{other}`\n{USAGE}");
             EXIT_USAGE
@@ -56,9 +55,20 @@ pub fn run(args: &[String]) -> i32 {
 }
 
 fn load(args: &[String]) -> Result<config::Config, i32> {
+    load_with(args, |_, _| false)
+}
+
+/// Load the configuration; `extra(flag, iterator)` may consume command-specific flags.
+fn load_with(
+    args: &[String],
+    mut extra: impl FnMut(&str, &mut std::slice::Iter<'_, String>) -> bool,
+) -> Result<config::Config, i32> {
     let mut path: Option<PathBuf> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        if extra(a, &mut it) {
+            continue;
+        }
         match a.as_str() {
             "--config" | "-c" => match it.next() {
                 Some(p) => path = Some(PathBuf::from(p)),
@@ -100,4 +110,101 @@ fn gen_secret() -> i32 {
     rand::rngs::OsRng.fill_bytes(&mut key);
     println!("{}", base64::engine::general_purpose::STANDARD.encode(key));
     0
+}
+
+/// `forkd user create`: validate like the API, hash, insert, print the user.
+fn user_create(args: &[String]) -> i32 {
+    use crate::app::validate;
+    use crate::store::{NewUser, Role, Store};
+    let (mut email, mut name, mut age, mut role, mut stdin) = (None, None, None, None, false);
+    let mut bad: Vec<String> = Vec::new();
+    let cfg = load_with(args, |flag, it| {
+        let mut value = |slot: &mut Option<String>| {
+            *slot = it.next().cloned();
+            if slot.is_none() {
+                bad.push(format!("{flag} needs a value"));
+            }
+            true
+        };
+        match flag {
+            "--email" => value(&mut email),
+            "--name" => value(&mut name),
+            "--age" => value(&mut age),
+            "--role" => value(&mut role),
+            "--password-stdin" => {
+                stdin = true;
+                true
+            }
+            _ => false,
+        }
+    });
+    let cfg = match cfg {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if !stdin {
+        bad.push("--password-stdin is required (the password is read from standard input)".into());
+    }
+    let (email, name) = (email.unwrap_or_default(), name.unwrap_or_default());
+    for (field, check) in [("email", validate::email(&email)), ("name", validate::name(&name))] {
+        if let Err(m) = check {
+            bad.push(format!("{field} {m}"));
+        }
+    }
+    let age = match age.map(|a| a.parse::<i64>()) {
+        None => None,
+        Some(Ok(a)) if (0..=150).contains(&a) => Some(a),
+        Some(_) => {
+            bad.push("age must be an integer from 0 to 150".into());
+            None
+        }
+    };
+    let role = match role.as_deref().map(Role::parse) {
+        None => Role::User,
+        Some(Some(r)) => r,
+        Some(None) => {
+            bad.push("role must be user or admin".into());
+            Role::User
+        }
+    };
+    let mut password = String::new();
+    if stdin && std::io::stdin().read_line(&mut password).is_err() {
+        bad.push("cannot read the password from standard input".into());
+    }
+    let password = password.strip_suffix('\n').map(|p| p.strip_suffix('\r').unwrap_or(p)).unwrap_or(&password);
+    if let Err(m) = validate::password(password) {
+        bad.push(format!("password {m}"));
+    }
+    if !bad.is_empty() {
+        for b in bad {
+            eprintln!("forkd: user create: {b}");
+        }
+        return EXIT_USAGE;
+    }
+    let result = (|| -> Result<String, String> {
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| format!("data_dir: {e}"))?;
+        Store::migrate(&cfg.db.path).map_err(|e| e.to_string())?;
+        let store = Store::open(&cfg.db.path, 1).map_err(|e| e.to_string())?;
+        let hasher = crate::auth::password::Passwords::new(cfg.auth.argon2_memory_kib, cfg.auth.argon2_iterations)
+            .map_err(|e| e.to_string())?;
+        let password_hash = hasher.hash(password).map_err(|e| e.to_string())?;
+        let user = store
+            .create_user(&NewUser { name: &name, email: &email, password_hash: &password_hash, age, role })
+            .map_err(|e| match e {
+                crate::store::StoreError::Duplicate(_) => format!("a user with e-mail {email} already exists"),
+                other => other.to_string(),
+            })?;
+        store.close();
+        serde_json::to_string(&user).map_err(|e| e.to_string())
+    })();
+    match result {
+        Ok(json) => {
+            println!("{json}");
+            0
+        }
+        Err(e) => {
+            eprintln!("forkd: user create: {e}");
+            1
+        }
+    }
 }

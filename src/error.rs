@@ -25,8 +25,19 @@ pub enum Error {
     BadRequest(Cow<'static, str>),
     /// 400 with per-field problems.
     BadParams(Vec<FieldError>),
+    /// 401: no credential (`token required`), a bad one (`invalid token`) or
+    /// failed login (`invalid credentials`); carries `WWW-Authenticate: Bearer`.
+    Unauthorized(&'static str),
+    /// 403: authenticated but not allowed; failed origin or CSRF check.
+    Forbidden(&'static str),
     /// 404.
     NotFound,
+    /// 409: e.g. a duplicate e-mail.
+    Conflict(&'static str),
+    /// 412: `If-Match` does not match.
+    PreconditionFailed,
+    /// 422: schema failure; every bad field listed.
+    Validation(Vec<FieldError>),
     /// 405; the value of the `Allow` header.
     MethodNotAllowed(&'static str),
     /// 408: the request head or body did not arrive in time.
@@ -56,7 +67,12 @@ impl Error {
     pub fn status(&self) -> u16 {
         match self {
             Error::BadRequest(_) | Error::BadParams(_) => 400,
+            Error::Unauthorized(_) => 401,
+            Error::Forbidden(_) => 403,
             Error::NotFound => 404,
+            Error::Conflict(_) => 409,
+            Error::PreconditionFailed => 412,
+            Error::Validation(_) => 422,
             Error::MethodNotAllowed(_) => 405,
             Error::RequestTimeout => 408,
             Error::PayloadTooLarge => 413,
@@ -72,7 +88,12 @@ impl Error {
     pub fn code(&self) -> &'static str {
         match self {
             Error::BadRequest(_) | Error::BadParams(_) => "BAD_REQUEST",
+            Error::Unauthorized(_) => "UNAUTHORIZED",
+            Error::Forbidden(_) => "FORBIDDEN",
             Error::NotFound => "NOT_FOUND",
+            Error::Conflict(_) => "CONFLICT",
+            Error::PreconditionFailed => "PRECONDITION_FAILED",
+            Error::Validation(_) => "VALIDATION_ERROR",
             Error::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             Error::RequestTimeout => "REQUEST_TIMEOUT",
             Error::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
@@ -88,7 +109,10 @@ impl Error {
         match self {
             Error::BadRequest(m) => m,
             Error::BadParams(_) => "invalid query parameters",
+            Error::Unauthorized(m) | Error::Forbidden(m) | Error::Conflict(m) => m,
             Error::NotFound => "resource not found",
+            Error::PreconditionFailed => "precondition failed",
+            Error::Validation(_) => "validation failed",
             Error::MethodNotAllowed(_) => "method not allowed",
             Error::RequestTimeout => "request timeout",
             Error::PayloadTooLarge => "payload too large",
@@ -105,7 +129,7 @@ impl Error {
         let mut body = serde_json::Map::new();
         body.insert("code".into(), self.code().into());
         body.insert("message".into(), self.message().into());
-        if let Error::BadParams(errors) = &self {
+        if let Error::BadParams(errors) | Error::Validation(errors) = &self {
             let list = errors.iter().map(|e| serde_json::json!({"field": e.field, "message": e.message})).collect();
             body.insert("errors".into(), serde_json::Value::Array(list));
         }
@@ -115,8 +139,14 @@ impl Error {
         let bytes = serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec());
         let mut resp = Response::new(self.status());
         resp.body = Body::Bytes(bytes);
-        if let Error::MethodNotAllowed(allow) = self {
-            resp.header("Allow", allow);
+        match self {
+            Error::MethodNotAllowed(allow) => {
+                resp.header("Allow", allow);
+            }
+            Error::Unauthorized(_) => {
+                resp.header("WWW-Authenticate", "Bearer");
+            }
+            _ => {}
         }
         resp
     }
@@ -132,6 +162,37 @@ impl std::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl From<crate::store::StoreError> for Error {
+    fn from(e: crate::store::StoreError) -> Error {
+        use crate::store::StoreError;
+        match e {
+            StoreError::Duplicate(_) => Error::Conflict("email already registered"),
+            StoreError::Unavailable(d) => {
+                log::error!("database unavailable: {d}");
+                Error::ServiceUnavailable("database unavailable")
+            }
+            StoreError::Sql(d) => Error::Internal(format!("database: {d}")),
+        }
+    }
+}
+
+impl From<crate::auth::AuthError> for Error {
+    fn from(e: crate::auth::AuthError) -> Error {
+        use crate::auth::AuthError;
+        match e {
+            AuthError::Invalid => Error::Unauthorized("invalid token"),
+            AuthError::Hash(d) | AuthError::Secret(d) => Error::Internal(format!("auth: {d}")),
+        }
+    }
+}
+
+impl FieldError {
+    /// A problem with `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+        FieldError { field: field.into(), message: message.into() }
+    }
+}
 
 #[cfg(test)]
 mod tests {

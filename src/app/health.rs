@@ -11,12 +11,16 @@ pub fn health(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     Ok(Reply::Now(Response::static_json(b"{\"status\":\"ok\"}")))
 }
 
-/// `GET /health/ready`: 503 while draining.
-pub fn ready(_: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
+/// `GET /health/ready`: 503 while draining or when the database does not answer.
+pub fn ready(app: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     if ctx.draining {
         return Err(Error::ServiceUnavailable("draining"));
     }
-    Ok(Reply::Now(Response::static_json(b"{\"status\":\"ok\"}")))
+    let store = app.svc.store;
+    Ok(Reply::Later(Box::new(move || {
+        store.ping().map_err(|_| Error::ServiceUnavailable("database unavailable"))?;
+        Ok(Response::static_json(b"{\"status\":\"ok\"}"))
+    })))
 }
 
 /// `GET /api/config`: public client settings, cacheable, with a strong ETag.

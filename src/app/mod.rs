@@ -1,19 +1,32 @@
 //! Routes and handlers: what the service answers, independent of transport.
 //!
-//! [`App::handle`] is the one entry point: it routes a [`Request`], runs the
-//! handler and returns a [`Reply`] — a response now, or a [`Job`] for the
-//! worker's thread pool. Handlers never see sockets, polls or tokens; the
-//! event loop never sees a route. Errors go back as [`Error`] and are
-//! rendered by the one mapping in `crate::error`.
+//! [`App::handle`] is the one entry point. A request passes fixed phases
+//! (nginx-style): CORS preflight → origin check for unsafe methods → API
+//! version → route → handler; then the response is decorated (CORS headers)
+//! whether it is ready now, an error, or produced later by a pool [`Job`].
+//! Handlers never see sockets, polls or tokens; the event loop never sees a
+//! route. Handler errors are [`Error`]s rendered by the one mapping in
+//! `crate::error`.
 
+mod auth;
+mod cors;
 mod debug;
 mod health;
+mod posts;
 pub mod router;
+mod session;
+mod users;
+pub mod validate;
+mod version;
 
+use std::borrow::Cow;
+
+use crate::auth::{jwt::Jwt, password::Passwords};
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::http::response::Response;
+use crate::store::Store;
 
 use router::{Match, Params, Router};
 
@@ -28,10 +41,20 @@ pub enum Reply {
     Later(Job),
 }
 
+/// Per-worker services handlers use; lives as long as the worker.
+pub struct Services {
+    /// The validated configuration.
+    pub config: &'static Config,
+    /// The database (used only from pool jobs).
+    pub store: &'static Store,
+    /// Access-token signer/verifier.
+    pub jwt: Jwt,
+    /// Password hashing (used only from pool jobs).
+    pub passwords: Passwords,
+}
+
 /// What a handler can see besides the request.
 pub struct Ctx<'a> {
-    /// The validated configuration.
-    pub config: &'a Config,
     /// The worker is draining.
     pub draining: bool,
     /// Path parameters of the matched route.
@@ -43,19 +66,27 @@ type Handler = fn(&App, &Request<'_>, &Ctx<'_>) -> Result<Reply, Error>;
 /// The application: the route table and what handlers precompute at start.
 pub struct App {
     router: Router<Handler>,
+    svc: &'static Services,
     config_body: &'static [u8],
     config_etag: &'static str,
 }
 
 impl App {
-    /// Build the routes for `config`.
-    pub fn new(config: &Config) -> App {
+    /// Build the routes.
+    pub fn new(svc: &'static Services) -> App {
+        let config = svc.config;
         let mut router: Router<Handler> = Router::default();
         router.add(Method::Get, "/health", health::health).add(Method::Get, "/health/ready", health::ready).add(
             Method::Get,
             "/api/config",
             health::client_config,
         );
+        // Versioned resources answer under /api/v1 and, version negotiated, under /api.
+        for base in ["/api/v1", "/api"] {
+            users::routes(&mut router, base);
+            posts::routes(&mut router, base);
+            auth::routes(&mut router, base);
+        }
         if config.debug.routes {
             debug::routes(&mut router);
         }
@@ -63,13 +94,42 @@ impl App {
         // Leaked once per worker: every answer then borrows them, allocation-free.
         let config_body: &'static [u8] = Box::leak(body.into_boxed_slice());
         let config_etag: &'static str = Box::leak(etag.into_boxed_str());
-        App { router, config_body, config_etag }
+        App { router, svc, config_body, config_etag }
     }
 
-    /// Route and run one request.
-    pub fn handle(&self, req: &Request<'_>, config: &Config, draining: bool) -> Result<Reply, Error> {
+    /// Run one request through the phases; errors are rendered here, so the
+    /// decoration (CORS) applies to them too.
+    pub fn handle(&self, req: &Request<'_>, draining: bool) -> Reply {
+        let dev = self.svc.config.is_development();
+        let cors = cors::allowed_origin(self.svc.config, req);
+        let reply = cors::preflight(cors, req).map(Ok).unwrap_or_else(|| self.route(req, draining));
+        let decorate = move |mut r: Response| {
+            if let Some(origin) = cors {
+                cors::decorate(&mut r, origin);
+            }
+            r
+        };
+        match reply {
+            Ok(Reply::Now(r)) => Reply::Now(decorate(r)),
+            Err(e) => Reply::Now(decorate(render(e, dev))),
+            Ok(Reply::Later(job)) => {
+                let origin: Option<String> = cors.map(str::to_owned);
+                Reply::Later(Box::new(move || {
+                    let mut r = job().unwrap_or_else(|e| render(e, dev));
+                    if let Some(o) = &origin {
+                        cors::decorate(&mut r, o);
+                    }
+                    Ok(r)
+                }))
+            }
+        }
+    }
+
+    fn route(&self, req: &Request<'_>, draining: bool) -> Result<Reply, Error> {
+        cors::check_origin(self.svc.config, req)?;
+        version::check(req)?;
         match self.router.find(req.method, req.path) {
-            Match::Found(h, params) => h(self, req, &Ctx { config, draining, params }),
+            Match::Found(h, params) => h(self, req, &Ctx { draining, params }),
             Match::MethodNotAllowed(allow) if req.method == Method::Options => {
                 let mut r = Response::new(204);
                 r.header("Allow", allow);
@@ -79,4 +139,26 @@ impl App {
             Match::NotFound => Err(Error::NotFound),
         }
     }
+}
+
+/// Render an error (logging the detail of internal ones).
+pub fn render(e: Error, development: bool) -> Response {
+    if let Error::Internal(detail) = &e {
+        log::error!("internal error: {detail}");
+    }
+    e.into_response(development)
+}
+
+/// A success envelope with an extra header, e.g. `Location` or `ETag`.
+fn envelope_with(status: u16, data: &impl serde::Serialize, header: Option<(&'static str, String)>) -> Response {
+    let mut r = Response::envelope(status, data);
+    if let Some((k, v)) = header {
+        r.header(k, Cow::Owned(v));
+    }
+    r
+}
+
+/// Parse a numeric path id; anything else is 404 (no such resource).
+fn path_id(ctx: &Ctx<'_>) -> Result<i64, Error> {
+    ctx.params.get(0).and_then(|s| s.parse::<i64>().ok()).filter(|v| *v > 0).ok_or(Error::NotFound)
 }

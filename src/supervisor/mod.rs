@@ -48,6 +48,7 @@ struct Slot {
 
 struct Supervisor {
     config: Config,
+    secret: Vec<u8>,
     region: &'static Region,
     slots: Vec<Slot>,
     table: Table,
@@ -64,6 +65,10 @@ struct Supervisor {
 pub fn run(config: Config) -> i32 {
     match Supervisor::start(config).and_then(|mut s| s.cycle()) {
         Ok(code) => code,
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+            log::error!("{e}");
+            crate::cli::EXIT_USAGE
+        }
         Err(e) => {
             log::error!("supervisor: {e}");
             1
@@ -73,6 +78,11 @@ pub fn run(config: Config) -> i32 {
 
 impl Supervisor {
     fn start(config: Config) -> io::Result<Supervisor> {
+        // Shared by every worker: resolved (or, in development, generated) once, before fork.
+        let secret = crate::auth::secret::resolve(&config.auth, config.is_development())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("signing secret: {e}")))?;
+        crate::store::Store::migrate(&config.db.path)
+            .map_err(|e| io::Error::other(format!("database {}: {e}", config.db.path.display())))?;
         let region = Region::create()?;
         let mut slots = Vec::new();
         for _ in 0..config.workers {
@@ -105,6 +115,7 @@ impl Supervisor {
             next_heartbeat_check: now + HEARTBEAT_CHECK,
             next_watchdog: notifier.watchdog_every.map(|_| now),
             config,
+            secret,
             region,
             slots,
             table: Table::default(),
@@ -218,6 +229,7 @@ impl Supervisor {
                     config: &self.config,
                     listener: sys::listener_from_fd(fd),
                     record: &self.region.procs[record],
+                    secret: &self.secret,
                 });
                 std::process::exit(code);
             }

@@ -19,13 +19,15 @@ use std::time::{Duration, Instant, SystemTime};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::app::{App, Reply};
+use crate::app::{App, Reply, Services};
+use crate::auth::{jwt::Jwt, password::Passwords};
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::conn::{Env, Finished, Http1, Outcome, Phase, Progress, Service, HIGH_WATERMARK};
 use crate::http::headers::Common;
 use crate::http::request::Request;
 use crate::shm::{ProcRecord, WorkerState};
+use crate::store::Store;
 use crate::sys::signals::SignalSet;
 
 use pool::Pool;
@@ -49,6 +51,8 @@ pub struct WorkerArgs<'a> {
     pub listener: StdListener,
     /// This process's record in shared memory.
     pub record: &'static ProcRecord,
+    /// The access-token signing secret (resolved once, before fork).
+    pub secret: &'a [u8],
 }
 
 struct Conn {
@@ -75,8 +79,9 @@ pub fn run(args: WorkerArgs<'_>) -> i32 {
     }
 }
 
-struct Worker<'a> {
-    config: &'a Config,
+struct Worker {
+    config: &'static Config,
+    svc: &'static Services,
     record: &'static ProcRecord,
     poll: Poll,
     listener: Option<TcpListener>,
@@ -95,9 +100,17 @@ struct Worker<'a> {
     drain_deadline: Option<Instant>,
 }
 
-impl<'a> Worker<'a> {
-    fn new(args: WorkerArgs<'a>) -> io::Result<Worker<'a>> {
-        let config = args.config;
+impl Worker {
+    fn new(args: WorkerArgs<'_>) -> io::Result<Worker> {
+        // Per-process state, made after fork and kept for the process's life.
+        let config: &'static Config = Box::leak(Box::new(args.config.clone()));
+        let store = Store::open(&config.db.path, config.db.pool_size)
+            .map_err(|e| io::Error::other(format!("database: {e}")))?;
+        let passwords = Passwords::new(config.auth.argon2_memory_kib, config.auth.argon2_iterations)
+            .map_err(|e| io::Error::other(format!("password hashing: {e}")))?;
+        let jwt = Jwt::new(args.secret, &config.auth.issuer, &config.auth.audience, config.auth.access_ttl);
+        let svc: &'static Services =
+            Box::leak(Box::new(Services { config, store: Box::leak(Box::new(store)), jwt, passwords }));
         let poll = Poll::new()?;
         let mut signals = SignalSet::install(&[libc::SIGTERM])?;
         for sig in
@@ -124,6 +137,7 @@ impl<'a> Worker<'a> {
         };
         Ok(Worker {
             config,
+            svc,
             record: args.record,
             poll,
             listener: Some(listener),
@@ -131,7 +145,7 @@ impl<'a> Worker<'a> {
             accept_retry: None,
             signals,
             pool,
-            app: App::new(config),
+            app: App::new(svc),
             env,
             conns: Vec::new(),
             free: Vec::new(),
@@ -153,6 +167,7 @@ impl<'a> Worker<'a> {
             self.env.common.tick(SystemTime::now());
             if let Some(deadline) = self.drain_deadline {
                 if self.live == 0 && self.pool.active() == 0 {
+                    self.svc.store.close();
                     return Ok(());
                 }
                 if now >= deadline {
@@ -476,15 +491,13 @@ impl Service for Glue<'_> {
     fn call(&mut self, req: &Request<'_>) -> Outcome {
         let draining = self.record.state() == WorkerState::Draining;
         let dev = self.config.is_development();
-        let result =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.app.handle(req, self.config, draining)));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.app.handle(req, draining)));
         match result {
-            Ok(Ok(Reply::Now(resp))) => Outcome::Ready(resp),
-            Ok(Ok(Reply::Later(job))) => {
+            Ok(Reply::Now(resp)) => Outcome::Ready(resp),
+            Ok(Reply::Later(job)) => {
                 self.pool.submit(self.token, self.generation, job);
                 Outcome::Pending
             }
-            Ok(Err(e)) => Outcome::Ready(e.into_response(dev)),
             Err(_) => Outcome::Ready(Error::Internal(panics::take_last()).into_response(dev)),
         }
     }

@@ -1,0 +1,130 @@
+//! `/auth/login`, `/auth/refresh`, `/auth/logout`, `/auth/me` (CONTRACT §5).
+//!
+//! Login verifies the password on the pool and answers "invalid credentials"
+//! after the same argon2 work whether the e-mail exists or not. Refresh
+//! tokens are random, stored only as hashes and rotated on every use; a
+//! spent one presented again revokes its whole family.
+
+use super::router::Router;
+use super::session::{self, Caller};
+use super::validate::{self, Fields};
+use super::{App, Ctx, Handler, Reply};
+use crate::auth::tokens;
+use crate::error::Error;
+use crate::http::request::{Method, Request};
+use crate::http::response::Response;
+use crate::store::Rotation;
+
+/// Register the routes under `base`.
+pub fn routes(r: &mut Router<Handler>, base: &'static str) {
+    let p = |s: &str| -> &'static str { Box::leak(format!("{base}{s}").into_boxed_str()) };
+    r.add(Method::Post, p("/auth/login"), login)
+        .add(Method::Post, p("/auth/refresh"), refresh)
+        .add(Method::Post, p("/auth/logout"), logout)
+        .add(Method::Get, p("/auth/me"), me);
+}
+
+fn login(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    let mut f = Fields::new(validate::json_object(req)?, &["email", "password"]);
+    let email = f.string("email", true, validate::any);
+    let password = f.string("password", true, validate::any);
+    f.finish()?;
+    let (Some(email), Some(password)) = (email, password) else { return Err(Error::bad_request("missing fields")) };
+    let svc = app.svc;
+    Ok(Reply::Later(Box::new(move || {
+        let found = svc.store.user_by_email(&email)?;
+        let user = match found {
+            Some((user, hash)) if svc.passwords.verify(&password, &hash) => user,
+            Some(_) => return Err(Error::Unauthorized("invalid credentials")),
+            None => {
+                svc.passwords.verify_dummy(&password);
+                return Err(Error::Unauthorized("invalid credentials"));
+            }
+        };
+        let family = tokens::new_family();
+        issue(svc, user.id, user.role.as_str(), &family)
+    })))
+}
+
+/// Issue an access token and a new refresh token in `family`.
+fn issue(svc: &super::Services, user_id: i64, role: &str, family: &str) -> Result<Response, Error> {
+    let now = session::now_unix();
+    let (access, expires_in) = svc.jwt.issue(user_id, role, now)?;
+    let (refresh, hash) = tokens::new_refresh_token();
+    let expires = (now + svc.config.auth.refresh_ttl.as_secs()) as i64;
+    svc.store.insert_refresh(&hash, family, user_id, expires)?;
+    Ok(token_response(svc, &access, expires_in, &refresh))
+}
+
+fn token_response(svc: &super::Services, access: &str, expires_in: u64, refresh: &str) -> Response {
+    let data = serde_json::json!({
+        "accessToken": access, "tokenType": "Bearer", "expiresIn": expires_in, "refreshToken": refresh,
+    });
+    let mut r = Response::envelope(200, &data);
+    session::set_cookies(&mut r, svc.config, refresh, &tokens::new_csrf_token());
+    r
+}
+
+/// The refresh token of a request: from the JSON body, else from the cookie
+/// (which then needs the CSRF double submit).
+fn presented_token(req: &Request<'_>) -> Result<Option<String>, Error> {
+    if !req.body.is_empty() {
+        let mut f = Fields::new(validate::json_object(req)?, &["refreshToken"]);
+        let token = f.string("refreshToken", false, validate::any);
+        f.finish()?;
+        if token.is_some() {
+            return Ok(token);
+        }
+    }
+    match session::cookie(req, "refresh_token").filter(|t| !t.is_empty()) {
+        Some(t) => {
+            session::check_csrf(req)?;
+            Ok(Some(t.to_owned()))
+        }
+        None => Ok(None),
+    }
+}
+
+fn refresh(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    let old = presented_token(req)?.ok_or(Error::Unauthorized("token required"))?;
+    let svc = app.svc;
+    Ok(Reply::Later(Box::new(move || {
+        let now = session::now_unix();
+        let (refresh, new_hash) = tokens::new_refresh_token();
+        let expires = (now + svc.config.auth.refresh_ttl.as_secs()) as i64;
+        match svc.store.rotate_refresh(&tokens::hash_token(&old), &new_hash, now as i64, expires)? {
+            Rotation::Rotated { user_id } => {
+                let user = svc.store.get_user(user_id)?.ok_or(Error::Unauthorized("invalid token"))?;
+                let (access, expires_in) = svc.jwt.issue(user.id, user.role.as_str(), now)?;
+                Ok(token_response(svc, &access, expires_in, &refresh))
+            }
+            Rotation::Reused => {
+                log::warn!("refresh token re-used: family revoked");
+                Err(Error::Unauthorized("invalid token"))
+            }
+            Rotation::Invalid => Err(Error::Unauthorized("invalid token")),
+        }
+    })))
+}
+
+fn logout(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    let token = presented_token(req)?;
+    let svc = app.svc;
+    Ok(Reply::Later(Box::new(move || {
+        if let Some(t) = token {
+            svc.store.revoke_family(&tokens::hash_token(&t))?;
+        }
+        let mut r = Response::new(204);
+        session::clear_cookies(&mut r, svc.config);
+        Ok(r)
+    })))
+}
+
+fn me(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    let Caller { user_id, .. } = session::require(app, req)?;
+    let svc = app.svc;
+    Ok(Reply::Later(Box::new(move || {
+        let user = svc.store.get_user(user_id)?.ok_or(Error::Unauthorized("invalid token"))?;
+        Ok(Response::envelope(200, &user))
+    })))
+}

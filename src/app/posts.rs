@@ -1,0 +1,98 @@
+//! `/users/{id}/posts` and `/posts/{id}` (CONTRACT §5): a user's posts,
+//! paginated newest first; created by their owner; changed or removed by the
+//! owner or an admin.
+
+use super::router::Router;
+use super::session;
+use super::users::paging;
+use super::validate::{self, Fields};
+use super::{envelope_with, path_id, App, Ctx, Handler, Reply};
+use crate::error::Error;
+use crate::http::request::{Method, Request};
+use crate::http::response::Response;
+
+/// Register the routes under `base`.
+pub fn routes(r: &mut Router<Handler>, base: &'static str) {
+    let p = |s: &str| -> &'static str { Box::leak(format!("{base}{s}").into_boxed_str()) };
+    r.add(Method::Get, p("/users/{id}/posts"), list)
+        .add(Method::Post, p("/users/{id}/posts"), create)
+        .add(Method::Get, p("/posts/{id}"), get)
+        .add(Method::Patch, p("/posts/{id}"), patch)
+        .add(Method::Delete, p("/posts/{id}"), delete);
+}
+
+fn list(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
+    session::require(app, req)?;
+    let user_id = path_id(ctx)?;
+    let mut errors = Vec::new();
+    let (page, limit) = paging(req, &mut errors);
+    if !errors.is_empty() {
+        return Err(Error::BadParams(errors));
+    }
+    let svc = app.svc;
+    Ok(Reply::Later(Box::new(move || {
+        svc.store.get_user(user_id)?.ok_or(Error::NotFound)?;
+        Ok(Response::envelope(200, &svc.store.list_posts(user_id, page, limit)?))
+    })))
+}
+
+fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
+    let caller = session::require(app, req)?;
+    let user_id = path_id(ctx)?;
+    if caller.user_id != user_id {
+        return Err(Error::Forbidden("only the owner can post here"));
+    }
+    let mut f = Fields::new(validate::json_object(req)?, &["title", "body"]);
+    let title = f.string("title", true, validate::title);
+    let body = f.string("body", false, validate::post_body).unwrap_or_default();
+    f.finish()?;
+    let title = title.ok_or(Error::bad_request("missing title"))?;
+    let svc = app.svc;
+    Ok(Reply::Later(Box::new(move || {
+        svc.store.get_user(user_id)?.ok_or(Error::NotFound)?;
+        let post = svc.store.create_post(user_id, &title, &body)?;
+        Ok(envelope_with(201, &post, Some(("Location", format!("/api/v1/posts/{}", post.id)))))
+    })))
+}
+
+fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
+    session::require(app, req)?;
+    let id = path_id(ctx)?;
+    let svc = app.svc;
+    Ok(Reply::Later(Box::new(move || {
+        let post = svc.store.get_post(id)?.ok_or(Error::NotFound)?;
+        Ok(Response::envelope(200, &post))
+    })))
+}
+
+fn patch(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
+    let caller = session::require(app, req)?;
+    let id = path_id(ctx)?;
+    let mut f = Fields::new(validate::json_object(req)?, &["title", "body"]);
+    let title = f.string("title", false, validate::title);
+    let body = f.string("body", false, validate::post_body);
+    f.finish()?;
+    let svc = app.svc;
+    Ok(Reply::Later(Box::new(move || {
+        let post = svc.store.get_post(id)?.ok_or(Error::NotFound)?;
+        if post.user_id != caller.user_id && !caller.admin {
+            return Err(Error::Forbidden("not allowed to change this post"));
+        }
+        let post = svc.store.update_post(id, title.as_deref(), body.as_deref())?.ok_or(Error::NotFound)?;
+        Ok(Response::envelope(200, &post))
+    })))
+}
+
+fn delete(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
+    let caller = session::require(app, req)?;
+    let id = path_id(ctx)?;
+    let svc = app.svc;
+    Ok(Reply::Later(Box::new(move || {
+        let post = svc.store.get_post(id)?.ok_or(Error::NotFound)?;
+        if post.user_id != caller.user_id && !caller.admin {
+            return Err(Error::Forbidden("not allowed to delete this post"));
+        }
+        svc.store.delete_post(id)?;
+        Ok(Response::new(204))
+    })))
+}

@@ -1,0 +1,368 @@
+//! Access tokens: HS256 JSON Web Tokens, issued and verified with `jsonwebtoken`.
+//!
+//! Pure computation: no I/O, no HTTP, no sockets. The verifier pins the algorithm to HS256
+//! (`none`, HS384/HS512 and every asymmetric algorithm are rejected), checks the signature,
+//! `exp` with zero leeway, `iss` and `aud`, and treats a token lacking `exp`, `iss` or `aud` as
+//! invalid. Every failure is the same [`AuthError::Invalid`], so callers cannot leak why.
+//!
+//! The signing key never appears in a log line or in `Debug` output, and neither do tokens.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+
+use super::tokens::{random_bytes, to_hex};
+use super::AuthError;
+
+/// The claims of an access token.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct Claims {
+    /// The user's id.
+    #[serde(rename = "userId")]
+    pub user_id: i64,
+    /// The user's role at issue time (`user` or `admin`).
+    pub role: String,
+    /// Issuer (`auth.issuer`).
+    pub iss: String,
+    /// Audience (`auth.audience`).
+    pub aud: String,
+    /// Issued at, seconds since the Unix epoch.
+    pub iat: u64,
+    /// Expires at, seconds since the Unix epoch.
+    pub exp: u64,
+    /// Token id: 16 random bytes, lower-case hex.
+    pub jti: String,
+}
+
+/// An HS256 access-token issuer and verifier bound to one secret, issuer, audience and lifetime.
+pub struct Jwt {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    validation: Validation,
+    issuer: String,
+    audience: String,
+    ttl: Duration,
+}
+
+impl fmt::Debug for Jwt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Jwt")
+            .field("algorithm", &"HS256")
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Seconds since the Unix epoch by the wall clock (0 if the clock is before 1970).
+fn now_unix() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl Jwt {
+    /// A signer/verifier with HMAC key `secret` (see [`super::secret::resolve`] for its length
+    /// rules), `iss = issuer`, `aud = audience`, and tokens living `ttl` (whole seconds).
+    pub fn new(secret: &[u8], issuer: &str, audience: &str, ttl: Duration) -> Jwt {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.algorithms = vec![Algorithm::HS256];
+        validation.leeway = 0;
+        validation.reject_tokens_expiring_in_less_than = 0;
+        validation.validate_exp = true;
+        validation.validate_nbf = false;
+        validation.validate_aud = true;
+        validation.set_issuer(&[issuer]);
+        validation.set_audience(&[audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        Jwt {
+            encoding: EncodingKey::from_secret(secret),
+            decoding: DecodingKey::from_secret(secret),
+            validation,
+            issuer: issuer.to_owned(),
+            audience: audience.to_owned(),
+            ttl,
+        }
+    }
+
+    /// A token for `user_id`/`role` issued at `now_unix`; returns (token, expires_in_secs). jti = 16 random bytes hex.
+    ///
+    /// `exp = now_unix + ttl` (whole seconds). Fails with [`AuthError::Hash`] only if the
+    /// encoder fails, which does not happen for these claims.
+    pub fn issue(&self, user_id: i64, role: &str, now_unix: u64) -> Result<(String, u64), AuthError> {
+        let expires_in = self.ttl.as_secs();
+        let claims = Claims {
+            user_id,
+            role: role.to_owned(),
+            iss: self.issuer.clone(),
+            aud: self.audience.clone(),
+            iat: now_unix,
+            exp: now_unix.saturating_add(expires_in),
+            jti: to_hex(&random_bytes::<16>()),
+        };
+        let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .map_err(|e| AuthError::Hash(format!("jwt signing: {e}")))?;
+        Ok((token, expires_in))
+    }
+
+    /// Verify: algorithm pinned to HS256 (`none`, HS384/HS512, RS256/ES256… all rejected), signature, `exp` with ZERO leeway, `iss`, `aud`; `exp`, `iss`, `aud` required (a token lacking any is Invalid). Any failure → AuthError::Invalid.
+    ///
+    /// "Now" is the wall clock. A token is valid strictly before its `exp` second (RFC 7519
+    /// §4.1.4): `exp == now` is already expired.
+    pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        let data =
+            jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation).map_err(|_| AuthError::Invalid)?;
+        // jsonwebtoken accepts `exp == now` even with zero leeway; RFC 7519 says "before".
+        if data.claims.exp <= now_unix() {
+            return Err(AuthError::Invalid);
+        }
+        Ok(data.claims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    use jsonwebtoken::errors::ErrorKind;
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef-test-secret";
+    const TTL: u64 = 900;
+
+    fn jwt() -> Jwt {
+        Jwt::new(SECRET, "forkd", "forkd-api", Duration::from_secs(TTL))
+    }
+
+    fn good_claims(now: u64) -> Value {
+        json!({
+            "userId": 7, "role": "user", "iss": "forkd", "aud": "forkd-api",
+            "iat": now, "exp": now + TTL, "jti": "00112233445566778899aabbccddeeff",
+        })
+    }
+
+    /// Sign arbitrary claims with `alg` and the test secret.
+    fn sign(alg: Algorithm, claims: &Value) -> String {
+        jsonwebtoken::encode(&Header::new(alg), claims, &EncodingKey::from_secret(SECRET)).expect("encode")
+    }
+
+    fn b64(value: &Value) -> String {
+        URL_SAFE_NO_PAD.encode(serde_json::to_vec(value).expect("json"))
+    }
+
+    #[test]
+    fn round_trip() {
+        let jwt = jwt();
+        let now = now_unix();
+        let (token, expires_in) = jwt.issue(42, "admin", now).expect("issue");
+        assert_eq!(expires_in, TTL);
+        assert_eq!(token.split('.').count(), 3);
+        let claims = jwt.verify(&token).expect("verify");
+        assert_eq!((claims.user_id, claims.role.as_str()), (42, "admin"));
+        assert_eq!((claims.iss.as_str(), claims.aud.as_str()), ("forkd", "forkd-api"));
+        assert_eq!((claims.iat, claims.exp), (now, now + TTL));
+        assert_eq!(claims.jti.len(), 32);
+        assert!(claims.jti.bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+
+        // The header says HS256/JWT, the payload uses the contract's claim names.
+        let mut parts = token.split('.');
+        let header: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts.next().unwrap_or("")).expect("b64"))
+            .expect("header json");
+        assert_eq!(header["alg"], "HS256");
+        assert_eq!(header["typ"], "JWT");
+        let payload: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts.next().unwrap_or("")).expect("b64"))
+            .expect("payload json");
+        assert_eq!(payload["userId"], 42);
+        for key in ["role", "iss", "aud", "iat", "exp", "jti"] {
+            assert!(payload.get(key).is_some(), "{key}");
+        }
+
+        let (other, _) = jwt.issue(42, "admin", now).expect("issue");
+        assert_ne!(jwt.verify(&other).map(|c| c.jti), Ok(claims.jti), "jti is random");
+    }
+
+    #[test]
+    fn hand_signed_good_token_verifies() {
+        let token = sign(Algorithm::HS256, &good_claims(now_unix()));
+        assert_eq!(jwt().verify(&token).map(|c| c.user_id), Ok(7));
+    }
+
+    #[test]
+    fn other_secret_rejected() {
+        let (token, _) = jwt().issue(1, "user", now_unix()).expect("issue");
+        let other = Jwt::new(b"another-secret-another-secret-another", "forkd", "forkd-api", Duration::from_secs(TTL));
+        assert_eq!(other.verify(&token), Err(AuthError::Invalid));
+    }
+
+    #[test]
+    fn tampered_signature() {
+        let jwt = jwt();
+        let (token, _) = jwt.issue(1, "user", now_unix()).expect("issue");
+        let (head, sig) = token.rsplit_once('.').expect("three parts");
+        for i in [0, sig.len() / 2, sig.len() - 2] {
+            let mut bytes = sig.as_bytes().to_vec();
+            bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+            let forged = format!("{head}.{}", String::from_utf8(bytes).expect("ascii"));
+            assert_eq!(jwt.verify(&forged), Err(AuthError::Invalid), "flip at {i}");
+        }
+        assert_eq!(jwt.verify(&format!("{head}.")), Err(AuthError::Invalid), "empty signature");
+    }
+
+    #[test]
+    fn tampered_payload() {
+        let jwt = jwt();
+        let (token, _) = jwt.issue(1, "user", now_unix()).expect("issue");
+        let parts: Vec<&str> = token.split('.').collect();
+        let mut payload: Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).expect("b64")).expect("payload json");
+        payload["role"] = json!("admin");
+        let forged = format!("{}.{}.{}", parts[0], b64(&payload), parts[2]);
+        assert_ne!(forged, token);
+        assert_eq!(jwt.verify(&forged), Err(AuthError::Invalid));
+    }
+
+    #[test]
+    fn alg_none_rejected() {
+        let jwt = jwt();
+        let claims = good_claims(now_unix());
+        for header in [
+            json!({"alg": "none", "typ": "JWT"}),
+            json!({"alg": "None", "typ": "JWT"}),
+            json!({"alg": "NONE", "typ": "JWT"}),
+            json!({"typ": "JWT"}),
+        ] {
+            let forged = format!("{}.{}.", b64(&header), b64(&claims));
+            assert_eq!(jwt.verify(&forged), Err(AuthError::Invalid), "{header}");
+        }
+        // Even with the genuine HS256 signature of the same header+payload bytes appended.
+        let genuine = sign(Algorithm::HS256, &claims);
+        let sig = genuine.rsplit_once('.').map(|(_, s)| s).unwrap_or_default();
+        let forged = format!("{}.{}.{sig}", b64(&json!({"alg": "none", "typ": "JWT"})), b64(&claims));
+        assert_eq!(jwt.verify(&forged), Err(AuthError::Invalid));
+    }
+
+    #[test]
+    fn other_hmac_algorithms_rejected() {
+        let jwt = jwt();
+        let claims = good_claims(now_unix());
+        for alg in [Algorithm::HS384, Algorithm::HS512] {
+            let token = sign(alg, &claims);
+            assert_eq!(jwt.verify(&token), Err(AuthError::Invalid), "{alg:?}");
+        }
+    }
+
+    #[test]
+    fn asymmetric_headers_rejected() {
+        let jwt = jwt();
+        let claims = good_claims(now_unix());
+        let genuine = sign(Algorithm::HS256, &claims);
+        let hs_sig = genuine.rsplit_once('.').map(|(_, s)| s).unwrap_or_default().to_owned();
+        for alg in ["RS256", "RS512", "PS256", "ES256", "ES384", "EdDSA"] {
+            let header = b64(&json!({"alg": alg, "typ": "JWT"}));
+            // Any signature: garbage, and the HMAC of the forged message (key-confusion attempt).
+            let message = format!("{header}.{}", b64(&claims));
+            let confused =
+                jsonwebtoken::crypto::sign(message.as_bytes(), &EncodingKey::from_secret(SECRET), Algorithm::HS256)
+                    .expect("hmac");
+            for sig in ["c2lnbmF0dXJl", hs_sig.as_str(), confused.as_str()] {
+                assert_eq!(jwt.verify(&format!("{message}.{sig}")), Err(AuthError::Invalid), "{alg}");
+            }
+        }
+    }
+
+    #[test]
+    fn expired_by_one_second() {
+        let jwt = jwt();
+        let now = now_unix();
+        let (token, _) = jwt.issue(1, "user", now - TTL - 1).expect("issue");
+        assert_eq!(jwt.verify(&token), Err(AuthError::Invalid));
+        // Long expired too.
+        let (token, _) = jwt.issue(1, "user", 1_000).expect("issue");
+        assert_eq!(jwt.verify(&token), Err(AuthError::Invalid));
+    }
+
+    #[test]
+    fn expiring_now_is_expired() {
+        let jwt = jwt();
+        // exp == now (or already past, if the clock ticked in between): no leeway at all.
+        let (token, _) = jwt.issue(1, "user", now_unix() - TTL).expect("issue");
+        assert_eq!(jwt.verify(&token), Err(AuthError::Invalid));
+    }
+
+    #[test]
+    fn wrong_issuer_or_audience() {
+        let now = now_unix();
+        let other_iss = Jwt::new(SECRET, "someone-else", "forkd-api", Duration::from_secs(TTL));
+        let other_aud = Jwt::new(SECRET, "forkd", "other-api", Duration::from_secs(TTL));
+        let (token, _) = other_iss.issue(1, "user", now).expect("issue");
+        assert_eq!(jwt().verify(&token), Err(AuthError::Invalid), "wrong iss");
+        let (token, _) = other_aud.issue(1, "user", now).expect("issue");
+        assert_eq!(jwt().verify(&token), Err(AuthError::Invalid), "wrong aud");
+
+        // Arrays are not accepted either, even if they contain the right value.
+        let mut claims = good_claims(now);
+        claims["aud"] = json!(["forkd-api", "other"]);
+        assert_eq!(jwt().verify(&sign(Algorithm::HS256, &claims)), Err(AuthError::Invalid), "aud array");
+        let mut claims = good_claims(now);
+        claims["iss"] = json!(["forkd"]);
+        assert_eq!(jwt().verify(&sign(Algorithm::HS256, &claims)), Err(AuthError::Invalid), "iss array");
+    }
+
+    #[test]
+    fn missing_required_claims() {
+        let jwt = jwt();
+        for missing in ["exp", "iss", "aud"] {
+            let mut claims = good_claims(now_unix());
+            claims.as_object_mut().map(|o| o.remove(missing));
+            let token = sign(Algorithm::HS256, &claims);
+            assert_eq!(jwt.verify(&token), Err(AuthError::Invalid), "missing {missing}");
+            // The Validation itself (not only the Claims struct) demands the claim.
+            let err = jsonwebtoken::decode::<Value>(&token, &jwt.decoding, &jwt.validation).expect_err("rejected");
+            assert_eq!(err.kind(), &ErrorKind::MissingRequiredClaim(missing.to_owned()), "missing {missing}");
+        }
+    }
+
+    #[test]
+    fn wrong_claim_types() {
+        let jwt = jwt();
+        for (key, value) in [("exp", json!("9999999999")), ("userId", json!("7")), ("role", json!(1))] {
+            let mut claims = good_claims(now_unix());
+            claims[key] = value;
+            assert_eq!(jwt.verify(&sign(Algorithm::HS256, &claims)), Err(AuthError::Invalid), "{key}");
+        }
+    }
+
+    #[test]
+    fn garbage() {
+        let jwt = jwt();
+        let dots = ".".repeat(10_240);
+        let long = "a".repeat(10_240);
+        for garbage in [
+            "",
+            ".",
+            "..",
+            "a.b",
+            "a.b.c",
+            "a.b.c.d",
+            "Bearer x.y.z",
+            "eyJhbGciOiJIUzI1NiJ9",
+            "eyJhbGciOiJIUzI1NiJ9..",
+            "\u{0}.\u{0}.\u{0}",
+            "ünïcødé.ünïcødé.ünïcødé",
+            dots.as_str(),
+            long.as_str(),
+        ] {
+            assert_eq!(jwt.verify(garbage), Err(AuthError::Invalid), "{:?}", &garbage[..garbage.len().min(20)]);
+        }
+    }
+
+    #[test]
+    fn debug_hides_secret() {
+        let debug = format!("{:?}", jwt());
+        assert!(debug.contains("forkd-api"), "{debug}");
+        assert!(!debug.contains("0123456789abcdef"), "{debug}");
+        assert!(!debug.to_lowercase().contains("key"), "{debug}");
+    }
+}

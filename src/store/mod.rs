@@ -1,0 +1,397 @@
+//! The data store: SQLite in WAL mode behind a typed API (`Store::create_user`,
+//! `Store::list_posts`, `Store::rotate_refresh`, …), so no SQL ever appears outside this module.
+//!
+//! This file owns the [`Store`] handle: migrating the database, opening a small blocking pool of
+//! connections, probing and closing it. The resources live beside it ([`users`], [`posts`],
+//! [`tokens`]), the schema in [`migrations`], the error type in [`error`].
+//!
+//! Rules for everything under `store/`:
+//! - Calls block (on SQLite's busy timeout, or on the pool). They run only on a worker's thread
+//!   pool, never on the event loop; nothing here touches HTTP, sockets or mio.
+//! - Every value reaches SQL through a `?` placeholder; the only SQL built at run time is
+//!   assembled from fixed fragments chosen by enums (filters, sort columns).
+//! - Connections are process-local: the supervisor calls [`Store::migrate`] (which closes its
+//!   connection) before fork; each worker calls [`Store::open`] after fork. A connection never
+//!   crosses a `fork`.
+
+/// SQL for "now" as RFC 3339 UTC with milliseconds (`2026-11-22T10:00:00.123Z`). SQLite keeps
+/// `'now'` constant within one statement, so two uses in a statement agree.
+macro_rules! now_sql {
+    () => {
+        "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+    };
+}
+
+pub mod error;
+pub mod migrations;
+pub mod posts;
+pub mod tokens;
+pub mod users;
+
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use std::{fmt, fs};
+
+use rusqlite::{Connection, OpenFlags};
+
+pub use error::StoreError;
+pub use posts::Post;
+pub use tokens::Rotation;
+pub use users::{NewUser, Role, User, UserChanges, UserQuery, UserSort};
+
+/// How long SQLite retries a locked database before a call fails with `Unavailable`.
+const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
+/// How long a call waits for a free pooled connection before failing with `Unavailable`.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Prepared statements kept per connection (the fixed ones plus the list variants).
+const STATEMENT_CACHE: usize = 64;
+/// The largest page a list call returns, whatever the caller asks for.
+pub const MAX_LIMIT: u32 = 100;
+
+/// A process-local pool of SQLite connections; `Sync`, so the worker's pool threads share one.
+///
+/// Each call borrows a connection for its duration and gives it back; when all are in use the
+/// call waits (at most 5 s). Dropping the store closes the connections; [`Store::close`] also
+/// checkpoints the WAL first.
+pub struct Store {
+    pool: Mutex<Pool>,
+    returned: Condvar,
+    acquire_timeout: Duration,
+}
+
+struct Pool {
+    idle: Vec<Connection>,
+    size: usize,
+    closed: bool,
+}
+
+impl Store {
+    /// Create the database file (and its parent directory) if needed, switch it to WAL and run
+    /// every pending migration; a no-op on an up-to-date database.
+    ///
+    /// Called once by the supervisor before fork, and by `forkd user create`. Safe while other
+    /// processes have the database open (it waits up to the busy timeout for their writes).
+    /// The connection it uses is closed before it returns.
+    pub fn migrate(path: &Path) -> Result<(), StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let mut conn = open_connection(path, true)?;
+        migrations::run(&mut conn)?;
+        conn.close().map_err(|(_, e)| StoreError::from(e))
+    }
+
+    /// Open `pool_size` connections (at least one) to an existing, migrated database. Each has
+    /// WAL, `busy_timeout` 5000 ms, `foreign_keys` on and `synchronous = NORMAL`.
+    ///
+    /// Called in each worker after fork. Fails with `Unavailable` if the file is missing or its
+    /// schema is not this binary's latest (run [`Store::migrate`] first).
+    pub fn open(path: &Path, pool_size: usize) -> Result<Store, StoreError> {
+        let first = open_connection(path, false)?;
+        let (found, wanted) = (migrations::current_version(&first)?, migrations::latest_version());
+        if found != wanted {
+            return Err(StoreError::Unavailable(format!(
+                "{}: schema version {found}, expected {wanted}; run the migrations first",
+                path.display()
+            )));
+        }
+        let size = pool_size.max(1);
+        let mut idle = Vec::with_capacity(size);
+        idle.push(first);
+        for _ in 1..size {
+            idle.push(open_connection(path, false)?);
+        }
+        Ok(Store {
+            pool: Mutex::new(Pool { idle, size, closed: false }),
+            returned: Condvar::new(),
+            acquire_timeout: ACQUIRE_TIMEOUT,
+        })
+    }
+
+    /// Cheap readiness probe: borrow a connection and run `SELECT 1`.
+    pub fn ping(&self) -> Result<(), StoreError> {
+        let conn = self.conn()?;
+        conn.prepare_cached("SELECT 1")?.query_row([], |_| Ok(()))?;
+        Ok(())
+    }
+
+    /// Checkpoint the WAL (`TRUNCATE`) and close every connection. Later calls fail with
+    /// `Unavailable`; callers waiting for a connection are woken and fail too. Connections in
+    /// use right now are closed when their call finishes. Idempotent.
+    pub fn close(&self) {
+        let idle = {
+            let mut pool = self.lock();
+            pool.closed = true;
+            std::mem::take(&mut pool.idle)
+        };
+        self.returned.notify_all();
+        if let Some(conn) = idle.first() {
+            let checkpoint = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0));
+            match checkpoint {
+                Ok(0) => {}
+                Ok(_) => log::debug!("store: WAL checkpoint incomplete (database busy)"),
+                Err(e) => log::warn!("store: WAL checkpoint failed: {e}"),
+            }
+        }
+        for conn in idle {
+            if let Err((_, e)) = conn.close() {
+                log::warn!("store: closing a connection failed: {e}");
+            }
+        }
+    }
+
+    /// Borrow a connection, waiting up to the acquire timeout when all are in use.
+    fn conn(&self) -> Result<PooledConn<'_>, StoreError> {
+        let pool = self.lock();
+        let (mut pool, _) = self
+            .returned
+            .wait_timeout_while(pool, self.acquire_timeout, |p| !p.closed && p.idle.is_empty())
+            .unwrap_or_else(PoisonError::into_inner);
+        if pool.closed {
+            return Err(StoreError::Unavailable("the store is closed".into()));
+        }
+        match pool.idle.pop() {
+            Some(conn) => Ok(PooledConn { store: self, conn: Some(conn) }),
+            None => Err(StoreError::Unavailable(format!(
+                "all {} database connections busy for {:?}",
+                pool.size, self.acquire_timeout
+            ))),
+        }
+    }
+
+    /// The pool state; a panic elsewhere while holding the lock cannot leave it inconsistent
+    /// (every critical section is a push, a pop or a flag), so poisoning is ignored.
+    fn lock(&self) -> MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pool = self.lock();
+        f.debug_struct("Store")
+            .field("size", &pool.size)
+            .field("idle", &pool.idle.len())
+            .field("closed", &pool.closed)
+            .finish()
+    }
+}
+
+/// A connection borrowed from the pool; goes back (or, once the store is closed, is closed)
+/// when dropped.
+struct PooledConn<'a> {
+    store: &'a Store,
+    conn: Option<Connection>,
+}
+
+impl Deref for PooledConn<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn.as_ref().expect("present until drop")
+    }
+}
+
+impl DerefMut for PooledConn<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        self.conn.as_mut().expect("present until drop")
+    }
+}
+
+impl Drop for PooledConn<'_> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        let mut pool = self.store.lock();
+        if pool.closed {
+            drop(pool);
+            drop(conn);
+            return;
+        }
+        pool.idle.push(conn);
+        drop(pool);
+        self.store.returned.notify_one();
+    }
+}
+
+/// Open one connection and apply the per-connection settings.
+fn open_connection(path: &Path, create: bool) -> Result<Connection, StoreError> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| match StoreError::from(e) {
+        StoreError::Unavailable(why) => StoreError::Unavailable(format!("{}: {why}", path.display())),
+        other => other,
+    })?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Sql(format!("{}: journal_mode is {mode}, WAL unavailable", path.display())));
+    }
+    conn.pragma_update(None, "foreign_keys", true)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    Ok(conn)
+}
+
+/// One page of a list, as the API returns it (`{items, total, page, pageSize, totalPages}`).
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Page<T> {
+    /// The rows of this page; empty past the last page.
+    pub items: Vec<T>,
+    /// Rows matching the filters, over all pages.
+    pub total: u64,
+    /// This page's number, from 1.
+    pub page: u32,
+    /// The page size used (the caller's limit, clamped to 1..=[`MAX_LIMIT`]).
+    pub page_size: u32,
+    /// `ceil(total / page_size)`; 0 when `total` is 0.
+    pub total_pages: u32,
+}
+
+/// A page request normalised for SQL: `page >= 1`, `limit` in `1..=MAX_LIMIT`.
+#[derive(Clone, Copy)]
+struct Paging {
+    page: u32,
+    limit: u32,
+}
+
+impl Paging {
+    fn new(page: u32, limit: u32) -> Paging {
+        Paging { page: page.max(1), limit: limit.clamp(1, MAX_LIMIT) }
+    }
+
+    /// Rows to skip (fits easily in `i64`: at most `u32::MAX * 100`).
+    fn offset(self) -> i64 {
+        i64::from(self.page - 1) * i64::from(self.limit)
+    }
+
+    fn finish<T>(self, items: Vec<T>, total: i64) -> Page<T> {
+        let total = u64::try_from(total).unwrap_or(0);
+        let total_pages = u32::try_from(total.div_ceil(u64::from(self.limit))).unwrap_or(u32::MAX);
+        Page { items, total, page: self.page, page_size: self.limit, total_pages }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! A migrated store in a fresh temporary directory.
+    use super::*;
+
+    /// The directory must outlive the store, so both are returned.
+    pub(crate) fn store(pool_size: usize) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("db").join("forkd.db");
+        Store::migrate(&path).expect("migrate");
+        let store = Store::open(&path, pool_size).expect("open");
+        (dir, store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Barrier;
+    use std::time::Instant;
+
+    #[test]
+    fn migrate_twice_then_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("nested").join("forkd.db");
+        Store::migrate(&path).expect("first migrate creates dir and file");
+        Store::migrate(&path).expect("second migrate is a no-op");
+        let store = Store::open(&path, 2).expect("open");
+        store.ping().expect("ping");
+        // Migrating while another "process" holds connections is fine too.
+        Store::migrate(&path).expect("migrate while open");
+        let conn = store.conn().expect("conn");
+        assert_eq!(migrations::current_version(&conn).expect("version"), 2);
+        let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).expect("mode");
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn open_without_migrate_fails_clearly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("missing.db");
+        match Store::open(&missing, 1) {
+            Err(StoreError::Unavailable(msg)) => assert!(msg.contains("missing.db"), "{msg}"),
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+        assert!(!missing.exists(), "open must not create the file");
+
+        let empty = dir.path().join("empty.db");
+        drop(Connection::open(&empty).expect("create empty db"));
+        match Store::open(&empty, 1) {
+            Err(StoreError::Unavailable(msg)) => {
+                assert!(msg.contains("schema version 0, expected 2"), "{msg}")
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn close_makes_later_calls_unavailable() {
+        let (_dir, store) = testutil::store(2);
+        store.ping().expect("ping");
+        store.close();
+        store.close();
+        assert!(matches!(store.ping(), Err(StoreError::Unavailable(_))));
+    }
+
+    #[test]
+    fn two_threads_share_the_pool() {
+        let (_dir, store) = testutil::store(2);
+        let barrier = Barrier::new(2);
+        std::thread::scope(|s| {
+            for t in 0..2 {
+                let (store, barrier) = (&store, &barrier);
+                s.spawn(move || {
+                    let held = store.conn().expect("conn");
+                    barrier.wait(); // both connections are out at the same time
+                    drop(held);
+                    for i in 0..25 {
+                        let email = format!("t{t}-{i}@example.com");
+                        let new = NewUser { name: "n", email: &email, password_hash: "h", age: None, role: Role::User };
+                        store.create_user(&new).expect("create");
+                    }
+                });
+            }
+        });
+        let all = UserQuery { role: None, q: None, sort: vec![], page: 1, limit: 100 };
+        assert_eq!(store.list_users(&all).expect("list").total, 50);
+    }
+
+    #[test]
+    fn exhausted_pool_waits_then_times_out() {
+        let (_dir, mut store) = testutil::store(1);
+        store.acquire_timeout = Duration::from_millis(200);
+        let held = store.conn().expect("conn");
+        let start = Instant::now();
+        assert!(matches!(store.ping(), Err(StoreError::Unavailable(_))));
+        assert!(start.elapsed() >= Duration::from_millis(200));
+        // A connection given back wakes a waiter.
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| store.ping());
+            std::thread::sleep(Duration::from_millis(50));
+            drop(held);
+            waiter.join().expect("join").expect("ping after release");
+        });
+    }
+
+    #[test]
+    fn paging_math() {
+        let p = Paging::new(0, 0);
+        assert_eq!((p.page, p.limit, p.offset()), (1, 1, 0));
+        assert_eq!(Paging::new(3, 500).limit, MAX_LIMIT);
+        let page = Paging::new(1, 20).finish(Vec::<()>::new(), 0);
+        assert_eq!((page.total, page.total_pages), (0, 0));
+        assert_eq!(Paging::new(1, 20).finish(vec![()], 21).total_pages, 2);
+        assert_eq!(Paging::new(1, 20).finish(vec![()], 20).total_pages, 1);
+        let json = serde_json::to_value(Paging::new(2, 5).finish(vec![1], 6)).expect("json");
+        assert_eq!(json, serde_json::json!({"items": [1], "total": 6, "page": 2, "pageSize": 5, "totalPages": 2}));
+    }
+}

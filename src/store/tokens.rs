@@ -1,0 +1,168 @@
+//! Refresh tokens: storage, one-time rotation with re-use detection, and revocation by family.
+//!
+//! Tokens are stored only as the hashes the caller passes (hex SHA-256); the raw token never
+//! reaches this file. Every token belongs to a family (one login); spending a token twice means
+//! it leaked, so the whole family is revoked. Minting, hashing and cookie handling belong to
+//! `auth/`; nothing here knows about HTTP.
+
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+
+use super::{Store, StoreError};
+
+/// The outcome of [`Store::rotate_refresh`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rotation {
+    /// The old token is now spent and the new one is live, in the same family.
+    Rotated {
+        /// Whose token it was.
+        user_id: i64,
+    },
+    /// The old token had already been spent: its whole family is now revoked.
+    Reused,
+    /// Unknown, expired, or its family is revoked; nothing changed.
+    Invalid,
+}
+
+impl Store {
+    /// Store a live token (by hash) in `family`, creating the family if it is new.
+    pub fn insert_refresh(
+        &self,
+        hash: &str,
+        family: &str,
+        user_id: i64,
+        expires_at_unix: i64,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.prepare_cached(
+            "INSERT INTO token_families (family, user_id) VALUES (?1, ?2) ON CONFLICT (family) DO NOTHING",
+        )?
+        .execute(params![family, user_id])?;
+        tx.prepare_cached("INSERT INTO refresh_tokens (hash, family, user_id, expires_at) VALUES (?1, ?2, ?3, ?4)")?
+            .execute(params![hash, family, user_id, expires_at_unix])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Spend `old_hash` and store `new_hash` in its family, all in one `BEGIN IMMEDIATE`
+    /// transaction, so two concurrent refreshes with the same token cannot both succeed.
+    ///
+    /// In order: unknown → `Invalid`; family revoked → `Invalid`; already spent → revoke the
+    /// family, `Reused`; expired (`expires_at <= now_unix`) → `Invalid`; else `Rotated`.
+    pub fn rotate_refresh(
+        &self,
+        old_hash: &str,
+        new_hash: &str,
+        now_unix: i64,
+        new_expires_unix: i64,
+    ) -> Result<Rotation, StoreError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let found = tx
+            .prepare_cached(
+                "SELECT t.family, t.user_id, t.expires_at, t.spent_at IS NOT NULL, f.revoked \
+                 FROM refresh_tokens t JOIN token_families f ON f.family = t.family WHERE t.hash = ?1",
+            )?
+            .query_row([old_hash], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get(3)?, r.get(4)?))
+            })
+            .optional()?;
+        let Some((family, user_id, expires_at, spent, revoked)) = found else { return Ok(Rotation::Invalid) };
+        let revoked: bool = revoked;
+        if revoked {
+            return Ok(Rotation::Invalid);
+        }
+        if spent {
+            revoke(&tx, &family)?;
+            tx.commit()?;
+            log::warn!("store: refresh token re-used; family revoked for user {user_id}");
+            return Ok(Rotation::Reused);
+        }
+        if expires_at <= now_unix {
+            return Ok(Rotation::Invalid);
+        }
+        tx.prepare_cached("UPDATE refresh_tokens SET spent_at = ?1 WHERE hash = ?2")?
+            .execute(params![now_unix, old_hash])?;
+        tx.prepare_cached("INSERT INTO refresh_tokens (hash, family, user_id, expires_at) VALUES (?1, ?2, ?3, ?4)")?
+            .execute(params![new_hash, family, user_id, new_expires_unix])?;
+        tx.commit()?;
+        Ok(Rotation::Rotated { user_id })
+    }
+
+    /// Revoke the family `hash` belongs to (logout); returns whether the token was known.
+    pub fn revoke_family(&self, hash: &str) -> Result<bool, StoreError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let family: Option<String> = tx
+            .prepare_cached("SELECT family FROM refresh_tokens WHERE hash = ?1")?
+            .query_row([hash], |r| r.get(0))
+            .optional()?;
+        let Some(family) = family else { return Ok(false) };
+        revoke(&tx, &family)?;
+        tx.commit()?;
+        Ok(true)
+    }
+}
+
+/// Mark a family revoked: none of its tokens rotates again.
+fn revoke(conn: &rusqlite::Connection, family: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE token_families SET revoked = 1 WHERE family = ?1")?.execute([family])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{testutil, NewUser, Role};
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn setup() -> (tempfile::TempDir, Store, i64) {
+        let (dir, store) = testutil::store(1);
+        let new = NewUser { name: "u", email: "u@x.io", password_hash: "h", age: None, role: Role::User };
+        let id = store.create_user(&new).expect("user").id;
+        (dir, store, id)
+    }
+
+    #[test]
+    fn rotate_then_reuse_revokes_the_family() {
+        let (_dir, store, uid) = setup();
+        store.insert_refresh("h1", "fam", uid, NOW + 100).expect("insert");
+        assert_eq!(
+            store.rotate_refresh("h1", "h2", NOW, NOW + 200).expect("rotate"),
+            Rotation::Rotated { user_id: uid }
+        );
+        assert_eq!(store.rotate_refresh("h1", "h3", NOW, NOW + 200).expect("reuse"), Rotation::Reused);
+        assert_eq!(store.rotate_refresh("h2", "h4", NOW, NOW + 200).expect("new one"), Rotation::Invalid);
+        assert_eq!(store.rotate_refresh("h1", "h5", NOW, NOW + 200).expect("again"), Rotation::Invalid);
+        // Other families of the same user are untouched.
+        store.insert_refresh("g1", "other", uid, NOW + 100).expect("insert");
+        assert_eq!(
+            store.rotate_refresh("g1", "g2", NOW, NOW + 200).expect("rotate"),
+            Rotation::Rotated { user_id: uid }
+        );
+    }
+
+    #[test]
+    fn unknown_and_expired_are_invalid() {
+        let (_dir, store, uid) = setup();
+        assert_eq!(store.rotate_refresh("nope", "h2", NOW, NOW + 200).expect("rotate"), Rotation::Invalid);
+        store.insert_refresh("h1", "fam", uid, NOW).expect("insert");
+        assert_eq!(store.rotate_refresh("h1", "h2", NOW, NOW + 200).expect("expired"), Rotation::Invalid);
+        assert_eq!(store.rotate_refresh("h2", "h3", NOW, NOW + 200).expect("not minted"), Rotation::Invalid);
+        assert!(matches!(store.insert_refresh("h1", "fam", uid, NOW), Err(StoreError::Duplicate("hash"))));
+    }
+
+    #[test]
+    fn revoke_family_on_logout() {
+        let (_dir, store, uid) = setup();
+        store.insert_refresh("h1", "fam", uid, NOW + 100).expect("insert");
+        assert_eq!(
+            store.rotate_refresh("h1", "h2", NOW, NOW + 200).expect("rotate"),
+            Rotation::Rotated { user_id: uid }
+        );
+        assert!(store.revoke_family("h1").expect("revoke via a spent token"));
+        assert!(!store.revoke_family("unknown").expect("revoke"));
+        assert_eq!(store.rotate_refresh("h2", "h3", NOW, NOW + 200).expect("rotate"), Rotation::Invalid);
+    }
+}

@@ -1,0 +1,444 @@
+//! Users: the `users` table behind typed calls (create, get, look up by e-mail, list with
+//! filters/sort/paging, update, delete).
+//!
+//! E-mail is unique case-insensitively (the column is `COLLATE NOCASE UNIQUE`) and stored as
+//! given. The password hash leaves this file only through [`Store::user_by_email`], for login;
+//! [`User`] never carries it. No validation of lengths or formats happens here (that is the
+//! handlers' job) and nothing here knows about HTTP.
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Value, ValueRef};
+use rusqlite::{params, params_from_iter, OptionalExtension, Row, ToSql};
+
+pub use super::Page;
+use super::{Paging, Store, StoreError};
+
+/// The columns of [`User`], in the order [`user_from_row`] reads them.
+macro_rules! user_cols {
+    () => {
+        "id, name, email, age, role, created_at, updated_at"
+    };
+}
+
+/// A user's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// An ordinary account.
+    User,
+    /// May manage every user and post, and assign roles.
+    Admin,
+}
+
+impl Role {
+    /// The stored and wire form: `"user"` or `"admin"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// Parse the wire form exactly (lowercase); anything else is `None`.
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "user" => Some(Role::User),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+}
+
+impl ToSql for Role {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for Role {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Role> {
+        let s = value.as_str()?;
+        Role::parse(s).ok_or_else(|| FromSqlError::Other(format!("unknown role {s:?}").into()))
+    }
+}
+
+/// A user as the API shows it: never the password hash.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct User {
+    /// Row id.
+    pub id: i64,
+    /// Display name.
+    pub name: String,
+    /// E-mail as given at creation or last change (unique case-insensitively).
+    pub email: String,
+    /// Age in years, if known.
+    pub age: Option<i64>,
+    /// Role.
+    pub role: Role,
+    /// Creation time, RFC 3339 UTC with milliseconds (`2026-11-22T10:00:00.123Z`).
+    pub created_at: String,
+    /// Last change, same format.
+    pub updated_at: String,
+}
+
+/// The fields of a user to create (already validated; the password already hashed).
+pub struct NewUser<'a> {
+    /// Display name.
+    pub name: &'a str,
+    /// E-mail; a case-insensitive duplicate fails with `Duplicate("email")`.
+    pub email: &'a str,
+    /// The password's hash (argon2id PHC string).
+    pub password_hash: &'a str,
+    /// Age in years, if given.
+    pub age: Option<i64>,
+    /// Role.
+    pub role: Role,
+}
+
+/// A partial update: `None` leaves a field as it is.
+#[derive(Default)]
+pub struct UserChanges {
+    /// New name.
+    pub name: Option<String>,
+    /// New e-mail; a case-insensitive duplicate of another user's fails with `Duplicate("email")`.
+    pub email: Option<String>,
+    /// New age: `Some(None)` sets it to null.
+    pub age: Option<Option<i64>>,
+    /// New role.
+    pub role: Option<Role>,
+}
+
+/// A column users can be sorted by; the only way a sort reaches SQL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserSort {
+    /// `id`
+    Id,
+    /// `name`
+    Name,
+    /// `email` (case-insensitive, like the column)
+    Email,
+    /// `age` (nulls first when ascending)
+    Age,
+    /// `createdAt`
+    CreatedAt,
+}
+
+impl UserSort {
+    /// Parse an API sort key (`id`, `name`, `email`, `age`, `createdAt`), without a `-` prefix.
+    pub fn parse(s: &str) -> Option<UserSort> {
+        match s {
+            "id" => Some(UserSort::Id),
+            "name" => Some(UserSort::Name),
+            "email" => Some(UserSort::Email),
+            "age" => Some(UserSort::Age),
+            "createdAt" => Some(UserSort::CreatedAt),
+            _ => None,
+        }
+    }
+
+    fn column(self) -> &'static str {
+        match self {
+            UserSort::Id => "id",
+            UserSort::Name => "name",
+            UserSort::Email => "email",
+            UserSort::Age => "age",
+            UserSort::CreatedAt => "created_at",
+        }
+    }
+}
+
+/// Filters, sort and page for [`Store::list_users`].
+pub struct UserQuery {
+    /// Only users with this role.
+    pub role: Option<Role>,
+    /// Only users whose name contains this text, case-insensitively (ASCII); `%` and `_` are
+    /// literal.
+    pub q: Option<String>,
+    /// Sort keys, each with "descending"; empty means id ascending. Id is always the final
+    /// tie-breaker; a repeated key counts once (its first occurrence).
+    pub sort: Vec<(UserSort, bool)>,
+    /// Page number from 1 (0 is treated as 1).
+    pub page: u32,
+    /// Page size, clamped to 1..=100.
+    pub limit: u32,
+}
+
+impl Store {
+    /// Create a user; `Duplicate("email")` if the e-mail is taken in any letter case.
+    pub fn create_user(&self, u: &NewUser<'_>) -> Result<User, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(concat!(
+            "INSERT INTO users (name, email, password_hash, age, role, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ",
+            now_sql!(),
+            ", ",
+            now_sql!(),
+            ") RETURNING ",
+            user_cols!()
+        ))?;
+        Ok(stmt.query_row(params![u.name, u.email, u.password_hash, u.age, u.role], user_from_row)?)
+    }
+
+    /// The user with this id, if any.
+    pub fn get_user(&self, id: i64) -> Result<Option<User>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(concat!("SELECT ", user_cols!(), " FROM users WHERE id = ?1"))?;
+        Ok(stmt.query_row([id], user_from_row).optional()?)
+    }
+
+    /// The user with this e-mail (any letter case) and their password hash, for login.
+    pub fn user_by_email(&self, email: &str) -> Result<Option<(User, String)>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt =
+            conn.prepare_cached(concat!("SELECT ", user_cols!(), ", password_hash FROM users WHERE email = ?1"))?;
+        Ok(stmt.query_row([email], |row| Ok((user_from_row(row)?, row.get(7)?))).optional()?)
+    }
+
+    /// One page of users matching the filters, in the requested order. The count and the page
+    /// come from one snapshot.
+    pub fn list_users(&self, q: &UserQuery) -> Result<Page<User>, StoreError> {
+        let paging = Paging::new(q.page, q.limit);
+        let mut filters: Vec<&str> = Vec::new();
+        let mut args: Vec<Value> = Vec::new();
+        if let Some(role) = q.role {
+            filters.push("role = ?");
+            args.push(Value::Text(role.as_str().to_owned()));
+        }
+        if let Some(text) = &q.q {
+            filters.push(r"name LIKE ? ESCAPE '\'");
+            args.push(Value::Text(format!("%{}%", escape_like(text))));
+        }
+        let where_sql = if filters.is_empty() { String::new() } else { format!(" WHERE {}", filters.join(" AND ")) };
+
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let total: i64 = tx
+            .prepare_cached(&format!("SELECT COUNT(*) FROM users{where_sql}"))?
+            .query_row(params_from_iter(&args), |r| r.get(0))?;
+        let sql =
+            format!("SELECT {} FROM users{where_sql} ORDER BY {} LIMIT ? OFFSET ?", user_cols!(), order_by(&q.sort));
+        args.push(Value::Integer(i64::from(paging.limit)));
+        args.push(Value::Integer(paging.offset()));
+        let items = tx
+            .prepare_cached(&sql)?
+            .query_map(params_from_iter(&args), user_from_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        tx.commit()?;
+        Ok(paging.finish(items, total))
+    }
+
+    /// Apply `c` to the user and bump `updated_at`; `None` if there is no such user.
+    pub fn update_user(&self, id: i64, c: &UserChanges) -> Result<Option<User>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(concat!(
+            "UPDATE users SET name = COALESCE(?1, name), email = COALESCE(?2, email), ",
+            "age = CASE WHEN ?3 THEN ?4 ELSE age END, role = COALESCE(?5, role), updated_at = ",
+            now_sql!(),
+            " WHERE id = ?6 RETURNING ",
+            user_cols!()
+        ))?;
+        let args = params![c.name, c.email, c.age.is_some(), c.age.flatten(), c.role, id];
+        Ok(stmt.query_row(args, user_from_row).optional()?)
+    }
+
+    /// Delete the user, their posts and their refresh tokens; `false` if there was no such user.
+    pub fn delete_user(&self, id: i64) -> Result<bool, StoreError> {
+        let conn = self.conn()?;
+        let deleted = conn.prepare_cached("DELETE FROM users WHERE id = ?1")?.execute([id])?;
+        Ok(deleted > 0)
+    }
+}
+
+/// Map a row selected with `user_cols!()` (columns 0..=6).
+fn user_from_row(row: &Row<'_>) -> rusqlite::Result<User> {
+    Ok(User {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        email: row.get(2)?,
+        age: row.get(3)?,
+        role: row.get(4)?,
+        created_at: row.get(5)?,
+        updated_at: row.get(6)?,
+    })
+}
+
+/// Make `text` match literally inside a `LIKE … ESCAPE '\'` pattern.
+fn escape_like(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        if matches!(ch, '\\' | '%' | '_') {
+            out.push('\\');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// `ORDER BY` terms from whitelisted columns: each key once, then `id` as the tie-breaker.
+fn order_by(sort: &[(UserSort, bool)]) -> String {
+    let mut seen: Vec<UserSort> = Vec::with_capacity(sort.len() + 1);
+    let mut terms: Vec<String> = Vec::with_capacity(sort.len() + 1);
+    for &(key, descending) in sort {
+        if !seen.contains(&key) {
+            seen.push(key);
+            terms.push(format!("{} {}", key.column(), if descending { "DESC" } else { "ASC" }));
+        }
+    }
+    if !seen.contains(&UserSort::Id) {
+        terms.push("id ASC".to_owned());
+    }
+    terms.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil;
+    use super::*;
+
+    fn new_user<'a>(name: &'a str, email: &'a str, age: Option<i64>, role: Role) -> NewUser<'a> {
+        NewUser { name, email, password_hash: "$argon2id$fake", age, role }
+    }
+
+    fn query(sort: Vec<(UserSort, bool)>, page: u32, limit: u32) -> UserQuery {
+        UserQuery { role: None, q: None, sort, page, limit }
+    }
+
+    fn names(page: &Page<User>) -> Vec<&str> {
+        page.items.iter().map(|u| u.name.as_str()).collect()
+    }
+
+    #[test]
+    fn create_get_and_duplicate_email() {
+        let (_dir, store) = testutil::store(1);
+        let alice = store.create_user(&new_user("Alice", "Alice@Example.com", Some(30), Role::Admin)).expect("create");
+        assert_eq!((alice.email.as_str(), alice.age, alice.role), ("Alice@Example.com", Some(30), Role::Admin));
+        assert_eq!(alice.created_at, alice.updated_at);
+        assert_eq!(alice.created_at.len(), "2026-11-22T10:00:00.123Z".len(), "{}", alice.created_at);
+        assert!(alice.created_at.ends_with('Z') && alice.created_at.contains('T'));
+
+        assert_eq!(store.get_user(alice.id).expect("get"), Some(alice.clone()));
+        assert_eq!(store.get_user(alice.id + 1).expect("get"), None);
+
+        let dup = store.create_user(&new_user("Other", "alice@EXAMPLE.COM", None, Role::User));
+        assert!(matches!(dup, Err(StoreError::Duplicate("email"))), "{dup:?}");
+
+        let (found, hash) = store.user_by_email("ALICE@example.com").expect("by email").expect("found");
+        assert_eq!((found, hash.as_str()), (alice, "$argon2id$fake"));
+        assert!(store.user_by_email("nobody@example.com").expect("by email").is_none());
+
+        let json = serde_json::to_value(store.get_user(1).expect("get").expect("some")).expect("json");
+        assert_eq!(json["role"], "admin");
+        assert!(json.get("createdAt").is_some() && json.get("passwordHash").is_none());
+    }
+
+    #[test]
+    fn list_filters_are_literal() {
+        let (_dir, store) = testutil::store(1);
+        let names = [
+            ("100% pure", Role::User),
+            ("1000 pure", Role::User),
+            ("snake_case", Role::Admin),
+            ("snakeXcase", Role::User),
+            ("'; DROP TABLE users; --", Role::User),
+            ("back\\slash", Role::User),
+        ];
+        for (i, (name, role)) in names.into_iter().enumerate() {
+            store.create_user(&new_user(name, &format!("u{i}@x.io"), None, role)).expect("create");
+        }
+        let search = |q: &str, role: Option<Role>| {
+            let page = store
+                .list_users(&UserQuery { role, q: Some(q.to_owned()), sort: vec![], page: 1, limit: 20 })
+                .expect("list");
+            page.items.into_iter().map(|u| u.name).collect::<Vec<_>>()
+        };
+        assert_eq!(search("0%", None), ["100% pure"]);
+        assert_eq!(search("E_C", None), ["snake_case"], "case-insensitive, `_` literal");
+        assert_eq!(search("'; drop table users; --", None), ["'; DROP TABLE users; --"]);
+        assert_eq!(search("\\", None), ["back\\slash"]);
+        assert_eq!(search("snake", Some(Role::Admin)), ["snake_case"]);
+        assert_eq!(search("", Some(Role::Admin)), ["snake_case"]);
+        assert_eq!(store.list_users(&query(vec![], 1, 100)).expect("table still there").total, 6);
+    }
+
+    #[test]
+    fn list_sorts_by_several_keys() {
+        let (_dir, store) = testutil::store(1);
+        for (name, age) in [("b", Some(30)), ("a", Some(30)), ("c", None), ("d", Some(20)), ("a", Some(20))] {
+            let email = format!("{name}{age:?}@x.io");
+            store.create_user(&new_user(name, &email, age, Role::User)).expect("create");
+        }
+        let sorted = |sort| store.list_users(&query(sort, 1, 20)).expect("list");
+        assert_eq!(names(&sorted(vec![])), ["b", "a", "c", "d", "a"], "id ascending by default");
+        let by_age_desc_name = sorted(vec![(UserSort::Age, true), (UserSort::Name, false)]);
+        assert_eq!(names(&by_age_desc_name), ["a", "b", "a", "d", "c"], "nulls last when descending");
+        let by_name_desc = sorted(vec![(UserSort::Name, true)]);
+        let ids: Vec<i64> = by_name_desc.items.iter().map(|u| u.id).collect();
+        assert_eq!(ids, [4, 3, 1, 2, 5], "ties broken by id ascending");
+        let by_id_desc = sorted(vec![(UserSort::Id, true), (UserSort::Name, false)]);
+        assert_eq!(by_id_desc.items.first().map(|u| u.id), Some(5));
+        assert_eq!(UserSort::parse("createdAt"), Some(UserSort::CreatedAt));
+        assert_eq!(UserSort::parse("created_at"), None);
+        assert_eq!(sorted(vec![(UserSort::CreatedAt, false), (UserSort::Email, true)]).items.len(), 5);
+    }
+
+    #[test]
+    fn list_paging_edges() {
+        let (_dir, store) = testutil::store(1);
+        let empty = store.list_users(&query(vec![], 1, 20)).expect("list");
+        assert_eq!((empty.total, empty.total_pages, empty.items.len()), (0, 0, 0));
+        for i in 0..21 {
+            store.create_user(&new_user("u", &format!("u{i}@x.io"), None, Role::User)).expect("create");
+        }
+        let first = store.list_users(&query(vec![], 1, 20)).expect("list");
+        assert_eq!((first.total, first.total_pages, first.items.len(), first.page_size), (21, 2, 20, 20));
+        let second = store.list_users(&query(vec![], 2, 20)).expect("list");
+        assert_eq!((second.items.len(), second.items[0].id), (1, 21));
+        let past = store.list_users(&query(vec![], 3, 20)).expect("list");
+        assert_eq!((past.page, past.total, past.items.len()), (3, 21, 0));
+    }
+
+    #[test]
+    fn update_user_fields() {
+        let (_dir, store) = testutil::store(1);
+        let a = store.create_user(&new_user("A", "a@x.io", Some(40), Role::User)).expect("create");
+        store.create_user(&new_user("B", "b@x.io", None, Role::User)).expect("create");
+
+        let nothing = UserChanges::default();
+        let same = store.update_user(a.id, &nothing).expect("update").expect("exists");
+        assert_eq!((same.name.as_str(), same.age), ("A", Some(40)));
+        assert!(same.updated_at >= a.updated_at);
+
+        let changes = UserChanges { name: Some("Ann".into()), age: Some(None), role: Some(Role::Admin), ..nothing };
+        let ann = store.update_user(a.id, &changes).expect("update").expect("exists");
+        assert_eq!((ann.name.as_str(), ann.email.as_str(), ann.age, ann.role), ("Ann", "a@x.io", None, Role::Admin));
+        assert_eq!(ann.created_at, a.created_at);
+
+        let own_email_recased = UserChanges { email: Some("A@X.IO".into()), ..Default::default() };
+        let recased = store.update_user(a.id, &own_email_recased).expect("own e-mail").expect("exists");
+        assert_eq!(recased.email, "A@X.IO");
+
+        let taken = UserChanges { email: Some("B@x.io".into()), ..Default::default() };
+        assert!(matches!(store.update_user(a.id, &taken), Err(StoreError::Duplicate("email"))));
+        assert_eq!(store.update_user(999, &UserChanges::default()).expect("update"), None);
+    }
+
+    #[test]
+    fn delete_cascades_posts_and_tokens() {
+        let (_dir, store) = testutil::store(1);
+        let a = store.create_user(&new_user("A", "a@x.io", None, Role::User)).expect("create");
+        let post = store.create_post(a.id, "t", "b").expect("post");
+        store.insert_refresh("h1", "fam", a.id, i64::MAX).expect("token");
+        assert!(store.delete_user(a.id).expect("delete"));
+        assert!(!store.delete_user(a.id).expect("delete again"));
+        assert_eq!(store.get_post(post.id).expect("get"), None);
+        assert_eq!(store.rotate_refresh("h1", "h2", 0, 10).expect("rotate"), super::super::Rotation::Invalid);
+        let conn = store.conn().expect("conn");
+        let left: i64 = conn
+            .query_row(
+                "SELECT (SELECT COUNT(*) FROM refresh_tokens) + (SELECT COUNT(*) FROM token_families)",
+                [],
+                |r| r.get(0),
+            )
+            .expect("count");
+        assert_eq!(left, 0);
+    }
+}
