@@ -153,3 +153,19 @@ pub fn listener_from_fd(fd: RawFd) -> std::net::TcpListener {
     // no other owner in this process.
     unsafe { std::net::TcpListener::from_raw_fd(fd) }
 }
+
+/// Lower the calling thread's scheduling priority to `nice` (Linux nice
+/// values are per thread). Pool threads run CPU-heavy work such as password
+/// hashing; at a higher nice value the event loop, when it wakes, preempts
+/// them instead of queueing behind them.
+pub fn lower_thread_priority(nice: i32) -> io::Result<()> {
+    // SAFETY: gettid and setpriority take and return plain integers.
+    let rc = unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice)
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -15,6 +15,10 @@ use crate::app::Job;
 use crate::error::Error;
 use crate::http::response::Response;
 
+/// Nice value of pool threads: below the event loop, which must stay responsive
+/// while jobs (password hashing above all) saturate the CPUs.
+const POOL_NICE: i32 = 10;
+
 struct Task {
     token: usize,
     generation: u32,
@@ -50,6 +54,9 @@ impl Pool {
             let waker = Arc::clone(&waker);
             let active = Arc::clone(&active);
             std::thread::Builder::new().name(format!("pool-{i}")).spawn(move || {
+                if let Err(e) = crate::sys::lower_thread_priority(POOL_NICE) {
+                    log::debug!("pool thread priority unchanged: {e}");
+                }
                 for task in rx.iter() {
                     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task.job))
                         .unwrap_or_else(|_| Err(Error::Internal(super::panics::take_last())));
