@@ -291,7 +291,7 @@ fn order_by(sort: &[(UserSort, bool)]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil;
+    use super::super::{testutil, Rotation};
     use super::*;
 
     fn new_user<'a>(name: &'a str, email: &'a str, age: Option<i64>, role: Role) -> NewUser<'a> {
@@ -430,7 +430,7 @@ mod tests {
         assert!(store.delete_user(a.id).expect("delete"));
         assert!(!store.delete_user(a.id).expect("delete again"));
         assert_eq!(store.get_post(post.id).expect("get"), None);
-        assert_eq!(store.rotate_refresh("h1", "h2", 0, 10).expect("rotate"), super::super::Rotation::Invalid);
+        assert_eq!(store.rotate_refresh("h1", "h2", 0, 10).expect("rotate"), Rotation::Invalid);
         let conn = store.conn().expect("conn");
         let left: i64 = conn
             .query_row(
