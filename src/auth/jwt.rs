@@ -36,6 +36,7 @@ pub struct Claims {
 }
 
 /// An HS256 access-token issuer and verifier bound to one secret, issuer, audience and lifetime.
+#[derive(Clone)]
 pub struct Jwt {
     encoding: EncodingKey,
     decoding: DecodingKey,

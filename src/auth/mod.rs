@@ -46,7 +46,16 @@ impl std::error::Error for AuthError {}
 
 #[cfg(test)]
 mod tests {
-    use super::AuthError;
+    use super::{AuthError, Jwt, Passwords};
+
+    /// Both are shared by the worker's event loop and its thread pool.
+    #[test]
+    fn shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync + Clone + 'static>() {}
+        assert_send_sync::<Jwt>();
+        assert_send_sync::<Passwords>();
+        assert_send_sync::<AuthError>();
+    }
 
     #[test]
     fn display() {
