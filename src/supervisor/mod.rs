@@ -37,6 +37,9 @@ const HEARTBEAT_CHECK: Duration = Duration::from_millis(250);
 const FAST_FAILURE: Duration = Duration::from_secs(1);
 /// The longest respawn back-off.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Extra time a worker still setting up (opening the database, computing its
+/// dummy password hash) gets before the watchdog counts its silence.
+const STARTUP_GRACE_MS: u64 = 30_000;
 /// Extra time past `shutdown_timeout` before a draining worker is killed.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 
@@ -385,7 +388,9 @@ impl Supervisor {
         let now_ms = sys::monotonic_ms();
         let limit = self.config.supervisor.worker_timeout.as_millis() as u64;
         for p in self.table.iter() {
-            let beat = self.region.procs[p.record].heartbeat_ms.load(std::sync::atomic::Ordering::Relaxed);
+            let rec = &self.region.procs[p.record];
+            let beat = rec.heartbeat_ms.load(std::sync::atomic::Ordering::Relaxed);
+            let limit = if rec.state() == WorkerState::Starting { limit + STARTUP_GRACE_MS } else { limit };
             if now_ms.saturating_sub(beat) > limit {
                 log::error!("worker {} has not turned its loop for {} ms: killing it", p.pid, now_ms - beat);
                 sys::kill(p.pid, Signal::SIGKILL);

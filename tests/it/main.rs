@@ -12,3 +12,10 @@ mod http1;
 mod limits;
 mod logging;
 mod process;
+
+mod auth;
+mod cors;
+mod posts;
+mod store;
+mod users;
+mod versioning;
