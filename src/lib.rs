@@ -11,11 +11,13 @@
 
 pub mod app;
 pub mod auth;
+pub mod bus;
 pub mod cli;
 pub mod config;
 pub mod error;
 pub mod http;
 pub mod logging;
+pub mod proto;
 pub mod shm;
 pub mod store;
 pub mod supervisor;

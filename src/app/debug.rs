@@ -18,7 +18,8 @@ pub fn routes(r: &mut Router<Handler>) {
         .add(Method::Get, "/_debug/pool-panic", pool_panic)
         .add(Method::Get, "/_debug/alloc", alloc)
         .add(Method::Get, "/_debug/big", big)
-        .add(Method::Post, "/_debug/echo", echo);
+        .add(Method::Post, "/_debug/echo", echo)
+        .add(Method::Get, "/_debug/streams", streams);
 }
 
 fn number(req: &Request<'_>, key: &str, max: u64) -> Result<u64, Error> {
@@ -77,6 +78,18 @@ fn big(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     r.content_type = "text/plain";
     r.body = Body::Bytes(vec![b'x'; kb << 10]);
     Ok(Reply::Now(r))
+}
+
+fn streams(app: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = app.svc.stats;
+    Ok(Reply::Now(json(serde_json::json!({
+        "pid": std::process::id(),
+        "sse": s.sse.load(Relaxed),
+        "ws": s.ws.load(Relaxed),
+        "members": s.members.load(Relaxed),
+        "connections": app.svc.record.connections.load(Relaxed),
+    }))))
 }
 
 fn echo(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {

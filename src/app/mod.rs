@@ -11,6 +11,7 @@
 mod auth;
 mod cors;
 mod debug;
+mod events;
 mod health;
 mod posts;
 pub mod router;
@@ -39,7 +40,29 @@ pub enum Reply {
     Now(Response),
     /// Run this on the worker's pool; its result is the response.
     Later(Job),
+    /// Send this head with a chunked body; the worker then runs the stream.
+    Stream(Response, Detach),
+    /// Send this `101` head; the worker then speaks the new protocol.
+    Upgrade(Response, Detach),
 }
+
+/// What a detached connection becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detach {
+    /// An `/api/events` stream, replaying after `last_event_id` first.
+    Sse {
+        /// The client's `Last-Event-ID`.
+        last_event_id: Option<i64>,
+    },
+    /// A WebSocket; `user_id` is `None` for the echo endpoint.
+    WebSocket {
+        /// The authenticated user.
+        user_id: Option<i64>,
+    },
+}
+
+/// A message for the bus, from a pool job to the event loop.
+pub type Publish = (crate::bus::Topic, Vec<u8>);
 
 /// Per-worker services handlers use; lives as long as the worker.
 pub struct Services {
@@ -51,6 +74,23 @@ pub struct Services {
     pub jwt: Jwt,
     /// Password hashing (used only from pool jobs).
     pub passwords: Passwords,
+    /// Messages to publish on the bus (jobs send; the loop publishes).
+    pub publish: crossbeam_channel::Sender<Publish>,
+    /// This worker's shared-memory record.
+    pub record: &'static crate::shm::ProcRecord,
+    /// Live counters of this worker's streams (read by `/_debug/streams`).
+    pub stats: &'static Stats,
+}
+
+/// Live counters of one worker's detached connections.
+#[derive(Default)]
+pub struct Stats {
+    /// Open SSE streams.
+    pub sse: std::sync::atomic::AtomicUsize,
+    /// Open WebSocket clients.
+    pub ws: std::sync::atomic::AtomicUsize,
+    /// Room memberships (a client in two rooms counts twice).
+    pub members: std::sync::atomic::AtomicUsize,
 }
 
 /// What a handler can see besides the request.
@@ -76,16 +116,17 @@ impl App {
     pub fn new(svc: &'static Services) -> App {
         let config = svc.config;
         let mut router: Router<Handler> = Router::default();
-        router.add(Method::Get, "/health", health::health).add(Method::Get, "/health/ready", health::ready).add(
-            Method::Get,
-            "/api/config",
-            health::client_config,
-        );
+        router
+            .add(Method::Get, "/health", health::health)
+            .add(Method::Get, "/health/ready", health::ready)
+            .add(Method::Get, "/api/config", health::client_config)
+            .add(Method::Get, "/api/events", events::events);
         // Versioned resources answer under /api/v1 and, version negotiated, under /api.
         for base in ["/api/v1", "/api"] {
             users::routes(&mut router, base);
             posts::routes(&mut router, base);
             auth::routes(&mut router, base);
+            events::routes(&mut router, base);
         }
         if config.debug.routes {
             debug::routes(&mut router);
@@ -111,6 +152,8 @@ impl App {
         };
         match reply {
             Ok(Reply::Now(r)) => Reply::Now(decorate(r)),
+            Ok(Reply::Stream(r, d)) => Reply::Stream(decorate(r), d),
+            Ok(Reply::Upgrade(r, d)) => Reply::Upgrade(r, d),
             Err(e) => Reply::Now(decorate(render(e, dev))),
             Ok(Reply::Later(job)) => {
                 let origin: Option<String> = cors.map(str::to_owned);
@@ -123,6 +166,31 @@ impl App {
                 }))
             }
         }
+    }
+
+    /// What a new SSE stream starts with.
+    pub fn sse_preamble(&self) -> Vec<u8> {
+        events::preamble(self)
+    }
+
+    /// A heartbeat event.
+    pub fn sse_heartbeat(&self) -> Vec<u8> {
+        events::heartbeat()
+    }
+
+    /// The SSE event for a notification from the bus, with its id.
+    pub fn sse_notification(&self, payload: &[u8]) -> Option<(i64, Vec<u8>)> {
+        events::notification_event(payload)
+    }
+
+    /// Pool work replaying notifications after `after`.
+    pub fn sse_replay(&self, after: i64) -> Box<dyn FnOnce() -> (Vec<u8>, i64) + Send> {
+        events::replay(self, after)
+    }
+
+    /// The SSE heartbeat interval.
+    pub fn sse_heartbeat_every(&self) -> std::time::Duration {
+        self.svc.config.sse.heartbeat
     }
 
     fn route(&self, req: &Request<'_>, draining: bool) -> Result<Reply, Error> {

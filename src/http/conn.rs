@@ -22,7 +22,7 @@ use super::body::Chunked;
 use super::headers::{valid_request_id, Common};
 use super::parse::{self, Framing, Head, MAX_HEADERS};
 use super::request::{Method, Request};
-use super::response::{write_response, RequestMeta, Response};
+use super::response::{write_response, Delimit, RequestMeta, Response};
 
 /// Above this many queued output bytes the connection stops producing.
 pub const HIGH_WATERMARK: usize = 64 * 1024;
@@ -33,6 +33,12 @@ pub enum Outcome {
     Ready(Response),
     /// The service will call [`Http1::complete`] later.
     Pending,
+    /// Send this head with a chunked body; the caller then owns the
+    /// connection and writes the chunks (SSE, streamed relays).
+    Stream(Response),
+    /// Send this `101` head; the caller then speaks another protocol on the
+    /// connection (WebSocket).
+    Upgrade(Response),
 }
 
 /// The application side, as seen by the connection.
@@ -90,6 +96,8 @@ pub enum Phase {
     Waiting,
     /// A response ends the connection; nothing more is read.
     Closing,
+    /// A stream or another protocol owns the connection now.
+    Detached,
 }
 
 /// Why the connection's timer fired.
@@ -112,6 +120,8 @@ pub enum Progress {
     Waiting,
     /// Flush the output, then close.
     Close,
+    /// The connection left HTTP/1.1 request processing (stream or upgrade).
+    Detached,
 }
 
 struct Current {
@@ -185,6 +195,7 @@ impl Http1 {
             match self.phase {
                 Phase::Waiting => return Progress::Waiting,
                 Phase::Closing => return Progress::Close,
+                Phase::Detached => return Progress::Detached,
                 _ => {}
             }
             if out.len() > HIGH_WATERMARK {
@@ -211,7 +222,7 @@ impl Http1 {
     /// Deliver the response of a pending request; then call [`Http1::advance`].
     pub fn complete(&mut self, resp: Response, out: &mut Vec<u8>, svc: &mut dyn Service, env: &mut Env, now: Instant) {
         if self.phase == Phase::Waiting {
-            self.respond(resp, out, svc, env, now);
+            self.respond(resp, Delimit::Length, out, svc, env, now);
         }
     }
 
@@ -356,7 +367,9 @@ impl Http1 {
         let outcome = svc.call(&req);
         self.continue_sent = false;
         match outcome {
-            Outcome::Ready(resp) => self.respond(resp, out, svc, env, now),
+            Outcome::Ready(resp) => self.respond(resp, Delimit::Length, out, svc, env, now),
+            Outcome::Stream(resp) => self.respond(resp, Delimit::Chunked, out, svc, env, now),
+            Outcome::Upgrade(resp) => self.respond(resp, Delimit::Upgrade, out, svc, env, now),
             Outcome::Pending => {
                 self.phase = Phase::Waiting;
                 self.deadline = None;
@@ -365,10 +378,19 @@ impl Http1 {
         consumed
     }
 
-    fn respond(&mut self, resp: Response, out: &mut Vec<u8>, svc: &mut dyn Service, env: &mut Env, now: Instant) {
+    fn respond(
+        &mut self,
+        resp: Response,
+        delimit: Delimit,
+        out: &mut Vec<u8>,
+        svc: &mut dyn Service,
+        env: &mut Env,
+        now: Instant,
+    ) {
         let cur = &self.cur;
         let keep_alive = cur.keep_alive && !resp.close && !env.draining;
         let meta = RequestMeta {
+            delimit,
             head: cur.method == Method::Head,
             http10: cur.http10,
             keep_alive,
@@ -384,7 +406,10 @@ impl Http1 {
             request_id: &cur.rid[..cur.rid_len],
         });
         self.head_known = false;
-        if keep_alive {
+        if delimit != Delimit::Length {
+            self.phase = Phase::Detached;
+            self.deadline = None;
+        } else if keep_alive {
             self.phase = Phase::Idle;
             self.deadline = Some((now + env.keepalive_timeout, Timeout::Idle));
         } else {
@@ -411,7 +436,7 @@ impl Http1 {
         let mut resp = e.into_response(env.development);
         resp.close = true;
         self.phase = Phase::Waiting;
-        self.respond(resp, out, svc, env, now);
+        self.respond(resp, Delimit::Length, out, svc, env, now);
     }
 }
 

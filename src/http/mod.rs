@@ -11,3 +11,4 @@ pub mod headers;
 pub mod parse;
 pub mod request;
 pub mod response;
+pub mod sse;

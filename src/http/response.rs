@@ -86,8 +86,21 @@ impl Response {
     }
 }
 
+/// How the response body is delimited on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delimit {
+    /// `Content-Length` and the whole body now.
+    Length,
+    /// `Transfer-Encoding: chunked`; the body follows later as chunks ([`write_chunk`]).
+    Chunked,
+    /// `101 Switching Protocols`: no body framing; another protocol follows.
+    Upgrade,
+}
+
 /// What the connection knows about the request a response answers.
 pub struct RequestMeta<'a> {
+    /// Body framing.
+    pub delimit: Delimit,
     /// The request was `HEAD`: headers only.
     pub head: bool,
     /// HTTP/1.0 request (a kept-alive 1.0 connection must say so).
@@ -136,10 +149,15 @@ pub fn reason(status: u16) -> &'static str {
 /// Serialise `resp` into `out`; returns the number of body bytes written.
 pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>, common: &mut Common) -> usize {
     let body = resp.body.as_bytes();
-    let bodyless = resp.status == 204 || resp.status == 304 || resp.status < 200;
+    let bodyless = resp.status == 204 || resp.status == 304 || resp.status < 200 || meta.delimit != Delimit::Length;
     out.reserve(common.block_len() + 256 + if meta.head { 0 } else { body.len() });
     let _ = write!(out, "HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status));
     common.write_date(out);
+    if meta.delimit == Delimit::Chunked {
+        out.extend_from_slice(b"Content-Type: ");
+        out.extend_from_slice(resp.content_type.as_bytes());
+        out.extend_from_slice(b"\r\nTransfer-Encoding: chunked\r\n");
+    }
     if !bodyless {
         out.extend_from_slice(b"Content-Type: ");
         out.extend_from_slice(resp.content_type.as_bytes());
@@ -151,9 +169,11 @@ pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>
     out.extend_from_slice(b"Cache-Control: ");
     out.extend_from_slice(resp.cache_control.as_bytes());
     out.extend_from_slice(b"\r\n");
-    if !meta.keep_alive || resp.close {
+    if meta.delimit == Delimit::Upgrade {
+        out.extend_from_slice(b"Connection: Upgrade\r\n");
+    } else if !meta.keep_alive || resp.close {
         out.extend_from_slice(b"Connection: close\r\n");
-    } else if meta.http10 {
+    } else if meta.http10 || meta.delimit == Delimit::Chunked {
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"x-request-id: ");
@@ -173,6 +193,22 @@ pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>
         out.extend_from_slice(body);
         body.len()
     }
+}
+
+/// Append one chunk of a chunked body (an empty `data` writes nothing: the
+/// terminating chunk is [`end_chunks`]).
+pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    let _ = write!(out, "{:x}\r\n", data.len());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Append the last chunk: the streamed body ends, the connection may be reused.
+pub fn end_chunks(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"0\r\n\r\n");
 }
 
 /// Decimal digits of `n` without allocating.
@@ -216,7 +252,8 @@ mod tests {
     #[test]
     fn head_and_304_have_no_body() {
         let mut common = Common::new(false);
-        let meta = RequestMeta { head: true, http10: false, keep_alive: true, request_id: b"abc" };
+        let meta =
+            RequestMeta { delimit: Delimit::Length, head: true, http10: false, keep_alive: true, request_id: b"abc" };
         let mut out = Vec::new();
         let n = write_response(&mut out, &Response::static_json(b"{\"a\":1}"), &meta, &mut common);
         assert_eq!(n, 0);
@@ -224,7 +261,7 @@ mod tests {
         assert!(text.contains("Content-Length: 7\r\n"), "{text}");
         assert!(text.ends_with("\r\n\r\n"));
         let mut out = Vec::new();
-        let meta = RequestMeta { head: false, ..meta };
+        let meta = RequestMeta { delimit: Delimit::Length, head: false, ..meta };
         write_response(&mut out, &Response::new(304), &meta, &mut common);
         let text = String::from_utf8(out).expect("utf8");
         assert!(!text.contains("Content-Length"), "{text}");
@@ -234,7 +271,8 @@ mod tests {
     fn close_and_http10_keep_alive() {
         let mut common = Common::new(false);
         let mut out = Vec::new();
-        let meta = RequestMeta { head: false, http10: true, keep_alive: true, request_id: b"r" };
+        let meta =
+            RequestMeta { delimit: Delimit::Length, head: false, http10: true, keep_alive: true, request_id: b"r" };
         write_response(&mut out, &Response::new(200), &meta, &mut common);
         assert!(String::from_utf8_lossy(&out).contains("Connection: keep-alive\r\n"));
         let mut out = Vec::new();

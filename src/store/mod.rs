@@ -24,6 +24,7 @@ macro_rules! now_sql {
 
 pub mod error;
 pub mod migrations;
+pub mod notifications;
 pub mod posts;
 pub mod tokens;
 pub mod users;
@@ -37,6 +38,7 @@ use std::{fmt, fs};
 use rusqlite::{Connection, OpenFlags};
 
 pub use error::StoreError;
+pub use notifications::Notification;
 pub use posts::Post;
 pub use tokens::Rotation;
 pub use users::{NewUser, Role, User, UserChanges, UserQuery, UserSort};

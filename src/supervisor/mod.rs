@@ -22,6 +22,7 @@ use mio::{Events, Interest, Poll, Token};
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 
+use crate::bus::{self, Endpoint};
 use crate::config::Config;
 use crate::shm::{Region, WorkerState};
 use crate::sys::signals::SignalSet;
@@ -50,6 +51,10 @@ struct Slot {
 }
 
 struct Supervisor {
+    poll: Poll,
+    /// Bus endpoints by the worker's shared-memory record index (token = index + 1).
+    bus: std::collections::HashMap<usize, Endpoint>,
+    bus_buf: Vec<u8>,
     config: Config,
     secret: Vec<u8>,
     region: &'static Region,
@@ -113,7 +118,11 @@ impl Supervisor {
             config.listen,
             config.environment
         );
+        let poll = Poll::new()?;
         Ok(Supervisor {
+            poll,
+            bus: std::collections::HashMap::new(),
+            bus_buf: vec![0; bus::MAX_MESSAGE],
             next_memory_check: now + config.supervisor.memory_check,
             next_heartbeat_check: now + HEARTBEAT_CHECK,
             next_watchdog: notifier.watchdog_every.map(|_| now),
@@ -130,15 +139,19 @@ impl Supervisor {
     }
 
     fn cycle(&mut self) -> io::Result<i32> {
-        let mut poll = Poll::new()?;
-        poll.registry().register(self.signals.source(), SIGNALS, Interest::READABLE)?;
-        let mut events = Events::with_capacity(16);
+        self.poll.registry().register(self.signals.source(), SIGNALS, Interest::READABLE)?;
+        let mut events = Events::with_capacity(64);
         loop {
             self.respawn_due();
             let wait = self.next_wake().saturating_duration_since(Instant::now());
-            if let Err(e) = poll.poll(&mut events, Some(wait)) {
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     return Err(e);
+                }
+            }
+            for ev in events.iter() {
+                if ev.token() != SIGNALS {
+                    self.on_bus(ev.token().0 - 1);
                 }
             }
             self.signals.drain();
@@ -215,8 +228,18 @@ impl Supervisor {
         let record = self.region.claim().ok_or_else(|| io::Error::other("process table full"))?;
         let fd = self.slots[slot].listener.as_raw_fd();
         let parent = std::process::id() as i32;
+        let (ours, theirs) = bus::pair()?;
         match sys::fork()? {
             Forked::Parent(pid) => {
+                drop(theirs);
+                let ep = Endpoint::new(ours);
+                let token = Token(record + 1);
+                self.poll.registry().register(
+                    &mut mio::unix::SourceFd(&ep.fd()),
+                    token,
+                    Interest::READABLE | Interest::WRITABLE,
+                )?;
+                self.bus.insert(record, ep);
                 self.region.procs[record].pid.store(pid, std::sync::atomic::Ordering::Release);
                 self.table.add(Proc { pid, slot, record, role: Role::Serving, started: Instant::now(), kill_at: None });
                 log::info!("worker {pid} started for slot {slot}");
@@ -224,7 +247,7 @@ impl Supervisor {
             }
             Forked::Child => {
                 self.signals.uninstall();
-                sys::close_inherited_fds(&[fd]);
+                sys::close_inherited_fds(&[fd, theirs.as_raw_fd()]);
                 if sys::die_with_parent(parent).is_err() {
                     std::process::exit(0);
                 }
@@ -233,6 +256,7 @@ impl Supervisor {
                     listener: sys::listener_from_fd(fd),
                     record: &self.region.procs[record],
                     secret: &self.secret,
+                    bus: Endpoint::new(theirs),
                 });
                 std::process::exit(code);
             }
@@ -265,6 +289,9 @@ impl Supervisor {
                 Ok(_) => continue,
             };
             let Some(p) = self.table.remove(pid) else { continue };
+            if let Some(ep) = self.bus.remove(&p.record) {
+                let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&ep.fd()));
+            }
             self.region.release(p.record);
             if p.role == Role::Draining || self.stopping.is_some() {
                 log::info!("worker {pid} exited after draining ({how})");
@@ -285,6 +312,30 @@ impl Supervisor {
                     log::warn!("slot {} keeps failing; next start in {delay:?}", p.slot);
                 }
                 slot.respawn_at = Some(Instant::now() + delay);
+            }
+        }
+    }
+
+    /// A worker's bus socket is readable or writable: forward what it
+    /// published to every other worker, and flush what is queued for it.
+    fn on_bus(&mut self, record: usize) {
+        let Some(ep) = self.bus.get_mut(&record) else { return };
+        ep.flush();
+        loop {
+            let n = match self.bus.get_mut(&record).map(|ep| ep.recv(&mut self.bus_buf)) {
+                Some(Ok(Some(n))) => n,
+                Some(Ok(None)) | None => return,
+                Some(Err(_)) => return, // the worker is gone; reaping removes the endpoint
+            };
+            if bus::decode(&self.bus_buf[..n]).is_none() {
+                log::warn!("bus: malformed message from record {record}");
+                continue;
+            }
+            let msg: std::sync::Arc<[u8]> = self.bus_buf[..n].into();
+            for (other, ep) in self.bus.iter_mut() {
+                if *other != record {
+                    ep.send(msg.clone());
+                }
             }
         }
     }

@@ -9,6 +9,7 @@
 
 mod panics;
 mod pool;
+mod streams;
 mod timers;
 
 use std::io::{self, Read, Write};
@@ -19,8 +20,9 @@ use std::time::{Duration, Instant, SystemTime};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::app::{App, Reply, Services};
+use crate::app::{App, Detach, Reply, Services};
 use crate::auth::{jwt::Jwt, password::Passwords};
+use crate::bus::Endpoint;
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::conn::{Env, Finished, Http1, Outcome, Phase, Progress, Service, HIGH_WATERMARK};
@@ -30,12 +32,14 @@ use crate::shm::{ProcRecord, WorkerState};
 use crate::store::Store;
 use crate::sys::signals::SignalSet;
 
-use pool::Pool;
+use pool::{Completion, Pool, Work};
+use streams::Stream;
 use timers::Timers;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
 const SIGNALS: Token = Token(usize::MAX - 3);
+const BUS: Token = Token(usize::MAX - 4);
 /// The loop turns at least this often, so the heartbeat stays fresh when idle.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(500);
 /// A connection whose output makes no progress this long is dropped (nginx `send_timeout`).
@@ -53,6 +57,8 @@ pub struct WorkerArgs<'a> {
     pub record: &'static ProcRecord,
     /// The access-token signing secret (resolved once, before fork).
     pub secret: &'a [u8],
+    /// This worker's end of the bus.
+    pub bus: Endpoint,
 }
 
 struct Conn {
@@ -65,6 +71,10 @@ struct Conn {
     eof: bool,
     timer_at: Option<Instant>,
     send_deadline: Option<Instant>,
+    /// Set once the connection left request processing (SSE, WebSocket).
+    stream: Option<Stream>,
+    /// Close as soon as the output is flushed.
+    closing: bool,
 }
 
 /// Run the worker until it has drained; returns the process exit code.
@@ -98,6 +108,11 @@ struct Worker {
     timers: Timers,
     scratch: Vec<u8>,
     drain_deadline: Option<Instant>,
+    bus: Endpoint,
+    bus_seq: u64,
+    published: crossbeam_channel::Receiver<crate::app::Publish>,
+    sse: std::collections::HashSet<usize>,
+    rooms: streams::Rooms,
 }
 
 impl Worker {
@@ -109,8 +124,16 @@ impl Worker {
         let passwords = Passwords::new(config.auth.argon2_memory_kib, config.auth.argon2_iterations)
             .map_err(|e| io::Error::other(format!("password hashing: {e}")))?;
         let jwt = Jwt::new(args.secret, &config.auth.issuer, &config.auth.audience, config.auth.access_ttl);
-        let svc: &'static Services =
-            Box::leak(Box::new(Services { config, store: Box::leak(Box::new(store)), jwt, passwords }));
+        let (publish, published) = crossbeam_channel::unbounded();
+        let svc: &'static Services = Box::leak(Box::new(Services {
+            config,
+            store: Box::leak(Box::new(store)),
+            jwt,
+            passwords,
+            publish,
+            record: args.record,
+            stats: Box::leak(Box::default()),
+        }));
         let poll = Poll::new()?;
         let mut signals = SignalSet::install(&[libc::SIGTERM])?;
         for sig in
@@ -126,6 +149,11 @@ impl Worker {
         args.listener.set_nonblocking(true)?;
         let mut listener = TcpListener::from_std(args.listener);
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        poll.registry().register(
+            &mut mio::unix::SourceFd(&args.bus.fd()),
+            BUS,
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
         let env = Env {
             common: Common::new(config.csp_report_only),
             max_head: config.limits.max_header_bytes,
@@ -152,8 +180,13 @@ impl Worker {
             live: 0,
             next_generation: 1,
             timers: Timers::default(),
-            scratch: vec![0; 64 * 1024],
+            scratch: vec![0; crate::bus::MAX_MESSAGE],
             drain_deadline: None,
+            bus: args.bus,
+            bus_seq: 0,
+            published,
+            sse: Default::default(),
+            rooms: Default::default(),
         })
     }
 
@@ -189,6 +222,7 @@ impl Worker {
                 match event.token() {
                     LISTENER => self.accept(),
                     WAKER => self.completions(),
+                    BUS => self.on_bus(),
                     SIGNALS => self.signals.drain(),
                     Token(i) => self.drive(i),
                 }
@@ -216,6 +250,7 @@ impl Worker {
         if let Some(mut l) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut l);
         }
+        self.end_streams();
         for i in 0..self.conns.len() {
             self.drive(i);
         }
@@ -290,6 +325,8 @@ impl Worker {
             eof: false,
             timer_at: None,
             send_deadline: None,
+            stream: None,
+            closing: false,
         });
         self.live += 1;
         self.record.connections.store(self.live as u64, std::sync::atomic::Ordering::Relaxed);
@@ -300,6 +337,9 @@ impl Worker {
     fn close(&mut self, idx: usize) {
         if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut c.sock);
+            if let Some(s) = c.stream.take() {
+                self.forget_stream(idx, s);
+            }
             self.free.push(idx);
             self.live -= 1;
             self.record.connections.store(self.live as u64, std::sync::atomic::Ordering::Relaxed);
@@ -310,6 +350,10 @@ impl Worker {
     }
 
     fn completions(&mut self) {
+        // Messages jobs published (a stored notification) go out first.
+        while let Ok((topic, payload)) = self.published.try_recv() {
+            self.publish(topic, &payload);
+        }
         let done: Vec<pool::Done> = self.pool.completions().collect();
         for d in done {
             let now = Instant::now();
@@ -317,7 +361,14 @@ impl Worker {
             if c.generation != d.generation {
                 continue;
             }
-            let resp = d.result.unwrap_or_else(|e| {
+            let result = match d.result {
+                Completion::Response(r) => r,
+                Completion::Replay(bytes, last) => {
+                    self.replayed(d.token, bytes, last);
+                    continue;
+                }
+            };
+            let resp = result.unwrap_or_else(|e| {
                 if let Error::Internal(detail) = &e {
                     log::error!("pool job failed: {detail}");
                 }
@@ -330,6 +381,7 @@ impl Worker {
                 token: d.token,
                 generation: c.generation,
                 record: self.record,
+                detach: None,
             };
             c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(d.token);
@@ -340,6 +392,10 @@ impl Worker {
     fn drive(&mut self, idx: usize) {
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        if c.stream.is_some() {
+            self.drive_stream(idx);
+            return;
+        }
         let mut glue = Glue {
             app: &self.app,
             config: self.config,
@@ -347,6 +403,7 @@ impl Worker {
             token: idx,
             generation: c.generation,
             record: self.record,
+            detach: None,
         };
         let mut close = false;
         loop {
@@ -382,6 +439,7 @@ impl Worker {
                     break;
                 }
                 Progress::Paused if !pending_out => continue,
+                Progress::Detached => break,
                 Progress::NeedInput if c.eof => {
                     // The peer finished sending: nothing more can complete.
                     close = !pending_out;
@@ -390,14 +448,24 @@ impl Worker {
                 _ => break,
             }
         }
+        let detach = glue.detach.take();
         if close {
             self.close(idx);
             return;
         }
-        let want = match (c.http.deadline(), c.send_deadline) {
-            (Some((a, _)), Some(b)) => Some(a.min(b)),
-            (a, b) => a.map(|x| x.0).or(b),
-        };
+        if let Some(d) = detach {
+            self.start_stream(idx, d, now);
+            return;
+        }
+        self.arm(idx);
+    }
+
+    /// Queue the connection's earliest deadline (protocol, send, stream).
+    fn arm(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let http = if c.stream.is_none() { c.http.deadline().map(|d| d.0) } else { None };
+        let stream = c.stream.as_ref().and_then(Stream::deadline);
+        let want = [http, c.send_deadline, stream].into_iter().flatten().min();
         if let Some(at) = want {
             if c.timer_at.is_none_or(|t| at < t) {
                 c.timer_at = Some(at);
@@ -422,6 +490,10 @@ impl Worker {
                 self.close(idx);
                 continue;
             }
+            if c.stream.is_some() {
+                self.stream_timer(idx, now);
+                continue;
+            }
             let mut glue = Glue {
                 app: &self.app,
                 config: self.config,
@@ -429,6 +501,7 @@ impl Worker {
                 token: idx,
                 generation,
                 record: self.record,
+                detach: None,
             };
             if c.http.on_timeout(&mut c.out, &mut glue, &mut self.env, now) == Progress::Close {
                 let _ = flush(&mut c.sock, &mut c.out, &mut c.out_pos);
@@ -485,6 +558,8 @@ struct Glue<'g> {
     token: usize,
     generation: u32,
     record: &'static ProcRecord,
+    /// Set when the handler detached the connection (stream or upgrade).
+    detach: Option<Detach>,
 }
 
 impl Service for Glue<'_> {
@@ -495,8 +570,16 @@ impl Service for Glue<'_> {
         match result {
             Ok(Reply::Now(resp)) => Outcome::Ready(resp),
             Ok(Reply::Later(job)) => {
-                self.pool.submit(self.token, self.generation, job);
+                self.pool.submit(self.token, self.generation, Work::Request(job));
                 Outcome::Pending
+            }
+            Ok(Reply::Stream(resp, d)) => {
+                self.detach = Some(d);
+                Outcome::Stream(resp)
+            }
+            Ok(Reply::Upgrade(resp, d)) => {
+                self.detach = Some(d);
+                Outcome::Upgrade(resp)
             }
             Err(_) => Outcome::Ready(Error::Internal(panics::take_last()).into_response(dev)),
         }

@@ -19,10 +19,26 @@ use crate::http::response::Response;
 /// while jobs (password hashing above all) saturate the CPUs.
 const POOL_NICE: i32 = 10;
 
+/// What a pool thread runs.
+pub enum Work {
+    /// A handler's job: its result is the response.
+    Request(Job),
+    /// An SSE replay: the events' bytes and the last id.
+    Replay(Box<dyn FnOnce() -> (Vec<u8>, i64) + Send>),
+}
+
+/// What comes back.
+pub enum Completion {
+    /// The response of a [`Work::Request`].
+    Response(Result<Response, Error>),
+    /// The result of a [`Work::Replay`].
+    Replay(Vec<u8>, i64),
+}
+
 struct Task {
     token: usize,
     generation: u32,
-    job: Job,
+    work: Work,
 }
 
 /// A finished job.
@@ -32,7 +48,7 @@ pub struct Done {
     /// The connection's generation when the job was submitted.
     pub generation: u32,
     /// The job's result.
-    pub result: Result<Response, Error>,
+    pub result: Completion,
 }
 
 /// A fixed set of threads.
@@ -58,8 +74,17 @@ impl Pool {
                     log::debug!("pool thread priority unchanged: {e}");
                 }
                 for task in rx.iter() {
-                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task.job))
-                        .unwrap_or_else(|_| Err(Error::Internal(super::panics::take_last())));
+                    let result = match task.work {
+                        Work::Request(job) => Completion::Response(
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                                .unwrap_or_else(|_| Err(Error::Internal(super::panics::take_last()))),
+                        ),
+                        Work::Replay(job) => {
+                            let (bytes, last) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                                .unwrap_or_else(|_| (Vec::new(), -1));
+                            Completion::Replay(bytes, last)
+                        }
+                    };
                     let _ = done_tx.send(Done { token: task.token, generation: task.generation, result });
                     active.fetch_sub(1, Ordering::AcqRel);
                     let _ = waker.wake();
@@ -70,9 +95,9 @@ impl Pool {
     }
 
     /// Queue a job for connection `token`.
-    pub fn submit(&self, token: usize, generation: u32, job: Job) {
+    pub fn submit(&self, token: usize, generation: u32, work: Work) {
         self.active.fetch_add(1, Ordering::AcqRel);
-        if self.tx.send(Task { token, generation, job }).is_err() {
+        if self.tx.send(Task { token, generation, work }).is_err() {
             self.active.fetch_sub(1, Ordering::AcqRel);
         }
     }

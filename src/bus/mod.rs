@@ -1,0 +1,217 @@
+//! The message bus between workers (DESIGN "The bus").
+//!
+//! Topology: worker → supervisor → every other worker, over one non-blocking
+//! `SOCK_SEQPACKET` socketpair per worker process (one message = one
+//! datagram; the kernel keeps message boundaries and order). The publisher
+//! delivers to its own local subscribers directly; the supervisor forwards to
+//! the rest. Each message carries the publishing worker's pid and a
+//! per-publisher sequence number, so order per publisher holds and gaps are
+//! visible.
+//!
+//! Nobody blocks: every [`Endpoint`] keeps a bounded outbound queue for a
+//! peer that is not reading; when it is full, new messages for that peer are
+//! dropped and counted (a stalled or dead worker cannot stall the others;
+//! SSE clients recover what they missed through `Last-Event-ID` replay). A
+//! replaced worker gets a fresh socketpair and simply starts receiving.
+//!
+//! This module owns the wire format and the endpoint; the supervisor and the
+//! worker own the sockets' registration in their polls.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use socket2::{Domain, Socket, Type};
+
+/// The largest message (header included).
+pub const MAX_MESSAGE: usize = 128 * 1024;
+/// Messages queued for one slow peer before new ones are dropped.
+pub const MAX_QUEUE: usize = 4096;
+const HEADER: usize = 16;
+const MAGIC: u8 = 0xB5;
+
+/// What a message is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topic {
+    /// A stored notification (JSON of `store::Notification`) for `/api/events`.
+    Notification,
+    /// WebSocket room traffic (JSON: `{"room", "except"?, "message"}`).
+    Room,
+}
+
+impl Topic {
+    fn code(self) -> u8 {
+        match self {
+            Topic::Notification => 1,
+            Topic::Room => 2,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<Topic> {
+        match c {
+            1 => Some(Topic::Notification),
+            2 => Some(Topic::Room),
+            _ => None,
+        }
+    }
+}
+
+/// A decoded message, borrowing its payload.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Message<'a> {
+    /// The publishing worker's pid.
+    pub origin: u32,
+    /// The publisher's sequence number (1, 2, …).
+    pub seq: u64,
+    /// The topic.
+    pub topic: Topic,
+    /// The payload (JSON).
+    pub payload: &'a [u8],
+}
+
+/// Encode a message.
+pub fn encode(topic: Topic, origin: u32, seq: u64, payload: &[u8]) -> Arc<[u8]> {
+    let mut v = Vec::with_capacity(HEADER + payload.len());
+    v.extend_from_slice(&[MAGIC, topic.code(), 0, 0]);
+    v.extend_from_slice(&origin.to_le_bytes());
+    v.extend_from_slice(&seq.to_le_bytes());
+    v.extend_from_slice(payload);
+    v.into()
+}
+
+/// Decode a message; `None` for anything malformed.
+pub fn decode(buf: &[u8]) -> Option<Message<'_>> {
+    if buf.len() < HEADER || buf[0] != MAGIC {
+        return None;
+    }
+    Some(Message {
+        topic: Topic::from_code(buf[1])?,
+        origin: u32::from_le_bytes(buf[4..8].try_into().ok()?),
+        seq: u64::from_le_bytes(buf[8..16].try_into().ok()?),
+        payload: &buf[HEADER..],
+    })
+}
+
+/// A connected pair of non-blocking `SOCK_SEQPACKET` sockets.
+pub fn pair() -> io::Result<(Socket, Socket)> {
+    let (a, b) = Socket::pair(Domain::UNIX, Type::SEQPACKET, None)?;
+    for s in [&a, &b] {
+        s.set_nonblocking(true)?;
+        // Room for bursts; the kernel caps it at wmem_max.
+        let _ = s.set_send_buffer_size(1 << 20);
+        let _ = s.set_recv_buffer_size(1 << 20);
+    }
+    Ok((a, b))
+}
+
+/// One end of a bus socket with its outbound queue.
+pub struct Endpoint {
+    sock: Socket,
+    queue: VecDeque<Arc<[u8]>>,
+    /// Messages dropped because the peer did not keep up.
+    pub dropped: u64,
+}
+
+impl Endpoint {
+    /// Wrap a socket from [`pair`].
+    pub fn new(sock: Socket) -> Endpoint {
+        Endpoint { sock, queue: VecDeque::new(), dropped: 0 }
+    }
+
+    /// The descriptor, for poll registration.
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// Send `msg` now, or queue it; drop it when the queue is full.
+    pub fn send(&mut self, msg: Arc<[u8]>) {
+        if self.queue.is_empty() {
+            match (&self.sock).write(&msg) {
+                Ok(_) => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    log::debug!("bus send: {e}");
+                    self.dropped += 1;
+                    return;
+                }
+            }
+        }
+        if self.queue.len() >= MAX_QUEUE {
+            self.dropped += 1;
+            if self.dropped.is_power_of_two() {
+                log::warn!("bus: peer is not keeping up; {} message(s) dropped so far", self.dropped);
+            }
+            return;
+        }
+        self.queue.push_back(msg);
+    }
+
+    /// Send what is queued until the socket is full (call on writable).
+    pub fn flush(&mut self) {
+        while let Some(msg) = self.queue.front() {
+            match (&self.sock).write(msg) {
+                Ok(_) => {
+                    self.queue.pop_front();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.dropped += self.queue.len() as u64;
+                    self.queue.clear();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Receive one datagram into `buf`: `Ok(Some(n))`, `Ok(None)` when none is
+    /// waiting, `Err` when the peer is gone (EOF is reported as an error).
+    pub fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            match (&self.sock).read(buf) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_rejects_garbage() {
+        let m = encode(Topic::Room, 42, 7, b"{\"a\":1}");
+        assert_eq!(decode(&m), Some(Message { origin: 42, seq: 7, topic: Topic::Room, payload: b"{\"a\":1}" }));
+        assert_eq!(decode(b"short"), None);
+        let mut bad = m.to_vec();
+        bad[1] = 99;
+        assert_eq!(decode(&bad), None);
+    }
+
+    #[test]
+    fn datagrams_keep_boundaries_and_order_and_a_full_peer_drops_instead_of_blocking() {
+        let (a, b) = pair().expect("pair");
+        let (mut a, mut b) = (Endpoint::new(a), Endpoint::new(b));
+        for i in 0..3u64 {
+            a.send(encode(Topic::Notification, 1, i, &vec![b'x'; 100 * (i as usize + 1)]));
+        }
+        let mut buf = vec![0; MAX_MESSAGE];
+        for i in 0..3u64 {
+            let n = b.recv(&mut buf).expect("recv").expect("a message");
+            let m = decode(&buf[..n]).expect("decode");
+            assert_eq!((m.seq, m.payload.len()), (i, 100 * (i as usize + 1)));
+        }
+        assert_eq!(b.recv(&mut buf).expect("recv"), None);
+        // Nobody reads b: a's sends fill the socket, then the queue, then drop.
+        let big = encode(Topic::Room, 1, 0, &vec![0; 60_000]);
+        for _ in 0..(MAX_QUEUE + 200) {
+            a.send(big.clone());
+        }
+        assert!(a.dropped > 0, "a full queue must drop, not block");
+    }
+}
