@@ -38,6 +38,8 @@ pub enum Error {
     PreconditionFailed,
     /// 422: schema failure; every bad field listed.
     Validation(Vec<FieldError>),
+    /// 426: a WebSocket upgrade with an unsupported version.
+    UpgradeRequired,
     /// 405; the value of the `Allow` header.
     MethodNotAllowed(&'static str),
     /// 408: the request head or body did not arrive in time.
@@ -73,6 +75,7 @@ impl Error {
             Error::Conflict(_) => 409,
             Error::PreconditionFailed => 412,
             Error::Validation(_) => 422,
+            Error::UpgradeRequired => 426,
             Error::MethodNotAllowed(_) => 405,
             Error::RequestTimeout => 408,
             Error::PayloadTooLarge => 413,
@@ -94,6 +97,7 @@ impl Error {
             Error::Conflict(_) => "CONFLICT",
             Error::PreconditionFailed => "PRECONDITION_FAILED",
             Error::Validation(_) => "VALIDATION_ERROR",
+            Error::UpgradeRequired => "UPGRADE_REQUIRED",
             Error::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             Error::RequestTimeout => "REQUEST_TIMEOUT",
             Error::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
@@ -113,6 +117,7 @@ impl Error {
             Error::NotFound => "resource not found",
             Error::PreconditionFailed => "precondition failed",
             Error::Validation(_) => "validation failed",
+            Error::UpgradeRequired => "WebSocket version 13 required",
             Error::MethodNotAllowed(_) => "method not allowed",
             Error::RequestTimeout => "request timeout",
             Error::PayloadTooLarge => "payload too large",
@@ -145,6 +150,9 @@ impl Error {
             }
             Error::Unauthorized(_) => {
                 resp.header("WWW-Authenticate", "Bearer");
+            }
+            Error::UpgradeRequired => {
+                resp.header("Sec-WebSocket-Version", "13");
             }
             _ => {}
         }

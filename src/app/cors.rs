@@ -34,6 +34,17 @@ pub fn check_origin(config: &Config, req: &Request<'_>) -> Result<(), Error> {
     }
 }
 
+/// Refuse a foreign `Origin` whatever the method (WebSocket upgrades are GETs
+/// that a browser on any site could otherwise open with the user's cookies).
+pub fn check_origin_always(config: &Config, req: &Request<'_>) -> Result<(), Error> {
+    match origin(req) {
+        Some(o) if !o.eq_ignore_ascii_case(&config.public_origin) && allowed_origin(config, req).is_none() => {
+            Err(Error::Forbidden("origin not allowed"))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Answer a CORS preflight from an allow-listed origin.
 pub fn preflight(allowed: Option<&str>, req: &Request<'_>) -> Option<crate::app::Reply> {
     if req.method != Method::Options || allowed.is_none() || req.header("access-control-request-method").is_none() {

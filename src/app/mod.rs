@@ -19,6 +19,7 @@ mod session;
 mod users;
 pub mod validate;
 mod version;
+pub mod ws;
 
 use std::borrow::Cow;
 
@@ -128,6 +129,7 @@ impl App {
             auth::routes(&mut router, base);
             events::routes(&mut router, base);
         }
+        ws::routes(&mut router, config.websocket.echo);
         if config.debug.routes {
             debug::routes(&mut router);
         }

@@ -136,6 +136,7 @@ pub fn reason(status: u16) -> &'static str {
         416 => "Range Not Satisfiable",
         417 => "Expectation Failed",
         422 => "Unprocessable Content",
+        426 => "Upgrade Required",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",

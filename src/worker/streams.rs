@@ -9,22 +9,49 @@
 //! them, with back pressure: a subscriber whose unsent output passes
 //! [`MAX_BACKLOG`] is dropped rather than buffered without bound.
 
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{flush, read_into, Detach, Worker, READ_AHEAD};
+use crate::app::ws::{self, Action};
 use crate::bus::{self, Topic};
 use crate::http::response::{end_chunks, write_chunk};
+use crate::proto::ws::{Event, Message, WsConn};
 
 use super::pool::Work;
 
 /// Unsent bytes one subscriber may accumulate before it is dropped.
 pub const MAX_BACKLOG: usize = 1 << 20;
+/// How often an idle WebSocket is pinged; a peer that has not answered the
+/// previous ping by the next one is dropped.
+const WS_PING_EVERY: Duration = Duration::from_secs(30);
 
 /// What a detached connection is.
 pub enum Stream {
     /// An `/api/events` stream.
     Sse(Sse),
+    /// A WebSocket (`/ws` or `/ws/echo`).
+    Ws(Box<Ws>),
+}
+
+/// State of one WebSocket.
+pub struct Ws {
+    conn: WsConn,
+    /// The authenticated user; `None` on the echo endpoint.
+    user_id: Option<i64>,
+    /// Rooms this client is in.
+    rooms: Vec<String>,
+    next_ping: Instant,
+    awaiting_pong: bool,
+}
+
+/// Work a WebSocket message asks for, done once the connection is released.
+enum Todo {
+    Join(String),
+    Leave(String),
+    Room { room: String, message: String, skip_user: Option<i64> },
 }
 
 /// State of one SSE stream.
@@ -44,13 +71,37 @@ impl Stream {
     pub fn deadline(&self) -> Option<Instant> {
         match self {
             Stream::Sse(s) => Some(s.next_beat),
+            Stream::Ws(w) => Some(w.next_ping),
         }
     }
 }
 
-/// WebSocket rooms of this worker.
+/// WebSocket rooms of this worker: room → member connections (slab indexes).
 #[derive(Default)]
-pub struct Rooms {}
+pub struct Rooms {
+    members: HashMap<String, Vec<usize>>,
+}
+
+impl Rooms {
+    fn join(&mut self, room: &str, idx: usize) -> bool {
+        let list = self.members.entry(room.to_owned()).or_default();
+        if list.contains(&idx) {
+            return false;
+        }
+        list.push(idx);
+        true
+    }
+
+    fn leave(&mut self, room: &str, idx: usize) -> bool {
+        let Some(list) = self.members.get_mut(room) else { return false };
+        let Some(pos) = list.iter().position(|&m| m == idx) else { return false };
+        list.swap_remove(pos);
+        if list.is_empty() {
+            self.members.remove(room);
+        }
+        true
+    }
+}
 
 impl Worker {
     /// A handler detached connection `idx`; its head is in the output already.
@@ -74,8 +125,19 @@ impl Worker {
                     self.pool.submit(idx, generation, Work::Replay(self.app.sse_replay(after)));
                 }
             }
-            Detach::WebSocket { .. } => {
-                c.closing = true;
+            Detach::WebSocket { user_id } => {
+                let mut conn = WsConn::new(self.config.websocket.max_message_bytes);
+                if let Some(uid) = user_id {
+                    conn.send_text(&ws::connected(uid), &mut c.out);
+                }
+                c.stream = Some(Stream::Ws(Box::new(Ws {
+                    conn,
+                    user_id,
+                    rooms: Vec::new(),
+                    next_ping: now + WS_PING_EVERY,
+                    awaiting_pong: false,
+                })));
+                self.svc.stats.ws.fetch_add(1, Relaxed);
             }
         }
         self.drive_stream(idx);
@@ -92,8 +154,39 @@ impl Worker {
                 Err(_) => close = true,
             }
         }
-        if let Some(Stream::Sse(_)) = c.stream {
-            c.inbuf.clear(); // a stream's client has nothing to say
+        let mut todo = Vec::new();
+        match &mut c.stream {
+            Some(Stream::Sse(_)) => c.inbuf.clear(), // a stream's client has nothing to say
+            Some(Stream::Ws(w)) => {
+                let mut events = Vec::new();
+                let used = w.conn.read(&c.inbuf, &mut c.out, &mut events);
+                c.inbuf.drain(..used);
+                if w.conn.take_pong() {
+                    w.awaiting_pong = false;
+                }
+                for ev in events {
+                    match ev {
+                        Event::Closed { .. } => c.closing = true,
+                        Event::Message(m) => match (w.user_id, m) {
+                            (None, Message::Text(t)) => w.conn.send_text(&t, &mut c.out),
+                            (None, Message::Binary(b)) => w.conn.send_binary(&b, &mut c.out),
+                            (Some(_), Message::Binary(_)) => {
+                                w.conn.send_text(&ws::error_message("binary messages are not supported"), &mut c.out)
+                            }
+                            (Some(uid), Message::Text(t)) => match ws::on_text(uid, &t) {
+                                Action::Reply(r) => w.conn.send_text(&r, &mut c.out),
+                                Action::Join(room) => todo.push(Todo::Join(room)),
+                                Action::Leave(room) => todo.push(Todo::Leave(room)),
+                                Action::Room { room, message, skip_sender } => {
+                                    todo.push(Todo::Join(room.clone()));
+                                    todo.push(Todo::Room { room, message, skip_user: skip_sender.then_some(uid) });
+                                }
+                            },
+                        },
+                    }
+                }
+            }
+            None => {}
         }
         if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
             close = true;
@@ -101,6 +194,73 @@ impl Worker {
         let pending = c.out.len() > c.out_pos;
         c.send_deadline = if pending { c.send_deadline.or(Some(now + super::SEND_TIMEOUT)) } else { None };
         if close || c.eof || (c.closing && !pending) {
+            self.close(idx);
+            return;
+        }
+        self.arm(idx);
+        for t in todo {
+            self.ws_todo(idx, t);
+        }
+    }
+
+    fn ws_todo(&mut self, idx: usize, t: Todo) {
+        match t {
+            Todo::Join(room) => {
+                let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+                let Some(Stream::Ws(w)) = &mut c.stream else { return };
+                if self.rooms.join(&room, idx) {
+                    w.rooms.push(room);
+                    self.svc.stats.members.fetch_add(1, Relaxed);
+                }
+            }
+            Todo::Leave(room) => {
+                let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+                let Some(Stream::Ws(w)) = &mut c.stream else { return };
+                if self.rooms.leave(&room, idx) {
+                    w.rooms.retain(|r| *r != room);
+                    self.svc.stats.members.fetch_sub(1, Relaxed);
+                }
+            }
+            Todo::Room { room, message, skip_user } => {
+                let payload = serde_json::json!({"room": room, "skipUser": skip_user, "message": message});
+                let payload = serde_json::to_vec(&payload).unwrap_or_default();
+                self.publish(Topic::Room, &payload);
+            }
+        }
+    }
+
+    /// Deliver a room message to this worker's members of the room.
+    fn deliver_room(&mut self, payload: &[u8]) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else { return };
+        let (Some(room), Some(message)) = (v["room"].as_str(), v["message"].as_str()) else { return };
+        let skip = v["skipUser"].as_i64();
+        let members = self.rooms.members.get(room).cloned().unwrap_or_default();
+        for idx in members {
+            let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
+            let Some(Stream::Ws(w)) = &mut c.stream else { continue };
+            if skip.is_some() && w.user_id == skip {
+                continue;
+            }
+            if c.out.len() - c.out_pos > MAX_BACKLOG {
+                log::warn!("WebSocket member is not reading; dropping it");
+                self.close(idx);
+                continue;
+            }
+            w.conn.send_text(message, &mut c.out);
+            self.flush_conn(idx);
+        }
+    }
+
+    /// Flush a detached connection's output (no reading: safe while delivering).
+    fn flush_conn(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
+            self.close(idx);
+            return;
+        }
+        let pending = c.out.len() > c.out_pos;
+        c.send_deadline = if pending { c.send_deadline.or(Some(Instant::now() + super::SEND_TIMEOUT)) } else { None };
+        if c.closing && !pending {
             self.close(idx);
             return;
         }
@@ -116,6 +276,16 @@ impl Worker {
             Some(Stream::Sse(s)) if s.next_beat <= now => {
                 write_chunk(&mut c.out, &beat);
                 s.next_beat = now + every;
+            }
+            Some(Stream::Ws(w)) if w.next_ping <= now => {
+                if w.awaiting_pong {
+                    log::debug!("WebSocket peer stopped answering pings; dropping it");
+                    self.close(idx);
+                    return;
+                }
+                w.conn.ping(b"", &mut c.out);
+                w.awaiting_pong = true;
+                w.next_ping = now + WS_PING_EVERY;
             }
             _ => {}
         }
@@ -144,6 +314,14 @@ impl Worker {
             Stream::Sse(_) => {
                 self.sse.remove(&idx);
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
+            }
+            Stream::Ws(w) => {
+                for room in &w.rooms {
+                    if self.rooms.leave(room, idx) {
+                        self.svc.stats.members.fetch_sub(1, Relaxed);
+                    }
+                }
+                self.svc.stats.ws.fetch_sub(1, Relaxed);
             }
         }
     }
@@ -199,22 +377,25 @@ impl Worker {
                     }
                     s.last_id = id;
                     c.out.extend_from_slice(&chunk);
-                    self.drive_stream(idx);
+                    self.flush_conn(idx);
                 }
             }
-            Topic::Room => {}
+            Topic::Room => self.deliver_room(payload),
         }
     }
 
     /// Graceful stop: end every stream (SSE: the last chunk; the client reconnects elsewhere).
+    /// WebSockets: close 1001 (going away).
     pub(super) fn end_streams(&mut self) {
-        let subscribers: Vec<usize> = self.sse.iter().copied().collect();
-        for idx in subscribers {
-            if let Some(Some(c)) = self.conns.get_mut(idx) {
-                end_chunks(&mut c.out);
-                c.closing = true;
+        for idx in 0..self.conns.len() {
+            let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
+            match &mut c.stream {
+                Some(Stream::Sse(_)) => end_chunks(&mut c.out),
+                Some(Stream::Ws(w)) => w.conn.close(1001, "server shutting down", &mut c.out),
+                None => continue,
             }
-            self.drive_stream(idx);
+            c.closing = true;
+            self.flush_conn(idx);
         }
     }
 }

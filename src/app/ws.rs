@@ -1,0 +1,149 @@
+//! WebSocket endpoints and chat-room semantics (CONTRACT §7).
+//!
+//! `GET /ws?token=…` upgrades after the token (401) and the `Origin` (403)
+//! are checked, so nothing unauthenticated ever speaks WebSocket;
+//! `/ws/echo` (only with `websocket.echo = true`) is the conformance target.
+//! [`on_text`] turns a client message into an [`Action`]; the worker does the
+//! delivery (local members, other workers through the bus). The framing is
+//! `crate::proto`'s.
+
+use super::router::Router;
+use super::{cors, validate, App, Ctx, Detach, Handler, Reply};
+use crate::error::Error;
+use crate::http::request::{Method, Request};
+use crate::http::response::Response;
+use crate::proto::handshake::{self, HandshakeError};
+
+/// Register `/ws` and, when enabled, `/ws/echo`.
+pub fn routes(r: &mut Router<Handler>, echo_enabled: bool) {
+    r.add(Method::Get, "/ws", chat);
+    if echo_enabled {
+        r.add(Method::Get, "/ws/echo", echo);
+    }
+}
+
+fn upgrade(req: &Request<'_>, user_id: Option<i64>) -> Result<Reply, Error> {
+    let accept = handshake::accept_key(req.method.as_str(), req.headers.iter().map(|h| (h.name, h.value))).map_err(
+        |e| match e {
+            HandshakeError::Version => Error::UpgradeRequired,
+            other => Error::BadRequest(other.to_string().into()),
+        },
+    )?;
+    let mut r = Response::new(101);
+    r.header("Upgrade", "websocket").header("Sec-WebSocket-Accept", accept);
+    Ok(Reply::Upgrade(r, Detach::WebSocket { user_id }))
+}
+
+fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    cors::check_origin_always(app.svc.config, req)?;
+    let token = req
+        .query_param("token")
+        .and_then(validate::decode_query)
+        .filter(|t| !t.is_empty())
+        .ok_or(Error::Unauthorized("token required"))?;
+    let claims = app.svc.jwt.verify(&token)?;
+    upgrade(req, Some(claims.user_id))
+}
+
+fn echo(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    cors::check_origin_always(app.svc.config, req)?;
+    upgrade(req, None)
+}
+
+/// What a client message asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Answer the sender only (errors).
+    Reply(String),
+    /// Join a room.
+    Join(String),
+    /// Leave a room.
+    Leave(String),
+    /// Deliver `message` to every member of `room` (joining it first);
+    /// `skip_sender`: not to the sender's own user (typing).
+    Room {
+        /// The room.
+        room: String,
+        /// The JSON text to deliver.
+        message: String,
+        /// Leave the sender's user out.
+        skip_sender: bool,
+    },
+}
+
+/// The `connected` greeting.
+pub fn connected(user_id: i64) -> String {
+    serde_json::json!({"type": "connected", "userId": user_id}).to_string()
+}
+
+/// An error message for the sender.
+pub fn error_message(message: &str) -> String {
+    serde_json::json!({"type": "error", "message": message}).to_string()
+}
+
+/// Interpret one text message from `user_id`.
+pub fn on_text(user_id: i64, text: &str) -> Action {
+    let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Action::Reply(error_message("invalid JSON"));
+    };
+    let room = m.get("roomId").and_then(|v| v.as_str()).filter(|r| (1..=100).contains(&r.chars().count()));
+    let kind = m.get("type").and_then(|v| v.as_str()).unwrap_or("");
+    let Some(room) = room.map(str::to_owned) else {
+        return Action::Reply(error_message(match kind {
+            "join" | "leave" | "chat" | "typing" => "roomId must be a string of 1 to 100 characters",
+            _ => "unknown message type",
+        }));
+    };
+    match kind {
+        "join" => Action::Join(room),
+        "leave" => Action::Leave(room),
+        "chat" => match m.get("content").and_then(|v| v.as_str()) {
+            Some(content) => {
+                let ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0);
+                let message = serde_json::json!({
+                    "type": "chat", "roomId": room, "from": user_id, "content": content, "timestamp": ms,
+                })
+                .to_string();
+                Action::Room { room, message, skip_sender: false }
+            }
+            None => Action::Reply(error_message("content must be a string")),
+        },
+        "typing" => {
+            let message = serde_json::json!({"type": "typing", "roomId": room, "from": user_id}).to_string();
+            Action::Room { room, message, skip_sender: true }
+        }
+        _ => Action::Reply(error_message("unknown message type")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages() {
+        assert_eq!(on_text(1, r#"{"type":"join","roomId":"r"}"#), Action::Join("r".into()));
+        assert_eq!(on_text(1, r#"{"type":"leave","roomId":"r"}"#), Action::Leave("r".into()));
+        match on_text(7, r#"{"type":"chat","roomId":"r","content":"hi"}"#) {
+            Action::Room { room, message, skip_sender: false } => {
+                assert_eq!(room, "r");
+                let v: serde_json::Value = serde_json::from_str(&message).expect("json");
+                assert_eq!(
+                    (v["type"].as_str(), v["from"].as_i64(), v["content"].as_str()),
+                    (Some("chat"), Some(7), Some("hi"))
+                );
+                assert!(v["timestamp"].as_u64().is_some());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(on_text(7, r#"{"type":"typing","roomId":"r"}"#), Action::Room { skip_sender: true, .. }));
+        for bad in
+            ["nope", "[]", r#"{"type":"dance","roomId":"r"}"#, r#"{"type":"chat","roomId":"r"}"#, r#"{"type":"join"}"#]
+        {
+            assert!(matches!(on_text(1, bad), Action::Reply(_)), "{bad}");
+        }
+    }
+}
