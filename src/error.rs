@@ -40,6 +40,13 @@ pub enum Error {
     Validation(Vec<FieldError>),
     /// 426: a WebSocket upgrade with an unsupported version.
     UpgradeRequired,
+    /// 429: over a rate limit; `Retry-After` seconds (and the limit's headers).
+    TooManyRequests {
+        /// Seconds until the window ends.
+        retry_after: u64,
+        /// The limit's state, for the `RateLimit-*` headers.
+        decision: Option<crate::shm::ratelimit::Decision>,
+    },
     /// 405; the value of the `Allow` header.
     MethodNotAllowed(&'static str),
     /// 408: the request head or body did not arrive in time.
@@ -76,6 +83,7 @@ impl Error {
             Error::PreconditionFailed => 412,
             Error::Validation(_) => 422,
             Error::UpgradeRequired => 426,
+            Error::TooManyRequests { .. } => 429,
             Error::MethodNotAllowed(_) => 405,
             Error::RequestTimeout => 408,
             Error::PayloadTooLarge => 413,
@@ -98,6 +106,7 @@ impl Error {
             Error::PreconditionFailed => "PRECONDITION_FAILED",
             Error::Validation(_) => "VALIDATION_ERROR",
             Error::UpgradeRequired => "UPGRADE_REQUIRED",
+            Error::TooManyRequests { .. } => "RATE_LIMITED",
             Error::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             Error::RequestTimeout => "REQUEST_TIMEOUT",
             Error::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
@@ -118,6 +127,7 @@ impl Error {
             Error::PreconditionFailed => "precondition failed",
             Error::Validation(_) => "validation failed",
             Error::UpgradeRequired => "WebSocket version 13 required",
+            Error::TooManyRequests { .. } => "too many requests, try again later",
             Error::MethodNotAllowed(_) => "method not allowed",
             Error::RequestTimeout => "request timeout",
             Error::PayloadTooLarge => "payload too large",
@@ -153,6 +163,9 @@ impl Error {
             }
             Error::UpgradeRequired => {
                 resp.header("Sec-WebSocket-Version", "13");
+            }
+            Error::TooManyRequests { retry_after, .. } => {
+                resp.header("Retry-After", retry_after.to_string());
             }
             _ => {}
         }

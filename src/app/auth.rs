@@ -5,6 +5,7 @@
 //! tokens are random, stored only as hashes and rotated on every use; a
 //! spent one presented again revokes its whole family.
 
+use super::ratelimit::LoginGuard;
 use super::router::Router;
 use super::session::{self, Caller};
 use super::validate::{self, Fields};
@@ -30,17 +31,24 @@ fn login(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let password = f.string("password", true, validate::any);
     f.finish()?;
     let (Some(email), Some(password)) = (email, password) else { return Err(Error::bad_request("missing fields")) };
+    let guard = LoginGuard::new(app.svc.config, req.peer, &email);
+    guard.check(app.svc.rate)?;
     let svc = app.svc;
     Ok(Reply::Later(Box::new(move || {
         let found = svc.store.user_by_email(&email)?;
         let user = match found {
             Some((user, hash)) if svc.passwords.verify(&password, &hash) => user,
-            Some(_) => return Err(Error::Unauthorized("invalid credentials")),
+            Some(_) => {
+                guard.failed(svc.rate);
+                return Err(Error::Unauthorized("invalid credentials"));
+            }
             None => {
                 svc.passwords.verify_dummy(&password);
+                guard.failed(svc.rate);
                 return Err(Error::Unauthorized("invalid credentials"));
             }
         };
+        guard.succeeded(svc.rate);
         let family = tokens::new_family();
         issue(svc, user.id, user.role.as_str(), &family)
     })))

@@ -10,10 +10,14 @@
 
 mod auth;
 mod cors;
+mod csp_report;
 mod debug;
 mod events;
 mod health;
+mod pages;
 mod posts;
+mod ratelimit;
+mod redirect;
 pub mod router;
 mod session;
 mod users;
@@ -81,6 +85,8 @@ pub struct Services {
     pub record: &'static crate::shm::ProcRecord,
     /// Live counters of this worker's streams (read by `/_debug/streams`).
     pub stats: &'static Stats,
+    /// The shared rate-limit table.
+    pub rate: &'static crate::shm::ratelimit::RateTable,
 }
 
 /// Live counters of one worker's detached connections.
@@ -122,6 +128,12 @@ impl App {
             .add(Method::Get, "/health/ready", health::ready)
             .add(Method::Get, "/api/config", health::client_config)
             .add(Method::Get, "/api/events", events::events);
+        router
+            .add(Method::Get, "/", pages::index)
+            .add(Method::Get, "/favicon.ico", pages::favicon)
+            .add(Method::Get, "/static/{name}", pages::static_file)
+            .add(Method::Get, "/redirect", redirect::redirect)
+            .add(Method::Post, "/csp-report", csp_report::report);
         // Versioned resources answer under /api/v1 and, version negotiated, under /api.
         for base in ["/api/v1", "/api"] {
             users::routes(&mut router, base);
@@ -143,30 +155,33 @@ impl App {
     /// Run one request through the phases; errors are rendered here, so the
     /// decoration (CORS) applies to them too.
     pub fn handle(&self, req: &Request<'_>, draining: bool) -> Reply {
-        let dev = self.svc.config.is_development();
-        let cors = cors::allowed_origin(self.svc.config, req);
-        let reply = cors::preflight(cors, req).map(Ok).unwrap_or_else(|| self.route(req, draining));
-        let decorate = move |mut r: Response| {
-            if let Some(origin) = cors {
-                cors::decorate(&mut r, origin);
-            }
-            r
+        let config = self.svc.config;
+        let dev = config.is_development();
+        let mut decor = Decor { cors: cors::allowed_origin(config, req).map(str::to_owned), rate: None };
+        let reply = match cors::preflight(decor.cors.as_deref(), req) {
+            Some(r) => Ok(r),
+            None => match ratelimit::check(config, self.svc.rate, req) {
+                Ok(rate) => {
+                    decor.rate = rate;
+                    self.route(req, draining)
+                }
+                Err(e) => {
+                    if let Error::TooManyRequests { decision, .. } = &e {
+                        decor.rate = *decision;
+                    }
+                    Err(e)
+                }
+            },
         };
         match reply {
-            Ok(Reply::Now(r)) => Reply::Now(decorate(r)),
-            Ok(Reply::Stream(r, d)) => Reply::Stream(decorate(r), d),
+            Ok(Reply::Now(r)) => Reply::Now(decor.apply(r, config)),
+            Ok(Reply::Stream(r, d)) => Reply::Stream(decor.apply(r, config), d),
             Ok(Reply::Upgrade(r, d)) => Reply::Upgrade(r, d),
-            Err(e) => Reply::Now(decorate(render(e, dev))),
-            Ok(Reply::Later(job)) => {
-                let origin: Option<String> = cors.map(str::to_owned);
-                Reply::Later(Box::new(move || {
-                    let mut r = job().unwrap_or_else(|e| render(e, dev));
-                    if let Some(o) = &origin {
-                        cors::decorate(&mut r, o);
-                    }
-                    Ok(r)
-                }))
-            }
+            Err(e) => Reply::Now(decor.apply(render(e, dev), config)),
+            Ok(Reply::Later(job)) => Reply::Later(Box::new(move || {
+                let r = job().unwrap_or_else(|e| render(e, dev));
+                Ok(decor.apply(r, config))
+            })),
         }
     }
 
@@ -208,6 +223,24 @@ impl App {
             Match::MethodNotAllowed(allow) => Err(Error::MethodNotAllowed(allow)),
             Match::NotFound => Err(Error::NotFound),
         }
+    }
+}
+
+/// Headers every response of a request gets, whenever it is produced.
+struct Decor {
+    cors: Option<String>,
+    rate: Option<crate::shm::ratelimit::Decision>,
+}
+
+impl Decor {
+    fn apply(&self, mut r: Response, config: &Config) -> Response {
+        if let Some(origin) = &self.cors {
+            cors::decorate(&mut r, origin);
+        }
+        if let Some(d) = &self.rate {
+            ratelimit::decorate(&mut r, config, d);
+        }
+        r
     }
 }
 

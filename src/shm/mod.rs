@@ -6,6 +6,8 @@
 //! state, counters). Later zones (rate limits, shared cache) are added here
 //! as more fixed arrays. It must not grow, allocate or hold Rust pointers.
 
+pub mod ratelimit;
+
 use std::io;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
@@ -45,6 +47,8 @@ pub struct ProcRecord {
 pub struct Region {
     /// Per-process records, indexed by the slot the supervisor assigned.
     pub procs: [ProcRecord; MAX_PROCS],
+    /// The shared rate-limit table (seeded by the supervisor before forking).
+    pub rate: ratelimit::RateTable,
 }
 
 impl Region {

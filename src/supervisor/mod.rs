@@ -92,6 +92,7 @@ impl Supervisor {
         crate::store::Store::migrate(&config.db.path)
             .map_err(|e| io::Error::other(format!("database {}: {e}", config.db.path.display())))?;
         let region = Region::create()?;
+        region.rate.init(rand::random());
         let mut slots = Vec::new();
         for _ in 0..config.workers {
             let listener = listen::bind(config.listen)
@@ -257,6 +258,7 @@ impl Supervisor {
                     record: &self.region.procs[record],
                     secret: &self.secret,
                     bus: Endpoint::new(theirs),
+                    rate: &self.region.rate,
                 });
                 std::process::exit(code);
             }

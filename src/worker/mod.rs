@@ -59,6 +59,8 @@ pub struct WorkerArgs<'a> {
     pub secret: &'a [u8],
     /// This worker's end of the bus.
     pub bus: Endpoint,
+    /// The shared rate-limit table.
+    pub rate: &'static crate::shm::ratelimit::RateTable,
 }
 
 struct Conn {
@@ -133,6 +135,7 @@ impl Worker {
             publish,
             record: args.record,
             stats: Box::leak(Box::default()),
+            rate: args.rate,
         }));
         let poll = Poll::new()?;
         let mut signals = SignalSet::install(&[libc::SIGTERM])?;
