@@ -112,8 +112,10 @@ mod tests {
         ("Sec-WebSocket-Key", b"dGhlIHNhbXBsZSBub25jZQ=="),
     ];
 
+    type Headers = Vec<(&'static str, &'static [u8])>;
+
     /// `GOOD` with header `name` replaced by `value` (or removed when `None`).
-    fn with(name: &str, value: Option<&'static [u8]>) -> Vec<(&'static str, &'static [u8])> {
+    fn with(name: &str, value: Option<&'static [u8]>) -> Headers {
         let mut h: Vec<_> = GOOD.iter().copied().filter(|(n, _)| *n != name).collect();
         if let Some(v) = value {
             h.push((GOOD.iter().find(|(n, _)| *n == name).unwrap().0, v));
@@ -136,7 +138,7 @@ mod tests {
     #[test]
     fn rejections() {
         use HandshakeError::*;
-        let cases: [(&str, Vec<(&str, &[u8])>, HandshakeError); 11] = [
+        let cases: [(&str, Headers, HandshakeError); 11] = [
             ("POST", GOOD.to_vec(), Method),
             ("GET", with("Upgrade", None), Upgrade),
             ("GET", with("Upgrade", Some(b"h2c")), Upgrade),

@@ -151,26 +151,37 @@ impl WsConn {
     }
 
     /// Consume input bytes (any split, partial frames included). Appends
-    /// complete messages and the end of the connection to `events`, and
-    /// protocol output (pongs, close frames) to `out`.
+    /// protocol output (pongs, close frames) to `out` and at most one event
+    /// to `events`: a complete message, or the end of the connection.
     ///
-    /// Returns how many bytes were consumed: always `input.len()`, since
-    /// partial frames are buffered here, so the caller drains everything.
-    /// On a protocol violation this writes the close frame, emits
-    /// [`Event::Closed`] and ignores all further input. Messages arriving
-    /// after we started closing are dropped.
+    /// Returns how many bytes were consumed; partial frames are buffered
+    /// here. It stops right after a message so that replies to it go out
+    /// before anything later input causes (a pong, a close on a violation):
+    /// drain the consumed bytes, handle the event, and call again while
+    /// input is left. On a protocol violation it writes the close frame,
+    /// emits [`Event::Closed`] and consumes (ignores) all further input.
+    /// Messages arriving after we started closing are dropped.
+    ///
+    /// ```text
+    /// while !buf.is_empty() {
+    ///     let n = ws.read(&buf, &mut out, &mut events);
+    ///     buf.drain(..n);
+    ///     for event in events.drain(..) { /* reply with ws.send_*(…, &mut out) */ }
+    /// }
+    /// ```
     pub fn read(&mut self, input: &[u8], out: &mut Vec<u8>, events: &mut Vec<Event>) -> usize {
-        let mut pos = 0;
-        while pos < input.len() && self.phase != Phase::Closed {
+        let (mut pos, before) = (0, events.len());
+        while pos < input.len() && events.len() == before {
             match self.step(&input[pos..], out, events) {
                 Ok(n) => pos += n,
-                Err(e) => {
-                    self.fail(e, out, events);
-                    break;
-                }
+                Err(e) => self.fail(e, out, events),
             }
         }
-        input.len()
+        if self.phase == Phase::Closed {
+            input.len()
+        } else {
+            pos
+        }
     }
 
     /// Queue a text message (one unmasked frame). Ignored once closing.
@@ -314,11 +325,8 @@ impl WsConn {
     fn end_frame(&mut self, frame: Frame, out: &mut Vec<u8>, events: &mut Vec<Event>) -> Result<(), WsError> {
         self.frame = None;
         match frame.opcode {
-            PING => {
-                if self.phase == Phase::Open {
-                    write_frame(out, PONG, &self.control);
-                }
-            }
+            PING if self.phase == Phase::Open => write_frame(out, PONG, &self.control),
+            PING => {} // closing: no more pongs
             PONG => self.pong = true,
             CLOSE => {
                 let code = parse_close(&self.control)?;
@@ -510,10 +518,16 @@ mod tests {
         v
     }
 
-    /// Feed `input` in one call; return `(out, events)`.
-    fn feed(ws: &mut WsConn, input: &[u8]) -> (Vec<u8>, Vec<Event>) {
+    /// Feed `input` as a caller does, reading until all is consumed; return
+    /// `(out, events)`.
+    fn feed(ws: &mut WsConn, mut input: &[u8]) -> (Vec<u8>, Vec<Event>) {
         let (mut out, mut events) = (Vec::new(), Vec::new());
-        assert_eq!(ws.read(input, &mut out, &mut events), input.len());
+        while !input.is_empty() {
+            let before = events.len();
+            let n = ws.read(input, &mut out, &mut events);
+            assert!(n > 0 && events.len() - before <= 1);
+            input = &input[n..];
+        }
         (out, events)
     }
 
@@ -563,6 +577,24 @@ mod tests {
         }
         assert!(out.is_empty());
         assert_eq!(events, [text("héllo 𝄞"), Event::Message(Message::Binary(vec![7; 300]))]);
+    }
+
+    #[test]
+    fn read_stops_after_each_message_so_replies_keep_their_order() {
+        // Autobahn 3.2: a message, then a violation, in one read; the echo
+        // must go out before the close.
+        let mut ws = WsConn::new(64);
+        let first = frame(true, TEXT, b"Hello");
+        let input = [&first[..], &raw(0x80 | 0x20 | TEXT, b"x"), &frame(true, PING, b"p")].concat();
+        let (mut out, mut events) = (Vec::new(), Vec::new());
+        assert_eq!(ws.read(&input, &mut out, &mut events), first.len());
+        assert_eq!(events, [text("Hello")]);
+        ws.send_text("Hello", &mut out);
+        assert_eq!(ws.read(&input[first.len()..], &mut out, &mut events), input.len() - first.len());
+        assert_eq!(events[1..], [Event::Closed { code: 1002 }]);
+        assert_eq!(frames(&out)[0], (0x81, b"Hello".to_vec()));
+        assert_eq!(frames(&out)[1].0, 0x88);
+        assert_eq!(frames(&out).len(), 2);
     }
 
     #[test]
