@@ -79,8 +79,8 @@ pub fn page() -> Response {
     r.content_type = "text/html; charset=utf-8";
     r.cache_control = "no-store";
     r.body = Body::Static(INDEX);
-    // Needs the HTTP-layer change (a `Response::nonce_slot` the writer fills):
-    // r.nonce_slot = Some(NONCE_SLOT);
+    // The writer replaces the slot with this response's CSP nonce (same length).
+    r.nonce_slot = Some(NONCE_SLOT);
     r
 }
 

@@ -83,6 +83,21 @@ impl Common {
         out.extend_from_slice(SECURITY.as_bytes());
     }
 
+    /// Replace every `slot` in `body` with the nonce of the response being
+    /// written (after [`Common::write_security`]). Same length, so the
+    /// `Content-Length` already written stays right.
+    pub fn fill_nonce(&self, body: &mut [u8], slot: &[u8; 24]) {
+        let mut i = 0;
+        while i + slot.len() <= body.len() {
+            if body[i..i + slot.len()] == slot[..] {
+                body[i..i + slot.len()].copy_from_slice(&self.nonce);
+                i += slot.len();
+            } else {
+                i += 1;
+            }
+        }
+    }
+
     /// The nonce of the response being written (for pages with inline scripts).
     pub fn nonce(&self) -> &str {
         std::str::from_utf8(&self.nonce).unwrap_or("")

@@ -48,6 +48,10 @@ pub struct Response {
     pub body: Body,
     /// Close the connection after this response.
     pub close: bool,
+    /// A 24-byte marker in the body to replace with this response's CSP
+    /// nonce as the body is written (pages with inline scripts). Only fixed
+    /// pages set it, never a body holding user data.
+    pub nonce_slot: Option<&'static [u8; 24]>,
 }
 
 impl Response {
@@ -60,6 +64,7 @@ impl Response {
             headers: Vec::new(),
             body: Body::Empty,
             close: false,
+            nonce_slot: None,
         }
     }
 
@@ -191,7 +196,11 @@ pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>
     if meta.head || bodyless {
         0
     } else {
+        let start = out.len();
         out.extend_from_slice(body);
+        if let Some(slot) = resp.nonce_slot {
+            common.fill_nonce(&mut out[start..], slot);
+        }
         body.len()
     }
 }
