@@ -171,7 +171,7 @@ impl WsConn {
     /// ```
     pub fn read(&mut self, input: &[u8], out: &mut Vec<u8>, events: &mut Vec<Event>) -> usize {
         let (mut pos, before) = (0, events.len());
-        while pos < input.len() && events.len() == before {
+        while pos < input.len() && events.len() == before && self.phase != Phase::Closed {
             match self.step(&input[pos..], out, events) {
                 Ok(n) => pos += n,
                 Err(e) => self.fail(e, out, events),
@@ -254,9 +254,12 @@ impl WsConn {
 
     /// Buffer header bytes; check what is known as early as it is known.
     fn read_head(&mut self, input: &[u8], out: &mut Vec<u8>, events: &mut Vec<Event>) -> Result<usize, WsError> {
-        let need = match self.head_len {
-            0 | 1 => 2,
-            _ => 2 + [0, 2, 8][usize::from(self.head[1] & 0x7f).saturating_sub(125)] + 4,
+        // Two bytes, then the extended length (if any) and the mask key.
+        let need = match (self.head_len, self.head[1] & 0x7f) {
+            (0 | 1, _) => 2,
+            (_, 126) => 2 + 2 + 4,
+            (_, 127) => 2 + 8 + 4,
+            _ => 2 + 4,
         };
         let n = (need - self.head_len).min(input.len());
         self.head[self.head_len..self.head_len + n].copy_from_slice(&input[..n]);
@@ -267,14 +270,11 @@ impl WsConn {
         if self.head_len < need || need == 2 {
             return Ok(n);
         }
-        let (b0, b1, rest) = (self.head[0], self.head[1], &self.head[2..need]);
-        let (len, mask) = match b1 & 0x7f {
-            126 => (u64::from(u16::from_be_bytes([rest[0], rest[1]])), &rest[2..]),
-            127 => (
-                u64::from_be_bytes([rest[0], rest[1], rest[2], rest[3], rest[4], rest[5], rest[6], rest[7]]),
-                &rest[8..],
-            ),
-            small => (u64::from(small), rest),
+        let (b0, b1) = (self.head[0], self.head[1]);
+        let (extended, mask) = self.head[2..need].split_at(need - 6);
+        let len = match extended {
+            [] => u64::from(b1 & 0x7f),
+            bytes => bytes.iter().fold(0, |len, &b| len << 8 | u64::from(b)),
         };
         let frame = Frame {
             opcode: b0 & 0x0f,

@@ -23,7 +23,10 @@
 //! does: a client can get up to `2 × max` requests through around a window
 //! boundary, never more.
 //!
-//! The answer errs towards *allowing*: an evicted key starts again from zero.
+//! The answer errs towards *allowing*: an evicted key starts again from zero,
+//! and two processes inserting the same *new* key at the same instant, while
+//! seeing its set differently, may claim two buckets and split its count until
+//! the orphan is evicted.
 //! It can wrongly *refuse* only when two keys share a set and a 24-bit tag
 //! (for one key against a full set of others, about 1 in 2^21); the hash is
 //! keyed with a secret seed chosen before fork, so such pairs cannot be picked
@@ -77,6 +80,19 @@ struct Bucket {
     last_ms: AtomicU64,
 }
 
+impl Bucket {
+    /// Raise `last_ms` to `now_ms`. A bucket already stamped at or after
+    /// `now_ms` is left alone (most hits on a busy key), which keeps the
+    /// guarantee: a reader that acquires a word stored after this call reads a
+    /// `last_ms` at least as large as the one read here (read-read coherence),
+    /// and `last_ms` only ever grows.
+    fn touch(&self, now_ms: u64) {
+        if self.last_ms.load(Ordering::Relaxed) < now_ms {
+            self.last_ms.fetch_max(now_ms, Ordering::Relaxed);
+        }
+    }
+}
+
 /// A set of [`WAYS`] buckets, aligned so it spans exactly two cache lines.
 #[repr(C, align(64))]
 struct Set {
@@ -114,7 +130,7 @@ impl RateTable {
     ///
     /// Refused requests are counted too (the window still ends on time).
     /// `now_ms` must come from [`crate::sys::monotonic_ms`]; `window_ms` takes
-    /// part in the hash, so one key bytes used with two window lengths are two
+    /// part in the hash, so the same key bytes used with two window lengths are two
     /// independent counters. Limiters that share a window length but not a
     /// maximum must prefix their keys (`b"login\0..."`).
     pub fn hit(&self, key: &[u8], now_ms: u64, window_ms: u64, max: u64) -> Decision {
@@ -127,7 +143,7 @@ impl RateTable {
             let (bucket, old, new) = match find(set, tag) {
                 Some((bucket, old)) => match classify(bucket, old, now_ms, cur, window_ms) {
                     Entry::Current(count) if count >= COUNT_MAX => {
-                        bucket.last_ms.fetch_max(now_ms, Ordering::Relaxed);
+                        bucket.touch(now_ms);
                         return decide(COUNT_MAX, now_ms, window_ms, max);
                     }
                     Entry::Current(_) => (bucket, old, old + 1),
@@ -139,7 +155,7 @@ impl RateTable {
                 }
             };
             seen = count_of(new);
-            bucket.last_ms.fetch_max(now_ms, Ordering::Relaxed);
+            bucket.touch(now_ms);
             if bucket.word.compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 return decide(seen, now_ms, window_ms, max);
             }

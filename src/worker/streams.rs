@@ -159,31 +159,39 @@ impl Worker {
             Some(Stream::Sse(_)) => c.inbuf.clear(), // a stream's client has nothing to say
             Some(Stream::Ws(w)) => {
                 let mut events = Vec::new();
-                let used = w.conn.read(&c.inbuf, &mut c.out, &mut events);
-                c.inbuf.drain(..used);
+                // `read` stops after each complete message; answering it before
+                // reading on keeps replies ahead of whatever later input triggers
+                // (a pong, or the close frame after a violation).
+                while !c.inbuf.is_empty() {
+                    let used = w.conn.read(&c.inbuf, &mut c.out, &mut events);
+                    c.inbuf.drain(..used);
+                    for ev in events.drain(..) {
+                        match ev {
+                            Event::Closed { .. } => c.closing = true,
+                            Event::Message(m) => match (w.user_id, m) {
+                                (None, Message::Text(t)) => w.conn.send_text(&t, &mut c.out),
+                                (None, Message::Binary(b)) => w.conn.send_binary(&b, &mut c.out),
+                                (Some(_), Message::Binary(_)) => w
+                                    .conn
+                                    .send_text(&ws::error_message("binary messages are not supported"), &mut c.out),
+                                (Some(uid), Message::Text(t)) => match ws::on_text(uid, &t) {
+                                    Action::Reply(r) => w.conn.send_text(&r, &mut c.out),
+                                    Action::Join(room) => todo.push(Todo::Join(room)),
+                                    Action::Leave(room) => todo.push(Todo::Leave(room)),
+                                    Action::Room { room, message, skip_sender } => {
+                                        todo.push(Todo::Join(room.clone()));
+                                        todo.push(Todo::Room { room, message, skip_user: skip_sender.then_some(uid) });
+                                    }
+                                },
+                            },
+                        }
+                    }
+                    if used == 0 {
+                        break;
+                    }
+                }
                 if w.conn.take_pong() {
                     w.awaiting_pong = false;
-                }
-                for ev in events {
-                    match ev {
-                        Event::Closed { .. } => c.closing = true,
-                        Event::Message(m) => match (w.user_id, m) {
-                            (None, Message::Text(t)) => w.conn.send_text(&t, &mut c.out),
-                            (None, Message::Binary(b)) => w.conn.send_binary(&b, &mut c.out),
-                            (Some(_), Message::Binary(_)) => {
-                                w.conn.send_text(&ws::error_message("binary messages are not supported"), &mut c.out)
-                            }
-                            (Some(uid), Message::Text(t)) => match ws::on_text(uid, &t) {
-                                Action::Reply(r) => w.conn.send_text(&r, &mut c.out),
-                                Action::Join(room) => todo.push(Todo::Join(room)),
-                                Action::Leave(room) => todo.push(Todo::Leave(room)),
-                                Action::Room { room, message, skip_sender } => {
-                                    todo.push(Todo::Join(room.clone()));
-                                    todo.push(Todo::Room { room, message, skip_user: skip_sender.then_some(uid) });
-                                }
-                            },
-                        },
-                    }
                 }
             }
             None => {}

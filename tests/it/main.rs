@@ -19,3 +19,8 @@ mod posts;
 mod store;
 mod users;
 mod versioning;
+
+mod pages;
+mod ratelimit;
+mod sse;
+mod websocket;

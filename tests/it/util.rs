@@ -1820,3 +1820,585 @@ mod selftest_api {
         assert_eq!(urlencode("a b%_'\\"), "a%20b%25_%27%5C");
     }
 }
+
+// =======================================================================================
+// Cross-worker helpers: per-worker stream counts, SSE reader, minimal WebSocket client
+// (CONTRACT §6, §7). Appended; nothing above depends on it.
+// =======================================================================================
+
+use std::collections::BTreeMap;
+
+impl Server {
+    /// One `GET /_debug/streams` on a fresh connection: `{"pid","sse","ws","members","connections"}`
+    /// of the worker that answered.
+    pub fn streams_once(&self) -> Option<Value> {
+        let r = self.try_get("/_debug/streams", IO_TIMEOUT).ok()?;
+        if r.status != 200 {
+            return None;
+        }
+        let v: Value = serde_json::from_slice(&r.body).ok()?;
+        v["pid"].as_i64()?;
+        Some(v)
+    }
+
+    /// `/_debug/streams` polled over fresh connections until every one of the current
+    /// worker pids has answered (bounded 5 s): the latest answer per pid. Panics otherwise.
+    pub fn streams_by_pid(&self) -> BTreeMap<i32, Value> {
+        let want = self.workers();
+        let mut seen: BTreeMap<i32, Value> = BTreeMap::new();
+        let ok = eventually(Duration::from_secs(5), || {
+            if let Some(v) = self.streams_once() {
+                seen.insert(v["pid"].as_i64().unwrap() as i32, v);
+            }
+            want.iter().all(|p| seen.contains_key(p))
+        });
+        if !ok {
+            panic!(
+                "/_debug/streams: did not hear from every worker {want:?} within 5 s; got {seen:?}\nlog:\n{}",
+                self.log_tail()
+            );
+        }
+        seen
+    }
+
+    /// Polls (bounded `timeout`) until `pred` holds for a complete per-worker snapshot;
+    /// returns the last snapshot and whether it held.
+    pub fn streams_until(
+        &self,
+        timeout: Duration,
+        mut pred: impl FnMut(&BTreeMap<i32, Value>) -> bool,
+    ) -> (BTreeMap<i32, Value>, bool) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let snap = self.streams_by_pid();
+            if pred(&snap) {
+                return (snap, true);
+            }
+            if Instant::now() >= deadline {
+                return (snap, false);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A fresh keep-alive connection known to be served by worker `pid` (asked with
+    /// `/_debug/pid` on it); bounded to 300 connection attempts.
+    pub fn conn_on(&self, pid: i32) -> Conn {
+        for _ in 0..300 {
+            let mut c = self.conn();
+            let r = c.get("/_debug/pid");
+            if r.status == 200 && r.json()["pid"].as_i64() == Some(pid as i64) && !r.closes() {
+                return c;
+            }
+        }
+        panic!("no connection landed on worker {pid} in 300 attempts\nlog:\n{}", self.log_tail());
+    }
+
+    /// A fresh connection and the pid of the worker serving it.
+    pub fn conn_with_pid(&self) -> (Conn, i32) {
+        let mut c = self.conn();
+        let r = c.get("/_debug/pid");
+        assert_eq!(r.status, 200, "GET /_debug/pid: {r:?}\nlog:\n{}", self.log_tail());
+        let pid = r.json()["pid"].as_i64().unwrap() as i32;
+        (c, pid)
+    }
+}
+
+/// `v[key]` as i64, 0 when absent (for `/_debug/streams` counts).
+pub fn count_of(v: &Value, key: &str) -> i64 {
+    v[key].as_i64().unwrap_or(0)
+}
+
+// ---- Server-sent events ----
+
+/// One SSE event: the fields in order of arrival, plus the usual accessors.
+#[derive(Debug, Clone, Default)]
+pub struct SseEvent {
+    pub fields: Vec<(String, String)>,
+}
+
+impl SseEvent {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+    pub fn event(&self) -> Option<&str> {
+        self.get("event")
+    }
+    pub fn id(&self) -> Option<&str> {
+        self.get("id")
+    }
+    /// The `data` lines joined with `\n` ("" when none).
+    pub fn data(&self) -> String {
+        self.fields.iter().filter(|(k, _)| k == "data").map(|(_, v)| v.as_str()).collect::<Vec<_>>().join("\n")
+    }
+    pub fn data_json(&self) -> Value {
+        serde_json::from_str(&self.data()).unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {self:?}"))
+    }
+}
+
+/// An open `text/event-stream` response, de-chunked and parsed incrementally.
+pub struct SseStream {
+    pub conn: Conn,
+    pub head: Response,
+    text: Vec<u8>,
+    chunked: bool,
+    ended: bool,
+}
+
+impl SseStream {
+    /// Sends `GET path` with `headers` on `conn` and reads the response head. `Err(resp)` (the
+    /// whole response) when it is not a 200 stream.
+    pub fn open_on(mut conn: Conn, path: &str, headers: &[(&str, &str)]) -> Result<SseStream, Response> {
+        conn.send(&request("GET", path, headers, b""));
+        let head = conn.read_head_response();
+        let is_stream =
+            head.status == 200 && media_type(head.header("content-type")).as_deref() == Some("text/event-stream");
+        let chunked = head
+            .header("transfer-encoding")
+            .map(|v| v.to_ascii_lowercase().split(',').any(|t| t.trim() == "chunked"))
+            .unwrap_or(false);
+        if !is_stream {
+            // Read the rest of a normal response for the error message.
+            let mut head = head;
+            if chunked {
+                head.body = conn.read_chunked().unwrap_or_default();
+            } else if let Some(n) = head.header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+                while conn.buf.len() < n && conn.fill().map(|k| k > 0).unwrap_or(false) {}
+                head.body = conn.buf.drain(..n.min(conn.buf.len())).collect();
+            }
+            return Err(head);
+        }
+        Ok(SseStream { conn, head, text: Vec::new(), chunked, ended: false })
+    }
+
+    /// Moves de-chunked bytes from the connection buffer into `text`. Ok(false) when the
+    /// body has ended (last chunk or EOF).
+    fn dechunk(&mut self) -> Result<(), String> {
+        if !self.chunked {
+            self.text.append(&mut self.conn.buf);
+            return Ok(());
+        }
+        loop {
+            let buf = &self.conn.buf;
+            let Some(le) = find(buf, b"\r\n") else { return Ok(()) };
+            let line = String::from_utf8_lossy(&buf[..le]).into_owned();
+            let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16)
+                .map_err(|_| format!("bad chunk size line {line:?}"))?;
+            if size == 0 {
+                self.ended = true;
+                self.conn.buf.clear();
+                return Ok(());
+            }
+            if buf.len() < le + 2 + size + 2 {
+                return Ok(());
+            }
+            if &buf[le + 2 + size..le + 2 + size + 2] != b"\r\n" {
+                return Err(format!("chunk of {size} bytes not followed by CRLF"));
+            }
+            self.text.extend_from_slice(&buf[le + 2..le + 2 + size]);
+            self.conn.buf.drain(..le + 2 + size + 2);
+        }
+    }
+
+    /// Takes one complete event (a block ended by a blank line) from `text`, if any.
+    /// Blocks holding only comments are skipped.
+    fn take_event(&mut self) -> Option<SseEvent> {
+        loop {
+            // CRLF line ends become LF (on bytes, so a UTF-8 sequence split across reads stays
+            // intact); then the first blank line ends an event.
+            if find(&self.text, b"\r\n").is_some() {
+                let mut t = Vec::with_capacity(self.text.len());
+                for (i, &b) in self.text.iter().enumerate() {
+                    if !(b == b'\r' && self.text.get(i + 1) == Some(&b'\n')) {
+                        t.push(b);
+                    }
+                }
+                self.text = t;
+            }
+            let end = find(&self.text, b"\n\n")?;
+            let block = String::from_utf8_lossy(&self.text[..end]).into_owned();
+            self.text.drain(..end + 2);
+            let mut ev = SseEvent::default();
+            for line in block.split('\n') {
+                if line.starts_with(':') || line.is_empty() {
+                    continue;
+                }
+                let (k, v) = match line.split_once(':') {
+                    Some((k, v)) => (k, v.strip_prefix(' ').unwrap_or(v)),
+                    None => (line, ""),
+                };
+                ev.fields.push((k.to_string(), v.to_string()));
+            }
+            if !ev.fields.is_empty() {
+                return Some(ev);
+            }
+        }
+    }
+
+    /// The next event within `timeout`. `Err` on timeout, EOF or a framing error.
+    pub fn next(&mut self, timeout: Duration) -> Result<SseEvent, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.dechunk()?;
+            if let Some(ev) = self.take_event() {
+                return Ok(ev);
+            }
+            if self.ended || self.conn.eof {
+                return Err(format!(
+                    "stream ended; unparsed: {:?}",
+                    String::from_utf8_lossy(tail_bytes(&self.text, 400))
+                ));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(format!(
+                    "no complete event within {timeout:?}; unparsed: {:?}",
+                    String::from_utf8_lossy(tail_bytes(&self.text, 400))
+                ));
+            }
+            self.conn.stream.set_read_timeout(Some((deadline - now).max(Duration::from_millis(1)))).unwrap();
+            let r = self.conn.fill();
+            self.conn.stream.set_read_timeout(Some(self.conn.timeout)).unwrap();
+            match r {
+                Ok(_) => {}
+                Err(e) if is_timeout(&e) => {}
+                Err(e) => return Err(format!("read error: {e}")),
+            }
+        }
+    }
+
+    /// The next event that is not a heartbeat, within `timeout`.
+    pub fn next_non_heartbeat(&mut self, timeout: Duration) -> Result<SseEvent, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ev = self.next(left)?;
+            if ev.event() != Some("heartbeat") {
+                return Ok(ev);
+            }
+        }
+    }
+
+    /// Reads the preamble (`retry`, `connected`): asserts it and returns the retry value.
+    pub fn expect_preamble(&mut self) -> Result<String, String> {
+        let first = self.next(IO_TIMEOUT)?;
+        let retry = first
+            .fields
+            .first()
+            .filter(|(k, _)| k == "retry")
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("the first field must be `retry`: {first:?}"))?;
+        let connected = if first.event() == Some("connected") { first } else { self.next(IO_TIMEOUT)? };
+        if connected.event() != Some("connected") {
+            return Err(format!("expected `event: connected` after retry, got {connected:?}"));
+        }
+        let d: Value =
+            serde_json::from_str(&connected.data()).map_err(|e| format!("connected data ({e}): {connected:?}"))?;
+        if d != json!({"message": "connected"}) {
+            return Err(format!("connected data must be {{\"message\":\"connected\"}}: {connected:?}"));
+        }
+        Ok(retry)
+    }
+}
+
+impl Server {
+    /// Opens `GET /api/events` (with `headers`) on a fresh connection; panics unless 200
+    /// `text/event-stream`. The preamble is not read.
+    pub fn sse(&self, headers: &[(&str, &str)]) -> SseStream {
+        match SseStream::open_on(self.conn(), "/api/events", headers) {
+            Ok(s) => s,
+            Err(r) => panic!("GET /api/events: expected a 200 text/event-stream, got {r:?}\nlog:\n{}", self.log_tail()),
+        }
+    }
+
+    /// Like [`Server::sse`], then reads and checks the preamble.
+    pub fn sse_connected(&self, headers: &[(&str, &str)]) -> SseStream {
+        let mut s = self.sse(headers);
+        if let Err(e) = s.expect_preamble() {
+            panic!("GET /api/events preamble: {e}\nlog:\n{}", self.log_tail());
+        }
+        s
+    }
+
+    /// `POST /api/v1/notifications` as `token`; asserts 201; returns `data`.
+    pub fn notify(&self, token: &str, title: &str, body: &str) -> Value {
+        let r = self.api("POST", "/api/v1/notifications", Some(token), Some(&json!({"title": title, "body": body})));
+        self.expect_data(&r, 201, &format!("POST /api/v1/notifications {title:?}"))
+    }
+}
+
+// ---- WebSocket (RFC 6455), client side ----
+
+pub const WS_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// `Sec-WebSocket-Accept` for `key`.
+pub fn ws_accept(key: &str) -> String {
+    use sha1::Digest;
+    let mut h = sha1::Sha1::new();
+    h.update(key.as_bytes());
+    h.update(WS_GUID.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(h.finalize())
+}
+
+fn rand_bytes<const N: usize>() -> [u8; N] {
+    use rand::RngCore;
+    let mut b = [0u8; N];
+    rand::thread_rng().fill_bytes(&mut b);
+    b
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WsFrame {
+    Text(String),
+    Binary(Vec<u8>),
+    /// Close code (None when the payload is empty) and reason.
+    Close(Option<u16>, String),
+    Ping(Vec<u8>),
+    Pong(Vec<u8>),
+}
+
+/// A WebSocket client over a raw TcpStream: masked frames out, server frames in.
+pub struct Ws {
+    pub stream: TcpStream,
+    pub head: Response,
+    buf: Vec<u8>,
+    /// The server's close frame, once seen.
+    pub closed: Option<WsFrame>,
+}
+
+/// The handshake request for `path` (extra headers after the standard ones) and its key.
+pub fn ws_handshake_request(path: &str, headers: &[(&str, &str)]) -> (Vec<u8>, String) {
+    let key = base64::engine::general_purpose::STANDARD.encode(rand_bytes::<16>());
+    let mut h: Vec<(&str, &str)> = vec![
+        ("Upgrade", "websocket"),
+        ("Connection", "Upgrade"),
+        ("Sec-WebSocket-Key", &key),
+        ("Sec-WebSocket-Version", "13"),
+    ];
+    h.extend_from_slice(headers);
+    (request("GET", path, &h, b""), key)
+}
+
+impl Ws {
+    /// Handshake on `conn`. `Err(response)` when the server does not answer 101 (then the
+    /// whole response is read); panics when a 101 carries a wrong `Sec-WebSocket-Accept`.
+    pub fn connect_on(mut conn: Conn, path: &str, headers: &[(&str, &str)]) -> Result<Ws, Response> {
+        let (req, key) = ws_handshake_request(path, headers);
+        conn.send(&req);
+        let head = conn.read_head_response();
+        if head.status != 101 {
+            let mut r = head;
+            if let Some(n) = r.header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+                while conn.buf.len() < n && conn.fill().map(|k| k > 0).unwrap_or(false) {}
+                r.body = conn.buf.drain(..n.min(conn.buf.len())).collect();
+            } else if r.header("transfer-encoding").is_some() {
+                r.body = conn.read_chunked().unwrap_or_default();
+            }
+            return Err(r);
+        }
+        assert_eq!(
+            head.header("sec-websocket-accept"),
+            Some(ws_accept(&key).as_str()),
+            "101 with a wrong Sec-WebSocket-Accept: {head:?}"
+        );
+        let buf = std::mem::take(&mut conn.buf);
+        let stream = conn.stream.try_clone().expect("clone stream");
+        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        Ok(Ws { stream, head, buf, closed: None })
+    }
+
+    /// Writes one frame: FIN as given, masked with a random key.
+    pub fn send_frame(&mut self, opcode: u8, payload: &[u8], fin: bool) -> io::Result<()> {
+        let mut f = Vec::with_capacity(payload.len() + 14);
+        f.push(if fin { 0x80 } else { 0 } | (opcode & 0x0f));
+        let n = payload.len();
+        if n < 126 {
+            f.push(0x80 | n as u8);
+        } else if n <= 0xffff {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        } else {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+        let mask = rand_bytes::<4>();
+        f.extend_from_slice(&mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        self.stream.write_all(&f)?;
+        self.stream.flush()
+    }
+
+    pub fn send_text(&mut self, s: &str) {
+        self.send_frame(0x1, s.as_bytes(), true).expect("WebSocket write (text)");
+    }
+
+    pub fn send_json(&mut self, v: &Value) {
+        self.send_text(&v.to_string());
+    }
+
+    pub fn send_binary(&mut self, b: &[u8]) {
+        self.send_frame(0x2, b, true).expect("WebSocket write (binary)");
+    }
+
+    pub fn ping(&mut self, payload: &[u8]) {
+        self.send_frame(0x9, payload, true).expect("WebSocket write (ping)");
+    }
+
+    /// Sends a close frame with `code` (the server should answer with its own).
+    pub fn close(&mut self, code: u16) {
+        let _ = self.send_frame(0x8, &code.to_be_bytes(), true);
+    }
+
+    fn fill(&mut self, deadline: Instant) -> io::Result<()> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline"));
+        }
+        self.stream.set_read_timeout(Some(deadline - now)).unwrap();
+        let mut tmp = [0u8; 65536];
+        loop {
+            match self.stream.read(&mut tmp) {
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "EOF")),
+                Ok(n) => {
+                    self.buf.extend_from_slice(&tmp[..n]);
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One raw frame: (fin, opcode, payload). Server frames must not be masked.
+    fn read_raw(&mut self, deadline: Instant) -> io::Result<(bool, u8, Vec<u8>)> {
+        loop {
+            if self.buf.len() >= 2 {
+                let b0 = self.buf[0];
+                let b1 = self.buf[1];
+                if b1 & 0x80 != 0 {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "server frame is masked"));
+                }
+                let (len, hl) = match b1 & 0x7f {
+                    126 if self.buf.len() >= 4 => (u16::from_be_bytes([self.buf[2], self.buf[3]]) as usize, 4),
+                    127 if self.buf.len() >= 10 => {
+                        (u64::from_be_bytes(self.buf[2..10].try_into().unwrap()) as usize, 10)
+                    }
+                    126 | 127 => (usize::MAX, 0),
+                    n => (n as usize, 2),
+                };
+                if len != usize::MAX && self.buf.len() >= hl + len {
+                    let payload = self.buf[hl..hl + len].to_vec();
+                    self.buf.drain(..hl + len);
+                    return Ok((b0 & 0x80 != 0, b0 & 0x0f, payload));
+                }
+            }
+            self.fill(deadline)?;
+        }
+    }
+
+    /// The next frame or whole message (continuations joined) within `timeout`.
+    pub fn recv(&mut self, timeout: Duration) -> io::Result<WsFrame> {
+        let deadline = Instant::now() + timeout;
+        let mut msg: Option<(u8, Vec<u8>)> = None;
+        loop {
+            let (fin, op, payload) = self.read_raw(deadline)?;
+            let frame = match op {
+                0x0 => {
+                    let Some((_, m)) = msg.as_mut() else {
+                        return Err(io::Error::new(io::ErrorKind::InvalidData, "continuation without a start"));
+                    };
+                    m.extend_from_slice(&payload);
+                    if !fin {
+                        continue;
+                    }
+                    let (op, m) = msg.take().unwrap();
+                    (op, m)
+                }
+                0x1 | 0x2 if !fin => {
+                    msg = Some((op, payload));
+                    continue;
+                }
+                _ => (op, payload),
+            };
+            return Ok(match frame {
+                (0x1, p) => WsFrame::Text(
+                    String::from_utf8(p).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "text not UTF-8"))?,
+                ),
+                (0x2, p) => WsFrame::Binary(p),
+                (0x8, p) => {
+                    let code = (p.len() >= 2).then(|| u16::from_be_bytes([p[0], p[1]]));
+                    let reason = String::from_utf8_lossy(p.get(2..).unwrap_or(&[])).into_owned();
+                    let f = WsFrame::Close(code, reason);
+                    self.closed = Some(f.clone());
+                    f
+                }
+                (0x9, p) => WsFrame::Ping(p),
+                (0xA, p) => WsFrame::Pong(p),
+                (op, _) => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("opcode {op:#x}"))),
+            });
+        }
+    }
+
+    /// The next text message parsed as JSON, answering pings and skipping pongs. `Err` on a
+    /// close, a binary message, a timeout or a read error.
+    pub fn recv_json(&mut self, timeout: Duration) -> Result<Value, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.recv(left.max(Duration::from_millis(1))) {
+                Ok(WsFrame::Text(t)) => {
+                    return serde_json::from_str(&t).map_err(|e| format!("text message is not JSON ({e}): {t:?}"))
+                }
+                Ok(WsFrame::Ping(p)) => {
+                    let _ = self.send_frame(0xA, &p, true);
+                }
+                Ok(WsFrame::Pong(_)) => {}
+                Ok(other) => return Err(format!("expected a JSON text message, got {other:?}")),
+                Err(e) if is_timeout(&e) => return Err(format!("no message within {timeout:?}")),
+                Err(e) => return Err(format!("read error: {e}")),
+            }
+        }
+    }
+
+    /// Waits for the server's close frame (skipping data, pings, pongs) within `timeout`.
+    pub fn expect_close_frame(&mut self, timeout: Duration) -> Result<(Option<u16>, String), String> {
+        let deadline = Instant::now() + timeout;
+        let mut skipped = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.recv(left.max(Duration::from_millis(1))) {
+                Ok(WsFrame::Close(c, r)) => return Ok((c, r)),
+                Ok(f) => skipped.push(f),
+                Err(e) => return Err(format!("no close frame ({e}); frames before: {skipped:?}")),
+            }
+        }
+    }
+}
+
+impl Server {
+    /// Opens a WebSocket on a fresh connection: `Err(response)` when not upgraded.
+    pub fn ws_try(&self, path: &str, headers: &[(&str, &str)]) -> Result<Ws, Response> {
+        Ws::connect_on(self.conn(), path, headers)
+    }
+
+    /// `/ws?token=…`, asserting 101 and the `connected` greeting (returned).
+    pub fn ws_chat(&self, token: &str) -> (Ws, Value) {
+        let path = format!("/ws?token={}", urlencode(token));
+        let mut ws = self
+            .ws_try(&path, &[])
+            .unwrap_or_else(|r| panic!("GET /ws: expected 101, got {r:?}\nlog:\n{}", self.log_tail()));
+        let hello = ws
+            .recv_json(IO_TIMEOUT)
+            .unwrap_or_else(|e| panic!("/ws: the first message: {e}\nlog:\n{}", self.log_tail()));
+        (ws, hello)
+    }
+}
+
+mod selftest_streams {
+    use super::*;
+
+    #[test]
+    fn harness_ws_accept_matches_rfc6455_example() {
+        assert_eq!(ws_accept("dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    }
+}
