@@ -148,53 +148,75 @@ impl Worker {
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let mut close = false;
-        if !c.eof {
-            match read_into(&mut c.sock, &mut c.inbuf, &mut self.scratch, READ_AHEAD) {
-                Ok(eof) => c.eof = eof,
-                Err(_) => close = true,
-            }
-        }
         let mut todo = Vec::new();
-        match &mut c.stream {
-            Some(Stream::Sse(_)) => c.inbuf.clear(), // a stream's client has nothing to say
-            Some(Stream::Ws(w)) => {
-                let mut events = Vec::new();
-                // `read` stops after each complete message; answering it before
-                // reading on keeps replies ahead of whatever later input triggers
-                // (a pong, or the close frame after a violation).
-                while !c.inbuf.is_empty() {
-                    let used = w.conn.read(&c.inbuf, &mut c.out, &mut events);
-                    c.inbuf.drain(..used);
-                    for ev in events.drain(..) {
-                        match ev {
-                            Event::Closed { .. } => c.closing = true,
-                            Event::Message(m) => match (w.user_id, m) {
-                                (None, Message::Text(t)) => w.conn.send_text(&t, &mut c.out),
-                                (None, Message::Binary(b)) => w.conn.send_binary(&b, &mut c.out),
-                                (Some(_), Message::Binary(_)) => w
-                                    .conn
-                                    .send_text(&ws::error_message("binary messages are not supported"), &mut c.out),
-                                (Some(uid), Message::Text(t)) => match ws::on_text(uid, &t) {
-                                    Action::Reply(r) => w.conn.send_text(&r, &mut c.out),
-                                    Action::Join(room) => todo.push(Todo::Join(room)),
-                                    Action::Leave(room) => todo.push(Todo::Leave(room)),
-                                    Action::Room { room, message, skip_sender } => {
-                                        todo.push(Todo::Join(room.clone()));
-                                        todo.push(Todo::Room { room, message, skip_user: skip_sender.then_some(uid) });
-                                    }
+        // Edge-triggered: keep reading until the socket is empty, in slices of
+        // READ_AHEAD, unless our own output backs up (the writable event resumes).
+        loop {
+            let mut more = false;
+            if !c.eof {
+                let cap = c.inbuf.len() + READ_AHEAD;
+                match read_into(&mut c.sock, &mut c.inbuf, &mut self.scratch, cap) {
+                    // It stopped at `cap` only if it filled it: the socket may hold more.
+                    Ok(eof) => {
+                        c.eof = eof;
+                        more = !eof && c.inbuf.len() >= cap;
+                    }
+                    Err(_) => close = true,
+                }
+            }
+            match &mut c.stream {
+                Some(Stream::Sse(_)) => c.inbuf.clear(), // a stream's client has nothing to say
+                Some(Stream::Ws(w)) => {
+                    let mut events = Vec::new();
+                    // `read` stops after each complete message; answering it before
+                    // reading on keeps replies ahead of whatever later input triggers
+                    // (a pong, or the close frame after a violation).
+                    while !c.inbuf.is_empty() {
+                        let used = w.conn.read(&c.inbuf, &mut c.out, &mut events);
+                        c.inbuf.drain(..used);
+                        for ev in events.drain(..) {
+                            match ev {
+                                Event::Closed { .. } => c.closing = true,
+                                Event::Message(m) => match (w.user_id, m) {
+                                    (None, Message::Text(t)) => w.conn.send_text(&t, &mut c.out),
+                                    (None, Message::Binary(b)) => w.conn.send_binary(&b, &mut c.out),
+                                    (Some(_), Message::Binary(_)) => w
+                                        .conn
+                                        .send_text(&ws::error_message("binary messages are not supported"), &mut c.out),
+                                    (Some(uid), Message::Text(t)) => match ws::on_text(uid, &t) {
+                                        Action::Reply(r) => w.conn.send_text(&r, &mut c.out),
+                                        Action::Join(room) => todo.push(Todo::Join(room)),
+                                        Action::Leave(room) => todo.push(Todo::Leave(room)),
+                                        Action::Room { room, message, skip_sender } => {
+                                            todo.push(Todo::Join(room.clone()));
+                                            todo.push(Todo::Room {
+                                                room,
+                                                message,
+                                                skip_user: skip_sender.then_some(uid),
+                                            });
+                                        }
+                                    },
                                 },
-                            },
+                            }
+                        }
+                        if used == 0 {
+                            break;
                         }
                     }
-                    if used == 0 {
-                        break;
+                    if w.conn.take_pong() {
+                        w.awaiting_pong = false;
                     }
                 }
-                if w.conn.take_pong() {
-                    w.awaiting_pong = false;
-                }
+                None => {}
             }
-            None => {}
+            let backlog = c.out.len() - c.out_pos;
+            if close || c.eof || c.closing || !more || backlog > super::HIGH_WATERMARK {
+                break;
+            }
+            if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
+                close = true;
+                break;
+            }
         }
         if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
             close = true;

@@ -383,3 +383,21 @@ fn shutdown_sends_close_1001() {
         s.log_tail()
     );
 }
+
+/// Regression: a WebSocket read at most 64 KiB per readiness event; with edge-triggered
+/// polling the rest of a larger burst never raised another event, so a 1 MiB message
+/// (allowed by `max_message_bytes`) stalled forever instead of being echoed.
+#[test]
+fn a_message_larger_than_one_read_slice_is_not_stalled() {
+    let s = Server::api_builder().set("websocket", "echo = true\nmax_message_bytes = 4194304").start();
+    let mut ws = s.ws_try("/ws/echo", &[]).unwrap_or_else(|r| panic!("/ws/echo: {r:?}"));
+    let big: Vec<u8> = (0..=255u8).cycle().take(1 << 20).collect();
+    ws.send_binary(&big);
+    let f = ws.recv(T);
+    ensure!(
+        s,
+        matches!(&f, Ok(WsFrame::Binary(x)) if *x == big),
+        "echo of a 1 MiB binary message: {:?}",
+        f.as_ref().map(|_| "other")
+    );
+}
