@@ -511,41 +511,7 @@ impl fmt::Debug for CliOutput {
 
 /// Runs `forkd args...` in `cwd` with no FORKD_* variables but `env`, bounded at 15 s.
 pub fn run_forkd(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> CliOutput {
-    let out_path = cwd.join(format!(".cli-{}-stdout", std::process::id()));
-    let err_path = cwd.join(format!(".cli-{}-stderr", std::process::id()));
-    let mut cmd = Command::new(bin());
-    cmd.args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(File::create(&out_path).unwrap())
-        .stderr(File::create(&err_path).unwrap());
-    clear_forkd_env(&mut cmd);
-    cmd.env_remove("RUST_LOG");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("spawn forkd");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "`forkd {}` did not exit within 15 s; stderr:\n{}",
-                args.join(" "),
-                fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
-    let stdout = String::from_utf8_lossy(&fs::read(&out_path).unwrap_or_default()).into_owned();
-    let stderr = String::from_utf8_lossy(&fs::read(&err_path).unwrap_or_default()).into_owned();
-    let _ = fs::remove_file(&out_path);
-    let _ = fs::remove_file(&err_path);
-    CliOutput { status, stdout, stderr }
+    run_forkd_input(cwd, args, env, b"")
 }
 
 // ---------------------------------------------------------------------------------------
