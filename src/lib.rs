@@ -14,6 +14,7 @@ pub mod auth;
 pub mod bus;
 pub mod cli;
 pub mod config;
+pub mod cpu;
 pub mod error;
 pub mod http;
 pub mod logging;

@@ -77,8 +77,10 @@ pub struct Services {
     pub store: &'static Store,
     /// Access-token signer/verifier.
     pub jwt: Jwt,
-    /// Password hashing (used only from pool jobs).
+    /// Password hashing (only ever run on `cpu`).
     pub passwords: Passwords,
+    /// The low-priority lane for CPU-heavy work (password hashing).
+    pub cpu: crate::cpu::CpuLane,
     /// Messages to publish on the bus (jobs send; the loop publishes).
     pub publish: crossbeam_channel::Sender<Publish>,
     /// This worker's shared-memory record.

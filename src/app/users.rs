@@ -116,7 +116,10 @@ fn create(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     };
     let svc = app.svc;
     Ok(Reply::Later(Box::new(move || {
-        let password_hash = svc.passwords.hash(&password)?;
+        let password_hash = svc
+            .cpu
+            .run(move || svc.passwords.hash(&password))
+            .ok_or_else(|| Error::Internal("password hashing failed".into()))??;
         let user =
             svc.store.create_user(&NewUser { name: &name, email: &email, password_hash: &password_hash, age, role })?;
         Ok(envelope_with(201, &user, Some(("Location", format!("/api/v1/users/{}", user.id)))))

@@ -169,3 +169,17 @@ pub fn lower_thread_priority(nice: i32) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Move the calling thread to `SCHED_IDLE`: it runs only when no normal
+/// thread wants the CPU, and a waking normal thread preempts it at once.
+pub fn idle_thread_policy() -> io::Result<()> {
+    // SAFETY: sched_setscheduler reads the param struct we pass and keeps no pointer.
+    let rc = unsafe {
+        let param = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(0, libc::SCHED_IDLE, &param)
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

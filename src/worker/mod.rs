@@ -132,6 +132,7 @@ impl Worker {
             store: Box::leak(Box::new(store)),
             jwt,
             passwords,
+            cpu: crate::cpu::CpuLane::start(config.io.threads)?,
             publish,
             record: args.record,
             stats: Box::leak(Box::default()),

@@ -15,10 +15,6 @@ use crate::app::Job;
 use crate::error::Error;
 use crate::http::response::Response;
 
-/// Nice value of pool threads: below the event loop, which must stay responsive
-/// while jobs (password hashing above all) saturate the CPUs.
-const POOL_NICE: i32 = 10;
-
 /// What a pool thread runs.
 pub enum Work {
     /// A handler's job: its result is the response.
@@ -70,9 +66,6 @@ impl Pool {
             let waker = Arc::clone(&waker);
             let active = Arc::clone(&active);
             std::thread::Builder::new().name(format!("pool-{i}")).spawn(move || {
-                if let Err(e) = crate::sys::lower_thread_priority(POOL_NICE) {
-                    log::debug!("pool thread priority unchanged: {e}");
-                }
                 for task in rx.iter() {
                     let result = match task.work {
                         Work::Request(job) => Completion::Response(
