@@ -18,8 +18,9 @@ pub struct CpuLane {
 }
 
 impl CpuLane {
-    /// Start `threads` lane threads.
-    pub fn start(threads: usize) -> std::io::Result<CpuLane> {
+    /// Start `threads` lane threads; `on_idle` runs on a lane thread whenever
+    /// it finds the queue empty after a piece of work (to release caches).
+    pub fn start(threads: usize, on_idle: fn()) -> std::io::Result<CpuLane> {
         let (tx, rx): (Sender<Work>, Receiver<Work>) = crossbeam_channel::unbounded();
         for i in 0..threads.max(1) {
             let rx = rx.clone();
@@ -30,6 +31,9 @@ impl CpuLane {
                 for work in rx.iter() {
                     // A panic ends this piece of work (its caller sees `None`), not the thread.
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+                    if rx.is_empty() {
+                        on_idle();
+                    }
                 }
             })?;
         }
@@ -54,7 +58,7 @@ mod tests {
 
     #[test]
     fn runs_work_and_survives_a_panic() {
-        let lane = CpuLane::start(1).expect("lane");
+        let lane = CpuLane::start(1, || {}).expect("lane");
         assert_eq!(lane.run(|| 6 * 7), Some(42));
         assert_eq!(lane.run(|| -> u8 { panic!("boom") }), None);
         assert_eq!(lane.run(|| "still here"), Some("still here"));

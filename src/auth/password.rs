@@ -8,8 +8,12 @@
 
 use std::fmt;
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
-use argon2::{Algorithm, Argon2, Params, Version};
+use std::cell::RefCell;
+
+use argon2::password_hash::PasswordHash;
+use argon2::{Algorithm, Argon2, Block, Params, Version};
+use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
+use base64::Engine;
 
 use super::tokens::random_bytes;
 use super::AuthError;
@@ -51,13 +55,17 @@ impl Passwords {
     /// Hash `password` into a PHC string (`$argon2id$v=19$m=…,t=…,p=1$salt$hash`) with a
     /// random 16-byte salt from `OsRng`.
     pub fn hash(&self, password: &str) -> Result<String, AuthError> {
-        let salt =
-            SaltString::encode_b64(&random_bytes::<16>()).map_err(|e| AuthError::Hash(format!("argon2 salt: {e}")))?;
-        let phc = self
-            .argon2
-            .hash_password(password.as_bytes(), &salt)
+        let salt = random_bytes::<16>();
+        let mut out = [0u8; 32];
+        with_memory(&self.argon2, password.as_bytes(), &salt, &mut out)
             .map_err(|e| AuthError::Hash(format!("argon2 hash: {e}")))?;
-        Ok(phc.to_string())
+        Ok(format!(
+            "$argon2id$v=19$m={},t={},p=1${}${}",
+            self.memory_kib,
+            self.iterations,
+            B64.encode(salt),
+            B64.encode(out)
+        ))
     }
 
     /// Whether `password` matches the stored PHC string `phc`.
@@ -72,7 +80,18 @@ impl Passwords {
         if parsed.algorithm != Algorithm::Argon2id.ident() {
             return false;
         }
-        self.argon2.verify_password(password.as_bytes(), &parsed).is_ok()
+        let (Ok(params), Some(salt), Some(expected)) = (Params::try_from(&parsed), parsed.salt, parsed.hash) else {
+            return false;
+        };
+        let Ok(version) = Version::try_from(parsed.version.unwrap_or(0x13)) else { return false };
+        let mut salt_buf = [0u8; 64];
+        let Ok(salt) = salt.decode_b64(&mut salt_buf) else { return false };
+        let expected = expected.as_bytes();
+        let own = params == *self.argon2.params() && version == Version::V0x13;
+        let argon2 = if own { self.argon2.clone() } else { Argon2::new(Algorithm::Argon2id, version, params) };
+        let mut out = vec![0u8; expected.len()];
+        with_memory(&argon2, password.as_bytes(), salt, &mut out).is_ok()
+            && super::tokens::constant_time_eq(&out, expected)
     }
 
     /// Spend the same time as a real `verify` against nothing (unknown e-mail): verifies against the dummy hash and returns false.
@@ -81,6 +100,35 @@ impl Passwords {
         std::hint::black_box(matched);
         false
     }
+}
+
+thread_local! {
+    /// This thread's argon2 working memory, kept between hashes: one
+    /// allocation per thread (~19 MiB at the defaults) instead of a fresh
+    /// mapping per hash, which the allocator either retained per arena
+    /// (hundreds of MiB after a login storm) or unmapped each time (stalling
+    /// the event-loop thread on the process's memory-map lock).
+    static BLOCKS: RefCell<Vec<Block>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Give this thread's argon2 working memory back (the CPU lane calls it when
+/// its queue is empty: a busy lane reuses the buffer, an idle one holds none).
+pub fn release_memory() {
+    BLOCKS.with(|cell| *cell.borrow_mut() = Vec::new());
+}
+
+/// Run argon2 into `out` with this thread's reusable block buffer.
+fn with_memory(argon2: &Argon2<'_>, pwd: &[u8], salt: &[u8], out: &mut [u8]) -> argon2::Result<()> {
+    BLOCKS.with(|cell| {
+        let mut blocks = cell.borrow_mut();
+        let need = argon2.params().block_count();
+        if blocks.len() != need {
+            blocks.clear();
+            blocks.shrink_to(need);
+            blocks.resize(need, Block::new());
+        }
+        argon2.hash_password_into_with_memory(pwd, salt, out, &mut blocks[..])
+    })
 }
 
 #[cfg(test)]

@@ -183,3 +183,16 @@ pub fn idle_thread_policy() -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Fix glibc's mmap threshold at `bytes`: larger allocations are always their
+/// own mapping and go back to the kernel when freed. (By default the threshold
+/// rises after the first large free, and later large buffers, such as argon2's
+/// working memory, then stay in the allocator's arenas for good.)
+pub fn fix_mmap_threshold(bytes: usize) {
+    let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: mallopt changes allocator tuning; it is called before any other
+    // thread of this process exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
+    }
+}

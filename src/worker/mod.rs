@@ -82,6 +82,8 @@ struct Conn {
 /// Run the worker until it has drained; returns the process exit code.
 pub fn run(args: WorkerArgs<'_>) -> i32 {
     panics::install_hook();
+    // Before any thread starts: big buffers are mappings of their own, returned when freed.
+    crate::sys::fix_mmap_threshold(1 << 20);
     match Worker::new(args).and_then(|mut w| w.run()) {
         Ok(()) => 0,
         Err(e) => {
@@ -123,7 +125,14 @@ impl Worker {
         let config: &'static Config = Box::leak(Box::new(args.config.clone()));
         let store = Store::open(&config.db.path, config.db.pool_size)
             .map_err(|e| io::Error::other(format!("database: {e}")))?;
-        let passwords = Passwords::new(config.auth.argon2_memory_kib, config.auth.argon2_iterations)
+        // Hashing is pure CPU: no more lane threads than CPUs. The dummy hash
+        // is computed on the lane too, so only lane threads ever hold argon2 memory.
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let cpu = crate::cpu::CpuLane::start(config.io.threads.min(cpus), crate::auth::password::release_memory)?;
+        let (m, t) = (config.auth.argon2_memory_kib, config.auth.argon2_iterations);
+        let passwords = cpu
+            .run(move || Passwords::new(m, t))
+            .ok_or_else(|| io::Error::other("password hashing: set-up panicked"))?
             .map_err(|e| io::Error::other(format!("password hashing: {e}")))?;
         let jwt = Jwt::new(args.secret, &config.auth.issuer, &config.auth.audience, config.auth.access_ttl);
         let (publish, published) = crossbeam_channel::unbounded();
@@ -132,7 +141,7 @@ impl Worker {
             store: Box::leak(Box::new(store)),
             jwt,
             passwords,
-            cpu: crate::cpu::CpuLane::start(config.io.threads)?,
+            cpu,
             publish,
             record: args.record,
             stats: Box::leak(Box::default()),
