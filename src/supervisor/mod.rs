@@ -91,6 +91,9 @@ impl Supervisor {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("signing secret: {e}")))?;
         crate::store::Store::migrate(&config.db.path)
             .map_err(|e| io::Error::other(format!("database {}: {e}", config.db.path.display())))?;
+        // SQLite's caches are freed with its connection; give the pages back so
+        // the supervisor (and every worker forked from it) starts small.
+        sys::trim_heap();
         let region = Region::create()?;
         region.rate.init(rand::random());
         let mut slots = Vec::new();

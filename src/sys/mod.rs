@@ -196,3 +196,12 @@ pub fn fix_mmap_threshold(bytes: usize) {
         libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
     }
 }
+
+/// Return the allocator's free memory to the kernel (glibc `malloc_trim`).
+/// The supervisor calls it after start-up work (migrations) it will not repeat.
+pub fn trim_heap() {
+    // SAFETY: malloc_trim only releases free heap pages; it touches no live allocation.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
