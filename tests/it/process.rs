@@ -310,3 +310,54 @@ fn slow_pooled_job_does_not_block_the_event_loop() {
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["slept"], 1500, "{r:?}");
 }
+
+/// systemd `Type=notify`: `READY=1` once the workers listen, `STOPPING=1` on SIGTERM.
+#[test]
+fn systemd_notify_ready_then_stopping() {
+    let sock_dir = tempfile::tempdir().expect("tempdir");
+    let path = sock_dir.path().join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&path).expect("bind notify socket");
+    sock.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut server = Server::builder().workers(2).env("NOTIFY_SOCKET", path.to_str().expect("utf8")).start();
+    let mut buf = [0u8; 512];
+    let read = |buf: &mut [u8]| -> String {
+        let n = sock.recv(buf).expect("a notify datagram within 10 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let ready = read(&mut buf);
+    assert!(ready.lines().any(|l| l == "READY=1"), "first notification should carry READY=1: {ready:?}");
+    assert!(ready.contains(&format!("MAINPID={}", server.pid())), "READY should name the supervisor: {ready:?}");
+    server.signal(Signal::SIGTERM);
+    let stopping = read(&mut buf);
+    assert!(stopping.lines().any(|l| l == "STOPPING=1"), "SIGTERM should send STOPPING=1: {stopping:?}");
+    assert!(server.wait_exit(Duration::from_secs(10)).is_some_and(|s| s.success()), "graceful stop exits 0");
+}
+
+/// A slot whose workers keep dying at start-up is restarted with growing delays, and
+/// serves again once the cause is gone. The crash loop is real: the database's schema
+/// version is set to one this binary does not know, so a new worker refuses to start.
+#[test]
+fn crash_looping_slot_backs_off_then_recovers() {
+    let server = Server::start("");
+    let db = server.dir().join("data").join("forkd.db");
+    let set_version = |v: i64| {
+        let c = rusqlite::Connection::open(&db).expect("open the server's database");
+        c.busy_timeout(Duration::from_secs(5)).expect("busy timeout");
+        c.pragma_update(None, "user_version", v).expect("set user_version");
+    };
+    set_version(99);
+    let old = server.workers();
+    assert_eq!(old.len(), 1, "one worker: {old:?}");
+    kill_pid(old[0], Signal::SIGKILL);
+    for delay in ["100ms", "200ms", "400ms"] {
+        server.wait_log_line(Duration::from_secs(10), |l| l.contains(&format!("keeps failing; next start in {delay}")));
+    }
+    set_version(2);
+    let healthy = eventually(Duration::from_secs(10), || {
+        let w = server.workers();
+        w.len() == 1
+            && !w.contains(&old[0])
+            && server.try_get("/health", Duration::from_secs(2)).is_ok_and(|r| r.status == 200)
+    });
+    assert!(healthy, "the slot did not recover after the cause was removed\n{}", server.log_tail());
+}
