@@ -55,6 +55,8 @@ pub enum Error {
     PayloadTooLarge,
     /// 415: a body that is not of the expected media type.
     UnsupportedMediaType,
+    /// 416: a `Range` outside the resource.
+    RangeNotSatisfiable,
     /// 417: an `Expect` other than `100-continue`.
     ExpectationFailed,
     /// 431: the request head exceeds `limits.max_header_bytes`.
@@ -88,6 +90,7 @@ impl Error {
             Error::RequestTimeout => 408,
             Error::PayloadTooLarge => 413,
             Error::UnsupportedMediaType => 415,
+            Error::RangeNotSatisfiable => 416,
             Error::ExpectationFailed => 417,
             Error::HeaderTooLarge => 431,
             Error::ServiceUnavailable(_) => 503,
@@ -111,6 +114,7 @@ impl Error {
             Error::RequestTimeout => "REQUEST_TIMEOUT",
             Error::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Error::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Error::RangeNotSatisfiable => "RANGE_NOT_SATISFIABLE",
             Error::ExpectationFailed => "EXPECTATION_FAILED",
             Error::HeaderTooLarge => "REQUEST_HEADER_FIELDS_TOO_LARGE",
             Error::ServiceUnavailable(_) => "SERVICE_UNAVAILABLE",
@@ -132,6 +136,7 @@ impl Error {
             Error::RequestTimeout => "request timeout",
             Error::PayloadTooLarge => "payload too large",
             Error::UnsupportedMediaType => "unsupported media type",
+            Error::RangeNotSatisfiable => "range not satisfiable",
             Error::ExpectationFailed => "expectation failed",
             Error::HeaderTooLarge => "request header fields too large",
             Error::ServiceUnavailable(m) => m,

@@ -12,6 +12,7 @@ mod auth;
 mod cors;
 mod csp_report;
 mod debug;
+mod download;
 mod events;
 mod health;
 mod pages;
@@ -49,10 +50,12 @@ pub enum Reply {
     Stream(Response, Detach),
     /// Send this `101` head; the worker then speaks the new protocol.
     Upgrade(Response, Detach),
+    /// Send this head with `Content-Length: n`; the worker streams the body.
+    Sized(Response, u64, Detach),
 }
 
 /// What a detached connection becomes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Detach {
     /// An `/api/events` stream, replaying after `last_event_id` first.
     Sse {
@@ -63,6 +66,15 @@ pub enum Detach {
     WebSocket {
         /// The authenticated user.
         user_id: Option<i64>,
+    },
+    /// A file body: `len` bytes from `offset`.
+    Download {
+        /// The open file (shared with pool reads).
+        file: std::sync::Arc<std::fs::File>,
+        /// First byte to send.
+        offset: u64,
+        /// Bytes to send.
+        len: u64,
     },
 }
 
@@ -144,6 +156,7 @@ impl App {
             events::routes(&mut router, base);
         }
         ws::routes(&mut router, config.websocket.echo);
+        download::routes(&mut router);
         if config.debug.routes {
             debug::routes(&mut router);
         }
@@ -179,6 +192,7 @@ impl App {
             Ok(Reply::Now(r)) => Reply::Now(decor.apply(r, config)),
             Ok(Reply::Stream(r, d)) => Reply::Stream(decor.apply(r, config), d),
             Ok(Reply::Upgrade(r, d)) => Reply::Upgrade(r, d),
+            Ok(Reply::Sized(r, n, d)) => Reply::Sized(decor.apply(r, config), n, d),
             Err(e) => Reply::Now(decor.apply(render(e, dev), config)),
             Ok(Reply::Later(job)) => Reply::Later(Box::new(move || {
                 let r = job().unwrap_or_else(|e| render(e, dev));

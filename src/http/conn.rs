@@ -39,6 +39,10 @@ pub enum Outcome {
     /// Send this `101` head; the caller then speaks another protocol on the
     /// connection (WebSocket).
     Upgrade(Response),
+    /// Send this head with `Content-Length: n`; the caller then writes the n
+    /// body bytes and calls [`Http1::reattach`] (downloads). For `HEAD` only
+    /// the head goes out and the connection carries on.
+    Sized(Response, u64),
 }
 
 /// The application side, as seen by the connection.
@@ -370,6 +374,7 @@ impl Http1 {
             Outcome::Ready(resp) => self.respond(resp, Delimit::Length, out, svc, env, now),
             Outcome::Stream(resp) => self.respond(resp, Delimit::Chunked, out, svc, env, now),
             Outcome::Upgrade(resp) => self.respond(resp, Delimit::Upgrade, out, svc, env, now),
+            Outcome::Sized(resp, n) => self.respond(resp, Delimit::Sized(n), out, svc, env, now),
             Outcome::Pending => {
                 self.phase = Phase::Waiting;
                 self.deadline = None;
@@ -406,7 +411,13 @@ impl Http1 {
             request_id: &cur.rid[..cur.rid_len],
         });
         self.head_known = false;
-        if delimit != Delimit::Length {
+        self.cur.keep_alive = keep_alive;
+        let body_follows = match delimit {
+            Delimit::Length => false,
+            Delimit::Sized(_) => self.cur.method != Method::Head,
+            Delimit::Chunked | Delimit::Upgrade => true,
+        };
+        if body_follows {
             self.phase = Phase::Detached;
             self.deadline = None;
         } else if keep_alive {
@@ -415,6 +426,19 @@ impl Http1 {
         } else {
             self.phase = Phase::Closing;
             self.deadline = None;
+        }
+    }
+
+    /// The body of a [`Outcome::Sized`] response is complete: back to
+    /// HTTP/1.1. Returns `false` when the connection must close instead.
+    pub fn reattach(&mut self, env: &Env, now: Instant) -> bool {
+        if self.cur.keep_alive && !env.draining {
+            self.phase = Phase::Idle;
+            self.deadline = Some((now + env.keepalive_timeout, Timeout::Idle));
+            true
+        } else {
+            self.phase = Phase::Closing;
+            false
         }
     }
 

@@ -100,6 +100,8 @@ pub enum Delimit {
     Chunked,
     /// `101 Switching Protocols`: no body framing; another protocol follows.
     Upgrade,
+    /// `Content-Length: n`; the body follows later, written by the caller (downloads).
+    Sized(u64),
 }
 
 /// What the connection knows about the request a response answers.
@@ -159,6 +161,13 @@ pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>
     out.reserve(common.block_len() + 256 + if meta.head { 0 } else { body.len() });
     let _ = write!(out, "HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status));
     common.write_date(out);
+    if let Delimit::Sized(n) = meta.delimit {
+        out.extend_from_slice(b"Content-Type: ");
+        out.extend_from_slice(resp.content_type.as_bytes());
+        out.extend_from_slice(b"\r\nContent-Length: ");
+        out.extend_from_slice(itoa_buf(n as usize).as_slice());
+        out.extend_from_slice(b"\r\n");
+    }
     if meta.delimit == Delimit::Chunked {
         out.extend_from_slice(b"Content-Type: ");
         out.extend_from_slice(resp.content_type.as_bytes());

@@ -380,6 +380,10 @@ impl Worker {
                     self.replayed(d.token, bytes, last);
                     continue;
                 }
+                Completion::Chunk(bytes) => {
+                    self.chunk_arrived(d.token, bytes);
+                    continue;
+                }
             };
             let resp = result.unwrap_or_else(|e| {
                 if let Error::Internal(detail) = &e {
@@ -593,6 +597,12 @@ impl Service for Glue<'_> {
             Ok(Reply::Upgrade(resp, d)) => {
                 self.detach = Some(d);
                 Outcome::Upgrade(resp)
+            }
+            Ok(Reply::Sized(resp, n, d)) => {
+                if req.method != crate::http::request::Method::Head {
+                    self.detach = Some(d);
+                }
+                Outcome::Sized(resp, n)
             }
             Err(_) => Outcome::Ready(Error::Internal(panics::take_last()).into_response(dev)),
         }

@@ -21,6 +21,8 @@ pub enum Work {
     Request(Job),
     /// An SSE replay: the events' bytes and the last id.
     Replay(Box<dyn FnOnce() -> (Vec<u8>, i64) + Send>),
+    /// Read `len` bytes of a file at `offset` (a download slice).
+    Read(std::sync::Arc<std::fs::File>, u64, usize),
 }
 
 /// What comes back.
@@ -29,6 +31,8 @@ pub enum Completion {
     Response(Result<Response, Error>),
     /// The result of a [`Work::Replay`].
     Replay(Vec<u8>, i64),
+    /// The bytes of a [`Work::Read`]; empty on an error or a short file.
+    Chunk(Vec<u8>),
 }
 
 struct Task {
@@ -72,6 +76,14 @@ impl Pool {
                             std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
                                 .unwrap_or_else(|_| Err(Error::Internal(super::panics::take_last()))),
                         ),
+                        Work::Read(file, offset, len) => {
+                            use std::os::unix::fs::FileExt;
+                            let mut buf = vec![0; len];
+                            match file.read_exact_at(&mut buf, offset) {
+                                Ok(()) => Completion::Chunk(buf),
+                                Err(_) => Completion::Chunk(Vec::new()),
+                            }
+                        }
                         Work::Replay(job) => {
                             let (bytes, last) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
                                 .unwrap_or_else(|_| (Vec::new(), -1));

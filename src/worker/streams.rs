@@ -34,7 +34,22 @@ pub enum Stream {
     Sse(Sse),
     /// A WebSocket (`/ws` or `/ws/echo`).
     Ws(Box<Ws>),
+    /// A file body being sent.
+    Download(Download),
 }
+
+/// State of one download: the pool reads the next slice only while the
+/// client's unsent output is under the high-watermark (back pressure: a
+/// slow reader pauses the disk, memory per download stays ~128 KiB).
+pub struct Download {
+    file: Arc<std::fs::File>,
+    offset: u64,
+    remaining: u64,
+    reading: bool,
+}
+
+/// Bytes read from disk per pool job.
+const SLICE: u64 = 64 * 1024;
 
 /// State of one WebSocket.
 pub struct Ws {
@@ -72,6 +87,7 @@ impl Stream {
         match self {
             Stream::Sse(s) => Some(s.next_beat),
             Stream::Ws(w) => Some(w.next_ping),
+            Stream::Download(_) => None,
         }
     }
 }
@@ -125,6 +141,9 @@ impl Worker {
                     self.pool.submit(idx, generation, Work::Replay(self.app.sse_replay(after)));
                 }
             }
+            Detach::Download { file, offset, len } => {
+                c.stream = Some(Stream::Download(Download { file, offset, remaining: len, reading: false }));
+            }
             Detach::WebSocket { user_id } => {
                 let mut conn = WsConn::new(self.config.websocket.max_message_bytes);
                 if let Some(uid) = user_id {
@@ -151,9 +170,12 @@ impl Worker {
         let mut todo = Vec::new();
         // Edge-triggered: keep reading until the socket is empty, in slices of
         // READ_AHEAD, unless our own output backs up (the writable event resumes).
+        let download = matches!(c.stream, Some(Stream::Download(_)));
         loop {
             let mut more = false;
-            if !c.eof {
+            // During a download, input is a pipelined request: keep it, bounded.
+            let input_full = download && c.inbuf.len() >= READ_AHEAD;
+            if !c.eof && !input_full {
                 let cap = c.inbuf.len() + READ_AHEAD;
                 match read_into(&mut c.sock, &mut c.inbuf, &mut self.scratch, cap) {
                     // It stopped at `cap` only if it filled it: the socket may hold more.
@@ -166,6 +188,7 @@ impl Worker {
             }
             match &mut c.stream {
                 Some(Stream::Sse(_)) => c.inbuf.clear(), // a stream's client has nothing to say
+                Some(Stream::Download(_)) => {}
                 Some(Stream::Ws(w)) => {
                     let mut events = Vec::new();
                     // `read` stops after each complete message; answering it before
@@ -223,11 +246,16 @@ impl Worker {
         }
         let pending = c.out.len() > c.out_pos;
         c.send_deadline = if pending { c.send_deadline.or(Some(now + super::SEND_TIMEOUT)) } else { None };
-        if close || c.eof || (c.closing && !pending) {
+        // A download ends on a write error or the send timeout, not on the peer's
+        // half-close: the request was complete when it started.
+        if close || (c.eof && !download) || (c.closing && !pending) {
             self.close(idx);
             return;
         }
         self.arm(idx);
+        if download {
+            self.pump(idx);
+        }
         for t in todo {
             self.ws_todo(idx, t);
         }
@@ -322,6 +350,45 @@ impl Worker {
         self.drive_stream(idx);
     }
 
+    /// Ask the pool for the next slice of a download if the client keeps up.
+    fn pump(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let Some(Stream::Download(d)) = &mut c.stream else { return };
+        if d.reading || d.remaining == 0 || c.out.len() - c.out_pos > super::HIGH_WATERMARK {
+            return;
+        }
+        d.reading = true;
+        let len = d.remaining.min(SLICE) as usize;
+        self.pool.submit(idx, c.generation, Work::Read(Arc::clone(&d.file), d.offset, len));
+    }
+
+    /// A slice of a download arrived from the pool.
+    pub(super) fn chunk_arrived(&mut self, idx: usize, bytes: Vec<u8>) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let Some(Stream::Download(d)) = &mut c.stream else { return };
+        d.reading = false;
+        if bytes.is_empty() {
+            // The file shrank or failed: the promised length cannot be sent.
+            log::warn!("download read failed; closing the connection");
+            self.close(idx);
+            return;
+        }
+        d.offset += bytes.len() as u64;
+        d.remaining = d.remaining.saturating_sub(bytes.len() as u64);
+        c.out.extend_from_slice(&bytes);
+        if d.remaining == 0 {
+            c.stream = None;
+            let keep = c.http.reattach(&self.env, Instant::now());
+            // Back to HTTP/1.1: flush, then serve what was pipelined meanwhile.
+            if !keep {
+                c.closing = true;
+            }
+            self.drive(idx);
+            return;
+        }
+        self.drive_stream(idx);
+    }
+
     /// A `Last-Event-ID` replay finished: send it, then what arrived meanwhile.
     pub(super) fn replayed(&mut self, idx: usize, bytes: Vec<u8>, last: i64) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
@@ -345,6 +412,7 @@ impl Worker {
                 self.sse.remove(&idx);
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
             }
+            Stream::Download(_) => {}
             Stream::Ws(w) => {
                 for room in &w.rooms {
                     if self.rooms.leave(room, idx) {
@@ -422,7 +490,8 @@ impl Worker {
             match &mut c.stream {
                 Some(Stream::Sse(_)) => end_chunks(&mut c.out),
                 Some(Stream::Ws(w)) => w.conn.close(1001, "server shutting down", &mut c.out),
-                None => continue,
+                // A download in flight finishes (the drain deadline bounds it).
+                Some(Stream::Download(_)) | None => continue,
             }
             c.closing = true;
             self.flush_conn(idx);

@@ -24,3 +24,5 @@ mod pages;
 mod ratelimit;
 mod sse;
 mod websocket;
+
+mod download;

@@ -645,6 +645,11 @@ impl Conn {
         &self.buf
     }
 
+    /// Take the bytes received but not yet consumed (the caller reads the rest itself).
+    pub fn take_pending(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
     fn fill(&mut self) -> io::Result<usize> {
         let mut tmp = [0u8; 65536];
         loop {

@@ -1,0 +1,186 @@
+//! `GET /download/{name}` and `GET /download` (the file named `default`)
+//! from `download.dir` (CONTRACT §6).
+//!
+//! This file decides WHAT is sent: the name is checked (no separators, no
+//! dot files, no traversal, the resolved path must stay inside the directory,
+//! regular files only; anything else is 404), the validators (`ETag`,
+//! `Last-Modified`, 304), the single `Range` (206, 416), and a safe
+//! `Content-Disposition`. Opening and `fstat` happen here, on the loop
+//! (metadata, no content); the content is read in 64 KiB slices on the pool
+//! by the worker, only while the client keeps up.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+
+use super::router::Router;
+use super::{validate, App, Ctx, Detach, Handler, Reply};
+use crate::error::Error;
+use crate::http::request::{Method, Request};
+use crate::http::response::Response;
+
+/// Register the routes.
+pub fn routes(r: &mut Router<Handler>) {
+    r.add(Method::Get, "/download", default_file).add(Method::Get, "/download/{name}", named);
+}
+
+fn default_file(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    serve(app, req, "default")
+}
+
+fn named(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
+    let raw = ctx.params.get(0).ok_or(Error::NotFound)?;
+    let name = validate::decode_query(&raw.replace('+', "%2B")).ok_or(Error::NotFound)?;
+    serve(app, req, &name)
+}
+
+/// A name that can only mean a file directly inside the directory.
+fn safe_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.starts_with('.')
+        && !name.contains(['/', '\0'])
+        && !name.chars().any(char::is_control)
+}
+
+fn serve(app: &App, req: &Request<'_>, name: &str) -> Result<Reply, Error> {
+    if !safe_name(name) {
+        return Err(Error::NotFound);
+    }
+    let dir = &app.svc.config.download.dir;
+    let path = dir.join(name);
+    // Symlinks may not lead out of the directory.
+    let (Ok(real), Ok(real_dir)) = (path.canonicalize(), dir.canonicalize()) else { return Err(Error::NotFound) };
+    if real.parent() != Some(real_dir.as_path()) {
+        return Err(Error::NotFound);
+    }
+    let file = File::open(&real).map_err(|_| Error::NotFound)?;
+    let meta = file.metadata().map_err(|_| Error::NotFound)?;
+    if !meta.is_file() {
+        return Err(Error::NotFound);
+    }
+    let size = meta.len();
+    let etag = format!("\"{:x}-{:x}\"", size, meta.mtime_nsec() as u64 ^ ((meta.mtime() as u64) << 20));
+    let modified = meta.modified().map(httpdate::fmt_http_date).unwrap_or_default();
+    let mut r = Response::new(200);
+    r.content_type = "application/octet-stream";
+    r.cache_control = "no-cache";
+    r.header("ETag", etag.clone()).header("Last-Modified", modified).header("Accept-Ranges", "bytes");
+    if req.header("if-none-match").is_some_and(|v| super::health::etag_matches(v, etag.as_bytes())) {
+        r.status = 304;
+        return Ok(Reply::Now(r));
+    }
+    r.header("Content-Disposition", disposition(name));
+    let range = req
+        .header("range")
+        .filter(|_| if_range_ok(req, &etag))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| parse_range(v, size));
+    let (offset, len) = match range {
+        None => (0, size),
+        Some(Ok((start, end))) => {
+            r.status = 206;
+            r.header("Content-Range", format!("bytes {start}-{end}/{size}"));
+            (start, end - start + 1)
+        }
+        Some(Err(())) => {
+            let mut r = Error::RangeNotSatisfiable.into_response(app.svc.config.is_development());
+            r.header("Content-Range", format!("bytes */{size}"));
+            return Ok(Reply::Now(r));
+        }
+    };
+    Ok(Reply::Sized(r, len, Detach::Download { file: Arc::new(file), offset, len }))
+}
+
+/// `If-Range` with a strong ETag: the range applies only if it still matches.
+fn if_range_ok(req: &Request<'_>, etag: &str) -> bool {
+    req.header("if-range").is_none_or(|v| v == etag.as_bytes())
+}
+
+/// One `bytes=` range: `None` to ignore the header (malformed, several
+/// ranges), `Some(Err)` when unsatisfiable (416), else the inclusive bounds.
+pub fn parse_range(v: &str, size: u64) -> Option<Result<(u64, u64), ()>> {
+    let spec = v.trim().strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None;
+    }
+    let (a, b) = spec.split_once('-')?;
+    let (a, b) = (a.trim(), b.trim());
+    let num =
+        |s: &str| if s.bytes().all(|c| c.is_ascii_digit()) && !s.is_empty() { s.parse::<u64>().ok() } else { None };
+    match (a.is_empty(), b.is_empty()) {
+        (true, false) => {
+            let n = num(b)?;
+            if n == 0 || size == 0 {
+                return Some(Err(()));
+            }
+            Some(Ok((size.saturating_sub(n), size - 1)))
+        }
+        (false, _) => {
+            let start = num(a)?;
+            let end = if b.is_empty() { u64::MAX } else { num(b)? };
+            if end < start {
+                return None;
+            }
+            if start >= size {
+                return Some(Err(()));
+            }
+            Some(Ok((start, end.min(size - 1))))
+        }
+        (true, true) => None,
+    }
+}
+
+/// `attachment; filename="…"` (ASCII fallback) plus RFC 6266 `filename*` for non-ASCII names.
+pub fn disposition(name: &str) -> String {
+    let ascii: String =
+        name.chars().map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' { c } else { '_' }).collect();
+    if name.is_ascii() && ascii == name {
+        return format!("attachment; filename=\"{ascii}\"");
+    }
+    let mut enc = String::new();
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
+            enc.push(b as char);
+        } else {
+            enc.push_str(&format!("%{b:02X}"));
+        }
+    }
+    format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{enc}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("bytes=0-99", 1000), Some(Ok((0, 99))));
+        assert_eq!(parse_range("bytes=100-", 1000), Some(Ok((100, 999))));
+        assert_eq!(parse_range("bytes=-100", 1000), Some(Ok((900, 999))));
+        assert_eq!(parse_range("bytes=-2000", 1000), Some(Ok((0, 999))));
+        assert_eq!(parse_range("bytes=10-999999999", 1000), Some(Ok((10, 999))));
+        assert_eq!(parse_range("bytes=1000-", 1000), Some(Err(())));
+        assert_eq!(parse_range("bytes=0-0", 0), Some(Err(())));
+        assert_eq!(parse_range("bytes=-0", 1000), Some(Err(())));
+        for ignored in ["bytes=abc", "bytes=5-2", "bytes=0-1,5-6", "items=0-1", "bytes=-", "bytes=+1-2"] {
+            assert_eq!(parse_range(ignored, 1000), None, "{ignored}");
+        }
+    }
+
+    #[test]
+    fn names_and_disposition() {
+        for bad in ["", ".", "..", ".hidden", "a/b", "a\0b", "/etc/passwd", "a\nb"] {
+            assert!(!safe_name(bad), "{bad:?}");
+        }
+        assert!(safe_name("report 2026.pdf"));
+        // On Unix a backslash is an ordinary character, not a separator.
+        assert!(safe_name("we\\ird.bin"));
+        assert_eq!(disposition("a.bin"), "attachment; filename=\"a.bin\"");
+        assert_eq!(
+            disposition("résumé.bin"),
+            "attachment; filename=\"r_sum_.bin\"; filename*=UTF-8''r%C3%A9sum%C3%A9.bin"
+        );
+        assert_eq!(disposition("a\"b.bin"), "attachment; filename=\"a_b.bin\"; filename*=UTF-8''a%22b.bin");
+    }
+}
