@@ -48,8 +48,10 @@ pub struct Download {
     reading: bool,
 }
 
-/// Bytes read from disk per pool job.
-const SLICE: u64 = 64 * 1024;
+/// Bytes read from disk per pool job. Measured: 64 KiB gave 0.73-0.76 GB/s for a
+/// 1 GiB loopback download, 128 KiB 0.92-1.32 GB/s; 200 stalled readers then hold
+/// +59 MB (each up to one slice plus the 64 KiB watermark unsent).
+const SLICE: u64 = 128 * 1024;
 
 /// State of one WebSocket.
 pub struct Ws {
