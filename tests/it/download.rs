@@ -541,6 +541,20 @@ fn range_edge_cases_per_rfc9110() {
 }
 
 #[test]
+fn if_range_applies_the_range_only_for_the_current_etag() {
+    // RFC 9110 §13.1.5: If-Range with the current strong ETag → the range (206); with any
+    // other tag → the whole file (200).
+    let d = Dl::start(1);
+    let data = pattern(10_000, 20);
+    let path = d.put("data.bin", &data);
+    let etag = d.get("/download/data.bin", &[]).header("etag").unwrap_or("\"?\"").to_string();
+    let r = d.get("/download/data.bin", &[("Range", "bytes=0-9"), ("If-Range", &etag)]);
+    check_206(&d.s, &r, &data, 0, 9, "Range with If-Range: <current etag>");
+    let r = d.get("/download/data.bin", &[("Range", "bytes=0-9"), ("If-Range", "\"stale\"")]);
+    check_full(&d.s, &r, "data.bin", &path, &data, "Range with If-Range: <stale etag> → 200 full");
+}
+
+#[test]
 fn unsatisfiable_range_is_416_with_star_content_range() {
     let d = Dl::start(1);
     let data = pattern(3 * MIB, 11);
@@ -715,6 +729,10 @@ fn slow_reader_keeps_worker_memory_bounded_and_the_loop_responsive() {
     let cpu_used = cpu_ticks(pid) - cpu0;
     let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
 
+    eprintln!(
+        "slow reader: read {got} of {size} bytes, stalled 2 s; worker RSS {rss0} KiB before, max {max_rss} KiB \
+         during; CPU {cpu_used} ticks ({ticks_per_s}/s); /health took {health_ms:?} ms"
+    );
     ensure!(d.s, health_fail.is_empty(), "/health failed during the stall: {health_fail:?}");
     let mut sorted = health_ms.clone();
     sorted.sort();
