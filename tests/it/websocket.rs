@@ -401,3 +401,28 @@ fn a_message_larger_than_one_read_slice_is_not_stalled() {
         f.as_ref().map(|_| "other")
     );
 }
+
+/// A room member that stops reading is dropped once more than 1 MiB waits for it, instead
+/// of being buffered without bound; the sender (who keeps reading) is unaffected.
+#[test]
+fn a_member_that_cannot_keep_up_is_dropped() {
+    let s = Server::api_builder().start();
+    let (ua, ta) = s.user("Alice");
+    let (ub, tb) = s.user("Bob");
+    let (a_id, b_id) = (id_of(&ua), id_of(&ub));
+    let (mut a, _) = s.ws_chat(&ta);
+    let (mut b, _) = s.ws_chat(&tb);
+    join(&s, &mut b, "flood", b_id);
+    join(&s, &mut a, "flood", a_id);
+    // Bob never reads again. Alice sends ~12 MiB into the room, reading her own copies.
+    let big = "x".repeat(60_000);
+    let dropped = (0..200).any(|i| {
+        a.send_json(&chat("flood", &big));
+        let m = recv_until(&s, &mut a, &format!("Alice's own message {i}"), |m| m["from"].as_i64() == Some(a_id));
+        ensure_eq!(s, m["content"].as_str().map(str::len), Some(big.len()), "Alice's copy {i}");
+        s.streams_once().is_some_and(|v| v["ws"].as_u64() == Some(1))
+    });
+    ensure!(s, dropped, "Bob (not reading) was never dropped: {:?}\n{}", s.streams_once(), s.log_tail());
+    ensure!(s, s.logs().contains("WebSocket member is not reading; dropping it"), "the drop is logged");
+    drop(b);
+}
