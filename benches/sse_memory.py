@@ -23,6 +23,7 @@ import selectors
 import socket
 import sys
 import time
+from forkd_debug import debug_streams
 
 TARGET_BYTES_PER_10K = 40_000_000  # the budget: 40 MB of extra RSS for 10 000 streams
 
@@ -36,14 +37,6 @@ def rss_bytes(pid):
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def debug_streams(port):
-    """GET /_debug/streams (with workers = 1 it is always the measured worker)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        c.request("GET", "/_debug/streams", headers={"Connection": "close"})
-        return json.loads(c.getresponse().read())
-    finally:
-        c.close()
 
 
 def wait_for_sse(port, want, timeout):

@@ -41,6 +41,7 @@ import socket
 import struct
 import sys
 import time
+from forkd_debug import debug_streams
 
 ROOM = "bench"
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; also the cmsg type
@@ -180,13 +181,6 @@ def connect_all(port, token, members, inflight, timeout):
     return ok, failed
 
 
-def debug_streams(port):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        c.request("GET", "/_debug/streams", headers={"Connection": "close"})
-        return json.loads(c.getresponse().read())
-    finally:
-        c.close()
 
 
 def per_worker(port, pids, want_members, timeout):
