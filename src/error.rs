@@ -63,6 +63,10 @@ pub enum Error {
     HeaderTooLarge,
     /// 503: draining or a dependency is down.
     ServiceUnavailable(&'static str),
+    /// 502: an upstream refused, failed, or answered something unusable.
+    UpstreamUnavailable(Cow<'static, str>),
+    /// 504: an upstream did not answer within `upstreams.timeout_ms`.
+    UpstreamTimeout,
     /// 500: a bug or an unexpected failure; the detail goes to the log and,
     /// in development only, into `stack`.
     Internal(String),
@@ -94,6 +98,8 @@ impl Error {
             Error::ExpectationFailed => 417,
             Error::HeaderTooLarge => 431,
             Error::ServiceUnavailable(_) => 503,
+            Error::UpstreamUnavailable(_) => 502,
+            Error::UpstreamTimeout => 504,
             Error::Internal(_) => 500,
         }
     }
@@ -118,6 +124,8 @@ impl Error {
             Error::ExpectationFailed => "EXPECTATION_FAILED",
             Error::HeaderTooLarge => "REQUEST_HEADER_FIELDS_TOO_LARGE",
             Error::ServiceUnavailable(_) => "SERVICE_UNAVAILABLE",
+            Error::UpstreamUnavailable(_) => "UPSTREAM_UNAVAILABLE",
+            Error::UpstreamTimeout => "UPSTREAM_TIMEOUT",
             Error::Internal(_) => "INTERNAL_ERROR",
         }
     }
@@ -140,6 +148,8 @@ impl Error {
             Error::ExpectationFailed => "expectation failed",
             Error::HeaderTooLarge => "request header fields too large",
             Error::ServiceUnavailable(m) => m,
+            Error::UpstreamUnavailable(m) => m,
+            Error::UpstreamTimeout => "upstream timed out",
             Error::Internal(_) => "internal server error",
         }
     }

@@ -13,6 +13,7 @@ pub mod app;
 pub mod auth;
 pub mod bus;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod cpu;
 pub mod error;

@@ -9,12 +9,15 @@
 //! `crate::error`.
 
 mod auth;
+mod cache;
+mod chat;
 mod cors;
 mod csp_report;
 mod debug;
 mod download;
 mod events;
 mod health;
+mod homepage;
 mod pages;
 mod posts;
 mod ratelimit;
@@ -29,6 +32,7 @@ pub mod ws;
 use std::borrow::Cow;
 
 use crate::auth::{jwt::Jwt, password::Passwords};
+use crate::client::{ClientError, Endpoints, Outbound};
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::request::{Method, Request};
@@ -52,10 +56,61 @@ pub enum Reply {
     Upgrade(Response, Detach),
     /// Send this head with `Content-Length: n`; the worker streams the body.
     Sized(Response, u64, Detach),
+    /// Make these upstream requests in parallel; the response comes from their results.
+    Call(Call),
+    /// Relay a streaming upstream response to the client as it arrives.
+    Relay(Relay),
+}
+
+/// What [`Call::finish`] gets per request: the upstream's status and body, or why it failed.
+pub type Fetched = Result<(u16, Vec<u8>), ClientError>;
+
+/// Upstream requests made in parallel on the worker's loop, and what to make of their results.
+pub struct Call {
+    /// The requests, all started at once.
+    pub requests: Vec<Outbound>,
+    /// Builds the response from the results (in request order). Runs on the
+    /// event loop: it must be cheap and must not block.
+    pub finish: Box<dyn FnOnce(Vec<Fetched>) -> Result<Response, Error>>,
+}
+
+/// A streamed upstream response relayed to the client (`/api/chat`).
+pub struct Relay {
+    /// The upstream request.
+    pub request: Outbound,
+    /// Turns upstream bytes into the client's stream.
+    pub sink: Box<dyn RelaySink>,
+}
+
+/// The app's half of a relay: the worker feeds it what the upstream sends
+/// and writes what it produces (chunk-framed) to the client, pausing the
+/// upstream while the client is slow.
+pub trait RelaySink {
+    /// The upstream's status and content type arrived. An error here is the
+    /// client's response (nothing has been sent to it yet).
+    fn head(&mut self, status: u16, content_type: Option<&str>) -> Result<(), Error>;
+    /// Upstream body bytes: append complete events for the client to `out`.
+    /// `Ok(true)` once the stream is complete (its last event is in `out`).
+    fn body(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Result<bool, Error>;
+    /// The client's response head, sent before the first event.
+    fn response(&mut self) -> Response;
+    /// The upstream failed or ended early after events were sent: append the
+    /// closing event.
+    fn failed(&mut self, error: &Error, out: &mut Vec<u8>);
+    /// The client's response when the relay failed before its first event.
+    fn error(&mut self, e: Error) -> Response {
+        render(e, false)
+    }
+}
+
+/// A stream produced on a timer (the built-in chat echo).
+pub trait Ticker {
+    /// Append the next event to `out`; the delay until the next one, or
+    /// `None` when the stream is complete.
+    fn tick(&mut self, out: &mut Vec<u8>) -> Option<std::time::Duration>;
 }
 
 /// What a detached connection becomes.
-#[derive(Debug)]
 pub enum Detach {
     /// An `/api/events` stream, replaying after `last_event_id` first.
     Sse {
@@ -76,6 +131,8 @@ pub enum Detach {
         /// Bytes to send.
         len: u64,
     },
+    /// A chunked stream whose events come from a timer.
+    Ticker(Box<dyn Ticker>),
 }
 
 /// A message for the bus, from a pool job to the event loop.
@@ -101,6 +158,10 @@ pub struct Services {
     pub stats: &'static Stats,
     /// The shared rate-limit table.
     pub rate: &'static crate::shm::ratelimit::RateTable,
+    /// The upstreams, resolved before fork.
+    pub endpoints: &'static Endpoints,
+    /// The upstream-answer cache shared by every worker.
+    pub shared_cache: &'static crate::shm::cache::SharedCache,
 }
 
 /// Live counters of one worker's detached connections.
@@ -130,6 +191,8 @@ pub struct App {
     svc: &'static Services,
     config_body: &'static [u8],
     config_etag: &'static str,
+    /// This worker's cache of upstream answers (the first level).
+    homepage_cache: homepage::Shared,
 }
 
 impl App {
@@ -157,6 +220,8 @@ impl App {
         }
         ws::routes(&mut router, config.websocket.echo);
         download::routes(&mut router);
+        homepage::routes(&mut router);
+        chat::routes(&mut router);
         if config.debug.routes {
             debug::routes(&mut router);
         }
@@ -164,7 +229,8 @@ impl App {
         // Leaked once per worker: every answer then borrows them, allocation-free.
         let config_body: &'static [u8] = Box::leak(body.into_boxed_slice());
         let config_etag: &'static str = Box::leak(etag.into_boxed_str());
-        App { router, svc, config_body, config_etag }
+        let homepage_cache = std::rc::Rc::new(std::cell::RefCell::new(cache::Lru::new(config.upstreams.cache_entries)));
+        App { router, svc, config_body, config_etag, homepage_cache }
     }
 
     /// Run one request through the phases; errors are rendered here, so the
@@ -198,6 +264,20 @@ impl App {
                 let r = job().unwrap_or_else(|e| render(e, dev));
                 Ok(decor.apply(r, config))
             })),
+            Ok(Reply::Call(call)) => {
+                let finish = call.finish;
+                Reply::Call(Call {
+                    requests: call.requests,
+                    finish: Box::new(move |results| {
+                        let r = finish(results).unwrap_or_else(|e| render(e, dev));
+                        Ok(decor.apply(r, config))
+                    }),
+                })
+            }
+            Ok(Reply::Relay(relay)) => Reply::Relay(Relay {
+                request: relay.request,
+                sink: Box::new(Decorated { inner: relay.sink, decor, config }),
+            }),
         }
     }
 
@@ -239,6 +319,31 @@ impl App {
             Match::MethodNotAllowed(allow) => Err(Error::MethodNotAllowed(allow)),
             Match::NotFound => Err(Error::NotFound),
         }
+    }
+}
+
+/// A relay whose responses (head or error) get the request's decoration.
+struct Decorated {
+    inner: Box<dyn RelaySink>,
+    decor: Decor,
+    config: &'static Config,
+}
+
+impl RelaySink for Decorated {
+    fn head(&mut self, status: u16, content_type: Option<&str>) -> Result<(), Error> {
+        self.inner.head(status, content_type)
+    }
+    fn body(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
+        self.inner.body(bytes, out)
+    }
+    fn response(&mut self) -> Response {
+        self.decor.apply(self.inner.response(), self.config)
+    }
+    fn failed(&mut self, error: &Error, out: &mut Vec<u8>) {
+        self.inner.failed(error, out)
+    }
+    fn error(&mut self, e: Error) -> Response {
+        self.decor.apply(render(e, self.config.is_development()), self.config)
     }
 }
 

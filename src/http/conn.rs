@@ -230,6 +230,22 @@ impl Http1 {
         }
     }
 
+    /// Deliver a pending request's answer as a stream head (chunked body
+    /// follows, written by the caller); the connection is then detached until
+    /// [`Http1::reattach`].
+    pub fn complete_stream(
+        &mut self,
+        resp: Response,
+        out: &mut Vec<u8>,
+        svc: &mut dyn Service,
+        env: &mut Env,
+        now: Instant,
+    ) {
+        if self.phase == Phase::Waiting {
+            self.respond(resp, Delimit::Chunked, out, svc, env, now);
+        }
+    }
+
     /// The connection's timer fired. Returns `Close` when it should go.
     pub fn on_timeout(&mut self, out: &mut Vec<u8>, svc: &mut dyn Service, env: &mut Env, now: Instant) -> Progress {
         match self.deadline {
@@ -429,8 +445,8 @@ impl Http1 {
         }
     }
 
-    /// The body of a [`Outcome::Sized`] response is complete: back to
-    /// HTTP/1.1. Returns `false` when the connection must close instead.
+    /// The body of a [`Outcome::Sized`] or streamed response is complete: back
+    /// to HTTP/1.1. Returns `false` when the connection must close instead.
     pub fn reattach(&mut self, env: &Env, now: Instant) -> bool {
         if self.cur.keep_alive && !env.draining {
             self.phase = Phase::Idle;

@@ -3,9 +3,12 @@
 //!
 //! It holds only fixed-size records of atomics (no pointers, no locks), laid
 //! out once. Today: one [`ProcRecord`] per live worker process (heartbeat,
-//! state, counters). Later zones (rate limits, shared cache) are added here
-//! as more fixed arrays. It must not grow, allocate or hold Rust pointers.
+//! state, counters) and the rate-limit table; later zones are added here as
+//! more fixed arrays. The shared cache, sized from the configuration, lives in
+//! its own mapping instead ([`cache`]). It must not grow, allocate or hold
+//! Rust pointers.
 
+pub mod cache;
 pub mod ratelimit;
 
 use std::io;

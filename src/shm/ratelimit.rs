@@ -280,7 +280,7 @@ fn count_of(word: u64) -> u64 {
 ///
 /// A keyed pseudo-random function, the one Rust's `HashMap` uses against hash
 /// flooding; written out here because std exposes no stable keyed SipHash-1-3.
-fn siphash<const C: usize, const D: usize>(k0: u64, k1: u64, prefix: u64, data: &[u8]) -> u64 {
+pub(crate) fn siphash<const C: usize, const D: usize>(k0: u64, k1: u64, prefix: u64, data: &[u8]) -> u64 {
     let mut v = [
         k0 ^ 0x736f_6d65_7073_6575,
         k1 ^ 0x646f_7261_6e64_6f6d,

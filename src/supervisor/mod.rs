@@ -58,6 +58,8 @@ struct Supervisor {
     config: Config,
     secret: Vec<u8>,
     region: &'static Region,
+    endpoints: &'static crate::client::Endpoints,
+    shared_cache: &'static crate::shm::cache::SharedCache,
     slots: Vec<Slot>,
     table: Table,
     signals: SignalSet,
@@ -96,6 +98,11 @@ impl Supervisor {
         sys::trim_heap();
         let region = Region::create()?;
         region.rate.init(rand::random());
+        // Upstream names are resolved here, once: a worker's loop never calls the resolver.
+        let endpoints = crate::client::Endpoints::resolve(&config)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("upstream: {e}")))?;
+        let endpoints: &'static crate::client::Endpoints = Box::leak(Box::new(endpoints));
+        let shared_cache = crate::shm::cache::SharedCache::create(config.upstreams.cache_entries, rand::random())?;
         let mut slots = Vec::new();
         for _ in 0..config.workers {
             let listener = listen::bind(config.listen)
@@ -133,6 +140,8 @@ impl Supervisor {
             config,
             secret,
             region,
+            endpoints,
+            shared_cache,
             slots,
             table: Table::default(),
             signals,
@@ -262,6 +271,8 @@ impl Supervisor {
                     secret: &self.secret,
                     bus: Endpoint::new(theirs),
                     rate: &self.region.rate,
+                    endpoints: self.endpoints,
+                    shared_cache: self.shared_cache,
                 });
                 std::process::exit(code);
             }

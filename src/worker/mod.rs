@@ -11,6 +11,7 @@ mod panics;
 mod pool;
 mod streams;
 mod timers;
+mod upstream;
 
 use std::io::{self, Read, Write};
 use std::net::TcpListener as StdListener;
@@ -61,6 +62,10 @@ pub struct WorkerArgs<'a> {
     pub bus: Endpoint,
     /// The shared rate-limit table.
     pub rate: &'static crate::shm::ratelimit::RateTable,
+    /// The upstreams, resolved before fork.
+    pub endpoints: &'static crate::client::Endpoints,
+    /// The upstream-answer cache shared by every worker.
+    pub shared_cache: &'static crate::shm::cache::SharedCache,
 }
 
 struct Conn {
@@ -77,6 +82,8 @@ struct Conn {
     stream: Option<Stream>,
     /// Close as soon as the output is flushed.
     closing: bool,
+    /// Upstream requests this connection's request waits on.
+    call: Option<upstream::CallState>,
 }
 
 /// Run the worker until it has drained; returns the process exit code.
@@ -117,6 +124,7 @@ struct Worker {
     published: crossbeam_channel::Receiver<crate::app::Publish>,
     sse: std::collections::HashSet<usize>,
     rooms: streams::Rooms,
+    up: upstream::Upstreams,
 }
 
 impl Worker {
@@ -146,6 +154,8 @@ impl Worker {
             record: args.record,
             stats: Box::leak(Box::default()),
             rate: args.rate,
+            endpoints: args.endpoints,
+            shared_cache: args.shared_cache,
         }));
         let poll = Poll::new()?;
         let mut signals = SignalSet::install(&[libc::SIGTERM])?;
@@ -200,6 +210,7 @@ impl Worker {
             published,
             sse: Default::default(),
             rooms: Default::default(),
+            up: Default::default(),
         })
     }
 
@@ -237,6 +248,7 @@ impl Worker {
                     WAKER => self.completions(),
                     BUS => self.on_bus(),
                     SIGNALS => self.signals.drain(),
+                    Token(i) if i >= upstream::UP_BASE => self.up_event(i - upstream::UP_BASE),
                     Token(i) => self.drive(i),
                 }
             }
@@ -340,6 +352,7 @@ impl Worker {
             send_deadline: None,
             stream: None,
             closing: false,
+            call: None,
         });
         self.live += 1;
         self.record.connections.store(self.live as u64, std::sync::atomic::Ordering::Relaxed);
@@ -352,6 +365,9 @@ impl Worker {
             let _ = self.poll.registry().deregister(&mut c.sock);
             if let Some(s) = c.stream.take() {
                 self.forget_stream(idx, s);
+            }
+            if let Some(call) = c.call.take() {
+                self.cancel_call(call);
             }
             self.free.push(idx);
             self.live -= 1;
@@ -399,6 +415,7 @@ impl Worker {
                 generation: c.generation,
                 record: self.record,
                 detach: None,
+                pending: None,
             };
             c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(d.token);
@@ -421,6 +438,7 @@ impl Worker {
             generation: c.generation,
             record: self.record,
             detach: None,
+            pending: None,
         };
         let mut close = false;
         loop {
@@ -466,8 +484,18 @@ impl Worker {
             }
         }
         let detach = glue.detach.take();
+        let pending = glue.pending.take();
+        // The client left while its request waits on upstreams: cancel them.
+        if c.eof && c.call.is_some() {
+            close = true;
+        }
         if close {
             self.close(idx);
+            return;
+        }
+        if let Some(p) = pending {
+            self.start_call(idx, p);
+            self.arm(idx);
             return;
         }
         if let Some(d) = detach {
@@ -498,6 +526,10 @@ impl Worker {
             self.accept();
         }
         while let Some((at, idx, generation)) = self.timers.pop_due(now) {
+            if idx >= upstream::UP_BASE {
+                self.up_timer(idx - upstream::UP_BASE, at, generation, now);
+                continue;
+            }
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
             if c.generation != generation || c.timer_at != Some(at) {
                 continue;
@@ -519,6 +551,7 @@ impl Worker {
                 generation,
                 record: self.record,
                 detach: None,
+                pending: None,
             };
             if c.http.on_timeout(&mut c.out, &mut glue, &mut self.env, now) == Progress::Close {
                 let _ = flush(&mut c.sock, &mut c.out, &mut c.out_pos);
@@ -577,6 +610,8 @@ struct Glue<'g> {
     record: &'static ProcRecord,
     /// Set when the handler detached the connection (stream or upgrade).
     detach: Option<Detach>,
+    /// Set when the handler asked for upstream requests.
+    pending: Option<upstream::Pending>,
 }
 
 impl Service for Glue<'_> {
@@ -597,6 +632,14 @@ impl Service for Glue<'_> {
             Ok(Reply::Upgrade(resp, d)) => {
                 self.detach = Some(d);
                 Outcome::Upgrade(resp)
+            }
+            Ok(Reply::Call(call)) => {
+                self.pending = Some(upstream::Pending::Call(call));
+                Outcome::Pending
+            }
+            Ok(Reply::Relay(relay)) => {
+                self.pending = Some(upstream::Pending::Relay(relay));
+                Outcome::Pending
             }
             Ok(Reply::Sized(resp, n, d)) => {
                 if req.method != crate::http::request::Method::Head {

@@ -36,7 +36,20 @@ pub enum Stream {
     Ws(Box<Ws>),
     /// A file body being sent.
     Download(Download),
+    /// An upstream stream relayed (its state is the connection's `call`).
+    Relay,
+    /// A chunked stream produced on a timer.
+    Ticker(Ticking),
 }
+
+/// A timer-driven stream: the app's producer and when it is due next.
+pub struct Ticking {
+    ticker: Box<dyn crate::app::Ticker>,
+    next: Instant,
+}
+
+/// While a client is this far behind, a timer-driven stream waits.
+const TICK_BACKOFF: Duration = Duration::from_millis(50);
 
 /// State of one download: the pool reads the next slice only while the
 /// client's unsent output is under the high-watermark (back pressure: a
@@ -89,7 +102,8 @@ impl Stream {
         match self {
             Stream::Sse(s) => Some(s.next_beat),
             Stream::Ws(w) => Some(w.next_ping),
-            Stream::Download(_) => None,
+            Stream::Download(_) | Stream::Relay => None,
+            Stream::Ticker(t) => Some(t.next),
         }
     }
 }
@@ -146,6 +160,11 @@ impl Worker {
             Detach::Download { file, offset, len } => {
                 c.stream = Some(Stream::Download(Download { file, offset, remaining: len, reading: false }));
             }
+            Detach::Ticker(ticker) => {
+                c.stream = Some(Stream::Ticker(Ticking { ticker, next: now }));
+                self.stream_timer(idx, now);
+                return;
+            }
             Detach::WebSocket { user_id } => {
                 let mut conn = WsConn::new(self.config.websocket.max_message_bytes);
                 if let Some(uid) = user_id {
@@ -173,10 +192,12 @@ impl Worker {
         // Edge-triggered: keep reading until the socket is empty, in slices of
         // READ_AHEAD, unless our own output backs up (the writable event resumes).
         let download = matches!(c.stream, Some(Stream::Download(_)));
+        // A response that ends returns to HTTP/1.1: input meanwhile is a pipelined request.
+        let ends = download || matches!(c.stream, Some(Stream::Relay | Stream::Ticker(_)));
         loop {
             let mut more = false;
             // During a download, input is a pipelined request: keep it, bounded.
-            let input_full = download && c.inbuf.len() >= READ_AHEAD;
+            let input_full = ends && c.inbuf.len() >= READ_AHEAD;
             if !c.eof && !input_full {
                 let cap = c.inbuf.len() + READ_AHEAD;
                 match read_into(&mut c.sock, &mut c.inbuf, &mut self.scratch, cap) {
@@ -190,7 +211,7 @@ impl Worker {
             }
             match &mut c.stream {
                 Some(Stream::Sse(_)) => c.inbuf.clear(), // a stream's client has nothing to say
-                Some(Stream::Download(_)) => {}
+                Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_)) => {}
                 Some(Stream::Ws(w)) => {
                     let mut events = Vec::new();
                     // `read` stops after each complete message; answering it before
@@ -254,9 +275,13 @@ impl Worker {
             self.close(idx);
             return;
         }
+        let relay = matches!(c.stream, Some(Stream::Relay));
         self.arm(idx);
         if download {
             self.pump(idx);
+        }
+        if relay {
+            self.relay_resume(idx);
         }
         for t in todo {
             self.ws_todo(idx, t);
@@ -312,7 +337,7 @@ impl Worker {
     }
 
     /// Flush a detached connection's output (no reading: safe while delivering).
-    fn flush_conn(&mut self, idx: usize) {
+    pub(super) fn flush_conn(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
             self.close(idx);
@@ -346,6 +371,22 @@ impl Worker {
                 w.conn.ping(b"", &mut c.out);
                 w.awaiting_pong = true;
                 w.next_ping = now + WS_PING_EVERY;
+            }
+            Some(Stream::Ticker(t)) if t.next <= now => {
+                if c.out.len() - c.out_pos > super::HIGH_WATERMARK {
+                    t.next = now + TICK_BACKOFF;
+                } else {
+                    let mut event = Vec::new();
+                    let next = t.ticker.tick(&mut event);
+                    write_chunk(&mut c.out, &event);
+                    match next {
+                        Some(delay) => t.next = now + delay,
+                        None => {
+                            self.stream_done(idx);
+                            return;
+                        }
+                    }
+                }
             }
             _ => {}
         }
@@ -414,7 +455,7 @@ impl Worker {
                 self.sse.remove(&idx);
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
             }
-            Stream::Download(_) => {}
+            Stream::Download(_) | Stream::Relay | Stream::Ticker(_) => {}
             Stream::Ws(w) => {
                 for room in &w.rooms {
                     if self.rooms.leave(room, idx) {
@@ -493,7 +534,7 @@ impl Worker {
                 Some(Stream::Sse(_)) => end_chunks(&mut c.out),
                 Some(Stream::Ws(w)) => w.conn.close(1001, "server shutting down", &mut c.out),
                 // A download in flight finishes (the drain deadline bounds it).
-                Some(Stream::Download(_)) | None => continue,
+                Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_)) | None => continue,
             }
             c.closing = true;
             self.flush_conn(idx);

@@ -1,0 +1,748 @@
+//! Upstream connections: the event-loop half of the outbound HTTP/1.1 client.
+//!
+//! It owns the worker's upstream sockets (a second slab, tokens from
+//! [`UP_BASE`]), their keep-alive pools (one idle list per configured
+//! endpoint), non-blocking connects with fallback to the next resolved
+//! address, deadlines, and the two ways a client request waits on upstreams:
+//! a *gather* (`Reply::Call`: requests in parallel, one response built from
+//! all results) and a *relay* (`Reply::Relay`: one upstream stream forwarded
+//! as it arrives, read only while the client keeps up). Cancellation: when
+//! the client connection closes, every upstream socket it owns is closed at
+//! once, so the upstream sees the connection go. The wire format lives in
+//! `crate::client`; what the answers mean lives in the app.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+
+use super::streams::Stream;
+use super::{read_into, Glue, Worker, HIGH_WATERMARK};
+use crate::app::{Call, Fetched, Relay, RelaySink};
+use crate::client::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
+use crate::error::Error;
+use crate::http::response::Response;
+use crate::http::response::{end_chunks, write_chunk};
+
+/// Tokens at or above this are upstream connections (index = token - base).
+pub const UP_BASE: usize = 1 << 40;
+/// An idle pooled connection is closed after this long. Below the 5 s that
+/// Node.js servers keep idle connections, so a reused connection is rarely
+/// one the upstream is closing at that moment.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+/// Idle connections kept per endpoint.
+const MAX_IDLE: usize = 32;
+
+/// Who is waiting for an upstream connection's response.
+#[derive(Clone, Copy, Debug)]
+pub struct Owner {
+    conn: usize,
+    generation: u32,
+    slot: usize,
+}
+
+/// A client request waiting on upstreams.
+pub enum CallState {
+    /// Parallel requests; the response is built when every result is in.
+    Gather {
+        /// Upstream connection per request while it runs.
+        ups: Vec<Option<usize>>,
+        /// Results as they arrive.
+        results: Vec<Option<Fetched>>,
+        /// Results still missing.
+        waiting: usize,
+        /// Builds the response.
+        finish: Box<dyn FnOnce(Vec<Fetched>) -> Result<Response, Error>>,
+    },
+    /// One upstream stream relayed as it arrives.
+    Relay {
+        /// The upstream connection while it runs.
+        up: Option<usize>,
+        /// The app's side of the relay.
+        sink: Box<dyn RelaySink>,
+        /// The upstream's head has been passed to the sink.
+        head_seen: bool,
+        /// The client's head has been sent (failures become an error event).
+        started: bool,
+    },
+}
+
+/// A request for upstreams from a handler, before it starts.
+pub enum Pending {
+    /// `Reply::Call`.
+    Call(Call),
+    /// `Reply::Relay`.
+    Relay(Relay),
+}
+
+/// One upstream connection.
+pub struct UpConn {
+    sock: TcpStream,
+    endpoint: Arc<Endpoint>,
+    /// Index of the address being tried in `endpoint.addrs`.
+    addr: usize,
+    connected: bool,
+    /// The request bytes (kept until the response is complete, for a retry).
+    out: Vec<u8>,
+    out_pos: usize,
+    inbuf: Vec<u8>,
+    reader: ResponseReader,
+    body: Vec<u8>,
+    owner: Option<Owner>,
+    generation: u32,
+    timer_at: Option<Instant>,
+    deadline: Option<Instant>,
+    timeout: Duration,
+    total: bool,
+    idempotent: bool,
+    max_body: u64,
+    /// Taken from the idle pool (it may have died while idle).
+    reused: bool,
+    /// Some response bytes arrived.
+    received: bool,
+    /// The peer closed its side.
+    eof: bool,
+    /// Reading stopped because the client is slow (relay back pressure).
+    paused: bool,
+}
+
+/// The worker's upstream connections and pools.
+#[derive(Default)]
+pub struct Upstreams {
+    conns: Vec<Option<UpConn>>,
+    free: Vec<usize>,
+    idle: [Vec<usize>; ENDPOINTS],
+    next_generation: u32,
+}
+
+/// What one I/O pass on an upstream connection left.
+enum Step {
+    /// More to come.
+    Pending,
+    /// The response is complete.
+    Done,
+    /// The exchange failed.
+    Failed(ClientError),
+}
+
+/// The client-facing error for a failed upstream exchange.
+pub fn client_error(e: &ClientError) -> Error {
+    match e {
+        ClientError::Timeout => Error::UpstreamTimeout,
+        other => Error::UpstreamUnavailable(other.to_string().into()),
+    }
+}
+
+impl Worker {
+    /// A handler asked for upstreams: start them (the client waits in `Waiting`).
+    pub(super) fn start_call(&mut self, idx: usize, pending: Pending) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let generation = c.generation;
+        match pending {
+            Pending::Call(call) => {
+                let n = call.requests.len();
+                c.call = Some(CallState::Gather {
+                    ups: vec![None; n],
+                    results: (0..n).map(|_| None).collect(),
+                    waiting: n,
+                    finish: call.finish,
+                });
+                if n == 0 {
+                    self.gathered(idx);
+                    return;
+                }
+                for (slot, req) in call.requests.into_iter().enumerate() {
+                    let owner = Owner { conn: idx, generation, slot };
+                    match self.up_start(owner, &req) {
+                        Ok(ui) => {
+                            if let Some(Some(c)) = self.conns.get_mut(idx) {
+                                if let Some(CallState::Gather { ups, .. }) = &mut c.call {
+                                    ups[slot] = Some(ui);
+                                }
+                            }
+                            self.up_ready(ui);
+                        }
+                        Err(e) => self.fetched(owner, Err(e)),
+                    }
+                }
+            }
+            Pending::Relay(relay) => {
+                c.call = Some(CallState::Relay { up: None, sink: relay.sink, head_seen: false, started: false });
+                let owner = Owner { conn: idx, generation, slot: 0 };
+                match self.up_start(owner, &relay.request) {
+                    Ok(ui) => {
+                        if let Some(Some(c)) = self.conns.get_mut(idx) {
+                            if let Some(CallState::Relay { up, .. }) = &mut c.call {
+                                *up = Some(ui);
+                            }
+                        }
+                        self.up_ready(ui);
+                    }
+                    Err(e) => self.relay_failed(idx, client_error(&e)),
+                }
+            }
+        }
+    }
+
+    /// The client connection went away: drop every upstream exchange it owns.
+    pub(super) fn cancel_call(&mut self, call: CallState) {
+        match call {
+            CallState::Gather { ups, .. } => ups.into_iter().flatten().for_each(|ui| self.up_close(ui)),
+            CallState::Relay { up, .. } => up.into_iter().for_each(|ui| self.up_close(ui)),
+        }
+    }
+
+    /// Send `req` on a pooled connection or a new one; returns its index.
+    fn up_start(&mut self, owner: Owner, req: &Outbound) -> Result<usize, ClientError> {
+        let now = Instant::now();
+        let id = req.endpoint.id.min(ENDPOINTS - 1);
+        let reuse = if req.idempotent() { self.take_idle(id) } else { None };
+        let ui = match reuse {
+            Some(ui) => ui,
+            None => self.up_open(&req.endpoint, 0)?,
+        };
+        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return Err(ClientError::Closed) };
+        u.reused = reuse.is_some();
+        u.owner = Some(owner);
+        u.out.clear();
+        u.out_pos = 0;
+        write_request(req, &mut u.out);
+        u.reader = ResponseReader::new(req.max_body, req.method == "HEAD");
+        u.body.clear();
+        u.inbuf.clear();
+        u.timeout = req.timeout;
+        u.total = req.total_deadline;
+        u.idempotent = req.idempotent();
+        u.max_body = req.max_body;
+        u.received = false;
+        u.paused = false;
+        u.deadline = Some(now + req.timeout);
+        Ok(ui)
+    }
+
+    /// A live idle connection to endpoint `id`, if the pool has one.
+    fn take_idle(&mut self, id: usize) -> Option<usize> {
+        while let Some(ui) = self.up.idle[id].pop() {
+            if let Some(Some(u)) = self.up.conns.get(ui) {
+                if u.owner.is_none() && !u.eof {
+                    return Some(ui);
+                }
+            }
+        }
+        None
+    }
+
+    /// Open a non-blocking connection to `endpoint`, starting at address `from`.
+    fn up_open(&mut self, endpoint: &Arc<Endpoint>, from: usize) -> Result<usize, ClientError> {
+        let (sock, addr) = connect_from(endpoint, from)?;
+        let ui = self.up.free.pop().unwrap_or_else(|| {
+            self.up.conns.push(None);
+            self.up.conns.len() - 1
+        });
+        let mut sock = sock;
+        if let Err(e) =
+            self.poll.registry().register(&mut sock, Token(UP_BASE + ui), Interest::READABLE | Interest::WRITABLE)
+        {
+            self.up.free.push(ui);
+            return Err(ClientError::Connect(e.to_string()));
+        }
+        self.up.next_generation = self.up.next_generation.wrapping_add(1);
+        self.up.conns[ui] = Some(UpConn {
+            sock,
+            endpoint: Arc::clone(endpoint),
+            addr,
+            connected: false,
+            out: Vec::new(),
+            out_pos: 0,
+            inbuf: Vec::new(),
+            reader: ResponseReader::new(0, false),
+            body: Vec::new(),
+            owner: None,
+            generation: self.up.next_generation,
+            timer_at: None,
+            deadline: None,
+            timeout: Duration::ZERO,
+            total: true,
+            idempotent: false,
+            max_body: 0,
+            reused: false,
+            received: false,
+            eof: false,
+            paused: false,
+        });
+        Ok(ui)
+    }
+
+    /// Close an upstream connection (the peer sees FIN).
+    pub(super) fn up_close(&mut self, ui: usize) {
+        if let Some(mut u) = self.up.conns.get_mut(ui).and_then(Option::take) {
+            let _ = self.poll.registry().deregister(&mut u.sock);
+            self.up.free.push(ui);
+        }
+    }
+
+    /// Readiness on an upstream socket.
+    pub(super) fn up_event(&mut self, ui: usize) {
+        self.up_ready(ui);
+    }
+
+    /// Do what can be done on an upstream connection and hand the result on.
+    fn up_ready(&mut self, ui: usize) {
+        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
+        let Some(owner) = u.owner else {
+            // Idle in the pool: anything (data, EOF, error) means it is unusable.
+            let mut probe = [0u8; 1];
+            match io::Read::read(&mut u.sock, &mut probe) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                _ => self.up_close(ui),
+            }
+            return;
+        };
+        let step = up_io(u, &mut self.scratch);
+        let step = match step {
+            // A pooled connection that died before answering: try once more, fresh.
+            Step::Failed(ClientError::Closed | ClientError::Connect(_)) if u.reused && !u.received && u.idempotent => {
+                let endpoint = Arc::clone(&u.endpoint);
+                let (out, reader_max, timeout, total) = (std::mem::take(&mut u.out), u.max_body, u.timeout, u.total);
+                let deadline = u.deadline;
+                self.up_close(ui);
+                match self.up_open(&endpoint, 0) {
+                    Ok(nu) => {
+                        if let Some(Some(n)) = self.up.conns.get_mut(nu) {
+                            n.owner = Some(owner);
+                            n.out = out;
+                            n.reader = ResponseReader::new(reader_max, false);
+                            n.timeout = timeout;
+                            n.total = total;
+                            n.idempotent = true;
+                            n.max_body = reader_max;
+                            n.deadline = deadline;
+                        }
+                        self.reown(owner, ui, nu);
+                        self.up_ready(nu);
+                        return;
+                    }
+                    Err(e) => {
+                        self.reown(owner, ui, usize::MAX);
+                        self.deliver_step(owner, None, Step::Failed(e));
+                        return;
+                    }
+                }
+            }
+            // The address refused: try the next one the name resolved to.
+            Step::Failed(ClientError::Connect(e)) if !u.connected && u.addr + 1 < u.endpoint.addrs.len() => {
+                let (endpoint, next) = (Arc::clone(&u.endpoint), u.addr + 1);
+                log::debug!("upstream {}: {e}; trying the next address", endpoint.url);
+                match connect_from(&endpoint, next) {
+                    Ok((mut sock, addr)) => {
+                        let _ = self.poll.registry().deregister(&mut u.sock);
+                        if let Err(e) = self.poll.registry().register(
+                            &mut sock,
+                            Token(UP_BASE + ui),
+                            Interest::READABLE | Interest::WRITABLE,
+                        ) {
+                            Step::Failed(ClientError::Connect(e.to_string()))
+                        } else {
+                            u.sock = sock;
+                            u.addr = addr;
+                            u.out_pos = 0;
+                            return;
+                        }
+                    }
+                    Err(e) => Step::Failed(e),
+                }
+            }
+            s => s,
+        };
+        self.deliver_step(owner, Some(ui), step);
+    }
+
+    /// The owner's bookkeeping moves from upstream `old` to `new` (`usize::MAX`: none).
+    fn reown(&mut self, owner: Owner, old: usize, new: usize) {
+        let Some(Some(c)) = self.conns.get_mut(owner.conn) else { return };
+        let new = (new != usize::MAX).then_some(new);
+        match &mut c.call {
+            Some(CallState::Gather { ups, .. }) => {
+                if let Some(slot) = ups.get_mut(owner.slot).filter(|s| **s == Some(old)) {
+                    *slot = new;
+                }
+            }
+            Some(CallState::Relay { up, .. }) if *up == Some(old) => *up = new,
+            _ => {}
+        }
+    }
+
+    /// Route the outcome of an I/O pass to the waiting client request.
+    fn deliver_step(&mut self, owner: Owner, ui: Option<usize>, step: Step) {
+        let relay = match self.conns.get(owner.conn) {
+            Some(Some(c)) if c.generation == owner.generation => matches!(c.call, Some(CallState::Relay { .. })),
+            _ => {
+                // The client is gone: nothing waits for this exchange.
+                if let Some(ui) = ui {
+                    self.up_close(ui);
+                }
+                return;
+            }
+        };
+        if relay {
+            self.relay_step(owner, ui, step);
+            return;
+        }
+        match step {
+            Step::Pending => {
+                if let Some(ui) = ui {
+                    self.up_arm(ui);
+                }
+            }
+            Step::Done => {
+                let Some(ui) = ui else { return };
+                let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
+                let status = u.reader.head().map_or(0, |h| h.status);
+                let body = std::mem::take(&mut u.body);
+                self.up_release(ui);
+                self.fetched(owner, Ok((status, body)));
+            }
+            Step::Failed(e) => {
+                if let Some(ui) = ui {
+                    if let Some(Some(u)) = self.up.conns.get(ui) {
+                        log::warn!("upstream {}: {e}", u.endpoint.url);
+                    }
+                    self.up_close(ui);
+                }
+                self.fetched(owner, Err(e));
+            }
+        }
+    }
+
+    /// A finished exchange: back to the idle pool when the connection can carry another.
+    fn up_release(&mut self, ui: usize) {
+        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
+        let reusable = u.reader.is_done()
+            && u.reader.head().is_some_and(|h| h.keep_alive)
+            && u.inbuf.is_empty()
+            && !u.eof
+            && self.up.idle[u.endpoint.id.min(ENDPOINTS - 1)].len() < MAX_IDLE;
+        if !reusable {
+            self.up_close(ui);
+            return;
+        }
+        u.owner = None;
+        u.paused = false;
+        u.out.clear();
+        u.out_pos = 0;
+        u.body = Vec::new();
+        u.deadline = Some(Instant::now() + IDLE_TIMEOUT);
+        let id = u.endpoint.id.min(ENDPOINTS - 1);
+        self.up.idle[id].push(ui);
+        self.up_arm(ui);
+    }
+
+    /// One gathered result arrived.
+    fn fetched(&mut self, owner: Owner, result: Fetched) {
+        let Some(Some(c)) = self.conns.get_mut(owner.conn) else { return };
+        if c.generation != owner.generation {
+            return;
+        }
+        let Some(CallState::Gather { ups, results, waiting, .. }) = &mut c.call else { return };
+        let Some(slot) = results.get_mut(owner.slot) else { return };
+        if slot.is_some() {
+            return;
+        }
+        *slot = Some(result);
+        ups[owner.slot] = None;
+        *waiting -= 1;
+        if *waiting == 0 {
+            self.gathered(owner.conn);
+        }
+    }
+
+    /// Every result of a gather is in: build the response and send it.
+    fn gathered(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let Some(CallState::Gather { results, finish, .. }) = c.call.take() else { return };
+        let results: Vec<Fetched> = results.into_iter().map(|r| r.unwrap_or(Err(ClientError::Closed))).collect();
+        let dev = self.env.development;
+        let resp = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || finish(results))) {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => crate::app::render(e, dev),
+            Err(_) => Error::Internal(super::panics::take_last()).into_response(dev),
+        };
+        self.respond_waiting(idx, resp, false);
+    }
+
+    /// Answer a client request that waited on upstreams (`stream`: a chunked head).
+    fn respond_waiting(&mut self, idx: usize, resp: Response, stream: bool) {
+        let now = Instant::now();
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let mut glue = Glue {
+            app: &self.app,
+            config: self.config,
+            pool: &self.pool,
+            token: idx,
+            generation: c.generation,
+            record: self.record,
+            detach: None,
+            pending: None,
+        };
+        if stream {
+            c.http.complete_stream(resp, &mut c.out, &mut glue, &mut self.env, now);
+        } else {
+            c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
+            self.drive(idx);
+        }
+    }
+
+    /// Relay progress: pass the head and body to the sink, write its events.
+    fn relay_step(&mut self, owner: Owner, ui: Option<usize>, step: Step) {
+        let idx = owner.conn;
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let Some(CallState::Relay { sink, head_seen, started, .. }) = &mut c.call else { return };
+        let up = ui.and_then(|ui| self.up.conns.get_mut(ui).and_then(Option::as_mut));
+        let mut events = Vec::new();
+        let mut outcome: Result<bool, Error> = Ok(false);
+        if let Some(u) = up {
+            if !*head_seen {
+                if let Some(h) = u.reader.head() {
+                    *head_seen = true;
+                    outcome = sink.head(h.status, h.content_type.as_deref()).map(|()| false);
+                }
+            }
+            if outcome.is_ok() && !u.body.is_empty() {
+                outcome = sink.body(&u.body, &mut events);
+                u.body.clear();
+            }
+        }
+        let outcome = match (outcome, step) {
+            (Err(e), _) => Err(e),
+            (Ok(true), _) => Ok(true),
+            (Ok(false), Step::Failed(e)) => Err(client_error(&e)),
+            (Ok(false), Step::Done) => Err(Error::UpstreamUnavailable("the upstream ended the stream early".into())),
+            (Ok(false), Step::Pending) => Ok(false),
+        };
+        if !events.is_empty() && !*started {
+            *started = true;
+            let resp = sink.response();
+            self.respond_waiting(idx, resp, true);
+            let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+            c.stream = Some(Stream::Relay);
+        }
+        match outcome {
+            Err(e) => {
+                if let Some(ui) = ui {
+                    log::warn!("relay upstream: {e:?}");
+                    self.up_close(ui);
+                }
+                if let Some(Some(c)) = self.conns.get_mut(idx) {
+                    write_chunk(&mut c.out, &events);
+                }
+                self.relay_failed(idx, e);
+            }
+            Ok(true) => {
+                if let Some(ui) = ui {
+                    self.up_release(ui);
+                }
+                let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+                write_chunk(&mut c.out, &events);
+                self.stream_done(idx);
+            }
+            Ok(false) => {
+                let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+                if !events.is_empty() {
+                    write_chunk(&mut c.out, &events);
+                }
+                let slow = c.out.len() - c.out_pos > HIGH_WATERMARK;
+                if let Some(ui) = ui {
+                    if let Some(Some(u)) = self.up.conns.get_mut(ui) {
+                        u.paused = slow;
+                        if slow {
+                            u.deadline = None;
+                        }
+                    }
+                    self.up_arm(ui);
+                }
+                self.flush_conn(idx);
+            }
+        }
+    }
+
+    /// A relay failed: an error response if nothing was sent yet, else an
+    /// error event and the end of the stream.
+    fn relay_failed(&mut self, idx: usize, e: Error) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let Some(CallState::Relay { mut sink, started, up, .. }) = c.call.take() else { return };
+        if let Some(ui) = up {
+            self.up_close(ui);
+        }
+        if !started {
+            let resp = sink.error(e);
+            self.respond_waiting(idx, resp, false);
+            return;
+        }
+        let mut events = Vec::new();
+        sink.failed(&e, &mut events);
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        write_chunk(&mut c.out, &events);
+        self.stream_done(idx);
+    }
+
+    /// A chunked stream's last event is queued: end the body and return the
+    /// connection to HTTP/1.1 (keep-alive).
+    pub(super) fn stream_done(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        end_chunks(&mut c.out);
+        c.call = None;
+        if let Some(s) = c.stream.take() {
+            self.forget_stream(idx, s);
+        }
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        if !c.http.reattach(&self.env, Instant::now()) {
+            c.closing = true;
+        }
+        self.drive(idx);
+    }
+
+    /// The client of a relay drained its output: read the upstream again.
+    pub(super) fn relay_resume(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get(idx) else { return };
+        if c.out.len() - c.out_pos > HIGH_WATERMARK {
+            return;
+        }
+        let Some(CallState::Relay { up: Some(ui), .. }) = &c.call else { return };
+        let ui = *ui;
+        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
+        if u.paused {
+            u.paused = false;
+            if !u.total {
+                u.deadline = Some(Instant::now() + u.timeout);
+            }
+            self.up_ready(ui);
+        }
+    }
+
+    /// Queue an upstream connection's deadline.
+    fn up_arm(&mut self, ui: usize) {
+        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
+        if let Some(at) = u.deadline {
+            if u.timer_at.is_none_or(|t| at < t) {
+                u.timer_at = Some(at);
+                self.timers.push(at, UP_BASE + ui, u.generation);
+            }
+        }
+    }
+
+    /// An upstream connection's timer fired.
+    pub(super) fn up_timer(&mut self, ui: usize, at: Instant, generation: u32, now: Instant) {
+        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
+        if u.generation != generation || u.timer_at != Some(at) {
+            return;
+        }
+        u.timer_at = None;
+        match u.deadline {
+            Some(d) if d <= now => match u.owner {
+                None => self.up_close(ui),
+                Some(owner) => {
+                    u.deadline = None;
+                    self.deliver_step(owner, Some(ui), Step::Failed(ClientError::Timeout));
+                }
+            },
+            _ => self.up_arm(ui),
+        }
+    }
+}
+
+/// Connect (non-blocking) to the first address from `from` that does not fail at once.
+fn connect_from(endpoint: &Endpoint, from: usize) -> Result<(TcpStream, usize), ClientError> {
+    let mut last = String::from("no address");
+    for (i, addr) in endpoint.addrs.iter().enumerate().skip(from) {
+        match TcpStream::connect(*addr) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok((s, i));
+            }
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(ClientError::Connect(last))
+}
+
+/// Connect-check, write, read and parse what the socket allows now.
+fn up_io(u: &mut UpConn, scratch: &mut [u8]) -> Step {
+    let now = Instant::now();
+    if !u.connected {
+        match u.sock.take_error() {
+            Ok(Some(e)) | Err(e) => return Step::Failed(ClientError::Connect(e.to_string())),
+            Ok(None) => {}
+        }
+        match u.sock.peer_addr() {
+            Ok(_) => u.connected = true,
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => return Step::Pending,
+            Err(e) => return Step::Failed(ClientError::Connect(e.to_string())),
+        }
+    }
+    if u.out_pos < u.out.len() {
+        let mut pos = u.out_pos;
+        let mut tmp = std::mem::take(&mut u.out);
+        let r = write_some(&mut u.sock, &tmp, &mut pos);
+        u.out_pos = pos;
+        std::mem::swap(&mut u.out, &mut tmp);
+        if let Err(e) = r {
+            return Step::Failed(if u.received { ClientError::Closed } else { closed_or(e) });
+        }
+    }
+    if u.paused || u.reader.is_done() {
+        return if u.reader.is_done() { Step::Done } else { Step::Pending };
+    }
+    let before = u.inbuf.len();
+    match read_into(&mut u.sock, &mut u.inbuf, scratch, before + 256 * 1024) {
+        Ok(eof) => u.eof |= eof,
+        Err(e) => return Step::Failed(closed_or(e)),
+    }
+    if u.inbuf.len() > before {
+        u.received = true;
+        if !u.total {
+            u.deadline = Some(now + u.timeout);
+        }
+    }
+    match u.reader.feed(&u.inbuf, &mut u.body) {
+        Ok(n) => {
+            u.inbuf.drain(..n);
+        }
+        Err(e) => return Step::Failed(e),
+    }
+    if u.reader.is_done() {
+        return Step::Done;
+    }
+    if u.eof {
+        return match u.reader.eof() {
+            Ok(()) => Step::Done,
+            Err(e) => Step::Failed(e),
+        };
+    }
+    Step::Pending
+}
+
+/// A connection-level I/O error as the client sees it.
+fn closed_or(e: io::Error) -> ClientError {
+    match e.kind() {
+        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof => {
+            ClientError::Closed
+        }
+        _ => ClientError::Connect(e.to_string()),
+    }
+}
+
+/// Write from `buf[*pos..]` until done or `WouldBlock`.
+fn write_some(sock: &mut TcpStream, buf: &[u8], pos: &mut usize) -> io::Result<()> {
+    while *pos < buf.len() {
+        match io::Write::write(sock, &buf[*pos..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => *pos += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
