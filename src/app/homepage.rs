@@ -75,24 +75,44 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let uid = caller.user_id;
     let svc = app.svc;
     let now = crate::sys::monotonic_ms();
+    // The whole response body, cached until its first part expires: a hit is one lookup.
+    let whole = format!("homepage:{uid}");
+    if let Some((body, _)) = app.homepage_cache.borrow_mut().get(&whole, now) {
+        let mut r = Response::new(200);
+        r.body = Body::Bytes(body.to_vec());
+        return Ok(Reply::Now(r));
+    }
     let mut parts: [Option<Rc<[u8]>>; 3] = [None, None, None];
+    // The earliest expiry among the parts: how long the assembled body may be reused.
+    let mut fresh_until = u64::MAX;
     let mut requests = Vec::new();
     let mut slots = Vec::new();
     let mut scratch = Vec::new();
     for (i, part) in PARTS.into_iter().enumerate() {
         let key = part.cache_key(uid);
-        if let Some((v, _)) = app.homepage_cache.borrow_mut().get(&key, now) {
+        if let Some((v, expires)) = app.homepage_cache.borrow_mut().get(&key, now) {
             parts[i] = Some(v);
+            fresh_until = fresh_until.min(expires);
             continue;
         }
         if let Some(expires) = svc.shared_cache.get(key.as_bytes(), now, &mut scratch) {
             let v: Rc<[u8]> = Rc::from(&scratch[..]);
             app.homepage_cache.borrow_mut().put(&key, Rc::clone(&v), expires);
             parts[i] = Some(v);
+            fresh_until = fresh_until.min(expires);
             continue;
         }
         match endpoint(app, part) {
-            None => parts[i] = normalize(part, 200, &demo(part, uid)).ok().map(Rc::from),
+            // The built-in demo answers at once, and is cached like any upstream.
+            None => {
+                let v = normalize(part, 200, &demo(part, uid))?;
+                let expires = now + svc.config.upstreams.cache_ttl.as_millis() as u64;
+                svc.shared_cache.put(key.as_bytes(), &v, expires, now);
+                let v: Rc<[u8]> = Rc::from(v);
+                app.homepage_cache.borrow_mut().put(&key, Rc::clone(&v), expires);
+                parts[i] = Some(v);
+                fresh_until = fresh_until.min(expires);
+            }
             Some(ep) => {
                 requests.push(Outbound {
                     endpoint: ep,
@@ -109,7 +129,9 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         }
     }
     if requests.is_empty() {
-        return assemble(&parts, &[]).map(Reply::Now);
+        let r = assemble(&parts, &[])?;
+        app.homepage_cache.borrow_mut().put(&whole, Rc::from(r.body.as_bytes()), fresh_until);
+        return Ok(Reply::Now(r));
     }
     let cache = Rc::clone(&app.homepage_cache);
     let shared = svc.shared_cache;
@@ -128,6 +150,7 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
                     let v: Rc<[u8]> = Rc::from(v);
                     cache.borrow_mut().put(&key, Rc::clone(&v), expires);
                     parts[slot] = Some(v);
+                    fresh_until = fresh_until.min(expires);
                 }
                 Err(e) if part == Part::User => return Err(e),
                 Err(e) => {
@@ -136,7 +159,11 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
                 }
             }
         }
-        assemble(&parts, &degraded)
+        let r = assemble(&parts, &degraded)?;
+        if degraded.is_empty() {
+            cache.borrow_mut().put(&whole, Rc::from(r.body.as_bytes()), fresh_until);
+        }
+        Ok(r)
     };
     Ok(Reply::Call(Call { requests, finish: Box::new(finish) }))
 }

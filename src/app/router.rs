@@ -93,7 +93,9 @@ impl<H> Router<H> {
     /// Look up `method path`.
     pub fn find<'r, 'p>(&'r self, method: Method, path: &'p str) -> Match<'r, 'p, H> {
         let want = if method == Method::Head { Method::Get } else { method };
-        for e in &self.entries {
+        // Paths start with '/': one segment per slash. Entries of another length cannot match.
+        let segments = path.bytes().filter(|&b| b == b'/').count();
+        for e in self.entries.iter().filter(|e| e.segs.len() == segments) {
             let mut params = Params::default();
             let mut parts = path.split('/').skip(1);
             let mut ok = true;

@@ -26,3 +26,8 @@ mod sse;
 mod websocket;
 
 mod download;
+
+mod upstream;
+
+mod chat;
+mod homepage;

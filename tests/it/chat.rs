@@ -1,0 +1,713 @@
+//! `POST /api/chat` (CONTRACT §6): validation before any upstream is contacted (415, 400,
+//! 422 with field names), the SSE response (`data: {"content":…}` per chunk, `data: [DONE]`,
+//! the chunked body ends, keep-alive), the built-in echo (word by word, streamed
+//! `echo_delay_ms` apart), the relay to an OpenAI-compatible upstream (request body, deltas
+//! forwarded as they arrive, deltas without content skipped), upstream failures before the
+//! first chunk (502 / 504 JSON errors) and after it (`event: error`, no `[DONE]`), and a
+//! client that goes away cancelling the upstream request.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::upstream::*;
+use crate::util::*;
+
+const UPSTREAM_PATH: &str = "/v1/chat/completions";
+const ZERO: Duration = Duration::ZERO;
+
+// ---------------------------------------------------------------------------------------
+// Servers and bodies
+// ---------------------------------------------------------------------------------------
+
+/// A server with the built-in echo, `echo_delay_ms = delay_ms`.
+fn echo_server(delay_ms: u64) -> Server {
+    Server::api_builder().set("chat", &format!("echo_delay_ms = {delay_ms}")).start()
+}
+
+/// A server relaying to `url` (a full URL) with model `m1` and `upstreams.timeout_ms = 400`.
+fn relay_server_to(url: &str) -> Server {
+    Server::api_builder()
+        .set("chat", &format!("upstream = \"{url}\"\nmodel = \"m1\""))
+        .set("upstreams", "timeout_ms = 400")
+        .start()
+}
+
+fn relay_server(up: &Upstream) -> Server {
+    relay_server_to(&format!("{}{UPSTREAM_PATH}", up.url()))
+}
+
+fn user_msg(content: &str) -> Value {
+    json!({"role": "user", "content": content})
+}
+
+fn body_of(messages: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({ "messages": messages })).unwrap()
+}
+
+/// One upstream SSE event carrying `content` as a delta.
+fn delta(content: &str) -> String {
+    format!("data: {}\n\n", json!({"choices": [{"index": 0, "delta": {"content": content}}]}))
+}
+
+const ROLE_DELTA: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+const UPSTREAM_DONE: &str = "data: [DONE]\n\n";
+
+/// An upstream streaming `contents` as deltas (`gap` before each but the first), then
+/// `[DONE]`, for every request.
+fn streaming_upstream(contents: &[&str], gap: Duration) -> Upstream {
+    let mut pieces: Vec<(Duration, String)> =
+        contents.iter().enumerate().map(|(i, c)| (if i == 0 { ZERO } else { gap }, delta(c))).collect();
+    pieces.push((ZERO, UPSTREAM_DONE.to_string()));
+    Upstream::start(move |_| Behaviour::sse(pieces.clone(), After::Finish))
+}
+
+// ---------------------------------------------------------------------------------------
+// A client for the streamed POST response
+// ---------------------------------------------------------------------------------------
+
+/// The response of a `POST /api/chat` read incrementally: the head, then SSE events as
+/// their bytes arrive (each stamped with the time of the read that completed it).
+struct ChatStream {
+    conn: Conn,
+    head: Response,
+    chunked: bool,
+    /// Bytes received, not yet de-chunked.
+    raw: Vec<u8>,
+    /// De-chunked body text, not yet parsed into events.
+    text: Vec<u8>,
+    /// The body ended (last chunk and trailers read).
+    ended: bool,
+    eof: bool,
+    last_read: Instant,
+}
+
+impl ChatStream {
+    /// `POST /api/chat` with `body` on a fresh connection.
+    fn open(s: &Server, body: &[u8]) -> Result<ChatStream, Response> {
+        Self::open_on(s.conn(), body)
+    }
+
+    /// `POST /api/chat` on `conn`. `Err(the whole response)` unless it is a 200
+    /// `text/event-stream`.
+    fn open_on(mut conn: Conn, body: &[u8]) -> Result<ChatStream, Response> {
+        conn.send(&request("POST", "/api/chat", &[("Content-Type", "application/json")], body));
+        let head = conn.read_head_response();
+        let raw = conn.take_pending();
+        let chunked = head
+            .header("transfer-encoding")
+            .map(|v| v.to_ascii_lowercase().split(',').any(|t| t.trim() == "chunked"))
+            .unwrap_or(false);
+        let st = ChatStream {
+            conn,
+            head,
+            chunked,
+            raw,
+            text: Vec::new(),
+            ended: false,
+            eof: false,
+            last_read: Instant::now(),
+        };
+        let is_stream =
+            st.head.status == 200 && media_type(st.head.header("content-type")).as_deref() == Some("text/event-stream");
+        if !is_stream {
+            return Err(st.whole_response());
+        }
+        Ok(st)
+    }
+
+    /// Reads the rest of a non-stream response (bounded) and returns it.
+    fn whole_response(mut self) -> Response {
+        let deadline = Instant::now() + IO_TIMEOUT;
+        let n = self.head.header("content-length").and_then(|v| v.parse::<usize>().ok());
+        loop {
+            let _ = self.dechunk();
+            let done = match n {
+                _ if self.chunked => self.ended,
+                Some(n) => self.text.len() >= n,
+                None => self.eof,
+            };
+            if done || self.eof || self.fill(deadline).is_err() {
+                break;
+            }
+        }
+        let mut r = self.head.clone();
+        r.body = self.text;
+        r
+    }
+
+    /// One read from the socket, bounded by `deadline`.
+    fn fill(&mut self, deadline: Instant) -> Result<(), String> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err("timed out".into());
+        }
+        self.conn.stream.set_read_timeout(Some(deadline - now)).unwrap();
+        let mut tmp = [0u8; 65536];
+        use std::io::Read;
+        loop {
+            match self.conn.stream.read(&mut tmp) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    self.raw.extend_from_slice(&tmp[..n]);
+                    self.last_read = Instant::now();
+                    return Ok(());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if is_timeout(&e) => return Err("timed out".into()),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    self.eof = true;
+                    return Ok(());
+                }
+                Err(e) => return Err(format!("read error: {e}")),
+            }
+        }
+    }
+
+    /// Moves complete chunks from `raw` to `text`; notes the end of the body.
+    fn dechunk(&mut self) -> Result<(), String> {
+        if !self.chunked {
+            self.text.append(&mut self.raw);
+            if self.eof {
+                self.ended = true;
+            }
+            return Ok(());
+        }
+        while !self.ended {
+            let Some(le) = find(&self.raw, b"\r\n") else { return Ok(()) };
+            let line = String::from_utf8_lossy(&self.raw[..le]).into_owned();
+            let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16)
+                .map_err(|_| format!("bad chunk size line {line:?}"))?;
+            if size == 0 {
+                // Trailers until the empty line.
+                let mut i = le + 2;
+                loop {
+                    let Some(e) = find(&self.raw[i..], b"\r\n") else { return Ok(()) };
+                    i += e + 2;
+                    if e == 0 {
+                        break;
+                    }
+                }
+                self.raw.drain(..i);
+                self.ended = true;
+                return Ok(());
+            }
+            if self.raw.len() < le + 2 + size + 2 {
+                return Ok(());
+            }
+            if &self.raw[le + 2 + size..le + 2 + size + 2] != b"\r\n" {
+                return Err(format!("a chunk of {size} bytes not followed by CRLF"));
+            }
+            self.text.extend_from_slice(&self.raw[le + 2..le + 2 + size]);
+            self.raw.drain(..le + 2 + size + 2);
+        }
+        Ok(())
+    }
+
+    /// One complete event from `text` (comment-only blocks skipped).
+    fn take_event(&mut self) -> Option<SseEvent> {
+        loop {
+            if find(&self.text, b"\r\n").is_some() {
+                let t: Vec<u8> = self
+                    .text
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, &b)| !(b == b'\r' && self.text.get(i + 1) == Some(&b'\n')))
+                    .map(|(_, &b)| b)
+                    .collect();
+                self.text = t;
+            }
+            let end = find(&self.text, b"\n\n")?;
+            let block = String::from_utf8_lossy(&self.text[..end]).into_owned();
+            self.text.drain(..end + 2);
+            let mut ev = SseEvent::default();
+            for line in block.split('\n') {
+                if line.is_empty() || line.starts_with(':') {
+                    continue;
+                }
+                let (k, v) = match line.split_once(':') {
+                    Some((k, v)) => (k, v.strip_prefix(' ').unwrap_or(v)),
+                    None => (line, ""),
+                };
+                ev.fields.push((k.to_string(), v.to_string()));
+            }
+            if !ev.fields.is_empty() {
+                return Some(ev);
+            }
+        }
+    }
+
+    /// The next event within `timeout`, with the time its last byte arrived. `Err` when the
+    /// body ends first, on timeout, or on a framing error.
+    fn next(&mut self, timeout: Duration) -> Result<(Instant, SseEvent), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.dechunk()?;
+            if let Some(ev) = self.take_event() {
+                return Ok((self.last_read, ev));
+            }
+            if self.ended || self.eof {
+                return Err(format!(
+                    "the body ended (last chunk: {}, EOF: {}) before another event; unparsed: {:?}",
+                    self.ended,
+                    self.eof,
+                    String::from_utf8_lossy(&self.text)
+                ));
+            }
+            self.fill(deadline).map_err(|e| {
+                format!(
+                    "no complete event within {timeout:?} ({e}); unparsed: {:?}",
+                    String::from_utf8_lossy(&self.text)
+                )
+            })?;
+        }
+    }
+
+    /// Every remaining event until the chunked body ends (bounded by `timeout`). `Err` with
+    /// the events so far when it does not end properly.
+    fn rest(&mut self, timeout: Duration) -> Result<Vec<(Instant, SseEvent)>, String> {
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::new();
+        loop {
+            self.dechunk().map_err(|e| format!("{e}; events so far: {out:?}"))?;
+            while let Some(ev) = self.take_event() {
+                out.push((self.last_read, ev));
+            }
+            if self.ended {
+                if !self.chunked {
+                    return Err(format!("the stream must be chunked, not close-delimited; events: {out:?}"));
+                }
+                let left = String::from_utf8_lossy(&self.text).into_owned();
+                if !left.trim().is_empty() {
+                    return Err(format!("an incomplete event before the end of the body: {left:?}; events: {out:?}"));
+                }
+                return Ok(out);
+            }
+            if self.eof {
+                return Err(format!(
+                    "the connection closed before the chunked body ended (no last chunk); events: {out:?}; unparsed: {:?}",
+                    String::from_utf8_lossy(&self.text)
+                ));
+            }
+            self.fill(deadline)
+                .map_err(|e| format!("the body did not end within {timeout:?} ({e}); events: {out:?}"))?;
+        }
+    }
+
+    /// The connection after a complete response, for the next request. `Err` when bytes
+    /// follow the end of the body.
+    fn into_conn(mut self) -> Result<Conn, String> {
+        if !self.ended || self.eof {
+            return Err(format!("the response has not ended cleanly (ended {}, EOF {})", self.ended, self.eof));
+        }
+        if !self.raw.is_empty() {
+            return Err(format!("bytes after the end of the body: {:?}", String::from_utf8_lossy(&self.raw)));
+        }
+        self.conn.set_timeout(IO_TIMEOUT);
+        Ok(self.conn)
+    }
+}
+
+/// The `content` of a `data: {"content": …}` event (no `event:` field), else None.
+fn content_of(ev: &SseEvent) -> Option<String> {
+    if ev.event().is_some() {
+        return None;
+    }
+    let v: Value = serde_json::from_str(&ev.data()).ok()?;
+    if v.as_object().map(|o| o.len()) != Some(1) {
+        return None;
+    }
+    v["content"].as_str().map(str::to_string)
+}
+
+fn is_done(ev: &SseEvent) -> bool {
+    ev.event().is_none() && ev.data() == "[DONE]"
+}
+
+/// Opens a chat stream; panics with the response and the log when it is not one.
+fn open_stream(s: &Server, body: &[u8], what: &str) -> ChatStream {
+    ChatStream::open(s, body)
+        .unwrap_or_else(|r| panic!("{what}: expected a 200 text/event-stream, got {r:?}\nlog:\n{}", s.log_tail()))
+}
+
+/// Asserts the head of a chat stream.
+fn check_stream_head(s: &Server, st: &ChatStream, what: &str) {
+    let h = &st.head;
+    ensure_eq!(
+        s,
+        media_type(h.header("content-type")).as_deref(),
+        Some("text/event-stream"),
+        "{what}: Content-Type: {h:?}"
+    );
+    ensure_eq!(s, h.header("cache-control"), Some("no-cache"), "{what}: Cache-Control: {h:?}");
+    ensure!(s, st.chunked, "{what}: the stream must be chunked: {h:?}");
+}
+
+/// Reads the whole stream: asserts content events, then exactly one `[DONE]` last, then the
+/// end of the chunked body. Returns the contents with their arrival times.
+fn read_complete(s: &Server, st: &mut ChatStream, what: &str) -> Vec<(Instant, String)> {
+    let evs = st.rest(Duration::from_secs(5)).unwrap_or_else(|e| panic!("{what}: {e}\nlog:\n{}", s.log_tail()));
+    ensure!(
+        s,
+        evs.last().map(|(_, e)| is_done(e)).unwrap_or(false),
+        "{what}: the last event must be `data: [DONE]`: {evs:?}"
+    );
+    let mut out = Vec::new();
+    for (t, ev) in &evs[..evs.len() - 1] {
+        let c = content_of(ev);
+        ensure!(s, c.is_some(), "{what}: before [DONE] only `data: {{\"content\":…}}` events: {ev:?} in {evs:?}");
+        out.push((*t, c.unwrap()));
+    }
+    out
+}
+
+fn contents(v: &[(Instant, String)]) -> Vec<&str> {
+    v.iter().map(|(_, c)| c.as_str()).collect()
+}
+
+/// Asserts the connection of a finished stream serves a `GET /health`.
+fn check_keep_alive(s: &Server, st: ChatStream, what: &str) {
+    let mut c = st.into_conn().unwrap_or_else(|e| panic!("{what}: {e}\nlog:\n{}", s.log_tail()));
+    c.send(&request("GET", "/health", &[], b""));
+    let r = c.try_read_response(false);
+    ensure!(
+        s,
+        matches!(&r, Ok(r) if r.status == 200),
+        "{what}: GET /health on the same connection after the stream: {r:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn chat_rejects_a_body_that_is_not_json() {
+    let up = streaming_upstream(&["never"], ZERO);
+    let s = relay_server(&up);
+    let body = body_of(json!([user_msg("hi")]));
+    for ct in ["text/plain", "application/x-www-form-urlencoded"] {
+        let r = s.call("POST", "/api/chat", &[("Content-Type", ct)], &body);
+        s.expect_err(&r, 415, "UNSUPPORTED_MEDIA_TYPE", &format!("POST /api/chat with Content-Type {ct}"));
+    }
+    let r = s.call("POST", "/api/chat", &[("Content-Type", "application/json")], b"{\"messages\": [");
+    s.expect_err(&r, 400, "BAD_REQUEST", "POST /api/chat with malformed JSON");
+    ensure_eq!(s, up.total(), 0, "no upstream request for a rejected body:\n{}", up.describe());
+    s.assert_healthy();
+}
+
+#[test]
+fn chat_validates_messages_before_contacting_the_upstream() {
+    let up = streaming_upstream(&["fine"], ZERO);
+    let s = relay_server(&up);
+    let many = |n: usize| Value::Array((0..n).map(|i| user_msg(&format!("m{i}"))).collect());
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({}), "messages"),
+        (json!({"messages": null}), "messages"),
+        (json!({"messages": "hello"}), "messages"),
+        (json!({"messages": {"role": "user", "content": "hi"}}), "messages"),
+        (json!({"messages": []}), "messages"),
+        (json!({ "messages": many(101) }), "messages"),
+        (json!({"messages": [{"role": "bot", "content": "hi"}]}), "messages[0].role"),
+        (json!({"messages": [{"role": "tool", "content": "hi"}]}), "messages[0].role"),
+        (json!({"messages": [{"role": 1, "content": "hi"}]}), "messages[0].role"),
+        (json!({"messages": [{"content": "hi"}]}), "messages[0].role"),
+        (json!({"messages": [{"role": "user"}]}), "messages[0].content"),
+        (json!({"messages": [{"role": "user", "content": 5}]}), "messages[0].content"),
+        (json!({"messages": [{"role": "user", "content": null}]}), "messages[0].content"),
+        (json!({"messages": [{"role": "user", "content": ["hi"]}]}), "messages[0].content"),
+        (json!({"messages": [user_msg("ok"), {"role": "admin", "content": "x"}]}), "messages[1].role"),
+        (json!({"messages": [user_msg("ok"), {"role": "assistant", "content": {}}]}), "messages[1].content"),
+    ];
+    for (body, field) in &cases {
+        let shown = body.to_string();
+        let shown = if shown.len() > 120 { format!("{}… ({} bytes)", &shown[..120], shown.len()) } else { shown };
+        let r = s.api("POST", "/api/chat", None, Some(body));
+        s.expect_invalid(&r, &[field], &format!("POST /api/chat {shown}"));
+    }
+    ensure_eq!(s, up.total(), 0, "validation must come before any upstream request:\n{}", up.describe());
+
+    // The limits themselves are fine: 100 messages, every role.
+    let mut hundred = many(97);
+    hundred.as_array_mut().unwrap().extend([
+        json!({"role": "system", "content": "be brief"}),
+        json!({"role": "assistant", "content": "ok"}),
+        user_msg("last"),
+    ]);
+    let mut st = open_stream(&s, &body_of(hundred), "100 messages with every role");
+    let got = read_complete(&s, &mut st, "100 messages");
+    ensure_eq!(s, contents(&got), vec!["fine"], "100 messages are relayed");
+    ensure_eq!(s, up.total(), 1, "one upstream request for the valid body:\n{}", up.describe());
+}
+
+// ---------------------------------------------------------------------------------------
+// Built-in echo
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn chat_echo_streams_the_last_user_message_word_by_word() {
+    let s = echo_server(20);
+    let msgs = json!([
+        {"role": "system", "content": "you are an echo"},
+        user_msg("not this one"),
+        {"role": "assistant", "content": "nor this"},
+        user_msg("hello brave new world"),
+    ]);
+    let mut st = open_stream(&s, &body_of(msgs), "echo");
+    check_stream_head(&s, &st, "echo");
+    let got = read_complete(&s, &mut st, "echo");
+    ensure_eq!(
+        s,
+        contents(&got),
+        vec!["hello", " brave", " new", " world"],
+        "echo: one chunk per word of the last user message"
+    );
+
+    // The same connection carries the next chat: the last message is the assistant's, so the
+    // last *user* message is echoed.
+    let conn = st.into_conn().unwrap_or_else(|e| panic!("echo: {e}\nlog:\n{}", s.log_tail()));
+    let msgs = json!([user_msg("échos ünïcode 🌍"), {"role": "assistant", "content": "ignored words here"}]);
+    let mut st = ChatStream::open_on(conn, &body_of(msgs)).unwrap_or_else(|r| {
+        panic!("a second chat on the same keep-alive connection: expected a stream, got {r:?}\nlog:\n{}", s.log_tail())
+    });
+    let got = read_complete(&s, &mut st, "second echo on the same connection");
+    ensure_eq!(
+        s,
+        contents(&got),
+        vec!["échos", " ünïcode", " 🌍"],
+        "echo of the last user message, not the assistant's"
+    );
+    ensure_eq!(s, contents(&got).concat(), "échos ünïcode 🌍", "the contents joined give the words");
+    check_keep_alive(&s, st, "after two echo streams");
+}
+
+#[test]
+fn chat_echo_chunks_are_streamed_not_buffered() {
+    let s = echo_server(150);
+    let t = Instant::now();
+    let mut st = open_stream(&s, &body_of(json!([user_msg("one two three")])), "echo with echo_delay_ms = 150");
+    let got = read_complete(&s, &mut st, "echo with echo_delay_ms = 150");
+    ensure_eq!(s, contents(&got), vec!["one", " two", " three"], "echo of three words");
+    let gap = got[2].0 - got[0].0;
+    ensure!(
+        s,
+        gap >= Duration::from_millis(250),
+        "three chunks 150 ms apart must arrive as they are produced: first to last took {gap:?} (the stream was buffered?); \
+         arrivals after the request: {:?}",
+        got.iter().map(|(a, _)| *a - t).collect::<Vec<_>>()
+    );
+    ensure!(s, t.elapsed() < Duration::from_secs(3), "three words at 150 ms took {:?}", t.elapsed());
+}
+
+// ---------------------------------------------------------------------------------------
+// Relay to an OpenAI-compatible upstream
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn chat_relay_sends_model_stream_and_messages_and_forwards_deltas() {
+    let up = Upstream::start(|_| {
+        Behaviour::sse(
+            vec![
+                (ZERO, ROLE_DELTA.to_string()),
+                (ZERO, delta("Hel")),
+                (ZERO, delta("lo")),
+                (ZERO, delta(", wörld 🌍")),
+                (ZERO, UPSTREAM_DONE.to_string()),
+            ],
+            After::Finish,
+        )
+    });
+    let s = relay_server(&up);
+    let msgs = json!([{"role": "system", "content": "be nice"}, user_msg("Say hello"), {"role": "assistant", "content": "Hi"}, user_msg("Again")]);
+    let mut st = open_stream(&s, &body_of(msgs.clone()), "relay");
+    check_stream_head(&s, &st, "relay");
+    let got = read_complete(&s, &mut st, "relay");
+    ensure_eq!(
+        s,
+        contents(&got),
+        vec!["Hel", "lo", ", wörld 🌍"],
+        "every delta's content, in order, the role delta skipped"
+    );
+    check_keep_alive(&s, st, "after a relayed stream");
+
+    let reqs = up.requests();
+    ensure_eq!(s, reqs.len(), 1, "one upstream request:\n{}", up.describe());
+    let r = &reqs[0];
+    ensure_eq!(s, (r.method.as_str(), r.path.as_str()), ("POST", UPSTREAM_PATH), "the upstream request line");
+    let b = r.json();
+    ensure!(s, b.is_some(), "the upstream request body must be JSON: {:?}", String::from_utf8_lossy(&r.body));
+    let b = b.unwrap();
+    ensure_eq!(s, b["model"], json!("m1"), "`model` of the upstream request: {b}");
+    ensure_eq!(s, b["stream"], json!(true), "`stream` of the upstream request: {b}");
+    ensure_eq!(s, b["messages"], msgs, "`messages` of the upstream request, as given: {b}");
+}
+
+#[test]
+fn chat_relay_forwards_each_delta_as_it_arrives() {
+    let up = streaming_upstream(&["one", " two", " three", " four"], Duration::from_millis(200));
+    let s = relay_server(&up);
+    let mut st = open_stream(&s, &body_of(json!([user_msg("count")])), "relay of 4 deltas 200 ms apart");
+    let (first_at, first) =
+        st.next(Duration::from_secs(3)).unwrap_or_else(|e| panic!("first event: {e}\nlog:\n{}", s.log_tail()));
+    ensure_eq!(s, content_of(&first).as_deref(), Some("one"), "the first event: {first:?}");
+    let rest = read_complete(&s, &mut st, "relay of 4 deltas 200 ms apart");
+    ensure_eq!(s, contents(&rest), vec![" two", " three", " four"], "the other deltas in order");
+    let conn_id = up.requests()[0].conn_id;
+    let sent = up.pieces_sent(conn_id);
+    ensure!(s, sent.len() >= 4, "the upstream sent 4 deltas: {sent:?}");
+    let last_delta_sent = sent[3].at;
+    ensure!(
+        s,
+        first_at < last_delta_sent,
+        "the first delta must reach the client before the upstream sends the last one (relayed as it arrives); \
+         it arrived {:?} after",
+        first_at.saturating_duration_since(last_delta_sent)
+    );
+    let gap = rest[2].0 - first_at;
+    ensure!(s, gap >= Duration::from_millis(400), "deltas 200 ms apart arrived within {gap:?} of each other");
+}
+
+#[test]
+fn chat_relay_skips_deltas_without_content_and_reassembles_split_events() {
+    // Events packed into one chunk, an event split across chunks (apart in time, so they
+    // are separate reads), and deltas without content (role, empty delta, finish reason).
+    let packed = format!("{ROLE_DELTA}{}{}", delta("A"), "data: {\"choices\":[{\"index\":0,\"delta\":{}}]}\n\n");
+    let split = delta("B and C");
+    let (left, right) = split.split_at(split.len() / 2);
+    let pieces = vec![
+        (ZERO, packed),
+        (Duration::from_millis(60), left.to_string()),
+        (Duration::from_millis(60), right.to_string()),
+        (
+            ZERO,
+            format!(
+                "{}data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n",
+                delta("D")
+            ),
+        ),
+        (ZERO, UPSTREAM_DONE.to_string()),
+    ];
+    let up = Upstream::start(move |_| Behaviour::sse(pieces.clone(), After::Finish));
+    let s = relay_server(&up);
+    let mut st = open_stream(&s, &body_of(json!([user_msg("go")])), "relay with packed and split events");
+    let got = read_complete(&s, &mut st, "relay with packed and split events");
+    ensure_eq!(s, contents(&got), vec!["A", "B and C", "D"], "only deltas with content, each once, in order");
+}
+
+// ---------------------------------------------------------------------------------------
+// Upstream failures
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn chat_upstream_refused_gives_502() {
+    let s = relay_server_to(&format!("{}{UPSTREAM_PATH}", closed_url()));
+    let r = s.call("POST", "/api/chat", &[("Content-Type", "application/json")], &body_of(json!([user_msg("hi")])));
+    s.expect_err(&r, 502, "UPSTREAM_UNAVAILABLE", "chat upstream refusing connections");
+    s.assert_healthy();
+}
+
+#[test]
+fn chat_upstream_error_status_gives_502() {
+    let up = Upstream::start(|_| Behaviour::json(500, &json!({"error": {"message": "model overloaded"}})));
+    let s = relay_server(&up);
+    let r = s.call("POST", "/api/chat", &[("Content-Type", "application/json")], &body_of(json!([user_msg("hi")])));
+    s.expect_err(&r, 502, "UPSTREAM_UNAVAILABLE", "chat upstream answering 500");
+    ensure_eq!(s, up.total(), 1, "the upstream was asked once:\n{}", up.describe());
+    s.assert_healthy();
+}
+
+#[test]
+fn chat_upstream_silence_gives_504() {
+    let up = Upstream::start(|_| Behaviour::Hang);
+    let s = relay_server(&up);
+    let t = Instant::now();
+    let r = s.call("POST", "/api/chat", &[("Content-Type", "application/json")], &body_of(json!([user_msg("hi")])));
+    let took = t.elapsed();
+    s.expect_err(&r, 504, "UPSTREAM_TIMEOUT", "chat upstream silent (upstreams.timeout_ms = 400)");
+    ensure!(
+        s,
+        took >= Duration::from_millis(350) && took < Duration::from_millis(2500),
+        "the 504 must come after about timeout_ms = 400 ms; it came after {took:?}"
+    );
+    s.assert_healthy();
+}
+
+/// After a first delta, the upstream fails (`then`): the client must get that delta, then
+/// `event: error` with a message, then the end of the chunked body and no `[DONE]`.
+/// Returns the time from the delta to the error event.
+fn failure_after_first_chunk(then: After, what: &str) -> Duration {
+    let up = Upstream::start(move |_| Behaviour::sse(vec![(ZERO, delta("partial"))], then));
+    let s = relay_server(&up);
+    let mut st = open_stream(&s, &body_of(json!([user_msg("hi")])), what);
+    let (t1, ev) = st
+        .next(Duration::from_secs(3))
+        .unwrap_or_else(|e| panic!("{what}: the first delta: {e}\nlog:\n{}", s.log_tail()));
+    ensure_eq!(s, content_of(&ev).as_deref(), Some("partial"), "{what}: the delta before the failure: {ev:?}");
+    let evs = st.rest(Duration::from_secs(4)).unwrap_or_else(|e| {
+        panic!("{what}: after the delta, an error event and the end of the chunked body: {e}\nlog:\n{}", s.log_tail())
+    });
+    ensure!(s, !evs.iter().any(|(_, e)| is_done(e)), "{what}: no [DONE] after a failure: {evs:?}");
+    ensure_eq!(s, evs.len(), 1, "{what}: exactly one event (`event: error`) after the delta: {evs:?}");
+    let (t2, err) = &evs[0];
+    ensure_eq!(s, err.event(), Some("error"), "{what}: `event: error`: {err:?}");
+    let d: Option<Value> = serde_json::from_str(&err.data()).ok();
+    ensure!(
+        s,
+        d.as_ref().map(|d| d["message"].is_string()).unwrap_or(false),
+        "{what}: error data {{\"message\": …}}: {err:?}"
+    );
+    s.assert_healthy();
+    t2.saturating_duration_since(t1)
+}
+
+#[test]
+fn chat_upstream_closing_mid_stream_ends_with_an_error_event() {
+    failure_after_first_chunk(After::Close, "upstream closes after one delta");
+}
+
+#[test]
+fn chat_upstream_going_silent_mid_stream_ends_with_an_error_event() {
+    let gap = failure_after_first_chunk(After::Hang, "upstream silent after one delta (timeout_ms = 400)");
+    assert!(
+        gap >= Duration::from_millis(350) && gap < Duration::from_millis(2500),
+        "the error event must come about timeout_ms = 400 ms after the last delta; it came after {gap:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Cancellation
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn chat_client_disconnect_cancels_the_upstream_request() {
+    let words: Vec<String> = (0..50).map(|i| format!("w{i} ")).collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let up = streaming_upstream(&words, Duration::from_millis(200));
+    let s = relay_server(&up);
+    let mut st = open_stream(&s, &body_of(json!([user_msg("talk for 10 s")])), "a long relay");
+    let (_, ev) =
+        st.next(Duration::from_secs(3)).unwrap_or_else(|e| panic!("the first delta: {e}\nlog:\n{}", s.log_tail()));
+    ensure_eq!(s, content_of(&ev).as_deref(), Some("w0 "), "the first delta: {ev:?}");
+    let conn_id = up.requests()[0].conn_id;
+    let _ = st.conn.stream.shutdown(std::net::Shutdown::Both);
+    drop(st);
+    let t = Instant::now();
+    let closed = up.wait_peer_closed(conn_id, Duration::from_millis(2500));
+    ensure!(
+        s,
+        closed.is_some(),
+        "the client went away mid-stream: forkd must close the upstream connection within ~2 s:\n{}",
+        up.describe()
+    );
+    let sent = up.pieces_sent(conn_id).len();
+    ensure!(
+        s,
+        sent < 30,
+        "the upstream stopped being read early; it sent {sent} of 51 pieces (closed {:?} after the client)",
+        closed.unwrap().saturating_duration_since(t)
+    );
+    s.assert_healthy();
+}

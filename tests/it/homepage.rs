@@ -1,0 +1,647 @@
+//! `GET /api/homepage` (CONTRACT §6): the bearer requirement, the three upstream calls made
+//! in parallel and their mapping (`user`, `recentOrders` with `total` from `totalAmount`,
+//! `recommendations` cut to 10, `{"items": …}` accepted), the users upstream failing (502 /
+//! 504), orders or recommendations failing (`[]` and `degraded`), the per-worker and shared
+//! caches (one upstream request per path and user within the TTL, failures not cached),
+//! keep-alive towards the upstreams, cancellation when the client goes away, and the
+//! built-in demo upstreams.
+//!
+//! Each test starts its own fake upstreams (`upstream.rs`) before its server. Most fakes
+//! answer per user id (the id in the request path): a test creates users and scripts a
+//! different failure for each, so one server covers several cases without the cache in the
+//! way.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::upstream::*;
+use crate::util::*;
+
+/// Over the 1 MiB an upstream answer may have.
+const OVERSIZED: usize = (1 << 20) + 4096;
+
+// ---------------------------------------------------------------------------------------
+// Fixture
+// ---------------------------------------------------------------------------------------
+
+/// The user id in `/users/{id}{suffix}`, when `path` has exactly that shape.
+fn user_id_in(path: &str, suffix: &str) -> Option<i64> {
+    path.strip_prefix("/users/")?.strip_suffix(suffix)?.parse().ok()
+}
+
+/// A fake upstream that answers `/users/{id}{suffix}` with `default(id)` unless a test
+/// scripted something else for that id; any other path is a 404.
+struct PerUser {
+    up: Upstream,
+    suffix: &'static str,
+    scripted: Arc<Mutex<HashMap<i64, Behaviour>>>,
+}
+
+impl PerUser {
+    fn start(suffix: &'static str, default: fn(i64) -> Behaviour) -> PerUser {
+        let scripted: Arc<Mutex<HashMap<i64, Behaviour>>> = Arc::default();
+        let sc = scripted.clone();
+        let up = Upstream::start(move |r| match user_id_in(&r.path, suffix) {
+            Some(id) if r.method == "GET" => sc.lock().unwrap().get(&id).cloned().unwrap_or_else(|| default(id)),
+            _ => {
+                Behaviour::json(404, &json!({"error": format!("fake upstream: no route for {} {}", r.method, r.path)}))
+            }
+        });
+        PerUser { up, suffix, scripted }
+    }
+
+    /// From now on, answer user `id` with `b`.
+    fn script(&self, id: i64, b: Behaviour) {
+        self.scripted.lock().unwrap().insert(id, b);
+    }
+
+    /// Back to the default answer for user `id`.
+    fn unscript(&self, id: i64) {
+        self.scripted.lock().unwrap().remove(&id);
+    }
+
+    fn path(&self, id: i64) -> String {
+        format!("/users/{id}{}", self.suffix)
+    }
+
+    /// Requests the upstream received for user `id`.
+    fn count(&self, id: i64) -> usize {
+        self.up.count(&self.path(id))
+    }
+}
+
+/// What the fake users upstream says about user `id`: more than forkd passes on.
+fn users_answer(id: i64) -> Value {
+    json!({"id": id, "name": format!("User {id}"), "avatar": format!("https://img.example/{id}.png"),
+           "email": format!("u{id}@private.example"), "internalScore": 42})
+}
+
+fn expected_user(id: i64) -> Value {
+    json!({"name": format!("User {id}"), "avatar": format!("https://img.example/{id}.png")})
+}
+
+/// The fake orders of user `id` (extra fields that forkd drops).
+fn orders_answer(id: i64) -> Value {
+    json!([
+        {"id": format!("ord-{id}-1"), "status": "shipped", "totalAmount": 12.5, "currency": "EUR", "lines": [{"sku": "a"}]},
+        {"id": format!("ord-{id}-2"), "status": "pending", "totalAmount": 7.25, "createdAt": "2024-05-01T10:00:00Z"},
+    ])
+}
+
+fn expected_orders(id: i64) -> Value {
+    json!([
+        {"id": format!("ord-{id}-1"), "status": "shipped", "total": 12.5},
+        {"id": format!("ord-{id}-2"), "status": "pending", "total": 7.25},
+    ])
+}
+
+/// Twelve recommendations for user `id` (forkd passes the first ten on unchanged).
+fn recs_answer(id: i64) -> Value {
+    Value::Array(
+        (0..12)
+            .map(|k| json!({"sku": format!("rec-{id}-{k}"), "title": format!("Item {k}"), "score": 0.5, "tags": ["x", k]}))
+            .collect(),
+    )
+}
+
+fn expected_recs(id: i64) -> Value {
+    Value::Array(recs_answer(id).as_array().unwrap()[..10].to_vec())
+}
+
+/// A server with three per-user fake upstreams. `refused` names upstreams
+/// (`"users"`, `"orders"`, `"recommendations"`) configured as a closed port instead.
+struct Home {
+    s: Server,
+    users: PerUser,
+    orders: PerUser,
+    recs: PerUser,
+}
+
+impl Home {
+    fn start(workers: usize, upstream_extra: &str, refused: &[&str]) -> Home {
+        let users = PerUser::start("", |id| Behaviour::json(200, &users_answer(id)));
+        let orders = PerUser::start("/orders", |id| Behaviour::json(200, &orders_answer(id)));
+        let recs = PerUser::start("/recommendations", |id| Behaviour::json(200, &recs_answer(id)));
+        let url = |name: &str, up: &PerUser| if refused.contains(&name) { closed_url() } else { up.up.url() };
+        let mut lines = format!(
+            "users = \"{}\"\norders = \"{}\"\nrecommendations = \"{}\"",
+            url("users", &users),
+            url("orders", &orders),
+            url("recommendations", &recs)
+        );
+        if !upstream_extra.is_empty() {
+            lines.push('\n');
+            lines.push_str(upstream_extra);
+        }
+        let mut b = Server::api_builder().workers(workers).set("upstreams", &lines);
+        if workers > 1 {
+            b = b.set("debug", "routes = true");
+        }
+        Home { s: b.start(), users, orders, recs }
+    }
+
+    /// A fresh user: (id, access token).
+    fn user(&self, name: &str) -> (i64, String) {
+        let (u, t) = self.s.user(name);
+        (u["id"].as_i64().unwrap_or_else(|| panic!("no integer id in {u}")), t)
+    }
+
+    fn get(&self, token: &str) -> Response {
+        self.s.api("GET", "/api/homepage", Some(token), None)
+    }
+
+    /// `GET /api/homepage` as `token`; asserts the 200 envelope; returns `data`.
+    fn data(&self, token: &str, what: &str) -> Value {
+        let r = self.get(token);
+        self.s.expect_data(&r, 200, &format!("GET /api/homepage ({what})"))
+    }
+
+    /// All three fakes, for failure messages.
+    fn describe(&self) -> String {
+        format!(
+            "users: {}orders: {}recommendations: {}",
+            self.users.up.describe(),
+            self.orders.up.describe(),
+            self.recs.up.describe()
+        )
+    }
+
+    /// Asserts `data` is the complete homepage of user `id`, nothing degraded.
+    fn check_complete(&self, data: &Value, id: i64, what: &str) {
+        let s = &self.s;
+        ensure_eq!(
+            s,
+            data["user"],
+            expected_user(id),
+            "{what}: `user` is name and avatar of the users upstream, nothing more"
+        );
+        ensure_eq!(
+            s,
+            data["recentOrders"],
+            expected_orders(id),
+            "{what}: `recentOrders` as {{id, status, total = totalAmount}}"
+        );
+        ensure_eq!(s, data["recommendations"], expected_recs(id), "{what}: the first 10 recommendations, unchanged");
+        ensure!(s, data.get("degraded").is_none(), "{what}: no `degraded` when nothing failed: {data}");
+    }
+
+    /// Asserts a 200 homepage of user `id` with exactly the lists in `failed` empty and
+    /// named in `degraded`.
+    fn check_degraded(&self, data: &Value, id: i64, failed: &[&str], what: &str) {
+        let s = &self.s;
+        ensure_eq!(s, data["user"], expected_user(id), "{what}: `user` still comes from the users upstream");
+        for (field, good) in [("recentOrders", expected_orders(id)), ("recommendations", expected_recs(id))] {
+            let want = if failed.contains(&field) { json!([]) } else { good };
+            ensure_eq!(s, data[field], want, "{what}: `{field}`");
+        }
+        let got: Option<BTreeSet<&str>> =
+            data["degraded"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect());
+        let want: BTreeSet<&str> = failed.iter().copied().collect();
+        ensure_eq!(
+            s,
+            got,
+            Some(want),
+            "{what}: `degraded` must be an array naming exactly the failed lists; data: {data}"
+        );
+        ensure_eq!(
+            s,
+            data["degraded"].as_array().map(Vec::len),
+            Some(failed.len()),
+            "{what}: `degraded` without duplicates: {data}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Authentication, mapping, parallelism
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn homepage_requires_a_bearer_token() {
+    let h = Home::start(1, "", &[]);
+    let r = h.s.api("GET", "/api/homepage", None, None);
+    let v = h.s.expect_err(&r, 401, "UNAUTHORIZED", "GET /api/homepage without a token");
+    ensure_eq!(h.s, v["message"].as_str(), Some("token required"), "401 message without a credential");
+    ensure!(
+        h.s,
+        r.header("www-authenticate").map(|v| v.starts_with("Bearer")).unwrap_or(false),
+        "401 must carry WWW-Authenticate: Bearer: {r:?}"
+    );
+    let r = h.s.api("GET", "/api/homepage", Some("not.a.jwt"), None);
+    h.s.expect_err(&r, 401, "UNAUTHORIZED", "GET /api/homepage with an invalid token");
+    ensure_eq!(
+        h.s,
+        h.users.up.total() + h.orders.up.total() + h.recs.up.total(),
+        0,
+        "no upstream may be called without a valid token:\n{}",
+        h.describe()
+    );
+}
+
+#[test]
+fn homepage_combines_the_three_upstream_answers() {
+    let h = Home::start(1, "", &[]);
+    let (id, token) = h.user("Home Owner");
+    let r = h.get(&token);
+    let data = h.s.expect_data(&r, 200, "GET /api/homepage");
+    h.check_complete(&data, id, "GET /api/homepage");
+    ensure!(
+        h.s,
+        data["recentOrders"].as_array().unwrap().iter().all(|o| o.as_object().map(|m| m.len()) == Some(3)),
+        "each order is exactly {{id, status, total}}: {data}"
+    );
+    for (name, up) in [("users", &h.users), ("orders", &h.orders), ("recommendations", &h.recs)] {
+        let reqs = up.up.requests();
+        ensure_eq!(
+            h.s,
+            reqs.iter().map(|r| (r.method.as_str(), r.path.as_str())).collect::<Vec<_>>(),
+            vec![("GET", up.path(id).as_str())],
+            "the {name} upstream must see exactly one GET {} (the bearer's user id {id}):\n{}",
+            up.path(id),
+            h.describe()
+        );
+    }
+}
+
+#[test]
+fn homepage_accepts_items_objects_and_a_missing_user_field() {
+    let h = Home::start(1, "", &[]);
+    let (id, token) = h.user("Items User");
+    h.users.script(id, Behaviour::json(200, &json!({"id": id, "name": "No Avatar"})));
+    h.orders.script(id, Behaviour::json(200, &json!({"items": orders_answer(id), "total": 2})));
+    h.recs.script(id, Behaviour::json(200, &json!({"items": recs_answer(id), "page": 1})));
+    let data = h.data(&token, "orders and recommendations as {items}, user without avatar");
+    ensure_eq!(h.s, data["user"], json!({"name": "No Avatar", "avatar": null}), "a missing avatar is null: {data}");
+    ensure_eq!(h.s, data["recentOrders"], expected_orders(id), "orders from {{\"items\": [...]}}");
+    ensure_eq!(h.s, data["recommendations"], expected_recs(id), "recommendations from {{\"items\": [...]}}, cut to 10");
+    ensure!(h.s, data.get("degraded").is_none(), "nothing failed, so no `degraded`: {data}");
+
+    // Fewer than 10 recommendations pass through as they are; an empty order list is fine.
+    let (id2, token2) = h.user("Few Recs");
+    h.orders.script(id2, Behaviour::json(200, &json!([])));
+    h.recs.script(id2, Behaviour::json(200, &json!([{"sku": "only"}, {"sku": "two", "n": [1, 2]}])));
+    let data = h.data(&token2, "3 recommendations, no orders");
+    ensure_eq!(h.s, data["recentOrders"], json!([]), "an empty order list");
+    ensure_eq!(
+        h.s,
+        data["recommendations"],
+        json!([{"sku": "only"}, {"sku": "two", "n": [1, 2]}]),
+        "two recommendations"
+    );
+    ensure!(h.s, data.get("degraded").is_none(), "empty lists from the upstream are not failures: {data}");
+}
+
+#[test]
+fn homepage_calls_the_three_upstreams_in_parallel() {
+    let h = Home::start(1, "", &[]);
+    let (id, token) = h.user("Parallel User");
+    let d = Duration::from_millis(300);
+    h.users.script(id, Behaviour::json(200, &users_answer(id)).after(d));
+    h.orders.script(id, Behaviour::json(200, &orders_answer(id)).after(d));
+    h.recs.script(id, Behaviour::json(200, &recs_answer(id)).after(d));
+    let t = Instant::now();
+    let r = h.get(&token);
+    let took = t.elapsed();
+    let data = h.s.expect_data(&r, 200, "GET /api/homepage with three 300 ms upstreams");
+    h.check_complete(&data, id, "three 300 ms upstreams");
+    ensure!(
+        h.s,
+        took >= Duration::from_millis(290) && took < Duration::from_millis(800),
+        "three upstreams of 300 ms each, called in parallel, must answer in 300..800 ms; took {took:?}\n{}",
+        h.describe()
+    );
+    let arrivals: Vec<Instant> =
+        [&h.users, &h.orders, &h.recs].iter().filter_map(|u| u.up.requests().first().map(|r| r.at)).collect();
+    ensure_eq!(h.s, arrivals.len(), 3, "each upstream is called once:\n{}", h.describe());
+    let spread = *arrivals.iter().max().unwrap() - *arrivals.iter().min().unwrap();
+    ensure!(
+        h.s,
+        spread < Duration::from_millis(200),
+        "the three requests must be sent together, not one after another's answer; they arrived {spread:?} apart"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The users upstream failing: 502 / 504
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn homepage_users_upstream_refused_gives_502() {
+    let h = Home::start(1, "", &["users"]);
+    let (_, token) = h.user("Refused User");
+    let r = h.get(&token);
+    h.s.expect_err(&r, 502, "UPSTREAM_UNAVAILABLE", "GET /api/homepage with the users upstream refusing connections");
+    h.s.assert_healthy();
+}
+
+#[test]
+fn homepage_users_upstream_bad_answers_give_502() {
+    let h = Home::start(1, "", &[]);
+    let cases: Vec<(&str, Behaviour)> = vec![
+        ("status 500", Behaviour::json(500, &json!({"error": "boom"}))),
+        ("status 404", Behaviour::json(404, &json!({"error": "no such user"}))),
+        ("invalid JSON", Behaviour::text(200, "application/json", r#"{"name": "Half"#)),
+        ("a JSON array instead of an object", Behaviour::json(200, &json!([{"name": "A"}]))),
+        ("a JSON string instead of an object", Behaviour::json(200, &json!("User"))),
+        ("a body over 1 MiB", Behaviour::padded_json_object(OVERSIZED)),
+    ];
+    for (what, b) in cases {
+        let (id, token) = h.user("Bad Users Answer");
+        h.users.script(id, b);
+        let r = h.get(&token);
+        h.s.expect_err(&r, 502, "UPSTREAM_UNAVAILABLE", &format!("users upstream answers {what}"));
+        ensure_eq!(h.s, h.users.count(id), 1, "users upstream, {what}: one request for user {id}:\n{}", h.describe());
+    }
+    h.s.assert_healthy();
+}
+
+#[test]
+fn homepage_users_upstream_timeout_gives_504() {
+    let h = Home::start(1, "timeout_ms = 400", &[]);
+    let (id, token) = h.user("Slow Users");
+    h.users.script(id, Behaviour::Hang);
+    let t = Instant::now();
+    let r = h.get(&token);
+    let took = t.elapsed();
+    h.s.expect_err(&r, 504, "UPSTREAM_TIMEOUT", "users upstream never answers (timeout_ms = 400)");
+    ensure!(
+        h.s,
+        took >= Duration::from_millis(350) && took < Duration::from_millis(2500),
+        "the 504 must come after about timeout_ms = 400 ms; it came after {took:?}"
+    );
+    // A user answered in time just after works.
+    let (id2, token2) = h.user("Fast Users");
+    let data = h.data(&token2, "after a timed-out request");
+    h.check_complete(&data, id2, "after a timed-out request");
+}
+
+// ---------------------------------------------------------------------------------------
+// Orders / recommendations failing: 200, `[]`, `degraded`
+// ---------------------------------------------------------------------------------------
+
+/// The failures a list upstream can have (on a server with `timeout_ms = 400`).
+fn list_failures() -> Vec<(&'static str, Behaviour)> {
+    vec![
+        ("status 500", Behaviour::json(500, &json!({"error": "boom"}))),
+        ("invalid JSON", Behaviour::text(200, "application/json", "[{\"id\": ")),
+        ("a JSON string instead of a list", Behaviour::json(200, &json!("nope"))),
+        ("a body over 1 MiB", Behaviour::padded_json_array(OVERSIZED)),
+        ("no answer within timeout_ms", Behaviour::Hang),
+    ]
+}
+
+#[test]
+fn homepage_orders_failures_degrade_to_an_empty_list() {
+    let h = Home::start(1, "timeout_ms = 400", &[]);
+    for (what, b) in list_failures() {
+        let (id, token) = h.user("Orders Fail");
+        h.orders.script(id, b);
+        let t = Instant::now();
+        let data = h.data(&token, &format!("orders upstream: {what}"));
+        h.check_degraded(&data, id, &["recentOrders"], &format!("orders upstream: {what}"));
+        ensure!(
+            h.s,
+            t.elapsed() < Duration::from_millis(2500),
+            "orders upstream, {what}: answered after {:?}",
+            t.elapsed()
+        );
+    }
+    h.s.assert_healthy();
+}
+
+#[test]
+fn homepage_recommendations_failures_degrade_to_an_empty_list() {
+    let h = Home::start(1, "timeout_ms = 400", &[]);
+    for (what, b) in list_failures() {
+        let (id, token) = h.user("Recs Fail");
+        h.recs.script(id, b);
+        let data = h.data(&token, &format!("recommendations upstream: {what}"));
+        h.check_degraded(&data, id, &["recommendations"], &format!("recommendations upstream: {what}"));
+    }
+    // Both failing at once.
+    let (id, token) = h.user("Both Fail");
+    h.orders.script(id, Behaviour::json(503, &json!({"error": "down"})));
+    h.recs.script(id, Behaviour::Hang);
+    let data = h.data(&token, "orders 503 and recommendations silent");
+    h.check_degraded(&data, id, &["recentOrders", "recommendations"], "orders 503 and recommendations silent");
+    h.s.assert_healthy();
+}
+
+#[test]
+fn homepage_refused_lists_degrade_both() {
+    let h = Home::start(1, "", &["orders", "recommendations"]);
+    let (id, token) = h.user("Refused Lists");
+    let data = h.data(&token, "orders and recommendations upstreams refuse connections");
+    h.check_degraded(&data, id, &["recentOrders", "recommendations"], "both list upstreams refused");
+    h.s.assert_healthy();
+}
+
+// ---------------------------------------------------------------------------------------
+// Caching
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn homepage_caches_upstream_answers_per_user() {
+    let h = Home::start(1, "", &[]);
+    let (a, ta) = h.user("Cached A");
+    let (b, tb) = h.user("Cached B");
+    for i in 0..5 {
+        let data = h.data(&ta, &format!("user A, request {i}"));
+        h.check_complete(&data, a, &format!("user A, request {i}"));
+    }
+    for (name, up) in [("users", &h.users), ("orders", &h.orders), ("recommendations", &h.recs)] {
+        ensure_eq!(
+            h.s,
+            up.count(a),
+            1,
+            "5 homepages of one user within the TTL: one {name} request:\n{}",
+            h.describe()
+        );
+    }
+    let data = h.data(&tb, "user B");
+    h.check_complete(&data, b, "user B (not user A's cached answers)");
+    let data = h.data(&tb, "user B again");
+    h.check_complete(&data, b, "user B again");
+    for (name, up) in [("users", &h.users), ("orders", &h.orders), ("recommendations", &h.recs)] {
+        ensure_eq!(h.s, up.count(b), 1, "the cache is per user: one {name} request for user B:\n{}", h.describe());
+        ensure_eq!(h.s, up.up.total(), 2, "{name}: one request per user in all:\n{}", h.describe());
+    }
+}
+
+#[test]
+fn homepage_cache_expires_after_the_ttl() {
+    let h = Home::start(1, "cache_ttl_secs = 1", &[]);
+    let (id, token) = h.user("Short TTL");
+    h.data(&token, "first request");
+    ensure_eq!(h.s, h.users.count(id), 1, "first request: one users request");
+    let refetched = eventually(Duration::from_millis(3500), || {
+        h.data(&token, "polling until the 1 s TTL ends");
+        h.users.count(id) >= 2
+    });
+    ensure!(
+        h.s,
+        refetched,
+        "with cache_ttl_secs = 1 the users upstream must be asked again within 3.5 s:\n{}",
+        h.describe()
+    );
+    for (name, up) in [("orders", &h.orders), ("recommendations", &h.recs)] {
+        ensure!(h.s, up.count(id) >= 2, "{name} answers expire too:\n{}", h.describe());
+    }
+}
+
+#[test]
+fn homepage_failed_upstream_answers_are_not_cached() {
+    let h = Home::start(1, "", &[]);
+    // Users upstream failing, then well: the second homepage asks again.
+    let (a, ta) = h.user("Fails Then Works");
+    h.users.script(a, Behaviour::json(500, &json!({"error": "boom"})));
+    let r = h.get(&ta);
+    h.s.expect_err(&r, 502, "UPSTREAM_UNAVAILABLE", "users upstream 500");
+    h.users.unscript(a);
+    let data = h.data(&ta, "users upstream well again");
+    h.check_complete(&data, a, "users upstream well again");
+    ensure_eq!(h.s, h.users.count(a), 2, "a failed users answer is not cached: asked again:\n{}", h.describe());
+
+    // Orders failing, then well: asked again, while the users answer stays cached.
+    let (b, tb) = h.user("Orders Fail Then Work");
+    h.orders.script(b, Behaviour::json(500, &json!({"error": "boom"})));
+    let data = h.data(&tb, "orders upstream 500");
+    h.check_degraded(&data, b, &["recentOrders"], "orders upstream 500");
+    h.orders.unscript(b);
+    let data = h.data(&tb, "orders upstream well again");
+    h.check_complete(&data, b, "orders upstream well again");
+    ensure_eq!(h.s, h.orders.count(b), 2, "a failed orders answer is not cached:\n{}", h.describe());
+    ensure_eq!(h.s, h.users.count(b), 1, "the successful users answer is cached:\n{}", h.describe());
+    ensure_eq!(h.s, h.recs.count(b), 1, "the successful recommendations answer is cached:\n{}", h.describe());
+    let data = h.data(&tb, "third request");
+    h.check_complete(&data, b, "third request");
+    ensure_eq!(h.s, h.orders.count(b), 2, "once it succeeded, the orders answer is cached:\n{}", h.describe());
+}
+
+#[test]
+fn homepage_cache_is_shared_by_all_workers() {
+    let h = Home::start(2, "", &[]);
+    h.s.wait_workers(2, Duration::from_secs(10));
+    let (id, token) = h.user("Shared Cache");
+    let auth = format!("Bearer {token}");
+    let mut served_by = BTreeSet::new();
+    let mut tries = 0;
+    while served_by.len() < 2 && tries < 200 {
+        tries += 1;
+        let mut c = h.s.conn();
+        let r = c.get("/_debug/pid");
+        ensure_eq!(h.s, r.status, 200, "GET /_debug/pid: {r:?}");
+        let pid = r.json()["pid"].as_i64().unwrap_or_else(|| panic!("no pid in {r:?}"));
+        c.send(&request("GET", "/api/homepage", &[("Authorization", &auth)], b""));
+        let r = c.read_response();
+        let data = h.s.expect_data(&r, 200, &format!("GET /api/homepage on worker {pid} (connection {tries})"));
+        h.check_complete(&data, id, &format!("homepage served by worker {pid}"));
+        served_by.insert(pid);
+    }
+    ensure_eq!(
+        h.s,
+        served_by.len(),
+        2,
+        "setup: both workers must serve a homepage within 200 connections; served by {served_by:?}"
+    );
+    for (name, up) in [("users", &h.users), ("orders", &h.orders), ("recommendations", &h.recs)] {
+        ensure_eq!(
+            h.s,
+            up.count(id),
+            1,
+            "{tries} homepages served by both workers {served_by:?} within the TTL: the {name} upstream must be asked once (shared cache):\n{}",
+            h.describe()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Connections towards the upstreams
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn homepage_reuses_keep_alive_connections_to_the_upstreams() {
+    let h = Home::start(1, "", &[]);
+    let users: Vec<(i64, String)> = (0..3).map(|_| h.user("Keep Alive")).collect();
+    for (id, token) in &users {
+        let data = h.data(token, &format!("user {id}"));
+        h.check_complete(&data, *id, &format!("user {id}"));
+    }
+    for (name, up) in [("users", &h.users), ("orders", &h.orders), ("recommendations", &h.recs)] {
+        ensure_eq!(h.s, up.up.total(), 3, "{name}: three requests (three users, cache misses):\n{}", h.describe());
+        ensure_eq!(
+            h.s,
+            up.up.connections(),
+            1,
+            "{name}: sequential homepages on one worker must reuse one keep-alive upstream connection:\n{}",
+            h.describe()
+        );
+    }
+}
+
+#[test]
+fn homepage_client_disconnect_cancels_the_upstream_requests() {
+    let h = Home::start(1, "timeout_ms = 10000", &[]);
+    let (id, token) = h.user("Goes Away");
+    for up in [&h.users, &h.orders, &h.recs] {
+        up.script(id, Behaviour::Hang);
+    }
+    let auth = format!("Bearer {token}");
+    let mut c = h.s.conn();
+    c.send(&request("GET", "/api/homepage", &[("Authorization", &auth)], b""));
+    let all_asked =
+        eventually(Duration::from_secs(3), || [&h.users, &h.orders, &h.recs].iter().all(|u| u.count(id) == 1));
+    ensure!(h.s, all_asked, "setup: the three upstreams must be asked within 3 s:\n{}", h.describe());
+    let _ = c.stream.shutdown(std::net::Shutdown::Both);
+    drop(c);
+    let t = Instant::now();
+    for (name, up) in [("users", &h.users), ("orders", &h.orders), ("recommendations", &h.recs)] {
+        let conn_id = up.up.requests_to(&up.path(id))[0].conn_id;
+        let closed = up.up.wait_peer_closed(conn_id, Duration::from_millis(2500).saturating_sub(t.elapsed()));
+        ensure!(
+            h.s,
+            closed.is_some(),
+            "the client went away: forkd must cancel the {name} request (close its connection) within ~2 s:\n{}",
+            h.describe()
+        );
+    }
+    // The worker is fine and serves the next user.
+    h.s.assert_healthy();
+    let (id2, token2) = h.user("Comes After");
+    let data = h.data(&token2, "after a cancelled homepage");
+    h.check_complete(&data, id2, "after a cancelled homepage");
+}
+
+// ---------------------------------------------------------------------------------------
+// Built-in demo upstreams
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn homepage_without_configured_upstreams_uses_the_builtin_demo() {
+    let s = Server::api_builder().start();
+    let (_, token) = s.user("Demo User");
+    let r = s.api("GET", "/api/homepage", Some(&token), None);
+    let data = s.expect_data(&r, 200, "GET /api/homepage with the built-in demo upstreams");
+    ensure!(s, data["user"]["name"].is_string(), "demo: `user.name` must be a string: {data}");
+    ensure!(
+        s,
+        data["user"].as_object().map(|o| o.contains_key("avatar")).unwrap_or(false),
+        "demo: `user.avatar` present: {data}"
+    );
+    let orders = data["recentOrders"].as_array();
+    ensure!(s, orders.is_some(), "demo: `recentOrders` must be an array: {data}");
+    for o in orders.unwrap() {
+        ensure!(
+            s,
+            ["id", "status", "total"].iter().all(|k| o.get(*k).is_some()),
+            "demo: every order has id, status and total: {o}"
+        );
+    }
+    let recs = data["recommendations"].as_array();
+    ensure!(s, recs.map(|r| r.len() <= 10).unwrap_or(false), "demo: `recommendations` an array of at most 10: {data}");
+    ensure!(s, data.get("degraded").is_none(), "demo: nothing degraded: {data}");
+    s.assert_healthy();
+}
