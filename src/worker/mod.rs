@@ -396,8 +396,8 @@ impl Worker {
                     self.replayed(d.token, bytes, last);
                     continue;
                 }
-                Completion::Chunk(bytes) => {
-                    self.chunk_arrived(d.token, bytes);
+                Completion::Chunk(offset, bytes) => {
+                    self.chunk_arrived(d.token, offset, bytes);
                     continue;
                 }
             };

@@ -21,8 +21,9 @@ pub enum Work {
     Request(Job),
     /// An SSE replay: the events' bytes and the last id.
     Replay(Box<dyn FnOnce() -> (Vec<u8>, i64) + Send>),
-    /// Read `len` bytes of a file at `offset` (a download slice).
-    Read(std::sync::Arc<std::fs::File>, u64, usize),
+    /// Read `len` bytes of a file at `offset` (a download slice) into the
+    /// given buffer (recycled by the download, so reads allocate nothing).
+    Read(std::sync::Arc<std::fs::File>, u64, usize, Vec<u8>),
 }
 
 /// What comes back.
@@ -31,8 +32,8 @@ pub enum Completion {
     Response(Result<Response, Error>),
     /// The result of a [`Work::Replay`].
     Replay(Vec<u8>, i64),
-    /// The bytes of a [`Work::Read`]; empty on an error or a short file.
-    Chunk(Vec<u8>),
+    /// The offset and bytes of a [`Work::Read`]; empty on an error or a short file.
+    Chunk(u64, Vec<u8>),
 }
 
 struct Task {
@@ -76,12 +77,12 @@ impl Pool {
                             std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
                                 .unwrap_or_else(|_| Err(Error::Internal(super::panics::take_last()))),
                         ),
-                        Work::Read(file, offset, len) => {
+                        Work::Read(file, offset, len, mut buf) => {
                             use std::os::unix::fs::FileExt;
-                            let mut buf = vec![0; len];
+                            buf.resize(len, 0);
                             match file.read_exact_at(&mut buf, offset) {
-                                Ok(()) => Completion::Chunk(buf),
-                                Err(_) => Completion::Chunk(Vec::new()),
+                                Ok(()) => Completion::Chunk(offset, buf),
+                                Err(_) => Completion::Chunk(offset, Vec::new()),
                             }
                         }
                         Work::Replay(job) => {
