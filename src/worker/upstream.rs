@@ -34,6 +34,8 @@ pub const UP_BASE: usize = 1 << 40;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Idle connections kept per endpoint.
 const MAX_IDLE: usize = 32;
+/// Bytes read from an upstream per pass, before its consumer runs again.
+const READ_SLICE: usize = 64 * 1024;
 
 /// Who is waiting for an upstream connection's response.
 #[derive(Clone, Copy, Debug)]
@@ -106,6 +108,8 @@ pub struct UpConn {
     eof: bool,
     /// Reading stopped because the client is slow (relay back pressure).
     paused: bool,
+    /// The last read stopped at its cap: the socket may hold more (edge-triggered).
+    more: bool,
 }
 
 /// The worker's upstream connections and pools.
@@ -271,6 +275,7 @@ impl Worker {
             received: false,
             eof: false,
             paused: false,
+            more: false,
         });
         Ok(ui)
     }
@@ -288,8 +293,20 @@ impl Worker {
         self.up_ready(ui);
     }
 
-    /// Do what can be done on an upstream connection and hand the result on.
+    /// Do what can be done on an upstream connection and hand the results on,
+    /// until the socket is drained or the relay's client makes it pause.
     fn up_ready(&mut self, ui: usize) {
+        loop {
+            self.up_pass(ui);
+            match self.up.conns.get(ui) {
+                Some(Some(u)) if u.more && !u.paused && u.owner.is_some() => continue,
+                _ => return,
+            }
+        }
+    }
+
+    /// One I/O pass on an upstream connection, its result handed on.
+    fn up_pass(&mut self, ui: usize) {
         let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
         let Some(owner) = u.owner else {
             // Idle in the pool: anything (data, EOF, error) means it is unusable.
@@ -419,7 +436,10 @@ impl Worker {
     /// A finished exchange: back to the idle pool when the connection can carry another.
     fn up_release(&mut self, ui: usize) {
         let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
-        let reusable = u.reader.is_done()
+        // Only connections that carried idempotent requests are pooled: only
+        // those requests may take one (a dead pooled connection is retried).
+        let reusable = u.idempotent
+            && u.reader.is_done()
             && u.reader.head().is_some_and(|h| h.keep_alive)
             && u.inbuf.is_empty()
             && !u.eof
@@ -552,6 +572,15 @@ impl Worker {
                 if !events.is_empty() {
                     write_chunk(&mut c.out, &events);
                 }
+                // Flush first: only output still unsent after it may pause the upstream
+                // (the client's writable event resumes it; none comes for a drained socket).
+                self.flush_conn(idx);
+                let Some(Some(c)) = self.conns.get_mut(idx) else {
+                    if let Some(ui) = ui {
+                        self.up_close(ui);
+                    }
+                    return;
+                };
                 let slow = c.out.len() - c.out_pos > HIGH_WATERMARK;
                 if let Some(ui) = ui {
                     if let Some(Some(u)) = self.up.conns.get_mut(ui) {
@@ -562,7 +591,6 @@ impl Worker {
                     }
                     self.up_arm(ui);
                 }
-                self.flush_conn(idx);
             }
         }
     }
@@ -695,8 +723,13 @@ fn up_io(u: &mut UpConn, scratch: &mut [u8]) -> Step {
         return if u.reader.is_done() { Step::Done } else { Step::Pending };
     }
     let before = u.inbuf.len();
-    match read_into(&mut u.sock, &mut u.inbuf, scratch, before + 256 * 1024) {
-        Ok(eof) => u.eof |= eof,
+    let cap = before + READ_SLICE;
+    u.more = false;
+    match read_into(&mut u.sock, &mut u.inbuf, scratch, cap) {
+        Ok(eof) => {
+            u.eof |= eof;
+            u.more = !eof && u.inbuf.len() >= cap;
+        }
         Err(e) => return Step::Failed(closed_or(e)),
     }
     if u.inbuf.len() > before {

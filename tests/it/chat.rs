@@ -76,6 +76,9 @@ struct ChatStream {
     raw: Vec<u8>,
     /// De-chunked body text, not yet parsed into events.
     text: Vec<u8>,
+    /// `text[..clean]` has its CRLFs already turned into LFs (so each event costs
+    /// only its own bytes, not the whole buffer).
+    clean: usize,
     /// The body ended (last chunk and trailers read).
     ended: bool,
     eof: bool,
@@ -104,6 +107,7 @@ impl ChatStream {
             chunked,
             raw,
             text: Vec::new(),
+            clean: 0,
             ended: false,
             eof: false,
             last_read: Instant::now(),
@@ -210,19 +214,24 @@ impl ChatStream {
     /// One complete event from `text` (comment-only blocks skipped).
     fn take_event(&mut self) -> Option<SseEvent> {
         loop {
-            if find(&self.text, b"\r\n").is_some() {
-                let t: Vec<u8> = self
-                    .text
+            let from = self.clean.min(self.text.len());
+            if find(&self.text[from..], b"\r\n").is_some() {
+                let tail = &self.text[from..];
+                let t: Vec<u8> = tail
                     .iter()
                     .enumerate()
-                    .filter(|(i, &b)| !(b == b'\r' && self.text.get(i + 1) == Some(&b'\n')))
+                    .filter(|(i, &b)| !(b == b'\r' && tail.get(i + 1) == Some(&b'\n')))
                     .map(|(_, &b)| b)
                     .collect();
-                self.text = t;
+                self.text.truncate(from);
+                self.text.extend_from_slice(&t);
             }
+            // A trailing CR may pair with an LF still to come.
+            self.clean = self.text.len() - usize::from(self.text.last() == Some(&b'\r'));
             let end = find(&self.text, b"\n\n")?;
             let block = String::from_utf8_lossy(&self.text[..end]).into_owned();
             self.text.drain(..end + 2);
+            self.clean -= end + 2;
             let mut ev = SseEvent::default();
             for line in block.split('\n') {
                 if line.is_empty() || line.starts_with(':') {
@@ -595,6 +604,21 @@ fn chat_relay_skips_deltas_without_content_and_reassembles_split_events() {
     let mut st = open_stream(&s, &body_of(json!([user_msg("go")])), "relay with packed and split events");
     let got = read_complete(&s, &mut st, "relay with packed and split events");
     ensure_eq!(s, contents(&got), vec!["A", "B and C", "D"], "only deltas with content, each once, in order");
+}
+
+#[test]
+fn chat_relay_forwards_a_burst_larger_than_one_read() {
+    // 2 000 deltas in one ~1 MB chunk: many socket reads, many times the client's output
+    // watermark (the relay pauses and resumes), all relayed, in order.
+    let words: Vec<String> = (0..2000).map(|i| format!("w{i:04}{}", "x".repeat(400))).collect();
+    let burst: String = words.iter().map(|w| delta(w)).collect::<String>() + UPSTREAM_DONE;
+    let up = Upstream::start(move |_| Behaviour::sse(vec![(ZERO, burst.clone())], After::Finish));
+    let s = relay_server(&up);
+    let mut st = open_stream(&s, &body_of(json!([user_msg("go")])), "relay of a 1 MB burst");
+    let got = read_complete(&s, &mut st, "relay of a 1 MB burst");
+    let want: Vec<&str> = words.iter().map(String::as_str).collect();
+    ensure!(s, contents(&got) == want, "all 2000 deltas in order; got {} of them", got.len());
+    check_keep_alive(&s, st, "after a 1 MB burst");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -645,3 +645,49 @@ fn homepage_without_configured_upstreams_uses_the_builtin_demo() {
     ensure!(s, data.get("degraded").is_none(), "demo: nothing degraded: {data}");
     s.assert_healthy();
 }
+
+/// A chunked answer of `total` bytes: a JSON array of one order padded to size, sent in
+/// pieces of 100 KiB.
+fn chunked_padded_orders(total: usize) -> Behaviour {
+    let Behaviour::Respond { body, .. } = Behaviour::padded_json_array(total) else { unreachable!() };
+    let pieces = body.chunks(100 * 1024).map(|p| (Duration::ZERO, p.to_vec())).collect();
+    Behaviour::Chunked {
+        status: 200,
+        headers: vec![("Content-Type".into(), "application/json".into())],
+        pieces,
+        then: After::Finish,
+    }
+}
+
+#[test]
+fn homepage_reads_large_upstream_answers_to_the_end() {
+    // Answers under the 1 MiB cap but far over one socket read: read to the end, on time.
+    let h = Home::start(1, "timeout_ms = 2000", &[]);
+    let big_order = json!([{"id": "big", "status": "x", "total": 1.5}]);
+    for (what, b) in [
+        ("900 KB with Content-Length", Behaviour::padded_json_array(900 * 1024)),
+        ("900 KB chunked", chunked_padded_orders(900 * 1024)),
+    ] {
+        let (id, token) = h.user("Big Orders");
+        h.orders.script(id, b);
+        let t = Instant::now();
+        let data = h.data(&token, what);
+        ensure_eq!(
+            h.s,
+            data["recentOrders"],
+            big_order,
+            "orders upstream {what}: the whole answer is read\n{}",
+            h.describe()
+        );
+        ensure!(h.s, data.get("degraded").is_none(), "orders upstream {what}: nothing degraded: {data}");
+        ensure!(h.s, t.elapsed() < Duration::from_millis(1500), "orders upstream {what}: took {:?}", t.elapsed());
+    }
+    // Chunked and over the cap: refused while it arrives, not after the timeout.
+    let (id, token) = h.user("Huge Orders");
+    h.orders.script(id, chunked_padded_orders(OVERSIZED));
+    let t = Instant::now();
+    let data = h.data(&token, "orders upstream: chunked body over 1 MiB");
+    h.check_degraded(&data, id, &["recentOrders"], "orders upstream: chunked body over 1 MiB");
+    ensure!(h.s, t.elapsed() < Duration::from_millis(1500), "oversized chunked answer: took {:?}", t.elapsed());
+    h.s.assert_healthy();
+}
