@@ -621,6 +621,43 @@ fn chat_relay_forwards_a_burst_larger_than_one_read() {
     check_keep_alive(&s, st, "after a 1 MB burst");
 }
 
+#[test]
+fn chat_relay_to_a_client_that_does_not_read_pauses_the_upstream() {
+    // The upstream has ~64 MB to send at once; the client reads nothing. Back pressure must
+    // stop forkd reading the upstream (so the upstream's writes stall once the kernel
+    // buffers are full), and the worker must not buffer the stream in memory.
+    let piece = delta(&"y".repeat(16 * 1024));
+    let n = 4000;
+    let mut pieces: Vec<(Duration, String)> = (0..n).map(|_| (ZERO, piece.clone())).collect();
+    pieces.push((ZERO, UPSTREAM_DONE.to_string()));
+    let up = Upstream::start(move |_| Behaviour::sse(pieces.clone(), After::Finish));
+    let s = relay_server(&up);
+    let pid = s.wait_workers(1, START_TIMEOUT)[0];
+    let before = vm_rss_kib(pid);
+    let st = open_stream(&s, &body_of(json!([user_msg("a lot")])), "a relay nobody reads");
+    ensure!(s, up.wait_requests(1, IO_TIMEOUT), "the upstream got no request:\n{}", up.describe());
+    let conn_id = up.requests()[0].conn_id;
+    // Wait (bounded) until the upstream stops making progress for a second.
+    let (mut last, mut still_since) = (usize::MAX, Instant::now());
+    let stalled = eventually(Duration::from_secs(5), || {
+        let sent = up.pieces_sent(conn_id).len();
+        if sent != last {
+            (last, still_since) = (sent, Instant::now());
+        }
+        sent > 0 && still_since.elapsed() >= Duration::from_millis(1000)
+    });
+    let sent = up.pieces_sent(conn_id).len();
+    ensure!(
+        s,
+        stalled && sent < n / 2,
+        "the upstream kept sending to a client that reads nothing: {sent} of {n} pieces"
+    );
+    let grew = (vm_rss_kib(pid) - before) / 1024;
+    ensure!(s, grew < 16, "the worker buffered the stream: RSS grew {grew} MiB while {sent} pieces were stuck");
+    drop(st);
+    s.assert_healthy();
+}
+
 // ---------------------------------------------------------------------------------------
 // Upstream failures
 // ---------------------------------------------------------------------------------------

@@ -334,16 +334,6 @@ fn health_on(s: &Server, c: &mut Conn, what: &str) {
     ensure!(s, matches!(&h, Ok(h) if h.status == 200), "{what}: GET /health on the same connection: {h:?}");
 }
 
-/// `VmRSS` of `pid` in KiB.
-fn vm_rss_kib(pid: i32) -> i64 {
-    let st = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    st.lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS for pid {pid}"))
-}
-
 /// utime + stime of `pid`, in clock ticks.
 fn cpu_ticks(pid: i32) -> i64 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

@@ -2373,3 +2373,13 @@ mod selftest_streams {
         assert_eq!(ws_accept("dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
     }
 }
+
+/// `VmRSS` of `pid` in KiB.
+pub fn vm_rss_kib(pid: i32) -> i64 {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    st.lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS for pid {pid}"))
+}
