@@ -45,7 +45,7 @@ build_forkd() {
 # $WORK/forkd.log), wait up to 10 s for /health. Sets SUP.
 start_forkd() {
   local cfg=$1
-  env -u FORKD_CONFIG RUST_LOG="${RUST_LOG:-warn}" "$FORKD_BIN" serve --config "$cfg" 2>"$WORK/forkd.log" &
+  env -u FORKD_CONFIG -u FORKD_BIN RUST_LOG="${RUST_LOG:-warn}" "$FORKD_BIN" serve --config "$cfg" 2>"$WORK/forkd.log" &
   SUP=$!
   local port
   port=$(sed -n 's/^listen = "127.0.0.1:\([0-9]*\)"$/\1/p' "$cfg")
