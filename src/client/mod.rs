@@ -3,7 +3,8 @@
 //!
 //! It owns [`Endpoint`] (an upstream URL resolved to socket addresses once,
 //! in the supervisor before fork, so the event loop never calls the
-//! resolver), [`write_request`] and [`ResponseReader`] (status line, headers,
+//! resolver; for `https://`, the TLS client configuration with the trusted
+//! roots, also loaded once), [`write_request`] and [`ResponseReader`] (status line, headers,
 //! `Content-Length` / chunked / read-until-close bodies, a size cap). It must
 //! not touch a socket, a poll or a timer: the worker's `upstream` module moves
 //! the bytes and keeps the connection pool; the app decides what a response
@@ -32,6 +33,41 @@ pub struct Endpoint {
     pub path: String,
     /// Where to connect, tried in order.
     pub addrs: Vec<SocketAddr>,
+    /// `https://`: how to speak TLS to it.
+    pub tls: Option<Tls>,
+}
+
+/// TLS towards one upstream: the shared client configuration and the name
+/// the certificate must carry (also sent as SNI).
+#[derive(Debug, Clone)]
+pub struct Tls {
+    /// Trusted roots, protocol versions, ALPN `http/1.1`.
+    pub config: Arc<rustls::ClientConfig>,
+    /// The URL's host.
+    pub name: rustls::pki_types::ServerName<'static>,
+}
+
+/// The TLS client configuration: the system's trusted roots (or those of the
+/// file named by `SSL_CERT_FILE`, the OpenSSL convention), TLS 1.2 and 1.3
+/// with ring, ALPN `http/1.1`. Loaded once, in the supervisor.
+pub fn tls_config() -> io::Result<Arc<rustls::ClientConfig>> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found.errors.first().map(|e| format!(": {e}")).unwrap_or_default();
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("https upstreams need trusted root certificates and none were found{why}"),
+        ));
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| io::Error::other(format!("TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// Why an upstream exchange failed.
@@ -62,32 +98,40 @@ impl std::fmt::Display for ClientError {
 }
 
 impl Endpoint {
-    /// Parse an `http://host[:port][/path][?query]` URL and resolve its host
-    /// (blocking: call before the event loop runs). A trailing `/` is dropped.
-    pub fn resolve(id: usize, url: &str) -> io::Result<Endpoint> {
+    /// Parse an `http(s)://host[:port][/path][?query]` URL and resolve its
+    /// host (blocking: call before the event loop runs). A trailing `/` is
+    /// dropped. `tls` is the configuration for `https://` URLs.
+    pub fn resolve(id: usize, url: &str, tls: Option<&Arc<rustls::ClientConfig>>) -> io::Result<Endpoint> {
         let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {why}"));
         let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid("not a URL"))?;
-        if scheme.eq_ignore_ascii_case("https") {
-            return Err(invalid("https upstreams are not supported (no TLS client is built in); use http://"));
-        }
-        if !scheme.eq_ignore_ascii_case("http") {
-            return Err(invalid("only http:// upstreams are supported"));
+        let https = scheme.eq_ignore_ascii_case("https");
+        if !https && !scheme.eq_ignore_ascii_case("http") {
+            return Err(invalid("only http:// and https:// upstreams are supported"));
         }
         let split = rest.find(['/', '?']).unwrap_or(rest.len());
         let (authority, path) = rest.split_at(split);
-        let (host, port) = split_authority(authority).ok_or_else(|| invalid("bad host or port"))?;
+        let default_port = if https { 443 } else { 80 };
+        let (host, port) = split_authority(authority, default_port).ok_or_else(|| invalid("bad host or port"))?;
+        let tls = if https {
+            let config = tls.ok_or_else(|| invalid("no TLS configuration"))?;
+            let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                .map_err(|_| invalid("the host is not a valid TLS server name"))?;
+            Some(Tls { config: Arc::clone(config), name })
+        } else {
+            None
+        };
         let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
         if addrs.is_empty() {
             return Err(invalid("the host name resolved to no address"));
         }
         let path = path.trim_end_matches('/');
         let path = if path.starts_with('?') { format!("/{path}") } else { path.to_string() };
-        Ok(Endpoint { id, url: url.to_string(), host: authority.to_string(), path, addrs })
+        Ok(Endpoint { id, url: url.to_string(), host: authority.to_string(), path, addrs, tls })
     }
 }
 
-/// `host[:port]` (IPv6 in brackets) → (host without brackets, port; 80 by default).
-fn split_authority(a: &str) -> Option<(&str, u16)> {
+/// `host[:port]` (IPv6 in brackets) → (host without brackets, port or `default_port`).
+fn split_authority(a: &str, default_port: u16) -> Option<(&str, u16)> {
     if a.is_empty() || a.contains('@') {
         return None;
     }
@@ -103,7 +147,7 @@ fn split_authority(a: &str) -> Option<(&str, u16)> {
     };
     let port = match port.strip_prefix(':') {
         Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0)?,
-        None if port.is_empty() => 80,
+        None if port.is_empty() => default_port,
         None => return None,
     };
     (!host.is_empty()).then_some((host, port))
@@ -128,10 +172,16 @@ pub const ENDPOINTS: usize = 4;
 impl Endpoints {
     /// Resolve every configured upstream (blocking; the supervisor, before fork).
     pub fn resolve(config: &Config) -> io::Result<Endpoints> {
-        let one = |id: usize, url: &Option<String>| -> io::Result<Option<Arc<Endpoint>>> {
-            url.as_deref().map(|u| Endpoint::resolve(id, u).map(Arc::new)).transpose()
-        };
         let u = &config.upstreams;
+        let urls = [&u.users, &u.orders, &u.recommendations, &config.chat.upstream];
+        let https = urls
+            .iter()
+            .filter_map(|u| u.as_deref())
+            .any(|u| u.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")));
+        let tls = if https { Some(tls_config()?) } else { None };
+        let one = |id: usize, url: &Option<String>| -> io::Result<Option<Arc<Endpoint>>> {
+            url.as_deref().map(|u| Endpoint::resolve(id, u, tls.as_ref()).map(Arc::new)).transpose()
+        };
         Ok(Endpoints {
             users: one(0, &u.users)?,
             orders: one(1, &u.orders)?,
@@ -496,21 +546,42 @@ mod tests {
         assert!(r.is_done());
     }
 
+    fn empty_tls() -> Arc<rustls::ClientConfig> {
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        Arc::new(config)
+    }
+
     #[test]
     fn urls_resolve_and_keep_their_path() {
-        let e = Endpoint::resolve(0, "http://127.0.0.1:8080/v1/").unwrap();
+        let e = Endpoint::resolve(0, "http://127.0.0.1:8080/v1/", None).unwrap();
         assert_eq!((e.host.as_str(), e.path.as_str()), ("127.0.0.1:8080", "/v1"));
         assert_eq!(e.addrs, vec!["127.0.0.1:8080".parse::<SocketAddr>().unwrap()]);
-        let e = Endpoint::resolve(0, "http://[::1]").unwrap();
+        assert!(e.tls.is_none());
+        let e = Endpoint::resolve(0, "http://[::1]", None).unwrap();
         assert_eq!((e.host.as_str(), e.path.as_str(), e.addrs[0].port()), ("[::1]", "", 80));
         for bad in ["https://127.0.0.1", "ftp://x", "http://", "http://a:0", "http://u@127.0.0.1", "http://a:99999"] {
-            assert!(Endpoint::resolve(0, bad).is_err(), "{bad}");
+            assert!(Endpoint::resolve(0, bad, None).is_err(), "{bad}");
         }
     }
 
     #[test]
+    fn https_urls_default_to_443_and_carry_their_server_name() {
+        let tls = empty_tls();
+        let e = Endpoint::resolve(0, "https://127.0.0.1/v1/chat", Some(&tls)).unwrap();
+        assert_eq!((e.addrs[0].port(), e.path.as_str()), (443, "/v1/chat"));
+        let name = e.tls.map(|t| t.name.to_str().into_owned());
+        assert_eq!(name.as_deref(), Some("127.0.0.1"));
+        let e = Endpoint::resolve(0, "HTTPS://localhost:8443", Some(&tls)).unwrap();
+        assert_eq!(e.tls.map(|t| t.name.to_str().into_owned()).as_deref(), Some("localhost"));
+    }
+
+    #[test]
     fn requests_are_written_with_host_and_length() {
-        let endpoint = Arc::new(Endpoint::resolve(0, "http://127.0.0.1:9/base").unwrap());
+        let endpoint = Arc::new(Endpoint::resolve(0, "http://127.0.0.1:9/base", None).unwrap());
         let req = Outbound {
             endpoint,
             method: "POST",

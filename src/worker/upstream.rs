@@ -82,6 +82,8 @@ pub enum Pending {
 /// One upstream connection.
 pub struct UpConn {
     sock: TcpStream,
+    /// TLS session for `https://` endpoints (the request and response pass through it).
+    tls: Option<Box<rustls::ClientConnection>>,
     endpoint: Arc<Endpoint>,
     /// Index of the address being tried in `endpoint.addrs`.
     addr: usize,
@@ -241,6 +243,7 @@ impl Worker {
     /// Open a non-blocking connection to `endpoint`, starting at address `from`.
     fn up_open(&mut self, endpoint: &Arc<Endpoint>, from: usize) -> Result<usize, ClientError> {
         let (sock, addr) = connect_from(endpoint, from)?;
+        let tls = tls_session(endpoint)?;
         let ui = self.up.free.pop().unwrap_or_else(|| {
             self.up.conns.push(None);
             self.up.conns.len() - 1
@@ -255,6 +258,7 @@ impl Worker {
         self.up.next_generation = self.up.next_generation.wrapping_add(1);
         self.up.conns[ui] = Some(UpConn {
             sock,
+            tls,
             endpoint: Arc::clone(endpoint),
             addr,
             connected: false,
@@ -352,8 +356,8 @@ impl Worker {
             Step::Failed(ClientError::Connect(e)) if !u.connected && u.addr + 1 < u.endpoint.addrs.len() => {
                 let (endpoint, next) = (Arc::clone(&u.endpoint), u.addr + 1);
                 log::debug!("upstream {}: {e}; trying the next address", endpoint.url);
-                match connect_from(&endpoint, next) {
-                    Ok((mut sock, addr)) => {
+                match connect_from(&endpoint, next).and_then(|c| tls_session(&endpoint).map(|t| (c, t))) {
+                    Ok(((mut sock, addr), tls)) => {
                         let _ = self.poll.registry().deregister(&mut u.sock);
                         if let Err(e) = self.poll.registry().register(
                             &mut sock,
@@ -363,6 +367,7 @@ impl Worker {
                             Step::Failed(ClientError::Connect(e.to_string()))
                         } else {
                             u.sock = sock;
+                            u.tls = tls;
                             u.addr = addr;
                             u.out_pos = 0;
                             return;
@@ -709,15 +714,8 @@ fn up_io(u: &mut UpConn, scratch: &mut [u8]) -> Step {
             Err(e) => return Step::Failed(ClientError::Connect(e.to_string())),
         }
     }
-    if u.out_pos < u.out.len() {
-        let mut pos = u.out_pos;
-        let mut tmp = std::mem::take(&mut u.out);
-        let r = write_some(&mut u.sock, &tmp, &mut pos);
-        u.out_pos = pos;
-        std::mem::swap(&mut u.out, &mut tmp);
-        if let Err(e) = r {
-            return Step::Failed(if u.received { ClientError::Closed } else { closed_or(e) });
-        }
+    if let Err(e) = transmit(u) {
+        return Step::Failed(if u.received { ClientError::Closed } else { closed_or(e) });
     }
     if u.paused || u.reader.is_done() {
         return if u.reader.is_done() { Step::Done } else { Step::Pending };
@@ -725,12 +723,18 @@ fn up_io(u: &mut UpConn, scratch: &mut [u8]) -> Step {
     let before = u.inbuf.len();
     let cap = before + READ_SLICE;
     u.more = false;
-    match read_into(&mut u.sock, &mut u.inbuf, scratch, cap) {
+    match receive(u, scratch, cap) {
         Ok(eof) => {
             u.eof |= eof;
             u.more = !eof && u.inbuf.len() >= cap;
         }
-        Err(e) => return Step::Failed(closed_or(e)),
+        Err(e) => return Step::Failed(e),
+    }
+    // Reading may have produced TLS records to send (handshake, key updates).
+    if u.tls.as_ref().is_some_and(|t| t.wants_write()) {
+        if let Err(e) = transmit(u) {
+            return Step::Failed(closed_or(e));
+        }
     }
     if u.inbuf.len() > before {
         u.received = true;
@@ -754,6 +758,73 @@ fn up_io(u: &mut UpConn, scratch: &mut [u8]) -> Step {
         };
     }
     Step::Pending
+}
+
+/// A TLS session for `endpoint` if it is `https://`.
+fn tls_session(endpoint: &Endpoint) -> Result<Option<Box<rustls::ClientConnection>>, ClientError> {
+    let Some(tls) = &endpoint.tls else { return Ok(None) };
+    rustls::ClientConnection::new(Arc::clone(&tls.config), tls.name.clone())
+        .map(|c| Some(Box::new(c)))
+        .map_err(|e| ClientError::Connect(format!("TLS: {e}")))
+}
+
+/// Send what is queued: the request bytes, through TLS when there is a session
+/// (rustls buffers them until the handshake is done), until done or `WouldBlock`.
+fn transmit(u: &mut UpConn) -> io::Result<()> {
+    let Some(tls) = u.tls.as_mut() else { return write_some(&mut u.sock, &u.out, &mut u.out_pos) };
+    loop {
+        while u.out_pos < u.out.len() {
+            match io::Write::write(&mut tls.writer(), &u.out[u.out_pos..])? {
+                0 => break, // rustls' buffer is full until records go out
+                n => u.out_pos += n,
+            }
+        }
+        if !tls.wants_write() {
+            return Ok(());
+        }
+        while tls.wants_write() {
+            match tls.write_tls(&mut u.sock) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Read what has arrived into `inbuf` (plaintext after TLS), until
+/// `WouldBlock`, the end of the stream, or `cap` bytes buffered. `Ok(true)` at
+/// the end (a TCP close, with or without TLS `close_notify`).
+fn receive(u: &mut UpConn, scratch: &mut [u8], cap: usize) -> Result<bool, ClientError> {
+    let Some(tls) = u.tls.as_mut() else {
+        return read_into(&mut u.sock, &mut u.inbuf, scratch, cap).map_err(closed_or);
+    };
+    loop {
+        // Plaintext rustls already decrypted comes first.
+        loop {
+            if u.inbuf.len() >= cap {
+                return Ok(false);
+            }
+            match io::Read::read(&mut tls.reader(), scratch) {
+                Ok(0) => return Ok(true),
+                Ok(n) => u.inbuf.extend_from_slice(&scratch[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(true),
+                Err(e) => return Err(closed_or(e)),
+            }
+        }
+        match tls.read_tls(&mut u.sock) {
+            Ok(_) => {
+                // `Ok(0)` is the TCP end: rustls records it, and the reader above reports it.
+                tls.process_new_packets().map_err(|e| ClientError::Connect(format!("TLS: {e}")))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(closed_or(e)),
+        }
+    }
 }
 
 /// A connection-level I/O error as the client sees it.
