@@ -407,16 +407,7 @@ impl Worker {
                 }
                 e.into_response(self.env.development)
             });
-            let mut glue = Glue {
-                app: &self.app,
-                config: self.config,
-                pool: &self.pool,
-                token: d.token,
-                generation: c.generation,
-                record: self.record,
-                detach: None,
-                pending: None,
-            };
+            let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, d.token, c.generation);
             c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(d.token);
         }
@@ -430,16 +421,7 @@ impl Worker {
             self.drive_stream(idx);
             return;
         }
-        let mut glue = Glue {
-            app: &self.app,
-            config: self.config,
-            pool: &self.pool,
-            token: idx,
-            generation: c.generation,
-            record: self.record,
-            detach: None,
-            pending: None,
-        };
+        let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, idx, c.generation);
         let mut close = false;
         loop {
             let phase = c.http.phase();
@@ -543,16 +525,7 @@ impl Worker {
                 self.stream_timer(idx, now);
                 continue;
             }
-            let mut glue = Glue {
-                app: &self.app,
-                config: self.config,
-                pool: &self.pool,
-                token: idx,
-                generation,
-                record: self.record,
-                detach: None,
-                pending: None,
-            };
+            let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, idx, generation);
             if c.http.on_timeout(&mut c.out, &mut glue, &mut self.env, now) == Progress::Close {
                 let _ = flush(&mut c.sock, &mut c.out, &mut c.out_pos);
                 self.close(idx);
@@ -612,6 +585,19 @@ struct Glue<'g> {
     detach: Option<Detach>,
     /// Set when the handler asked for upstream requests.
     pending: Option<upstream::Pending>,
+}
+
+impl<'g> Glue<'g> {
+    fn new(
+        app: &'g App,
+        config: &'g Config,
+        pool: &'g Pool,
+        record: &'static ProcRecord,
+        token: usize,
+        generation: u32,
+    ) -> Self {
+        Glue { app, config, pool, token, generation, record, detach: None, pending: None }
+    }
 }
 
 impl Service for Glue<'_> {

@@ -229,20 +229,9 @@ impl ChatStream {
             // A trailing CR may pair with an LF still to come.
             self.clean = self.text.len() - usize::from(self.text.last() == Some(&b'\r'));
             let end = find(&self.text, b"\n\n")?;
-            let block = String::from_utf8_lossy(&self.text[..end]).into_owned();
+            let ev = SseEvent::parse(&String::from_utf8_lossy(&self.text[..end]));
             self.text.drain(..end + 2);
             self.clean -= end + 2;
-            let mut ev = SseEvent::default();
-            for line in block.split('\n') {
-                if line.is_empty() || line.starts_with(':') {
-                    continue;
-                }
-                let (k, v) = match line.split_once(':') {
-                    Some((k, v)) => (k, v.strip_prefix(' ').unwrap_or(v)),
-                    None => (line, ""),
-                };
-                ev.fields.push((k.to_string(), v.to_string()));
-            }
             if !ev.fields.is_empty() {
                 return Some(ev);
             }

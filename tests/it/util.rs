@@ -1889,6 +1889,23 @@ pub struct SseEvent {
 }
 
 impl SseEvent {
+    /// One event block (its lines, without the blank line that ended it); comment and
+    /// empty lines are skipped.
+    pub fn parse(block: &str) -> SseEvent {
+        let mut ev = SseEvent::default();
+        for line in block.split('\n') {
+            if line.starts_with(':') || line.is_empty() {
+                continue;
+            }
+            let (k, v) = match line.split_once(':') {
+                Some((k, v)) => (k, v.strip_prefix(' ').unwrap_or(v)),
+                None => (line, ""),
+            };
+            ev.fields.push((k.to_string(), v.to_string()));
+        }
+        ev
+    }
+
     pub fn get(&self, name: &str) -> Option<&str> {
         self.fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
@@ -1987,19 +2004,8 @@ impl SseStream {
                 self.text = t;
             }
             let end = find(&self.text, b"\n\n")?;
-            let block = String::from_utf8_lossy(&self.text[..end]).into_owned();
+            let ev = SseEvent::parse(&String::from_utf8_lossy(&self.text[..end]));
             self.text.drain(..end + 2);
-            let mut ev = SseEvent::default();
-            for line in block.split('\n') {
-                if line.starts_with(':') || line.is_empty() {
-                    continue;
-                }
-                let (k, v) = match line.split_once(':') {
-                    Some((k, v)) => (k, v.strip_prefix(' ').unwrap_or(v)),
-                    None => (line, ""),
-                };
-                ev.fields.push((k.to_string(), v.to_string()));
-            }
             if !ev.fields.is_empty() {
                 return Some(ev);
             }
