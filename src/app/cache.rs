@@ -21,7 +21,13 @@ struct Node {
     next: usize,
 }
 
-/// A least-recently-used cache of byte values with expiry.
+/// Bytes of values one worker's cache may hold, whatever `cache_entries` says:
+/// a thousand users' pages of large upstream answers must not grow a worker
+/// towards its memory ceiling.
+pub const MAX_BYTES: usize = 32 << 20;
+
+/// A least-recently-used cache of byte values with expiry, bounded in entries
+/// and in bytes.
 pub struct Lru {
     map: HashMap<Rc<str>, usize>,
     nodes: Vec<Node>,
@@ -31,12 +37,24 @@ pub struct Lru {
     /// Least recently used.
     tail: usize,
     cap: usize,
+    /// Bytes of all values held, and the most allowed.
+    bytes: usize,
+    max_bytes: usize,
 }
 
 impl Lru {
-    /// An empty cache holding at most `cap` entries (at least 1).
-    pub fn new(cap: usize) -> Lru {
-        Lru { map: HashMap::new(), nodes: Vec::new(), free: Vec::new(), head: NIL, tail: NIL, cap: cap.max(1) }
+    /// An empty cache holding at most `cap` entries (at least 1) and `max_bytes` of values.
+    pub fn new(cap: usize, max_bytes: usize) -> Lru {
+        Lru {
+            map: HashMap::new(),
+            nodes: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            cap: cap.max(1),
+            bytes: 0,
+            max_bytes,
+        }
     }
 
     /// Entries held (expired ones included until touched or evicted).
@@ -60,18 +78,19 @@ impl Lru {
     }
 
     /// Store `value` under `key` until `expires_ms`, evicting the least
-    /// recently used entry when full.
+    /// recently used entries while over either bound. A value larger than the
+    /// whole byte budget is not stored.
     pub fn put(&mut self, key: &str, value: Rc<[u8]>, expires_ms: u64) {
         if let Some(&i) = self.map.get(key) {
-            self.nodes[i].value = value;
-            self.nodes[i].expires_ms = expires_ms;
-            self.unlink(i);
-            self.push_front(i);
+            self.remove(i);
+        }
+        if value.len() > self.max_bytes {
             return;
         }
-        if self.map.len() >= self.cap && self.tail != NIL {
+        while (self.map.len() >= self.cap || self.bytes + value.len() > self.max_bytes) && self.tail != NIL {
             self.remove(self.tail);
         }
+        self.bytes += value.len();
         let key: Rc<str> = Rc::from(key);
         let node = Node { key: Rc::clone(&key), value, expires_ms, prev: NIL, next: NIL };
         let i = match self.free.pop() {
@@ -92,6 +111,7 @@ impl Lru {
         self.unlink(i);
         let key = Rc::clone(&self.nodes[i].key);
         self.map.remove(&key);
+        self.bytes -= self.nodes[i].value.len();
         self.nodes[i].value = Rc::from(&[][..]);
         self.free.push(i);
     }
@@ -139,7 +159,7 @@ mod tests {
 
     #[test]
     fn hits_misses_and_overwrites() {
-        let mut c = Lru::new(4);
+        let mut c = Lru::new(4, 1 << 20);
         c.put("a", v("1"), 100);
         assert_eq!(get(&mut c, "a", 0), Some("1".into()));
         assert_eq!(get(&mut c, "b", 0), None);
@@ -150,7 +170,7 @@ mod tests {
 
     #[test]
     fn entries_expire() {
-        let mut c = Lru::new(4);
+        let mut c = Lru::new(4, 1 << 20);
         c.put("a", v("1"), 100);
         assert_eq!(get(&mut c, "a", 99), Some("1".into()));
         assert_eq!(get(&mut c, "a", 100), None);
@@ -159,7 +179,7 @@ mod tests {
 
     #[test]
     fn the_least_recently_used_goes_first() {
-        let mut c = Lru::new(3);
+        let mut c = Lru::new(3, 1 << 20);
         c.put("a", v("1"), 100);
         c.put("b", v("2"), 100);
         c.put("c", v("3"), 100);
@@ -173,8 +193,23 @@ mod tests {
     }
 
     #[test]
+    fn the_byte_budget_evicts_and_refuses_what_cannot_fit() {
+        let mut c = Lru::new(100, 10);
+        c.put("a", v("1234"), 100);
+        c.put("b", v("1234"), 100);
+        c.put("c", v("1234"), 100); // 12 > 10: a goes
+        assert_eq!(get(&mut c, "a", 0), None);
+        assert!(get(&mut c, "b", 0).is_some() && get(&mut c, "c", 0).is_some());
+        c.put("huge", v("12345678901"), 100);
+        assert_eq!(get(&mut c, "huge", 0), None);
+        c.put("b", v("12"), 100); // replacing gives its bytes back
+        assert_eq!(c.bytes, 6);
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
     fn slots_are_reused_and_the_bound_holds_under_churn() {
-        let mut c = Lru::new(10);
+        let mut c = Lru::new(10, 1 << 20);
         for i in 0..10_000u64 {
             c.put(&format!("k{i}"), v("x"), if i % 3 == 0 { 0 } else { 1000 });
             let _ = c.get(&format!("k{}", i / 2), 1);

@@ -229,7 +229,10 @@ impl App {
         // Leaked once per worker: every answer then borrows them, allocation-free.
         let config_body: &'static [u8] = Box::leak(body.into_boxed_slice());
         let config_etag: &'static str = Box::leak(etag.into_boxed_str());
-        let homepage_cache = std::rc::Rc::new(std::cell::RefCell::new(cache::Lru::new(config.upstreams.cache_entries)));
+        let homepage_cache = std::rc::Rc::new(std::cell::RefCell::new(cache::Lru::new(
+            config.upstreams.cache_entries,
+            cache::MAX_BYTES,
+        )));
         App { router, svc, config_body, config_etag, homepage_cache }
     }
 
