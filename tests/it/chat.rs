@@ -761,3 +761,111 @@ fn chat_client_disconnect_cancels_the_upstream_request() {
     );
     s.assert_healthy();
 }
+
+// ---------------------------------------------------------------------------------------
+// HTTPS upstream (the fake behind a TLS front)
+// ---------------------------------------------------------------------------------------
+
+/// A server relaying to `https://localhost:PORT/v1/chat/completions` through `front`,
+/// trusting the front's CA (`SSL_CERT_FILE`), with model `m1` and `upstreams.timeout_ms`.
+fn relay_server_https(front: &TlsFront, timeout_ms: u64) -> Server {
+    let url = format!("{}{UPSTREAM_PATH}", front.url("localhost"));
+    Server::api_builder()
+        .set("chat", &format!("upstream = \"{url}\"\nmodel = \"m1\""))
+        .set("upstreams", &format!("timeout_ms = {timeout_ms}"))
+        .env("SSL_CERT_FILE", &front.ca_pem_path().display().to_string())
+        .start()
+}
+
+#[test]
+fn chat_relay_over_https() {
+    let up = streaming_upstream(&["Hel", "lo", " over", " TLS 🔒"], Duration::from_millis(50));
+    let front = TlsFront::start(&up.url(), &["localhost"]);
+    let s = relay_server_https(&front, 2000);
+    let msgs = json!([user_msg("Say hello securely")]);
+    let mut st = ChatStream::open(&s, &body_of(msgs.clone())).unwrap_or_else(|r| {
+        panic!(
+            "relay over https: expected a 200 text/event-stream, got {r:?}\n{}{}\nlog:\n{}",
+            front.describe(),
+            up.describe(),
+            s.log_tail()
+        )
+    });
+    check_stream_head(&s, &st, "relay over https");
+    let got = read_complete(&s, &mut st, "relay over https");
+    ensure_eq!(
+        s,
+        contents(&got),
+        vec!["Hel", "lo", " over", " TLS 🔒"],
+        "every delta relayed through the TLS front, in order:\n{}{}",
+        front.describe(),
+        up.describe()
+    );
+    check_keep_alive(&s, st, "after a stream relayed over https");
+
+    let reqs = up.requests();
+    ensure_eq!(s, reqs.len(), 1, "one request reached the backend:\n{}{}", front.describe(), up.describe());
+    let r = &reqs[0];
+    ensure_eq!(s, (r.method.as_str(), r.path.as_str()), ("POST", UPSTREAM_PATH), "the upstream request line");
+    let b = r.json().unwrap_or_default();
+    ensure_eq!(
+        s,
+        (&b["model"], &b["stream"], &b["messages"]),
+        (&json!("m1"), &json!(true), &msgs),
+        "the upstream request body over https: {b}"
+    );
+    ensure!(
+        s,
+        front.handshakes() >= 1 && front.failed_handshakes() == 0,
+        "the TLS front: a completed handshake, none failed:\n{}",
+        front.describe()
+    );
+}
+
+#[test]
+fn chat_over_https_client_disconnect_cancels_the_upstream() {
+    let words: Vec<String> = (0..50).map(|i| format!("w{i} ")).collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let up = streaming_upstream(&words, Duration::from_millis(200));
+    let front = TlsFront::start(&up.url(), &["localhost"]);
+    let s = relay_server_https(&front, 2000);
+    let mut st = ChatStream::open(&s, &body_of(json!([user_msg("talk for 10 s")]))).unwrap_or_else(|r| {
+        panic!(
+            "a long relay over https: expected a 200 text/event-stream, got {r:?}\n{}{}\nlog:\n{}",
+            front.describe(),
+            up.describe(),
+            s.log_tail()
+        )
+    });
+    let (_, ev) = st
+        .next(Duration::from_secs(3))
+        .unwrap_or_else(|e| panic!("the first delta over https: {e}\n{}\nlog:\n{}", front.describe(), s.log_tail()));
+    ensure_eq!(s, content_of(&ev).as_deref(), Some("w0 "), "the first delta: {ev:?}");
+    let conn_id = up.requests()[0].conn_id;
+    let _ = st.conn.stream.shutdown(std::net::Shutdown::Both);
+    drop(st);
+    let t = Instant::now();
+    let closed = up.wait_peer_closed(conn_id, Duration::from_millis(2500));
+    ensure!(
+        s,
+        closed.is_some(),
+        "the client went away mid-stream: forkd must close its TLS connection to the upstream within ~2 s, \
+         so the backend behind the front sees its connection closed:\n{}{}",
+        front.describe(),
+        up.describe()
+    );
+    let sent = up.pieces_sent(conn_id).len();
+    ensure!(
+        s,
+        sent < 30,
+        "the upstream stopped being read early; it sent {sent} of 51 pieces (closed {:?} after the client)",
+        closed.unwrap().saturating_duration_since(t)
+    );
+    ensure!(
+        s,
+        front.closed_by_client() >= 1,
+        "the front must have seen forkd close the TLS connection:\n{}",
+        front.describe()
+    );
+    s.assert_healthy();
+}

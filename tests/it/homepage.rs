@@ -691,3 +691,214 @@ fn homepage_reads_large_upstream_answers_to_the_end() {
     ensure!(h.s, t.elapsed() < Duration::from_millis(1500), "oversized chunked answer: took {:?}", t.elapsed());
     h.s.assert_healthy();
 }
+
+// ---------------------------------------------------------------------------------------
+// HTTPS upstreams (the fakes behind TLS fronts)
+// ---------------------------------------------------------------------------------------
+
+/// What the TLS front of one upstream presents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cert {
+    /// A certificate for `localhost` from the CA forkd is given (`SSL_CERT_FILE`).
+    Trusted,
+    /// A certificate for `localhost` from a CA forkd does not know.
+    Untrusted,
+    /// A certificate from the known CA, but for `other.example` only.
+    OtherName,
+}
+
+/// A [`Home`] whose three upstreams are `https://localhost:PORT`: each per-user fake sits
+/// behind a [`TlsFront`]; forkd trusts the test CA through `SSL_CERT_FILE`.
+struct HttpsHome {
+    h: Home,
+    users_tls: TlsFront,
+    orders_tls: TlsFront,
+    recs_tls: TlsFront,
+    _ca: TestCa,
+}
+
+impl HttpsHome {
+    /// `certs`: the users, orders and recommendations fronts, in that order.
+    fn start(workers: usize, upstream_extra: &str, certs: [Cert; 3]) -> HttpsHome {
+        let users = PerUser::start("", |id| Behaviour::json(200, &users_answer(id)));
+        let orders = PerUser::start("/orders", |id| Behaviour::json(200, &orders_answer(id)));
+        let recs = PerUser::start("/recommendations", |id| Behaviour::json(200, &recs_answer(id)));
+        let ca = TestCa::new("forkd-it homepage CA");
+        let front = |up: &PerUser, c: Cert| match c {
+            Cert::Trusted => TlsFront::start_with_ca(&up.up.url(), &["localhost"], &ca),
+            Cert::Untrusted => TlsFront::start_untrusted(&up.up.url(), &["localhost"]),
+            Cert::OtherName => TlsFront::start_with_ca(&up.up.url(), &["other.example"], &ca),
+        };
+        let (users_tls, orders_tls, recs_tls) =
+            (front(&users, certs[0]), front(&orders, certs[1]), front(&recs, certs[2]));
+        let mut lines = format!(
+            "users = \"{}\"\norders = \"{}\"\nrecommendations = \"{}\"",
+            users_tls.url("localhost"),
+            orders_tls.url("localhost"),
+            recs_tls.url("localhost")
+        );
+        if !upstream_extra.is_empty() {
+            lines.push('\n');
+            lines.push_str(upstream_extra);
+        }
+        let ca_file = ca.pem_path().display().to_string();
+        let s = Server::api_builder().workers(workers).set("upstreams", &lines).env("SSL_CERT_FILE", &ca_file).start();
+        HttpsHome { h: Home { s, users, orders, recs }, users_tls, orders_tls, recs_tls, _ca: ca }
+    }
+
+    /// (name, backend fake, TLS front) of the three upstreams.
+    fn each(&self) -> [(&'static str, &PerUser, &TlsFront); 3] {
+        [
+            ("users", &self.h.users, &self.users_tls),
+            ("orders", &self.h.orders, &self.orders_tls),
+            ("recommendations", &self.h.recs, &self.recs_tls),
+        ]
+    }
+
+    /// The fronts' counters and the fakes' logs, for failure messages.
+    fn describe(&self) -> String {
+        let mut s = String::new();
+        for (name, up, tls) in self.each() {
+            s.push_str(&format!("{name}:\n  {}  {}", tls.describe(), up.up.describe()));
+        }
+        s
+    }
+
+    /// `GET /api/homepage` as `token`: asserts a 200 (failure message with the fronts'
+    /// counters) and the envelope; returns `data`.
+    fn data(&self, token: &str, what: &str) -> Value {
+        let r = self.h.get(token);
+        ensure!(
+            self.h.s,
+            r.status == 200,
+            "GET /api/homepage ({what}): expected 200 through the TLS fronts, got {r:?}\n{}",
+            self.describe()
+        );
+        self.h.s.expect_data(&r, 200, &format!("GET /api/homepage ({what})"))
+    }
+}
+
+#[test]
+fn homepage_over_https_upstreams() {
+    let hh = HttpsHome::start(1, "timeout_ms = 5000", [Cert::Trusted; 3]);
+    let (id, token) = hh.h.user("Https User");
+    let data = hh.data(&token, "three https upstreams");
+    hh.h.check_complete(&data, id, "three https upstreams");
+    for (name, up, tls) in hh.each() {
+        let reqs = up.up.requests();
+        ensure_eq!(
+            hh.h.s,
+            reqs.iter().map(|r| (r.method.as_str(), r.path.as_str())).collect::<Vec<_>>(),
+            vec![("GET", up.path(id).as_str())],
+            "the {name} backend (behind its TLS front) must see exactly one GET {}:\n{}",
+            up.path(id),
+            hh.describe()
+        );
+        ensure!(
+            hh.h.s,
+            tls.handshakes() >= 1 && tls.failed_handshakes() == 0,
+            "the {name} TLS front: at least one completed handshake and none failed:\n{}",
+            hh.describe()
+        );
+    }
+    hh.h.s.assert_healthy();
+}
+
+#[test]
+fn homepage_https_keeps_upstream_connections_alive() {
+    let hh = HttpsHome::start(1, "timeout_ms = 5000", [Cert::Trusted; 3]);
+    let users: Vec<(i64, String)> = (0..3).map(|_| hh.h.user("Https Keep Alive")).collect();
+    for (id, token) in &users {
+        let data = hh.data(token, &format!("user {id}"));
+        hh.h.check_complete(&data, *id, &format!("user {id} over https"));
+    }
+    for (name, up, tls) in hh.each() {
+        ensure_eq!(hh.h.s, up.up.total(), 3, "{name}: three requests (three users, cache misses):\n{}", hh.describe());
+        ensure_eq!(
+            hh.h.s,
+            (tls.accepted(), tls.handshakes(), tls.failed_handshakes()),
+            (1, 1, 0),
+            "{name}: sequential homepages on one worker must reuse one TLS connection \
+             (expected (accepted, handshakes, failed) = (1, 1, 0)):\n{}",
+            hh.describe()
+        );
+        ensure_eq!(hh.h.s, up.up.connections(), 1, "{name}: one backend connection:\n{}", hh.describe());
+    }
+}
+
+/// The users upstream's certificate does not verify (`cert`): 502 at once, the backend is
+/// never asked, the front counts a failed handshake.
+fn https_users_upstream_refused(cert: Cert, what: &str) {
+    let hh = HttpsHome::start(1, "timeout_ms = 5000", [cert, Cert::Trusted, Cert::Trusted]);
+    let (_, token) = hh.h.user("Bad Cert Users");
+    let t = Instant::now();
+    let r = hh.h.get(&token);
+    let took = t.elapsed();
+    ensure!(
+        hh.h.s,
+        r.status == 502,
+        "{what}: the users upstream's certificate does not verify: expected 502 UPSTREAM_UNAVAILABLE, got {r:?}\n{}",
+        hh.describe()
+    );
+    hh.h.s.expect_err(&r, 502, "UPSTREAM_UNAVAILABLE", what);
+    ensure!(
+        hh.h.s,
+        took < Duration::from_millis(2500),
+        "{what}: refused like a closed port, not after timeout_ms = 5000; took {took:?}\n{}",
+        hh.describe()
+    );
+    ensure!(
+        hh.h.s,
+        hh.users_tls.wait_failed_handshakes(1, Duration::from_secs(2)) && hh.users_tls.handshakes() == 0,
+        "{what}: forkd must abort the handshake (the front counts a failed one, none completed):\n{}",
+        hh.describe()
+    );
+    ensure_eq!(hh.h.s, hh.h.users.up.total(), 0, "{what}: nothing may reach the users backend:\n{}", hh.describe());
+    hh.h.s.assert_healthy();
+}
+
+#[test]
+fn homepage_https_with_an_untrusted_certificate_fails_like_a_refused_upstream() {
+    https_users_upstream_refused(Cert::Untrusted, "users upstream with a certificate from an unknown CA");
+
+    // The orders upstream untrusted: 200 with `recentOrders` degraded.
+    let hh = HttpsHome::start(1, "timeout_ms = 5000", [Cert::Trusted, Cert::Untrusted, Cert::Trusted]);
+    let (id, token) = hh.h.user("Untrusted Orders");
+    let t = Instant::now();
+    let data = hh.data(&token, "orders upstream with a certificate from an unknown CA");
+    let took = t.elapsed();
+    hh.h.check_degraded(&data, id, &["recentOrders"], "orders upstream with an untrusted certificate");
+    ensure!(
+        hh.h.s,
+        took < Duration::from_millis(2500),
+        "an untrusted orders upstream degrades at once, not after timeout_ms = 5000; took {took:?}\n{}",
+        hh.describe()
+    );
+    ensure!(
+        hh.h.s,
+        hh.orders_tls.wait_failed_handshakes(1, Duration::from_secs(2)) && hh.orders_tls.handshakes() == 0,
+        "the untrusted orders front: a failed handshake, none completed:\n{}",
+        hh.describe()
+    );
+    ensure_eq!(hh.h.s, hh.h.orders.up.total(), 0, "nothing may reach the orders backend:\n{}", hh.describe());
+    ensure_eq!(
+        hh.h.s,
+        (hh.h.users.count(id), hh.h.recs.count(id)),
+        (1, 1),
+        "the trusted users and recommendations upstreams are asked once each:\n{}",
+        hh.describe()
+    );
+    hh.h.s.assert_healthy();
+    // The worker still serves a complete homepage afterwards (the good fronts still work).
+    let (id2, token2) = hh.h.user("After Untrusted");
+    let data = hh.data(&token2, "after an untrusted upstream");
+    hh.h.check_degraded(&data, id2, &["recentOrders"], "the orders upstream is still untrusted");
+}
+
+#[test]
+fn homepage_https_name_mismatch_is_refused() {
+    https_users_upstream_refused(
+        Cert::OtherName,
+        "users upstream https://localhost:PORT whose certificate (known CA) is for other.example only",
+    );
+}

@@ -8,6 +8,9 @@
 //! (forkd) closed each connection, so a test can wait until "the upstream saw the
 //! connection close".
 //!
+//! [`TlsFront`] puts a TLS-terminating front (rustls, certificates from a test CA made with
+//! rcgen) before a fake, for `https://` upstream URLs.
+//!
 //! Nothing here runs unbounded: every read carries a short timeout after which the shutdown
 //! flag is checked, writes time out, and dropping the [`Upstream`] stops and joins every
 //! thread it started.
@@ -18,7 +21,8 @@ use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -772,6 +776,663 @@ mod selftest {
         assert!(
             TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(),
             "the fake still listens after drop"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A TLS-terminating front for a fake upstream (for `https://` upstream URLs)
+// ---------------------------------------------------------------------------------------
+
+/// Bound for one TLS handshake on the front.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A self-signed test certificate authority (rcgen, ECDSA P-256) that issues server
+/// certificates. Its certificate is written as PEM to a temp file ([`TestCa::pem_path`]),
+/// e.g. for forkd's `SSL_CERT_FILE`. Several [`TlsFront`]s started with the same CA
+/// ([`TlsFront::start_with_ca`]) are all trusted through that one file.
+pub struct TestCa {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+    dir: tempfile::TempDir,
+    pem_path: PathBuf,
+}
+
+impl TestCa {
+    /// A fresh CA whose subject is `CN=common_name`.
+    pub fn new(common_name: &str) -> TestCa {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        let key = KeyPair::generate().expect("rcgen: CA key pair");
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("rcgen: CA params");
+        p.distinguished_name.push(DnType::CommonName, common_name);
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2045, 1, 1);
+        let cert = p.self_signed(&key).expect("rcgen: self-signed CA certificate");
+        let dir = tempfile::Builder::new().prefix("forkd-it-ca-").tempdir().expect("tempdir for the CA");
+        let pem_path = dir.path().join("ca.pem");
+        std::fs::write(&pem_path, cert.pem()).expect("write the CA certificate PEM");
+        TestCa { cert, key, dir, pem_path }
+    }
+
+    /// The CA certificate, PEM.
+    pub fn pem(&self) -> String {
+        self.cert.pem()
+    }
+
+    /// A file holding [`TestCa::pem`] (lives as long as this `TestCa`).
+    pub fn pem_path(&self) -> PathBuf {
+        self.pem_path.clone()
+    }
+
+    /// A server certificate for `names` (DNS names, or IP addresses such as `127.0.0.1`
+    /// which become IP SANs) signed by this CA, and its private key.
+    pub fn issue(
+        &self,
+        names: &[&str],
+    ) -> (Vec<rustls::pki_types::CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>) {
+        use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose};
+        let key = KeyPair::generate().expect("rcgen: server key pair");
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut p = CertificateParams::new(names.clone())
+            .unwrap_or_else(|e| panic!("rcgen: server certificate params for {names:?}: {e}"));
+        p.distinguished_name.push(DnType::CommonName, names.first().cloned().unwrap_or_default());
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        p.use_authority_key_identifier_extension = true;
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2045, 1, 1);
+        let cert = p.signed_by(&key, &self.cert, &self.key).expect("rcgen: sign the server certificate");
+        let key_der =
+            rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()));
+        (vec![cert.der().clone()], key_der)
+    }
+}
+
+/// The ring crypto provider (explicit, so nothing depends on a process-wide default).
+fn ring_provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+struct FrontState {
+    stop: AtomicBool,
+    backend: SocketAddr,
+    config: Arc<rustls::ServerConfig>,
+    accepted: AtomicUsize,
+    handshakes: AtomicUsize,
+    failed_handshakes: AtomicUsize,
+    backend_connections: AtomicUsize,
+    /// Connections that ended because forkd closed its side (EOF, close_notify, reset).
+    closed_by_client: AtomicUsize,
+    /// Connections that ended because the backend closed its side.
+    closed_by_backend: AtomicUsize,
+    /// What went wrong, in order (handshake errors above all), for failure messages.
+    errors: Mutex<Vec<String>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl FrontState {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn error(&self, id: usize, what: String) {
+        let mut e = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        if e.len() < 50 {
+            e.push(format!("conn {id}: {what}"));
+        }
+    }
+}
+
+/// A TLS-terminating front for a fake [`Upstream`]: listens on `127.0.0.1:0`, does the
+/// server side of a TLS handshake (rustls, ring) with a certificate for the given names,
+/// then relays the plaintext both ways to a fresh plain TCP connection to the backend,
+/// one thread per connection. When forkd closes its TLS connection the backend connection
+/// is closed too (so the backend fake records the peer close); when the backend closes,
+/// the front sends `close_notify` and closes the TLS connection.
+///
+/// Dropping it stops and joins every thread it started.
+pub struct TlsFront {
+    addr: SocketAddr,
+    names: Vec<String>,
+    trusted: bool,
+    ca_pem_path: PathBuf,
+    _dir: tempfile::TempDir,
+    state: Arc<FrontState>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl TlsFront {
+    /// A front for `backend` (`http://127.0.0.1:PORT[/…]` as from [`Upstream::url`], or
+    /// `127.0.0.1:PORT`) with a certificate for `hostnames` signed by a fresh CA, whose
+    /// certificate is at [`TlsFront::ca_pem_path`].
+    pub fn start(backend: &str, hostnames: &[&str]) -> TlsFront {
+        let ca = TestCa::new("forkd-it test CA");
+        Self::start_with_ca(backend, hostnames, &ca)
+    }
+
+    /// Like [`TlsFront::start`] with a certificate signed by `ca` (so one CA file trusts
+    /// several fronts); [`TlsFront::ca_pem_path`] holds a copy of `ca`'s certificate.
+    pub fn start_with_ca(backend: &str, hostnames: &[&str], ca: &TestCa) -> TlsFront {
+        let (chain, key) = ca.issue(hostnames);
+        Self::launch(backend, hostnames, chain, key, &ca.pem(), true)
+    }
+
+    /// A front whose certificate is signed by a CA nobody knows: [`TlsFront::ca_pem_path`]
+    /// holds the certificate of yet another CA, so even a client given that file rejects
+    /// the front's certificate.
+    pub fn start_untrusted(backend: &str, hostnames: &[&str]) -> TlsFront {
+        let (chain, key) = TestCa::new("forkd-it UNTRUSTED CA").issue(hostnames);
+        let decoy = TestCa::new("forkd-it decoy CA");
+        Self::launch(backend, hostnames, chain, key, &decoy.pem(), false)
+    }
+
+    fn launch(
+        backend: &str,
+        hostnames: &[&str],
+        chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+        key: rustls::pki_types::PrivateKeyDer<'static>,
+        ca_pem: &str,
+        trusted: bool,
+    ) -> TlsFront {
+        let backend = parse_backend(backend);
+        let config = rustls::ServerConfig::builder_with_provider(ring_provider())
+            .with_safe_default_protocol_versions()
+            .expect("rustls: protocol versions")
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("rustls: server certificate and key");
+        let dir = tempfile::Builder::new().prefix("forkd-it-tls-").tempdir().expect("tempdir for the TLS front");
+        let ca_pem_path = dir.path().join("ca.pem");
+        std::fs::write(&ca_pem_path, ca_pem).expect("write the CA certificate PEM");
+        let listener = TcpListener::bind("127.0.0.1:0").expect("TLS front: bind 127.0.0.1:0");
+        listener.set_nonblocking(true).expect("TLS front: nonblocking listener");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(FrontState {
+            stop: AtomicBool::new(false),
+            backend,
+            config: Arc::new(config),
+            accepted: AtomicUsize::new(0),
+            handshakes: AtomicUsize::new(0),
+            failed_handshakes: AtomicUsize::new(0),
+            backend_connections: AtomicUsize::new(0),
+            closed_by_client: AtomicUsize::new(0),
+            closed_by_backend: AtomicUsize::new(0),
+            errors: Mutex::new(Vec::new()),
+            threads: Mutex::new(Vec::new()),
+        });
+        let st = state.clone();
+        let accept = thread::spawn(move || front_accept_loop(listener, st));
+        TlsFront {
+            addr,
+            names: hostnames.iter().map(|n| n.to_string()).collect(),
+            trusted,
+            ca_pem_path,
+            _dir: dir,
+            state,
+            accept: Some(accept),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// `https://{host}:{port}` (no trailing slash).
+    pub fn url(&self, host: &str) -> String {
+        format!("https://{host}:{}", self.port())
+    }
+
+    /// The PEM file of the CA to trust (for an untrusted front: NOT its issuer).
+    pub fn ca_pem_path(&self) -> PathBuf {
+        self.ca_pem_path.clone()
+    }
+
+    /// The names the certificate was issued for.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// TCP connections accepted.
+    pub fn accepted(&self) -> usize {
+        self.state.accepted.load(Ordering::SeqCst)
+    }
+
+    /// TLS handshakes completed.
+    pub fn handshakes(&self) -> usize {
+        self.state.handshakes.load(Ordering::SeqCst)
+    }
+
+    /// TLS handshakes that failed (the client rejected the certificate, went away, …).
+    pub fn failed_handshakes(&self) -> usize {
+        self.state.failed_handshakes.load(Ordering::SeqCst)
+    }
+
+    /// Connections opened to the backend (one per completed handshake, when it connects).
+    pub fn backend_connections(&self) -> usize {
+        self.state.backend_connections.load(Ordering::SeqCst)
+    }
+
+    /// Relayed connections that ended because the TLS client closed its side.
+    pub fn closed_by_client(&self) -> usize {
+        self.state.closed_by_client.load(Ordering::SeqCst)
+    }
+
+    /// Relayed connections that ended because the backend closed its side.
+    pub fn closed_by_backend(&self) -> usize {
+        self.state.closed_by_backend.load(Ordering::SeqCst)
+    }
+
+    /// Errors seen so far (handshake failures with rustls's reason), in order.
+    pub fn errors(&self) -> Vec<String> {
+        self.state.errors.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Polls until at least `n` handshakes failed (bounded by `timeout`).
+    pub fn wait_failed_handshakes(&self, n: usize, timeout: Duration) -> bool {
+        eventually(timeout, || self.failed_handshakes() >= n)
+    }
+
+    /// Polls until at least `n` handshakes completed (bounded by `timeout`).
+    pub fn wait_handshakes(&self, n: usize, timeout: Duration) -> bool {
+        eventually(timeout, || self.handshakes() >= n)
+    }
+
+    /// The counters and errors, for failure messages.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "TLS front 127.0.0.1:{} ({}, certificate for {:?}) -> backend {}: {} accepted, {} handshake(s) completed, \
+             {} failed, {} backend connection(s), {} closed by the client, {} closed by the backend\n",
+            self.port(),
+            if self.trusted { "trusted CA" } else { "UNTRUSTED CA" },
+            self.names,
+            self.state.backend,
+            self.accepted(),
+            self.handshakes(),
+            self.failed_handshakes(),
+            self.backend_connections(),
+            self.closed_by_client(),
+            self.closed_by_backend(),
+        );
+        for e in self.errors() {
+            let _ = writeln!(s, "  {e}");
+        }
+        s
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+        let threads = std::mem::take(&mut *self.state.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in threads {
+            let _ = h.join();
+        }
+    }
+}
+
+/// `http://127.0.0.1:PORT[/path]` or `127.0.0.1:PORT` → the socket address.
+fn parse_backend(s: &str) -> SocketAddr {
+    let rest = s.strip_prefix("http://").unwrap_or(s);
+    let hostport = rest.split('/').next().unwrap_or(rest);
+    std::net::ToSocketAddrs::to_socket_addrs(hostport)
+        .ok()
+        .and_then(|mut a| a.next())
+        .unwrap_or_else(|| panic!("TLS front: backend {s:?} is not http://HOST:PORT or HOST:PORT"))
+}
+
+fn front_accept_loop(listener: TcpListener, st: Arc<FrontState>) {
+    while !st.stopped() {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let id = st.accepted.fetch_add(1, Ordering::SeqCst);
+                let st2 = st.clone();
+                let h = thread::spawn(move || front_conn(stream, id, st2));
+                st.threads.lock().unwrap_or_else(|e| e.into_inner()).push(h);
+            }
+            Err(_) => thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+fn is_wait(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted)
+}
+
+/// One connection: handshake, backend connection, relay until either side closes.
+fn front_conn(mut tcp: TcpStream, id: usize, st: Arc<FrontState>) {
+    let _ = tcp.set_nonblocking(false);
+    let _ = tcp.set_nodelay(true);
+    let _ = tcp.set_read_timeout(Some(TICK));
+    let _ = tcp.set_write_timeout(Some(WRITE_TIMEOUT));
+    let mut tls = match rustls::ServerConnection::new(st.config.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            st.failed_handshakes.fetch_add(1, Ordering::SeqCst);
+            st.error(id, format!("rustls::ServerConnection::new: {e}"));
+            return;
+        }
+    };
+    // The handshake, waking every TICK for the stop flag, bounded by HANDSHAKE_TIMEOUT.
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    while tls.is_handshaking() {
+        if st.stopped() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            st.failed_handshakes.fetch_add(1, Ordering::SeqCst);
+            st.error(id, format!("handshake not complete within {HANDSHAKE_TIMEOUT:?}"));
+            return;
+        }
+        match tls.complete_io(&mut tcp) {
+            Ok(_) => {}
+            Err(e) if is_wait(&e) => {}
+            Err(e) => {
+                st.failed_handshakes.fetch_add(1, Ordering::SeqCst);
+                st.error(id, format!("handshake failed: {e}"));
+                return;
+            }
+        }
+    }
+    st.handshakes.fetch_add(1, Ordering::SeqCst);
+
+    let mut be = match TcpStream::connect_timeout(&st.backend, Duration::from_secs(2)) {
+        Ok(s) => s,
+        Err(e) => {
+            st.error(id, format!("backend {} refused: {e}", st.backend));
+            tls.send_close_notify();
+            let _ = tls.complete_io(&mut tcp);
+            let _ = tcp.shutdown(Shutdown::Both);
+            return;
+        }
+    };
+    st.backend_connections.fetch_add(1, Ordering::SeqCst);
+    let _ = be.set_nodelay(true);
+    let _ = be.set_read_timeout(Some(TICK));
+    let _ = be.set_write_timeout(Some(WRITE_TIMEOUT));
+
+    match relay(&mut tls, &mut tcp, &mut be, &st) {
+        End::Client(why) => {
+            st.closed_by_client.fetch_add(1, Ordering::SeqCst);
+            if let Some(why) = why {
+                st.error(id, format!("client side: {why}"));
+            }
+            let _ = be.shutdown(Shutdown::Both);
+            let _ = tcp.shutdown(Shutdown::Both);
+        }
+        End::Backend(why) => {
+            st.closed_by_backend.fetch_add(1, Ordering::SeqCst);
+            if let Some(why) = why {
+                st.error(id, format!("backend side: {why}"));
+            }
+            tls.send_close_notify();
+            while tls.wants_write() {
+                if tls.write_tls(&mut tcp).is_err() {
+                    break;
+                }
+            }
+            let _ = tcp.shutdown(Shutdown::Both);
+            let _ = be.shutdown(Shutdown::Both);
+        }
+        End::Stopped => {
+            let _ = be.shutdown(Shutdown::Both);
+            let _ = tcp.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Why a relay ended (with an error message when it was not a clean close).
+enum End {
+    Client(Option<String>),
+    Backend(Option<String>),
+    Stopped,
+}
+
+/// Which of the two sockets are readable (or hung up / in error) within `timeout`.
+fn poll_two(a: &TcpStream, b: &TcpStream, timeout: Duration) -> (bool, bool) {
+    use std::os::fd::AsRawFd;
+    let mut fds = [
+        libc::pollfd { fd: a.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: b.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+    ];
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `fds` is a valid array of two initialised pollfd for the duration of the call.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n <= 0 {
+        return (false, false);
+    }
+    let ready = |f: &libc::pollfd| f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+    (ready(&fds[0]), ready(&fds[1]))
+}
+
+/// Writes every pending TLS record to the client.
+fn flush_tls(tls: &mut rustls::ServerConnection, tcp: &mut TcpStream) -> io::Result<()> {
+    while tls.wants_write() {
+        match tls.write_tls(tcp) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn relay(tls: &mut rustls::ServerConnection, tcp: &mut TcpStream, be: &mut TcpStream, st: &FrontState) -> End {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        // Plaintext from the client (possibly already buffered by the handshake) → backend.
+        loop {
+            match tls.reader().read(&mut buf) {
+                Ok(0) => return End::Client(None), // close_notify
+                Ok(n) => {
+                    if let Err(e) = be.write_all(&buf[..n]) {
+                        return End::Backend(Some(format!("write to the backend: {e}")));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return End::Client(Some(format!("read: {e}"))),
+            }
+        }
+        if let Err(e) = flush_tls(tls, tcp) {
+            return End::Client(Some(format!("write: {e}")));
+        }
+        if st.stopped() {
+            return End::Stopped;
+        }
+        let (client_ready, backend_ready) = poll_two(tcp, be, TICK);
+        if client_ready {
+            match tls.read_tls(tcp) {
+                Ok(0) => return End::Client(None), // EOF without close_notify
+                Ok(_) => {
+                    if let Err(e) = tls.process_new_packets() {
+                        let _ = flush_tls(tls, tcp);
+                        return End::Client(Some(format!("TLS error: {e}")));
+                    }
+                }
+                Err(e) if is_wait(&e) => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return End::Client(None),
+                Err(e) => return End::Client(Some(format!("read: {e}"))),
+            }
+        }
+        if backend_ready {
+            match be.read(&mut buf) {
+                Ok(0) => return End::Backend(None),
+                Ok(n) => {
+                    let mut data = &buf[..n];
+                    while !data.is_empty() {
+                        let k = match tls.writer().write(data) {
+                            Ok(k) => k,
+                            Err(e) => return End::Client(Some(format!("TLS writer: {e}"))),
+                        };
+                        data = &data[k..];
+                        if let Err(e) = flush_tls(tls, tcp) {
+                            return End::Client(Some(format!("write: {e}")));
+                        }
+                        if k == 0 && !tls.wants_write() {
+                            return End::Client(Some("TLS writer accepts nothing".into()));
+                        }
+                    }
+                }
+                Err(e) if is_wait(&e) => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return End::Backend(None),
+                Err(e) => return End::Backend(Some(format!("read: {e}"))),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Self-test of the TLS front (no forkd involved)
+// ---------------------------------------------------------------------------------------
+
+mod tls_selftest {
+    use super::*;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use serde_json::json;
+
+    type TlsClient = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+    /// A rustls client trusting the certificates in `ca_pem`, connected to `front` and
+    /// handshaken as `name`. `Err` with rustls's reason when the handshake fails.
+    fn connect(front: &TlsFront, ca_pem: &std::path::Path, name: &str) -> Result<TlsClient, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(ca_pem).map_err(|e| format!("read {ca_pem:?}: {e}"))? {
+            roots.add(c.map_err(|e| format!("parse {ca_pem:?}: {e}"))?).map_err(|e| format!("add root: {e}"))?;
+        }
+        let config = rustls::ClientConfig::builder_with_provider(ring_provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let server_name = ServerName::try_from(name.to_string()).map_err(|e| format!("server name {name:?}: {e}"))?;
+        let mut conn =
+            rustls::ClientConnection::new(Arc::new(config), server_name).map_err(|e| format!("client: {e}"))?;
+        let mut tcp = TcpStream::connect_timeout(&front.addr(), Duration::from_secs(2))
+            .map_err(|e| format!("connect {}: {e}", front.addr()))?;
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        tcp.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp).map_err(|e| format!("handshake: {e}"))?;
+        }
+        Ok(rustls::StreamOwned::new(conn, tcp))
+    }
+
+    /// `GET path` on `c`; (status, body) of a Content-Length response.
+    fn get(c: &mut TlsClient, path: &str) -> (u16, Vec<u8>) {
+        c.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).expect("TLS write");
+        c.flush().expect("TLS flush");
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 4096];
+        loop {
+            if let Some(end) = find(&buf, b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                let status: u16 = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status line");
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                    .and_then(|v| v.parse().ok())
+                    .expect("Content-Length");
+                if buf.len() >= end + 4 + len {
+                    return (status, buf[end + 4..end + 4 + len].to_vec());
+                }
+            }
+            let n = c.read(&mut tmp).unwrap_or_else(|e| panic!("TLS read of GET {path}: {e}; so far {buf:?}"));
+            assert!(n > 0, "EOF before the response to GET {path} was complete: {:?}", String::from_utf8_lossy(&buf));
+            buf.extend_from_slice(&tmp[..n]);
+        }
+    }
+
+    #[test]
+    fn tls_front_serves_a_plain_backend() {
+        let up = Upstream::start(|r| match r.path.as_str() {
+            "/close" => Behaviour::Close,
+            "/hang" => Behaviour::Hang,
+            p => Behaviour::json(200, &json!({"path": p})),
+        });
+        let front = TlsFront::start(&up.url(), &["localhost", "127.0.0.1"]);
+        assert_eq!(front.url("localhost"), format!("https://localhost:{}", front.port()));
+
+        // Keep-alive through the front, by DNS name.
+        let mut c = connect(&front, &front.ca_pem_path(), "localhost")
+            .unwrap_or_else(|e| panic!("a client trusting ca_pem_path must connect: {e}\n{}", front.describe()));
+        for p in ["/one", "/two"] {
+            let (status, body) = get(&mut c, p);
+            assert_eq!(status, 200, "GET {p} through the TLS front\n{}", front.describe());
+            assert_eq!(serde_json::from_slice::<Value>(&body).ok(), Some(json!({"path": p})), "GET {p} body");
+        }
+        assert_eq!(up.connections(), 1, "one backend connection for one TLS connection:\n{}", up.describe());
+        // By IP address (an IP SAN).
+        let mut c2 = connect(&front, &front.ca_pem_path(), "127.0.0.1")
+            .unwrap_or_else(|e| panic!("connect by IP SAN 127.0.0.1: {e}\n{}", front.describe()));
+        assert_eq!(get(&mut c2, "/ip").0, 200, "GET /ip by IP SAN\n{}", front.describe());
+        assert_eq!(
+            (front.accepted(), front.handshakes(), front.failed_handshakes(), front.backend_connections()),
+            (2, 2, 0, 2),
+            "counters after two good connections:\n{}",
+            front.describe()
+        );
+
+        // The client closes: the backend sees its connection closed.
+        drop(c);
+        assert!(
+            up.wait_peer_closed(0, Duration::from_secs(2)).is_some(),
+            "the client closed its TLS connection: the backend connection must close:\n{}{}",
+            front.describe(),
+            up.describe()
+        );
+
+        // The backend closes: the client gets close_notify then EOF (a clean end).
+        c2.write_all(b"GET /close HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        c2.flush().unwrap();
+        let mut tmp = [0u8; 64];
+        let r = c2.read(&mut tmp);
+        assert!(matches!(r, Ok(0)), "backend closed: the client must see a clean TLS close, got {r:?}");
+        assert!(eventually(Duration::from_secs(2), || front.closed_by_backend() == 1), "{}", front.describe());
+
+        // Wrong name: rejected by the client, counted as a failed handshake.
+        let r = connect(&front, &front.ca_pem_path(), "other.example");
+        assert!(r.is_err(), "a certificate for localhost must not verify as other.example");
+        assert!(front.wait_failed_handshakes(1, Duration::from_secs(2)), "{}", front.describe());
+
+        // An untrusted front: its ca_pem_path does not verify it.
+        let bad = TlsFront::start_untrusted(&up.url(), &["localhost"]);
+        let r = connect(&bad, &bad.ca_pem_path(), "localhost");
+        assert!(r.is_err(), "the untrusted front's certificate must not verify with its ca_pem_path");
+        assert!(bad.wait_failed_handshakes(1, Duration::from_secs(2)), "{}", bad.describe());
+        assert_eq!((bad.handshakes(), bad.backend_connections()), (0, 0), "{}", bad.describe());
+        // ... nor with the other front's CA.
+        assert!(connect(&bad, &front.ca_pem_path(), "localhost").is_err(), "untrusted front vs another CA");
+
+        // A CA shared by two fronts: one file trusts both.
+        let ca = TestCa::new("shared");
+        let f1 = TlsFront::start_with_ca(&up.url(), &["localhost"], &ca);
+        let f2 = TlsFront::start_with_ca(&format!("{}", up.addr()), &["localhost"], &ca);
+        for f in [&f1, &f2] {
+            let mut c = connect(f, &ca.pem_path(), "localhost").unwrap_or_else(|e| panic!("shared CA: {e}"));
+            assert_eq!(get(&mut c, "/shared").0, 200, "{}", f.describe());
+        }
+
+        // Dropping the front is prompt even with a relayed connection hanging.
+        let mut c3 = connect(&front, &front.ca_pem_path(), "localhost").unwrap();
+        c3.write_all(b"GET /hang HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        c3.flush().unwrap();
+        assert!(eventually(Duration::from_secs(2), || up.count("/hang") == 1), "{}", up.describe());
+        let addr = front.addr();
+        let t = Instant::now();
+        drop(front);
+        assert!(t.elapsed() < Duration::from_secs(1), "dropping the TLS front took {:?}", t.elapsed());
+        assert!(
+            TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(),
+            "the TLS front still listens after drop"
         );
     }
 }
