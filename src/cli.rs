@@ -35,8 +35,8 @@ pub fn run(args: &[String]) -> i32 {
             0
         }
         "gen-secret" => gen_secret(),
-        "serve" => match load(rest) {
-            Ok(cfg) => serve(cfg),
+        "serve" => match source(rest, |_, _| false).and_then(|src| report(src.load()).map(|cfg| (cfg, src))) {
+            Ok((cfg, src)) => serve(cfg, src),
             Err(code) => code,
         },
         "check-config" => match load(rest) {
@@ -61,8 +61,26 @@ fn load(args: &[String]) -> Result<config::Config, i32> {
 /// Load the configuration; `extra(flag, iterator)` may consume command-specific flags.
 fn load_with(
     args: &[String],
-    mut extra: impl FnMut(&str, &mut std::slice::Iter<'_, String>) -> bool,
+    extra: impl FnMut(&str, &mut std::slice::Iter<'_, String>) -> bool,
 ) -> Result<config::Config, i32> {
+    source(args, extra).and_then(|src| report(src.load()))
+}
+
+/// Print configuration problems, one line each; exit code 2.
+fn report(loaded: Result<config::Config, config::ConfigErrors>) -> Result<config::Config, i32> {
+    loaded.map_err(|errors| {
+        for line in errors.problems {
+            eprintln!("forkd: config: {line}");
+        }
+        EXIT_USAGE
+    })
+}
+
+/// Where the configuration comes from: `--config`, `FORKD_CONFIG`, the `FORKD_*` overrides.
+fn source(
+    args: &[String],
+    mut extra: impl FnMut(&str, &mut std::slice::Iter<'_, String>) -> bool,
+) -> Result<config::Source, i32> {
     let mut path: Option<PathBuf> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -86,21 +104,16 @@ fn load_with(
     }
     let env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("FORKD_")).collect();
     let path = config::config_path(path.as_deref(), &env);
-    config::load(path.as_deref(), &env).map_err(|errors| {
-        for line in errors.problems {
-            eprintln!("forkd: config: {line}");
-        }
-        EXIT_USAGE
-    })
+    Ok(config::Source { path, env })
 }
 
-fn serve(cfg: config::Config) -> i32 {
+fn serve(cfg: config::Config, source: config::Source) -> i32 {
     crate::logging::init(cfg.log_format);
     if let Err(e) = std::fs::create_dir_all(&cfg.data_dir) {
         log::error!("cannot create data_dir {}: {e}", cfg.data_dir.display());
         return 1;
     }
-    crate::supervisor::run(cfg)
+    crate::supervisor::run(cfg, source)
 }
 
 fn gen_secret() -> i32 {

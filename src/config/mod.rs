@@ -299,6 +299,22 @@ pub fn config_path(cli: Option<&Path>, env: &[(String, String)]) -> Option<PathB
     })
 }
 
+/// Where the running configuration came from, kept to read it again on `SIGHUP`.
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    /// The config file (`--config` or `FORKD_CONFIG`); `None`: built-in defaults.
+    pub path: Option<PathBuf>,
+    /// The `FORKD_*` variables at start (a running service's environment does not change).
+    pub env: Vec<(String, String)>,
+}
+
+impl Source {
+    /// Read and validate the configuration again.
+    pub fn load(&self) -> Result<Config, ConfigErrors> {
+        load(self.path.as_deref(), &self.env)
+    }
+}
+
 /// Reads the config file at `path` (`None`: built-in defaults), applies the `FORKD_*`
 /// overrides in `env` (typically `std::env::vars().collect()`), and validates the result.
 /// `FORKD_CONFIG` is skipped here; resolve it with [`config_path`].

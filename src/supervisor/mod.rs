@@ -56,6 +56,10 @@ struct Supervisor {
     bus: std::collections::HashMap<usize, Endpoint>,
     bus_buf: Vec<u8>,
     config: Config,
+    /// Where `config` came from, to read it again on SIGHUP.
+    source: crate::config::Source,
+    /// A SIGHUP reload replacing the workers one slot at a time.
+    reload: Option<Reload>,
     secret: Vec<u8>,
     region: &'static Region,
     endpoints: &'static crate::client::Endpoints,
@@ -71,9 +75,19 @@ struct Supervisor {
     next_watchdog: Option<Instant>,
 }
 
+/// A configuration reload in progress: slots still to replace, and the
+/// replacement currently starting (slot, new pid, when it was forked).
+struct Reload {
+    pending: std::collections::VecDeque<usize>,
+    current: Option<(usize, i32, Instant)>,
+}
+
+/// How long a reload waits for one new worker to start serving.
+const RELOAD_START_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Run the supervisor until the service stops; returns the exit code.
-pub fn run(config: Config) -> i32 {
-    match Supervisor::start(config).and_then(|mut s| s.cycle()) {
+pub fn run(config: Config, source: crate::config::Source) -> i32 {
+    match Supervisor::start(config, source).and_then(|mut s| s.cycle()) {
         Ok(code) => code,
         Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
             log::error!("{e}");
@@ -87,7 +101,7 @@ pub fn run(config: Config) -> i32 {
 }
 
 impl Supervisor {
-    fn start(config: Config) -> io::Result<Supervisor> {
+    fn start(config: Config, source: crate::config::Source) -> io::Result<Supervisor> {
         // Shared by every worker: resolved (or, in development, generated) once, before fork.
         let secret = crate::auth::secret::resolve(&config.auth, config.is_development())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("signing secret: {e}")))?;
@@ -138,6 +152,8 @@ impl Supervisor {
             next_heartbeat_check: now + HEARTBEAT_CHECK,
             next_watchdog: notifier.watchdog_every.map(|_| now),
             config,
+            source,
+            reload: None,
             secret,
             region,
             endpoints,
@@ -191,7 +207,7 @@ impl Supervisor {
                 continue;
             }
             if self.signals.take(libc::SIGHUP) > 0 {
-                log::warn!("SIGHUP: configuration reload is not implemented yet; ignoring");
+                self.begin_reload();
             }
             for _ in 0..self.signals.take(libc::SIGTTIN) {
                 self.add_slot();
@@ -208,7 +224,131 @@ impl Supervisor {
             self.check_memory();
             self.check_heartbeats();
             self.check_ready();
+            self.step_reload();
             self.watchdog();
+        }
+    }
+
+    /// SIGHUP: read the configuration again; if it is valid, apply it and
+    /// replace the workers one slot at a time (the new worker serves before
+    /// the old one drains, on the same slot socket, so no request fails).
+    /// An invalid configuration changes nothing.
+    fn begin_reload(&mut self) {
+        let new = match self.source.load() {
+            Ok(c) => c,
+            Err(errors) => {
+                for p in errors.problems {
+                    log::error!("SIGHUP: reload refused: config: {p}");
+                }
+                return;
+            }
+        };
+        if new.listen != self.config.listen {
+            log::error!(
+                "SIGHUP: reload refused: `listen` changed ({} → {}); restart to change the address",
+                self.config.listen,
+                new.listen
+            );
+            return;
+        }
+        let secret = match (&new.auth.secret, &self.config.auth.secret) {
+            // A generated (development) secret is kept, so tokens survive the reload.
+            (crate::config::JwtSecret::Generate, crate::config::JwtSecret::Generate) => Ok(self.secret.clone()),
+            _ => crate::auth::secret::resolve(&new.auth, new.is_development()).map_err(|e| e.to_string()),
+        };
+        let secret = match secret {
+            Ok(s) => s,
+            Err(e) => {
+                log::error!("SIGHUP: reload refused: signing secret: {e}");
+                return;
+            }
+        };
+        let endpoints = match crate::client::Endpoints::resolve(&new) {
+            Ok(e) => e,
+            Err(e) => {
+                log::error!("SIGHUP: reload refused: upstream: {e}");
+                return;
+            }
+        };
+        if let Err(e) = crate::store::Store::migrate(&new.db.path) {
+            log::error!("SIGHUP: reload refused: database {}: {e}", new.db.path.display());
+            return;
+        }
+        sys::trim_heap();
+        if new.upstreams.cache_entries != self.config.upstreams.cache_entries {
+            log::warn!("SIGHUP: upstreams.cache_entries applies to the workers' caches; the shared cache keeps its size until a restart");
+        }
+        self.notifier.send("RELOADING=1\nSTATUS=reloading the configuration");
+        let (old_n, new_n) = (self.slots.len(), new.workers);
+        self.config = new;
+        self.secret = secret;
+        // Leaked: workers forked earlier still refer to the old set (a few hundred bytes per reload).
+        self.endpoints = Box::leak(Box::new(endpoints));
+        for _ in old_n..new_n {
+            self.add_slot();
+        }
+        for _ in new_n..old_n {
+            self.remove_slot();
+        }
+        let keep = old_n.min(new_n);
+        log::info!("SIGHUP: configuration reloaded; replacing {keep} worker(s) one by one");
+        self.reload = Some(Reload { pending: (0..keep).collect(), current: None });
+    }
+
+    /// Advance a reload: start the next slot's new worker, and once it
+    /// serves, drain the old ones of that slot.
+    fn step_reload(&mut self) {
+        loop {
+            let Some(current) = self.reload.as_ref().map(|r| r.current) else { return };
+            match current {
+                None => {
+                    let Some(slot) = self.reload.as_mut().and_then(|r| r.pending.pop_front()) else {
+                        self.reload = None;
+                        log::info!("SIGHUP: reload complete: {} worker(s)", self.slots.len());
+                        self.notifier.send(&format!("READY=1\nSTATUS=serving with {} workers", self.slots.len()));
+                        return;
+                    };
+                    if slot >= self.slots.len() {
+                        continue;
+                    }
+                    match self.spawn(slot) {
+                        Ok(pid) => {
+                            if let Some(r) = self.reload.as_mut() {
+                                r.current = Some((slot, pid, Instant::now()));
+                            }
+                        }
+                        Err(e) => log::error!("SIGHUP: cannot start a new worker for slot {slot}: {e}"),
+                    }
+                    return;
+                }
+                Some((slot, pid, since)) => {
+                    let state = self.table.iter().find(|p| p.pid == pid).map(|p| self.region.procs[p.record].state());
+                    match state {
+                        Some(WorkerState::Serving) => {
+                            let old: Vec<i32> =
+                                self.table.serving(slot).filter(|p| p.pid != pid).map(|p| p.pid).collect();
+                            for o in old {
+                                self.drain(o);
+                            }
+                        }
+                        None => {
+                            log::error!(
+                                "SIGHUP: the new worker {pid} of slot {slot} exited before serving; the old one stays"
+                            );
+                        }
+                        Some(_) if since.elapsed() > RELOAD_START_TIMEOUT => {
+                            log::error!(
+                                "SIGHUP: the new worker {pid} of slot {slot} did not start serving; the old one stays"
+                            );
+                            self.drain(pid);
+                        }
+                        Some(_) => return,
+                    }
+                    if let Some(r) = self.reload.as_mut() {
+                        r.current = None;
+                    }
+                }
+            }
         }
     }
 
@@ -230,14 +370,14 @@ impl Supervisor {
         for p in self.table.iter() {
             consider(p.kill_at);
         }
-        if !self.ready {
+        if !self.ready || self.reload.is_some() {
             consider(Some(now + Duration::from_millis(10)));
         }
         t
     }
 
-    /// Fork a worker for `slot`.
-    fn spawn(&mut self, slot: usize) -> io::Result<()> {
+    /// Fork a worker for `slot`; returns its pid.
+    fn spawn(&mut self, slot: usize) -> io::Result<i32> {
         let record = self.region.claim().ok_or_else(|| io::Error::other("process table full"))?;
         let fd = self.slots[slot].listener.as_raw_fd();
         let parent = std::process::id() as i32;
@@ -256,7 +396,7 @@ impl Supervisor {
                 self.region.procs[record].pid.store(pid, std::sync::atomic::Ordering::Release);
                 self.table.add(Proc { pid, slot, record, role: Role::Serving, started: Instant::now(), kill_at: None });
                 log::info!("worker {pid} started for slot {slot}");
-                Ok(())
+                Ok(pid)
             }
             Forked::Child => {
                 self.signals.uninstall();
@@ -311,6 +451,11 @@ impl Supervisor {
             self.region.release(p.record);
             if p.role == Role::Draining || self.stopping.is_some() {
                 log::info!("worker {pid} exited after draining ({how})");
+                continue;
+            }
+            if self.table.serving(p.slot).next().is_some() {
+                // Another worker serves the slot (a reload's or a memory replacement's old one).
+                log::warn!("worker {pid} of slot {} died ({how}); the slot is still served", p.slot);
                 continue;
             }
             log::warn!("worker {pid} of slot {} died ({how}); replacing it", p.slot);

@@ -31,3 +31,5 @@ mod upstream;
 
 mod chat;
 mod homepage;
+
+mod reload;
