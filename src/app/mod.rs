@@ -18,6 +18,7 @@ mod download;
 mod events;
 mod health;
 mod homepage;
+pub mod metrics;
 mod pages;
 mod posts;
 mod ratelimit;
@@ -154,6 +155,8 @@ pub struct Services {
     pub publish: crossbeam_channel::Sender<Publish>,
     /// This worker's shared-memory record.
     pub record: &'static crate::shm::ProcRecord,
+    /// The whole shared region (read by `/metrics`).
+    pub region: &'static crate::shm::Region,
     /// Live counters of this worker's streams (read by `/_debug/streams`).
     pub stats: &'static Stats,
     /// The shared rate-limit table.
@@ -193,6 +196,10 @@ pub struct App {
     config_etag: &'static str,
     /// This worker's cache of upstream answers (the first level).
     homepage_cache: homepage::Shared,
+    /// The `/metrics` label of each route slot (`other`, then the patterns).
+    route_labels: Vec<&'static str>,
+    /// The route slot of the request [`App::handle`] saw last.
+    route: std::cell::Cell<u16>,
 }
 
 impl App {
@@ -222,8 +229,13 @@ impl App {
         download::routes(&mut router);
         homepage::routes(&mut router);
         chat::routes(&mut router);
+        metrics::routes(&mut router);
         if config.debug.routes {
             debug::routes(&mut router);
+        }
+        let route_labels = metrics::route_labels(&router);
+        if router.patterns().count() >= crate::shm::metrics::ROUTES {
+            log::warn!("more route patterns than metrics slots: the last ones count as `other`");
         }
         let (body, etag) = health::render_client_config(config);
         // Leaked once per worker: every answer then borrows them, allocation-free.
@@ -233,12 +245,27 @@ impl App {
             config.upstreams.cache_entries,
             cache::MAX_BYTES,
         )));
-        App { router, svc, config_body, config_etag, homepage_cache }
+        App {
+            router,
+            svc,
+            config_body,
+            config_etag,
+            homepage_cache,
+            route_labels,
+            route: std::cell::Cell::new(crate::shm::metrics::ROUTE_OTHER),
+        }
     }
 
     /// Run one request through the phases; errors are rendered here, so the
     /// decoration (CORS) applies to them too.
     pub fn handle(&self, req: &Request<'_>, draining: bool) -> Reply {
+        // Routed first, so that every answer (preflight, 429, 403) is
+        // labelled with the path's pattern in `/metrics`.
+        let found = self.router.find(req.method, req.path);
+        self.route.set(match found {
+            Match::Found(_, _, i) | Match::MethodNotAllowed(_, i) => metrics::route_slot(i),
+            Match::NotFound => crate::shm::metrics::ROUTE_OTHER,
+        });
         let config = self.svc.config;
         let dev = config.is_development();
         let mut decor = Decor { cors: cors::allowed_origin(config, req).map(str::to_owned), rate: None };
@@ -247,7 +274,7 @@ impl App {
             None => match ratelimit::check(config, self.svc.rate, req) {
                 Ok(rate) => {
                     decor.rate = rate;
-                    self.route(req, draining)
+                    self.route(req, found, draining)
                 }
                 Err(e) => {
                     if let Error::TooManyRequests { decision, .. } = &e {
@@ -284,6 +311,12 @@ impl App {
         }
     }
 
+    /// The `/metrics` route slot of the request [`App::handle`] saw last
+    /// (`shm::metrics::ROUTE_OTHER` when no pattern matched).
+    pub fn last_route(&self) -> u16 {
+        self.route.get()
+    }
+
     /// What a new SSE stream starts with.
     pub fn sse_preamble(&self) -> Vec<u8> {
         events::preamble(self)
@@ -309,17 +342,17 @@ impl App {
         self.svc.config.sse.heartbeat
     }
 
-    fn route(&self, req: &Request<'_>, draining: bool) -> Result<Reply, Error> {
+    fn route(&self, req: &Request<'_>, found: Match<'_, '_, Handler>, draining: bool) -> Result<Reply, Error> {
         cors::check_origin(self.svc.config, req)?;
         version::check(req)?;
-        match self.router.find(req.method, req.path) {
-            Match::Found(h, params) => h(self, req, &Ctx { draining, params }),
-            Match::MethodNotAllowed(allow) if req.method == Method::Options => {
+        match found {
+            Match::Found(h, params, _) => h(self, req, &Ctx { draining, params }),
+            Match::MethodNotAllowed(allow, _) if req.method == Method::Options => {
                 let mut r = Response::new(204);
                 r.header("Allow", allow);
                 Ok(Reply::Now(r))
             }
-            Match::MethodNotAllowed(allow) => Err(Error::MethodNotAllowed(allow)),
+            Match::MethodNotAllowed(allow, _) => Err(Error::MethodNotAllowed(allow)),
             Match::NotFound => Err(Error::NotFound),
         }
     }

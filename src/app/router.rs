@@ -2,7 +2,9 @@
 //!
 //! Routes are grouped by path pattern at start, so a path that matches with
 //! the wrong method yields 405 with a pre-rendered `Allow` list. `HEAD` is
-//! served by a `GET` route. Matching allocates nothing.
+//! served by a `GET` route. Matching allocates nothing. Each path pattern
+//! has a small index (in the order patterns were first added), which is
+//! what `/metrics` labels requests with: the pattern, never the raw path.
 
 use crate::http::request::Method;
 
@@ -33,6 +35,7 @@ enum Seg {
 }
 
 struct Entry<H> {
+    pattern: &'static str,
     segs: Vec<Seg>,
     methods: Vec<(Method, H)>,
     allow: &'static str,
@@ -40,10 +43,10 @@ struct Entry<H> {
 
 /// The result of a lookup.
 pub enum Match<'r, 'p, H> {
-    /// A handler and its parameters.
-    Found(&'r H, Params<'p>),
-    /// The path exists; the method does not. The `Allow` value.
-    MethodNotAllowed(&'static str),
+    /// A handler, its parameters, and the pattern's index.
+    Found(&'r H, Params<'p>, usize),
+    /// The path exists; the method does not. The `Allow` value and the pattern's index.
+    MethodNotAllowed(&'static str, usize),
     /// No such path.
     NotFound,
 }
@@ -75,7 +78,7 @@ impl<H> Router<H> {
         let idx = match self.entries.iter().position(same) {
             Some(i) => i,
             None => {
-                self.entries.push(Entry { segs, methods: Vec::new(), allow: "" });
+                self.entries.push(Entry { pattern, segs, methods: Vec::new(), allow: "" });
                 self.entries.len() - 1
             }
         };
@@ -90,12 +93,17 @@ impl<H> Router<H> {
         self
     }
 
+    /// The path patterns, by index (the first pattern added for each shape).
+    pub fn patterns(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.entries.iter().map(|e| e.pattern)
+    }
+
     /// Look up `method path`.
     pub fn find<'r, 'p>(&'r self, method: Method, path: &'p str) -> Match<'r, 'p, H> {
         let want = if method == Method::Head { Method::Get } else { method };
         // Paths start with '/': one segment per slash. Entries of another length cannot match.
         let segments = path.bytes().filter(|&b| b == b'/').count();
-        for e in self.entries.iter().filter(|e| e.segs.len() == segments) {
+        for (i, e) in self.entries.iter().enumerate().filter(|(_, e)| e.segs.len() == segments) {
             let mut params = Params::default();
             let mut parts = path.split('/').skip(1);
             let mut ok = true;
@@ -116,8 +124,8 @@ impl<H> Router<H> {
                 continue;
             }
             return match e.methods.iter().find(|(m, _)| *m == want) {
-                Some((_, h)) => Match::Found(h, params),
-                None => Match::MethodNotAllowed(e.allow),
+                Some((_, h)) => Match::Found(h, params, i),
+                None => Match::MethodNotAllowed(e.allow, i),
             };
         }
         Match::NotFound
@@ -132,15 +140,31 @@ mod tests {
     fn routes_params_and_405() {
         let mut r = Router::default();
         r.add(Method::Get, "/health", 1).add(Method::Get, "/users/{id}", 2).add(Method::Delete, "/users/{id}", 3);
-        assert!(matches!(r.find(Method::Get, "/health"), Match::Found(1, _)));
-        assert!(matches!(r.find(Method::Head, "/health"), Match::Found(1, _)));
+        assert!(matches!(r.find(Method::Get, "/health"), Match::Found(1, _, _)));
+        assert!(matches!(r.find(Method::Head, "/health"), Match::Found(1, _, _)));
         match r.find(Method::Get, "/users/42") {
-            Match::Found(2, p) => assert_eq!(p.get(0), Some("42")),
+            Match::Found(2, p, _) => assert_eq!(p.get(0), Some("42")),
             _ => panic!("no match"),
         }
-        assert!(matches!(r.find(Method::Post, "/users/1"), Match::MethodNotAllowed("GET, DELETE, HEAD")));
+        assert!(matches!(r.find(Method::Post, "/users/1"), Match::MethodNotAllowed("GET, DELETE, HEAD", _)));
         assert!(matches!(r.find(Method::Get, "/users/"), Match::NotFound));
         assert!(matches!(r.find(Method::Get, "/users/1/x"), Match::NotFound));
         assert!(matches!(r.find(Method::Get, "/nope"), Match::NotFound));
+    }
+
+    #[test]
+    fn each_pattern_has_one_index_whatever_the_method() {
+        let mut r = Router::default();
+        r.add(Method::Get, "/health", 1).add(Method::Get, "/users/{id}", 2).add(Method::Delete, "/users/{id}", 3).add(
+            Method::Get,
+            "/users/{id}/posts",
+            4,
+        );
+        assert_eq!(r.patterns().collect::<Vec<_>>(), ["/health", "/users/{id}", "/users/{id}/posts"]);
+        assert!(matches!(r.find(Method::Get, "/health"), Match::Found(_, _, 0)));
+        assert!(matches!(r.find(Method::Get, "/users/7"), Match::Found(_, _, 1)));
+        assert!(matches!(r.find(Method::Delete, "/users/8"), Match::Found(_, _, 1)));
+        assert!(matches!(r.find(Method::Post, "/users/9"), Match::MethodNotAllowed(_, 1)));
+        assert!(matches!(r.find(Method::Get, "/users/9/posts"), Match::Found(_, _, 2)));
     }
 }

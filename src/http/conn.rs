@@ -49,6 +49,13 @@ pub enum Outcome {
 pub trait Service {
     /// Answer one request.
     fn call(&mut self, req: &Request<'_>) -> Outcome;
+    /// A small label for the request [`Service::call`] just answered (the
+    /// app's route slot, for metrics); the connection keeps it and hands it
+    /// back in [`Finished::label`]. A request that never reached `call` (a
+    /// protocol error) is labelled 0.
+    fn label(&self) -> u16 {
+        0
+    }
     /// One request/response exchange finished (the access log).
     fn finished(&mut self, done: &Finished<'_>);
 }
@@ -67,6 +74,8 @@ pub struct Finished<'a> {
     pub elapsed: Duration,
     /// The request id sent.
     pub request_id: &'a [u8],
+    /// What [`Service::label`] said for this request (0 when not called).
+    pub label: u16,
 }
 
 /// Per-worker settings and header state every connection shares.
@@ -136,6 +145,7 @@ struct Current {
     rid_len: usize,
     target: Vec<u8>,
     started: Instant,
+    label: u16,
 }
 
 /// HTTP/1.1 state of one connection.
@@ -169,6 +179,7 @@ impl Http1 {
                 rid_len: 0,
                 target: Vec::new(),
                 started: now,
+                label: 0,
             },
             deadline: Some((now + env.header_timeout, Timeout::Idle)),
             peer,
@@ -385,6 +396,7 @@ impl Http1 {
             peer: self.peer,
         };
         let outcome = svc.call(&req);
+        self.cur.label = svc.label();
         self.continue_sent = false;
         match outcome {
             Outcome::Ready(resp) => self.respond(resp, Delimit::Length, out, svc, env, now),
@@ -425,6 +437,7 @@ impl Http1 {
             bytes,
             elapsed: cur.started.elapsed(),
             request_id: &cur.rid[..cur.rid_len],
+            label: cur.label,
         });
         self.head_known = false;
         self.cur.keep_alive = keep_alive;
@@ -473,6 +486,7 @@ impl Http1 {
         self.cur.rid[..36].copy_from_slice(&u);
         self.cur.rid_len = 36;
         self.cur.keep_alive = false;
+        self.cur.label = 0;
         let mut resp = e.into_response(env.development);
         resp.close = true;
         self.phase = Phase::Waiting;
@@ -487,7 +501,7 @@ mod tests {
 
     struct Echo {
         pending: bool,
-        log: Vec<(String, u16)>,
+        log: Vec<(String, u16, u16)>,
     }
 
     impl Service for Echo {
@@ -499,8 +513,11 @@ mod tests {
             r.body = Body::Bytes(format!("{}{}", req.path, String::from_utf8_lossy(req.body)).into_bytes());
             Outcome::Ready(r)
         }
+        fn label(&self) -> u16 {
+            7
+        }
         fn finished(&mut self, done: &Finished<'_>) {
-            self.log.push((String::from_utf8_lossy(done.target).into_owned(), done.status));
+            self.log.push((String::from_utf8_lossy(done.target).into_owned(), done.status, done.label));
         }
     }
 
@@ -588,6 +605,8 @@ mod tests {
         h.complete(r, &mut out, &mut svc, &mut e, now);
         assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
         assert_eq!(bodies(&String::from_utf8_lossy(&out)), ["slow-done", "/fast"]);
+        // The label the service gave at `call` comes back when the pending answer finishes.
+        assert_eq!(svc.log, [("/slow".to_owned(), 200, 7), ("/fast".to_owned(), 200, 7)]);
     }
 
     #[test]
@@ -598,6 +617,14 @@ mod tests {
         assert!(out.contains("Connection: close\r\n"));
         assert!(out.contains("\"code\":\"BAD_REQUEST\""));
         assert_eq!(svc.log.len(), 1);
+        assert_eq!(svc.log[0].2, 0, "a request the service never saw has label 0");
+    }
+
+    #[test]
+    fn a_protocol_error_after_a_request_is_labelled_zero() {
+        let (_, p, svc) = run(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost : x\r\n\r\n");
+        assert_eq!(p, Progress::Close);
+        assert_eq!(svc.log.iter().map(|l| (l.1, l.2)).collect::<Vec<_>>(), [(200, 7), (400, 0)]);
     }
 
     #[test]

@@ -3,12 +3,14 @@
 //!
 //! It holds only fixed-size records of atomics (no pointers, no locks), laid
 //! out once. Today: one [`ProcRecord`] per live worker process (heartbeat,
-//! state, counters) and the rate-limit table; later zones are added here as
-//! more fixed arrays. The shared cache, sized from the configuration, lives in
+//! state, counters), a parallel [`metrics::ProcMetrics`] block per process
+//! plus the retired block (`GET /metrics`), and the rate-limit table; later
+//! zones are added here as more fixed arrays. The shared cache, sized from the configuration, lives in
 //! its own mapping instead ([`cache`]). It must not grow, allocate or hold
 //! Rust pointers.
 
 pub mod cache;
+pub mod metrics;
 pub mod ratelimit;
 
 use std::io;
@@ -50,6 +52,10 @@ pub struct ProcRecord {
 pub struct Region {
     /// Per-process records, indexed by the slot the supervisor assigned.
     pub procs: [ProcRecord; MAX_PROCS],
+    /// Per-process metrics blocks, same index as `procs`.
+    pub metrics: [metrics::ProcMetrics; MAX_PROCS],
+    /// What released records counted, and the worker restart count.
+    pub retired: metrics::Retired,
     /// The shared rate-limit table (seeded by the supervisor before forking).
     pub rate: ratelimit::RateTable,
 }
@@ -72,14 +78,16 @@ impl Region {
         rec.heartbeat_ms.store(crate::sys::monotonic_ms(), Ordering::Relaxed);
         rec.connections.store(0, Ordering::Relaxed);
         rec.requests.store(0, Ordering::Relaxed);
+        self.reset_metrics(i);
         rec.pid.store(-1, Ordering::Release);
         Some(i)
     }
 
-    /// Give a record back (supervisor only, after reaping its process).
+    /// Give a record back (supervisor only, after reaping its process). Its
+    /// metrics counters are added to the retired block first.
     pub fn release(&self, i: usize) {
         if let Some(rec) = self.procs.get(i) {
-            rec.pid.store(0, Ordering::Release);
+            self.retire_metrics(i, || rec.pid.store(0, Ordering::Release));
         }
     }
 }

@@ -4,6 +4,11 @@
 //! Because the supervisor holds each slot's socket for the life of the slot,
 //! a worker that dies does not close it: connections the kernel queued for
 //! that slot wait for the replacement instead of being reset.
+//!
+//! Sockets can also arrive ready-made through `LISTEN_FDS`: from systemd
+//! (socket activation, `systemd/forkd.socket`) or from the previous
+//! supervisor during a binary upgrade (`SIGUSR2`), which also hands over a
+//! pipe named [`UPGRADE_FD_NAME`] to report readiness on.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -22,4 +27,47 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     s.listen(BACKLOG)?;
     s.set_nonblocking(true)?;
     Ok(s.into())
+}
+
+/// `LISTEN_FDNAMES` name of the pipe on which a new supervisor tells the old
+/// one, during a binary upgrade, that it serves.
+pub const UPGRADE_FD_NAME: &str = "forkd-upgrade";
+/// `LISTEN_FDNAMES` name of a listening socket handed over by an upgrade.
+pub const LISTEN_FD_NAME: &str = "forkd";
+
+/// What this process was handed at start.
+#[derive(Default)]
+pub struct Inherited {
+    /// Listening sockets, in order (non-blocking).
+    pub listeners: Vec<TcpListener>,
+    /// During a binary upgrade: the pipe to the old supervisor.
+    pub upgrade: Option<std::fs::File>,
+}
+
+/// Take the descriptors passed through `LISTEN_FDS` (call once, at start).
+pub fn inherited() -> Inherited {
+    let mut out = Inherited::default();
+    for (fd, name) in crate::sys::take_listen_fds() {
+        if name == UPGRADE_FD_NAME {
+            out.upgrade = Some(crate::sys::file_from_fd(fd));
+            continue;
+        }
+        let l = crate::sys::listener_from_fd(fd);
+        let listening = socket2::SockRef::from(&l).is_listener().unwrap_or(false);
+        if !listening || l.set_nonblocking(true).is_err() {
+            log::warn!("LISTEN_FDS: descriptor {fd} ({name:?}) is not a listening TCP socket; ignored");
+            continue;
+        }
+        out.listeners.push(l);
+    }
+    out
+}
+
+/// Another socket on the address `first` listens on: a new `SO_REUSEPORT`
+/// socket when the address allows it, else a second handle on `first` (the
+/// slots then share its accept queue, e.g. a socket from systemd without
+/// `ReusePort=yes`).
+pub fn another(first: &TcpListener) -> io::Result<TcpListener> {
+    let addr = first.local_addr()?;
+    bind(addr).or_else(|_| first.try_clone())
 }

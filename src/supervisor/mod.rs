@@ -60,6 +60,15 @@ struct Supervisor {
     source: crate::config::Source,
     /// A SIGHUP reload replacing the workers one slot at a time.
     reload: Option<Reload>,
+    /// A SIGUSR2 binary upgrade waiting for the new supervisor to serve.
+    upgrade: Option<Upgrade>,
+    /// This supervisor was itself started by an upgrade: tell the old one once serving.
+    upgraded_from: Option<std::fs::File>,
+    /// The binary and arguments this supervisor was started with (an upgrade runs them again).
+    exe: std::path::PathBuf,
+    args: Vec<std::ffi::OsString>,
+    /// The sockets came from `LISTEN_FDS` (`listen` does not apply).
+    activated: bool,
     secret: Vec<u8>,
     region: &'static Region,
     endpoints: &'static crate::client::Endpoints,
@@ -85,6 +94,18 @@ struct Reload {
 /// How long a reload waits for one new worker to start serving.
 const RELOAD_START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A binary upgrade in progress: the new supervisor and the pipe it reports on.
+struct Upgrade {
+    pid: i32,
+    pipe: std::fs::File,
+    started: Instant,
+}
+
+/// How long an upgrade waits for the new supervisor to serve before giving up on it.
+const UPGRADE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Poll token of the upgrade pipe.
+const UPGRADE: Token = Token(usize::MAX);
+
 /// Run the supervisor until the service stops; returns the exit code.
 pub fn run(config: Config, source: crate::config::Source) -> i32 {
     match Supervisor::start(config, source).and_then(|mut s| s.cycle()) {
@@ -102,6 +123,9 @@ pub fn run(config: Config, source: crate::config::Source) -> i32 {
 
 impl Supervisor {
     fn start(config: Config, source: crate::config::Source) -> io::Result<Supervisor> {
+        // First, before anything opens a descriptor: what systemd or an upgrading
+        // supervisor handed over from fd 3.
+        let inherited = listen::inherited();
         // Shared by every worker: resolved (or, in development, generated) once, before fork.
         let secret = crate::auth::secret::resolve(&config.auth, config.is_development())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("signing secret: {e}")))?;
@@ -117,11 +141,30 @@ impl Supervisor {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("upstream: {e}")))?;
         let endpoints: &'static crate::client::Endpoints = Box::leak(Box::new(endpoints));
         let shared_cache = crate::shm::cache::SharedCache::create(config.upstreams.cache_entries, rand::random())?;
-        let mut slots = Vec::new();
-        for _ in 0..config.workers {
-            let listener = listen::bind(config.listen)
-                .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen)))?;
-            slots.push(Slot { listener, fast_failures: 0, respawn_at: Some(Instant::now()) });
+        // Captured now: after an upgrade replaced the file, /proc/self/exe names the old one.
+        let exe = std::env::current_exe()?;
+        let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let activated = !inherited.listeners.is_empty();
+        let mut slots: Vec<Slot> = Vec::new();
+        let slot = |listener| Slot { listener, fast_failures: 0, respawn_at: Some(Instant::now()) };
+        // Every handed-over socket becomes a slot (a queue nobody accepts from would strand connections).
+        for listener in inherited.listeners {
+            slots.push(slot(listener));
+        }
+        if let Some(first) = slots.first() {
+            log::info!(
+                "{} listening socket(s) handed over (LISTEN_FDS) on {}; `listen` does not apply",
+                slots.len(),
+                first.listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
+            );
+        }
+        while slots.len() < config.workers {
+            let listener = match slots.first() {
+                Some(first) => listen::another(&first.listener),
+                None => listen::bind(config.listen),
+            }
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen)))?;
+            slots.push(slot(listener));
         }
         let signals = SignalSet::install(&[
             libc::SIGCHLD,
@@ -154,6 +197,11 @@ impl Supervisor {
             config,
             source,
             reload: None,
+            upgrade: None,
+            upgraded_from: inherited.upgrade,
+            exe,
+            args,
+            activated,
             secret,
             region,
             endpoints,
@@ -179,8 +227,10 @@ impl Supervisor {
                 }
             }
             for ev in events.iter() {
-                if ev.token() != SIGNALS {
-                    self.on_bus(ev.token().0 - 1);
+                match ev.token() {
+                    SIGNALS => {}
+                    UPGRADE => self.on_upgrade_pipe(),
+                    t => self.on_bus(t.0 - 1),
                 }
             }
             self.signals.drain();
@@ -219,7 +269,13 @@ impl Supervisor {
                 log::info!("SIGUSR1: logs go to stderr; nothing to reopen");
             }
             if self.signals.take(libc::SIGUSR2) > 0 {
-                log::warn!("SIGUSR2: binary upgrade is not implemented yet; ignoring");
+                self.begin_upgrade();
+            }
+            if self.upgrade.as_ref().is_some_and(|u| u.started.elapsed() > UPGRADE_TIMEOUT) {
+                if let Some(u) = self.upgrade.take() {
+                    log::error!("SIGUSR2: the new supervisor {} did not start serving in time; stopping it", u.pid);
+                    sys::kill(u.pid, Signal::SIGTERM);
+                }
             }
             self.check_memory();
             self.check_heartbeats();
@@ -243,7 +299,7 @@ impl Supervisor {
                 return;
             }
         };
-        if new.listen != self.config.listen {
+        if new.listen != self.config.listen && !self.activated {
             log::error!(
                 "SIGHUP: reload refused: `listen` changed ({} → {}); restart to change the address",
                 self.config.listen,
@@ -293,6 +349,71 @@ impl Supervisor {
         let keep = old_n.min(new_n);
         log::info!("SIGHUP: configuration reloaded; replacing {keep} worker(s) one by one");
         self.reload = Some(Reload { pending: (0..keep).collect(), current: None });
+    }
+
+    /// SIGUSR2: start a new supervisor from the binary on disk, handing it the
+    /// slot sockets (`LISTEN_FDS`) and a pipe; once it reports that it serves,
+    /// drain and exit. Both accept from the same sockets meanwhile, so no
+    /// queued connection is lost. If the new one fails, this one stays.
+    fn begin_upgrade(&mut self) {
+        if let Some(u) = &self.upgrade {
+            log::warn!("SIGUSR2: an upgrade is already waiting for supervisor {}", u.pid);
+            return;
+        }
+        let (read, write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK) {
+            Ok(p) => p,
+            Err(e) => {
+                log::error!("SIGUSR2: upgrade impossible: pipe: {e}");
+                return;
+            }
+        };
+        let mut fds: Vec<(std::os::fd::RawFd, &str)> =
+            self.slots.iter().map(|s| (s.listener.as_raw_fd(), listen::LISTEN_FD_NAME)).collect();
+        fds.push((write.as_raw_fd(), listen::UPGRADE_FD_NAME));
+        match sys::fork() {
+            Ok(Forked::Parent(pid)) => {
+                drop(write);
+                let pipe = std::fs::File::from(read);
+                if let Err(e) = self.poll.registry().register(
+                    &mut mio::unix::SourceFd(&pipe.as_raw_fd()),
+                    UPGRADE,
+                    Interest::READABLE,
+                ) {
+                    log::error!("SIGUSR2: cannot watch the new supervisor: {e}");
+                }
+                log::info!("SIGUSR2: started a new supervisor {pid} from {}", self.exe.display());
+                self.upgrade = Some(Upgrade { pid, pipe, started: Instant::now() });
+            }
+            Ok(Forked::Child) => {
+                self.signals.uninstall();
+                let _ = sys::unblock_signals();
+                let e = sys::exec_with_fds(&self.exe, &self.args, &fds);
+                log::error!("SIGUSR2: cannot execute {}: {e}", self.exe.display());
+                std::process::exit(1);
+            }
+            Err(e) => log::error!("SIGUSR2: upgrade impossible: fork: {e}"),
+        }
+    }
+
+    /// The new supervisor of an upgrade reported (or its pipe closed).
+    fn on_upgrade_pipe(&mut self) {
+        let Some(u) = self.upgrade.as_mut() else { return };
+        let mut buf = [0u8; 64];
+        let n = match std::io::Read::read(&mut u.pipe, &mut buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Ok(n) => n,
+            Err(_) => 0,
+        };
+        let Some(u) = self.upgrade.take() else { return };
+        let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&u.pipe.as_raw_fd()));
+        if n == 0 || !buf[..n].starts_with(b"READY") {
+            log::error!("SIGUSR2: the new supervisor {} exited before serving; this one stays", u.pid);
+            return;
+        }
+        log::info!("SIGUSR2: the new supervisor {} serves; draining this one", u.pid);
+        // systemd follows the new main process (allowed from the current main).
+        self.notifier.send(&format!("MAINPID={}\nREADY=1\nSTATUS=upgraded", u.pid));
+        self.graceful_stop();
     }
 
     /// Advance a reload: start the next slot's new worker, and once it
@@ -408,6 +529,8 @@ impl Supervisor {
                     config: &self.config,
                     listener: sys::listener_from_fd(fd),
                     record: &self.region.procs[record],
+                    metrics: &self.region.metrics[record],
+                    region: self.region,
                     secret: &self.secret,
                     bus: Endpoint::new(theirs),
                     rate: &self.region.rate,
@@ -453,6 +576,8 @@ impl Supervisor {
                 log::info!("worker {pid} exited after draining ({how})");
                 continue;
             }
+            // Not asked to stop: `forkd_worker_restarts_total`.
+            self.region.count_restart();
             if self.table.serving(p.slot).next().is_some() {
                 // Another worker serves the slot (a reload's or a memory replacement's old one).
                 log::warn!("worker {pid} of slot {} died ({how}); the slot is still served", p.slot);
@@ -542,7 +667,11 @@ impl Supervisor {
     }
 
     fn add_slot(&mut self) {
-        match listen::bind(self.config.listen) {
+        let socket = match self.slots.first() {
+            Some(first) => listen::another(&first.listener),
+            None => listen::bind(self.config.listen),
+        };
+        match socket {
             Ok(listener) => {
                 self.slots.push(Slot { listener, fast_failures: 0, respawn_at: Some(Instant::now()) });
                 log::info!("SIGTTIN: {} worker(s)", self.slots.len());
@@ -621,7 +750,14 @@ impl Supervisor {
             .all(|s| self.table.serving(s).any(|p| self.region.procs[p.record].state() == WorkerState::Serving));
         if all {
             self.ready = true;
-            log::info!("ready: {} worker(s) listening on {}", self.slots.len(), self.config.listen);
+            let addr = self.slots.first().and_then(|s| s.listener.local_addr().ok()).unwrap_or(self.config.listen);
+            log::info!("ready: {} worker(s) listening on {addr}", self.slots.len());
+            if let Some(mut pipe) = self.upgraded_from.take() {
+                // The old supervisor drains once it reads this (and tells systemd our pid).
+                if let Err(e) = std::io::Write::write_all(&mut pipe, b"READY\n") {
+                    log::warn!("upgrade: cannot tell the old supervisor we serve: {e}");
+                }
+            }
             self.notifier.send(&format!(
                 "READY=1\nSTATUS=serving with {} workers\nMAINPID={}",
                 self.slots.len(),

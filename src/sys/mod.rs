@@ -205,3 +205,72 @@ pub fn trim_heap() {
         libc::malloc_trim(0);
     }
 }
+
+/// Descriptors handed over through `LISTEN_FDS` (systemd socket activation,
+/// or the previous supervisor during a binary upgrade), from fd 3, each with
+/// its name from `LISTEN_FDNAMES` (empty when unnamed). The variables are
+/// removed so that no child sees them; nothing is returned when they are
+/// absent or name another process in `LISTEN_PID`. Call once, at start,
+/// before any thread exists.
+pub fn take_listen_fds() -> Vec<(RawFd, String)> {
+    let n = std::env::var("LISTEN_FDS").ok().and_then(|v| v.parse::<i32>().ok()).unwrap_or(0);
+    let ours = std::env::var("LISTEN_PID").map_or(true, |p| p.parse::<u32>().ok() == Some(std::process::id()));
+    let names: Vec<String> =
+        std::env::var("LISTEN_FDNAMES").map(|v| v.split(':').map(str::to_string).collect()).unwrap_or_default();
+    for k in ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"] {
+        std::env::remove_var(k);
+    }
+    if !ours || n <= 0 {
+        return Vec::new();
+    }
+    (0..n.min(256))
+        .map(|i| {
+            let fd = 3 + i;
+            // Not for the workers or anything this process executes.
+            let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+            (fd, names.get(i as usize).cloned().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Take ownership of an inherited descriptor (from [`take_listen_fds`]) as a file.
+pub fn file_from_fd(fd: RawFd) -> std::fs::File {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `fd` came from `take_listen_fds`: open, handed to this process
+    // for it to own, and adopted once.
+    unsafe { std::fs::File::from_raw_fd(fd) }
+}
+
+/// In a freshly forked child of the (single-threaded) supervisor: execute
+/// `exe` with `args`, handing `fds` over as `LISTEN_FDS` from fd 3 with the
+/// given names, every other descriptor closed. Returns only on failure.
+pub fn exec_with_fds(exe: &std::path::Path, args: &[std::ffi::OsString], fds: &[(RawFd, &str)]) -> io::Error {
+    use nix::fcntl::{fcntl, FcntlArg};
+    use std::os::unix::process::CommandExt;
+    // Move every descriptor out of the way first, so that placing one at 3+i
+    // never overwrites another still to be placed.
+    let mut high = Vec::with_capacity(fds.len());
+    for (fd, _) in fds {
+        match fcntl(*fd, FcntlArg::F_DUPFD_CLOEXEC(1000)) {
+            Ok(h) => high.push(h),
+            Err(e) => return e.into(),
+        }
+    }
+    let mut keep = Vec::with_capacity(fds.len());
+    for (i, h) in high.iter().enumerate() {
+        let target = 3 + i as RawFd;
+        // dup2 clears close-on-exec on the new descriptor: it survives the exec.
+        if let Err(e) = nix::unistd::dup2(*h, target) {
+            return e.into();
+        }
+        keep.push(target);
+    }
+    close_inherited_fds(&keep);
+    let names: Vec<&str> = fds.iter().map(|(_, n)| *n).collect();
+    std::process::Command::new(exe)
+        .args(args.iter().skip(1))
+        .env("LISTEN_FDS", fds.len().to_string())
+        .env("LISTEN_PID", std::process::id().to_string())
+        .env("LISTEN_FDNAMES", names.join(":"))
+        .exec()
+}

@@ -29,7 +29,8 @@ use crate::error::Error;
 use crate::http::conn::{Env, Finished, Http1, Outcome, Phase, Progress, Service, HIGH_WATERMARK};
 use crate::http::headers::Common;
 use crate::http::request::Request;
-use crate::shm::{ProcRecord, WorkerState};
+use crate::shm::metrics::ProcMetrics;
+use crate::shm::{ProcRecord, Region, WorkerState};
 use crate::store::Store;
 use crate::sys::signals::SignalSet;
 
@@ -56,6 +57,10 @@ pub struct WorkerArgs<'a> {
     pub listener: StdListener,
     /// This process's record in shared memory.
     pub record: &'static ProcRecord,
+    /// This process's metrics block (same index as `record`).
+    pub metrics: &'static ProcMetrics,
+    /// The whole shared region (read by `/metrics`).
+    pub region: &'static Region,
     /// The access-token signing secret (resolved once, before fork).
     pub secret: &'a [u8],
     /// This worker's end of the bus.
@@ -104,6 +109,7 @@ struct Worker {
     config: &'static Config,
     svc: &'static Services,
     record: &'static ProcRecord,
+    metrics: &'static ProcMetrics,
     poll: Poll,
     listener: Option<TcpListener>,
     accepting: bool,
@@ -152,6 +158,7 @@ impl Worker {
             cpu,
             publish,
             record: args.record,
+            region: args.region,
             stats: Box::leak(Box::default()),
             rate: args.rate,
             endpoints: args.endpoints,
@@ -190,6 +197,7 @@ impl Worker {
             config,
             svc,
             record: args.record,
+            metrics: args.metrics,
             poll,
             listener: Some(listener),
             accepting: true,
@@ -407,7 +415,8 @@ impl Worker {
                 }
                 e.into_response(self.env.development)
             });
-            let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, d.token, c.generation);
+            let mut glue =
+                Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, d.token, c.generation);
             c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(d.token);
         }
@@ -421,7 +430,7 @@ impl Worker {
             self.drive_stream(idx);
             return;
         }
-        let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, idx, c.generation);
+        let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, idx, c.generation);
         let mut close = false;
         loop {
             let phase = c.http.phase();
@@ -525,7 +534,7 @@ impl Worker {
                 self.stream_timer(idx, now);
                 continue;
             }
-            let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, idx, generation);
+            let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, idx, generation);
             if c.http.on_timeout(&mut c.out, &mut glue, &mut self.env, now) == Progress::Close {
                 let _ = flush(&mut c.sock, &mut c.out, &mut c.out_pos);
                 self.close(idx);
@@ -573,7 +582,8 @@ fn flush(sock: &mut TcpStream, out: &mut Vec<u8>, pos: &mut usize) -> io::Result
 }
 
 /// The bridge from a connection to the app: runs handlers (catching panics),
-/// sends `Later` jobs to the pool and writes the access log.
+/// sends `Later` jobs to the pool, counts finished requests in shared memory
+/// and writes the access log.
 struct Glue<'g> {
     app: &'g App,
     config: &'g Config,
@@ -581,6 +591,7 @@ struct Glue<'g> {
     token: usize,
     generation: u32,
     record: &'static ProcRecord,
+    metrics: &'static ProcMetrics,
     /// Set when the handler detached the connection (stream or upgrade).
     detach: Option<Detach>,
     /// Set when the handler asked for upstream requests.
@@ -593,10 +604,11 @@ impl<'g> Glue<'g> {
         config: &'g Config,
         pool: &'g Pool,
         record: &'static ProcRecord,
+        metrics: &'static ProcMetrics,
         token: usize,
         generation: u32,
     ) -> Self {
-        Glue { app, config, pool, token, generation, record, detach: None, pending: None }
+        Glue { app, config, pool, token, generation, record, metrics, detach: None, pending: None }
     }
 }
 
@@ -637,8 +649,13 @@ impl Service for Glue<'_> {
         }
     }
 
+    fn label(&self) -> u16 {
+        self.app.last_route()
+    }
+
     fn finished(&mut self, done: &Finished<'_>) {
         self.record.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.record(done.label, done.status, done.elapsed);
         crate::logging::access(done);
     }
 }

@@ -165,6 +165,7 @@ impl Worker {
                 let generation = c.generation;
                 self.sse.insert(idx);
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
+                self.metrics.set_sse_streams(self.sse.len());
                 if let Some(after) = last_event_id {
                     self.pool.submit(idx, generation, Work::Replay(self.app.sse_replay(after)));
                 }
@@ -199,7 +200,8 @@ impl Worker {
                     next_ping: now + WS_PING_EVERY,
                     awaiting_pong: false,
                 })));
-                self.svc.stats.ws.fetch_add(1, Relaxed);
+                let ws = self.svc.stats.ws.fetch_add(1, Relaxed) + 1;
+                self.metrics.set_websocket_clients(ws);
             }
         }
         self.drive_stream(idx);
@@ -505,6 +507,7 @@ impl Worker {
             Stream::Sse(_) => {
                 self.sse.remove(&idx);
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
+                self.metrics.set_sse_streams(self.sse.len());
             }
             Stream::Download(_) | Stream::Relay | Stream::Ticker(_) => {}
             Stream::Ws(w) => {
@@ -513,7 +516,8 @@ impl Worker {
                         self.svc.stats.members.fetch_sub(1, Relaxed);
                     }
                 }
-                self.svc.stats.ws.fetch_sub(1, Relaxed);
+                let ws = self.svc.stats.ws.fetch_sub(1, Relaxed).saturating_sub(1);
+                self.metrics.set_websocket_clients(ws);
             }
         }
     }

@@ -501,7 +501,7 @@ impl Worker {
     fn respond_waiting(&mut self, idx: usize, resp: Response, stream: bool) {
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, idx, c.generation);
+        let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, idx, c.generation);
         if stream {
             c.http.complete_stream(resp, &mut c.out, &mut glue, &mut self.env, now);
         } else {

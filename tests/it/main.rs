@@ -32,4 +32,7 @@ mod upstream;
 mod chat;
 mod homepage;
 
+mod metrics;
+
 mod reload;
+mod upgrade;

@@ -1,0 +1,111 @@
+//! `SIGUSR2` and `LISTEN_FDS` (CONTRACT §9): a binary upgrade starts a new supervisor
+//! from the binary on disk and hands it the listening sockets; the old one drains and
+//! exits 0 once the new one serves, without a failed request. The same hand-over
+//! (`LISTEN_FDS` from fd 3) is systemd socket activation: a socket passed at start is
+//! served, and `listen` does not apply.
+
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::util::*;
+
+/// Stops a supervisor this test caused to exist (not our child), by pid, also on failure.
+struct StopOnDrop(i32);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if !pid_alive(self.0) {
+            return;
+        }
+        kill_pid(self.0, Signal::SIGTERM);
+        if !eventually(Duration::from_secs(10), || !pid_alive(self.0)) {
+            for w in worker_pids(self.0) {
+                kill_pid(w, Signal::SIGKILL);
+            }
+            kill_pid(self.0, Signal::SIGKILL);
+        }
+    }
+}
+
+#[test]
+fn usr2_hands_the_sockets_to_a_new_supervisor_and_the_old_one_drains() {
+    let mut s = Server::builder().workers(2).start();
+    let old_workers = s.wait_workers(2, START_TIMEOUT);
+    let hammer = Hammer::start(s.addr(), "/health");
+    assert!(hammer.wait_more(5, IO_TIMEOUT), "no background traffic before the upgrade");
+    s.signal(Signal::SIGUSR2);
+    let line = s.wait_log_line(IO_TIMEOUT, |l| l.contains("SIGUSR2: started a new supervisor"));
+    let new_pid: i32 = line
+        .split("supervisor ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    let _stop = StopOnDrop(new_pid);
+    let status = s.wait_exit(Duration::from_secs(20));
+    assert!(
+        status.is_some_and(|st| st.success()),
+        "the old supervisor must drain and exit 0 once the new one serves: {status:?}\nlog:\n{}",
+        s.log_tail()
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || worker_pids(new_pid).len() == 2),
+        "the new supervisor {new_pid} must run 2 workers: {:?}",
+        worker_pids(new_pid)
+    );
+    for w in old_workers {
+        assert!(eventually(Duration::from_secs(10), || !pid_alive(w)), "old worker {w} still runs");
+    }
+    assert!(hammer.wait_more(5, IO_TIMEOUT), "traffic stalled after the upgrade");
+    let rep = hammer.finish();
+    assert!(rep.failures.is_empty(), "requests failed during the upgrade: {:?}", rep.failures);
+    assert_eq!(get(s.addr(), "/health").status, 200, "the port is served by the new supervisor");
+}
+
+#[test]
+fn a_socket_passed_in_listen_fds_is_served_and_listen_does_not_apply() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // `listen` names another port: the passed socket wins.
+    let config = render_config(&format!("127.0.0.1:{}", free_port()), dir.path(), "workers = 2");
+    let cfg = dir.path().join("forkd.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let log = std::fs::File::create(dir.path().join("forkd.log")).unwrap();
+    let fd = listener.as_raw_fd();
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--config", cfg.to_str().unwrap()])
+        .env("LISTEN_FDS", "1")
+        .env_remove("LISTEN_PID")
+        .env_remove("FORKD_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(log);
+    // SAFETY: dup2 and fcntl are async-signal-safe; they place the listener at fd 3
+    // without close-on-exec in the child only, as systemd does. (When it already is fd 3,
+    // dup2 would be a no-op that keeps close-on-exec: clear the flag instead.)
+    unsafe {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            let r = if fd == 3 { fcntl(3, FcntlArg::F_SETFD(FdFlag::empty())) } else { nix::unistd::dup2(fd, 3) };
+            r.map(|_| ()).map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn forkd");
+    let pid = child.id() as i32;
+    let _stop = StopOnDrop(pid);
+    drop(listener);
+    let served = eventually(START_TIMEOUT, || {
+        std::net::TcpStream::connect(addr).is_ok_and(|_| get(addr, "/health").status == 200)
+    });
+    let logs = std::fs::read_to_string(dir.path().join("forkd.log")).unwrap_or_default();
+    assert!(served, "the socket passed as fd 3 must be served\nlog:\n{logs}");
+    assert!(logs.contains("handed over (LISTEN_FDS)"), "the log must say the socket was handed over:\n{logs}");
+    assert!(eventually(START_TIMEOUT, || worker_pids(pid).len() == 2), "2 workers on the passed socket");
+    kill_pid(pid, Signal::SIGTERM);
+    let _ = child.wait();
+}
