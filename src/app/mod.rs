@@ -196,6 +196,8 @@ pub struct App {
     config_etag: &'static str,
     /// This worker's cache of upstream answers (the first level).
     homepage_cache: homepage::Shared,
+    /// Access tokens this worker verified, until they expire (see `session`).
+    verified: std::cell::RefCell<session::Verified>,
     /// The `/metrics` label of each route slot (`other`, then the patterns).
     route_labels: Vec<&'static str>,
     /// The route slot of the request [`App::handle`] saw last.
@@ -251,6 +253,7 @@ impl App {
             config_body,
             config_etag,
             homepage_cache,
+            verified: Default::default(),
             route_labels,
             route: std::cell::Cell::new(crate::shm::metrics::ROUTE_OTHER),
         }

@@ -33,6 +33,20 @@ pub fn require(app: &App, req: &Request<'_>) -> Result<Caller, Error> {
     optional(app, req)?.ok_or(Error::Unauthorized("token required"))
 }
 
+/// Access tokens already verified by this worker: token → (caller, `exp`).
+///
+/// Verifying an HS256 token (base64, JSON, HMAC) costs several microseconds;
+/// a client sends the same token with every request until it expires. The
+/// answer for a given token string never changes under one signing secret
+/// (a reload starts new workers with an empty map), so remembering it is
+/// exact, not an approximation: `exp` is still checked on every use. Bounded:
+/// emptied when it reaches [`VERIFIED_MAX`] entries. Failures are not kept.
+#[derive(Default)]
+pub struct Verified(std::collections::HashMap<Box<str>, (Caller, u64)>);
+
+/// Entries [`Verified`] holds before it starts over.
+const VERIFIED_MAX: usize = 4096;
+
 /// A valid bearer token if one is sent; a bad one is still 401.
 pub fn optional(app: &App, req: &Request<'_>) -> Result<Option<Caller>, Error> {
     let Some(value) = req.header("authorization") else { return Ok(None) };
@@ -43,7 +57,21 @@ pub fn optional(app: &App, req: &Request<'_>) -> Result<Option<Caller>, Error> {
         .filter(|t| !t.is_empty())
         .and_then(|t| std::str::from_utf8(t).ok())
         .ok_or(Error::Unauthorized("invalid token"))?;
-    Ok(Some(app.svc.jwt.verify(token)?.into()))
+    let now = crate::auth::jwt::now_unix();
+    if let Some(&(caller, exp)) = app.verified.borrow().0.get(token) {
+        if exp > now {
+            return Ok(Some(caller));
+        }
+    }
+    let claims = app.svc.jwt.verify(token)?;
+    let exp = claims.exp;
+    let caller = Caller::from(claims);
+    let mut verified = app.verified.borrow_mut();
+    if verified.0.len() >= VERIFIED_MAX {
+        verified.0.clear();
+    }
+    verified.0.insert(token.into(), (caller, exp));
+    Ok(Some(caller))
 }
 
 /// The value of cookie `name`.

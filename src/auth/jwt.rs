@@ -58,7 +58,7 @@ impl fmt::Debug for Jwt {
 }
 
 /// Seconds since the Unix epoch by the wall clock (0 if the clock is before 1970).
-fn now_unix() -> u64 {
+pub(crate) fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 

@@ -383,6 +383,29 @@ fn correctly_forged_hs256_token_with_the_right_secret_is_accepted() {
 }
 
 #[test]
+fn a_token_accepted_before_is_refused_once_it_expires() {
+    // The worker remembers tokens it verified; expiry must still be checked on every use.
+    let s = Server::start_api();
+    let (u, _) = s.user("Expiring");
+    let mut claims = good_claims(id_of(&u), "user");
+    let exp = now_unix() + 2;
+    claims["exp"] = json!(exp);
+    let t = jwt_sign(&json!({"alg": "HS256", "typ": "JWT"}), &claims, "HS256", TEST_JWT_SECRET.as_bytes());
+    for i in 0..3 {
+        let r = me_with_auth(&s, &format!("Bearer {t}"));
+        if now_unix() < exp {
+            s.expect_data(&r, 200, &format!("GET /auth/me #{i} before exp"));
+        }
+    }
+    let refused = eventually(Duration::from_secs(6), || {
+        now_unix() > exp && me_with_auth(&s, &format!("Bearer {t}")).status == 401
+    });
+    let r = me_with_auth(&s, &format!("Bearer {t}"));
+    ensure!(s, refused, "a token past its exp ({exp}) must be refused even after it was accepted: {r:?}");
+    expect_401(&s, &r, "invalid token", "an expired token used before");
+}
+
+#[test]
 fn me_returns_the_current_user() {
     let s = Server::start_api();
     let (u, token) = s.user("Myself");
