@@ -67,6 +67,27 @@ fn usr2_hands_the_sockets_to_a_new_supervisor_and_the_old_one_drains() {
 }
 
 #[test]
+fn usr2_keeps_the_old_supervisor_when_the_new_one_cannot_start() {
+    // The new supervisor reads the config file as it is now: an invalid one makes it exit
+    // before serving, and the old one must carry on as if nothing happened.
+    let s = Server::builder().workers(2).start();
+    let before = s.wait_workers(2, START_TIMEOUT);
+    std::fs::write(s.config_path(), format!("{}\nno_such_key = 1\n", s.config_text)).unwrap();
+    let hammer = Hammer::start(s.addr(), "/health");
+    s.signal(Signal::SIGUSR2);
+    let line = s.wait_log_line(Duration::from_secs(15), |l| l.contains("exited before serving"));
+    assert!(line.contains("this one stays"), "{line}");
+    assert!(hammer.wait_more(5, IO_TIMEOUT), "traffic stalled after the failed upgrade");
+    let rep = hammer.finish();
+    assert!(rep.failures.is_empty(), "requests failed during the failed upgrade: {:?}", rep.failures);
+    assert_eq!(s.workers(), before, "the old workers keep serving");
+    assert!(pid_alive(s.pid()), "the old supervisor keeps running");
+    // The service is unchanged and healthy (the config file is put back for the drop).
+    std::fs::write(s.config_path(), &s.config_text).unwrap();
+    s.assert_healthy();
+}
+
+#[test]
 fn a_socket_passed_in_listen_fds_is_served_and_listen_does_not_apply() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().unwrap();
