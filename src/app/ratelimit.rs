@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::http::request::Request;
 use crate::http::response::Response;
 use crate::shm::ratelimit::{Decision, RateTable};
+use std::borrow::Cow;
 
 /// Count this request if its route is limited; `Err(429)` when over.
 pub fn check(config: &Config, table: &RateTable, req: &Request<'_>) -> Result<Option<Decision>, Error> {
@@ -33,10 +34,44 @@ pub fn check(config: &Config, table: &RateTable, req: &Request<'_>) -> Result<Op
 
 /// Add the `RateLimit-*` headers.
 pub fn decorate(r: &mut Response, config: &Config, d: &Decision) {
-    r.header("RateLimit-Policy", format!("{};w={}", d.limit, config.rate_limit.window.as_secs()))
-        .header("RateLimit-Limit", d.limit.to_string())
-        .header("RateLimit-Remaining", d.remaining.to_string())
-        .header("RateLimit-Reset", d.reset_secs.to_string());
+    let window = config.rate_limit.window.as_secs();
+    // The policy of the general limiter is the same on every response: rendered once.
+    static POLICY: std::sync::OnceLock<(u64, u64, &'static str)> = std::sync::OnceLock::new();
+    let &(limit, w, text) =
+        POLICY.get_or_init(|| (d.limit, window, Box::leak(format!("{};w={window}", d.limit).into_boxed_str())));
+    let policy = if (limit, w) == (d.limit, window) {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(format!("{};w={window}", d.limit))
+    };
+    r.header("RateLimit-Policy", policy)
+        .header("RateLimit-Limit", number(d.limit))
+        .header("RateLimit-Remaining", number(d.remaining))
+        .header("RateLimit-Reset", number(d.reset_secs));
+}
+
+/// Numbers below this are served from one static string of their decimal forms.
+const SMALL_NUMBERS: u64 = 10_000;
+
+/// `n` in decimal: a slice of a string built once (`"0123456789101112…9999"`)
+/// for the small numbers every response carries, an allocation only beyond.
+fn number(n: u64) -> Cow<'static, str> {
+    static DIGITS: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    if n >= SMALL_NUMBERS {
+        return Cow::Owned(n.to_string());
+    }
+    let all = DIGITS.get_or_init(|| {
+        let s: String = (0..SMALL_NUMBERS).map(|i| i.to_string()).collect();
+        Box::leak(s.into_boxed_str())
+    });
+    // Where `n` starts: the digits of every smaller number (1 digit below 10, 2 below 100, …).
+    let (start, len) = match n {
+        0..=9 => (n, 1),
+        10..=99 => (10 + 2 * (n - 10), 2),
+        100..=999 => (190 + 3 * (n - 100), 3),
+        _ => (2890 + 4 * (n - 1000), 4),
+    };
+    all.get(start as usize..(start + len) as usize).map_or_else(|| Cow::Owned(n.to_string()), Cow::Borrowed)
 }
 
 fn login_key(req_peer: std::net::IpAddr, email: &str) -> Vec<u8> {
@@ -94,5 +129,18 @@ impl LoginGuard {
         if self.enabled {
             table.reset(&self.key, self.window_ms);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_their_decimal_forms() {
+        for n in (0..12_000u64).chain([u64::MAX, 123_456]) {
+            assert_eq!(number(n), n.to_string(), "{n}");
+        }
+        assert!(matches!(number(9_999), Cow::Borrowed(_)));
     }
 }
