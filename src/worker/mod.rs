@@ -46,6 +46,8 @@ const BUS: Token = Token(usize::MAX - 4);
 const MAX_POLL_WAIT: Duration = Duration::from_millis(500);
 /// A connection whose output makes no progress this long is dropped (nginx `send_timeout`).
 const SEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Connections a worker must have held at once before it gives memory back when they go.
+const TRIM_PEAK: usize = 1024;
 /// While a request is pending or output is paused, stop reading past this much input.
 const READ_AHEAD: usize = 64 * 1024;
 
@@ -121,6 +123,8 @@ struct Worker {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     live: usize,
+    /// Most connections open at once since memory was last given back.
+    peak: usize,
     next_generation: u32,
     timers: Timers,
     scratch: Vec<u8>,
@@ -209,6 +213,7 @@ impl Worker {
             conns: Vec::new(),
             free: Vec::new(),
             live: 0,
+            peak: 0,
             next_generation: 1,
             timers: Timers::default(),
             scratch: vec![0; crate::bus::MAX_MESSAGE],
@@ -263,7 +268,28 @@ impl Worker {
             // Counters are checked every turn, not only on a wake-up byte.
             self.on_signal();
             self.expire(Instant::now());
+            self.give_back_memory();
         }
+    }
+
+    /// After a crowd of connections has gone (e.g. 10 000 SSE streams closed),
+    /// shrink the slab to its last live entry and give the allocator's free
+    /// pages back to the kernel. Runs only after a drop to a quarter of a peak
+    /// of at least [`TRIM_PEAK`] connections, so it costs nothing in steady state.
+    fn give_back_memory(&mut self) {
+        if self.peak < TRIM_PEAK || self.live > self.peak / 4 {
+            return;
+        }
+        self.peak = self.live;
+        while matches!(self.conns.last(), Some(None)) {
+            self.conns.pop();
+        }
+        let len = self.conns.len();
+        self.free.retain(|&i| i < len);
+        self.conns.shrink_to_fit();
+        self.free.shrink_to_fit();
+        self.sse.shrink_to_fit();
+        crate::sys::trim_heap();
     }
 
     fn on_signal(&mut self) {
@@ -363,6 +389,7 @@ impl Worker {
             call: None,
         });
         self.live += 1;
+        self.peak = self.peak.max(self.live);
         self.record.connections.store(self.live as u64, std::sync::atomic::Ordering::Relaxed);
         // The first bytes may already be there; read them now.
         self.drive(idx);
