@@ -64,6 +64,7 @@ fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         max_body: u64::MAX,
         timeout: app.svc.config.upstreams.timeout,
         total_deadline: false,
+        coalesce: false,
     };
     Ok(Reply::Relay(Relay { request, sink: Box::new(Upstream::default()) }))
 }

@@ -123,6 +123,7 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
                     max_body: MAX_ANSWER,
                     timeout: svc.config.upstreams.timeout,
                     total_deadline: true,
+                    coalesce: true,
                 });
                 slots.push(i);
             }

@@ -211,6 +211,10 @@ pub struct Outbound {
     /// `true`: the timeout bounds the whole exchange; `false`: each silence
     /// between reads (a stream).
     pub total_deadline: bool,
+    /// A `GET` whose answer does not depend on who asks: while one is in flight
+    /// in this worker, the same request joins it instead of going out again
+    /// (like nginx's `proxy_cache_lock`).
+    pub coalesce: bool,
 }
 
 impl Outbound {
@@ -591,6 +595,7 @@ mod tests {
             max_body: 10,
             timeout: std::time::Duration::from_secs(1),
             total_deadline: true,
+            coalesce: false,
         };
         let mut out = Vec::new();
         write_request(&req, &mut out);

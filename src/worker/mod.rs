@@ -402,7 +402,7 @@ impl Worker {
                 self.forget_stream(idx, s);
             }
             if let Some(call) = c.call.take() {
-                self.cancel_call(call);
+                self.cancel_call(idx, call);
             }
             self.free.push(idx);
             self.live -= 1;

@@ -95,6 +95,10 @@ pub struct UpConn {
     reader: ResponseReader,
     body: Vec<u8>,
     owner: Option<Owner>,
+    /// Requests of other clients that joined this one (same coalescible `GET`).
+    followers: Vec<Owner>,
+    /// Its key in the in-flight table, while others may join.
+    inflight: Option<(usize, String)>,
     generation: u32,
     timer_at: Option<Instant>,
     deadline: Option<Instant>,
@@ -121,6 +125,8 @@ pub struct Upstreams {
     free: Vec<usize>,
     idle: [Vec<usize>; ENDPOINTS],
     next_generation: u32,
+    /// Coalescible requests in flight: (endpoint id, path) → connection.
+    inflight: std::collections::HashMap<(usize, String), usize>,
 }
 
 /// What one I/O pass on an upstream connection left.
@@ -161,12 +167,19 @@ impl Worker {
                 }
                 for (slot, req) in call.requests.into_iter().enumerate() {
                     let owner = Owner { conn: idx, generation, slot };
+                    if let Some(ui) = self.join_inflight(owner, &req) {
+                        self.set_up(owner, Some(ui));
+                        continue;
+                    }
                     match self.up_start(owner, &req) {
                         Ok(ui) => {
-                            if let Some(Some(c)) = self.conns.get_mut(idx) {
-                                if let Some(CallState::Gather { ups, .. }) = &mut c.call {
-                                    ups[slot] = Some(ui);
+                            self.set_up(owner, Some(ui));
+                            if req.coalesce && req.idempotent() {
+                                let key = (req.endpoint.id, req.path.clone());
+                                if let Some(Some(u)) = self.up.conns.get_mut(ui) {
+                                    u.inflight = Some(key.clone());
                                 }
+                                self.up.inflight.insert(key, ui);
                             }
                             self.up_ready(ui);
                         }
@@ -192,11 +205,54 @@ impl Worker {
         }
     }
 
-    /// The client connection went away: drop every upstream exchange it owns.
-    pub(super) fn cancel_call(&mut self, call: CallState) {
+    /// The client connection `idx` went away: drop every upstream exchange it
+    /// owns (one that other clients joined goes on for them).
+    pub(super) fn cancel_call(&mut self, idx: usize, call: CallState) {
         match call {
-            CallState::Gather { ups, .. } => ups.into_iter().flatten().for_each(|ui| self.up_close(ui)),
+            CallState::Gather { ups, .. } => ups.into_iter().flatten().for_each(|ui| self.leave(ui, idx)),
             CallState::Relay { up, .. } => up.into_iter().for_each(|ui| self.up_close(ui)),
+        }
+    }
+
+    /// Client `idx` no longer waits on upstream connection `ui`.
+    fn leave(&mut self, ui: usize, idx: usize) {
+        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
+        u.followers.retain(|f| f.conn != idx);
+        if u.owner.is_some_and(|o| o.conn == idx) {
+            match u.followers.pop() {
+                Some(next) => u.owner = Some(next),
+                None => self.up_close(ui),
+            }
+        }
+    }
+
+    /// Join an identical coalescible request already in flight; its connection.
+    fn join_inflight(&mut self, owner: Owner, req: &Outbound) -> Option<usize> {
+        if !req.coalesce || !req.idempotent() {
+            return None;
+        }
+        let ui = *self.up.inflight.get(&(req.endpoint.id, req.path.clone()))?;
+        let u = self.up.conns.get_mut(ui)?.as_mut()?;
+        // Only a request still waiting for its answer can be joined.
+        u.owner?;
+        u.followers.push(owner);
+        Some(ui)
+    }
+
+    /// Record which upstream connection an owner's request runs on.
+    fn set_up(&mut self, owner: Owner, ui: Option<usize>) {
+        let Some(Some(c)) = self.conns.get_mut(owner.conn) else { return };
+        if c.generation != owner.generation {
+            return;
+        }
+        match &mut c.call {
+            Some(CallState::Gather { ups, .. }) => {
+                if let Some(s) = ups.get_mut(owner.slot) {
+                    *s = ui;
+                }
+            }
+            Some(CallState::Relay { up, .. }) => *up = ui,
+            None => {}
         }
     }
 
@@ -268,6 +324,8 @@ impl Worker {
             reader: ResponseReader::new(0, false),
             body: Vec::new(),
             owner: None,
+            followers: Vec::new(),
+            inflight: None,
             generation: self.up.next_generation,
             timer_at: None,
             deadline: None,
@@ -287,6 +345,9 @@ impl Worker {
     /// Close an upstream connection (the peer sees FIN).
     pub(super) fn up_close(&mut self, ui: usize) {
         if let Some(mut u) = self.up.conns.get_mut(ui).and_then(Option::take) {
+            if let Some(key) = u.inflight.take() {
+                self.up.inflight.remove(&key);
+            }
             let _ = self.poll.registry().deregister(&mut u.sock);
             self.up.free.push(ui);
         }
@@ -328,11 +389,15 @@ impl Worker {
                 let endpoint = Arc::clone(&u.endpoint);
                 let (out, reader_max, timeout, total) = (std::mem::take(&mut u.out), u.max_body, u.timeout, u.total);
                 let deadline = u.deadline;
+                let followers = std::mem::take(&mut u.followers);
+                let inflight = u.inflight.take();
                 self.up_close(ui);
                 match self.up_open(&endpoint, 0) {
                     Ok(nu) => {
                         if let Some(Some(n)) = self.up.conns.get_mut(nu) {
                             n.owner = Some(owner);
+                            n.followers = followers.clone();
+                            n.inflight = inflight.clone();
                             n.out = out;
                             n.reader = ResponseReader::new(reader_max, false);
                             n.timeout = timeout;
@@ -341,11 +406,23 @@ impl Worker {
                             n.max_body = reader_max;
                             n.deadline = deadline;
                         }
-                        self.reown(owner, ui, nu);
+                        if let Some(key) = inflight {
+                            self.up.inflight.insert(key, nu);
+                        }
+                        for o in std::iter::once(owner).chain(followers) {
+                            self.reown(o, ui, nu);
+                        }
                         self.up_ready(nu);
                         return;
                     }
                     Err(e) => {
+                        if let Some(key) = inflight {
+                            self.up.inflight.remove(&key);
+                        }
+                        for f in followers {
+                            self.reown(f, ui, usize::MAX);
+                            self.fetched(f, Err(e.clone()));
+                        }
                         self.reown(owner, ui, usize::MAX);
                         self.deliver_step(owner, None, Step::Failed(e));
                         return;
@@ -401,9 +478,19 @@ impl Worker {
         let relay = match self.conns.get(owner.conn) {
             Some(Some(c)) if c.generation == owner.generation => matches!(c.call, Some(CallState::Relay { .. })),
             _ => {
-                // The client is gone: nothing waits for this exchange.
+                // That client is gone: the next one that joined takes its place, if any.
                 if let Some(ui) = ui {
-                    self.up_close(ui);
+                    let next = self.up.conns.get_mut(ui).and_then(Option::as_mut).and_then(|u| {
+                        let next = u.followers.pop();
+                        if next.is_some() {
+                            u.owner = next;
+                        }
+                        next
+                    });
+                    match next {
+                        Some(next) => self.deliver_step(next, Some(ui), step),
+                        None => self.up_close(ui),
+                    }
                 }
                 return;
             }
@@ -423,15 +510,27 @@ impl Worker {
                 let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
                 let status = u.reader.head().map_or(0, |h| h.status);
                 let body = std::mem::take(&mut u.body);
+                let followers = std::mem::take(&mut u.followers);
+                if let Some(key) = u.inflight.take() {
+                    self.up.inflight.remove(&key);
+                }
                 self.up_release(ui);
+                for f in followers {
+                    self.fetched(f, Ok((status, body.clone())));
+                }
                 self.fetched(owner, Ok((status, body)));
             }
             Step::Failed(e) => {
+                let mut followers = Vec::new();
                 if let Some(ui) = ui {
-                    if let Some(Some(u)) = self.up.conns.get(ui) {
+                    if let Some(Some(u)) = self.up.conns.get_mut(ui) {
                         log::warn!("upstream {}: {e}", u.endpoint.url);
+                        followers = std::mem::take(&mut u.followers);
                     }
                     self.up_close(ui);
+                }
+                for f in followers {
+                    self.fetched(f, Err(e.clone()));
                 }
                 self.fetched(owner, Err(e));
             }

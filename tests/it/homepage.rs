@@ -902,3 +902,57 @@ fn homepage_https_name_mismatch_is_refused() {
         "users upstream https://localhost:PORT whose certificate (known CA) is for other.example only",
     );
 }
+
+#[test]
+fn homepage_concurrent_cold_requests_share_one_upstream_call_per_path() {
+    // One worker, a cold cache, slow upstreams and eight clients at once: the worker sends
+    // each upstream request once and every client gets the full page.
+    let h = Home::start(1, "", &[]);
+    let (id, token) = h.user("Herd");
+    let slow = Duration::from_millis(300);
+    h.users.script(id, Behaviour::json(200, &users_answer(id)).after(slow));
+    h.orders.script(id, Behaviour::json(200, &orders_answer(id)).after(slow));
+    h.recs.script(id, Behaviour::json(200, &recs_answer(id)).after(slow));
+    let auth = format!("Bearer {token}");
+    let mut conns: Vec<Conn> = (0..8).map(|_| h.s.conn()).collect();
+    for c in &mut conns {
+        c.send(&request("GET", "/api/homepage", &[("Authorization", &auth)], b""));
+    }
+    for (i, c) in conns.iter_mut().enumerate() {
+        let r = c.read_response();
+        let data = h.s.expect_data(&r, 200, &format!("concurrent homepage #{i}"));
+        h.check_complete(&data, id, &format!("concurrent homepage #{i}"));
+    }
+    for (name, up) in [("users", &h.users), ("orders", &h.orders), ("recommendations", &h.recs)] {
+        ensure_eq!(h.s, up.count(id), 1, "eight concurrent cold requests: one {name} request\n{}", h.describe());
+    }
+}
+
+#[test]
+fn homepage_a_joined_request_survives_the_first_client_leaving() {
+    // B joins A's upstream calls; A goes away before they answer: the calls go on for B.
+    let h = Home::start(1, "", &[]);
+    let (id, token) = h.user("Joined");
+    let slow = Duration::from_millis(600);
+    h.users.script(id, Behaviour::json(200, &users_answer(id)).after(slow));
+    h.orders.script(id, Behaviour::json(200, &orders_answer(id)).after(slow));
+    h.recs.script(id, Behaviour::json(200, &recs_answer(id)).after(slow));
+    let auth = format!("Bearer {token}");
+    let mut a = h.s.conn();
+    a.send(&request("GET", "/api/homepage", &[("Authorization", &auth)], b""));
+    let asked = eventually(Duration::from_secs(3), || [&h.users, &h.orders, &h.recs].iter().all(|u| u.count(id) == 1));
+    ensure!(h.s, asked, "setup: the three upstreams must be asked:\n{}", h.describe());
+    let mut b = h.s.conn();
+    b.send(&request("GET", "/api/homepage", &[("Authorization", &auth)], b""));
+    // B is parsed and joined before A leaves: a request on a third connection proves the
+    // worker's loop went past B's bytes (connections are served in turn).
+    h.s.assert_healthy();
+    let _ = a.stream.shutdown(std::net::Shutdown::Both);
+    drop(a);
+    let r = b.read_response();
+    let data = h.s.expect_data(&r, 200, "the joined request after the first client left");
+    h.check_complete(&data, id, "the joined request after the first client left");
+    for (name, up) in [("users", &h.users), ("orders", &h.orders), ("recommendations", &h.recs)] {
+        ensure_eq!(h.s, up.count(id), 1, "{name}: still one request\n{}", h.describe());
+    }
+}
