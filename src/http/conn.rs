@@ -159,6 +159,8 @@ pub struct Http1 {
     cur: Current,
     deadline: Option<(Instant, Timeout)>,
     peer: IpAddr,
+    /// No request has started on this connection yet.
+    fresh: bool,
 }
 
 impl Http1 {
@@ -183,6 +185,7 @@ impl Http1 {
             },
             deadline: Some((now + env.header_timeout, Timeout::Idle)),
             peer,
+            fresh: true,
         }
     }
 
@@ -217,7 +220,10 @@ impl Http1 {
                 return Progress::Paused;
             }
             if inbuf.is_empty() && self.phase == Phase::Idle {
-                if env.draining {
+                // Draining closes idle keep-alive connections, but a connection
+                // accepted from the queue may not have sent its request yet: it
+                // gets its answer (with `Connection: close`), within the header timeout.
+                if env.draining && !self.fresh {
                     self.phase = Phase::Closing;
                     return Progress::Close;
                 }
@@ -289,6 +295,7 @@ impl Http1 {
     ) -> Result<bool, Error> {
         if self.phase == Phase::Idle {
             self.phase = Phase::Head;
+            self.fresh = false;
             self.cur.started = now;
             self.deadline = Some((now + env.header_timeout, Timeout::Request));
         }
@@ -646,15 +653,19 @@ mod tests {
     }
 
     #[test]
-    fn draining_closes_after_response() {
+    fn draining_answers_a_fresh_connection_then_closes() {
         let mut e = env();
         e.draining = true;
         let now = Instant::now();
         let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
         let mut svc = Echo { pending: false, log: Vec::new() };
         let mut out = Vec::new();
-        let mut inbuf = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+        // Accepted from the queue before its request arrived: it waits for it.
+        let mut inbuf = Vec::new();
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        inbuf.extend_from_slice(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
         assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::Close);
-        assert!(String::from_utf8_lossy(&out).contains("Connection: close"));
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 200") && text.contains("Connection: close"), "{text}");
     }
 }

@@ -187,6 +187,9 @@ impl Supervisor {
             config.environment
         );
         let poll = Poll::new()?;
+        // Start-up ran most of the code this process will ever run (config,
+        // migrations, TLS roots); its loop needs a few pages of it.
+        sys::drop_code_pages();
         Ok(Supervisor {
             poll,
             bus: std::collections::HashMap::new(),

@@ -274,3 +274,32 @@ pub fn exec_with_fds(exe: &std::path::Path, args: &[std::ffi::OsString], fds: &[
         .env("LISTEN_FDNAMES", names.join(":"))
         .exec()
 }
+
+/// Drop this process's resident pages of its own executable code. The
+/// supervisor calls it once its start-up work (config, migrations: most of
+/// the code it will ever run) is done: afterwards its loop touches a few
+/// pages, which fault back in from the page cache. Only the executable,
+/// non-writable mappings of the binary are touched: code is never modified
+/// after loading. (Read-only data is not: with RELRO, relocated pointers live
+/// in read-only private pages whose file copy is not what the process holds.)
+pub fn drop_code_pages() {
+    let Ok(exe) = std::fs::read_link("/proc/self/exe") else { return };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
+        let path = f.nth(3);
+        if perms.contains('w') || !perms.contains('x') || path != exe.to_str() {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else { continue };
+        // SAFETY: an executable, non-writable private mapping of the binary
+        // (its code), as the kernel lists it: MADV_DONTNEED only discards the
+        // resident copies, which the next access reads back from the file
+        // unchanged, since code pages are never written.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+        }
+    }
+}
