@@ -66,7 +66,11 @@ fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         total_deadline: false,
         coalesce: false,
     };
-    Ok(Reply::Relay(Relay { request, sink: Box::new(Upstream::default()) }))
+    let mut sink: Box<dyn RelaySink> = Box::new(Upstream::default());
+    if app.svc.config.debug.routes {
+        sink = super::debug::relay_sink(sink, messages.iter().map(|m| m.content.as_str()));
+    }
+    Ok(Reply::Relay(Relay { request, sink }))
 }
 
 /// `{messages: [{role, content}]}`, every problem reported at once (422).

@@ -54,8 +54,12 @@ pub fn heartbeat() -> Vec<u8> {
 }
 
 /// The event for a notification published on the bus (its JSON), with its id.
-pub fn notification_event(payload: &[u8]) -> Option<(i64, Vec<u8>)> {
+/// `debug`: the debug routes are on (see [`super::debug::notification`]).
+pub fn notification_event(payload: &[u8], debug: bool) -> Option<(i64, Vec<u8>)> {
     let n: crate::store::Notification = serde_json::from_slice(payload).ok()?;
+    if debug {
+        super::debug::notification(&n.title, false);
+    }
     let mut out = Vec::new();
     sse::event(&mut out, Some(n.id), Some("notification"), std::str::from_utf8(payload).ok()?);
     Some((n.id, out))
@@ -64,6 +68,7 @@ pub fn notification_event(payload: &[u8]) -> Option<(i64, Vec<u8>)> {
 /// Pool work for a reconnecting stream: the events after `after`, and the last id.
 pub fn replay(app: &App, after: i64) -> Box<dyn FnOnce() -> (Vec<u8>, i64) + Send> {
     let svc = app.svc;
+    let debug = svc.config.debug.routes;
     Box::new(move || {
         let list = svc.store.notifications_after(after, svc.config.sse.replay_limit).unwrap_or_else(|e| {
             log::warn!("SSE replay failed: {e}");
@@ -72,6 +77,9 @@ pub fn replay(app: &App, after: i64) -> Box<dyn FnOnce() -> (Vec<u8>, i64) + Sen
         let mut out = Vec::new();
         let mut last = after;
         for n in list {
+            if debug {
+                super::debug::notification(&n.title, true);
+            }
             let json = serde_json::to_string(&n).unwrap_or_default();
             sse::event(&mut out, Some(n.id), Some("notification"), &json);
             last = n.id;

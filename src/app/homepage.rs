@@ -136,6 +136,7 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     }
     let cache = Rc::clone(&app.homepage_cache);
     let shared = svc.shared_cache;
+    let debug = svc.config.debug.routes;
     let ttl_ms = svc.config.upstreams.cache_ttl.as_millis() as u64;
     let finish = move |results: Vec<Fetched>| -> Result<Response, Error> {
         let mut degraded = Vec::new();
@@ -159,6 +160,9 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
                     degraded.push(part.field());
                 }
             }
+        }
+        if debug {
+            super::debug::homepage(parts[0].as_deref());
         }
         let r = assemble(&parts, &degraded)?;
         if degraded.is_empty() {

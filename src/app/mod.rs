@@ -332,12 +332,17 @@ impl App {
 
     /// The SSE event for a notification from the bus, with its id.
     pub fn sse_notification(&self, payload: &[u8]) -> Option<(i64, Vec<u8>)> {
-        events::notification_event(payload)
+        events::notification_event(payload, self.svc.config.debug.routes)
     }
 
     /// Pool work replaying notifications after `after`.
     pub fn sse_replay(&self, after: i64) -> Box<dyn FnOnce() -> (Vec<u8>, i64) + Send> {
         events::replay(self, after)
+    }
+
+    /// What a text message from `user_id` on `/ws` asks for.
+    pub fn ws_text(&self, user_id: i64, text: &str) -> ws::Action {
+        ws::on_text(user_id, text, self.svc.config.debug.routes)
     }
 
     /// The SSE heartbeat interval.

@@ -81,13 +81,18 @@ pub fn error_message(message: &str) -> String {
     serde_json::json!({"type": "error", "message": message}).to_string()
 }
 
-/// Interpret one text message from `user_id`.
-pub fn on_text(user_id: i64, text: &str) -> Action {
+/// Interpret one text message from `user_id`. `debug`: the debug routes are
+/// on (then a message of type [`super::debug::PANIC_WS`] panics, for the tests
+/// of the worker's panic boundary).
+pub fn on_text(user_id: i64, text: &str, debug: bool) -> Action {
     let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(text) else {
         return Action::Reply(error_message("invalid JSON"));
     };
     let room = m.get("roomId").and_then(|v| v.as_str()).filter(|r| (1..=100).contains(&r.chars().count()));
     let kind = m.get("type").and_then(|v| v.as_str()).unwrap_or("");
+    if debug {
+        super::debug::ws_message(kind);
+    }
     let Some(room) = room.map(str::to_owned) else {
         return Action::Reply(error_message(match kind {
             "join" | "leave" | "chat" | "typing" => "roomId must be a string of 1 to 100 characters",
@@ -125,9 +130,9 @@ mod tests {
 
     #[test]
     fn messages() {
-        assert_eq!(on_text(1, r#"{"type":"join","roomId":"r"}"#), Action::Join("r".into()));
-        assert_eq!(on_text(1, r#"{"type":"leave","roomId":"r"}"#), Action::Leave("r".into()));
-        match on_text(7, r#"{"type":"chat","roomId":"r","content":"hi"}"#) {
+        assert_eq!(on_text(1, r#"{"type":"join","roomId":"r"}"#, false), Action::Join("r".into()));
+        assert_eq!(on_text(1, r#"{"type":"leave","roomId":"r"}"#, false), Action::Leave("r".into()));
+        match on_text(7, r#"{"type":"chat","roomId":"r","content":"hi"}"#, false) {
             Action::Room { room, message, skip_sender: false } => {
                 assert_eq!(room, "r");
                 let v: serde_json::Value = serde_json::from_str(&message).expect("json");
@@ -139,11 +144,22 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(on_text(7, r#"{"type":"typing","roomId":"r"}"#), Action::Room { skip_sender: true, .. }));
+        assert!(matches!(
+            on_text(7, r#"{"type":"typing","roomId":"r"}"#, false),
+            Action::Room { skip_sender: true, .. }
+        ));
         for bad in
             ["nope", "[]", r#"{"type":"dance","roomId":"r"}"#, r#"{"type":"chat","roomId":"r"}"#, r#"{"type":"join"}"#]
         {
-            assert!(matches!(on_text(1, bad), Action::Reply(_)), "{bad}");
+            assert!(matches!(on_text(1, bad, false), Action::Reply(_)), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_debug_panic_message_is_ordinary_without_debug_routes() {
+        let msg = r#"{"type":"__debug_panic"}"#;
+        assert_eq!(on_text(1, msg, false), Action::Reply(error_message("unknown message type")));
+        assert!(std::panic::catch_unwind(|| on_text(1, msg, true)).is_err());
+        assert!(matches!(on_text(1, r#"{"type":"join","roomId":"r"}"#, true), Action::Join(_)));
     }
 }

@@ -25,7 +25,6 @@ use crate::app::{App, Detach, Reply, Services};
 use crate::auth::{jwt::Jwt, password::Passwords};
 use crate::bus::Endpoint;
 use crate::config::Config;
-use crate::error::Error;
 use crate::http::conn::{Env, Finished, Http1, Outcome, Phase, Progress, Service, HIGH_WATERMARK};
 use crate::http::headers::Common;
 use crate::http::request::Request;
@@ -436,12 +435,8 @@ impl Worker {
                     continue;
                 }
             };
-            let resp = result.unwrap_or_else(|e| {
-                if let Error::Internal(detail) = &e {
-                    log::error!("pool job failed: {detail}");
-                }
-                e.into_response(self.env.development)
-            });
+            // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
+            let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
             let mut glue =
                 Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, d.token, c.generation);
             c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
@@ -643,8 +638,7 @@ impl Service for Glue<'_> {
     fn call(&mut self, req: &Request<'_>) -> Outcome {
         let draining = self.record.state() == WorkerState::Draining;
         let dev = self.config.is_development();
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.app.handle(req, draining)));
-        match result {
+        match panics::guard("request handler", || self.app.handle(req, draining)) {
             Ok(Reply::Now(resp)) => Outcome::Ready(resp),
             Ok(Reply::Later(job)) => {
                 self.pool.submit(self.token, self.generation, Work::Request(job));
@@ -672,12 +666,12 @@ impl Service for Glue<'_> {
                 }
                 Outcome::Sized(resp, n)
             }
-            Err(_) => Outcome::Ready(Error::Internal(panics::take_last()).into_response(dev)),
+            Err(p) => Outcome::Ready(p.into_response(dev)),
         }
     }
 
     fn label(&self) -> u16 {
-        self.app.last_route()
+        panics::guard("route label", || self.app.last_route()).unwrap_or(crate::shm::metrics::ROUTE_OTHER)
     }
 
     fn finished(&mut self, done: &Finished<'_>) {

@@ -2,7 +2,9 @@
 //! the event loop. Jobs go in over a crossbeam channel; results come back
 //! over another, and a `mio::Waker` tells the loop to collect them.
 //!
-//! A job that panics yields a 500 for its request; the thread lives on.
+//! Jobs run behind the panic boundary (`panics::guard`): a job that panics
+//! yields a 500 for its request, a replay that panics ends its stream; the
+//! thread lives on.
 //! The pool knows nothing of connections beyond the (token, generation)
 //! pair it carries back.
 
@@ -11,6 +13,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::panics::guard;
 use crate::app::Job;
 use crate::error::Error;
 use crate::http::response::Response;
@@ -30,11 +33,15 @@ pub enum Work {
 pub enum Completion {
     /// The response of a [`Work::Request`].
     Response(Result<Response, Error>),
-    /// The result of a [`Work::Replay`].
+    /// The result of a [`Work::Replay`]: the events' bytes and the last id
+    /// ([`REPLAY_PANICKED`] when the replay panicked: ids are never negative).
     Replay(Vec<u8>, i64),
     /// The offset and bytes of a [`Work::Read`]; empty on an error or a short file.
     Chunk(u64, Vec<u8>),
 }
+
+/// The last id of a replay that panicked.
+pub const REPLAY_PANICKED: i64 = -1;
 
 struct Task {
     token: usize,
@@ -73,10 +80,9 @@ impl Pool {
             std::thread::Builder::new().name(format!("pool-{i}")).spawn(move || {
                 for task in rx.iter() {
                     let result = match task.work {
-                        Work::Request(job) => Completion::Response(
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
-                                .unwrap_or_else(|_| Err(Error::Internal(super::panics::take_last()))),
-                        ),
+                        Work::Request(job) => {
+                            Completion::Response(guard("pool job", job).unwrap_or_else(|p| Err(p.into_error())))
+                        }
                         Work::Read(file, offset, len, mut buf) => {
                             use std::os::unix::fs::FileExt;
                             buf.resize(len, 0);
@@ -86,8 +92,7 @@ impl Pool {
                             }
                         }
                         Work::Replay(job) => {
-                            let (bytes, last) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
-                                .unwrap_or_else(|_| (Vec::new(), -1));
+                            let (bytes, last) = guard("SSE replay", job).unwrap_or((Vec::new(), REPLAY_PANICKED));
                             Completion::Replay(bytes, last)
                         }
                     };

@@ -14,6 +14,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::panics::guard;
+use super::pool::REPLAY_PANICKED;
 use super::{flush, read_into, Detach, Worker, READ_AHEAD};
 use crate::app::ws::{self, Action};
 use crate::bus::{self, Topic};
@@ -40,6 +42,9 @@ pub enum Stream {
     Relay,
     /// A chunked stream produced on a timer.
     Ticker(Ticking),
+    /// A stream whose app code panicked: its end is queued, the connection
+    /// closes once the output is flushed, and nothing more is read or produced.
+    Aborted,
 }
 
 /// A timer-driven stream: the app's producer and when it is due next.
@@ -114,7 +119,7 @@ impl Stream {
         match self {
             Stream::Sse(s) => Some(s.next_beat),
             Stream::Ws(w) => Some(w.next_ping),
-            Stream::Download(_) | Stream::Relay => None,
+            Stream::Download(_) | Stream::Relay | Stream::Aborted => None,
             Stream::Ticker(t) => Some(t.next),
         }
     }
@@ -150,11 +155,20 @@ impl Rooms {
 impl Worker {
     /// A handler detached connection `idx`; its head is in the output already.
     pub(super) fn start_stream(&mut self, idx: usize, d: Detach, now: Instant) {
-        let preamble = self.app.sse_preamble();
-        let every = self.app.sse_heartbeat_every();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         match d {
             Detach::Sse { last_event_id } => {
+                let app = &self.app;
+                let start = guard("SSE stream start", || {
+                    (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after)))
+                });
+                let Ok((preamble, every, replay)) = start else {
+                    // The head went out: end the body at once.
+                    c.stream =
+                        Some(Stream::Sse(Sse { replaying: false, last_id: 0, held: Vec::new(), next_beat: now }));
+                    self.abort_stream(idx);
+                    return;
+                };
                 write_chunk(&mut c.out, &preamble);
                 c.stream = Some(Stream::Sse(Sse {
                     replaying: last_event_id.is_some(),
@@ -166,8 +180,8 @@ impl Worker {
                 self.sse.insert(idx);
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
                 self.metrics.set_sse_streams(self.sse.len());
-                if let Some(after) = last_event_id {
-                    self.pool.submit(idx, generation, Work::Replay(self.app.sse_replay(after)));
+                if let Some(job) = replay {
+                    self.pool.submit(idx, generation, Work::Replay(job));
                 }
             }
             Detach::Download { file, offset, len } => {
@@ -190,8 +204,10 @@ impl Worker {
             }
             Detach::WebSocket { user_id } => {
                 let mut conn = WsConn::new(self.config.websocket.max_message_bytes);
-                if let Some(uid) = user_id {
-                    conn.send_text(&ws::connected(uid), &mut c.out);
+                let hello = user_id.map(|uid| guard("WebSocket greeting", || ws::connected(uid)));
+                let panicked = matches!(hello, Some(Err(_)));
+                if let Some(Ok(hello)) = hello {
+                    conn.send_text(&hello, &mut c.out);
                 }
                 c.stream = Some(Stream::Ws(Box::new(Ws {
                     conn,
@@ -202,6 +218,10 @@ impl Worker {
                 })));
                 let ws = self.svc.stats.ws.fetch_add(1, Relaxed) + 1;
                 self.metrics.set_websocket_clients(ws);
+                if panicked {
+                    self.abort_stream(idx);
+                    return;
+                }
             }
         }
         self.drive_stream(idx);
@@ -212,6 +232,7 @@ impl Worker {
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let mut close = false;
+        let mut panicked = false;
         let mut todo = Vec::new();
         // Edge-triggered: keep reading until the socket is empty, in slices of
         // READ_AHEAD, unless our own output backs up (the writable event resumes).
@@ -234,39 +255,54 @@ impl Worker {
                 }
             }
             match &mut c.stream {
-                Some(Stream::Sse(_)) => c.inbuf.clear(), // a stream's client has nothing to say
+                // A stream's client has nothing to say; an aborted one is only being flushed.
+                Some(Stream::Sse(_) | Stream::Aborted) => c.inbuf.clear(),
                 Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_)) => {}
                 Some(Stream::Ws(w)) => {
+                    let app = &self.app;
                     let mut events = Vec::new();
                     // `read` stops after each complete message; answering it before
                     // reading on keeps replies ahead of whatever later input triggers
                     // (a pong, or the close frame after a violation).
-                    while !c.inbuf.is_empty() {
+                    while !c.inbuf.is_empty() && !panicked {
                         let used = w.conn.read(&c.inbuf, &mut c.out, &mut events);
                         c.inbuf.drain(..used);
                         for ev in events.drain(..) {
-                            match ev {
-                                Event::Closed { .. } => c.closing = true,
-                                Event::Message(m) => match (w.user_id, m) {
-                                    (None, Message::Text(t)) => w.conn.send_text(&t, &mut c.out),
-                                    (None, Message::Binary(b)) => w.conn.send_binary(&b, &mut c.out),
-                                    (Some(_), Message::Binary(_)) => w
-                                        .conn
-                                        .send_text(&ws::error_message("binary messages are not supported"), &mut c.out),
-                                    (Some(uid), Message::Text(t)) => match ws::on_text(uid, &t) {
-                                        Action::Reply(r) => w.conn.send_text(&r, &mut c.out),
-                                        Action::Join(room) => todo.push(Todo::Join(room)),
-                                        Action::Leave(room) => todo.push(Todo::Leave(room)),
-                                        Action::Room { room, message, skip_sender } => {
-                                            todo.push(Todo::Join(room.clone()));
-                                            todo.push(Todo::Room {
-                                                room,
-                                                message,
-                                                skip_user: skip_sender.then_some(uid),
-                                            });
-                                        }
-                                    },
-                                },
+                            let m = match ev {
+                                Event::Closed { .. } => {
+                                    c.closing = true;
+                                    continue;
+                                }
+                                Event::Message(m) => m,
+                            };
+                            // What the app makes of a message; nothing more is read after a panic.
+                            let action = match (w.user_id, m) {
+                                (None, Message::Text(t)) => {
+                                    w.conn.send_text(&t, &mut c.out);
+                                    continue;
+                                }
+                                (None, Message::Binary(b)) => {
+                                    w.conn.send_binary(&b, &mut c.out);
+                                    continue;
+                                }
+                                (Some(_), Message::Binary(_)) => guard("WebSocket message", || {
+                                    Action::Reply(ws::error_message("binary messages are not supported"))
+                                }),
+                                (Some(uid), Message::Text(t)) => guard("WebSocket message", || app.ws_text(uid, &t)),
+                            };
+                            let uid = w.user_id;
+                            match action {
+                                Ok(Action::Reply(r)) => w.conn.send_text(&r, &mut c.out),
+                                Ok(Action::Join(room)) => todo.push(Todo::Join(room)),
+                                Ok(Action::Leave(room)) => todo.push(Todo::Leave(room)),
+                                Ok(Action::Room { room, message, skip_sender }) => {
+                                    todo.push(Todo::Join(room.clone()));
+                                    todo.push(Todo::Room { room, message, skip_user: uid.filter(|_| skip_sender) });
+                                }
+                                Err(_) => {
+                                    panicked = true;
+                                    break;
+                                }
                             }
                         }
                         if used == 0 {
@@ -280,13 +316,21 @@ impl Worker {
                 None => {}
             }
             let backlog = c.out.len() - c.out_pos;
-            if close || c.eof || c.closing || !more || backlog > super::HIGH_WATERMARK {
+            if close || panicked || c.eof || c.closing || !more || backlog > super::HIGH_WATERMARK {
                 break;
             }
             if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
                 close = true;
                 break;
             }
+        }
+        if panicked && !close {
+            // What the messages before the panicking one asked for still happens.
+            for t in todo {
+                self.ws_todo(idx, t);
+            }
+            self.abort_stream(idx);
+            return;
         }
         if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
             close = true;
@@ -378,13 +422,20 @@ impl Worker {
 
     /// A detached connection's timer fired.
     pub(super) fn stream_timer(&mut self, idx: usize, now: Instant) {
-        let beat = self.app.sse_heartbeat();
-        let every = self.app.sse_heartbeat_every();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let app = &self.app;
         match &mut c.stream {
             Some(Stream::Sse(s)) if s.next_beat <= now => {
-                write_chunk(&mut c.out, &beat);
-                s.next_beat = now + every;
+                match guard("SSE heartbeat", || (app.sse_heartbeat(), app.sse_heartbeat_every())) {
+                    Ok((beat, every)) => {
+                        write_chunk(&mut c.out, &beat);
+                        s.next_beat = now + every;
+                    }
+                    Err(_) => {
+                        self.abort_stream(idx);
+                        return;
+                    }
+                }
             }
             Some(Stream::Ws(w)) if w.next_ping <= now => {
                 if w.awaiting_pong {
@@ -401,7 +452,10 @@ impl Worker {
                     t.next = now + TICK_BACKOFF;
                 } else {
                     let mut event = Vec::new();
-                    let next = t.ticker.tick(&mut event);
+                    let Ok(next) = guard("stream ticker", || t.ticker.tick(&mut event)) else {
+                        self.abort_stream(idx);
+                        return;
+                    };
                     write_chunk(&mut c.out, &event);
                     match next {
                         Some(delay) => t.next = now + delay,
@@ -489,6 +543,10 @@ impl Worker {
     pub(super) fn replayed(&mut self, idx: usize, bytes: Vec<u8>, last: i64) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let Some(Stream::Sse(s)) = &mut c.stream else { return };
+        if last == REPLAY_PANICKED {
+            self.abort_stream(idx);
+            return;
+        }
         write_chunk(&mut c.out, &bytes);
         s.last_id = s.last_id.max(last);
         s.replaying = false;
@@ -509,7 +567,7 @@ impl Worker {
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
                 self.metrics.set_sse_streams(self.sse.len());
             }
-            Stream::Download(_) | Stream::Relay | Stream::Ticker(_) => {}
+            Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted => {}
             Stream::Ws(w) => {
                 for room in &w.rooms {
                     if self.rooms.leave(room, idx) {
@@ -551,7 +609,18 @@ impl Worker {
     fn deliver(&mut self, topic: Topic, payload: &[u8]) {
         match topic {
             Topic::Notification => {
-                let Some((id, event)) = self.app.sse_notification(payload) else { return };
+                let app = &self.app;
+                let Ok(rendered) = guard("SSE notification", || app.sse_notification(payload)) else {
+                    // The event is rendered once for every subscriber: none of them can
+                    // have it. Their streams end (cleanly); each client reconnects with
+                    // `Last-Event-ID` and gets it from the store's replay.
+                    let subscribers: Vec<usize> = self.sse.iter().copied().collect();
+                    for idx in subscribers {
+                        self.abort_stream(idx);
+                    }
+                    return;
+                };
+                let Some((id, event)) = rendered else { return };
                 let mut chunk = Vec::with_capacity(event.len() + 16);
                 write_chunk(&mut chunk, &event);
                 let chunk: Arc<[u8]> = chunk.into();
@@ -580,6 +649,30 @@ impl Worker {
         }
     }
 
+    /// App code behind detached connection `idx` panicked: end that exchange
+    /// only. SSE: the last chunk (the client reconnects); WebSocket: close
+    /// 1011; a finite stream (ticker, relay): no last chunk, so the client
+    /// sees the response cut short. Then the connection closes once flushed;
+    /// its registries and upstream calls are dropped now.
+    pub(super) fn abort_stream(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let mut old = c.stream.replace(Stream::Aborted);
+        match &mut old {
+            Some(Stream::Sse(_)) => end_chunks(&mut c.out),
+            Some(Stream::Ws(w)) => w.conn.close(1011, "internal error", &mut c.out),
+            _ => {}
+        }
+        c.closing = true;
+        let call = c.call.take();
+        if let Some(s) = old {
+            self.forget_stream(idx, s);
+        }
+        if let Some(call) = call {
+            self.cancel_call(idx, call);
+        }
+        self.flush_conn(idx);
+    }
+
     /// Graceful stop: end every stream (SSE: the last chunk; the client reconnects elsewhere).
     /// WebSockets: close 1001 (going away).
     pub(super) fn end_streams(&mut self) {
@@ -589,7 +682,7 @@ impl Worker {
                 Some(Stream::Sse(_)) => end_chunks(&mut c.out),
                 Some(Stream::Ws(w)) => w.conn.close(1001, "server shutting down", &mut c.out),
                 // A download in flight finishes (the drain deadline bounds it).
-                Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_)) | None => continue,
+                Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted) | None => continue,
             }
             c.closing = true;
             self.flush_conn(idx);

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 
+use super::panics::{guard, Panicked};
 use super::streams::Stream;
 use super::{read_into, Glue, Worker, HIGH_WATERMARK};
 use crate::app::{Call, Fetched, Relay, RelaySink};
@@ -588,11 +589,9 @@ impl Worker {
         let Some(CallState::Gather { results, finish, .. }) = c.call.take() else { return };
         let results: Vec<Fetched> = results.into_iter().map(|r| r.unwrap_or(Err(ClientError::Closed))).collect();
         let dev = self.env.development;
-        let resp = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || finish(results))) {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => crate::app::render(e, dev),
-            Err(_) => Error::Internal(super::panics::take_last()).into_response(dev),
-        };
+        let assembled =
+            guard("response assembly", move || finish(results).unwrap_or_else(|e| crate::app::render(e, dev)));
+        let resp = assembled.unwrap_or_else(|p| p.into_response(dev));
         self.respond_waiting(idx, resp, false);
     }
 
@@ -621,11 +620,17 @@ impl Worker {
             if !*head_seen {
                 if let Some(h) = u.reader.head() {
                     *head_seen = true;
-                    outcome = sink.head(h.status, h.content_type.as_deref()).map(|()| false);
+                    match guard("relay sink head", || sink.head(h.status, h.content_type.as_deref())) {
+                        Ok(r) => outcome = r.map(|()| false),
+                        Err(p) => return self.relay_panicked(idx, p),
+                    }
                 }
             }
             if outcome.is_ok() && !u.body.is_empty() {
-                outcome = sink.body(&u.body, &mut events);
+                match guard("relay sink body", || sink.body(&u.body, &mut events)) {
+                    Ok(r) => outcome = r,
+                    Err(p) => return self.relay_panicked(idx, p),
+                }
                 u.body.clear();
             }
         }
@@ -637,8 +642,11 @@ impl Worker {
             (Ok(false), Step::Pending) => Ok(false),
         };
         if !events.is_empty() && !*started {
+            let resp = match guard("relay sink response", || sink.response()) {
+                Ok(resp) => resp,
+                Err(p) => return self.relay_panicked(idx, p),
+            };
             *started = true;
-            let resp = sink.response();
             self.respond_waiting(idx, resp, true);
             let Some(Some(c)) = self.conns.get_mut(idx) else { return };
             c.stream = Some(Stream::Relay);
@@ -699,15 +707,35 @@ impl Worker {
             self.up_close(ui);
         }
         if !started {
-            let resp = sink.error(e);
+            let dev = self.env.development;
+            let resp = guard("relay sink error", || sink.error(e)).unwrap_or_else(|p| p.into_response(dev));
             self.respond_waiting(idx, resp, false);
             return;
         }
         let mut events = Vec::new();
-        sink.failed(&e, &mut events);
+        if guard("relay sink failure event", || sink.failed(&e, &mut events)).is_err() {
+            self.abort_stream(idx);
+            return;
+        }
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         write_chunk(&mut c.out, &events);
         self.stream_done(idx);
+    }
+
+    /// The relay's sink panicked: a 500 if the client's head has not gone out
+    /// yet, else the stream is cut short. The upstream connection is closed.
+    fn relay_panicked(&mut self, idx: usize, p: Panicked) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let started = matches!(c.call, Some(CallState::Relay { started: true, .. }));
+        if started {
+            self.abort_stream(idx);
+            return;
+        }
+        if let Some(call) = c.call.take() {
+            self.cancel_call(idx, call);
+        }
+        let resp = p.into_response(self.env.development);
+        self.respond_waiting(idx, resp, false);
     }
 
     /// A chunked stream's last event is queued: end the body and return the

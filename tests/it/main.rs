@@ -33,6 +33,7 @@ mod chat;
 mod homepage;
 
 mod metrics;
+mod panics;
 
 mod reload;
 mod upgrade;
