@@ -45,16 +45,18 @@ fn witness(s: &Server) -> Witness {
 /// After the panic: one error line naming `place`, the same worker, the earlier
 /// connection still served.
 fn survived(s: &Server, w: Witness, place: &str) {
+    let mut other = w.other;
+    other.send(&request("GET", "/_debug/pid", &[], b""));
+    let r = other.try_read_response(false);
+    ensure!(s, matches!(&r, Ok(r) if r.status == 200), "the connection opened before the panic: {r:?}");
+    let pid = r.ok().and_then(|r| r.json()["pid"].as_i64());
+    ensure_eq!(s, pid, Some(w.pid as i64), "same worker on the earlier connection");
+    ensure_eq!(s, s.workers(), w.workers, "the worker was not replaced");
+    ensure_eq!(s, s.debug_pid(), w.pid, "a new connection reaches the same worker");
     let line = s.wait_log_line(Duration::from_secs(5), |l| l.contains(&format!("{place} panicked: debug panic")));
     ensure!(s, line.contains("ERROR"), "the panic is logged as an error: {line}");
     let lines = s.logs().lines().filter(|l| l.contains("debug panic")).count();
     ensure_eq!(s, lines, 1, "exactly one log line for the panic");
-    let mut other = w.other;
-    let r = other.get("/_debug/pid");
-    ensure_eq!(s, r.status, 200, "the connection opened before the panic: {r:?}");
-    ensure_eq!(s, r.json()["pid"].as_i64(), Some(w.pid as i64), "same worker on the earlier connection");
-    ensure_eq!(s, s.workers(), w.workers, "the worker was not replaced");
-    ensure_eq!(s, s.debug_pid(), w.pid, "a new connection reaches the same worker");
     s.assert_healthy();
 }
 
