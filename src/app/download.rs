@@ -99,6 +99,11 @@ fn if_range_ok(req: &Request<'_>, etag: &str) -> bool {
 
 /// One `bytes=` range: `None` to ignore the header (malformed, several
 /// ranges), `Some(Err)` when unsatisfiable (416), else the inclusive bounds.
+///
+/// A last byte past the end of the file, however large (even past 2^64),
+/// means the file's last byte (RFC 9110 §14.1.2); so does a suffix longer
+/// than the file mean the whole file. Numbers saturate at `u64::MAX` rather
+/// than fail, which gives exactly that: no file is that large.
 pub fn parse_range(v: &str, size: u64) -> Option<Result<(u64, u64), ()>> {
     let spec = v.trim().strip_prefix("bytes=")?;
     if spec.contains(',') {
@@ -106,8 +111,10 @@ pub fn parse_range(v: &str, size: u64) -> Option<Result<(u64, u64), ()>> {
     }
     let (a, b) = spec.split_once('-')?;
     let (a, b) = (a.trim(), b.trim());
-    let num =
-        |s: &str| if s.bytes().all(|c| c.is_ascii_digit()) && !s.is_empty() { s.parse::<u64>().ok() } else { None };
+    let num = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()))
+            .then(|| s.bytes().fold(0u64, |n, d| n.saturating_mul(10).saturating_add(u64::from(d - b'0'))))
+    };
     match (a.is_empty(), b.is_empty()) {
         (true, false) => {
             let n = num(b)?;
@@ -160,6 +167,16 @@ mod tests {
         assert_eq!(parse_range("bytes=-100", 1000), Some(Ok((900, 999))));
         assert_eq!(parse_range("bytes=-2000", 1000), Some(Ok((0, 999))));
         assert_eq!(parse_range("bytes=10-999999999", 1000), Some(Ok((10, 999))));
+        // Past the file, past u64: the last byte.
+        assert_eq!(parse_range("bytes=0-99999999999999999999999", 1000), Some(Ok((0, 999))));
+        assert_eq!(parse_range("bytes=990-18446744073709551615", 1000), Some(Ok((990, 999))));
+        assert_eq!(parse_range("bytes=990-18446744073709551616", 1000), Some(Ok((990, 999))));
+        assert_eq!(parse_range("bytes=0-1000", 1000), Some(Ok((0, 999))));
+        assert_eq!(parse_range("bytes=-99999999999999999999999", 1000), Some(Ok((0, 999))));
+        assert_eq!(parse_range("bytes=99999999999999999999999-", 1000), Some(Err(())));
+        assert_eq!(parse_range("bytes=99999999999999999999999-99999999999999999999999", 1000), Some(Err(())));
+        assert_eq!(parse_range("bytes=0-99999999999999999999999", 0), Some(Err(())));
+        assert_eq!(parse_range("bytes=99999999999999999999999-5", 1000), None, "end before start");
         assert_eq!(parse_range("bytes=1000-", 1000), Some(Err(())));
         assert_eq!(parse_range("bytes=0-0", 0), Some(Err(())));
         assert_eq!(parse_range("bytes=-0", 1000), Some(Err(())));

@@ -584,6 +584,30 @@ fn malformed_or_multiple_ranges_are_ignored() {
     }
 }
 
+/// Regression: a Range end past the file was clamped only while it fitted in a u64; past it
+/// (`bytes=0-99999999999999999999999`) the header was ignored and the whole file sent with
+/// 200. RFC 9110 §14.1.2: an end past the file means its last byte → 206.
+#[test]
+fn a_range_end_past_the_file_even_past_u64_is_clamped_to_the_last_byte() {
+    let d = Dl::start(1);
+    let data = pattern(1000, 16);
+    d.put("data.bin", &data);
+    for (range, first) in [
+        ("bytes=0-99999999999999999999999", 0),
+        ("bytes=990-18446744073709551616", 990),
+        ("bytes=990-18446744073709551615", 990),
+        ("bytes=500-1000", 500),
+        ("bytes=-99999999999999999999999", 0),
+    ] {
+        let r = d.get("/download/data.bin", &[("Range", range)]);
+        check_206(&d.s, &r, &data, first, 999, &format!("Range: {range} on 1000 bytes"));
+    }
+    // A first byte past the file, however large, is unsatisfiable.
+    let r = d.get("/download/data.bin", &[("Range", "bytes=99999999999999999999999-")]);
+    ensure!(d.s, r.status == 416, "Range: bytes=99999999999999999999999- → 416, got {}", head_of(&r));
+    ensure_eq!(d.s, r.header("content-range"), Some("bytes */1000"), "Content-Range of the 416");
+}
+
 // ---------------------------------------------------------------------------------------
 // Names that must not be served
 // ---------------------------------------------------------------------------------------
