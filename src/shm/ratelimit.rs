@@ -172,10 +172,11 @@ impl RateTable {
 
     /// Look at `key` without counting: `allowed` says whether a [`hit`] now
     /// would be allowed (count so far `< max`), `remaining` how many hits
-    /// still would be. For limiters that count failures only: peek before
-    /// the attempt, hit after a failure.
+    /// still would be. Not a way to bound work: attempts that all peek before
+    /// any of them counts all pass; [`take`] is.
     ///
     /// [`hit`]: RateTable::hit
+    /// [`take`]: RateTable::take
     pub fn peek(&self, key: &[u8], now_ms: u64, window_ms: u64, max: u64) -> Decision {
         let window_ms = window_ms.max(1);
         let (set, tag) = self.locate(key, window_ms);
@@ -258,8 +259,7 @@ impl RateTable {
         }
     }
 
-    /// Forget `key` (for example after a successful login). Best effort: a
-    /// hit racing with the reset may survive it.
+    /// Forget `key`. Best effort: a hit racing with the reset may survive it.
     pub fn reset(&self, key: &[u8], window_ms: u64) {
         let (set, tag) = self.locate(key, window_ms.max(1));
         for _ in 0..MAX_TRIES {
