@@ -31,8 +31,8 @@ fn login(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let password = f.string("password", true, validate::any);
     f.finish()?;
     let (Some(email), Some(password)) = (email, password) else { return Err(Error::bad_request("missing fields")) };
-    let guard = LoginGuard::new(app.svc.config, req.peer, &email);
-    guard.check(app.svc.rate)?;
+    // The attempt's slot is taken before any password is checked (429 when none is left).
+    let slot = LoginGuard::new(app.svc.config, req.peer, &email).take(app.svc.rate)?;
     let svc = app.svc;
     Ok(Reply::Later(Box::new(move || {
         let (user, hash) = match svc.store.user_by_email(&email)? {
@@ -50,11 +50,11 @@ fn login(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         let user = match user {
             Some(user) if verified => user,
             _ => {
-                guard.failed(svc.rate);
+                slot.failed();
                 return Err(Error::Unauthorized("invalid credentials"));
             }
         };
-        guard.succeeded(svc.rate);
+        drop(slot); // a success gives its slot back
         let family = tokens::new_family();
         issue(svc, user.id, user.role.as_str(), &family)
     })))

@@ -7,7 +7,9 @@
 //! OpenAI-compatible streaming upstream (`chat.upstream`, a [`RelaySink`]
 //! that turns each upstream `choices[0].delta.content` into one event as it
 //! arrives). The worker moves the bytes, with back pressure; this file only
-//! decides what they are.
+//! decides what they are. An upstream that ends its body cleanly without
+//! `data: [DONE]` ended normally: the client still gets `data: [DONE]`. Only
+//! a broken, refused or silent upstream ends the stream with `event: error`.
 
 use std::time::Duration;
 
@@ -237,6 +239,14 @@ impl RelaySink for Upstream {
         Ok(false)
     }
 
+    fn ended(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
+        // A last line without its newline is an incomplete event: dropped, as
+        // an event-stream parser drops one at the end of the stream.
+        self.line.clear();
+        done_event(out);
+        Ok(())
+    }
+
     fn response(&mut self) -> Response {
         head()
     }
@@ -316,6 +326,16 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "data: {\"content\":\"Hel\"}\n\ndata: {\"content\":\"lo\"}\n\ndata: [DONE]\n\n"
         );
+    }
+
+    #[test]
+    fn relay_ending_without_done_is_a_normal_end() {
+        let mut u = Upstream::default();
+        let mut out = Vec::new();
+        let stream = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"choi";
+        assert!(!u.body(stream.as_bytes(), &mut out).unwrap());
+        u.ended(&mut out).expect("a clean end is not an error");
+        assert_eq!(String::from_utf8(out).unwrap(), "data: {\"content\":\"Hi\"}\n\ndata: [DONE]\n\n");
     }
 
     #[test]

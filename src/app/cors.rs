@@ -2,7 +2,9 @@
 //!
 //! An unsafe method with an `Origin` that is neither `public_origin` nor in
 //! `cors.origins` is refused (403): a browser on another site cannot make
-//! this service act for a user. Allow-listed origins get the CORS headers on
+//! this service act for a user. So is one with more than one `Origin` line
+//! (RFC 6454 allows one), whatever they say: judging only the first would
+//! let a second, foreign one through to anything that reads another. Allow-listed origins get the CORS headers on
 //! every response and a 204 to their preflights; any other origin gets none.
 
 use crate::config::Config;
@@ -13,35 +15,59 @@ use crate::http::response::Response;
 const ALLOW_METHODS: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
 const ALLOW_HEADERS: &str = "Authorization, Content-Type, X-CSRF-Token, X-Request-Id, Last-Event-ID";
 
-fn origin<'a>(req: &Request<'a>) -> Option<&'a str> {
-    req.header("origin").and_then(|o| std::str::from_utf8(o).ok())
+/// What the request's `Origin` lines say.
+enum Origin<'a> {
+    /// No `Origin` line (not a browser, or a same-origin GET).
+    Absent,
+    /// Exactly one line.
+    One(&'a [u8]),
+    /// More than one line: refused, whatever they hold.
+    Several,
 }
 
-/// The request's `Origin` when it is allow-listed for CORS.
+fn origin<'a>(req: &Request<'a>) -> Origin<'a> {
+    let mut lines = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("origin"));
+    match (lines.next(), lines.next()) {
+        (None, _) => Origin::Absent,
+        (Some(h), None) => Origin::One(h.value),
+        (Some(_), Some(_)) => Origin::Several,
+    }
+}
+
+/// Whether `o` may act here: `public_origin` or an allow-listed origin.
+fn trusted(config: &Config, o: &[u8]) -> bool {
+    o.eq_ignore_ascii_case(config.public_origin.as_bytes()) || listed(config, o)
+}
+
+fn listed(config: &Config, o: &[u8]) -> bool {
+    config.cors.origins.iter().any(|a| a.as_bytes().eq_ignore_ascii_case(o))
+}
+
+/// The request's `Origin` when it is allow-listed for CORS (one line only).
 pub fn allowed_origin<'a>(config: &Config, req: &Request<'a>) -> Option<&'a str> {
-    origin(req).filter(|o| config.cors.origins.iter().any(|a| a.eq_ignore_ascii_case(o)))
+    match origin(req) {
+        Origin::One(o) if listed(config, o) => std::str::from_utf8(o).ok(),
+        _ => None,
+    }
 }
 
-/// Refuse an unsafe method from a foreign origin.
+/// Refuse an unsafe method from a foreign origin or with several `Origin` lines.
 pub fn check_origin(config: &Config, req: &Request<'_>) -> Result<(), Error> {
     if req.method.is_safe() {
         return Ok(());
     }
-    match origin(req) {
-        None => Ok(()),
-        Some(o) if o.eq_ignore_ascii_case(&config.public_origin) || allowed_origin(config, req).is_some() => Ok(()),
-        Some(_) => Err(Error::Forbidden("origin not allowed")),
-    }
+    check_origin_always(config, req)
 }
 
-/// Refuse a foreign `Origin` whatever the method (WebSocket upgrades are GETs
-/// that a browser on any site could otherwise open with the user's cookies).
+/// Refuse a foreign `Origin`, or several `Origin` lines, whatever the method
+/// (WebSocket upgrades are GETs that a browser on any site could otherwise
+/// open with the user's cookies).
 pub fn check_origin_always(config: &Config, req: &Request<'_>) -> Result<(), Error> {
     match origin(req) {
-        Some(o) if !o.eq_ignore_ascii_case(&config.public_origin) && allowed_origin(config, req).is_none() => {
-            Err(Error::Forbidden("origin not allowed"))
-        }
-        _ => Ok(()),
+        Origin::Absent => Ok(()),
+        Origin::One(o) if trusted(config, o) => Ok(()),
+        Origin::One(_) => Err(Error::Forbidden("origin not allowed")),
+        Origin::Several => Err(Error::Forbidden("more than one Origin")),
     }
 }
 
@@ -62,4 +88,37 @@ pub fn decorate(r: &mut Response, origin: &str) {
     r.header("Access-Control-Allow-Origin", origin.to_owned())
         .header("Access-Control-Allow-Credentials", "true")
         .header("Vary", "Origin");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(method: Method, origins: &[&str]) -> Result<(), u16> {
+        let config = crate::config::load(None, &[]).expect("the defaults are valid");
+        let headers: Vec<httparse::Header<'_>> =
+            origins.iter().map(|o| httparse::Header { name: "Origin", value: o.as_bytes() }).collect();
+        let req = Request {
+            method,
+            path: "/api/v1/users",
+            query: "",
+            http10: false,
+            headers: &headers,
+            body: b"",
+            request_id: "t",
+            peer: std::net::IpAddr::from([127, 0, 0, 1]),
+        };
+        check_origin(&config, &req).map_err(|e| e.status())
+    }
+
+    #[test]
+    fn one_trusted_origin_line_or_none() {
+        let own = "http://127.0.0.1:8080";
+        assert_eq!(check(Method::Post, &[]), Ok(()));
+        assert_eq!(check(Method::Post, &[own]), Ok(()));
+        assert_eq!(check(Method::Post, &["http://evil.example"]), Err(403));
+        assert_eq!(check(Method::Post, &[own, "http://evil.example"]), Err(403));
+        assert_eq!(check(Method::Delete, &[own, own]), Err(403));
+        assert_eq!(check(Method::Get, &[own, "http://evil.example"]), Ok(()), "safe methods are not checked");
+    }
 }

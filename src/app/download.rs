@@ -7,10 +7,14 @@
 //! `Last-Modified`, 304), the single `Range` (206, 416), and a safe
 //! `Content-Disposition`. Opening and `fstat` happen here, on the loop
 //! (metadata, no content); the content is read in 64 KiB slices on the pool
-//! by the worker, only while the client keeps up.
+//! by the worker, only while the client keeps up. Nothing that could block
+//! is opened on the loop: a name that is not a regular file (FIFO, device,
+//! socket, directory) is never opened at all, and the open itself is
+//! non-blocking and checked again on the descriptor (see [`open_regular`]).
 
-use std::fs::File;
-use std::os::unix::fs::MetadataExt;
+use std::fs::{File, Metadata};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::router::Router;
@@ -54,11 +58,7 @@ fn serve(app: &App, req: &Request<'_>, name: &str) -> Result<Reply, Error> {
     if real.parent() != Some(real_dir.as_path()) {
         return Err(Error::NotFound);
     }
-    let file = File::open(&real).map_err(|_| Error::NotFound)?;
-    let meta = file.metadata().map_err(|_| Error::NotFound)?;
-    if !meta.is_file() {
-        return Err(Error::NotFound);
-    }
+    let (file, meta) = open_regular(&real).ok_or(Error::NotFound)?;
     let size = meta.len();
     let etag = format!("\"{:x}-{:x}\"", size, meta.mtime_nsec() as u64 ^ ((meta.mtime() as u64) << 20));
     let modified = meta.modified().map(httpdate::fmt_http_date).unwrap_or_default();
@@ -92,6 +92,28 @@ fn serve(app: &App, req: &Request<'_>, name: &str) -> Result<Reply, Error> {
     Ok(Reply::Sized(r, len, Detach::Download { file: Arc::new(file), offset, len }))
 }
 
+/// Open `path` for reading if it is a regular file, without ever waiting.
+///
+/// `open()` of a FIFO waits for a writer, and opening a device can block or
+/// act on the device: on the event loop either would stall every connection
+/// of the worker. So: `stat` first and open only a regular file; then open
+/// with `O_NONBLOCK` (a FIFO swapped in meanwhile returns at once),
+/// `O_NOFOLLOW` (nor a symlink: `path` is already resolved), `O_NOCTTY` and
+/// `O_CLOEXEC`, and `fstat` the descriptor: only what was really opened
+/// counts. `O_NONBLOCK` stays set; it means nothing for a regular file's reads.
+fn open_regular(path: &Path) -> Option<(File, Metadata)> {
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    meta.is_file().then_some((file, meta))
+}
+
 /// `If-Range` with a strong ETag: the range applies only if it still matches.
 fn if_range_ok(req: &Request<'_>, etag: &str) -> bool {
     req.header("if-range").is_none_or(|v| v == etag.as_bytes())
@@ -99,6 +121,11 @@ fn if_range_ok(req: &Request<'_>, etag: &str) -> bool {
 
 /// One `bytes=` range: `None` to ignore the header (malformed, several
 /// ranges), `Some(Err)` when unsatisfiable (416), else the inclusive bounds.
+///
+/// A last byte past the end of the file, however large (even past 2^64),
+/// means the file's last byte (RFC 9110 §14.1.2); so does a suffix longer
+/// than the file mean the whole file. Numbers saturate at `u64::MAX` rather
+/// than fail, which gives exactly that: no file is that large.
 pub fn parse_range(v: &str, size: u64) -> Option<Result<(u64, u64), ()>> {
     let spec = v.trim().strip_prefix("bytes=")?;
     if spec.contains(',') {
@@ -106,8 +133,10 @@ pub fn parse_range(v: &str, size: u64) -> Option<Result<(u64, u64), ()>> {
     }
     let (a, b) = spec.split_once('-')?;
     let (a, b) = (a.trim(), b.trim());
-    let num =
-        |s: &str| if s.bytes().all(|c| c.is_ascii_digit()) && !s.is_empty() { s.parse::<u64>().ok() } else { None };
+    let num = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()))
+            .then(|| s.bytes().fold(0u64, |n, d| n.saturating_mul(10).saturating_add(u64::from(d - b'0'))))
+    };
     match (a.is_empty(), b.is_empty()) {
         (true, false) => {
             let n = num(b)?;
@@ -160,11 +189,37 @@ mod tests {
         assert_eq!(parse_range("bytes=-100", 1000), Some(Ok((900, 999))));
         assert_eq!(parse_range("bytes=-2000", 1000), Some(Ok((0, 999))));
         assert_eq!(parse_range("bytes=10-999999999", 1000), Some(Ok((10, 999))));
+        // Past the file, past u64: the last byte.
+        assert_eq!(parse_range("bytes=0-99999999999999999999999", 1000), Some(Ok((0, 999))));
+        assert_eq!(parse_range("bytes=990-18446744073709551615", 1000), Some(Ok((990, 999))));
+        assert_eq!(parse_range("bytes=990-18446744073709551616", 1000), Some(Ok((990, 999))));
+        assert_eq!(parse_range("bytes=0-1000", 1000), Some(Ok((0, 999))));
+        assert_eq!(parse_range("bytes=-99999999999999999999999", 1000), Some(Ok((0, 999))));
+        assert_eq!(parse_range("bytes=99999999999999999999999-", 1000), Some(Err(())));
+        assert_eq!(parse_range("bytes=99999999999999999999999-99999999999999999999999", 1000), Some(Err(())));
+        assert_eq!(parse_range("bytes=0-99999999999999999999999", 0), Some(Err(())));
+        assert_eq!(parse_range("bytes=99999999999999999999999-5", 1000), None, "end before start");
         assert_eq!(parse_range("bytes=1000-", 1000), Some(Err(())));
         assert_eq!(parse_range("bytes=0-0", 0), Some(Err(())));
         assert_eq!(parse_range("bytes=-0", 1000), Some(Err(())));
         for ignored in ["bytes=abc", "bytes=5-2", "bytes=0-1,5-6", "items=0-1", "bytes=-", "bytes=+1-2"] {
             assert_eq!(parse_range(ignored, 1000), None, "{ignored}");
+        }
+    }
+
+    #[test]
+    fn only_regular_files_are_opened_and_never_wait() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"abc").expect("write");
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).expect("mkfifo");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).expect("symlink");
+        assert_eq!(open_regular(&file).map(|(_, m)| m.len()), Some(3));
+        // Each of these would block, act on a device or follow a link; none may be opened.
+        for p in [fifo.as_path(), dir.path(), Path::new("/dev/null"), link.as_path(), Path::new("/nonexistent")] {
+            assert!(open_regular(p).is_none(), "{}", p.display());
         }
     }
 

@@ -93,6 +93,14 @@ pub trait RelaySink {
     /// Upstream body bytes: append complete events for the client to `out`.
     /// `Ok(true)` once the stream is complete (its last event is in `out`).
     fn body(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Result<bool, Error>;
+    /// The upstream ended its body cleanly (its length reached, its last
+    /// chunk, or the close that delimits it) before [`RelaySink::body`] said
+    /// the stream was complete. `Ok`: a normal end, with the closing events
+    /// appended to `out`; `Err`: a failure. By default a failure.
+    fn ended(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
+        let _ = out;
+        Err(Error::UpstreamUnavailable("the upstream ended the stream early".into()))
+    }
     /// The client's response head, sent before the first event.
     fn response(&mut self) -> Response;
     /// The upstream failed or ended early after events were sent: append the
@@ -379,6 +387,9 @@ impl RelaySink for Decorated {
     }
     fn body(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
         self.inner.body(bytes, out)
+    }
+    fn ended(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
+        self.inner.ended(out)
     }
     fn response(&mut self) -> Response {
         self.decor.apply(self.inner.response(), self.config)

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::shm::ratelimit::{Decision, RateTable};
+use crate::shm::ratelimit::{Decision, RateTable, Slot};
 use std::borrow::Cow;
 
 /// Count this request if its route is limited; `Err(429)` when over.
@@ -82,8 +82,12 @@ fn login_key(req_peer: std::net::IpAddr, email: &str) -> Vec<u8> {
     k
 }
 
-/// Login failures per (address, e-mail): the limiter a login consults first,
-/// feeds on failure and clears on success.
+/// Login attempts per (address, e-mail): every attempt takes a slot in the
+/// shared table *before* its password is checked, so at most
+/// `login_max_failures` passwords are ever checked per window, however many
+/// attempts run at once, across all workers. A failure keeps its slot; a
+/// success gives it back (failures before it still count: they are not
+/// forgotten, or a correct login would buy a guesser a new budget).
 #[derive(Clone)]
 pub struct LoginGuard {
     key: Vec<u8>,
@@ -104,30 +108,39 @@ impl LoginGuard {
         }
     }
 
-    /// 429 when this address has used up its failures for this e-mail.
-    pub fn check(&self, table: &RateTable) -> Result<(), Error> {
+    /// Take a slot for this attempt: 429 when this address has no attempt
+    /// left for this e-mail in the current window.
+    pub fn take(self, table: &'static RateTable) -> Result<LoginSlot, Error> {
         if !self.enabled {
-            return Ok(());
+            return Ok(LoginSlot { guard: self, table, slot: None });
         }
-        let d = table.peek(&self.key, crate::sys::monotonic_ms(), self.window_ms, self.max);
-        if d.allowed {
-            Ok(())
-        } else {
-            Err(Error::TooManyRequests { retry_after: d.reset_secs, decision: None })
+        match table.take(&self.key, crate::sys::monotonic_ms(), self.window_ms, self.max) {
+            (_, Some(slot)) => Ok(LoginSlot { guard: self, table, slot: Some(slot) }),
+            (d, None) => Err(Error::TooManyRequests { retry_after: d.reset_secs, decision: None }),
         }
     }
+}
 
-    /// Count a failure.
-    pub fn failed(&self, table: &RateTable) {
-        if self.enabled {
-            table.hit(&self.key, crate::sys::monotonic_ms(), self.window_ms, self.max);
-        }
+/// The slot one login attempt holds. Dropped, it is given back (a success,
+/// or an attempt that never got to check its password); [`LoginSlot::failed`]
+/// keeps it for the rest of the window.
+pub struct LoginSlot {
+    guard: LoginGuard,
+    table: &'static RateTable,
+    slot: Option<Slot>,
+}
+
+impl LoginSlot {
+    /// The password was wrong (or the e-mail unknown): the slot stays taken.
+    pub fn failed(mut self) {
+        self.slot = None;
     }
+}
 
-    /// Forget the failures after a success.
-    pub fn succeeded(&self, table: &RateTable) {
-        if self.enabled {
-            table.reset(&self.key, self.window_ms);
+impl Drop for LoginSlot {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            self.table.give_back(&self.guard.key, slot, self.guard.window_ms);
         }
     }
 }

@@ -8,13 +8,18 @@
 //!   (no control characters, no whitespace, no `\` anywhere), and passes the
 //!   same checks again after being percent-decoded once more, so encoded
 //!   forms such as `/%2F/evil.com` or `/%5Cevil.com` are refused too.
-//! - `url=https://host/…`: an `http` or `https` URL parsed strictly as
+//! - `url=https://host/…`: an `https` URL (never `http` or any other
+//!   scheme: a redirect must not downgrade the user) parsed strictly as
 //!   scheme `://` authority; no user info, an optional numeric port, and a
 //!   host that (lower-cased, one trailing dot removed) equals one of
 //!   `redirect.allowed_hosts` exactly.
 //!
 //! Anything else is 400 `illegal redirect target`. The `Location` header is
-//! the validated value itself; nothing else from the request is reflected.
+//! the validated value itself, made a valid URI reference: characters RFC
+//! 3986 does not allow there (`"`, `<`, `>`, `^`, `` ` ``, `{`, `|`, `}`,
+//! `[`, `]` in a path, a second `#`, …) are percent-encoded, while the
+//! escapes already in it are kept as they are (never encoded twice).
+//! Nothing else from the request is reflected.
 
 use super::{App, Ctx, Reply};
 use crate::error::Error;
@@ -58,7 +63,32 @@ pub fn target(query: &str, allowed_hosts: &[String]) -> Result<String, Error> {
         (None, Some(raw)) => decode_query(raw).filter(|t| allowed_url(t, allowed_hosts)),
         _ => None,
     };
-    ok.ok_or(Error::bad_request(ILLEGAL))
+    ok.map(|t| encode_location(&t)).ok_or(Error::bad_request(ILLEGAL))
+}
+
+/// `t` as a valid URI reference (RFC 3986 §3.3–3.5): every byte outside
+/// `unreserved / sub-delims / ":" / "@" / "/" / "?"` is percent-encoded,
+/// except a `%` that starts an escape (kept: never encoded twice) and the
+/// first `#` (where the fragment starts; a later one is encoded). Applied to
+/// validated targets only, whose scheme and authority hold nothing to encode.
+fn encode_location(t: &str) -> String {
+    let b = t.as_bytes();
+    let hex = |i: usize| b.get(i).is_some_and(u8::is_ascii_hexdigit);
+    let mut out = String::with_capacity(b.len());
+    let mut in_fragment = false;
+    for (i, &c) in b.iter().enumerate() {
+        let keep = match c {
+            b'%' => hex(i + 1) && hex(i + 2),
+            b'#' => !std::mem::replace(&mut in_fragment, true),
+            _ => c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?".contains(&c),
+        };
+        if keep {
+            out.push(char::from(c));
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+    out
 }
 
 /// Whether `t` (the decoded parameter value) is a safe same-origin path.
@@ -97,13 +127,13 @@ fn percent_decode(b: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Whether `t` is an `http`/`https` URL whose host is in `allowed_hosts`.
+/// Whether `t` is an `https` URL whose host is in `allowed_hosts`.
 pub fn allowed_url(t: &str, allowed_hosts: &[String]) -> bool {
     if t.len() > MAX_TARGET || !t.bytes().all(|b| b.is_ascii_graphic()) || t.contains('\\') {
         return false;
     }
     let Some((scheme, rest)) = t.split_once("://") else { return false };
-    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+    if !scheme.eq_ignore_ascii_case("https") {
         return false;
     }
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
@@ -247,7 +277,7 @@ mod tests {
         for (q, want) in [
             ("url=https://allowed.example/", "https://allowed.example/"),
             ("url=https://allowed.example", "https://allowed.example"),
-            ("url=http://allowed.example/a?b=c#d", "http://allowed.example/a?b=c#d"),
+            ("url=https://allowed.example/a?b=c#d", "https://allowed.example/a?b=c#d"),
             ("url=https://allowed.example:8443/x", "https://allowed.example:8443/x"),
             ("url=https://ALLOWED.Example/x", "https://ALLOWED.Example/x"),
             ("url=HTTPS://allowed.example/x", "HTTPS://allowed.example/x"),
@@ -305,9 +335,33 @@ mod tests {
             "url=httpss://allowed.example/",
             "url=http+s://allowed.example/",
             "url=javascript://allowed.example/%0Aalert(1)",
+            "url=http://allowed.example/",
+            "url=http://allowed.example",
+            "url=HTTP://allowed.example/x",
+            "url=ws://allowed.example/",
+            "url=ftp://allowed.example/",
         ] {
             assert_eq!(loc(q), None, "{q}");
         }
+    }
+
+    #[test]
+    fn location_is_a_valid_uri_reference() {
+        for (q, want) in [
+            ("path=/a%22b%3Cc%3Ed%5Ee%60f%7Bg%7Ch%7D", "/a%22b%3Cc%3Ed%5Ee%60f%7Bg%7Ch%7D"),
+            ("path=/a\"b<c>d^e`f{g|h}", "/a%22b%3Cc%3Ed%5Ee%60f%7Bg%7Ch%7D"),
+            ("path=/x[1]", "/x%5B1%5D"),
+            ("path=/p?q=<x>#frag#more", "/p?q=%3Cx%3E#frag%23more"),
+            ("path=/keep%25C3%25A9/%2541", "/keep%C3%A9/%41"),
+            ("path=/a:b@c!$%26'()*%2B,;=~-._?x=/y?", "/a:b@c!$&'()*+,;=~-._?x=/y?"),
+            ("url=https://allowed.example/a{b}?c=|#^", "https://allowed.example/a%7Bb%7D?c=%7C#%5E"),
+            ("url=https://allowed.example/100%25", "https://allowed.example/100%25"),
+            ("url=https://allowed.example/100%2525", "https://allowed.example/100%25"),
+            ("url=https://allowed.example/%25zz", "https://allowed.example/%25zz"),
+        ] {
+            assert_eq!(loc(q).as_deref(), Some(want), "{q}");
+        }
+        assert_eq!(encode_location("/é \u{7f}\t%"), "/%C3%A9%20%7F%09%25", "non-ASCII, space, controls");
     }
 
     #[test]

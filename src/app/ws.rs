@@ -50,6 +50,14 @@ fn echo(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     upgrade(req, None)
 }
 
+/// Longest room id, in bytes (UTF-8).
+pub const MAX_ROOM_ID: usize = 128;
+
+/// The error a join beyond `websocket.max_rooms_per_connection` gets.
+pub fn too_many_rooms(max: usize) -> String {
+    error_message(&format!("a connection may be in at most {max} rooms"))
+}
+
 /// What a client message asks for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Action {
@@ -88,14 +96,14 @@ pub fn on_text(user_id: i64, text: &str, debug: bool) -> Action {
     let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(text) else {
         return Action::Reply(error_message("invalid JSON"));
     };
-    let room = m.get("roomId").and_then(|v| v.as_str()).filter(|r| (1..=100).contains(&r.chars().count()));
+    let room = m.get("roomId").and_then(|v| v.as_str()).filter(|r| (1..=MAX_ROOM_ID).contains(&r.len()));
     let kind = m.get("type").and_then(|v| v.as_str()).unwrap_or("");
     if debug {
         super::debug::ws_message(kind);
     }
     let Some(room) = room.map(str::to_owned) else {
         return Action::Reply(error_message(match kind {
-            "join" | "leave" | "chat" | "typing" => "roomId must be a string of 1 to 100 characters",
+            "join" | "leave" | "chat" | "typing" => "roomId must be a string of 1 to 128 bytes",
             _ => "unknown message type",
         }));
     };
@@ -161,5 +169,19 @@ mod tests {
         assert_eq!(on_text(1, msg, false), Action::Reply(error_message("unknown message type")));
         assert!(std::panic::catch_unwind(|| on_text(1, msg, true)).is_err());
         assert!(matches!(on_text(1, r#"{"type":"join","roomId":"r"}"#, true), Action::Join(_)));
+    }
+
+    #[test]
+    fn room_ids_are_1_to_128_bytes() {
+        let join = |room: &str| on_text(1, &serde_json::json!({"type": "join", "roomId": room}).to_string(), false);
+        for ok in ["r".repeat(128), "€".repeat(42), "x".to_string()] {
+            assert_eq!(join(&ok), Action::Join(ok.clone()), "{} bytes", ok.len());
+        }
+        // 43 characters, 129 bytes: the limit is in bytes.
+        for bad in ["r".repeat(129), "€".repeat(43), String::new()] {
+            assert!(matches!(join(&bad), Action::Reply(_)), "{} bytes", bad.len());
+            let chat = serde_json::json!({"type": "chat", "roomId": bad, "content": "x"}).to_string();
+            assert!(matches!(on_text(1, &chat, false), Action::Reply(_)), "chat, {} bytes", bad.len());
+        }
     }
 }

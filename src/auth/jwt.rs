@@ -2,14 +2,18 @@
 //!
 //! Pure computation: no I/O, no HTTP, no sockets. The verifier pins the algorithm to HS256
 //! (`none`, HS384/HS512 and every asymmetric algorithm are rejected), checks the signature,
-//! `exp` with zero leeway, `iss` and `aud`, and treats a token lacking `exp`, `iss` or `aud` as
-//! invalid. Every failure is the same [`AuthError::Invalid`], so callers cannot leak why.
+//! `exp` and `nbf` with zero leeway, `iss` and `aud`, and treats a token lacking `exp`, `iss` or
+//! `aud`, or whose header carries a `crit` parameter, as invalid (RFC 7515 §4.1.11: `crit`
+//! lists extensions the recipient must understand, and this verifier understands none). Every
+//! failure is the same [`AuthError::Invalid`], so callers cannot leak why.
 //!
 //! The signing key never appears in a log line or in `Debug` output, and neither do tokens.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 
 use super::tokens::{random_bytes, to_hex};
@@ -33,6 +37,16 @@ pub struct Claims {
     pub exp: u64,
     /// Token id: 16 random bytes, lower-case hex.
     pub jti: String,
+    /// Not before, seconds since the Unix epoch: never issued here, refused
+    /// while in the future when a token carries it (a number, or invalid:
+    /// `null` included).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present_number")]
+    pub nbf: Option<u64>,
+}
+
+/// An optional claim that, when present, must be a number (`null` is not).
+fn present_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    <u64 as serde::Deserialize>::deserialize(d).map(Some)
 }
 
 /// An HS256 access-token issuer and verifier bound to one secret, issuer, audience and lifetime.
@@ -71,7 +85,7 @@ impl Jwt {
         validation.leeway = 0;
         validation.reject_tokens_expiring_in_less_than = 0;
         validation.validate_exp = true;
-        validation.validate_nbf = false;
+        validation.validate_nbf = true;
         validation.validate_aud = true;
         validation.set_issuer(&[issuer]);
         validation.set_audience(&[audience]);
@@ -100,25 +114,45 @@ impl Jwt {
             iat: now_unix,
             exp: now_unix.saturating_add(expires_in),
             jti: to_hex(&random_bytes::<16>()),
+            nbf: None,
         };
         let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| AuthError::Hash(format!("jwt signing: {e}")))?;
         Ok((token, expires_in))
     }
 
-    /// Verify: algorithm pinned to HS256 (`none`, HS384/HS512, RS256/ES256… all rejected), signature, `exp` with ZERO leeway, `iss`, `aud`; `exp`, `iss`, `aud` required (a token lacking any is Invalid). Any failure → AuthError::Invalid.
+    /// Verify: algorithm pinned to HS256 (`none`, HS384/HS512, RS256/ES256… all rejected), no
+    /// `crit` header parameter, signature, `exp` and `nbf` with ZERO leeway, `iss`, `aud`; `exp`,
+    /// `iss`, `aud` required (a token lacking any is Invalid). Any failure → AuthError::Invalid.
     ///
     /// "Now" is the wall clock. A token is valid strictly before its `exp` second (RFC 7519
-    /// §4.1.4): `exp == now` is already expired.
+    /// §4.1.4): `exp == now` is already expired; and from its `nbf` second on (§4.1.5).
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        if has_crit(token) {
+            return Err(AuthError::Invalid);
+        }
         let data =
             jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation).map_err(|_| AuthError::Invalid)?;
+        let now = now_unix();
         // jsonwebtoken accepts `exp == now` even with zero leeway; RFC 7519 says "before".
-        if data.claims.exp <= now_unix() {
+        if data.claims.exp <= now || data.claims.nbf.is_some_and(|nbf| nbf > now) {
             return Err(AuthError::Invalid);
         }
         Ok(data.claims)
     }
+}
+
+/// Whether the token's header names a `crit` parameter (any value, even an
+/// empty list: RFC 7515 §4.1.11 forbids that form too). `jsonwebtoken`'s
+/// `Header` has no such field and would drop it silently. A header that is
+/// not base64url JSON is left to `jsonwebtoken` to refuse.
+fn has_crit(token: &str) -> bool {
+    let header = token.split('.').next().unwrap_or_default();
+    URL_SAFE_NO_PAD
+        .decode(header)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes).ok())
+        .is_some_and(|h| h.contains_key("crit"))
 }
 
 #[cfg(test)]
@@ -290,6 +324,49 @@ mod tests {
         // exp == now (or already past, if the clock ticked in between): no leeway at all.
         let (token, _) = jwt.issue(1, "user", now_unix() - TTL).expect("issue");
         assert_eq!(jwt.verify(&token), Err(AuthError::Invalid));
+    }
+
+    /// `b64(header).b64(claims).HS256-signature` with the right secret.
+    fn sign_with_header(header: &Value, claims: &Value) -> String {
+        let input = format!("{}.{}", b64(header), b64(claims));
+        let sig = jsonwebtoken::crypto::sign(input.as_bytes(), &EncodingKey::from_secret(SECRET), Algorithm::HS256)
+            .expect("hmac");
+        format!("{input}.{sig}")
+    }
+
+    #[test]
+    fn a_crit_header_parameter_is_invalid() {
+        let jwt = jwt();
+        let claims = good_claims(now_unix());
+        let plain = sign_with_header(&json!({"alg": "HS256", "typ": "JWT"}), &claims);
+        assert_eq!(jwt.verify(&plain).map(|c| c.user_id), Ok(7), "control: the same token without crit");
+        for crit in [json!(["exp"]), json!(["b64"]), json!([]), json!("x"), json!(null), json!({})] {
+            let header = json!({"alg": "HS256", "typ": "JWT", "crit": crit, "b64": true});
+            assert_eq!(jwt.verify(&sign_with_header(&header, &claims)), Err(AuthError::Invalid), "crit: {crit}");
+        }
+    }
+
+    #[test]
+    fn nbf_in_the_future_is_invalid_without_leeway() {
+        let jwt = jwt();
+        let now = now_unix();
+        let hs = json!({"alg": "HS256", "typ": "JWT"});
+        for (nbf, ok) in
+            [(json!(now - 100), true), (json!(now), true), (json!(now + 2), false), (json!(now + 3600), false)]
+        {
+            let mut claims = good_claims(now);
+            claims["nbf"] = nbf.clone();
+            let got = jwt.verify(&sign_with_header(&hs, &claims));
+            assert_eq!(got.is_ok(), ok, "nbf {nbf} (now {now}): {got:?}");
+        }
+        for bad in [json!("0"), json!(-1), json!(null), json!([0])] {
+            let mut claims = good_claims(now);
+            claims["nbf"] = bad.clone();
+            assert_eq!(jwt.verify(&sign_with_header(&hs, &claims)), Err(AuthError::Invalid), "nbf {bad}");
+        }
+        // What this service issues carries no nbf.
+        let (token, _) = jwt.issue(1, "user", now).expect("issue");
+        assert_eq!(jwt.verify(&token).map(|c| c.nbf), Ok(None));
     }
 
     #[test]

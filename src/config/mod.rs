@@ -242,6 +242,9 @@ pub struct WebSocket {
     pub echo: bool,
     /// Largest message (larger → close 1009).
     pub max_message_bytes: usize,
+    /// Rooms one connection may be in; a join beyond it is answered with an
+    /// error message and the connection stays.
+    pub max_rooms_per_connection: usize,
 }
 
 /// `[supervisor]`
@@ -440,6 +443,7 @@ echo_delay_ms = 20
 [websocket]
 echo = false                     # enables /ws/echo (conformance testing)
 max_message_bytes = 65536
+max_rooms_per_connection = 64    # a join beyond it → {"type":"error"}; the connection stays
 
 [supervisor]
 worker_max_rss_mb = 500
@@ -508,6 +512,7 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
         assert_eq!((config.chat.upstream.as_deref(), config.chat.model.as_str()), (None, ""));
         assert_eq!(config.chat.echo_delay, Duration::from_millis(20));
         assert_eq!((config.websocket.echo, config.websocket.max_message_bytes), (false, 65536));
+        assert_eq!(config.websocket.max_rooms_per_connection, 64);
         let supervisor = Supervisor {
             worker_max_rss_mb: 500,
             memory_check: Duration::from_secs(5),

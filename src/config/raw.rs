@@ -226,6 +226,8 @@ section! {
         echo: bool = false,
         /// Largest message in bytes (larger → close 1009).
         max_message_bytes: i64 = 65_536,
+        /// Rooms one connection may be in (a join beyond → an error message).
+        max_rooms_per_connection: i64 = 64,
     }
 }
 

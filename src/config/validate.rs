@@ -122,6 +122,12 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
         websocket: WebSocket {
             echo: raw.websocket.echo,
             max_message_bytes: c.range("websocket.max_message_bytes", raw.websocket.max_message_bytes, 125, 64 * MIB),
+            max_rooms_per_connection: c.range(
+                "websocket.max_rooms_per_connection",
+                raw.websocket.max_rooms_per_connection,
+                1,
+                10_000,
+            ),
         },
         supervisor: Supervisor {
             worker_max_rss_mb: c.range("supervisor.worker_max_rss_mb", s.worker_max_rss_mb, 1, MIB),
@@ -326,6 +332,7 @@ mod tests {
             ("upstreams.cache_entries", 0, MAX),
             ("chat.echo_delay_ms", 0, 60_000),
             ("websocket.max_message_bytes", 125, 64 * MIB),
+            ("websocket.max_rooms_per_connection", 1, 10_000),
             ("supervisor.worker_max_rss_mb", 1, MIB),
             ("supervisor.memory_check_ms", 100, 3_600_000),
             ("supervisor.worker_timeout_ms", 100, 3_600_000),

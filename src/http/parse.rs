@@ -2,7 +2,8 @@
 //!
 //! `httparse` does the tokenising; this module adds the rules that keep a
 //! server safe from smuggling and abuse: one framing per message, a bounded
-//! head, `Host` on HTTP/1.1, `Transfer-Encoding` exactly `chunked`. It only
+//! head, `Host` on HTTP/1.1 and a `Host` value that is a valid
+//! `host[:port]`, `Transfer-Encoding` exactly `chunked`. It only
 //! reads bytes and returns values or [`Error`]s; it never writes or logs.
 
 use crate::error::Error;
@@ -87,6 +88,9 @@ fn validate(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, Error> 
         let name = h.name;
         if name.eq_ignore_ascii_case("host") {
             host += 1;
+            if !valid_host(trim(h.value)) {
+                return Err(Error::bad_request("invalid Host"));
+            }
         } else if name.eq_ignore_ascii_case("content-length") {
             for part in h.value.split(|&c| c == b',') {
                 let v = parse_length(trim(part)).ok_or_else(|| Error::bad_request("invalid Content-Length"))?;
@@ -138,6 +142,56 @@ fn validate(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, Error> 
         keep_alive: keep_alive && !(http10 && chunked),
         expect_continue: expect_continue && framing != Framing::None,
     })
+}
+
+/// Whether a `Host` value is `host [ ":" port ]` (RFC 9112 §3.2, RFC 3986
+/// §3.2.2). `host` is an IP literal `[IPv6]` or a non-empty reg-name
+/// (`unreserved / pct-encoded / sub-delims`, which covers dotted IPv4 and
+/// the underscores found in real names); `port`, when a colon is there, is
+/// 1 to 5 digits up to 65535. RFC 3986 allows an empty host and an empty
+/// port; neither names anything here, so both are refused (as nginx does
+/// for the host). `IPvFuture` literals and zone ids are refused too.
+fn valid_host(v: &[u8]) -> bool {
+    let (host_ok, rest) = match v.strip_prefix(b"[") {
+        Some(inner) => match inner.iter().position(|&c| c == b']') {
+            Some(end) => (ipv6_literal(&inner[..end]), &inner[end + 1..]),
+            None => return false,
+        },
+        None => {
+            let end = v.iter().position(|&c| c == b':').unwrap_or(v.len());
+            (reg_name(&v[..end]), &v[end..])
+        }
+    };
+    host_ok && (rest.is_empty() || rest.strip_prefix(b":").is_some_and(valid_port))
+}
+
+fn ipv6_literal(v: &[u8]) -> bool {
+    std::str::from_utf8(v).is_ok_and(|s| s.parse::<std::net::Ipv6Addr>().is_ok())
+}
+
+/// RFC 3986 `reg-name`, not empty.
+fn reg_name(v: &[u8]) -> bool {
+    let mut i = 0;
+    while i < v.len() {
+        match v[i] {
+            b'%' => {
+                let hex = |j: usize| v.get(j).is_some_and(u8::is_ascii_hexdigit);
+                if !(hex(i + 1) && hex(i + 2)) {
+                    return false;
+                }
+                i += 3;
+            }
+            c if c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&c) => i += 1,
+            _ => return false,
+        }
+    }
+    !v.is_empty()
+}
+
+fn valid_port(v: &[u8]) -> bool {
+    (1..=5).contains(&v.len())
+        && v.iter().all(u8::is_ascii_digit)
+        && v.iter().fold(0u32, |acc, d| acc * 10 + u32::from(d - b'0')) <= 65_535
 }
 
 fn parse_length(v: &[u8]) -> Option<u64> {
@@ -218,6 +272,67 @@ mod tests {
         ] {
             assert_eq!(status(raw), 400, "{raw:?}");
         }
+    }
+
+    fn host(value: &str) -> u16 {
+        status(&format!("GET / HTTP/1.1\r\nHost: {value}\r\n\r\n"))
+    }
+
+    #[test]
+    fn host_must_be_host_and_optional_port() {
+        for ok in [
+            "localhost",
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "[::1]",
+            "[2001:db8::a:b]:443",
+            "[::ffff:192.0.2.1]",
+            "example.com",
+            "Example.COM:80",
+            "a-b.c_d",
+            "caf%C3%A9.example",
+            "a~b!$&'()*+,;=",
+            "x:0",
+            "x:65535",
+        ] {
+            assert_eq!(host(ok), 0, "Host: {ok:?} is valid");
+        }
+        for bad in [
+            "",
+            "a b",
+            "a/b",
+            "a@b",
+            "[::1",
+            "::1",
+            "[::1]x",
+            "[::1]:",
+            "[zz::1]",
+            "[v1.x]",
+            "[fe80::1%25eth0]",
+            "a:b:c",
+            "a:",
+            ":80",
+            "a:99999",
+            "a:65536",
+            "a:123456",
+            "a:8o",
+            "a:+80",
+            "a%",
+            "a%2",
+            "a%zz",
+            "a\\b",
+            "a?b",
+            "a#b",
+            "a\"b",
+            "<a>",
+            "a[b",
+            "é.example",
+        ] {
+            assert_eq!(host(bad), 400, "Host: {bad:?} is invalid");
+        }
+        // HTTP/1.0 needs no Host, but one it sends is checked all the same.
+        assert!(head("GET / HTTP/1.0\r\n\r\n").expect("ok").is_some());
+        assert_eq!(status("GET / HTTP/1.0\r\nHost: a b\r\n\r\n"), 400);
     }
 
     #[test]

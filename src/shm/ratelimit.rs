@@ -69,6 +69,13 @@ pub struct Decision {
     pub reset_secs: u64,
 }
 
+/// A slot granted by [`RateTable::take`]: the window it counts in, so that
+/// [`RateTable::give_back`] returns it to that window only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    window: u64,
+}
+
 /// One bucket. `word` is the whole entry; `last_ms` is a recency hint.
 #[repr(C)]
 struct Bucket {
@@ -165,10 +172,11 @@ impl RateTable {
 
     /// Look at `key` without counting: `allowed` says whether a [`hit`] now
     /// would be allowed (count so far `< max`), `remaining` how many hits
-    /// still would be. For limiters that count failures only: peek before
-    /// the attempt, hit after a failure.
+    /// still would be. Not a way to bound work: attempts that all peek before
+    /// any of them counts all pass; [`take`] is.
     ///
     /// [`hit`]: RateTable::hit
+    /// [`take`]: RateTable::take
     pub fn peek(&self, key: &[u8], now_ms: u64, window_ms: u64, max: u64) -> Decision {
         let window_ms = window_ms.max(1);
         let (set, tag) = self.locate(key, window_ms);
@@ -184,8 +192,74 @@ impl RateTable {
         Decision { allowed: count < max, ..d }
     }
 
-    /// Forget `key` (for example after a successful login). Best effort: a
-    /// hit racing with the reset may survive it.
+    /// Take one of `max` slots for `key` in the current window: granted (and
+    /// counted) while fewer than `max` are taken, refused *without* counting
+    /// otherwise, so the count never passes `max`. One CAS decides, so
+    /// concurrent takers across threads and processes can never be granted
+    /// more than `max` slots in one window between them.
+    ///
+    /// For limiters that bound work rather than count requests (login
+    /// attempts): take before the work, [`give_back`] when it turns out not to
+    /// count. Unlike [`hit`], a take that keeps losing CAS races is refused:
+    /// a slot is granted only once it is stored. An evicted key still starts
+    /// again from zero.
+    ///
+    /// [`give_back`]: RateTable::give_back
+    /// [`hit`]: RateTable::hit
+    pub fn take(&self, key: &[u8], now_ms: u64, window_ms: u64, max: u64) -> (Decision, Option<Slot>) {
+        let window_ms = window_ms.max(1);
+        let (set, tag) = self.locate(key, window_ms);
+        let cur = (now_ms / window_ms) & WINDOW_MASK;
+        let cap = max.min(COUNT_MAX);
+        let refused = |count| (Decision { allowed: false, ..decide(count, now_ms, window_ms, max) }, None);
+        if cap == 0 {
+            return refused(0);
+        }
+        let mut seen = cap;
+        for _ in 0..MAX_TRIES {
+            let (bucket, old, new) = match find(set, tag) {
+                Some((bucket, old)) => match classify(bucket, old, now_ms, cur, window_ms) {
+                    Entry::Current(count) if count >= cap => {
+                        bucket.touch(now_ms);
+                        return refused(count);
+                    }
+                    Entry::Current(_) => (bucket, old, old + 1),
+                    Entry::Stale => (bucket, old, pack(tag, cur, 1)),
+                },
+                None => {
+                    let (bucket, old) = victim(set);
+                    (bucket, old, pack(tag, cur, 1))
+                }
+            };
+            bucket.touch(now_ms);
+            if bucket.word.compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                let slot = Slot { window: window_of(new) };
+                return (decide(count_of(new), now_ms, window_ms, max), Some(slot));
+            }
+            seen = count_of(new);
+        }
+        refused(seen)
+    }
+
+    /// Give back a slot [`take`] granted for `key`: the count of its window
+    /// goes down by one. Nothing happens once that window is over (its slots
+    /// ended with it) or when the key was evicted meanwhile.
+    ///
+    /// [`take`]: RateTable::take
+    pub fn give_back(&self, key: &[u8], slot: Slot, window_ms: u64) {
+        let (set, tag) = self.locate(key, window_ms.max(1));
+        for _ in 0..MAX_TRIES {
+            let Some((bucket, word)) = find(set, tag) else { return };
+            if window_of(word) != slot.window || count_of(word) == 0 {
+                return;
+            }
+            if bucket.word.compare_exchange(word, word - 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                return;
+            }
+        }
+    }
+
+    /// Forget `key`. Best effort: a hit racing with the reset may survive it.
     pub fn reset(&self, key: &[u8], window_ms: u64) {
         let (set, tag) = self.locate(key, window_ms.max(1));
         for _ in 0..MAX_TRIES {
@@ -411,6 +485,55 @@ mod tests {
         assert!(t.hit(k, 1000, MIN, 5).allowed, "the 5th failure is still within the limit");
         assert_eq!(t.peek(k, 1000, MIN, 5), Decision { allowed: false, limit: 5, remaining: 0, reset_secs: 59 });
         assert_eq!(count(t, k, 1000, MIN), 5);
+    }
+
+    #[test]
+    fn take_grants_max_slots_and_refuses_without_counting() {
+        let t = table();
+        let k = b"login\x0010.0.0.1\x00a@example.com";
+        for i in 1..=3 {
+            let (d, slot) = t.take(k, 1000, MIN, 3);
+            assert_eq!(d, Decision { allowed: true, limit: 3, remaining: 3 - i, reset_secs: 59 }, "take {i}");
+            assert!(slot.is_some());
+        }
+        for _ in 0..5 {
+            let (d, slot) = t.take(k, 1000, MIN, 3);
+            assert_eq!((d.allowed, d.remaining, slot), (false, 0, None));
+        }
+        assert_eq!(count(t, k, 1000, MIN), 3, "refused takes are not counted");
+        // The next window starts from zero.
+        assert!(t.take(k, 60_000, MIN, 3).0.allowed);
+        assert!(!t.take(b"never", 1000, MIN, 0).0.allowed, "max 0 grants nothing");
+    }
+
+    #[test]
+    fn a_slot_given_back_can_be_taken_again_in_its_window_only() {
+        let t = table();
+        let (_, first) = t.take(b"g", 1000, MIN, 2);
+        let (_, second) = t.take(b"g", 1000, MIN, 2);
+        assert!(!t.take(b"g", 1000, MIN, 2).0.allowed);
+        t.give_back(b"g", second.expect("granted"), MIN);
+        assert_eq!(count(t, b"g", 1000, MIN), 1);
+        assert!(t.take(b"g", 1000, MIN, 2).0.allowed, "the slot given back is free again");
+        // A slot of an earlier window does not lower the count of the current one.
+        let (_, late) = t.take(b"g", 60_000, MIN, 2);
+        assert!(late.is_some());
+        t.give_back(b"g", first.expect("granted"), MIN);
+        assert_eq!(count(t, b"g", 60_000, MIN), 1);
+        t.give_back(b"never-taken", late.expect("granted"), MIN);
+    }
+
+    #[test]
+    fn concurrent_takes_never_grant_more_than_max() {
+        let t = table();
+        let granted: usize = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| (0..500).filter(|_| t.take(b"race", 1000, MIN, 37).1.is_some()).count()))
+                .collect();
+            workers.into_iter().map(|w| w.join().expect("thread")).sum()
+        });
+        assert_eq!(granted, 37);
+        assert_eq!(count(t, b"race", 1000, MIN), 37);
     }
 
     #[test]

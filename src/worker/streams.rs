@@ -147,6 +147,10 @@ impl Rooms {
         list.swap_remove(pos);
         if list.is_empty() {
             self.members.remove(room);
+            // Give the table's memory back once most of its rooms are gone.
+            if self.members.capacity() > 64 && self.members.len() * 4 < self.members.capacity() {
+                self.members.shrink_to(self.members.len() * 2);
+            }
         }
         true
     }
@@ -359,8 +363,17 @@ impl Worker {
     fn ws_todo(&mut self, idx: usize, t: Todo) {
         match t {
             Todo::Join(room) => {
+                let max = self.config.websocket.max_rooms_per_connection;
                 let Some(Some(c)) = self.conns.get_mut(idx) else { return };
                 let Some(Stream::Ws(w)) = &mut c.stream else { return };
+                if w.rooms.contains(&room) {
+                    return;
+                }
+                if w.rooms.len() >= max {
+                    w.conn.send_text(&ws::too_many_rooms(max), &mut c.out);
+                    self.flush_conn(idx);
+                    return;
+                }
                 if self.rooms.join(&room, idx) {
                     w.rooms.push(room);
                     self.svc.stats.members.fetch_add(1, Relaxed);
@@ -375,6 +388,14 @@ impl Worker {
                 }
             }
             Todo::Room { room, message, skip_user } => {
+                // Sending joins first; a join refused (over the cap) sends nothing.
+                let member = match self.conns.get(idx) {
+                    Some(Some(c)) => matches!(&c.stream, Some(Stream::Ws(w)) if w.rooms.contains(&room)),
+                    _ => false,
+                };
+                if !member {
+                    return;
+                }
                 let payload = serde_json::json!({"room": room, "skipUser": skip_user, "message": message});
                 let payload = serde_json::to_vec(&payload).unwrap_or_default();
                 self.publish(Topic::Room, &payload);

@@ -638,7 +638,7 @@ impl Worker {
             (Err(e), _) => Err(e),
             (Ok(true), _) => Ok(true),
             (Ok(false), Step::Failed(e)) => Err(client_error(&e)),
-            (Ok(false), Step::Done) => Err(Error::UpstreamUnavailable("the upstream ended the stream early".into())),
+            (Ok(false), Step::Done) => sink.ended(&mut events).map(|()| true),
             (Ok(false), Step::Pending) => Ok(false),
         };
         if !events.is_empty() && !*started {

@@ -382,6 +382,39 @@ fn correctly_forged_hs256_token_with_the_right_secret_is_accepted() {
     s.expect_data(&r, 200, "GET /api/v1/users with a forged-but-correct token");
 }
 
+/// Regression: a `crit` header parameter (RFC 7515 §4.1.11: extensions the verifier must
+/// understand; we understand none) and an `nbf` in the future were ignored. Both are
+/// `invalid token`, correctly signed or not, and so is an `nbf` that is not a number.
+#[test]
+fn tokens_with_a_crit_header_or_a_future_nbf_are_401() {
+    let s = Server::start_api();
+    let (u, _) = s.user("Crit Nbf");
+    let id = id_of(&u);
+    let sign = |header: Value, claims: Value| jwt_sign(&header, &claims, "HS256", TEST_JWT_SECRET.as_bytes());
+    let hs = json!({"alg": "HS256", "typ": "JWT"});
+    let mut refused = Vec::new();
+    for crit in [json!(["exp"]), json!(["x-ext"]), json!([]), json!("x"), json!(null)] {
+        let header = json!({"alg": "HS256", "typ": "JWT", "crit": crit, "x-ext": 1});
+        refused.push((format!("crit: {crit}"), sign(header, good_claims(id, "user"))));
+    }
+    for nbf in [json!(now_unix() + 60), json!(now_unix() + 5), json!("0")] {
+        let mut claims = good_claims(id, "user");
+        claims["nbf"] = nbf.clone();
+        refused.push((format!("nbf: {nbf}"), sign(hs.clone(), claims)));
+    }
+    for (what, t) in &refused {
+        let r = me_with_auth(&s, &format!("Bearer {t}"));
+        expect_401(&s, &r, "invalid token", &format!("GET /auth/me with {what}"));
+    }
+    // Controls: an nbf now or in the past is fine.
+    for nbf in [now_unix() - 60, now_unix()] {
+        let mut claims = good_claims(id, "user");
+        claims["nbf"] = json!(nbf);
+        let r = me_with_auth(&s, &format!("Bearer {}", sign(hs.clone(), claims)));
+        s.expect_data(&r, 200, &format!("GET /auth/me with nbf = now - {}", now_unix() - nbf));
+    }
+}
+
 #[test]
 fn a_token_accepted_before_is_refused_once_it_expires() {
     // The worker remembers tokens it verified; expiry must still be checked on every use.

@@ -727,6 +727,99 @@ fn chat_upstream_going_silent_mid_stream_ends_with_an_error_event() {
     );
 }
 
+/// A one-shot upstream on `127.0.0.1:0`: it accepts one connection (within 10 s), reads the
+/// request (head and `Content-Length` body), writes `answer` and closes: with no length in
+/// `answer`'s head, a body delimited by the close. Returns the base URL and its thread.
+fn close_delimited_upstream(answer: String) -> (String, std::thread::JoinHandle<Result<(), String>>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the fake upstream");
+    let url = format!("http://{}", l.local_addr().unwrap());
+    l.set_nonblocking(true).unwrap();
+    let h = std::thread::spawn(move || -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut sock = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => return Err(format!("accept: {e}")),
+            }
+        };
+        sock.set_nonblocking(false).map_err(|e| e.to_string())?;
+        sock.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 4096];
+        let need = loop {
+            if let Some(i) = find(&buf, b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+                let cl = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()))
+                    .unwrap_or(0);
+                break i + 4 + cl;
+            }
+            let n = sock.read(&mut tmp).map_err(|e| format!("read the request head: {e}"))?;
+            if n == 0 {
+                return Err("EOF before the request head".into());
+            }
+            buf.extend_from_slice(&tmp[..n]);
+        };
+        while buf.len() < need {
+            let n = sock.read(&mut tmp).map_err(|e| format!("read the request body: {e}"))?;
+            if n == 0 {
+                return Err("EOF in the request body".into());
+            }
+            buf.extend_from_slice(&tmp[..n]);
+        }
+        sock.write_all(answer.as_bytes()).map_err(|e| format!("write: {e}"))?;
+        sock.shutdown(std::net::Shutdown::Both).map_err(|e| format!("shutdown: {e}"))
+    });
+    (url, h)
+}
+
+/// Regression: an upstream stream that ended cleanly (last chunk, `Content-Length` reached,
+/// or the close that delimits its body) without `data: [DONE]` gave `event: error`. A clean
+/// end is a normal end: `data: [DONE]`, the end of the chunked body, keep-alive.
+#[test]
+fn chat_upstream_ending_cleanly_without_done_ends_the_stream_normally() {
+    let up = Upstream::start(|req| {
+        let last = req.json().and_then(|b| b["messages"][0]["content"].as_str().map(str::to_string));
+        let body = format!("{ROLE_DELTA}{}{}", delta("one"), delta(" two"));
+        match last.as_deref() {
+            // `Content-Length` framing; the last event is not even followed by a blank line.
+            Some("length") => Behaviour::text(200, "text/event-stream", body.trim_end().to_string() + "\n"),
+            // Chunked: the last chunk without any [DONE].
+            _ => Behaviour::sse(vec![(ZERO, delta("one")), (ZERO, delta(" two"))], After::Finish),
+        }
+    });
+    let s = relay_server(&up);
+    for framing in ["chunked", "length"] {
+        let what = format!("an upstream ending its {framing} body without [DONE]");
+        let mut st = open_stream(&s, &body_of(json!([user_msg(framing)])), &what);
+        check_stream_head(&s, &st, &what);
+        let got = read_complete(&s, &mut st, &what);
+        ensure_eq!(s, contents(&got), vec!["one", " two"], "{what}: the deltas, then [DONE]");
+        check_keep_alive(&s, st, &what);
+    }
+
+    // Read until close: no Content-Length, no chunking; the close ends the body.
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n{}{}",
+        delta("three"),
+        delta(" four")
+    );
+    let (url, fake) = close_delimited_upstream(answer);
+    let s = relay_server_to(&format!("{url}{UPSTREAM_PATH}"));
+    let what = "an upstream closing its read-until-close body without [DONE]";
+    let mut st = open_stream(&s, &body_of(json!([user_msg("close")])), what);
+    let got = read_complete(&s, &mut st, what);
+    ensure_eq!(s, contents(&got), vec!["three", " four"], "{what}: the deltas, then [DONE]");
+    check_keep_alive(&s, st, what);
+    let r = fake.join().unwrap_or_else(|_| Err("the fake upstream panicked".into()));
+    ensure!(s, r.is_ok(), "the fake upstream: {r:?}");
+}
+
 // ---------------------------------------------------------------------------------------
 // Cancellation
 // ---------------------------------------------------------------------------------------

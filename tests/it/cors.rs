@@ -174,3 +174,42 @@ fn a_foreign_origin_gets_no_cors_header_at_all() {
     let r = s.call("GET", "/health", &[("Origin", EVIL)], b"");
     ensure!(s, r.status == 200 && cors_headers(&r).is_empty(), "GET /health from {EVIL}: no Access-Control-*: {r:?}");
 }
+
+/// Regression: only the first `Origin` line was checked, so a good origin first and a
+/// foreign one second passed. More than one `Origin` line on an unsafe method is 403, and so
+/// is it on the WebSocket upgrade.
+#[test]
+fn more_than_one_origin_line_is_403() {
+    let s = start();
+    let (_, token) = s.user("Twice");
+    let pairs = [(APP, EVIL), (ALLOWED, EVIL), (APP, APP), (EVIL, APP)];
+    for (first, second) in pairs {
+        let what = format!("Origin: {first} then Origin: {second}");
+        let email = unique_email("twice");
+        let r = s.api_h(
+            "POST",
+            "/api/v1/users",
+            None,
+            Some(&json!({"name": "Twice", "email": email, "password": PW})),
+            &[("Origin", first), ("Origin", second)],
+        );
+        s.expect_err(&r, 403, "FORBIDDEN", &format!("POST sign-up, {what}"));
+        let path = format!("/ws?token={}", urlencode(&token));
+        match s.ws_try(&path, &[("Origin", first), ("Origin", second)]) {
+            Ok(_) => panic!("WebSocket upgrade with {what}: upgraded, expected 403\nlog:\n{}", s.log_tail()),
+            Err(r) => {
+                s.expect_err(&r, 403, "FORBIDDEN", &format!("WebSocket upgrade, {what}"));
+            }
+        }
+    }
+    // One good line is still fine.
+    let email = unique_email("once");
+    let r = s.api_h(
+        "POST",
+        "/api/v1/users",
+        None,
+        Some(&json!({"name": "Once", "email": email, "password": PW})),
+        &[("Origin", APP)],
+    );
+    s.expect_data(&r, 201, "sign-up with one good Origin line");
+}

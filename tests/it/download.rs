@@ -584,6 +584,30 @@ fn malformed_or_multiple_ranges_are_ignored() {
     }
 }
 
+/// Regression: a Range end past the file was clamped only while it fitted in a u64; past it
+/// (`bytes=0-99999999999999999999999`) the header was ignored and the whole file sent with
+/// 200. RFC 9110 §14.1.2: an end past the file means its last byte → 206.
+#[test]
+fn a_range_end_past_the_file_even_past_u64_is_clamped_to_the_last_byte() {
+    let d = Dl::start(1);
+    let data = pattern(1000, 16);
+    d.put("data.bin", &data);
+    for (range, first) in [
+        ("bytes=0-99999999999999999999999", 0),
+        ("bytes=990-18446744073709551616", 990),
+        ("bytes=990-18446744073709551615", 990),
+        ("bytes=500-1000", 500),
+        ("bytes=-99999999999999999999999", 0),
+    ] {
+        let r = d.get("/download/data.bin", &[("Range", range)]);
+        check_206(&d.s, &r, &data, first, 999, &format!("Range: {range} on 1000 bytes"));
+    }
+    // A first byte past the file, however large, is unsatisfiable.
+    let r = d.get("/download/data.bin", &[("Range", "bytes=99999999999999999999999-")]);
+    ensure!(d.s, r.status == 416, "Range: bytes=99999999999999999999999- → 416, got {}", head_of(&r));
+    ensure_eq!(d.s, r.header("content-range"), Some("bytes */1000"), "Content-Range of the 416");
+}
+
 // ---------------------------------------------------------------------------------------
 // Names that must not be served
 // ---------------------------------------------------------------------------------------
@@ -662,6 +686,45 @@ fn traversal_and_unservable_names_are_404() {
     let h = d.head("/download/..%2fCargo.toml", &[]);
     ensure_eq!(d.s, h.status, 404, "HEAD /download/..%2fCargo.toml: {h:?}");
     d.s.assert_healthy();
+}
+
+/// Regression: `open()` of a FIFO blocks until a writer appears, so a FIFO in the download
+/// directory stalled the worker's loop until the watchdog killed it. Anything that is not a
+/// regular file (FIFO, directory, symlink to a directory, socket) is 404 at once, and the
+/// worker keeps serving.
+#[test]
+fn a_fifo_a_directory_or_a_socket_is_404_at_once_and_the_loop_keeps_serving() {
+    use nix::sys::stat::Mode;
+    let d = Dl::start(1);
+    nix::unistd::mkfifo(&d.files.join("pipe"), Mode::S_IRUSR | Mode::S_IWUSR).expect("mkfifo pipe");
+    nix::unistd::mkfifo(&d.files.join("default"), Mode::S_IRUSR | Mode::S_IWUSR).expect("mkfifo default");
+    fs::create_dir_all(d.files.join("adir")).unwrap();
+    std::os::unix::fs::symlink(d.files.join("adir"), d.files.join("dirlink")).unwrap();
+    let _sock = std::os::unix::net::UnixListener::bind(d.files.join("sock")).expect("bind a unix socket");
+    for (method, path) in [
+        ("GET", "/download/pipe"),
+        ("HEAD", "/download/pipe"),
+        ("GET", "/download"),
+        ("GET", "/download/adir"),
+        ("GET", "/download/dirlink"),
+        ("GET", "/download/sock"),
+    ] {
+        let what = format!("{method} {path}");
+        let mut c = d.s.conn();
+        c.set_timeout(Duration::from_secs(3));
+        let t = Instant::now();
+        c.send(&request(method, path, &[], b""));
+        let r = c.try_read_response(method == "HEAD");
+        ensure!(d.s, matches!(&r, Ok(r) if r.status == 404), "{what}: expected 404 within 3 s, got {r:?}");
+        if method == "GET" {
+            if let Ok(r) = &r {
+                d.s.expect_err(r, 404, "NOT_FOUND", &what);
+            }
+        }
+        ensure!(d.s, t.elapsed() < Duration::from_secs(1), "{what}: the 404 took {:?}", t.elapsed());
+        let h = d.s.try_get("/health", Duration::from_secs(2));
+        ensure!(d.s, matches!(&h, Ok(h) if h.status == 200), "GET /health right after {what}: {h:?}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------

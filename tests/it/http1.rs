@@ -295,3 +295,42 @@ fn hostile_request_does_not_disturb_other_connections() {
     assert_eq!(r.status, 200, "the other keep-alive connection after a hostile one: {r:?}");
     assert!(t.elapsed() < Duration::from_secs(1), "took {:?}", t.elapsed());
 }
+
+/// Regression: any `Host` value was accepted (`a b`, `a/b`, `a@b`, `[::1`, `a:b:c` got 200).
+/// RFC 9112 §3.2: `Host` is `host[:port]` (RFC 3986): 400 and close otherwise; valid forms,
+/// an underscore and percent-encoded reg-names included, are still served.
+#[test]
+fn invalid_host_values_are_400_and_valid_ones_served() {
+    let server = Server::start("");
+    let bad = [
+        "a b", "a/b", "a@b", "[::1", "::1", "a:b:c", "a:", "a:99999", "a:8o", "[::1]x", "[zz::1]", "a%2", "a%zz",
+        "a\\b", "a?b", "a#b", "a\"b", "<a>", "",
+    ];
+    for host in bad {
+        let what = format!("Host: {host:?}");
+        let mut c = server.conn();
+        c.send(format!("GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+        let r = c.read_response();
+        assert_json_error(&r, 400, Some("BAD_REQUEST"), &what);
+        assert!(r.closes(), "{what}: expected `Connection: close` on the 400, got {r:?}");
+        c.assert_closed(Duration::from_secs(3), &what);
+    }
+    let good = [
+        "localhost",
+        "127.0.0.1:8080",
+        "[::1]:8080",
+        "[::1]",
+        "example.com",
+        "a-b.c_d",
+        "EXAMPLE.com:80",
+        "caf%C3%A9.example",
+        "a~b!$&'()*+,;=",
+    ];
+    let mut c = server.conn();
+    for host in good {
+        c.send(format!("GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+        let r = c.read_response();
+        assert_eq!(r.status, 200, "Host: {host:?} must be served: {r:?}");
+    }
+    server.assert_healthy();
+}

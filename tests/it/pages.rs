@@ -119,6 +119,34 @@ fn redirect_allows_local_paths_and_listed_hosts_only() {
     }
 }
 
+/// Regression: `/redirect` copied characters that are not allowed in a URI (`"`, `<`, `>`,
+/// `^`, backtick, `{`, `|`, `}`) into `Location`; they are percent-encoded now, and escapes
+/// already there are kept as they are (never encoded twice). And `url=http://<allowed>`
+/// redirected: only `https://` may.
+#[test]
+fn redirect_location_is_a_valid_uri_and_only_https_urls_redirect() {
+    let s = Server::builder().set("redirect", "allowed_hosts = [\"allowed.example\"]").start();
+    for (target, want) in [
+        ("/a\"b<c>d^e`f{g|h}", "/a%22b%3Cc%3Ed%5Ee%60f%7Bg%7Ch%7D"),
+        ("/p?q=<x>#frag#more", "/p?q=%3Cx%3E#frag%23more"),
+        ("/caf%C3%A9?x=%7B%7D", "/caf%C3%A9?x=%7B%7D"),
+        ("https://allowed.example/a{b}?c=|#^", "https://allowed.example/a%7Bb%7D?c=%7C#%5E"),
+        ("https://allowed.example/100%", "https://allowed.example/100%25"),
+    ] {
+        let key = if target.starts_with('/') { "path" } else { "url" };
+        let path = format!("/redirect?{key}={}", urlencode(target));
+        let r = s.get(&path);
+        ensure!(s, r.status == 302, "GET {path} ({target}): expected 302, got {r:?}");
+        ensure_eq!(s, r.header("location"), Some(want), "Location for {target}");
+    }
+    for url in ["http://allowed.example/", "http://allowed.example", "HTTP://allowed.example/x"] {
+        let path = format!("/redirect?url={}", urlencode(url));
+        let r = s.get(&path);
+        ensure!(s, r.header("location").is_none(), "GET {path} must not redirect: {r:?}");
+        s.expect_err(&r, 400, "BAD_REQUEST", &format!("GET {path}"));
+    }
+}
+
 /// The value of attribute `name` in the tag text `tag` (`name="v"` or `name='v'`).
 fn attr(tag: &str, name: &str) -> Option<String> {
     let lower = tag.to_ascii_lowercase();

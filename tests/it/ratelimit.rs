@@ -191,3 +191,86 @@ fn login_failures_limit_per_email_across_workers() {
     let r = login_on(b, &other, "right-password-2");
     s.expect_data(&r, 200, "other e-mail from the same address, right password");
 }
+
+/// Regression: the login limiter only read the failure count before the argon2 job and
+/// counted the failure when the job ended, so concurrent wrong passwords were all checked
+/// (150 concurrent attempts for one address and e-mail: ~90 verified). Each attempt must take
+/// its slot before the hash: at most `login_max_failures` passwords are checked, the rest
+/// are 429, whatever the concurrency.
+#[test]
+fn concurrent_wrong_logins_check_at_most_login_max_failures_passwords() {
+    const ATTEMPTS: usize = 60;
+    const MAX_FAILURES: usize = 5;
+    // The real argon2 parameters: each check takes long enough for the attempts to overlap.
+    let s = Server::builder()
+        .workers(2)
+        .jwt_secret(TEST_JWT_SECRET)
+        .set(
+            "rate_limit",
+            &format!("enabled = true\nmax = 100000\nwindow_secs = 900\nlogin_max_failures = {MAX_FAILURES}"),
+        )
+        .start();
+    s.wait_workers(2, Duration::from_secs(10));
+    let email = unique_email("raced");
+    s.create_user(&email, "Raced", "user", "right-password-1");
+    let body = serde_json::to_vec(&json!({"email": email, "password": "wrong-password"})).unwrap();
+    let req = request("POST", "/api/v1/auth/login", &[("Content-Type", "application/json")], &body);
+
+    // Connect everyone first, then send all at once.
+    let conns: Vec<Conn> = (0..ATTEMPTS).map(|_| s.conn()).collect();
+    let barrier = std::sync::Barrier::new(ATTEMPTS);
+    let statuses: Vec<Result<u16, String>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = conns
+            .into_iter()
+            .map(|mut c| {
+                let (barrier, req) = (&barrier, &req);
+                sc.spawn(move || {
+                    c.set_timeout(SLOW_IO_TIMEOUT);
+                    barrier.wait();
+                    c.try_write(req).map_err(|e| e.to_string())?;
+                    c.try_read_response(false).map(|r| r.status).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect()
+    });
+    let mut by_status: BTreeMap<u16, usize> = BTreeMap::new();
+    for st in &statuses {
+        match st {
+            Ok(code) => *by_status.entry(*code).or_default() += 1,
+            Err(e) => panic!("a login attempt failed: {e}\nlog:\n{}", s.log_tail()),
+        }
+    }
+    let n401 = by_status.get(&401).copied().unwrap_or(0);
+    let n429 = by_status.get(&429).copied().unwrap_or(0);
+    ensure!(
+        s,
+        (1..=MAX_FAILURES).contains(&n401),
+        "{ATTEMPTS} concurrent wrong passwords: at most {MAX_FAILURES} may be checked (401), got {by_status:?}"
+    );
+    ensure_eq!(s, n401 + n429, ATTEMPTS, "every other attempt must be 429: {by_status:?}");
+    // Still refused afterwards, even with the right password.
+    let body = serde_json::to_vec(&json!({"email": email, "password": "right-password-1"})).unwrap();
+    let r = s.call_t("POST", "/api/v1/auth/login", &[("Content-Type", "application/json")], &body, SLOW_IO_TIMEOUT);
+    assert_429(&s, &r, "the right password after the failures are spent");
+}
+
+/// A right password takes a slot like any attempt and gives it back: failures before it
+/// still count (they are not forgotten), the success itself does not.
+#[test]
+fn a_right_password_after_failures_logs_in_and_gives_its_slot_back() {
+    let s = limited(1, "enabled = true\nmax = 1000\nwindow_secs = 900\nlogin_max_failures = 3");
+    let email = unique_email("typo");
+    s.create_user(&email, "Typo", "user", "right-password-1");
+    let login = |pw: &str| -> Response {
+        let body = serde_json::to_vec(&json!({"email": email, "password": pw})).unwrap();
+        s.call_t("POST", "/api/v1/auth/login", &[("Content-Type", "application/json")], &body, SLOW_IO_TIMEOUT)
+    };
+    for i in 0..2 {
+        s.expect_err(&login("wrong-password"), 401, "UNAUTHORIZED", &format!("wrong password #{}", i + 1));
+    }
+    s.expect_data(&login("right-password-1"), 200, "the right password after 2 failures (max 3)");
+    s.expect_data(&login("right-password-1"), 200, "the right password again: successes use no slot");
+    s.expect_err(&login("wrong-password"), 401, "UNAUTHORIZED", "the 3rd failure: still a slot left");
+    assert_429(&s, &login("right-password-1"), "after 3 failures, even the right password");
+}

@@ -426,3 +426,84 @@ fn a_member_that_cannot_keep_up_is_dropped() {
     ensure!(s, s.logs().contains("WebSocket member is not reading; dropping it"), "the drop is logged");
     drop(b);
 }
+
+fn join_msg(room: &str) -> Value {
+    json!({"type": "join", "roomId": room})
+}
+
+/// The next message must be `{"type":"error","message":…}`.
+fn expect_error(s: &Server, ws: &mut Ws, what: &str) {
+    let m = recv(s, ws, what);
+    ensure_eq!(s, m["type"].as_str(), Some("error"), "{what}: expected an error message, got {m}");
+    ensure!(s, m["message"].as_str().is_some_and(|t| !t.is_empty()), "{what}: error without a message: {m}");
+}
+
+/// Sends a chat to `room` and expects it back as the very next message (no error before it).
+fn round_trip(s: &Server, ws: &mut Ws, room: &str, from: i64, content: &str) {
+    ws.send_json(&chat(room, content));
+    let m = recv(s, ws, &format!("own chat in {room:?}"));
+    check_chat(s, &m, room, from, content, &format!("own chat in a joined room {room:?}"));
+}
+
+/// Regression: joins were unbounded (one connection could make a worker hold any number of
+/// rooms). `websocket.max_rooms_per_connection` (default 64) caps them; a join beyond it, or
+/// a chat to a new room beyond it, is an error and the connection stays usable. Room ids are
+/// 1–128 bytes (not characters).
+#[test]
+fn room_joins_are_capped_per_connection_and_room_ids_are_1_to_128_bytes() {
+    let s = Server::api_builder().start();
+    let (u, t) = s.user("Roamer");
+    let uid = id_of(&u);
+    let (mut ws, _) = s.ws_chat(&t);
+    for i in 0..64 {
+        ws.send_json(&join_msg(&format!("room-{i}")));
+    }
+    // Every join was applied and none refused: the first answer is the chat itself.
+    round_trip(&s, &mut ws, "room-63", uid, "all 64 joined");
+    ws.send_json(&join_msg("room-64"));
+    expect_error(&s, &mut ws, "the 65th join");
+    // Sending to a room joins it, so a chat to a 65th room is refused too, and not delivered.
+    ws.send_json(&chat("room-65", "must-not-arrive"));
+    expect_error(&s, &mut ws, "a chat to a 65th room");
+    // Re-joining a room it is in is not a new room.
+    ws.send_json(&join_msg("room-0"));
+    round_trip(&s, &mut ws, "room-0", uid, "still usable after the errors");
+
+    // Room ids: 1–128 bytes. 43 × "€" is 43 characters but 129 bytes.
+    ws.send_json(&json!({"type": "leave", "roomId": "room-0"}));
+    ws.send_json(&json!({"type": "leave", "roomId": "room-1"}));
+    for bad in ["€".repeat(43), "r".repeat(129), String::new()] {
+        ws.send_json(&join_msg(&bad));
+        expect_error(&s, &mut ws, &format!("join of a {}-byte room id", bad.len()));
+        ws.send_json(&chat(&bad, "x"));
+        expect_error(&s, &mut ws, &format!("chat to a {}-byte room id", bad.len()));
+    }
+    // After leaving two rooms, two new ones fit: 128 ASCII bytes, and 42 × "€" (126 bytes).
+    let long = "r".repeat(128);
+    let euros = "€".repeat(42);
+    ws.send_json(&join_msg(&long));
+    round_trip(&s, &mut ws, &long, uid, "in a 128-byte room");
+    round_trip(&s, &mut ws, &euros, uid, "joined by sending, 126 bytes");
+    // And now it is full again.
+    ws.send_json(&join_msg("one-too-many"));
+    expect_error(&s, &mut ws, "a join after refilling to 64");
+    round_trip(&s, &mut ws, "room-2", uid, "the connection stays usable");
+    s.assert_healthy();
+}
+
+/// `websocket.max_rooms_per_connection` is a configuration key, overridable from the
+/// environment like every other key.
+#[test]
+fn max_rooms_per_connection_can_be_set_from_the_environment() {
+    let s = Server::api_builder().env("FORKD_WEBSOCKET__MAX_ROOMS_PER_CONNECTION", "2").start();
+    let (u, t) = s.user("Two Rooms");
+    let uid = id_of(&u);
+    let (mut ws, _) = s.ws_chat(&t);
+    ws.send_json(&join_msg("a"));
+    round_trip(&s, &mut ws, "b", uid, "second room, joined by sending");
+    ws.send_json(&join_msg("c"));
+    expect_error(&s, &mut ws, "a third join with max_rooms_per_connection = 2");
+    ws.send_json(&json!({"type": "leave", "roomId": "a"}));
+    ws.send_json(&join_msg("c"));
+    round_trip(&s, &mut ws, "c", uid, "after leaving one, another fits");
+}
