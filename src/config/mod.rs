@@ -97,6 +97,8 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Time allowed for the whole head from its first byte (then 408 and close).
     pub header_timeout: Duration,
+    /// Time allowed for the whole body from the end of the head (then 408 and close).
+    pub body_timeout: Duration,
     /// Idle keep-alive connections are closed after this.
     pub keepalive_timeout: Duration,
     /// Open connections per worker.
@@ -386,6 +388,7 @@ csp_report_only = false          # true: the CSP goes out as Content-Security-Po
 json_body_bytes = 10240          # 10 kB (seed 8)
 max_header_bytes = 16384         # larger -> 431
 header_timeout_ms = 10000        # whole head within this from its first byte, else 408 and close
+body_timeout_ms = 30000          # whole body within this from the end of the head, else 408 and close
 keepalive_timeout_ms = 5000
 max_connections = 10000          # per worker
 
@@ -482,6 +485,7 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
             json_body_bytes: 10240,
             max_header_bytes: 16384,
             header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(5),
             max_connections: 10000,
         };

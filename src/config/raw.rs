@@ -89,6 +89,8 @@ section! {
         max_header_bytes: i64 = 16_384,
         /// The whole head must arrive within this many ms of its first byte, else 408 and close.
         header_timeout_ms: i64 = 10_000,
+        /// The whole body must arrive within this many ms of the end of the head, else 408 and close.
+        body_timeout_ms: i64 = 30_000,
         /// Idle keep-alive connections are closed after this many ms.
         keepalive_timeout_ms: i64 = 5_000,
         /// Open connections per worker.

@@ -86,8 +86,10 @@ pub struct Env {
     pub max_head: usize,
     /// `limits.json_body_bytes`: every request body's limit.
     pub max_body: u64,
-    /// `limits.header_timeout_ms`.
+    /// `limits.header_timeout_ms`: the whole head, from its first byte.
     pub header_timeout: Duration,
+    /// `limits.body_timeout_ms`: the whole body, from the end of the head.
+    pub body_timeout: Duration,
     /// `limits.keepalive_timeout_ms`.
     pub keepalive_timeout: Duration,
     /// Development mode (`stack` in 500s).
@@ -95,6 +97,11 @@ pub struct Env {
     /// The worker is draining: every response closes its connection.
     pub draining: bool,
 }
+
+/// While draining, a keep-alive connection left idle this long (counted from
+/// the start of the drain) is closed: a client that keeps sending has sent its
+/// next request well within it, and gets it answered with `Connection: close`.
+pub const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
 
 /// Where the connection is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,13 +227,9 @@ impl Http1 {
                 return Progress::Paused;
             }
             if inbuf.is_empty() && self.phase == Phase::Idle {
-                // Draining closes idle keep-alive connections, but a connection
-                // accepted from the queue may not have sent its request yet: it
-                // gets its answer (with `Connection: close`), within the header timeout.
-                if env.draining && !self.fresh {
-                    self.phase = Phase::Closing;
-                    return Progress::Close;
-                }
+                // Also while draining: an idle keep-alive connection is never
+                // closed here, as its next request may be on the way; see
+                // [`Http1::drain`].
                 return Progress::NeedInput;
             }
             match self.step(inbuf, out, svc, env, now) {
@@ -260,6 +263,22 @@ impl Http1 {
     ) {
         if self.phase == Phase::Waiting {
             self.respond(resp, Delimit::Chunked, out, svc, env, now);
+        }
+    }
+
+    /// The worker started draining. A connection between requests gets
+    /// [`DRAIN_IDLE_GRACE`] (or what is left of its keep-alive time, if less)
+    /// to send its next request, which is answered with `Connection: close`;
+    /// then the idle timer closes it. A fresh connection (accepted, nothing
+    /// received yet) keeps its header timeout. Every other phase ends with the
+    /// response in progress, which closes the connection.
+    pub fn drain(&mut self, now: Instant) {
+        if self.phase == Phase::Idle && !self.fresh {
+            let grace = now + DRAIN_IDLE_GRACE;
+            self.deadline = Some(match self.deadline {
+                Some((at, Timeout::Idle)) if at < grace => (at, Timeout::Idle),
+                _ => (grace, Timeout::Idle),
+            });
         }
     }
 
@@ -299,10 +318,6 @@ impl Http1 {
             self.cur.started = now;
             self.deadline = Some((now + env.header_timeout, Timeout::Request));
         }
-        if self.phase == Phase::Body && inbuf.len() != self.seen {
-            // The body is moving: the request timer measures silence, not size.
-            self.deadline = Some((now + env.header_timeout, Timeout::Request));
-        }
         let mut hdrs = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let head = match parse::parse(inbuf, &mut hdrs, env.max_head)? {
             Some((head, parsed)) => {
@@ -338,8 +353,10 @@ impl Http1 {
         };
         if !body_ready {
             if self.phase != Phase::Body {
+                // The whole body within `body_timeout` of the end of the head,
+                // however it trickles in (a byte a second does not extend it).
                 self.phase = Phase::Body;
-                self.deadline = Some((now + env.header_timeout, Timeout::Request));
+                self.deadline = Some((now + env.body_timeout, Timeout::Request));
             }
             if head.expect_continue && !self.continue_sent {
                 self.continue_sent = true;
@@ -448,10 +465,12 @@ impl Http1 {
         });
         self.head_known = false;
         self.cur.keep_alive = keep_alive;
+        // HEAD gets the head `GET` would, and never a body, whatever follows a
+        // `GET` (a download, an event stream, a chat).
         let body_follows = match delimit {
             Delimit::Length => false,
-            Delimit::Sized(_) => self.cur.method != Method::Head,
-            Delimit::Chunked | Delimit::Upgrade => true,
+            Delimit::Sized(_) | Delimit::Chunked => self.cur.method != Method::Head,
+            Delimit::Upgrade => true,
         };
         if body_follows {
             self.phase = Phase::Detached;
@@ -534,6 +553,7 @@ mod tests {
             max_head: 1024,
             max_body: 16,
             header_timeout: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(3),
             keepalive_timeout: Duration::from_secs(1),
             development: true,
             draining: false,

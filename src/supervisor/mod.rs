@@ -62,6 +62,8 @@ struct Supervisor {
     reload: Option<Reload>,
     /// A SIGUSR2 binary upgrade waiting for the new supervisor to serve.
     upgrade: Option<Upgrade>,
+    /// Memory-ceiling replacements whose new worker is still starting.
+    handovers: Vec<Handover>,
     /// This supervisor was itself started by an upgrade: tell the old one once serving.
     upgraded_from: Option<std::fs::File>,
     /// The binary and arguments this supervisor was started with (an upgrade runs them again).
@@ -89,6 +91,17 @@ struct Supervisor {
 struct Reload {
     pending: std::collections::VecDeque<usize>,
     current: Option<(usize, i32, Instant)>,
+}
+
+/// A worker being replaced: `old` keeps serving its slot until `new` serves
+/// (accepts from the same socket), then drains. Draining first would leave the
+/// slot's accept queue unserved while the new worker starts (opens its
+/// database, computes its dummy password hash): under load that took over
+/// 2 s, the clients' timeout.
+struct Handover {
+    old: i32,
+    new: i32,
+    since: Instant,
 }
 
 /// How long a reload waits for one new worker to start serving.
@@ -201,6 +214,7 @@ impl Supervisor {
             source,
             reload: None,
             upgrade: None,
+            handovers: Vec::new(),
             upgraded_from: inherited.upgrade,
             exe,
             args,
@@ -281,6 +295,7 @@ impl Supervisor {
                 }
             }
             self.check_memory();
+            self.step_handovers();
             self.check_heartbeats();
             self.check_ready();
             self.step_reload();
@@ -494,7 +509,7 @@ impl Supervisor {
         for p in self.table.iter() {
             consider(p.kill_at);
         }
-        if !self.ready || self.reload.is_some() {
+        if !self.ready || self.reload.is_some() || !self.handovers.is_empty() {
             consider(Some(now + Duration::from_millis(10)));
         }
         t
@@ -705,19 +720,56 @@ impl Supervisor {
         }
         self.next_memory_check = now + self.config.supervisor.memory_check;
         let ceiling = self.config.supervisor.worker_max_rss_mb * 1024 * 1024;
+        // Only workers that serve and are not already being replaced (a
+        // replacement still starting is not measured yet).
         let over: Vec<(i32, usize, u64)> = self
             .table
             .iter()
-            .filter(|p| p.role == Role::Serving)
+            .filter(|p| p.role == Role::Serving && self.region.procs[p.record].state() == WorkerState::Serving)
+            .filter(|p| !self.handovers.iter().any(|h| h.old == p.pid || h.new == p.pid))
             .filter_map(|p| sys::rss_bytes(p.pid).ok().filter(|r| *r > ceiling).map(|r| (p.pid, p.slot, r)))
             .collect();
         for (pid, slot, rss) in over {
             log::warn!("worker {pid} uses {} MiB (> {} MiB): replacing it", rss >> 20, ceiling >> 20);
-            if let Err(e) = self.spawn(slot) {
-                log::error!("cannot start a replacement for worker {pid}: {e}");
-                continue;
+            match self.spawn(slot) {
+                Ok(new) => self.handovers.push(Handover { old: pid, new, since: Instant::now() }),
+                Err(e) => log::error!("cannot start a replacement for worker {pid}: {e}"),
             }
-            self.drain(pid);
+        }
+    }
+
+    /// Drain each replaced worker once its replacement serves; keep it if
+    /// the replacement dies or does not start in time.
+    fn step_handovers(&mut self) {
+        let mut i = 0;
+        while i < self.handovers.len() {
+            let h = &self.handovers[i];
+            let (old, new, since) = (h.old, h.new, h.since);
+            let state = self.table.iter().find(|p| p.pid == new).map(|p| self.region.procs[p.record].state());
+            let old_alive = self.table.iter().any(|p| p.pid == old);
+            let done = match state {
+                Some(WorkerState::Serving) => {
+                    if old_alive {
+                        self.drain(old);
+                    }
+                    true
+                }
+                None => {
+                    log::error!("the replacement {new} of worker {old} exited before serving; {old} stays");
+                    true
+                }
+                Some(_) if since.elapsed() > RELOAD_START_TIMEOUT => {
+                    log::error!("the replacement {new} of worker {old} did not start serving; {old} stays");
+                    self.drain(new);
+                    true
+                }
+                Some(_) => !old_alive,
+            };
+            if done {
+                self.handovers.swap_remove(i);
+            } else {
+                i += 1;
+            }
         }
     }
 

@@ -49,6 +49,9 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(60);
 const TRIM_PEAK: usize = 1024;
 /// While a request is pending or output is paused, stop reading past this much input.
 const READ_AHEAD: usize = 64 * 1024;
+/// A lingering close (RFC 9112 §9.6) reads and discards the peer's input for
+/// at most this long after shutting our side, waiting for its FIN.
+const LINGER: Duration = Duration::from_secs(2);
 
 /// What a freshly forked worker gets from the supervisor.
 pub struct WorkerArgs<'a> {
@@ -90,6 +93,9 @@ struct Conn {
     closing: bool,
     /// Upstream requests this connection's request waits on.
     call: Option<upstream::CallState>,
+    /// Our side is shut: input is read and discarded until the peer's FIN or
+    /// this deadline (a lingering close).
+    linger: Option<Instant>,
 }
 
 /// Run the worker until it has drained; returns the process exit code.
@@ -192,6 +198,7 @@ impl Worker {
             max_head: config.limits.max_header_bytes,
             max_body: config.limits.json_body_bytes as u64,
             header_timeout: config.limits.header_timeout,
+            body_timeout: config.limits.body_timeout,
             keepalive_timeout: config.limits.keepalive_timeout,
             development: config.is_development(),
             draining: false,
@@ -309,7 +316,13 @@ impl Worker {
             let _ = self.poll.registry().deregister(&mut l);
         }
         self.end_streams();
+        let now = Instant::now();
         for i in 0..self.conns.len() {
+            if let Some(Some(c)) = self.conns.get_mut(i) {
+                if c.stream.is_none() && c.linger.is_none() {
+                    c.http.drain(now);
+                }
+            }
             self.drive(i);
         }
     }
@@ -386,6 +399,7 @@ impl Worker {
             stream: None,
             closing: false,
             call: None,
+            linger: None,
         });
         self.live += 1;
         self.peak = self.peak.max(self.live);
@@ -410,6 +424,45 @@ impl Worker {
                 self.resume_accepting();
             }
         }
+    }
+
+    /// Close a connection whose last response is sent, the way RFC 9112 §9.6
+    /// asks: shut our sending side (the peer reads our FIN after the whole
+    /// response), then read and discard what it still sends until its FIN or
+    /// [`LINGER`]. Closing at once with unread input would reset the
+    /// connection, and a reset can destroy the response before the client
+    /// reads it (a 413 sent while the body is still arriving, a
+    /// `Connection: close` answer to a pipelining client).
+    fn end(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        if c.eof || c.sock.shutdown(std::net::Shutdown::Write).is_err() {
+            self.close(idx);
+            return;
+        }
+        c.linger = Some(Instant::now() + LINGER);
+        c.inbuf = Vec::new();
+        c.out = Vec::new();
+        c.out_pos = 0;
+        c.send_deadline = None;
+        self.linger(idx);
+    }
+
+    /// Discard a lingering connection's input; close at its FIN or an error.
+    fn linger(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        loop {
+            match c.sock.read(&mut self.scratch) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.arm(idx);
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        self.close(idx);
     }
 
     fn completions(&mut self) {
@@ -448,12 +501,18 @@ impl Worker {
     fn drive(&mut self, idx: usize) {
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        if c.linger.is_some() {
+            self.linger(idx);
+            return;
+        }
         if c.stream.is_some() {
             self.drive_stream(idx);
             return;
         }
         let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, idx, c.generation);
         let mut close = false;
+        // The response ended the connection and is all sent: close it gracefully.
+        let mut end = false;
         loop {
             let phase = c.http.phase();
             let hold = phase == Phase::Waiting || c.out.len() - c.out_pos > HIGH_WATERMARK;
@@ -483,7 +542,7 @@ impl Worker {
             c.send_deadline = if pending_out { c.send_deadline.or(Some(now + SEND_TIMEOUT)) } else { None };
             match progress {
                 Progress::Close => {
-                    close = !pending_out;
+                    end = !pending_out;
                     break;
                 }
                 Progress::Paused if !pending_out => continue,
@@ -506,6 +565,10 @@ impl Worker {
             self.close(idx);
             return;
         }
+        if end {
+            self.end(idx);
+            return;
+        }
         if let Some(p) = pending {
             self.start_call(idx, p);
             self.arm(idx);
@@ -523,7 +586,7 @@ impl Worker {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let http = if c.stream.is_none() { c.http.deadline().map(|d| d.0) } else { None };
         let stream = c.stream.as_ref().and_then(Stream::deadline);
-        let want = [http, c.send_deadline, stream].into_iter().flatten().min();
+        let want = [http, c.send_deadline, stream, c.linger].into_iter().flatten().min();
         if let Some(at) = want {
             if c.timer_at.is_none_or(|t| at < t) {
                 c.timer_at = Some(at);
@@ -548,7 +611,7 @@ impl Worker {
                 continue;
             }
             c.timer_at = None;
-            if c.send_deadline.is_some_and(|t| t <= now) {
+            if c.send_deadline.is_some_and(|t| t <= now) || c.linger.is_some_and(|t| t <= now) {
                 self.close(idx);
                 continue;
             }
@@ -557,12 +620,10 @@ impl Worker {
                 continue;
             }
             let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, idx, generation);
-            if c.http.on_timeout(&mut c.out, &mut glue, &mut self.env, now) == Progress::Close {
-                let _ = flush(&mut c.sock, &mut c.out, &mut c.out_pos);
-                self.close(idx);
-                continue;
-            }
-            // Not due yet (the deadline moved later): re-arm at the real one.
+            // `Close` (an idle keep-alive, or a 408 queued): `drive` flushes
+            // and ends the connection; otherwise the deadline moved later and
+            // `drive` re-arms it.
+            c.http.on_timeout(&mut c.out, &mut glue, &mut self.env, now);
             self.drive(idx);
         }
     }
@@ -645,7 +706,10 @@ impl Service for Glue<'_> {
                 Outcome::Pending
             }
             Ok(Reply::Stream(resp, d)) => {
-                self.detach = Some(d);
+                // HEAD: the head of the stream, no body (the connection carries on).
+                if req.method != crate::http::request::Method::Head {
+                    self.detach = Some(d);
+                }
                 Outcome::Stream(resp)
             }
             Ok(Reply::Upgrade(resp, d)) => {
