@@ -3,6 +3,7 @@
 //! Each test starts its own server (`util::Server`) in a temp dir on a free port, so tests
 //! run in parallel without interfering. Everything is bounded in time.
 
+mod keepalive;
 mod util;
 
 mod cli;
@@ -35,5 +36,6 @@ mod homepage;
 mod metrics;
 mod panics;
 
+mod drain;
 mod reload;
 mod upgrade;

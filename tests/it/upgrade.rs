@@ -14,7 +14,7 @@ use nix::sys::signal::Signal;
 use crate::util::*;
 
 /// Stops a supervisor this test caused to exist (not our child), by pid, also on failure.
-struct StopOnDrop(i32);
+pub(crate) struct StopOnDrop(pub(crate) i32);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
