@@ -673,6 +673,89 @@ mod tests {
     }
 
     #[test]
+    fn draining_keeps_an_idle_keep_alive_for_its_next_request_then_closes_it() {
+        let mut e = env();
+        e.keepalive_timeout = Duration::from_secs(60);
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut svc = Echo { pending: false, log: Vec::new() };
+        let mut out = Vec::new();
+        let mut inbuf = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        assert!(!String::from_utf8_lossy(&out).contains("Connection: close"));
+        // The worker drains: the idle connection is not closed under a request on its way...
+        e.draining = true;
+        h.drain(now);
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        let (at, kind) = h.deadline().expect("an idle deadline");
+        assert_eq!((at, kind), (now + DRAIN_IDLE_GRACE, Timeout::Idle), "idle for the grace, not the keep-alive time");
+        // ...the request that arrives is answered with `Connection: close`...
+        out.clear();
+        inbuf.extend_from_slice(b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::Close);
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("Connection: close") && text.ends_with("/b"), "{text}");
+        // ...and one that stays idle past the grace is closed by its timer, silently.
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut inbuf = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+        e.draining = false;
+        h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now);
+        e.draining = true;
+        h.drain(now);
+        out.clear();
+        assert_eq!(h.on_timeout(&mut out, &mut svc, &mut e, now + DRAIN_IDLE_GRACE / 2), Progress::NeedInput);
+        assert_eq!(h.on_timeout(&mut out, &mut svc, &mut e, now + DRAIN_IDLE_GRACE), Progress::Close);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_trickled_body_is_bounded_by_the_body_timeout_as_a_whole() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut svc = Echo { pending: false, log: Vec::new() };
+        let mut out = Vec::new();
+        let mut inbuf = b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n".to_vec();
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        assert_eq!(h.deadline(), Some((now + e.body_timeout, Timeout::Request)));
+        // One byte a second does not move the deadline.
+        for i in 1..3u64 {
+            inbuf.push(b'x');
+            let t = now + Duration::from_secs(i);
+            assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, t), Progress::NeedInput);
+            assert_eq!(h.deadline(), Some((now + e.body_timeout, Timeout::Request)));
+        }
+        let due = now + e.body_timeout;
+        assert_eq!(h.on_timeout(&mut out, &mut svc, &mut e, due), Progress::Close);
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 408") && text.contains("Connection: close"), "{text}");
+    }
+
+    struct Streamer;
+
+    impl Service for Streamer {
+        fn call(&mut self, _: &Request<'_>) -> Outcome {
+            Outcome::Stream(Response::new(200))
+        }
+        fn finished(&mut self, _: &Finished<'_>) {}
+    }
+
+    #[test]
+    fn head_of_a_stream_is_the_head_only_and_the_connection_goes_on() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut out = Vec::new();
+        let mut inbuf = b"HEAD /events HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut Streamer, &mut e, now), Progress::NeedInput);
+        assert_eq!(h.phase(), Phase::Idle, "HEAD must not hand the connection to a stream");
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("Transfer-Encoding: chunked") && text.ends_with("\r\n\r\n"), "{text}");
+        let mut inbuf = b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut Streamer, &mut e, now), Progress::Detached);
+    }
+
+    #[test]
     fn draining_answers_a_fresh_connection_then_closes() {
         let mut e = env();
         e.draining = true;

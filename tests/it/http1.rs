@@ -334,3 +334,20 @@ fn invalid_host_values_are_400_and_valid_ones_served() {
     }
     server.assert_healthy();
 }
+
+#[test]
+fn head_on_an_event_stream_sends_the_head_only_and_the_connection_goes_on() {
+    // Regression: HEAD /api/events wrote the SSE body after the head and the
+    // next response on the connection was corrupted.
+    let server = Server::api_builder().start();
+    let mut c = server.conn();
+    c.send(&request("HEAD", "/api/events", &[], b""));
+    let r = c.read_head_response();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("content-type"), Some("text/event-stream"), "{r:?}");
+    assert!(r.body.is_empty(), "HEAD got a body: {r:?}");
+    let next = c.get("/health");
+    assert_eq!(next.status, 200, "the request after HEAD on the same connection: {next:?}");
+    assert_eq!(next.body_str(), r#"{"status":"ok"}"#);
+    assert!(c.pending().is_empty(), "bytes after the /health answer: {:?}", String::from_utf8_lossy(c.pending()));
+}

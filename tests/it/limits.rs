@@ -194,3 +194,58 @@ fn connection_over_max_connections_waits_instead_of_failing() {
         assert_eq!(r.status, 200, "held connection {i} after the 6th was served: {r:?}");
     }
 }
+
+#[test]
+fn a_body_trickled_a_byte_at_a_time_gets_408_at_the_body_timeout() {
+    // Regression: the body timer restarted on every byte, so one byte every
+    // 200 ms held the connection for as long as the client liked.
+    let server = Server::builder().set("limits", "header_timeout_ms = 10000\nbody_timeout_ms = 1000").start();
+    let mut c = server.conn();
+    c.send(b"POST /_debug/echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 100\r\n\r\n");
+    let t = Instant::now();
+    let mut answered = false;
+    while t.elapsed() < Duration::from_secs(6) {
+        if c.try_write(b"x").is_err() || c.poll_readable(Duration::from_millis(200)) {
+            answered = true;
+            break;
+        }
+    }
+    let elapsed = t.elapsed();
+    assert!(answered, "a body trickled for {elapsed:?} was never answered (body_timeout_ms = 1000)");
+    let r = c.read_response();
+    assert_json_error(&r, 408, None, "body trickled past body_timeout_ms = 1000");
+    assert!(r.closes(), "408 must carry `Connection: close`: {r:?}");
+    assert!(elapsed <= Duration::from_millis(3000), "408 came too late: {elapsed:?} (body timeout 1000 ms)");
+    server.assert_healthy();
+}
+
+#[test]
+fn a_413_reaches_a_client_still_sending_its_body() {
+    // Regression: the 413 was followed by a plain close while the body was
+    // still arriving; the unread bytes made the kernel reset the connection,
+    // so a client still writing (a proxy forwarding the body, as nginx does)
+    // got a write error instead of the answer: a 502 behind nginx. After a
+    // lingering close the client can finish writing and then read the 413.
+    let server = Server::start("");
+    for round in 0..3 {
+        let mut c = server.conn();
+        c.send(b"POST /_debug/echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 16777216\r\n\r\n");
+        // The whole declared body, as a client that does not wait for an early answer sends it.
+        let chunk = vec![b'x'; 16 * 1024];
+        for i in 0..1024 {
+            if let Err(e) = c.try_write(&chunk) {
+                panic!(
+                    "round {round}: writing the body failed after {} bytes: {e}\nlog:\n{}",
+                    i * chunk.len(),
+                    server.log_tail()
+                );
+            }
+        }
+        let r = c
+            .try_read_response(false)
+            .unwrap_or_else(|e| panic!("round {round}: the 413 was lost: {e}\nlog:\n{}", server.log_tail()));
+        assert_json_error(&r, 413, None, &format!("round {round}: 16 MiB declared and sent"));
+        assert!(r.closes(), "413 must carry `Connection: close`: {r:?}");
+    }
+    server.assert_healthy();
+}
