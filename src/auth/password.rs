@@ -18,7 +18,8 @@ use base64::Engine;
 use super::tokens::random_bytes;
 use super::AuthError;
 
-/// The password the dummy hash is computed from; it is never compared against for real.
+#[cfg(test)]
+/// A password the tests try against the dummy.
 const DUMMY_PASSWORD: &str = "forkd-dummy-password-for-timing-equalisation";
 
 /// An argon2id hasher/verifier with fixed cost parameters, plus a dummy hash with the same
@@ -40,16 +41,26 @@ impl fmt::Debug for Passwords {
 impl Passwords {
     /// An argon2id hasher with `m = memory_kib`, `t = iterations`, `p = 1`.
     ///
-    /// Computes the dummy hash once (so this costs one full hash); fails with
-    /// [`AuthError::Hash`] if argon2 rejects the parameters (e.g. `memory_kib < 8` or
-    /// `iterations == 0`).
+    /// Fails with [`AuthError::Hash`] if argon2 rejects the parameters (e.g.
+    /// `memory_kib < 8` or `iterations == 0`).
+    ///
+    /// The dummy is a PHC string with these parameters, a random salt and a
+    /// random output: verifying against it costs exactly one full hash, like a
+    /// real verify, and no password matches it (that would take a preimage of
+    /// a random value). It is made without hashing, so this is instant: a
+    /// worker starts serving without first spending a whole hash of CPU and
+    /// memory (on a saturated machine that start-up hash, run at idle
+    /// priority, delayed a replacement worker by seconds).
     pub fn new(memory_kib: u32, iterations: u32) -> Result<Passwords, AuthError> {
         let params = Params::new(memory_kib, iterations, 1, None)
             .map_err(|e| AuthError::Hash(format!("argon2 parameters m={memory_kib} t={iterations} p=1: {e}")))?;
         let argon2 = Argon2::new(Algorithm::Argon2id, Version::V0x13, params);
-        let mut passwords = Passwords { argon2, memory_kib, iterations, dummy: String::new() };
-        passwords.dummy = passwords.hash(DUMMY_PASSWORD)?;
-        Ok(passwords)
+        let dummy = format!(
+            "$argon2id$v=19$m={memory_kib},t={iterations},p=1${}${}",
+            B64.encode(random_bytes::<16>()),
+            B64.encode(random_bytes::<32>())
+        );
+        Ok(Passwords { argon2, memory_kib, iterations, dummy })
     }
 
     /// Hash `password` into a PHC string (`$argon2id$v=19$m=…,t=…,p=1$salt$hash`) with a
@@ -199,6 +210,13 @@ mod tests {
         assert!(!p.verify_dummy("pw"));
         assert!(!p.verify_dummy(DUMMY_PASSWORD), "even the dummy's own password");
         assert!(p.dummy.starts_with("$argon2id$v=19$m=64,t=1,p=1$"));
+        // A well-formed PHC string with the configured parameters and a full-size output,
+        // so verifying against it runs the whole hash (the timing test measures that too).
+        let parsed = PasswordHash::new(&p.dummy).expect("the dummy parses");
+        let params = Params::try_from(&parsed).expect("params");
+        assert_eq!((params.m_cost(), params.t_cost(), params.p_cost()), (64, 1, 1));
+        assert_eq!(parsed.hash.map(|h| h.len()), Some(32));
+        assert_ne!(small().dummy, p.dummy, "each set gets its own random dummy");
     }
 
     #[test]

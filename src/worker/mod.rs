@@ -148,14 +148,12 @@ impl Worker {
         let config: &'static Config = Box::leak(Box::new(args.config.clone()));
         let store = Store::open(&config.db.path, config.db.pool_size)
             .map_err(|e| io::Error::other(format!("database: {e}")))?;
-        // Hashing is pure CPU: no more lane threads than CPUs. The dummy hash
-        // is computed on the lane too, so only lane threads ever hold argon2 memory.
+        // Hashing is pure CPU: no more lane threads than CPUs. Only lane
+        // threads ever hold argon2 memory.
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let cpu = crate::cpu::CpuLane::start(config.io.threads.min(cpus), crate::auth::password::release_memory)?;
-        let (m, t) = (config.auth.argon2_memory_kib, config.auth.argon2_iterations);
-        let passwords = cpu
-            .run(move || Passwords::new(m, t))
-            .ok_or_else(|| io::Error::other("password hashing: set-up panicked"))?
+        // Instant (no hash is computed): the worker serves as soon as its loop runs.
+        let passwords = Passwords::new(config.auth.argon2_memory_kib, config.auth.argon2_iterations)
             .map_err(|e| io::Error::other(format!("password hashing: {e}")))?;
         let jwt = Jwt::new(args.secret, &config.auth.issuer, &config.auth.audience, config.auth.access_ttl);
         let (publish, published) = crossbeam_channel::unbounded();
