@@ -90,6 +90,10 @@ struct Conn {
     closing: bool,
     /// Upstream requests this connection's request waits on.
     call: Option<upstream::CallState>,
+    /// Its reading (or its relay's upstream) stopped because the output passed the
+    /// high-watermark: input may be waiting that no new edge will announce, so the
+    /// flush that drains the output resumes it.
+    paused: bool,
 }
 
 /// Run the worker until it has drained; returns the process exit code.
@@ -134,6 +138,9 @@ struct Worker {
     sse: std::collections::HashSet<usize>,
     rooms: streams::Rooms,
     up: upstream::Upstreams,
+    /// Paused connections whose output drained outside their own `drive` (slab index,
+    /// generation): driven again after the turn's events.
+    drained: Vec<(usize, u32)>,
 }
 
 impl Worker {
@@ -223,6 +230,7 @@ impl Worker {
             sse: Default::default(),
             rooms: Default::default(),
             up: Default::default(),
+            drained: Vec::new(),
         })
     }
 
@@ -244,7 +252,8 @@ impl Worker {
                     return Ok(());
                 }
             }
-            let wait = [self.timers.next(), self.accept_retry, self.drain_deadline]
+            let resume_now = (!self.drained.is_empty()).then_some(now);
+            let wait = [self.timers.next(), self.accept_retry, self.drain_deadline, resume_now]
                 .into_iter()
                 .flatten()
                 .map(|t| t.saturating_duration_since(now))
@@ -264,6 +273,7 @@ impl Worker {
                     Token(i) => self.drive(i),
                 }
             }
+            self.resume_drained();
             // Counters are checked every turn, not only on a wake-up byte.
             self.on_signal();
             self.expire(Instant::now());
@@ -386,6 +396,7 @@ impl Worker {
             stream: None,
             closing: false,
             call: None,
+            paused: false,
         });
         self.live += 1;
         self.peak = self.peak.max(self.live);
@@ -516,6 +527,16 @@ impl Worker {
             return;
         }
         self.arm(idx);
+    }
+
+    /// Read again on connections paused by their output once it drained elsewhere
+    /// (edge-triggered: the bytes already in their sockets raise no new event).
+    fn resume_drained(&mut self) {
+        for (idx, generation) in std::mem::take(&mut self.drained) {
+            if matches!(self.conns.get(idx), Some(Some(c)) if c.generation == generation) {
+                self.drive(idx);
+            }
+        }
     }
 
     /// Queue the connection's earliest deadline (protocol, send, stream).

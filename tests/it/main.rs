@@ -7,6 +7,7 @@ mod util;
 
 mod cli;
 mod endpoints;
+mod flow;
 mod headers;
 mod http1;
 mod limits;
