@@ -96,16 +96,32 @@ struct Conn {
     paused: bool,
 }
 
+/// The exit code of a worker that died of a panic (Rust's own for a panicking `main`).
+const PANIC_EXIT: i32 = 101;
+
 /// Run the worker until it has drained; returns the process exit code.
+///
+/// Never unwinds. This process is a fork of the supervisor: the frames that
+/// called it hold the supervisor's objects, whose descriptors the child closed
+/// right after the fork. A panic unwinding into them would close those
+/// descriptors a second time (by then, maybe, ones this worker opened since);
+/// so a panic that escapes the worker ends here, after the worker's own
+/// objects were dropped, and the caller exits.
 pub fn run(args: WorkerArgs<'_>) -> i32 {
     panics::install_hook();
     // Before any thread starts: big buffers are mappings of their own, returned when freed.
     crate::sys::fix_mmap_threshold(1 << 20);
-    match Worker::new(args).and_then(|mut w| w.run()) {
-        Ok(()) => 0,
-        Err(e) => {
+    let worked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Worker::new(args).and_then(|mut w| w.run())));
+    match worked {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
             log::error!("worker {} failed: {e}", std::process::id());
             1
+        }
+        // The hook logged the panic's message and place.
+        Err(_) => {
+            log::error!("worker {} died of a panic", std::process::id());
+            PANIC_EXIT
         }
     }
 }
