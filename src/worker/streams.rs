@@ -464,6 +464,11 @@ impl Worker {
                     }
                 }
             }
+            // Above the watermark its input is not read, so its pong may be waiting
+            // unread: the send timeout judges that peer instead.
+            Some(Stream::Ws(w)) if w.next_ping <= now && c.out.len() - c.out_pos > super::HIGH_WATERMARK => {
+                w.next_ping = now + WS_PING_EVERY;
+            }
             Some(Stream::Ws(w)) if w.next_ping <= now => {
                 if w.awaiting_pong {
                     log::debug!("WebSocket peer stopped answering pings; dropping it");

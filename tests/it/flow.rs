@@ -216,3 +216,41 @@ fn a_pipelined_flood_then_fin_is_answered_and_closed() {
     drop(c);
     assert_no_close_wait(&s, Duration::from_secs(5), "after a pipelined flood and FIN");
 }
+
+/// The states a connection can be in when its peer sends FIN (keeping its socket, so the
+/// server's side would sit in CLOSE-WAIT): each is closed by the server within a few
+/// seconds. Idle keep-alive, part of a head, part of a body, a request waiting on a pool
+/// job (closed once answered), an SSE stream, a WebSocket, a timer-driven stream (the
+/// chat echo). Back-pressured input has its own tests above.
+#[test]
+fn a_peer_that_closes_is_closed_in_every_state() {
+    const EACH: usize = 4;
+    let s = Server::api_builder().set("chat", "echo_delay_ms = 200").start();
+    let (_, token) = s.user("Closer");
+    let half_close = |c: &std::net::TcpStream| c.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    let mut keep: Vec<std::net::TcpStream> = Vec::new();
+    for _ in 0..EACH {
+        let mut idle = s.conn();
+        assert_eq!(idle.get("/health").status, 200);
+        let mut head = s.conn();
+        head.send(b"GET /health HTTP/1.1\r\nHost: x\r\n");
+        let mut body = s.conn();
+        body.send(b"POST /_debug/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\npart");
+        let mut job = s.conn();
+        job.send(&request("GET", "/_debug/sleep?ms=500", &[], b""));
+        let sse = s.sse_connected(&[]);
+        let (ws, _) = s.ws_chat(&token);
+        let mut ticker = s.conn();
+        let chat = br#"{"messages":[{"role":"user","content":"a b c d e f g h i j k l m n o p"}]}"#;
+        ticker.send(&request("POST", "/api/chat", &[("Content-Type", "application/json")], chat));
+        let head_seen = ticker.read_head_response();
+        assert_eq!(head_seen.status, 200, "chat stream: {head_seen:?}");
+        for c in [&idle.stream, &head.stream, &body.stream, &job.stream, &sse.conn.stream, &ws.stream, &ticker.stream] {
+            half_close(c);
+            keep.push(c.try_clone().expect("clone"));
+        }
+    }
+    assert_no_close_wait(&s, Duration::from_secs(5), "after FIN in every state");
+    drop(keep);
+    s.assert_healthy();
+}
