@@ -10,7 +10,8 @@
 //! [`PANIC_WS`]), SSE rendering (a notification titled [`PANIC_SSE`] or
 //! [`PANIC_SSE_REPLAY`]) and the homepage assembly (a users upstream naming
 //! the user [`PANIC_HOMEPAGE`]). The app calls them only after checking
-//! `debug.routes`; with it off, those values are ordinary data.
+//! `debug.routes`; with it off, those values are ordinary data. And one that
+//! the boundary does not catch (`/_debug/panic/worker`): the worker dies.
 
 use std::time::Duration;
 
@@ -41,6 +42,7 @@ pub fn routes(r: &mut Router<Handler>) {
         .add(Method::Get, "/_debug/panic", panic)
         .add(Method::Get, "/_debug/pool-panic", pool_panic)
         .add(Method::Get, "/_debug/panic/ticker", panic_ticker)
+        .add(Method::Get, "/_debug/panic/worker", panic_worker)
         .add(Method::Get, "/_debug/alloc", alloc)
         .add(Method::Get, "/_debug/big", big)
         .add(Method::Post, "/_debug/echo", echo)
@@ -191,6 +193,34 @@ impl RelaySink for PanicSink {
     }
     fn error(&mut self, e: Error) -> Response {
         self.inner.error(e)
+    }
+}
+
+/// `GET /_debug/panic/worker`: a one-event stream whose ticker panics when it
+/// is dropped. The worker drops app values outside its panic boundary, so this
+/// panic is not caught: the worker dies of it, the way a bug in the worker's own
+/// code would make it die (for the tests of how such a worker exits).
+fn panic_worker(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    let mut r = Response::new(200);
+    r.content_type = "text/event-stream";
+    r.cache_control = "no-cache";
+    Ok(Reply::Stream(r, Detach::Ticker(Box::new(PanicOnDrop))))
+}
+
+struct PanicOnDrop;
+
+impl Ticker for PanicOnDrop {
+    fn tick(&mut self, out: &mut Vec<u8>) -> Option<Duration> {
+        crate::http::sse::event(out, None, None, "{\"tick\":1}");
+        None
+    }
+}
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("debug panic outside the panic boundary (a ticker dropped by the worker)");
+        }
     }
 }
 

@@ -96,18 +96,38 @@ struct Conn {
     /// Our side is shut: input is read and discarded until the peer's FIN or
     /// this deadline (a lingering close).
     linger: Option<Instant>,
+    /// Its reading (or its relay's upstream) stopped because the output passed the
+    /// high-watermark: input may be waiting that no new edge will announce, so the
+    /// flush that drains the output resumes it.
+    paused: bool,
 }
 
+/// The exit code of a worker that died of a panic (Rust's own for a panicking `main`).
+const PANIC_EXIT: i32 = 101;
+
 /// Run the worker until it has drained; returns the process exit code.
+///
+/// Never unwinds. This process is a fork of the supervisor: the frames that
+/// called it hold the supervisor's objects, whose descriptors the child closed
+/// right after the fork. A panic unwinding into them would close those
+/// descriptors a second time (by then, maybe, ones this worker opened since);
+/// so a panic that escapes the worker ends here, after the worker's own
+/// objects were dropped, and the caller exits.
 pub fn run(args: WorkerArgs<'_>) -> i32 {
     panics::install_hook();
     // Before any thread starts: big buffers are mappings of their own, returned when freed.
     crate::sys::fix_mmap_threshold(1 << 20);
-    match Worker::new(args).and_then(|mut w| w.run()) {
-        Ok(()) => 0,
-        Err(e) => {
+    let worked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Worker::new(args).and_then(|mut w| w.run())));
+    match worked {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
             log::error!("worker {} failed: {e}", std::process::id());
             1
+        }
+        // The hook logged the panic's message and place.
+        Err(_) => {
+            log::error!("worker {} died of a panic", std::process::id());
+            PANIC_EXIT
         }
     }
 }
@@ -140,6 +160,9 @@ struct Worker {
     sse: std::collections::HashSet<usize>,
     rooms: streams::Rooms,
     up: upstream::Upstreams,
+    /// Paused connections whose output drained outside their own `drive` (slab index,
+    /// generation): driven again after the turn's events.
+    drained: Vec<(usize, u32)>,
 }
 
 impl Worker {
@@ -228,6 +251,7 @@ impl Worker {
             sse: Default::default(),
             rooms: Default::default(),
             up: Default::default(),
+            drained: Vec::new(),
         })
     }
 
@@ -249,7 +273,8 @@ impl Worker {
                     return Ok(());
                 }
             }
-            let wait = [self.timers.next(), self.accept_retry, self.drain_deadline]
+            let resume_now = (!self.drained.is_empty()).then_some(now);
+            let wait = [self.timers.next(), self.accept_retry, self.drain_deadline, resume_now]
                 .into_iter()
                 .flatten()
                 .map(|t| t.saturating_duration_since(now))
@@ -269,6 +294,7 @@ impl Worker {
                     Token(i) => self.drive(i),
                 }
             }
+            self.resume_drained();
             // Counters are checked every turn, not only on a wake-up byte.
             self.on_signal();
             self.expire(Instant::now());
@@ -398,6 +424,7 @@ impl Worker {
             closing: false,
             call: None,
             linger: None,
+            paused: false,
         });
         self.live += 1;
         self.peak = self.peak.max(self.live);
@@ -577,6 +604,16 @@ impl Worker {
             return;
         }
         self.arm(idx);
+    }
+
+    /// Read again on connections paused by their output once it drained elsewhere
+    /// (edge-triggered: the bytes already in their sockets raise no new event).
+    fn resume_drained(&mut self) {
+        for (idx, generation) in std::mem::take(&mut self.drained) {
+            if matches!(self.conns.get(idx), Some(Some(c)) if c.generation == generation) {
+                self.drive(idx);
+            }
+        }
     }
 
     /// Queue the connection's earliest deadline (protocol, send, stream).

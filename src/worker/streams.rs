@@ -239,15 +239,20 @@ impl Worker {
         let mut panicked = false;
         let mut todo = Vec::new();
         // Edge-triggered: keep reading until the socket is empty, in slices of
-        // READ_AHEAD, unless our own output backs up (the writable event resumes).
+        // READ_AHEAD, unless our own output backs up (then whatever drains it resumes).
         let download = matches!(c.stream, Some(Stream::Download(_)));
         // A response that ends returns to HTTP/1.1: input meanwhile is a pipelined request.
         let ends = download || matches!(c.stream, Some(Stream::Relay | Stream::Ticker(_)));
+        // A WebSocket's messages make replies: above the watermark it reads nothing more
+        // until the peer has taken some.
+        let ws = matches!(c.stream, Some(Stream::Ws(_)));
+        c.paused = false;
         loop {
             let mut more = false;
+            let held = ws && c.out.len() - c.out_pos > super::HIGH_WATERMARK;
             // During a download, input is a pipelined request: keep it, bounded.
             let input_full = ends && c.inbuf.len() >= READ_AHEAD;
-            if !c.eof && !input_full {
+            if !c.eof && !input_full && !held {
                 let cap = c.inbuf.len() + READ_AHEAD;
                 match read_into(&mut c.sock, &mut c.inbuf, &mut self.scratch, cap) {
                     // It stopped at `cap` only if it filled it: the socket may hold more.
@@ -319,12 +324,22 @@ impl Worker {
                 }
                 None => {}
             }
-            let backlog = c.out.len() - c.out_pos;
-            if close || panicked || c.eof || c.closing || !more || backlog > super::HIGH_WATERMARK {
+            if close || panicked || c.eof || c.closing {
                 break;
             }
             if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
                 close = true;
+                break;
+            }
+            // Input may be left in the socket, and no new edge will announce it: go round
+            // while the output is below the watermark. Above it the flush met WouldBlock;
+            // the writable edge, or a flush elsewhere (`flush_conn`), resumes reading.
+            let stopped = more || held;
+            if stopped && c.out.len() - c.out_pos > super::HIGH_WATERMARK {
+                c.paused = true;
+                break;
+            }
+            if !stopped {
                 break;
             }
         }
@@ -341,9 +356,14 @@ impl Worker {
         }
         let pending = c.out.len() > c.out_pos;
         c.send_deadline = if pending { c.send_deadline.or(Some(now + super::SEND_TIMEOUT)) } else { None };
+        // A WebSocket peer that half-closed sends nothing more: the replies already
+        // queued go out (bounded by the send timeout), then the connection closes.
+        if c.eof && ws {
+            c.closing = true;
+        }
         // A download ends on a write error or the send timeout, not on the peer's
         // half-close: the request was complete when it started.
-        if close || (c.eof && !download) || (c.closing && !pending) {
+        if close || (c.eof && !download && !ws) || (c.closing && !pending) {
             self.close(idx);
             return;
         }
@@ -425,7 +445,8 @@ impl Worker {
         }
     }
 
-    /// Flush a detached connection's output (no reading: safe while delivering).
+    /// Flush a detached connection's output (no reading: safe while delivering; a
+    /// connection paused by its output is queued to resume once it drains).
     pub(super) fn flush_conn(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
@@ -437,6 +458,12 @@ impl Worker {
         if c.closing && !pending {
             self.close(idx);
             return;
+        }
+        // Its reading (or its relay's upstream) waited for this output to drain: resume
+        // it after this turn's events, not here (the caller may be delivering to many).
+        if c.paused && c.out.len() - c.out_pos <= super::HIGH_WATERMARK {
+            c.paused = false;
+            self.drained.push((idx, c.generation));
         }
         self.arm(idx);
     }
@@ -457,6 +484,11 @@ impl Worker {
                         return;
                     }
                 }
+            }
+            // Above the watermark its input is not read, so its pong may be waiting
+            // unread: the send timeout judges that peer instead.
+            Some(Stream::Ws(w)) if w.next_ping <= now && c.out.len() - c.out_pos > super::HIGH_WATERMARK => {
+                w.next_ping = now + WS_PING_EVERY;
             }
             Some(Stream::Ws(w)) if w.next_ping <= now => {
                 if w.awaiting_pong {

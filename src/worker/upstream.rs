@@ -685,6 +685,8 @@ impl Worker {
                     return;
                 };
                 let slow = c.out.len() - c.out_pos > HIGH_WATERMARK;
+                // The client's drain resumes the upstream (`relay_resume`).
+                c.paused |= slow;
                 if let Some(ui) = ui {
                     if let Some(Some(u)) = self.up.conns.get_mut(ui) {
                         u.paused = slow;
@@ -756,20 +758,23 @@ impl Worker {
 
     /// The client of a relay drained its output: read the upstream again.
     pub(super) fn relay_resume(&mut self, idx: usize) {
-        let Some(Some(c)) = self.conns.get(idx) else { return };
-        if c.out.len() - c.out_pos > HIGH_WATERMARK {
-            return;
-        }
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let Some(CallState::Relay { up: Some(ui), .. }) = &c.call else { return };
         let ui = *ui;
         let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
-        if u.paused {
-            u.paused = false;
-            if !u.total {
-                u.deadline = Some(Instant::now() + u.timeout);
-            }
-            self.up_ready(ui);
+        if !u.paused {
+            return;
         }
+        if c.out.len() - c.out_pos > HIGH_WATERMARK {
+            // Still behind: the flush that drains it resumes the upstream.
+            c.paused = true;
+            return;
+        }
+        u.paused = false;
+        if !u.total {
+            u.deadline = Some(Instant::now() + u.timeout);
+        }
+        self.up_ready(ui);
     }
 
     /// Queue an upstream connection's deadline.

@@ -8,6 +8,7 @@ mod util;
 
 mod cli;
 mod endpoints;
+mod flow;
 mod headers;
 mod http1;
 mod limits;

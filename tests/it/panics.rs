@@ -350,3 +350,31 @@ fn the_debug_triggers_are_ordinary_data_without_debug_routes() {
 
     ensure!(s, !s.logs().contains("panicked"), "no panic with debug routes off");
 }
+
+/// A panic the boundary does not catch (`/_debug/panic/worker`: app code dropped by the
+/// worker) ends that worker, cleanly: exit code 101, and the slot gets a new worker.
+/// Regression: the panic unwound out of the worker into the supervisor's stack frames of
+/// the forked child and dropped the supervisor's objects there, whose descriptors the
+/// child had already closed: "fatal runtime error: IO Safety violation: owned file
+/// descriptor already closed, aborting" (or, in a release build, a close of whatever
+/// descriptor had the number by then).
+#[test]
+fn an_uncaught_panic_ends_the_worker_without_a_double_close() {
+    let s = Server::start("");
+    let old = s.wait_workers(1, Duration::from_secs(5))[0];
+    let mut c = s.conn();
+    c.send(&request("GET", "/_debug/panic/worker", &[], b""));
+    read_until_close(&s, &mut c, "the stream of the worker that dies");
+    let died = s.wait_log_line(Duration::from_secs(5), |l| l.contains(&format!("worker {old} of slot 0 died")));
+    let logs = s.logs();
+    ensure!(s, !logs.contains("IO Safety violation"), "a descriptor was closed twice:\n{logs}");
+    ensure!(s, died.contains("exit code 101"), "the worker exits with the panic exit code 101: {died}");
+    ensure!(
+        s,
+        logs.lines().any(|l| l.contains("panicked: debug panic outside the panic boundary")),
+        "the panic is logged"
+    );
+    let replaced = eventually(Duration::from_secs(10), || matches!(s.workers()[..], [w] if w != old));
+    ensure!(s, replaced, "a new worker serves the slot: {:?}", s.workers());
+    s.assert_healthy();
+}

@@ -2156,6 +2156,24 @@ pub fn ws_handshake_request(path: &str, headers: &[(&str, &str)]) -> (Vec<u8>, S
     (request("GET", path, &h, b""), key)
 }
 
+/// Appends one client frame to `out`: FIN as given, masked with a random key.
+pub fn ws_client_frame(out: &mut Vec<u8>, opcode: u8, payload: &[u8], fin: bool) {
+    out.push(if fin { 0x80 } else { 0 } | (opcode & 0x0f));
+    let n = payload.len();
+    if n < 126 {
+        out.push(0x80 | n as u8);
+    } else if n <= 0xffff {
+        out.push(0x80 | 126);
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+    } else {
+        out.push(0x80 | 127);
+        out.extend_from_slice(&(n as u64).to_be_bytes());
+    }
+    let mask = rand_bytes::<4>();
+    out.extend_from_slice(&mask);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+}
+
 impl Ws {
     /// Handshake on `conn`. `Err(response)` when the server does not answer 101 (then the
     /// whole response is read); panics when a 101 carries a wrong `Sec-WebSocket-Accept`.
@@ -2184,23 +2202,15 @@ impl Ws {
         Ok(Ws { stream, head, buf, closed: None })
     }
 
+    /// Bytes received but not yet parsed into frames (the caller reads the rest itself).
+    pub fn take_pending(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
     /// Writes one frame: FIN as given, masked with a random key.
     pub fn send_frame(&mut self, opcode: u8, payload: &[u8], fin: bool) -> io::Result<()> {
         let mut f = Vec::with_capacity(payload.len() + 14);
-        f.push(if fin { 0x80 } else { 0 } | (opcode & 0x0f));
-        let n = payload.len();
-        if n < 126 {
-            f.push(0x80 | n as u8);
-        } else if n <= 0xffff {
-            f.push(0x80 | 126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        } else {
-            f.push(0x80 | 127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-        let mask = rand_bytes::<4>();
-        f.extend_from_slice(&mask);
-        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        ws_client_frame(&mut f, opcode, payload, fin);
         self.stream.write_all(&f)?;
         self.stream.flush()
     }
@@ -2388,4 +2398,56 @@ pub fn vm_rss_kib(pid: i32) -> i64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no VmRSS for pid {pid}"))
+}
+
+// ---- TCP states (`/proc/net/tcp`) ----
+
+/// `/proc/net/tcp`'s code for CLOSE-WAIT: the peer closed, this side has not.
+pub const TCP_CLOSE_WAIT: u8 = 0x08;
+
+/// One line of `/proc/net/tcp{,6}`: the socket's ports, state and queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpEntry {
+    pub local_port: u16,
+    pub remote_port: u16,
+    pub state: u8,
+    /// Bytes sent and not acknowledged.
+    pub tx_queue: u64,
+    /// Bytes received and not read by the process.
+    pub rx_queue: u64,
+}
+
+/// Every TCP socket of this network namespace (IPv4 and IPv6 tables).
+pub fn tcp_entries() -> Vec<TcpEntry> {
+    let port = |a: &str| a.rsplit(':').next().and_then(|h| u16::from_str_radix(h, 16).ok());
+    let mut out = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(remote), Some(st), Some(queues)) = (f.get(1), f.get(2), f.get(3), f.get(4)) else {
+                continue;
+            };
+            let (tx, rx) = queues.split_once(':').unwrap_or(("0", "0"));
+            let (Some(local_port), Some(remote_port), Ok(state)) =
+                (port(local), port(remote), u8::from_str_radix(st, 16))
+            else {
+                continue;
+            };
+            out.push(TcpEntry {
+                local_port,
+                remote_port,
+                state,
+                tx_queue: u64::from_str_radix(tx, 16).unwrap_or(0),
+                rx_queue: u64::from_str_radix(rx, 16).unwrap_or(0),
+            });
+        }
+    }
+    out
+}
+
+/// How many sockets on this machine have local port `port` and TCP state `state`.
+/// The server's accepted sockets have its port as local port.
+pub fn tcp_sockets(port: u16, state: u8) -> usize {
+    tcp_entries().iter().filter(|e| e.local_port == port && e.state == state).count()
 }
