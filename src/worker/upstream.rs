@@ -548,6 +548,9 @@ impl Worker {
             && u.reader.head().is_some_and(|h| h.keep_alive)
             && u.inbuf.is_empty()
             && !u.eof
+            // The last read stopped at its cap: unread bytes (or the upstream's
+            // FIN) may follow, which no new edge would report while it idles.
+            && !u.more
             && self.up.idle[u.endpoint.id.min(ENDPOINTS - 1)].len() < MAX_IDLE;
         if !reusable {
             self.up_close(ui);
