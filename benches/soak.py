@@ -128,35 +128,43 @@ def children_of(parent):
     return sorted(out)
 
 
-def rss_kib(pid):
+def mem_kib(pid):
+    """VmRSS and its parts (RssAnon, RssFile, RssShmem) of pid in KiB, or None when it is gone."""
+    out = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+                k = line.split(":", 1)[0]
+                if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                    out[k] = int(line.split()[1])
     except OSError:
-        pass
-    return None
+        return None
+    return out if "VmRSS" in out else None
 
 
 def memory_readings(pids, counters, reads, gap):
     """VmRSS of each pid, read `reads` times `gap` s apart while no login or
-    download of ours is in flight: (lowest, highest) per pid, KiB (None: gone).
+    download of ours is in flight: (lowest, highest, the lowest reading's
+    parts) per pid, KiB (None: gone).
     The lowest is the verdict's figure: a login leaves its worker holding a
     ~19 MiB argon2 buffer until the server's low-priority hashing thread finds
     its queue empty, which on a busy machine can take seconds; the highest
     shows when that happened."""
     lo, hi = {p: None for p in pids}, {p: None for p in pids}
+    parts = {p: None for p in pids}  # the lowest reading's RssAnon/RssFile/RssShmem
     with counters.quiet:
         for i in range(reads):
             if i:
                 time.sleep(gap)
             for p in pids:
-                r = rss_kib(p)
-                if r is not None:
-                    lo[p] = r if lo[p] is None else min(lo[p], r)
-                    hi[p] = r if hi[p] is None else max(hi[p], r)
-    return lo, hi
+                m = mem_kib(p)
+                if m is None:
+                    continue
+                r = m["VmRSS"]
+                if lo[p] is None or r < lo[p]:
+                    lo[p], parts[p] = r, m
+                hi[p] = r if hi[p] is None else max(hi[p], r)
+    return lo, hi, parts
 
 
 def fd_count(pid):
@@ -676,6 +684,8 @@ def download_loop(a, counters, stop):
 
 
 def ask(pipe, msg, timeout=20):
+    while pipe.poll(0):  # a late answer to an earlier question (it timed out): drop it
+        pipe.recv()
     pipe.send(msg)
     if not pipe.poll(timeout):
         return None
@@ -761,7 +771,7 @@ def main():
             t = threading.Thread(target=fn, args=args, daemon=True)
             t.start()
             threads.append(t)
-        m0, _ = memory_readings([sup] + workers0, counters, a.rss_reads, 0.1)
+        m0, _, _ = memory_readings([sup] + workers0, counters, a.rss_reads, 0.1)
         # Minute 1 starts now: drop what the set-up period counted.
         ask(probe_pipe, "snap")
         ask(cl_pipe, "snap")
@@ -826,9 +836,10 @@ def main():
             cnt = counters.take()
             fds = [fd_count(p) if p else None for p in procs]
             met = metrics(a.port)
-            lo, hi = memory_readings([p for p in procs if p], counters, a.rss_reads, 0.1)
+            lo, hi, parts = memory_readings([p for p in procs if p], counters, a.rss_reads, 0.1)
             rss = [lo.get(p) if p else None for p in procs]
             rss_hi = [hi.get(p) if p else None for p in procs]
+            rss_parts = [parts.get(p) if p else None for p in procs]
             wrk_req = sum(w["requests"] for w in wrk.values())
             wrk_err = sum(w["errors"] for w in wrk.values())
             requests = wrk_req + probe.get("n", 0) + probe.get("errors", 0) + cnt["logins"] + cnt["login_errors"] \
@@ -836,7 +847,7 @@ def main():
             errors = wrk_err + probe.get("errors", 0) + cnt["login_errors"] + cnt["download_errors"] \
                 + cs.get("sse_deaths", 0) + cs.get("ws_deaths", 0) + cs.get("ws_error_frames", 0) \
                 + cs.get("send_failed", 0)
-            row = {"minute": minute, "procs": procs, "rss": rss, "rss_hi": rss_hi, "fds": fds, "died": changed, "new": new,
+            row = {"minute": minute, "procs": procs, "rss": rss, "rss_hi": rss_hi, "rss_parts": rss_parts, "fds": fds, "died": changed, "new": new,
                    "probe": probe, "clients": cs, "counters": cnt, "wrk": wrk, "metrics": met,
                    "requests": requests, "errors": errors, "load": os.getloadavg()[0]}
             rows.append(row)
@@ -870,11 +881,12 @@ def report(a, rows, sup, m0):
     print()
     print("details per minute (wrk: requests in its burst and wrk's own p99 ms; prober p99 outside/during the"
           " bursts; logins, downloads; SSE/WS as the clients saw them; server: /metrics gauges at the sample;"
-          " RSS hi: the highest of the readings whose lowest is in the table, supervisor first; load average):")
+          " RSS hi: the highest of the readings whose lowest is in the table, supervisor first; anon: RssAnon of"
+          " that lowest reading; load average):")
     head = (f"{'min':>3} | {'wrk /health':>15} {'/api/config':>15} {'/users/{id}':>15} | {'probe n':>7}"
             f" {'quiet p99':>9} {'burst p99':>9} {'max':>7} | {'logins':>6} {'dl':>4} | {'SSE deaths':>10}"
             f" {'stale':>5} {'beats':>6} | {'WS alive':>8} {'deaths':>6} {'err':>4} | {'srv sse':>7} {'ws':>4}"
-            f" {'conns':>5} | {'RSS hi MiB':>16} | {'load':>5}")
+            f" {'conns':>5} | {'RSS hi MiB':>16} | {'anon MiB':>16} | {'load':>5}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -892,7 +904,9 @@ def report(a, rows, sup, m0):
               f" | {c.get('ws_alive', 0):>8} {c.get('ws_deaths', 0):>6} {c.get('ws_error_frames', 0):>4}"
               f" | {fmt(m.get('forkd_sse_streams'), '.0f'):>7} {fmt(m.get('forkd_websocket_clients'), '.0f'):>4}"
               f" {fmt(m.get('forkd_open_connections'), '.0f'):>5}"
-              f" | {' '.join(fmt(x / 1024 if x else None, '.1f') for x in r['rss_hi']):>16} | {r['load']:>5.2f}")
+              f" | {' '.join(fmt(x / 1024 if x else None, '.1f') for x in r['rss_hi']):>16}"
+              f" | {' '.join(fmt(x['RssAnon'] / 1024 if x and 'RssAnon' in x else None, '.2f') for x in r['rss_parts']):>16}"
+              f" | {r['load']:>5.2f}")
 
     if not rows:
         print("\nno minute completed: no verdict")
@@ -923,6 +937,11 @@ def report(a, rows, sup, m0):
             judged = f"not judged: pid {a_pid} was replaced by {b_pid}"
         print(f"  RSS {name:<11} {ra / 1024:6.1f} -> {rb / 1024:6.1f} MiB  {g:+6.1f} %"
               f"  (min {min(series) / 1024:.1f}, max {max(series) / 1024:.1f})  {judged}")
+        pa = first["rss_parts"][i] if i < len(first["rss_parts"]) else None
+        pb = last["rss_parts"][i]
+        if pa and pb and all(k in pa and k in pb for k in ("RssAnon", "RssFile", "RssShmem")):
+            print("      " + ", ".join(f"{k[3:].lower()} {pa[k] / 1024:.2f} -> {pb[k] / 1024:.2f} MiB"
+                                      f" ({pb[k] - pa[k]:+d} KiB)" for k in ("RssAnon", "RssFile", "RssShmem")))
     # fds
     fds_ok = True
     for i, name in enumerate(names):
