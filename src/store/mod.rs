@@ -47,6 +47,8 @@ pub use users::{NewUser, Role, User, UserChanges, UserQuery, UserSort};
 const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 /// How long a call waits for a free pooled connection before failing with `Unavailable`.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// `PRAGMA cache_size` of every connection: 512 KiB (written negative, in KiB).
+const PAGE_CACHE_KIB: i64 = -512;
 /// Prepared statements kept per connection (the fixed ones plus the list variants).
 const STATEMENT_CACHE: usize = 64;
 /// The largest page a list call returns, whatever the caller asks for.
@@ -234,6 +236,13 @@ fn open_connection(path: &Path, create: bool) -> Result<Connection, StoreError> 
     }
     conn.pragma_update(None, "foreign_keys", true)?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // Each connection's page cache, in KiB (negative). SQLite's default is
+    // 2 MiB per connection: with `db.pool_size` connections per worker that is
+    // up to 20 MiB of private copies per worker, filled slowly as the database
+    // grows (a soak showed workers creeping up for 20 minutes). The file's
+    // pages stay in the kernel's page cache, shared by every worker, so a
+    // smaller private cache costs a `pread` on a miss, not a disk read.
+    conn.pragma_update(None, "cache_size", PAGE_CACHE_KIB)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
@@ -313,6 +322,8 @@ mod tests {
         assert_eq!(migrations::current_version(&conn).expect("version"), 2);
         let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).expect("mode");
         assert_eq!(mode, "wal");
+        let cache: i64 = conn.query_row("PRAGMA cache_size", [], |r| r.get(0)).expect("cache_size");
+        assert_eq!(cache, PAGE_CACHE_KIB, "each pooled connection's private page cache is bounded");
     }
 
     #[test]
