@@ -35,7 +35,6 @@ handles) and stops exactly those on exit.
 """
 
 import argparse
-import base64
 import errno
 import http.client
 import json
@@ -47,11 +46,11 @@ import re
 import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
+from ws_client import frame, parse_frames, upgrade_request, upgrade_response
 
 HOST = "127.0.0.1"
 
@@ -253,43 +252,6 @@ def prober(port, rate, pipe, burst_flag):
 
 # --- SSE and WebSocket clients (their own process, one selector) -------------------
 
-def ws_frame(opcode, payload):
-    """A client frame: FIN set, masked (RFC 6455 section 5.3)."""
-    n = len(payload)
-    if n < 126:
-        head = struct.pack("!BB", 0x80 | opcode, 0x80 | n)
-    elif n < 1 << 16:
-        head = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, n)
-    else:
-        head = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, n)
-    mask = os.urandom(4)
-    if not n:
-        return head + mask
-    m = int.from_bytes((mask * (n // 4 + 1))[:n], "big")
-    return head + mask + (int.from_bytes(payload, "big") ^ m).to_bytes(n, "big")
-
-
-def ws_parse(buf):
-    """Split complete server (unmasked, unfragmented) frames off buf: ([(op, payload)], rest)."""
-    out, i = [], 0
-    while len(buf) - i >= 2:
-        b0, b1 = buf[i], buf[i + 1]
-        n, h = b1 & 0x7F, 2
-        if n == 126:
-            if len(buf) - i < 4:
-                break
-            n, h = struct.unpack_from("!H", buf, i + 2)[0], 4
-        elif n == 127:
-            if len(buf) - i < 10:
-                break
-            n, h = struct.unpack_from("!Q", buf, i + 2)[0], 10
-        if len(buf) - i < h + n:
-            break
-        out.append((b0 & 0x0F, buf[i + h:i + h + n]))
-        i += h + n
-    return out, buf[i:]
-
-
 class Stream:
     """One SSE or WebSocket client connection."""
     __slots__ = ("kind", "sock", "state", "buf", "room", "last_rx")
@@ -354,7 +316,7 @@ class Clients:
             self.members[st.room] += 1
             self.c["ws_opened"] += 1
             try:
-                st.sock.sendall(ws_frame(0x1, json.dumps({"type": "join", "roomId": f"soak-{st.room}"}).encode()))
+                st.sock.sendall(frame(0x1, json.dumps({"type": "join", "roomId": f"soak-{st.room}"}).encode()))
             except OSError:
                 self.lost(st)
 
@@ -401,11 +363,7 @@ class Clients:
             if st.kind == "sse":
                 st.sock.sendall(self.sse_req)
             else:
-                key = base64.b64encode(os.urandom(16)).decode()
-                token = read_token(self.token_file)
-                st.sock.sendall((f"GET /ws?token={token} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n"
-                                 "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-                                 f"Sec-WebSocket-Key: {key}\r\n\r\n").encode())
+                st.sock.sendall(upgrade_request(HOST, self.port, read_token(self.token_file)))
             st.state = "head"
             self.sel.modify(st.sock, selectors.EVENT_READ, st)
             return
@@ -446,18 +404,19 @@ class Clients:
     def on_ws(self, st, data):
         st.buf += data
         if st.state == "head":
-            head, sep, rest = st.buf.partition(b"\r\n\r\n")
-            if not sep:
-                return
-            if not head.startswith(b"HTTP/1.1 101"):
+            try:
+                rest = upgrade_response(st.buf)
+            except OSError:  # not a 101
                 self.lost(st)
                 return
+            if rest is None:
+                return
             st.buf, st.state = rest, "upgraded"
-        frames, st.buf = ws_parse(st.buf)
+        frames, st.buf = parse_frames(st.buf)
         for op, payload in frames:
             if op == 0x9:  # ping: pong with the same payload
                 try:
-                    st.sock.sendall(ws_frame(0xA, payload))
+                    st.sock.sendall(frame(0xA, payload))
                 except OSError:
                     self.lost(st)
                     return
@@ -477,7 +436,7 @@ class Clients:
             return
         st = random.choice(self.ws_ready)
         self.seq += 1
-        msg = ws_frame(0x1, json.dumps({"type": "chat", "roomId": f"soak-{st.room}",
+        msg = frame(0x1, json.dumps({"type": "chat", "roomId": f"soak-{st.room}",
                                         "content": f"soak message {self.seq}"}).encode())
         try:
             st.sock.sendall(msg)  # small; fits the socket's send buffer

@@ -30,7 +30,6 @@ A measurement, not a test: it prints numbers and exits 0 whatever they are
 """
 
 import argparse
-import base64
 import errno
 import http.client
 import json
@@ -42,52 +41,17 @@ import struct
 import sys
 import time
 from forkd_debug import debug_streams
+from ws_client import frame, parse_frames, upgrade_request, upgrade_response
 
 ROOM = "bench"
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; also the cmsg type
 CMSG_TS = socket.CMSG_SPACE(16)  # struct timespec on 64-bit Linux
 
 
-# --- minimal WebSocket framing ------------------------------------------------
-
-def frame(opcode, payload):
-    """A client frame: FIN set, masked (RFC 6455 §5.3)."""
-    n = len(payload)
-    if n < 126:
-        head = struct.pack("!BB", 0x80 | opcode, 0x80 | n)
-    elif n < 1 << 16:
-        head = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, n)
-    else:
-        head = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, n)
-    mask = os.urandom(4)
-    m = int.from_bytes((mask * (n // 4 + 1))[:n], "big")
-    body = (int.from_bytes(payload, "big") ^ m).to_bytes(n, "big") if n else b""
-    return head + mask + body
-
+# --- WebSocket clients (frames and handshake: ws_client.py) -----------------------
 
 def text(obj):
     return frame(0x1, json.dumps(obj, separators=(",", ":")).encode())
-
-
-def parse_frames(buf):
-    """Split complete server (unmasked) frames off buf: ([(opcode, payload)], rest)."""
-    out, i = [], 0
-    while len(buf) - i >= 2:
-        b0, b1 = buf[i], buf[i + 1]
-        n, h = b1 & 0x7F, 2
-        if n == 126:
-            if len(buf) - i < 4:
-                break
-            n, h = struct.unpack_from("!H", buf, i + 2)[0], 4
-        elif n == 127:
-            if len(buf) - i < 10:
-                break
-            n, h = struct.unpack_from("!Q", buf, i + 2)[0], 10
-        if len(buf) - i < h + n:
-            break
-        out.append((b0 & 0x0F, buf[i + h:i + h + n]))  # the server sends unfragmented messages
-        i += h + n
-    return out, buf[i:]
 
 
 class Client:
@@ -116,9 +80,6 @@ def connect_all(port, token, members, inflight, timeout):
     """Open `members` clients; returns them once each has seen `connected`."""
     sel = selectors.DefaultSelector()
     clients, ready, started, failed = [], 0, 0, 0
-    req = (f"GET /ws?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-           "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-           "Sec-WebSocket-Key: {key}\r\n\r\n")
     deadline = time.monotonic() + timeout
     while ready < members and time.monotonic() < deadline:
         while started < members and started - ready - failed < inflight:
@@ -141,8 +102,7 @@ def connect_all(port, token, members, inflight, timeout):
                     err = c.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                     if err:
                         raise OSError(err, os.strerror(err))
-                    k = base64.b64encode(os.urandom(16)).decode()
-                    c.sock.sendall(req.replace("{key}", k).encode())
+                    c.sock.sendall(upgrade_request("127.0.0.1", port, token))
                     c.state = "handshake"
                     sel.modify(c.sock, selectors.EVENT_READ, c)
                     continue
@@ -154,11 +114,9 @@ def connect_all(port, token, members, inflight, timeout):
                     raise OSError("closed during the handshake")
                 c.buf += data
                 if c.state == "handshake":
-                    head, sep, rest = c.buf.partition(b"\r\n\r\n")
-                    if not sep:
+                    rest = upgrade_response(c.buf)
+                    if rest is None:
                         continue
-                    if not head.startswith(b"HTTP/1.1 101"):
-                        raise OSError("no upgrade: %r" % head.split(b"\r\n")[0])
                     c.buf, c.state = rest, "open"
                 frames, c.buf = parse_frames(c.buf)
                 for op, payload in frames:

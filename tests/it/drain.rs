@@ -16,7 +16,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::keepalive::{KeepAliveLoad, KeepAliveReport};
-use crate::upgrade::StopOnDrop;
+use crate::upgrade::{new_supervisor_pid, StopOnDrop};
 use crate::util::*;
 
 /// Answers `{"pid": …}`, so the load knows which worker each connection is on.
@@ -217,13 +217,7 @@ fn usr2_under_keepalive_load_fails_no_request() {
     thread::sleep(LOAD_BETWEEN);
     ev.mark(&load, &format!("SIGUSR2 (workers {old_workers:?})"));
     s.signal(Signal::SIGUSR2);
-    let line = s.wait_log_line(IO_TIMEOUT, |l| l.contains("SIGUSR2: started a new supervisor"));
-    let new_pid: i32 = line
-        .split("supervisor ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    let new_pid = new_supervisor_pid(&s);
     // Stops the new supervisor (not our child) by pid when the test ends, also on failure.
     let _stop = StopOnDrop(new_pid);
     let status = s.wait_exit(Duration::from_secs(20));

@@ -35,6 +35,26 @@ fn assert_no_close_wait(s: &Server, within: Duration, what: &str) {
     );
 }
 
+/// Writes `n` pipelined `GET /health` on `c` before reading anything (from a thread of
+/// its own: the write finishes only if the server reads), half-closes `c` if `fin`, then
+/// reads the `n` answers, each a 200.
+fn pipelined_health_flood(s: &Server, c: &mut Conn, n: usize, fin: bool) {
+    let burst: Vec<u8> = (0..n).flat_map(|_| request("GET", "/health", &[], b"")).collect();
+    let writer = write_in_background(&c.stream, burst);
+    // Only read once everything is written.
+    let w = writer.join().expect("writer thread");
+    assert!(w.is_ok(), "writing {n} pipelined requests: {w:?}\nlog:\n{}", s.log_tail());
+    if fin {
+        c.stream.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    }
+    c.set_timeout(FLOOD);
+    for i in 0..n {
+        let r =
+            c.try_read_response(false).unwrap_or_else(|e| panic!("response {i} of {n}: {e}\nlog:\n{}", s.log_tail()));
+        assert_eq!(r.status, 200, "response {i}: {r:?}");
+    }
+}
+
 /// Regression: a WebSocket client writing 20 000 messages at once got ~13 000 replies and
 /// then nothing: with more than 64 KiB of replies queued the worker stopped reading,
 /// wrote them out, and was never woken to read the rest of its input (the readable edge
@@ -143,17 +163,7 @@ fn pipelined_flood_written_before_reading_is_answered() {
     const N: usize = 2_000;
     let s = Server::start("");
     let mut c = s.conn();
-    let burst: Vec<u8> = (0..N).flat_map(|_| request("GET", "/health", &[], b"")).collect();
-    let writer = write_in_background(&c.stream, burst);
-    // Only read once everything is written (the writer finishes only if the server reads).
-    let w = writer.join().expect("writer thread");
-    assert!(w.is_ok(), "writing {N} pipelined requests: {w:?}\nlog:\n{}", s.log_tail());
-    c.set_timeout(FLOOD);
-    for i in 0..N {
-        let r =
-            c.try_read_response(false).unwrap_or_else(|e| panic!("response {i} of {N}: {e}\nlog:\n{}", s.log_tail()));
-        assert_eq!(r.status, 200, "response {i}: {r:?}");
-    }
+    pipelined_health_flood(&s, &mut c, N, false);
 }
 
 /// A WebSocket client that floods, half-closes and reads to the end gets every reply,
@@ -201,17 +211,7 @@ fn a_pipelined_flood_then_fin_is_answered_and_closed() {
     const N: usize = 2_000;
     let s = Server::start("");
     let mut c = s.conn();
-    let burst: Vec<u8> = (0..N).flat_map(|_| request("GET", "/health", &[], b"")).collect();
-    let writer = write_in_background(&c.stream, burst);
-    let w = writer.join().expect("writer thread");
-    assert!(w.is_ok(), "writing {N} pipelined requests: {w:?}\nlog:\n{}", s.log_tail());
-    c.stream.shutdown(std::net::Shutdown::Write).expect("shutdown");
-    c.set_timeout(FLOOD);
-    for i in 0..N {
-        let r =
-            c.try_read_response(false).unwrap_or_else(|e| panic!("response {i} of {N}: {e}\nlog:\n{}", s.log_tail()));
-        assert_eq!(r.status, 200, "response {i}: {r:?}");
-    }
+    pipelined_health_flood(&s, &mut c, N, true);
     c.assert_closed(FLOOD, "after the last pipelined answer and the client's FIN");
     drop(c);
     assert_no_close_wait(&s, Duration::from_secs(5), "after a pipelined flood and FIN");

@@ -103,6 +103,34 @@ fn dechunk(raw: &[u8]) -> (String, bool) {
     (String::from_utf8_lossy(&body).into_owned(), false)
 }
 
+/// A GET on a fresh connection whose answer is a stream: the connection, its 200 head read.
+fn open_stream(s: &Server, path: &str, headers: &[(&str, &str)]) -> Conn {
+    let mut c = s.conn();
+    c.send(&request("GET", path, headers, b""));
+    let head = c.read_head_response();
+    ensure_eq!(s, head.status, 200, "the stream's head: {head:?}");
+    c
+}
+
+/// The rest of a stream that a panic cuts short, until the server closes: its body. A
+/// stream cut short has no last chunk.
+fn read_cut_stream(s: &Server, conn: &mut Conn, what: &str) -> String {
+    let raw = read_until_close(s, conn, what);
+    let (body, ended) = dechunk(&raw);
+    ensure!(s, !ended, "a stream cut short by a panic has no last chunk: {:?}", String::from_utf8_lossy(&raw));
+    body
+}
+
+/// The rest of an SSE stream whose notification panicked while rendering: the preamble,
+/// no notification event, and the stream ends with its last chunk.
+fn read_sse_ended_without_notification(s: &Server, conn: &mut Conn, what: &str) {
+    let raw = read_until_close(s, conn, what);
+    let (body, ended) = dechunk(&raw);
+    ensure!(s, body.contains("event: connected"), "the preamble came first: {body:?}");
+    ensure!(s, !body.contains("event: notification"), "no notification event: {body:?}");
+    ensure!(s, ended, "the stream ends with its last chunk: {:?}", String::from_utf8_lossy(&raw));
+}
+
 /// One upstream SSE event carrying `content` as a delta.
 fn delta(content: &str) -> String {
     format!("data: {}\n\n", json!({"choices": [{"index": 0, "delta": {"content": content}}]}))
@@ -113,6 +141,18 @@ fn chat_upstream() -> Upstream {
     let pieces =
         vec![(ZERO, delta("first")), (Duration::from_millis(300), delta("second")), (ZERO, "data: [DONE]\n\n".into())];
     Upstream::start(move |_| Behaviour::sse(pieces.clone(), After::Finish))
+}
+
+/// The `[chat]` section relaying to `up`.
+fn chat_lines(up: &Upstream) -> String {
+    format!("upstream = \"{}/v1/chat/completions\"\nmodel = \"m1\"", up.url())
+}
+
+/// A chat upstream (`chat_upstream`) and a server relaying `/api/chat` to it.
+fn chat_server() -> (Upstream, Server) {
+    let up = chat_upstream();
+    let s = Server::api_builder().set("chat", &chat_lines(&up)).start();
+    (up, s)
 }
 
 fn chat_body(content: &str) -> Vec<u8> {
@@ -143,23 +183,15 @@ fn upstream_lines(users: &Upstream, lists: &Upstream) -> String {
 fn ticker_panic_cuts_its_stream_only() {
     let s = Server::start("");
     let w = witness(&s);
-    let mut c = s.conn();
-    c.send(&request("GET", "/_debug/panic/ticker", &[], b""));
-    let head = c.read_head_response();
-    ensure_eq!(s, head.status, 200, "the stream's head: {head:?}");
-    let raw = read_until_close(&s, &mut c, "ticker stream");
-    let (body, ended) = dechunk(&raw);
+    let mut c = open_stream(&s, "/_debug/panic/ticker", &[]);
+    let body = read_cut_stream(&s, &mut c, "ticker stream");
     ensure!(s, body.contains("{\"tick\":1}"), "the first tick's event arrives: {body:?}");
-    ensure!(s, !ended, "a stream cut short by a panic has no last chunk: {:?}", String::from_utf8_lossy(&raw));
     survived(&s, w, "stream ticker");
 }
 
 #[test]
 fn relay_head_panic_is_a_500() {
-    let up = chat_upstream();
-    let s = Server::api_builder()
-        .set("chat", &format!("upstream = \"{}/v1/chat/completions\"\nmodel = \"m1\"", up.url()))
-        .start();
+    let (_up, s) = chat_server();
     let w = witness(&s);
     let mut c = s.conn();
     c.send(&request("POST", "/api/chat", &[("Content-Type", "application/json")], &chat_body(PANIC_RELAY_HEAD)));
@@ -174,19 +206,14 @@ fn relay_head_panic_is_a_500() {
 
 #[test]
 fn relay_body_panic_cuts_the_stream() {
-    let up = chat_upstream();
-    let s = Server::api_builder()
-        .set("chat", &format!("upstream = \"{}/v1/chat/completions\"\nmodel = \"m1\"", up.url()))
-        .start();
+    let (up, s) = chat_server();
     let w = witness(&s);
     let mut c = s.conn();
     let head = post_chat(&mut c, PANIC_RELAY_BODY);
     ensure_eq!(s, head.status, 200, "the stream started with the first event: {head:?}");
-    let raw = read_until_close(&s, &mut c, "relay stream");
-    let (body, ended) = dechunk(&raw);
+    let body = read_cut_stream(&s, &mut c, "relay stream");
     ensure!(s, body.contains("{\"content\":\"first\"}"), "the first event arrives: {body:?}");
     ensure!(s, !body.contains("second") && !body.contains("[DONE]"), "nothing after the panic: {body:?}");
-    ensure!(s, !ended, "a stream cut short by a panic has no last chunk: {:?}", String::from_utf8_lossy(&raw));
     ensure!(s, up.wait_peer_closed(0, IO_TIMEOUT).is_some(), "the upstream connection is closed:\n{}", up.describe());
     survived(&s, w, "relay sink body");
 }
@@ -224,16 +251,9 @@ fn sse_notification_panic_ends_the_streams_not_the_worker() {
     let w = witness(&s);
     let (_, token) = s.user("Listener");
     let (mut ws, _) = s.ws_chat(&token);
-    let mut c = s.conn();
-    c.send(&request("GET", "/api/events", &[], b""));
-    let head = c.read_head_response();
-    ensure_eq!(s, head.status, 200, "the stream's head: {head:?}");
+    let mut c = open_stream(&s, "/api/events", &[]);
     let n = s.notify(&admin, PANIC_SSE, "rendering this event panics");
-    let raw = read_until_close(&s, &mut c, "SSE stream");
-    let (body, ended) = dechunk(&raw);
-    ensure!(s, body.contains("event: connected"), "the preamble came first: {body:?}");
-    ensure!(s, !body.contains("event: notification"), "no notification event: {body:?}");
-    ensure!(s, ended, "the stream ends with its last chunk: {:?}", String::from_utf8_lossy(&raw));
+    read_sse_ended_without_notification(&s, &mut c, "SSE stream");
     // The client reconnects with Last-Event-ID and gets it from the store.
     let last = (n["id"].as_i64().unwrap() - 1).to_string();
     let mut st = s.sse_connected(&[("Last-Event-ID", &last)]);
@@ -257,15 +277,8 @@ fn sse_replay_panic_ends_that_stream_only() {
     let ev = live.next_non_heartbeat(IO_TIMEOUT).unwrap_or_else(|e| panic!("live: {e}\nlog:\n{}", s.log_tail()));
     ensure_eq!(s, ev.event(), Some("notification"), "delivered live: {ev:?}");
     let last = (n["id"].as_i64().unwrap() - 1).to_string();
-    let mut c = s.conn();
-    c.send(&request("GET", "/api/events", &[("Last-Event-ID", &last)], b""));
-    let head = c.read_head_response();
-    ensure_eq!(s, head.status, 200, "the stream's head: {head:?}");
-    let raw = read_until_close(&s, &mut c, "replaying SSE stream");
-    let (body, ended) = dechunk(&raw);
-    ensure!(s, body.contains("event: connected"), "the preamble came first: {body:?}");
-    ensure!(s, !body.contains("event: notification"), "no notification event: {body:?}");
-    ensure!(s, ended, "the stream ends with its last chunk: {:?}", String::from_utf8_lossy(&raw));
+    let mut c = open_stream(&s, "/api/events", &[("Last-Event-ID", &last)]);
+    read_sse_ended_without_notification(&s, &mut c, "replaying SSE stream");
     // The live stream opened before goes on.
     s.notify(&admin, "after", "an ordinary one");
     let ev = live.next_non_heartbeat(IO_TIMEOUT).unwrap_or_else(|e| panic!("live: {e}\nlog:\n{}", s.log_tail()));
@@ -299,7 +312,7 @@ fn the_debug_triggers_are_ordinary_data_without_debug_routes() {
     let (users, lists) = homepage_upstreams(PANIC_HOMEPAGE);
     let s = Server::api_builder()
         .set("debug", "routes = false")
-        .set("chat", &format!("upstream = \"{}/v1/chat/completions\"\nmodel = \"m1\"", chat.url()))
+        .set("chat", &chat_lines(&chat))
         .set("upstreams", &upstream_lines(&users, &lists))
         .start();
     let r = s.get("/_debug/panic/ticker");

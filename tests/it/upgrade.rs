@@ -31,6 +31,17 @@ impl Drop for StopOnDrop {
     }
 }
 
+/// After `SIGUSR2`: the new supervisor's pid, from the old one's log line
+/// `SIGUSR2: started a new supervisor <pid>` (waited for up to `IO_TIMEOUT`).
+pub(crate) fn new_supervisor_pid(s: &Server) -> i32 {
+    let line = s.wait_log_line(IO_TIMEOUT, |l| l.contains("SIGUSR2: started a new supervisor"));
+    line.split("supervisor ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"))
+}
+
 #[test]
 fn usr2_hands_the_sockets_to_a_new_supervisor_and_the_old_one_drains() {
     let mut s = Server::builder().workers(2).start();
@@ -38,13 +49,7 @@ fn usr2_hands_the_sockets_to_a_new_supervisor_and_the_old_one_drains() {
     let hammer = Hammer::start(s.addr(), "/health");
     assert!(hammer.wait_more(5, IO_TIMEOUT), "no background traffic before the upgrade");
     s.signal(Signal::SIGUSR2);
-    let line = s.wait_log_line(IO_TIMEOUT, |l| l.contains("SIGUSR2: started a new supervisor"));
-    let new_pid: i32 = line
-        .split("supervisor ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    let new_pid = new_supervisor_pid(&s);
     let _stop = StopOnDrop(new_pid);
     let status = s.wait_exit(Duration::from_secs(20));
     assert!(
