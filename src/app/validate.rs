@@ -13,14 +13,19 @@ use crate::http::request::Request;
 
 /// Parse the body of `req` as a JSON object.
 pub fn json_object(req: &Request<'_>) -> Result<Map<String, Value>, Error> {
-    let json_type = req.header("content-type").is_some_and(|v| {
+    json_body(req.header("content-type"), req.body)
+}
+
+/// [`json_object`] on a `Content-Type` value and a body.
+pub fn json_body(content_type: Option<&[u8]>, body: &[u8]) -> Result<Map<String, Value>, Error> {
+    let json_type = content_type.is_some_and(|v| {
         let media = v.split(|&c| c == b';').next().unwrap_or(b"").trim_ascii();
         media.eq_ignore_ascii_case(b"application/json")
     });
     if !json_type {
         return Err(Error::UnsupportedMediaType);
     }
-    match serde_json::from_slice::<Value>(req.body) {
+    match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(Error::Validation(vec![FieldError::new("body", "must be a JSON object")])),
         Err(_) => Err(Error::bad_request("malformed JSON")),
@@ -198,7 +203,7 @@ pub fn decode_query(v: &str) -> Option<String> {
         match b[i] {
             b'+' => out.push(b' '),
             b'%' => {
-                let hex = b.get(i + 1..i + 3)?;
+                let hex = b.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit))?;
                 let s = std::str::from_utf8(hex).ok()?;
                 out.push(u8::from_str_radix(s, 16).ok()?);
                 i += 2;
@@ -264,5 +269,8 @@ mod tests {
         assert_eq!(decode_query("a%25b+c").as_deref(), Some("a%b c"));
         assert_eq!(decode_query("%zz"), None);
         assert_eq!(decode_query("%"), None);
+        // `u8::from_str_radix` alone would read "+4" as 4.
+        assert_eq!(decode_query("%+4"), None);
+        assert_eq!(decode_query("a%+Fb"), None);
     }
 }

@@ -324,15 +324,20 @@ impl Source {
 /// overrides in `env` (typically `std::env::vars().collect()`), and validates the result.
 /// `FORKD_CONFIG` is skipped here; resolve it with [`config_path`].
 pub fn load(path: Option<&Path>, env: &[(String, String)]) -> Result<Config, ConfigErrors> {
-    let table = match path {
-        None => Table::new(),
+    match path {
+        None => from_table(Table::new(), env),
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| one(format!("{}: cannot read config file: {e}", path.display())))?;
-            parse(&path.display().to_string(), &text)?
+            from_toml(&path.display().to_string(), &text, env)
         }
-    };
-    from_table(table, env)
+    }
+}
+
+/// [`load`] on the text of a config file (`name` appears in syntax errors): parses it,
+/// applies the `FORKD_*` overrides in `env` and validates. Reads no file and no environment.
+pub fn from_toml(name: &str, text: &str, env: &[(String, String)]) -> Result<Config, ConfigErrors> {
+    parse(name, text).and_then(|table| from_table(table, env))
 }
 
 /// `text` parsed as TOML; a syntax error is one line: `name:line:column: message`.
@@ -341,7 +346,15 @@ fn parse(name: &str, text: &str) -> Result<Table, ConfigErrors> {
         let before = e.span().and_then(|span| text.get(..span.start)).unwrap_or("");
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
-        let message = e.message().trim().replace('\n', "; ");
+        // One line: the message may quote a key holding control characters.
+        let mut message = String::new();
+        for c in e.message().trim().chars() {
+            match c {
+                '\n' => message.push_str("; "),
+                c if c.is_control() => message.extend(c.escape_debug()),
+                c => message.push(c),
+            }
+        }
         one(format!("{name}:{line}:{column}: invalid TOML: {message}"))
     })
 }
@@ -458,7 +471,7 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
 
     fn load_str(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
         let env: Vec<_> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        parse("test.toml", text).and_then(|table| from_table(table, &env))
+        from_toml("test.toml", text, &env)
     }
 
     fn problems(text: &str, env: &[(&str, &str)]) -> Vec<String> {
@@ -605,6 +618,21 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
                 "unknown key nope",
             ]
         );
+    }
+
+    #[test]
+    fn unknown_keys_with_control_characters_stay_on_one_line() {
+        // Found while writing the fuzz seeds: a quoted key (or a variable's name) with a line
+        // break split its problem over two lines.
+        let found = problems("\"a\\nb\" = 1\n[limits]\n\"x\\r\" = 2\n", &[("FORKD_A\rB", "1")]);
+        assert_eq!(found, [r"unknown key a\rb (from FORKD_A\rB)", r"unknown key a\nb", r"unknown key limits.x\r"]);
+    }
+
+    #[test]
+    fn toml_errors_quoting_keys_with_control_characters_stay_on_one_line() {
+        // Found by the `config` fuzz target: toml quotes a duplicate key as it is.
+        let found = problems("[limits]\n\"x\\r\" = 1\n\"x\\r\" = 1\n", &[]);
+        assert_eq!(found, [r"test.toml:3:1: invalid TOML: duplicate key `x\r` in table `limits`"]);
     }
 
     #[test]
