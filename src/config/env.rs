@@ -40,8 +40,11 @@ pub(super) fn apply(
         let segments: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
         let path = segments.join(".");
         match lookup(defaults, &segments) {
-            None => errors.push(format!("unknown key {path} (from {name})")),
-            Some(Value::Table(_)) => errors.push(format!("{path} is a section, not a key (from {name})")),
+            // Shown escaped: a variable's name may hold control characters.
+            None => errors.push(format!("unknown key {} (from {})", path.escape_debug(), name.escape_debug())),
+            Some(Value::Table(_)) => {
+                errors.push(format!("{path} is a section, not a key (from {})", name.escape_debug()))
+            }
             Some(default) => match coerce(default, text) {
                 Some(value) => {
                     if insert(table, &segments, value) {

@@ -264,7 +264,7 @@ pub(super) fn check_keys(table: &mut Table, defaults: &Table, prefix: &str, erro
     table.retain(|key, value| {
         let path = if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") };
         let Some(default) = defaults.get(key) else {
-            errors.push(format!("unknown key {path}"));
+            errors.push(format!("unknown key {}", path.escape_debug())); // a quoted key may hold a newline
             return false;
         };
         if let (Value::Table(defaults), Value::Table(table)) = (default, &mut *value) {
