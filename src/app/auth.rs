@@ -5,6 +5,8 @@
 //! tokens are random, stored only as hashes and rotated on every use; a
 //! spent one presented again revokes its whole family.
 
+use serde_json::{Map, Value};
+
 use super::ratelimit::LoginGuard;
 use super::router::Router;
 use super::session::{self, Caller};
@@ -25,12 +27,26 @@ pub fn routes(r: &mut Router<Handler>, base: &'static str) {
         .add(Method::Get, p("/auth/me"), me);
 }
 
-fn login(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    let mut f = Fields::new(validate::json_object(req)?, &["email", "password"]);
+/// A login body: (email, password), or 422 listing every problem.
+pub fn credentials(map: Map<String, Value>) -> Result<(String, String), Error> {
+    let mut f = Fields::new(map, &["email", "password"]);
     let email = f.string("email", true, validate::any);
     let password = f.string("password", true, validate::any);
     f.finish()?;
     let (Some(email), Some(password)) = (email, password) else { return Err(Error::bad_request("missing fields")) };
+    Ok((email, password))
+}
+
+/// The `refreshToken` of a refresh or logout body, if there is one, or 422.
+pub fn refresh_body(map: Map<String, Value>) -> Result<Option<String>, Error> {
+    let mut f = Fields::new(map, &["refreshToken"]);
+    let token = f.string("refreshToken", false, validate::any);
+    f.finish()?;
+    Ok(token)
+}
+
+fn login(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    let (email, password) = credentials(validate::json_object(req)?)?;
     let guard = LoginGuard::new(app.svc.config, req.peer, &email);
     guard.check(app.svc.rate)?;
     let svc = app.svc;
@@ -83,9 +99,7 @@ fn token_response(svc: &super::Services, access: &str, expires_in: u64, refresh:
 /// (which then needs the CSRF double submit).
 fn presented_token(req: &Request<'_>) -> Result<Option<String>, Error> {
     if !req.body.is_empty() {
-        let mut f = Fields::new(validate::json_object(req)?, &["refreshToken"]);
-        let token = f.string("refreshToken", false, validate::any);
-        f.finish()?;
+        let token = refresh_body(validate::json_object(req)?)?;
         if token.is_some() {
             return Ok(token);
         }

@@ -35,9 +35,9 @@ pub fn routes(r: &mut Router<Handler>) {
 
 /// One validated message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Message {
-    role: &'static str,
-    content: String,
+pub(crate) struct Message {
+    pub(crate) role: &'static str,
+    pub(crate) content: String,
 }
 
 fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
@@ -70,7 +70,7 @@ fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
 }
 
 /// `{messages: [{role, content}]}`, every problem reported at once (422).
-fn messages(mut body: Map<String, Value>) -> Result<Vec<Message>, Error> {
+pub(crate) fn messages(mut body: Map<String, Value>) -> Result<Vec<Message>, Error> {
     let mut errors: Vec<FieldError> = body
         .keys()
         .filter(|k| k.as_str() != "messages")

@@ -7,6 +7,8 @@
 //! (heartbeats, fan-out, back pressure) is the worker's; this file decides
 //! what a stream starts with and what a replay contains.
 
+use serde_json::{Map, Value};
+
 use super::router::Router;
 use super::session;
 use super::validate::{self, Fields};
@@ -80,12 +82,9 @@ pub fn replay(app: &App, after: i64) -> Box<dyn FnOnce() -> (Vec<u8>, i64) + Sen
     })
 }
 
-fn create(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    let caller = session::require(app, req)?;
-    if !caller.admin {
-        return Err(Error::Forbidden("only an admin can send notifications"));
-    }
-    let mut f = Fields::new(validate::json_object(req)?, &["title", "body"]);
+/// A validated notification body: (title, body), or 422 listing every problem.
+pub fn notification(map: Map<String, Value>) -> Result<(String, String), Error> {
+    let mut f = Fields::new(map, &["title", "body"]);
     let title = f.string("title", true, validate::title);
     let body = f.string("body", false, |s| {
         if s.chars().count() <= 2000 {
@@ -96,7 +95,15 @@ fn create(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     });
     f.finish()?;
     let title = title.ok_or(Error::bad_request("missing title"))?;
-    let body = body.unwrap_or_default();
+    Ok((title, body.unwrap_or_default()))
+}
+
+fn create(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    let caller = session::require(app, req)?;
+    if !caller.admin {
+        return Err(Error::Forbidden("only an admin can send notifications"));
+    }
+    let (title, body) = notification(validate::json_object(req)?)?;
     let svc = app.svc;
     Ok(Reply::Later(Box::new(move || {
         let n = svc.store.create_notification(&title, &body)?;

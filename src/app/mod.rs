@@ -8,24 +8,24 @@
 //! route. Handler errors are [`Error`]s rendered by the one mapping in
 //! `crate::error`.
 
-mod auth;
+pub(crate) mod auth;
 mod cache;
-mod chat;
+pub(crate) mod chat;
 mod cors;
 mod csp_report;
 mod debug;
-mod download;
-mod events;
+pub(crate) mod download;
+pub(crate) mod events;
 mod health;
 mod homepage;
 pub mod metrics;
 mod pages;
-mod posts;
+pub(crate) mod posts;
 mod ratelimit;
-mod redirect;
+pub(crate) mod redirect;
 pub mod router;
 mod session;
-mod users;
+pub(crate) mod users;
 pub mod validate;
 mod version;
 pub mod ws;

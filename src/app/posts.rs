@@ -2,6 +2,8 @@
 //! paginated newest first; created by their owner; changed or removed by the
 //! owner or an admin.
 
+use serde_json::{Map, Value};
+
 use super::router::Router;
 use super::session;
 use super::users::paging;
@@ -19,6 +21,26 @@ pub fn routes(r: &mut Router<Handler>, base: &'static str) {
         .add(Method::Get, p("/posts/{id}"), get)
         .add(Method::Patch, p("/posts/{id}"), patch)
         .add(Method::Delete, p("/posts/{id}"), delete);
+}
+
+/// A validated new post body: (title, body), or 422 listing every problem.
+pub fn new_post(map: Map<String, Value>) -> Result<(String, String), Error> {
+    let mut f = Fields::new(map, &["title", "body"]);
+    let title = f.string("title", true, validate::title);
+    let body = f.string("body", false, validate::post_body).unwrap_or_default();
+    f.finish()?;
+    let title = title.ok_or(Error::bad_request("missing title"))?;
+    Ok((title, body))
+}
+
+/// A validated post patch body: (title, body), each `None` when absent, or
+/// 422 listing every problem.
+pub fn post_changes(map: Map<String, Value>) -> Result<(Option<String>, Option<String>), Error> {
+    let mut f = Fields::new(map, &["title", "body"]);
+    let title = f.string("title", false, validate::title);
+    let body = f.string("body", false, validate::post_body);
+    f.finish()?;
+    Ok((title, body))
 }
 
 fn list(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
@@ -42,11 +64,7 @@ fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     if caller.user_id != user_id {
         return Err(Error::Forbidden("only the owner can post here"));
     }
-    let mut f = Fields::new(validate::json_object(req)?, &["title", "body"]);
-    let title = f.string("title", true, validate::title);
-    let body = f.string("body", false, validate::post_body).unwrap_or_default();
-    f.finish()?;
-    let title = title.ok_or(Error::bad_request("missing title"))?;
+    let (title, body) = new_post(validate::json_object(req)?)?;
     let svc = app.svc;
     Ok(Reply::Later(Box::new(move || {
         svc.store.get_user(user_id)?.ok_or(Error::NotFound)?;
@@ -68,10 +86,7 @@ fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
 fn patch(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let caller = session::require(app, req)?;
     let id = path_id(ctx)?;
-    let mut f = Fields::new(validate::json_object(req)?, &["title", "body"]);
-    let title = f.string("title", false, validate::title);
-    let body = f.string("body", false, validate::post_body);
-    f.finish()?;
+    let (title, body) = post_changes(validate::json_object(req)?)?;
     let svc = app.svc;
     Ok(Reply::Later(Box::new(move || {
         let post = svc.store.get_post(id)?.ok_or(Error::NotFound)?;

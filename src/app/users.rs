@@ -2,6 +2,8 @@
 //! sort and paging, read with ETag, replace/patch (If-Match), delete.
 //! Permission: self or admin for writes; `role` only by an admin.
 
+use serde_json::{Map, Value};
+
 use super::health::fnv1a;
 use super::router::Router;
 use super::session::{self, Caller};
@@ -95,18 +97,29 @@ fn list_query(req: &Request<'_>) -> Result<UserQuery, Error> {
     Ok(UserQuery { role, q, sort, page, limit })
 }
 
-fn create(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    let caller = session::optional(app, req)?;
-    let mut f = Fields::new(validate::json_object(req)?, &["name", "email", "password", "age", "role"]);
+/// A validated sign-up body (`POST /users`).
+pub struct SignUp {
+    /// Display name.
+    pub name: String,
+    /// E-mail address.
+    pub email: String,
+    /// The password in clear (hashed before it is stored).
+    pub password: String,
+    /// Age, if given.
+    pub age: Option<i64>,
+    /// Requested role (`user` when absent).
+    pub role: Role,
+}
+
+/// The sign-up body, or 422 listing every problem.
+pub fn sign_up(map: Map<String, Value>) -> Result<SignUp, Error> {
+    let mut f = Fields::new(map, &["name", "email", "password", "age", "role"]);
     let name = f.string("name", true, validate::name);
     let email = f.string("email", true, validate::email);
     let password = f.string("password", true, validate::password);
     let age = f.int("age", 0, 150);
     let role = role_field(&mut f).unwrap_or(Role::User);
     f.finish()?;
-    if role != Role::User && !caller.is_some_and(|c| c.admin) {
-        return Err(Error::Forbidden("only an admin can assign a role"));
-    }
     let (Some(name), Some(email), Some(password)) = (name, email, password) else {
         return Err(Error::bad_request("missing fields"));
     };
@@ -114,6 +127,15 @@ fn create(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         Presence::Value(a) => Some(a),
         _ => None,
     };
+    Ok(SignUp { name, email, password, age, role })
+}
+
+fn create(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    let caller = session::optional(app, req)?;
+    let SignUp { name, email, password, age, role } = sign_up(validate::json_object(req)?)?;
+    if role != Role::User && !caller.is_some_and(|c| c.admin) {
+        return Err(Error::Forbidden("only an admin can assign a role"));
+    }
     let svc = app.svc;
     Ok(Reply::Later(Box::new(move || {
         let password_hash = svc
@@ -160,9 +182,9 @@ fn writer(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<(Caller, i64), 
     Ok((caller, id))
 }
 
-fn changes(app: &App, req: &Request<'_>, ctx: &Ctx<'_>, full: bool) -> Result<Reply, Error> {
-    let (caller, id) = writer(app, req, ctx)?;
-    let mut f = Fields::new(validate::json_object(req)?, &["name", "email", "age", "role"]);
+/// A validated replace (`full`, PUT) or patch body, or 422 listing every problem.
+pub fn user_changes(map: Map<String, Value>, full: bool) -> Result<UserChanges, Error> {
+    let mut f = Fields::new(map, &["name", "email", "age", "role"]);
     let name = f.string("name", full, validate::name);
     let email = f.string("email", full, validate::email);
     let age = match f.int("age", 0, 150) {
@@ -173,7 +195,13 @@ fn changes(app: &App, req: &Request<'_>, ctx: &Ctx<'_>, full: bool) -> Result<Re
     };
     let role = role_field(&mut f);
     f.finish()?;
-    if role.is_some() && !caller.admin {
+    Ok(UserChanges { name, email, age, role })
+}
+
+fn changes(app: &App, req: &Request<'_>, ctx: &Ctx<'_>, full: bool) -> Result<Reply, Error> {
+    let (caller, id) = writer(app, req, ctx)?;
+    let changes = user_changes(validate::json_object(req)?, full)?;
+    if changes.role.is_some() && !caller.admin {
         return Err(Error::Forbidden("only an admin can change a role"));
     }
     let wanted = req.header("if-match").and_then(|v| std::str::from_utf8(v).ok()).map(str::to_owned);
@@ -185,7 +213,7 @@ fn changes(app: &App, req: &Request<'_>, ctx: &Ctx<'_>, full: bool) -> Result<Re
                 return Err(Error::PreconditionFailed);
             }
         }
-        let user = svc.store.update_user(id, &UserChanges { name, email, age, role })?.ok_or(Error::NotFound)?;
+        let user = svc.store.update_user(id, &changes)?.ok_or(Error::NotFound)?;
         let tag = etag(&user);
         Ok(envelope_with(200, &user, Some(("ETag", tag))))
     })))

@@ -13,14 +13,19 @@ use crate::http::request::Request;
 
 /// Parse the body of `req` as a JSON object.
 pub fn json_object(req: &Request<'_>) -> Result<Map<String, Value>, Error> {
-    let json_type = req.header("content-type").is_some_and(|v| {
+    json_body(req.header("content-type"), req.body)
+}
+
+/// [`json_object`] on a `Content-Type` value and a body.
+pub fn json_body(content_type: Option<&[u8]>, body: &[u8]) -> Result<Map<String, Value>, Error> {
+    let json_type = content_type.is_some_and(|v| {
         let media = v.split(|&c| c == b';').next().unwrap_or(b"").trim_ascii();
         media.eq_ignore_ascii_case(b"application/json")
     });
     if !json_type {
         return Err(Error::UnsupportedMediaType);
     }
-    match serde_json::from_slice::<Value>(req.body) {
+    match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(Error::Validation(vec![FieldError::new("body", "must be a JSON object")])),
         Err(_) => Err(Error::bad_request("malformed JSON")),

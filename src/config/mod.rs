@@ -319,15 +319,20 @@ impl Source {
 /// overrides in `env` (typically `std::env::vars().collect()`), and validates the result.
 /// `FORKD_CONFIG` is skipped here; resolve it with [`config_path`].
 pub fn load(path: Option<&Path>, env: &[(String, String)]) -> Result<Config, ConfigErrors> {
-    let table = match path {
-        None => Table::new(),
+    match path {
+        None => from_table(Table::new(), env),
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| one(format!("{}: cannot read config file: {e}", path.display())))?;
-            parse(&path.display().to_string(), &text)?
+            from_toml(&path.display().to_string(), &text, env)
         }
-    };
-    from_table(table, env)
+    }
+}
+
+/// [`load`] on the text of a config file (`name` appears in syntax errors): parses it,
+/// applies the `FORKD_*` overrides in `env` and validates. Reads no file and no environment.
+pub fn from_toml(name: &str, text: &str, env: &[(String, String)]) -> Result<Config, ConfigErrors> {
+    parse(name, text).and_then(|table| from_table(table, env))
 }
 
 /// `text` parsed as TOML; a syntax error is one line: `name:line:column: message`.
@@ -451,7 +456,7 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
 
     fn load_str(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
         let env: Vec<_> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        parse("test.toml", text).and_then(|table| from_table(table, &env))
+        from_toml("test.toml", text, &env)
     }
 
     fn problems(text: &str, env: &[(&str, &str)]) -> Vec<String> {
@@ -596,6 +601,14 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
                 "unknown key nope",
             ]
         );
+    }
+
+    #[test]
+    fn unknown_keys_with_control_characters_stay_on_one_line() {
+        // Found while writing the fuzz seeds: a quoted key (or a variable's name) with a line
+        // break split its problem over two lines.
+        let found = problems("\"a\\nb\" = 1\n[limits]\n\"x\\r\" = 2\n", &[("FORKD_A\rB", "1")]);
+        assert_eq!(found, [r"unknown key a\rb (from FORKD_A\rB)", r"unknown key a\nb", r"unknown key limits.x\r"]);
     }
 
     #[test]
