@@ -17,6 +17,8 @@ pub mod client;
 pub mod config;
 pub mod cpu;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod logging;
 pub mod proto;

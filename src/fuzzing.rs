@@ -1,0 +1,535 @@
+//! Entry points for the fuzzers in `fuzz/` and for the test that replays
+//! their seed corpus (`fuzz/seeds/<target>/`); not part of the service.
+//!
+//! Each function takes arbitrary bytes, drives one parser the way the
+//! service does, and panics only when the parser panics or breaks one of
+//! the cheap invariants checked here (bounds, consistency between one-shot
+//! and split input, the safety promises of the redirect check). See
+//! [`TARGETS`] for the list.
+
+use crate::app::validate;
+use crate::app::{auth, chat, download, events, posts, redirect as redirect_check, users};
+use crate::error::Error;
+use crate::http::body::Chunked;
+use crate::http::parse::{self, Framing, MAX_HEADERS};
+use crate::http::request::Method;
+use crate::proto::ws::{Event, Message, WsConn};
+
+/// Every fuzz target: its name (the directory under `fuzz/seeds/` and the
+/// file under `fuzz/fuzz_targets/`) and its entry function.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("http_head", http_head),
+    ("chunked", chunked),
+    ("websocket", websocket),
+    ("json_body", json_body),
+    ("redirect", redirect),
+    ("range", range),
+    ("config", config),
+];
+
+/// Split lengths for feeding `len` bytes in pieces, chosen by `seed`
+/// (deterministic, so a crash replays).
+fn pieces(seed: u8, len: usize) -> Vec<usize> {
+    let mut state = u64::from(seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ len as u64 | 1;
+    let max = [1, 3, 16, 200][usize::from(seed & 3)];
+    let mut out = Vec::new();
+    let mut left = len;
+    while left > 0 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let n = (1 + (state % max) as usize).min(left);
+        out.push(n);
+        left -= n;
+    }
+    out
+}
+
+// ------------------------------------------------------------ request head
+
+/// The request head parser ([`parse::parse`]) with a large and a small
+/// head limit, and [`parse::split_target`] on the target and on the input.
+pub fn http_head(data: &[u8]) {
+    for max_head in [16 * 1024, 256] {
+        if let Some(len) = head_once(data, max_head) {
+            // The connection parses again as bytes arrive: every prefix of
+            // a complete head must read as "need more bytes".
+            for cut in [len - 1, len / 2] {
+                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                let partial = parse::parse(&data[..cut], &mut headers, max_head);
+                assert!(matches!(partial, Ok(None)), "prefix of {cut} bytes of a {len}-byte head");
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(data);
+    let (path, query) = parse::split_target(&text);
+    assert!(path.len() + query.len() <= text.len());
+}
+
+/// Parse once; the head's length when complete.
+fn head_once(data: &[u8], max_head: usize) -> Option<usize> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    match parse::parse(data, &mut headers, max_head) {
+        Ok(None) => {
+            assert!(data.len() <= max_head, "an incomplete head over the limit must be 431");
+            None
+        }
+        Ok(Some((head, req))) => {
+            assert!(head.len > 0 && head.len <= data.len() && head.len <= max_head);
+            let target = req.path.unwrap_or("");
+            let (path, query) = parse::split_target(target);
+            assert!(path.starts_with('/') || (target == "*" && head.method == Method::Options), "{target:?}");
+            assert!(path.len() + query.len() <= target.len());
+            let named = |name: &str| req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case(name)).count();
+            let te = named("transfer-encoding");
+            assert!(te <= 1);
+            assert_eq!(te == 1, head.framing == Framing::Chunked);
+            if head.framing == Framing::Chunked {
+                assert_eq!(named("content-length"), 0, "both framings");
+            }
+            if let Framing::Length(n) = head.framing {
+                assert!(n > 0 && named("content-length") > 0);
+            }
+            if head.http10 && head.framing == Framing::Chunked {
+                assert!(!head.keep_alive);
+            }
+            if head.expect_continue {
+                assert_ne!(head.framing, Framing::None);
+            }
+            if !head.http10 {
+                assert_eq!(named("host"), 1);
+            }
+            Some(head.len)
+        }
+        Err(e) => {
+            assert!(matches!(e.status(), 400 | 417 | 431), "{e:?}");
+            None
+        }
+    }
+}
+
+// ------------------------------------------------------------ chunked body
+
+/// What decoding a whole input came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Decoded {
+    /// Body so far, input consumed, complete.
+    Ok(Vec<u8>, usize, bool),
+    /// The error's status.
+    Err(u16),
+}
+
+/// The chunked decoder fed `data[1..]` in one piece and in pieces chosen by
+/// `data[0]` (whose low two bits also choose the body limit): both must
+/// agree, and neither may consume more than it was given.
+pub fn chunked(data: &[u8]) {
+    let Some((&seed, input)) = data.split_first() else { return };
+    let limit = [0, 16, 1 << 20, u64::MAX][usize::from(seed & 3)];
+    let whole = decode_chunked(input, &[input.len()], limit);
+    let split = decode_chunked(input, &pieces(seed >> 2, input.len()), limit);
+    assert_eq!(whole, split, "one piece vs. pieces");
+    let byte_by_byte = decode_chunked(input, &vec![1; input.len()], limit);
+    assert_eq!(whole, byte_by_byte, "one piece vs. byte by byte");
+}
+
+fn decode_chunked(input: &[u8], pieces: &[usize], limit: u64) -> Decoded {
+    let mut d = Chunked::default();
+    let mut out = Vec::new();
+    let (mut at, mut consumed) = (0, 0);
+    for &n in pieces {
+        let piece = &input[at..at + n];
+        at += n;
+        match d.decode(piece, &mut out, limit) {
+            Ok((used, done)) => {
+                assert!(used <= piece.len(), "consumed {used} of {} bytes", piece.len());
+                consumed += used;
+                assert!(out.len() <= consumed && out.len() as u64 <= limit);
+                if done {
+                    // The rest is the next request: a finished decoder takes nothing more.
+                    assert_eq!(d.decode(&piece[used..], &mut out, limit).ok(), Some((0, true)));
+                    return Decoded::Ok(out, consumed, true);
+                }
+                assert_eq!(used, piece.len(), "an unfinished body takes all it is given");
+            }
+            Err(e) => {
+                assert!(matches!(e.status(), 400 | 413 | 431), "{e:?}");
+                return Decoded::Err(e.status());
+            }
+        }
+    }
+    Decoded::Ok(out, consumed, false)
+}
+
+// ------------------------------------------------------------ WebSocket
+
+/// The WebSocket frame reader fed `data[1..]` as client bytes, in one piece
+/// and in pieces chosen by `data[0]` (whose low two bits also choose the
+/// message limit), echoing every message like `/ws/echo`: both runs must
+/// write and report the same, and what is written must be well-formed
+/// server frames.
+pub fn websocket(data: &[u8]) {
+    let Some((&seed, input)) = data.split_first() else { return };
+    let max = [125, 1024, 65536, 1 << 20][usize::from(seed & 3)];
+    let whole = ws_run(input, &[input.len()], max);
+    let split = ws_run(input, &pieces(seed >> 2, input.len()), max);
+    assert_eq!(whole, split, "one piece vs. pieces");
+    check_server_frames(&whole.0);
+}
+
+fn ws_run(input: &[u8], pieces: &[usize], max: usize) -> (Vec<u8>, Vec<Event>) {
+    let mut ws = WsConn::new(max);
+    let (mut buf, mut out, mut events) = (Vec::new(), Vec::new(), Vec::new());
+    let mut closed = false;
+    let mut at = 0;
+    for &n in pieces {
+        buf.extend_from_slice(&input[at..at + n]);
+        at += n;
+        while !buf.is_empty() {
+            let (events_before, out_before) = (events.len(), out.len());
+            let used = ws.read(&buf, &mut out, &mut events);
+            assert!(used > 0 && used <= buf.len(), "read took {used} of {} bytes", buf.len());
+            assert!(events.len() <= events_before + 1, "at most one event per read");
+            buf.drain(..used);
+            if closed {
+                assert!(events.len() == events_before && out.len() == out_before, "output after the end");
+                continue;
+            }
+            match events.last().filter(|_| events.len() > events_before) {
+                Some(Event::Message(Message::Text(t))) => {
+                    assert!(t.len() <= max);
+                    let t = t.clone();
+                    ws.send_text(&t, &mut out);
+                }
+                Some(Event::Message(Message::Binary(b))) => {
+                    assert!(b.len() <= max);
+                    let b = b.clone();
+                    ws.send_binary(&b, &mut out);
+                }
+                Some(Event::Closed { code }) => {
+                    assert!(ws.is_closing());
+                    assert!(matches!(code, 1000..=1003 | 1005 | 1007..=1014 | 3000..=4999), "code {code}");
+                    closed = true;
+                }
+                None => {}
+            }
+        }
+    }
+    (out, events)
+}
+
+/// Unmasked, final frames of known opcodes; controls within 125 bytes;
+/// close frames with a sendable code; at most one close, and it is last.
+fn check_server_frames(mut out: &[u8]) {
+    let mut closed = false;
+    while !out.is_empty() {
+        assert!(!closed, "a frame after the close frame");
+        assert!(out.len() >= 2);
+        let (b0, b1) = (out[0], out[1]);
+        assert_eq!(b0 & 0xf0, 0x80, "FIN and no reserved bits");
+        assert_eq!(b1 & 0x80, 0, "server frames are unmasked");
+        let (len, at) = match b1 & 0x7f {
+            126 => (usize::from(u16::from_be_bytes([out[2], out[3]])), 4),
+            127 => (u64::from_be_bytes(out[2..10].try_into().unwrap_or([0xff; 8])) as usize, 10),
+            n => (usize::from(n), 2),
+        };
+        let payload = &out[at..at + len];
+        match b0 & 0x0f {
+            0x1 => assert!(std::str::from_utf8(payload).is_ok()),
+            0x2 => {}
+            0x8 => {
+                assert!((2..=125).contains(&len));
+                let code = u16::from_be_bytes([payload[0], payload[1]]);
+                assert!(matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999), "close code {code}");
+                assert!(std::str::from_utf8(&payload[2..]).is_ok());
+                closed = true;
+            }
+            0x9 | 0xa => assert!(len <= 125),
+            op => panic!("opcode {op:#x} written"),
+        }
+        out = &out[at + len..];
+    }
+}
+
+// ------------------------------------------------------------ JSON bodies
+
+/// A request body through [`validate::json_body`] and then through every
+/// handler's body check (users, posts, login, refresh, notifications,
+/// chat): each either returns values that pass the field rules or is a 422
+/// listing at least one problem; an unknown key (`__proto__`) is always one.
+/// The field rules also see the input as a string.
+pub fn json_body(data: &[u8]) {
+    for other in [None, Some(&b"text/plain"[..]), Some(b"application/jsonx")] {
+        assert_eq!(validate::json_body(other, data).err().map(|e| e.status()), Some(415));
+    }
+    let text = String::from_utf8_lossy(data);
+    check_rules(&text);
+    let map = match validate::json_body(Some(b"Application/JSON ; charset=utf-8"), data) {
+        Ok(map) => map,
+        Err(e) => {
+            assert!(matches!(e.status(), 400 | 422), "{e:?}");
+            return;
+        }
+    };
+    let unknown = |allowed: &[&str]| map.keys().any(|k| !allowed.contains(&k.as_str()));
+    let user_keys = ["name", "email", "password", "age", "role"];
+
+    match users::sign_up(map.clone()) {
+        Ok(u) => {
+            assert!(!unknown(&user_keys));
+            assert!(validate::name(&u.name).is_ok() && validate::email(&u.email).is_ok());
+            assert!(validate::password(&u.password).is_ok());
+            assert!(u.age.is_none_or(|a| (0..=150).contains(&a)));
+        }
+        Err(e) => rejected(e),
+    }
+    for full in [true, false] {
+        match users::user_changes(map.clone(), full) {
+            Ok(c) => {
+                assert!(!unknown(&user_keys[..]) && !map.contains_key("password"));
+                assert!(!full || (c.name.is_some() && c.email.is_some() && c.age.is_some()));
+                assert!(c.name.as_deref().is_none_or(|n| validate::name(n).is_ok()));
+                assert!(c.email.as_deref().is_none_or(|m| validate::email(m).is_ok()));
+                assert!(c.age.flatten().is_none_or(|a| (0..=150).contains(&a)));
+            }
+            Err(e) => rejected(e),
+        }
+    }
+    let post_keys = ["title", "body"];
+    match posts::new_post(map.clone()) {
+        Ok((title, body)) => {
+            assert!(!unknown(&post_keys));
+            assert!(validate::title(&title).is_ok() && validate::post_body(&body).is_ok());
+        }
+        Err(e) => rejected(e),
+    }
+    match posts::post_changes(map.clone()) {
+        Ok((title, body)) => {
+            assert!(!unknown(&post_keys));
+            assert!(title.as_deref().is_none_or(|t| validate::title(t).is_ok()));
+            assert!(body.as_deref().is_none_or(|b| validate::post_body(b).is_ok()));
+        }
+        Err(e) => rejected(e),
+    }
+    match events::notification(map.clone()) {
+        Ok((title, body)) => {
+            assert!(!unknown(&post_keys));
+            assert!(validate::title(&title).is_ok() && body.chars().count() <= 2000);
+        }
+        Err(e) => rejected(e),
+    }
+    match auth::credentials(map.clone()) {
+        Ok(_) => assert!(!unknown(&["email", "password"])),
+        Err(e) => rejected(e),
+    }
+    match auth::refresh_body(map.clone()) {
+        Ok(_) => assert!(!unknown(&["refreshToken"])),
+        Err(e) => rejected(e),
+    }
+    match chat::messages(map.clone()) {
+        Ok(messages) => {
+            assert!(!unknown(&["messages"]));
+            assert!((1..=100).contains(&messages.len()));
+            assert!(messages.iter().all(|m| ["system", "user", "assistant"].contains(&m.role)));
+        }
+        Err(e) => rejected(e),
+    }
+}
+
+/// A refused body: 422 naming at least one field, and it renders.
+fn rejected(e: Error) {
+    match &e {
+        Error::Validation(errors) => assert!(!errors.is_empty()),
+        other => panic!("a body is valid or 422, not {other:?}"),
+    }
+    let _ = e.into_response(true);
+}
+
+/// The single-field rules on any string.
+fn check_rules(s: &str) {
+    if validate::email(s).is_ok() {
+        assert!(s.len() <= 254 && s.contains('@') && !s.contains(char::is_whitespace));
+    }
+    let chars = s.chars().count();
+    assert_eq!(validate::name(s).is_ok(), (1..=100).contains(&chars) && !s.trim().is_empty());
+    assert_eq!(validate::password(s).is_ok(), (8..=128).contains(&chars));
+    if let Some(decoded) = validate::decode_query(s) {
+        assert!(decoded.len() <= s.len());
+    }
+}
+
+// ------------------------------------------------------------ redirect
+
+/// The allow-list the redirect target is checked against.
+const ALLOWED_HOSTS: [&str; 2] = ["allowed.example", "docs.allowed.example"];
+
+/// The input as the query string of `GET /redirect`
+/// ([`crate::app::redirect::target`]) and as an already decoded value
+/// (`safe_path`, `allowed_url`): whatever is accepted is a same-origin path
+/// (one `/`, not `//` or `/\`, not even after one more decoding) or an
+/// http(s) URL on an allowed host.
+pub fn redirect(data: &[u8]) {
+    let hosts: Vec<String> = ALLOWED_HOSTS.iter().map(|h| h.to_string()).collect();
+    let text = String::from_utf8_lossy(data);
+    match redirect_check::target(&text, &hosts) {
+        Ok(location) => assert!(safe_location(&location), "{location:?}"),
+        Err(e) => assert_eq!(e.status(), 400),
+    }
+    if redirect_check::safe_path(&text) {
+        assert!(text.starts_with('/') && safe_location(&text), "{text:?}");
+    }
+    if redirect_check::allowed_url(&text, &hosts) {
+        assert!(!text.starts_with('/') && safe_location(&text), "{text:?}");
+    }
+}
+
+/// An independent statement of what a `Location` may be.
+fn safe_location(loc: &str) -> bool {
+    if loc.is_empty() || loc.len() > redirect_check::MAX_TARGET || !loc.bytes().all(|b| b.is_ascii_graphic()) {
+        return false;
+    }
+    if loc.contains('\\') {
+        return false;
+    }
+    if loc.starts_with('/') {
+        let once = percent_decode_lossy(loc.as_bytes());
+        let bad_start = |b: &[u8]| b.starts_with(b"//") || b.starts_with(b"/\\");
+        return !bad_start(loc.as_bytes())
+            && !bad_start(&once)
+            && !once.contains(&b'\\')
+            && once.iter().all(|&b| b >= 0x80 || b.is_ascii_graphic());
+    }
+    let lower = loc.to_ascii_lowercase();
+    let Some(rest) = lower.strip_prefix("https://").or_else(|| lower.strip_prefix("http://")) else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return false;
+    }
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => host,
+        Some(_) => return false,
+        None => authority,
+    };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    ALLOWED_HOSTS.contains(&host)
+}
+
+/// Percent-decode once; a malformed escape stays as it is.
+fn percent_decode_lossy(b: &[u8]) -> Vec<u8> {
+    let hex = |c: u8| (c as char).to_digit(16);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+// ------------------------------------------------------------ Range
+
+/// File sizes every `Range` value is tried against.
+const SIZES: [u64; 9] = [0, 1, 2, 100, 1000, 1 << 31, 1 << 63, u64::MAX - 1, u64::MAX];
+
+/// The input as a `Range` header value ([`crate::app::download::parse_range`])
+/// for files of several sizes: a satisfiable range lies within the file.
+pub fn range(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    for size in SIZES {
+        if let Some(Ok((start, end))) = download::parse_range(&text, size) {
+            assert!(start <= end && end < size, "{text:?} on {size} bytes gave {start}-{end}");
+            // The length sent: no overflow.
+            assert!(end - start < size);
+        }
+    }
+}
+
+// ------------------------------------------------------------ config
+
+/// The input as a config file ([`crate::config::from_toml`]); after a NUL
+/// byte, `NAME=value` lines are `FORKD_NAME` environment overrides. A valid
+/// config holds values in their ranges; an invalid one has problems of one
+/// non-empty line each.
+pub fn config(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let (toml, env) = text.split_once('\0').unwrap_or((&text, ""));
+    let env: Vec<(String, String)> =
+        env.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (format!("FORKD_{k}"), v.to_string())).collect();
+    match crate::config::from_toml("fuzz.toml", toml, &env) {
+        Ok(c) => {
+            assert!(c.workers >= 1 && c.db.pool_size >= 1 && c.io.threads >= 1);
+            assert!(c.limits.max_header_bytes >= 1024 && c.limits.json_body_bytes >= 1);
+            assert!(c.websocket.max_message_bytes >= 125);
+            assert!(c.public_origin.bytes().all(|b| !b.is_ascii_uppercase()));
+            assert!(c
+                .redirect
+                .allowed_hosts
+                .iter()
+                .all(|h| !h.is_empty() && h.bytes().all(|b| !b.is_ascii_uppercase())));
+            assert!(c.cors.origins.iter().all(|o| o.bytes().all(|b| !b.is_ascii_uppercase())));
+        }
+        Err(e) => {
+            assert!(!e.problems.is_empty());
+            for p in &e.problems {
+                assert!(!p.is_empty() && !p.contains(['\n', '\r']), "{p:?}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// Every file under `fuzz/seeds/<target>/` through its target: none may
+    /// panic, every target has seeds, and every seed directory is a target.
+    #[test]
+    fn fuzz_seed_corpus_replays_without_panics() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
+        let mut failures = Vec::new();
+        for (name, run) in TARGETS {
+            let dir = root.join(name);
+            let mut files: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("seed directory {}: {e}", dir.display()))
+                .map(|entry| entry.expect("directory entry").path())
+                .filter(|p| p.is_file())
+                .collect();
+            files.sort();
+            assert!(!files.is_empty(), "no seeds in {}", dir.display());
+            for file in files {
+                let data = std::fs::read(&file).expect("read seed");
+                if std::panic::catch_unwind(|| run(&data)).is_err() {
+                    failures.push(file.display().to_string());
+                }
+            }
+        }
+        for entry in std::fs::read_dir(&root).expect("fuzz/seeds") {
+            let name = entry.expect("directory entry").file_name();
+            let name = name.to_string_lossy();
+            assert!(TARGETS.iter().any(|(t, _)| *t == name), "fuzz/seeds/{name} is not a target");
+        }
+        assert!(failures.is_empty(), "seeds that panicked:\n{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn pieces_cover_the_input() {
+        for seed in 0..=255 {
+            for len in [0, 1, 7, 300] {
+                let p = pieces(seed, len);
+                assert_eq!(p.iter().sum::<usize>(), len);
+                assert!(p.iter().all(|&n| n > 0));
+            }
+        }
+    }
+}
