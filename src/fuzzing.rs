@@ -15,9 +15,12 @@ use crate::http::parse::{self, Framing, MAX_HEADERS};
 use crate::http::request::Method;
 use crate::proto::ws::{Event, Message, WsConn};
 
+/// A fuzz target's entry function.
+pub type Target = fn(&[u8]);
+
 /// Every fuzz target: its name (the directory under `fuzz/seeds/` and the
 /// file under `fuzz/fuzz_targets/`) and its entry function.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("http_head", http_head),
     ("chunked", chunked),
     ("websocket", websocket),
@@ -30,7 +33,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
 /// Split lengths for feeding `len` bytes in pieces, chosen by `seed`
 /// (deterministic, so a crash replays).
 fn pieces(seed: u8, len: usize) -> Vec<usize> {
-    let mut state = u64::from(seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ len as u64 | 1;
+    let mut state = (u64::from(seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ len as u64) | 1;
     let max = [1, 3, 16, 200][usize::from(seed & 3)];
     let mut out = Vec::new();
     let mut left = len;
@@ -518,6 +521,12 @@ mod tests {
             let name = entry.expect("directory entry").file_name();
             let name = name.to_string_lossy();
             assert!(TARGETS.iter().any(|(t, _)| *t == name), "fuzz/seeds/{name} is not a target");
+        }
+        let programs = root.with_file_name("fuzz_targets");
+        for entry in std::fs::read_dir(&programs).expect("fuzz/fuzz_targets") {
+            let path = entry.expect("directory entry").path();
+            let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            assert!(TARGETS.iter().any(|(t, _)| *t == name), "{} is not in TARGETS", path.display());
         }
         assert!(failures.is_empty(), "seeds that panicked:\n{}", failures.join("\n"));
     }
