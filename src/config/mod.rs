@@ -341,7 +341,15 @@ fn parse(name: &str, text: &str) -> Result<Table, ConfigErrors> {
         let before = e.span().and_then(|span| text.get(..span.start)).unwrap_or("");
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
-        let message = e.message().trim().replace('\n', "; ");
+        // One line: the message may quote a key holding control characters.
+        let mut message = String::new();
+        for c in e.message().trim().chars() {
+            match c {
+                '\n' => message.push_str("; "),
+                c if c.is_control() => message.extend(c.escape_debug()),
+                c => message.push(c),
+            }
+        }
         one(format!("{name}:{line}:{column}: invalid TOML: {message}"))
     })
 }
@@ -609,6 +617,13 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
         // break split its problem over two lines.
         let found = problems("\"a\\nb\" = 1\n[limits]\n\"x\\r\" = 2\n", &[("FORKD_A\rB", "1")]);
         assert_eq!(found, [r"unknown key a\rb (from FORKD_A\rB)", r"unknown key a\nb", r"unknown key limits.x\r"]);
+    }
+
+    #[test]
+    fn toml_errors_quoting_keys_with_control_characters_stay_on_one_line() {
+        // Found by the `config` fuzz target: toml quotes a duplicate key as it is.
+        let found = problems("[limits]\n\"x\\r\" = 1\n\"x\\r\" = 1\n", &[]);
+        assert_eq!(found, [r"test.toml:3:1: invalid TOML: duplicate key `x\r` in table `limits`"]);
     }
 
     #[test]
