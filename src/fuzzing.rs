@@ -357,6 +357,11 @@ fn check_rules(s: &str) {
     assert_eq!(validate::password(s).is_ok(), (8..=128).contains(&chars));
     if let Some(decoded) = validate::decode_query(s) {
         assert!(decoded.len() <= s.len());
+        let b = s.as_bytes();
+        let escapes_ok = (0..b.len())
+            .filter(|&i| b[i] == b'%')
+            .all(|i| b.get(i + 1..i + 3).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)));
+        assert!(escapes_ok, "{s:?} decoded with a malformed escape");
     }
 }
 

@@ -203,7 +203,7 @@ pub fn decode_query(v: &str) -> Option<String> {
         match b[i] {
             b'+' => out.push(b' '),
             b'%' => {
-                let hex = b.get(i + 1..i + 3)?;
+                let hex = b.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit))?;
                 let s = std::str::from_utf8(hex).ok()?;
                 out.push(u8::from_str_radix(s, 16).ok()?);
                 i += 2;
@@ -269,5 +269,8 @@ mod tests {
         assert_eq!(decode_query("a%25b+c").as_deref(), Some("a%b c"));
         assert_eq!(decode_query("%zz"), None);
         assert_eq!(decode_query("%"), None);
+        // `u8::from_str_radix` alone would read "+4" as 4.
+        assert_eq!(decode_query("%+4"), None);
+        assert_eq!(decode_query("a%+Fb"), None);
     }
 }
