@@ -679,7 +679,7 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
                 format!(r#"cors.origins[0] = "*": {origin}"#),
                 format!(r#"cors.origins[2] = "https://a.example:99999": {origin}"#),
                 r#"redirect.allowed_hosts[0] = "https://b.example": must be a bare host name (a.example: no scheme, port or path)"#.into(),
-                "sse.heartbeat_ms = 5: must be at least 100 (from FORKD_SSE__HEARTBEAT_MS)".into(),
+                "sse.heartbeat_ms = 5: must be between 100 and 315360000000 (from FORKD_SSE__HEARTBEAT_MS)".into(),
                 r#"upstreams.orders = "ftp://orders": must be empty or an http:// or https:// URL"#.into(),
                 "supervisor.worker_max_rss_mb = 0: must be between 1 and 1048576".into(),
             ]

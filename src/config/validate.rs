@@ -18,6 +18,10 @@ use super::{
 
 const MIB: i64 = 1 << 20;
 const MAX: i64 = i64::MAX;
+/// The longest duration a key takes (in seconds): far past any real use,
+/// and small enough that adding it to a clock or a Unix time cannot overflow
+/// (`refresh_ttl_secs = i64::MAX` made every refresh token expire at once).
+const TEN_YEARS: i64 = 10 * 365 * 24 * 3600;
 const ORIGIN: &str = "an origin: http or https, host and optional port, no path (https://a.example)";
 
 /// Resolves `raw`; returns the config (with placeholders where values were bad) and the
@@ -85,8 +89,8 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
             secret,
             issuer: c.non_empty("auth.issuer", &a.issuer),
             audience: c.non_empty("auth.audience", &a.audience),
-            access_ttl: c.secs("auth.access_ttl_secs", a.access_ttl_secs, 1, MAX),
-            refresh_ttl: c.secs("auth.refresh_ttl_secs", a.refresh_ttl_secs, 1, MAX),
+            access_ttl: c.secs("auth.access_ttl_secs", a.access_ttl_secs, 1, TEN_YEARS),
+            refresh_ttl: c.secs("auth.refresh_ttl_secs", a.refresh_ttl_secs, 1, TEN_YEARS),
             argon2_memory_kib: c.range("auth.argon2_memory_kib", a.argon2_memory_kib, 8, 4 * MIB),
             argon2_iterations: c.range("auth.argon2_iterations", a.argon2_iterations, 1, 100),
             cookie_secure: a.cookie_secure,
@@ -94,7 +98,7 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
         rate_limit: RateLimit {
             enabled: raw.rate_limit.enabled,
             max: c.range("rate_limit.max", raw.rate_limit.max, 1, MAX),
-            window: c.secs("rate_limit.window_secs", raw.rate_limit.window_secs, 1, MAX),
+            window: c.secs("rate_limit.window_secs", raw.rate_limit.window_secs, 1, TEN_YEARS),
             login_max_failures: c.range("rate_limit.login_max_failures", raw.rate_limit.login_max_failures, 1, MAX),
         },
         cors: Cors { origins: c.each("cors.origins", &raw.cors.origins, Check::origin) },
@@ -102,8 +106,8 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
             allowed_hosts: c.each("redirect.allowed_hosts", &raw.redirect.allowed_hosts, Check::host),
         },
         sse: Sse {
-            heartbeat: c.ms("sse.heartbeat_ms", raw.sse.heartbeat_ms, 100, MAX),
-            retry: c.ms("sse.retry_ms", raw.sse.retry_ms, 0, MAX),
+            heartbeat: c.ms("sse.heartbeat_ms", raw.sse.heartbeat_ms, 100, TEN_YEARS * 1000),
+            retry: c.ms("sse.retry_ms", raw.sse.retry_ms, 0, TEN_YEARS * 1000),
             replay_limit: c.range("sse.replay_limit", raw.sse.replay_limit, 0, 100_000),
         },
         download: Download { dir: PathBuf::from(c.non_empty("download.dir", &raw.download.dir)) },
@@ -112,7 +116,7 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
             orders: c.base_url("upstreams.orders", &u.orders),
             recommendations: c.base_url("upstreams.recommendations", &u.recommendations),
             timeout: c.ms("upstreams.timeout_ms", u.timeout_ms, 1, 600_000),
-            cache_ttl: c.secs("upstreams.cache_ttl_secs", u.cache_ttl_secs, 0, MAX),
+            cache_ttl: c.secs("upstreams.cache_ttl_secs", u.cache_ttl_secs, 0, TEN_YEARS),
             cache_entries: c.range("upstreams.cache_entries", u.cache_entries, 0, MAX),
         },
         chat: Chat {
@@ -319,18 +323,18 @@ mod tests {
             ("limits.max_connections", 1, 1_000_000),
             ("db.pool_size", 1, 256),
             ("io.threads", 1, 256),
-            ("auth.access_ttl_secs", 1, MAX),
-            ("auth.refresh_ttl_secs", 1, MAX),
+            ("auth.access_ttl_secs", 1, TEN_YEARS),
+            ("auth.refresh_ttl_secs", 1, TEN_YEARS),
             ("auth.argon2_memory_kib", 8, 4 * MIB),
             ("auth.argon2_iterations", 1, 100),
             ("rate_limit.max", 1, MAX),
-            ("rate_limit.window_secs", 1, MAX),
+            ("rate_limit.window_secs", 1, TEN_YEARS),
             ("rate_limit.login_max_failures", 1, MAX),
-            ("sse.heartbeat_ms", 100, MAX),
-            ("sse.retry_ms", 0, MAX),
+            ("sse.heartbeat_ms", 100, TEN_YEARS * 1000),
+            ("sse.retry_ms", 0, TEN_YEARS * 1000),
             ("sse.replay_limit", 0, 100_000),
             ("upstreams.timeout_ms", 1, 600_000),
-            ("upstreams.cache_ttl_secs", 0, MAX),
+            ("upstreams.cache_ttl_secs", 0, TEN_YEARS),
             ("upstreams.cache_entries", 0, MAX),
             ("chat.echo_delay_ms", 0, 60_000),
             ("websocket.max_message_bytes", 125, 64 * MIB),
