@@ -47,6 +47,13 @@ const MAX_POLL_WAIT: Duration = Duration::from_millis(500);
 const SEND_TIMEOUT: Duration = Duration::from_secs(60);
 /// Connections a worker must have held at once before it gives memory back when they go.
 const TRIM_PEAK: usize = 1024;
+/// How often a worker hands the allocator's free pages back to the kernel
+/// (glibc `malloc_trim`). glibc returns freed memory only from the top of each
+/// arena: pages freed in the middle stay resident, so without this a worker's
+/// RSS creeps up for its first minutes of mixed load (the pool threads' arenas
+/// fill with holes) although its live heap is flat. One trim costs tens of
+/// microseconds on a worker's few MiB of heap; Ruby does the same after a GC.
+const TRIM_EVERY: Duration = Duration::from_secs(30);
 /// While a request is pending or output is paused, stop reading past this much input.
 const READ_AHEAD: usize = 64 * 1024;
 /// A lingering close (RFC 9112 §9.6) reads and discards the peer's input for
@@ -150,6 +157,8 @@ struct Worker {
     live: usize,
     /// Most connections open at once since memory was last given back.
     peak: usize,
+    /// When [`Worker::give_back_memory`] next trims the heap whatever the peak.
+    next_trim: Instant,
     next_generation: u32,
     timers: Timers,
     scratch: Vec<u8>,
@@ -241,6 +250,7 @@ impl Worker {
             free: Vec::new(),
             live: 0,
             peak: 0,
+            next_trim: Instant::now() + TRIM_EVERY,
             next_generation: 1,
             timers: Timers::default(),
             scratch: vec![0; crate::bus::MAX_MESSAGE],
@@ -297,19 +307,27 @@ impl Worker {
             self.resume_drained();
             // Counters are checked every turn, not only on a wake-up byte.
             self.on_signal();
-            self.expire(Instant::now());
-            self.give_back_memory();
+            let now = Instant::now();
+            self.expire(now);
+            self.give_back_memory(now);
         }
     }
 
-    /// After a crowd of connections has gone (e.g. 10 000 SSE streams closed),
-    /// shrink the slab to its last live entry and give the allocator's free
-    /// pages back to the kernel. Runs only after a drop to a quarter of a peak
-    /// of at least [`TRIM_PEAK`] connections, so it costs nothing in steady state.
-    fn give_back_memory(&mut self) {
+    /// Every [`TRIM_EVERY`], give the allocator's free pages back to the
+    /// kernel. After a crowd of connections has gone (e.g. 10 000 SSE streams
+    /// closed), also shrink the slab to its last live entry, at once: that runs
+    /// only after a drop to a quarter of a peak of at least [`TRIM_PEAK`]
+    /// connections, so it costs nothing in steady state.
+    fn give_back_memory(&mut self, now: Instant) {
         if self.peak < TRIM_PEAK || self.live > self.peak / 4 {
+            if now >= self.next_trim {
+                self.next_trim = now + TRIM_EVERY;
+                crate::sys::trim_heap();
+                log::trace!("worker {}: heap trimmed in {:?}", std::process::id(), now.elapsed());
+            }
             return;
         }
+        self.next_trim = now + TRIM_EVERY;
         self.peak = self.live;
         while matches!(self.conns.last(), Some(None)) {
             self.conns.pop();
