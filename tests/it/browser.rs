@@ -177,7 +177,12 @@ fn front_page_in_a_real_browser() {
     // the server's own address as `Origin`: that is the public origin.
     let origin = "public_origin = \"http://{listen}\"";
     let s = Server::api_builder().workers(2).top(origin).start();
-    let limited = Server::builder().fast_argon2().top(origin).set("rate_limit", "max = 10\nwindow_secs = 60").start();
+    let limited = Server::builder()
+        .fast_argon2()
+        .top(origin)
+        .set("rate_limit", "max = 10\nwindow_secs = 60")
+        .set("auth", "access_ttl_secs = 20")
+        .start();
     let (_, admin) = s.admin();
 
     let tmp = tempfile::Builder::new().prefix("forkd-browser-").tempdir().expect("tempdir");
@@ -226,6 +231,13 @@ fn front_page_in_a_real_browser() {
     assert!(
         wait.and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| (1..=60).contains(&n)),
         "429: `Too many requests — try again in N s` with N from Retry-After: {limited_text:?}\n{show}"
+    );
+    let chat = step("chatRateLimited");
+    assert_eq!(chat["name"], "Carol", "signed in with the window's last request\n{show}");
+    let n = chat["status"].as_str().and_then(|t| t.strip_prefix("rate limited, retry in ")?.strip_suffix(" s"));
+    assert!(
+        n.and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n <= 60),
+        "a chat whose token renewal gets 429 says `rate limited` (not `offline`): {chat}\n{show}"
     );
     let feed = step("feedRateLimited").as_str().unwrap_or_default().to_string();
     let n = feed.strip_prefix("rate limited, retry in ").and_then(|t| t.strip_suffix(" s"));
