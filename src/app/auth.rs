@@ -72,14 +72,14 @@ fn login(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         };
         drop(slot); // a success gives its slot back
         let family = tokens::new_family();
-        issue(svc, user.id, user.role.as_str(), &family)
+        issue(svc, user.id, user.role.as_str(), &user.name, &family)
     })))
 }
 
 /// Issue an access token and a new refresh token in `family`.
-fn issue(svc: &super::Services, user_id: i64, role: &str, family: &str) -> Result<Response, Error> {
+fn issue(svc: &super::Services, user_id: i64, role: &str, name: &str, family: &str) -> Result<Response, Error> {
     let now = session::now_unix();
-    let (access, expires_in) = svc.jwt.issue(user_id, role, now)?;
+    let (access, expires_in) = svc.jwt.issue(user_id, role, name, now)?;
     let (refresh, hash) = tokens::new_refresh_token();
     let expires = (now + svc.config.auth.refresh_ttl.as_secs()) as i64;
     svc.store.insert_refresh(&hash, family, user_id, expires)?;
@@ -123,7 +123,7 @@ fn refresh(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         match svc.store.rotate_refresh(&tokens::hash_token(&old), &new_hash, now as i64, expires)? {
             Rotation::Rotated { user_id } => {
                 let user = svc.store.get_user(user_id)?.ok_or(Error::Unauthorized("invalid token"))?;
-                let (access, expires_in) = svc.jwt.issue(user.id, user.role.as_str(), now)?;
+                let (access, expires_in) = svc.jwt.issue(user.id, user.role.as_str(), &user.name, now)?;
                 Ok(token_response(svc, &access, expires_in, &refresh))
             }
             Rotation::Reused => {

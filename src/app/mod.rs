@@ -130,6 +130,8 @@ pub enum Detach {
     WebSocket {
         /// The authenticated user.
         user_id: Option<i64>,
+        /// That user's display name, from the access token (chat messages carry it).
+        name: Option<String>,
     },
     /// A file body: `len` bytes from `offset`.
     Download {
@@ -348,9 +350,9 @@ impl App {
         events::replay(self, after)
     }
 
-    /// What a text message from `user_id` on `/ws` asks for.
-    pub fn ws_text(&self, user_id: i64, text: &str) -> ws::Action {
-        ws::on_text(user_id, text, self.svc.config.debug.routes)
+    /// What a text message from `user_id` (called `name`) on `/ws` asks for.
+    pub fn ws_text(&self, user_id: i64, name: Option<&str>, text: &str) -> ws::Action {
+        ws::on_text(ws::Sender { id: user_id, name }, text, self.svc.config.debug.routes)
     }
 
     /// The SSE heartbeat interval.

@@ -22,7 +22,7 @@ pub fn routes(r: &mut Router<Handler>, echo_enabled: bool) {
     }
 }
 
-fn upgrade(req: &Request<'_>, user_id: Option<i64>) -> Result<Reply, Error> {
+fn upgrade(req: &Request<'_>, user_id: Option<i64>, name: Option<String>) -> Result<Reply, Error> {
     let accept = handshake::accept_key(req.method.as_str(), req.headers.iter().map(|h| (h.name, h.value))).map_err(
         |e| match e {
             HandshakeError::Version => Error::UpgradeRequired,
@@ -31,7 +31,7 @@ fn upgrade(req: &Request<'_>, user_id: Option<i64>) -> Result<Reply, Error> {
     )?;
     let mut r = Response::new(101);
     r.header("Upgrade", "websocket").header("Sec-WebSocket-Accept", accept);
-    Ok(Reply::Upgrade(r, Detach::WebSocket { user_id }))
+    Ok(Reply::Upgrade(r, Detach::WebSocket { user_id, name }))
 }
 
 fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
@@ -42,12 +42,12 @@ fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         .filter(|t| !t.is_empty())
         .ok_or(Error::Unauthorized("token required"))?;
     let claims = app.svc.jwt.verify(&token)?;
-    upgrade(req, Some(claims.user_id))
+    upgrade(req, Some(claims.user_id), claims.name)
 }
 
 fn echo(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     cors::check_origin_always(app.svc.config, req)?;
-    upgrade(req, None)
+    upgrade(req, None, None)
 }
 
 /// Longest room id, in bytes (UTF-8).
@@ -89,10 +89,34 @@ pub fn error_message(message: &str) -> String {
     serde_json::json!({"type": "error", "message": message}).to_string()
 }
 
-/// Interpret one text message from `user_id`. `debug`: the debug routes are
+/// Who sent a message: `chat` and `typing` messages carry both (`from`, and
+/// `name` when the sender's token had one).
+#[derive(Clone, Copy, Debug)]
+pub struct Sender<'a> {
+    /// The user's id.
+    pub id: i64,
+    /// The user's display name.
+    pub name: Option<&'a str>,
+}
+
+impl Sender<'_> {
+    /// `{"type": kind, "roomId": room, "from": id, "name"?: name}`, to which a chat adds its fields.
+    fn message(&self, kind: &str, room: &str) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("type".into(), kind.into());
+        m.insert("roomId".into(), room.into());
+        m.insert("from".into(), self.id.into());
+        if let Some(name) = self.name {
+            m.insert("name".into(), name.into());
+        }
+        m
+    }
+}
+
+/// Interpret one text message from `sender`. `debug`: the debug routes are
 /// on (then a message of type [`super::debug::PANIC_WS`] panics, for the tests
 /// of the worker's panic boundary).
-pub fn on_text(user_id: i64, text: &str, debug: bool) -> Action {
+pub fn on_text(sender: Sender<'_>, text: &str, debug: bool) -> Action {
     let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(text) else {
         return Action::Reply(error_message("invalid JSON"));
     };
@@ -116,16 +140,16 @@ pub fn on_text(user_id: i64, text: &str, debug: bool) -> Action {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_millis() as u64)
                     .unwrap_or(0);
-                let message = serde_json::json!({
-                    "type": "chat", "roomId": room, "from": user_id, "content": content, "timestamp": ms,
-                })
-                .to_string();
+                let mut m = sender.message("chat", &room);
+                m.insert("content".into(), content.into());
+                m.insert("timestamp".into(), ms.into());
+                let message = serde_json::Value::Object(m).to_string();
                 Action::Room { room, message, skip_sender: false }
             }
             None => Action::Reply(error_message("content must be a string")),
         },
         "typing" => {
-            let message = serde_json::json!({"type": "typing", "roomId": room, "from": user_id}).to_string();
+            let message = serde_json::Value::Object(sender.message("typing", &room)).to_string();
             Action::Room { room, message, skip_sender: true }
         }
         _ => Action::Reply(error_message("unknown message type")),
@@ -136,11 +160,16 @@ pub fn on_text(user_id: i64, text: &str, debug: bool) -> Action {
 mod tests {
     use super::*;
 
+    /// A sender without a name (a token issued without one).
+    fn id(id: i64) -> Sender<'static> {
+        Sender { id, name: None }
+    }
+
     #[test]
     fn messages() {
-        assert_eq!(on_text(1, r#"{"type":"join","roomId":"r"}"#, false), Action::Join("r".into()));
-        assert_eq!(on_text(1, r#"{"type":"leave","roomId":"r"}"#, false), Action::Leave("r".into()));
-        match on_text(7, r#"{"type":"chat","roomId":"r","content":"hi"}"#, false) {
+        assert_eq!(on_text(id(1), r#"{"type":"join","roomId":"r"}"#, false), Action::Join("r".into()));
+        assert_eq!(on_text(id(1), r#"{"type":"leave","roomId":"r"}"#, false), Action::Leave("r".into()));
+        match on_text(id(7), r#"{"type":"chat","roomId":"r","content":"hi"}"#, false) {
             Action::Room { room, message, skip_sender: false } => {
                 assert_eq!(room, "r");
                 let v: serde_json::Value = serde_json::from_str(&message).expect("json");
@@ -149,31 +178,46 @@ mod tests {
                     (Some("chat"), Some(7), Some("hi"))
                 );
                 assert!(v["timestamp"].as_u64().is_some());
+                assert!(v.get("name").is_none(), "no name without one: {v}");
             }
             other => panic!("{other:?}"),
         }
+        // With a name, chat and typing carry it next to `from`.
+        let ann = Sender { id: 7, name: Some("Ann \"A\" <b>") };
+        for (text, skip) in
+            [(r#"{"type":"chat","roomId":"r","content":"hi"}"#, false), (r#"{"type":"typing","roomId":"r"}"#, true)]
+        {
+            match on_text(ann, text, false) {
+                Action::Room { message, skip_sender, .. } => {
+                    assert_eq!(skip_sender, skip);
+                    let v: serde_json::Value = serde_json::from_str(&message).expect("json");
+                    assert_eq!((v["from"].as_i64(), v["name"].as_str()), (Some(7), Some("Ann \"A\" <b>")), "{v}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
         assert!(matches!(
-            on_text(7, r#"{"type":"typing","roomId":"r"}"#, false),
+            on_text(id(7), r#"{"type":"typing","roomId":"r"}"#, false),
             Action::Room { skip_sender: true, .. }
         ));
         for bad in
             ["nope", "[]", r#"{"type":"dance","roomId":"r"}"#, r#"{"type":"chat","roomId":"r"}"#, r#"{"type":"join"}"#]
         {
-            assert!(matches!(on_text(1, bad, false), Action::Reply(_)), "{bad}");
+            assert!(matches!(on_text(id(1), bad, false), Action::Reply(_)), "{bad}");
         }
     }
 
     #[test]
     fn the_debug_panic_message_is_ordinary_without_debug_routes() {
         let msg = r#"{"type":"__debug_panic"}"#;
-        assert_eq!(on_text(1, msg, false), Action::Reply(error_message("unknown message type")));
-        assert!(std::panic::catch_unwind(|| on_text(1, msg, true)).is_err());
-        assert!(matches!(on_text(1, r#"{"type":"join","roomId":"r"}"#, true), Action::Join(_)));
+        assert_eq!(on_text(id(1), msg, false), Action::Reply(error_message("unknown message type")));
+        assert!(std::panic::catch_unwind(|| on_text(id(1), msg, true)).is_err());
+        assert!(matches!(on_text(id(1), r#"{"type":"join","roomId":"r"}"#, true), Action::Join(_)));
     }
 
     #[test]
     fn room_ids_are_1_to_128_bytes() {
-        let join = |room: &str| on_text(1, &serde_json::json!({"type": "join", "roomId": room}).to_string(), false);
+        let join = |room: &str| on_text(id(1), &serde_json::json!({"type": "join", "roomId": room}).to_string(), false);
         for ok in ["r".repeat(128), "€".repeat(42), "x".to_string()] {
             assert_eq!(join(&ok), Action::Join(ok.clone()), "{} bytes", ok.len());
         }
@@ -181,7 +225,7 @@ mod tests {
         for bad in ["r".repeat(129), "€".repeat(43), String::new()] {
             assert!(matches!(join(&bad), Action::Reply(_)), "{} bytes", bad.len());
             let chat = serde_json::json!({"type": "chat", "roomId": bad, "content": "x"}).to_string();
-            assert!(matches!(on_text(1, &chat, false), Action::Reply(_)), "chat, {} bytes", bad.len());
+            assert!(matches!(on_text(id(1), &chat, false), Action::Reply(_)), "chat, {} bytes", bad.len());
         }
     }
 }

@@ -42,6 +42,10 @@ pub struct Claims {
     /// `null` included).
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present_number")]
     pub nbf: Option<u64>,
+    /// The user's display name at issue time (chat messages carry it, so no
+    /// lookup is needed per message). Absent from tokens issued without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// An optional claim that, when present, must be a number (`null` is not).
@@ -100,11 +104,11 @@ impl Jwt {
         }
     }
 
-    /// A token for `user_id`/`role` issued at `now_unix`; returns (token, expires_in_secs). jti = 16 random bytes hex.
+    /// A token for `user_id`/`role`/`name` issued at `now_unix`; returns (token, expires_in_secs). jti = 16 random bytes hex.
     ///
     /// `exp = now_unix + ttl` (whole seconds). Fails with [`AuthError::Hash`] only if the
     /// encoder fails, which does not happen for these claims.
-    pub fn issue(&self, user_id: i64, role: &str, now_unix: u64) -> Result<(String, u64), AuthError> {
+    pub fn issue(&self, user_id: i64, role: &str, name: &str, now_unix: u64) -> Result<(String, u64), AuthError> {
         let expires_in = self.ttl.as_secs();
         let claims = Claims {
             user_id,
@@ -115,6 +119,7 @@ impl Jwt {
             exp: now_unix.saturating_add(expires_in),
             jti: to_hex(&random_bytes::<16>()),
             nbf: None,
+            name: Some(name.to_owned()),
         };
         let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| AuthError::Hash(format!("jwt signing: {e}")))?;
@@ -191,11 +196,12 @@ mod tests {
     fn round_trip() {
         let jwt = jwt();
         let now = now_unix();
-        let (token, expires_in) = jwt.issue(42, "admin", now).expect("issue");
+        let (token, expires_in) = jwt.issue(42, "admin", "Zoë", now).expect("issue");
         assert_eq!(expires_in, TTL);
         assert_eq!(token.split('.').count(), 3);
         let claims = jwt.verify(&token).expect("verify");
         assert_eq!((claims.user_id, claims.role.as_str()), (42, "admin"));
+        assert_eq!(claims.name.as_deref(), Some("Zoë"));
         assert_eq!((claims.iss.as_str(), claims.aud.as_str()), ("forkd", "forkd-api"));
         assert_eq!((claims.iat, claims.exp), (now, now + TTL));
         assert_eq!(claims.jti.len(), 32);
@@ -209,24 +215,33 @@ mod tests {
         assert_eq!(header["typ"], "JWT");
         let payload: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts.next().unwrap_or("")).expect("b64"))
             .expect("payload json");
-        assert_eq!(payload["userId"], 42);
+        assert_eq!((&payload["userId"], &payload["name"]), (&json!(42), &json!("Zoë")));
         for key in ["role", "iss", "aud", "iat", "exp", "jti"] {
             assert!(payload.get(key).is_some(), "{key}");
         }
 
-        let (other, _) = jwt.issue(42, "admin", now).expect("issue");
+        let (other, _) = jwt.issue(42, "admin", "N", now).expect("issue");
         assert_ne!(jwt.verify(&other).map(|c| c.jti), Ok(claims.jti), "jti is random");
     }
 
     #[test]
     fn hand_signed_good_token_verifies() {
         let token = sign(Algorithm::HS256, &good_claims(now_unix()));
-        assert_eq!(jwt().verify(&token).map(|c| c.user_id), Ok(7));
+        assert_eq!(jwt().verify(&token).map(|c| (c.user_id, c.name)), Ok((7, None)), "a token without a name");
+    }
+
+    #[test]
+    fn a_name_that_is_not_a_string_is_invalid() {
+        for bad in [json!(7), json!(["a"]), json!({"a": 1})] {
+            let mut claims = good_claims(now_unix());
+            claims["name"] = bad.clone();
+            assert_eq!(jwt().verify(&sign(Algorithm::HS256, &claims)), Err(AuthError::Invalid), "{bad}");
+        }
     }
 
     #[test]
     fn other_secret_rejected() {
-        let (token, _) = jwt().issue(1, "user", now_unix()).expect("issue");
+        let (token, _) = jwt().issue(1, "user", "N", now_unix()).expect("issue");
         let other = Jwt::new(b"another-secret-another-secret-another", "forkd", "forkd-api", Duration::from_secs(TTL));
         assert_eq!(other.verify(&token), Err(AuthError::Invalid));
     }
@@ -234,7 +249,7 @@ mod tests {
     #[test]
     fn tampered_signature() {
         let jwt = jwt();
-        let (token, _) = jwt.issue(1, "user", now_unix()).expect("issue");
+        let (token, _) = jwt.issue(1, "user", "N", now_unix()).expect("issue");
         let (head, sig) = token.rsplit_once('.').expect("three parts");
         for i in [0, sig.len() / 2, sig.len() - 2] {
             let mut bytes = sig.as_bytes().to_vec();
@@ -248,7 +263,7 @@ mod tests {
     #[test]
     fn tampered_payload() {
         let jwt = jwt();
-        let (token, _) = jwt.issue(1, "user", now_unix()).expect("issue");
+        let (token, _) = jwt.issue(1, "user", "N", now_unix()).expect("issue");
         let parts: Vec<&str> = token.split('.').collect();
         let mut payload: Value =
             serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).expect("b64")).expect("payload json");
@@ -311,10 +326,10 @@ mod tests {
     fn expired_by_one_second() {
         let jwt = jwt();
         let now = now_unix();
-        let (token, _) = jwt.issue(1, "user", now - TTL - 1).expect("issue");
+        let (token, _) = jwt.issue(1, "user", "N", now - TTL - 1).expect("issue");
         assert_eq!(jwt.verify(&token), Err(AuthError::Invalid));
         // Long expired too.
-        let (token, _) = jwt.issue(1, "user", 1_000).expect("issue");
+        let (token, _) = jwt.issue(1, "user", "N", 1_000).expect("issue");
         assert_eq!(jwt.verify(&token), Err(AuthError::Invalid));
     }
 
@@ -322,7 +337,7 @@ mod tests {
     fn expiring_now_is_expired() {
         let jwt = jwt();
         // exp == now (or already past, if the clock ticked in between): no leeway at all.
-        let (token, _) = jwt.issue(1, "user", now_unix() - TTL).expect("issue");
+        let (token, _) = jwt.issue(1, "user", "N", now_unix() - TTL).expect("issue");
         assert_eq!(jwt.verify(&token), Err(AuthError::Invalid));
     }
 
@@ -365,7 +380,7 @@ mod tests {
             assert_eq!(jwt.verify(&sign_with_header(&hs, &claims)), Err(AuthError::Invalid), "nbf {bad}");
         }
         // What this service issues carries no nbf.
-        let (token, _) = jwt.issue(1, "user", now).expect("issue");
+        let (token, _) = jwt.issue(1, "user", "N", now).expect("issue");
         assert_eq!(jwt.verify(&token).map(|c| c.nbf), Ok(None));
     }
 
@@ -374,9 +389,9 @@ mod tests {
         let now = now_unix();
         let other_iss = Jwt::new(SECRET, "someone-else", "forkd-api", Duration::from_secs(TTL));
         let other_aud = Jwt::new(SECRET, "forkd", "other-api", Duration::from_secs(TTL));
-        let (token, _) = other_iss.issue(1, "user", now).expect("issue");
+        let (token, _) = other_iss.issue(1, "user", "N", now).expect("issue");
         assert_eq!(jwt().verify(&token), Err(AuthError::Invalid), "wrong iss");
-        let (token, _) = other_aud.issue(1, "user", now).expect("issue");
+        let (token, _) = other_aud.issue(1, "user", "N", now).expect("issue");
         assert_eq!(jwt().verify(&token), Err(AuthError::Invalid), "wrong aud");
 
         // Arrays are not accepted either, even if they contain the right value.

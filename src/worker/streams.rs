@@ -88,6 +88,8 @@ pub struct Ws {
     conn: WsConn,
     /// The authenticated user; `None` on the echo endpoint.
     user_id: Option<i64>,
+    /// That user's display name, when the token carried one.
+    name: Option<String>,
     /// Rooms this client is in.
     rooms: Vec<String>,
     next_ping: Instant,
@@ -223,7 +225,7 @@ impl Worker {
                 self.stream_timer(idx, now);
                 return;
             }
-            Detach::WebSocket { user_id } => {
+            Detach::WebSocket { user_id, name } => {
                 let mut conn = WsConn::new(self.config.websocket.max_message_bytes);
                 let hello = user_id.map(|uid| guard("WebSocket greeting", || ws::connected(uid)));
                 let panicked = matches!(hello, Some(Err(_)));
@@ -233,6 +235,7 @@ impl Worker {
                 c.stream = Some(Stream::Ws(Box::new(Ws {
                     conn,
                     user_id,
+                    name,
                     rooms: Vec::new(),
                     next_ping: now + WS_PING_EVERY,
                     awaiting_pong: false,
@@ -314,7 +317,9 @@ impl Worker {
                                 (Some(_), Message::Binary(_)) => guard("WebSocket message", || {
                                     Action::Reply(ws::error_message("binary messages are not supported"))
                                 }),
-                                (Some(uid), Message::Text(t)) => guard("WebSocket message", || app.ws_text(uid, &t)),
+                                (Some(uid), Message::Text(t)) => {
+                                    guard("WebSocket message", || app.ws_text(uid, w.name.as_deref(), &t))
+                                }
                             };
                             let uid = w.user_id;
                             match action {

@@ -22,6 +22,7 @@ mod store;
 mod users;
 mod versioning;
 
+mod browser;
 mod pages;
 mod ratelimit;
 mod sse;

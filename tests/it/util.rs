@@ -232,7 +232,9 @@ impl Server {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let data_dir = dir.path().join("data");
-        let config_text = render_config(&listen, &data_dir, extra_toml);
+        // `{listen}` in the extra TOML stands for the address chosen here (e.g. for
+        // `public_origin = "http://{listen}"`, the origin a browser sends).
+        let config_text = render_config(&listen, &data_dir, &extra_toml.replace("{listen}", &listen));
         let config_path = dir.path().join("forkd.toml");
         fs::write(&config_path, &config_text).expect("write config");
         let log_path = dir.path().join("stderr.log");

@@ -151,7 +151,7 @@ fn rooms_chat_typing_errors_and_leave() {
     // typing → members except the sender's user (not even her other tab).
     a.send_json(&json!({"type": "typing", "roomId": "r"}));
     let m = recv(&s, &mut b, "b: typing from a");
-    ensure_eq!(s, m, json!({"type": "typing", "roomId": "r", "from": a_id}), "typing message");
+    ensure_eq!(s, m, json!({"type": "typing", "roomId": "r", "from": a_id, "name": "Alice"}), "typing message");
     a.send_json(&chat("r", "after-typing"));
     for (ws, who) in [(&mut a, "a"), (&mut a2, "a2")] {
         let m = recv(&s, ws, &format!("{who} after typing"));
@@ -195,6 +195,58 @@ fn rooms_chat_typing_errors_and_leave() {
     a.send_json(&chat("fresh", "a-sentinel")); // a joins fresh by sending
     let m = recv(&s, &mut b, "b after leaving r");
     check_chat(&s, &m, "fresh", a_id, "a-sentinel", "after leave, b must not get room r's chat");
+}
+
+/// Chat and typing messages carry the sender's display name (from the access token, so a
+/// renamed user shows the new name from its next token on); a token without a name (issued
+/// by an older version) gives messages without one.
+#[test]
+fn chat_and_typing_carry_the_senders_name() {
+    let s = Server::start_api();
+    let email = unique_email("zoe");
+    let ua = s.signup("Zoë \"Z\" <b>", &email, "user-password-1", None);
+    let (ta, _, _) = s.login(&email, "user-password-1");
+    let (ub, tb) = s.user("Bob");
+    let (a_id, b_id) = (id_of(&ua), id_of(&ub));
+    let (mut a, _) = s.ws_chat(&ta);
+    let (mut b, _) = s.ws_chat(&tb);
+    join(&s, &mut a, "n", a_id);
+    join(&s, &mut b, "n", b_id);
+    a.send_json(&chat("n", "hi"));
+    let m = recv_until(&s, &mut b, "b gets a's chat", |m| m["content"] == "hi");
+    check_chat(&s, &m, "n", a_id, "hi", "named chat");
+    ensure_eq!(s, m["name"].as_str(), Some("Zoë \"Z\" <b>"), "the sender's name, as stored: {m}");
+    a.send_json(&json!({"type": "typing", "roomId": "n"}));
+    let m = recv_until(&s, &mut b, "b gets a's typing", |m| m["type"] == "typing");
+    ensure_eq!(s, m, json!({"type": "typing", "roomId": "n", "from": a_id, "name": "Zoë \"Z\" <b>"}), "typing");
+
+    // A renamed user keeps its old name until its next token.
+    let r = s.api("PATCH", &format!("/api/v1/users/{b_id}"), Some(&tb), Some(&json!({"name": "Robert"})));
+    s.expect_data(&r, 200, "rename Bob");
+    b.send_json(&chat("n", "old token"));
+    let m = recv_until(&s, &mut a, "a gets b's chat (old token)", |m| m["content"] == "old token");
+    ensure_eq!(s, m["name"].as_str(), Some("Bob"), "the name in the connection's token: {m}");
+    let (t2, _, _) = s.login(ub["email"].as_str().unwrap_or_default(), "user-password-1");
+    let (mut b2, _) = s.ws_chat(&t2);
+    join(&s, &mut b2, "n", b_id);
+    b2.send_json(&chat("n", "new token"));
+    let m = recv_until(&s, &mut a, "a gets b's chat (new token)", |m| m["content"] == "new token");
+    ensure_eq!(s, m["name"].as_str(), Some("Robert"), "a fresh token carries the new name: {m}");
+
+    // A valid token without a name: messages have `from` only.
+    let t = jwt_sign(
+        &json!({"alg": "HS256", "typ": "JWT"}),
+        &good_claims(b_id, "user"),
+        "HS256",
+        TEST_JWT_SECRET.as_bytes(),
+    );
+    let (mut b3, hello) = s.ws_chat(&t);
+    ensure_eq!(s, hello, json!({"type": "connected", "userId": b_id}), "greeting");
+    join(&s, &mut b3, "n", b_id);
+    b3.send_json(&chat("n", "no name"));
+    let m = recv_until(&s, &mut a, "a gets the nameless chat", |m| m["content"] == "no name");
+    check_chat(&s, &m, "n", b_id, "no name", "nameless chat");
+    ensure!(s, m.get("name").is_none(), "no name without one in the token: {m}");
 }
 
 /// Opens `/ws` clients for `token` until one lands on a worker other than `avoid` (told by
@@ -263,7 +315,7 @@ fn chat_crosses_workers_in_order_and_closed_clients_are_removed_at_once() {
     let _ = recv(&s, &mut b, "b's own");
     b.send_json(&json!({"type": "typing", "roomId": "x"}));
     let m = recv(&s, &mut a, "typing across workers");
-    ensure_eq!(s, m, json!({"type": "typing", "roomId": "x", "from": b_id}), "typing across workers");
+    ensure_eq!(s, m, json!({"type": "typing", "roomId": "x", "from": b_id, "name": "Ben"}), "typing across workers");
 
     // Per-sender order: 50 chats from a arrive at b in order.
     for i in 0..50 {

@@ -1,0 +1,283 @@
+//! The front page (`GET /`) in a real browser: headless Chromium driven over the DevTools
+//! protocol by `tests/browser/front.mjs` (playwright-core). Sign-up, sign-in, the latest
+//! notifications on load and a live one posted by an admin, chat between two pages with the
+//! senders' names, the error box (a wrong password, 429 with its wait), a rate-limited event
+//! stream told from an offline one, the layout at 1280 and 375 px, and no console error, no
+//! CSP violation and no failing request of the page's own.
+//!
+//! Needs `/usr/bin/chromium`, `node` and `tests/browser/node_modules`
+//! (`bin/install-browser-deps` installs them); without them the test says why and passes,
+//! so `cargo test` works on a machine without a browser. This test starts Chromium itself (a
+//! fresh profile in a temp dir) and the script, and kills both by PID when done or after 60 s.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+use crate::util::*;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// The flags every run uses (no network of its own, no first-run UI, no QUIC).
+const FLAGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+];
+/// The script's whole run.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A process this test started, stopped by its PID when dropped: SIGTERM, then SIGKILL
+/// after `grace`.
+struct Owned {
+    child: Child,
+    grace: Duration,
+}
+
+impl Owned {
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself.
+    fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = kill(Pid::from_raw(self.pid()), Signal::SIGTERM);
+        let grace = self.grace;
+        if self.wait(grace).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Why the test cannot run here, if it cannot.
+fn missing(root: &Path) -> Option<String> {
+    if !Path::new(CHROMIUM).exists() {
+        return Some(format!("no chromium found at {CHROMIUM} (run bin/install-browser-deps)"));
+    }
+    let node = Command::new("node").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    if !node.map(|s| s.success()).unwrap_or(false) {
+        return Some("no `node` on PATH (Node.js 20 or later)".into());
+    }
+    if !root.join("tests/browser/node_modules/playwright-core/package.json").exists() {
+        return Some("no node_modules in tests/browser, run bin/install-browser-deps".into());
+    }
+    None
+}
+
+/// Starts Chromium with a fresh profile in `profile` and returns it with its DevTools
+/// WebSocket URL (read from the `DevToolsActivePort` file it writes once it listens).
+fn start_chromium(profile: &Path, log: &Path) -> (Owned, String) {
+    let stderr = fs::File::create(log).expect("chromium log");
+    let child = Command::new(CHROMIUM)
+        .args(FLAGS)
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--remote-debugging-address=127.0.0.1")
+        .arg("--remote-debugging-port=0")
+        .arg("about:blank")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn chromium");
+    let mut chromium = Owned { child, grace: Duration::from_secs(5) };
+    let port_file = profile.join("DevToolsActivePort");
+    let url = eventually_some(Duration::from_secs(30), || {
+        if let Ok(Some(st)) = chromium.child.try_wait() {
+            panic!("chromium exited with {st} before listening:\n{}", fs::read_to_string(log).unwrap_or_default());
+        }
+        let text = fs::read_to_string(&port_file).ok()?;
+        let mut lines = text.lines();
+        let (port, path) = (lines.next()?.trim().parse::<u16>().ok()?, lines.next()?.trim().to_string());
+        path.starts_with("/devtools/browser/").then(|| format!("ws://127.0.0.1:{port}{path}"))
+    });
+    let url = url.unwrap_or_else(|| {
+        let _ = chromium.child.kill();
+        panic!(
+            "chromium did not write {} within 30 s:\n{}",
+            port_file.display(),
+            fs::read_to_string(log).unwrap_or_default()
+        )
+    });
+    (chromium, url)
+}
+
+/// Runs the script (bounded by [`SCRIPT_TIMEOUT`]); returns its JSON report and its stderr.
+fn run_script(root: &Path, dir: &Path, args: &[String]) -> (Value, String) {
+    let err_path = dir.join("front.stderr");
+    let child = Command::new("node")
+        .arg(root.join("tests/browser/front.mjs"))
+        .args(args)
+        .current_dir(root.join("tests/browser"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(fs::File::create(&err_path).expect("script log"))
+        .spawn()
+        .expect("spawn node");
+    let mut script = Owned { child, grace: Duration::from_secs(2) };
+    let mut stdout = script.child.stdout.take().expect("piped stdout");
+    // Read on a thread, so a large report cannot fill the pipe and stall the script.
+    let reader = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let status = script.wait(SCRIPT_TIMEOUT);
+    drop(script); // killed by PID if it is still running
+    let text = reader.join().unwrap_or_default();
+    let log = fs::read_to_string(&err_path).unwrap_or_default();
+    assert!(status.is_some(), "the browser script did not finish within {SCRIPT_TIMEOUT:?}; its log:\n{log}");
+    let report: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!("the browser script printed no JSON report ({e}), exit {status:?}:\n{text}\nits log:\n{log}")
+    });
+    (report, log)
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().map(|a| a.iter().map(|x| x.as_str().unwrap_or_default().to_string()).collect()).unwrap_or_default()
+}
+
+#[test]
+fn front_page_in_a_real_browser() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if let Some(why) = missing(&root) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    // Two workers, so that the chat and the notifications cross the bus. The browser sends
+    // the server's own address as `Origin`: that is the public origin.
+    let origin = "public_origin = \"http://{listen}\"";
+    let s = Server::api_builder().workers(2).top(origin).start();
+    let limited = Server::builder()
+        .fast_argon2()
+        .top(origin)
+        .set("rate_limit", "max = 10\nwindow_secs = 60")
+        .set("auth", "access_ttl_secs = 20")
+        .start();
+    let (_, admin) = s.admin();
+
+    let tmp = tempfile::Builder::new().prefix("forkd-browser-").tempdir().expect("tempdir");
+    let profile = tmp.path().join("profile");
+    fs::create_dir(&profile).expect("profile dir");
+    let (chromium, cdp) = start_chromium(&profile, &tmp.path().join("chromium.log"));
+    let args = [
+        format!("--cdp={cdp}"),
+        format!("--url=http://{}", s.addr()),
+        format!("--limited=http://{}", limited.addr()),
+        format!("--admin-token={admin}"),
+    ];
+    let (r, log) = run_script(&root, tmp.path(), &args);
+    drop(chromium);
+    let show = format!("report: {r:#}\nscript log:\n{log}\nserver log:\n{}", s.log_tail());
+    assert!(r["error"].is_null(), "the browser script failed: {}\n{show}", r["error"]);
+    let step = |k: &str| r["steps"][k].clone();
+
+    // Sign-up (signed in at once), sign-in, sign-out.
+    assert_eq!(step("signUpName"), "Alice Browser", "sign-up from the page, then signed in\n{show}");
+    assert_eq!(step("signUpChatOnline"), true, "the chat connects after sign-up\n{show}");
+    assert_eq!(step("signInName"), "Bob Browser", "sign-in from the page\n{show}");
+    assert_eq!(step("signedOut"), "signed out", "sign-out\n{show}");
+    // Notifications: the latest on load, and one posted by an admin while the page is open.
+    assert_eq!(step("replayedOnLoad"), true, "a notification from before the page opened\n{show}");
+    assert_eq!(step("emptyNoteHidden"), true, "`No notifications yet` hidden once there is one\n{show}");
+    assert!(step("replayedOnLoadB").as_i64() >= Some(2), "both notifications on the second page's load\n{show}");
+    assert!(
+        step("liveNotification").as_str().is_some_and(|t| t.contains("Live from the admin")),
+        "the admin's notification arrives live, newest first\n{show}"
+    );
+    // Chat between the two pages, with names.
+    assert_eq!(step("chatBSawA"), "Alice Browser", "B sees Alice's message under her name\n{show}");
+    assert_eq!(step("chatASawB"), "Bob Browser", "A sees Bob's message under his name\n{show}");
+    assert_eq!(step("typingOnA"), "Bob Browser is typing…", "typing, with the name\n{show}");
+    assert_eq!(step("errorBoxHiddenOnMain"), true, "no error box in the main flow\n{show}");
+
+    // Errors are shown in a visible box; 429 says how long to wait.
+    let wrong = step("wrongPassword");
+    assert_eq!(wrong["text"], "Sign-in failed: wrong e-mail or password.", "{show}");
+    assert_eq!(wrong["visible"], true, "{show}");
+    assert!(wrong["height"].as_i64() >= Some(20), "the error box has a size\n{show}");
+    assert_eq!(wrong["background"], "rgb(253, 236, 236)", "the error box is red\n{show}");
+    let limited_text = step("rateLimitedBanner")["text"].as_str().unwrap_or_default().to_string();
+    let wait = limited_text.strip_prefix("Too many requests — try again in ").and_then(|t| t.strip_suffix(" s"));
+    assert!(
+        wait.and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| (1..=60).contains(&n)),
+        "429: `Too many requests — try again in N s` with N from Retry-After: {limited_text:?}\n{show}"
+    );
+    let chat = step("chatRateLimited");
+    assert_eq!(chat["name"], "Carol", "signed in with the window's last request\n{show}");
+    let n = chat["status"].as_str().and_then(|t| t.strip_prefix("rate limited, retry in ")?.strip_suffix(" s"));
+    assert!(
+        n.and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n <= 60),
+        "a chat whose token renewal gets 429 says `rate limited` (not `offline`): {chat}\n{show}"
+    );
+    let feed = step("feedRateLimited").as_str().unwrap_or_default().to_string();
+    let n = feed.strip_prefix("rate limited, retry in ").and_then(|t| t.strip_suffix(" s"));
+    assert!(
+        n.and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n <= 60),
+        "a rate-limited event stream says so (not `offline`): {feed:?}\n{show}"
+    );
+
+    // Layout: at 1280 px the three cards share one row and fill it; at 375 px they stack.
+    let wide = &r["layout"]["wide"];
+    assert_eq!(
+        (wide["columns"].as_i64(), wide["rows"].as_i64()),
+        (Some(3), Some(1)),
+        "1280 px: 3 columns, 1 row\n{show}"
+    );
+    let right = wide["cards"].as_array().and_then(|c| c.iter().filter_map(|c| c["right"].as_i64()).max());
+    assert_eq!(right, wide["mainRight"].as_i64(), "1280 px: no empty column at the right\n{show}");
+    assert!(wide["mainWidth"].as_i64() >= Some(1200), "1280 px: the page uses the width\n{show}");
+    let narrow = &r["layout"]["narrow"];
+    assert_eq!((narrow["columns"].as_i64(), narrow["rows"].as_i64()), (Some(1), Some(3)), "375 px: stacked\n{show}");
+    assert!(narrow["scrollWidth"].as_i64() <= Some(375), "375 px: no horizontal scrolling\n{show}");
+    for c in narrow["cards"].as_array().into_iter().flatten() {
+        assert_eq!(c["width"], narrow["mainWidth"], "375 px: each card as wide as the page\n{show}");
+    }
+
+    // Nothing went wrong in the browser on the main server.
+    for k in ["console", "pageErrors", "csp", "failed"] {
+        assert!(strings(&r["main"][k]).is_empty(), "main flow: {k} must be empty\n{show}");
+    }
+    assert!(!s.logs().contains("/csp-report"), "no CSP report reached the server\n{show}");
+    // The failures of the error steps are the intended ones, and the CSP listener works: the
+    // control (an image from another origin, added on purpose) is the only violation.
+    assert!(strings(&r["limited"]["pageErrors"]).is_empty(), "error steps: no uncaught exception\n{show}");
+    let csp = strings(&r["limited"]["csp"]);
+    assert!(csp.len() == 1 && csp[0].contains("img-src"), "error steps: only the control's violation: {csp:?}\n{show}");
+    for f in strings(&r["limited"]["failed"]) {
+        let control = f.contains("https://example.invalid/x.png");
+        assert!(
+            f.ends_with("→ 401") || f.ends_with("→ 429") || control,
+            "error steps: an unexpected failed request {f:?}\n{show}"
+        );
+    }
+}
