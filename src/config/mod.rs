@@ -2,7 +2,8 @@
 //! overrides applied on top, is read as a [`RawConfig`] that mirrors the file
 //! (`raw.rs`, `env.rs`), then checked and resolved into a [`Config`] of ready-to-use types
 //! (`validate.rs`). Every problem is collected, one line each, into [`ConfigErrors`]; the caller
-//! prints them and exits with code 2.
+//! prints them and exits with code 2. [`print()`] writes a configuration back as commented TOML
+//! (`print.rs`, `forkd print-config`).
 //!
 //! This module must not read the process environment (the caller passes the pairs), must do
 //! no I/O beyond reading the one config file, and depends on no other forkd module. It runs
@@ -398,7 +399,7 @@ pub fn print(path: Option<&Path>, env: &[(String, String)]) -> Result<String, Co
     Ok(print::render(&raw, &print::Origin { file: path, sources: &sources }))
 }
 
-/// [`print`] on the text of a config file named `file`. Reads no file and no environment.
+/// [`print()`] on the text of a config file named `file`. Reads no file and no environment.
 pub fn print_toml(file: &Path, text: &str, env: &[(String, String)]) -> Result<String, ConfigErrors> {
     let (_, raw, sources) = resolve_table(parse(&file.display().to_string(), text)?, env)?;
     Ok(print::render(&raw, &print::Origin { file: Some(file), sources: &sources }))

@@ -1,7 +1,9 @@
 //! The configuration file as written: [`RawConfig`] mirrors the TOML of CONTRACT §2 key for key,
 //! with the contract's defaults, plus a `[debug]` section of our own. Every option is defined
 //! here exactly once, with its doc and its default; the default, serialized, is also the
-//! authority on which keys exist and what type each has (see `check_keys`).
+//! authority on which keys exist and what type each has (see `check_keys`), and the doc is also
+//! the comment `forkd print-config` and `forkd.example.toml` show for the key (see [`Doc`]).
+//! An unknown key or section is reported with the closest known name (`suggest.rs`).
 //!
 //! This file must not validate values or resolve types (that is `validate.rs`), and must not
 //! read files or the environment.
@@ -9,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
-/// One key of the file as [`RawConfig::DOCS`] lists it, in declaration order: its name, its doc
+/// One key of the file as [`Documented::DOCS`] lists it, in declaration order: its name, its doc
 /// comment (one string, a line break after each doc line), the keys of the section it opens
 /// (empty for a plain key), and, for an optional key whose default `""` means "unset", an example
 /// value (`print-config` then writes the key commented out with it).
