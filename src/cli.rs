@@ -1,5 +1,5 @@
-//! The command line (CONTRACT §1): `serve`, `check-config`, `gen-secret`,
-//! `--version`. Parses arguments, loads the configuration and hands over to
+//! The command line (CONTRACT §1): `serve`, `check-config`, `print-config`,
+//! `gen-secret`, `user create`, `--version`. Parses arguments, loads the configuration and hands over to
 //! the supervisor. The only place besides `main` that prints to stdout/stderr
 //! directly (before logging exists).
 
@@ -10,6 +10,8 @@ use crate::config;
 const USAGE: &str = "usage:
   forkd [serve] [--config FILE]      run the service (foreground)
   forkd check-config [--config FILE] validate the configuration
+  forkd print-config [--config FILE] print the effective configuration (file, FORKD_* variables,
+                                     defaults) as TOML forkd reads back; the secret is not shown
   forkd gen-secret                   print a fresh 256-bit secret (base64)
   forkd user create --email E --name N [--age A] [--role user|admin] --password-stdin [--config FILE]
                                      create a user in the database (works while the service runs)
@@ -44,6 +46,16 @@ pub fn run(args: &[String]) -> i32 {
                 println!("configuration ok: {} worker(s) on {}", cfg.workers, cfg.listen);
                 0
             }
+            Err(code) => code,
+        },
+        "print-config" => match source(rest, |_, _| false) {
+            Ok(src) => match config::print(src.path.as_deref(), &src.env) {
+                Ok(text) => {
+                    print!("{text}");
+                    0
+                }
+                Err(errors) => report(Err(errors)).map_or_else(|code| code, |_| 0),
+            },
             Err(code) => code,
         },
         "user" if rest.first().map(String::as_str) == Some("create") => user_create(&rest[1..]),

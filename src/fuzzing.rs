@@ -465,8 +465,9 @@ pub fn range(data: &[u8]) {
 
 /// The input as a config file ([`crate::config::from_toml`]); after a NUL
 /// byte, `NAME=value` lines are `FORKD_NAME` environment overrides. A valid
-/// config holds values in their ranges; an invalid one has problems of one
-/// non-empty line each.
+/// config holds values in their ranges and `print-config` writes it as TOML
+/// that reads back to the same configuration (the signing secret aside, which
+/// is never printed); an invalid one has problems of one non-empty line each.
 pub fn config(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let (toml, env) = text.split_once('\0').unwrap_or((&text, ""));
@@ -484,6 +485,20 @@ pub fn config(data: &[u8]) {
                 .iter()
                 .all(|h| !h.is_empty() && h.bytes().all(|b| !b.is_ascii_uppercase())));
             assert!(c.cors.origins.iter().all(|o| o.bytes().all(|b| !b.is_ascii_uppercase())));
+            let path = std::path::Path::new("fuzz.toml");
+            let printed = crate::config::print_toml(path, toml, &env).expect("a valid config prints");
+            let inline = matches!(c.auth.secret, crate::config::JwtSecret::Inline(_));
+            match crate::config::from_toml("printed.toml", &printed, &[]) {
+                Ok(mut back) => {
+                    if inline {
+                        assert_eq!(back.auth.secret, crate::config::JwtSecret::Generate, "the secret was printed");
+                        back.auth.secret = c.auth.secret.clone();
+                    }
+                    assert_eq!(back, c, "print-config did not read back:\n{printed}");
+                }
+                // Without its secret (never printed) a production config is refused.
+                Err(e) => assert!(inline && !c.is_development(), "print-config did not read back: {e}\n{printed}"),
+            }
         }
         Err(e) => {
             assert!(!e.problems.is_empty());

@@ -39,13 +39,9 @@ pub(super) fn apply(
         }
         let segments: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
         let path = segments.join(".");
+        let var = name.escape_debug(); // a variable's name may hold control characters
         match lookup(defaults, &segments) {
-            // Shown escaped: a variable's name may hold control characters.
-            None => errors.push(format!("unknown key {} (from {})", path.escape_debug(), name.escape_debug())),
-            Some(Value::Table(_)) => {
-                errors.push(format!("{path} is a section, not a key (from {})", name.escape_debug()))
-            }
-            Some(default) => match coerce(default, text) {
+            Found::Key(default) => match coerce(default, text) {
                 Some(value) => {
                     if insert(table, &segments, value) {
                         sources.insert(path, name.clone());
@@ -53,19 +49,88 @@ pub(super) fn apply(
                 }
                 None => errors.push(format!("{name}={text:?}: {path} must be {}", hint(default))),
             },
+            Found::Section => errors.push(format!("{path} is a section, not a key (from {var})")),
+            Found::UnknownKey { section } => {
+                let key = segments.last().map(String::as_str).unwrap_or("").escape_debug();
+                let line = match section.as_str() {
+                    "" => format!("unknown key {key} (from {var})"),
+                    section => format!("unknown key {key} in section [{section}] (from {var})"),
+                };
+                errors.push(line + &suggestion(defaults, &segments));
+            }
+            Found::UnknownSection { section } => {
+                let line = format!("unknown section [{}] (from {var})", section.escape_debug());
+                errors.push(line + &suggestion(defaults, &segments));
+            }
         }
     }
     sources
 }
 
-/// The default at `segments`, if that key exists.
-fn lookup<'a>(defaults: &'a Table, segments: &[String]) -> Option<&'a Value> {
-    let (last, sections) = segments.split_last()?;
+/// What a variable's key path names in the defaults.
+enum Found<'a> {
+    /// A key, with its default.
+    Key(&'a Value),
+    /// A whole section (only keys can be set).
+    Section,
+    /// No such key in the (known) dotted `section` (`""`: the top level).
+    UnknownKey { section: String },
+    /// No such section: the dotted path of the first unknown one.
+    UnknownSection { section: String },
+}
+
+/// Walks `segments` down the default table.
+fn lookup<'a>(defaults: &'a Table, segments: &[String]) -> Found<'a> {
     let mut table = defaults;
-    for section in sections {
-        table = table.get(section)?.as_table()?;
+    for (i, segment) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        match table.get(segment) {
+            Some(Value::Table(_)) if last => return Found::Section,
+            Some(Value::Table(inner)) => table = inner,
+            Some(value) if last => return Found::Key(value),
+            _ if last => return Found::UnknownKey { section: segments[..i].join(".") },
+            _ => return Found::UnknownSection { section: segments[..=i].join(".") },
+        }
     }
-    table.get(last)
+    Found::Section // no segments: unreachable, `split` yields at least one
+}
+
+/// `; did you mean \`FORKD_X\`?` for the known variable closest to the unknown one named by
+/// `segments`, or else for a key of that name in another section; empty when there is neither.
+/// An unknown key of a known section is compared with that section's keys only
+/// (`FORKD_RATE_LIMIT__MAXX`); anything else with every variable's whole name, which also
+/// catches a single `_` between section and key (`FORKD_RATE_LIMIT_MAX`).
+fn suggestion(defaults: &Table, segments: &[String]) -> String {
+    let Some((last, sections)) = segments.split_last() else { return String::new() };
+    let mut known = Vec::new();
+    variables(defaults, "", &mut known);
+    let upper = |s: &str| s.to_ascii_uppercase();
+    let section = sections.iter().try_fold(defaults, |t, s| t.get(s).and_then(Value::as_table));
+    let close = match section {
+        Some(table) if !sections.is_empty() => {
+            let keys = table.iter().filter(|(_, v)| !v.is_table()).map(|(k, _)| k.as_str());
+            super::suggest::closest(last, keys).map(|key| format!("{}__{}", upper(&sections.join("__")), upper(key)))
+        }
+        _ => {
+            super::suggest::closest(&upper(&segments.join("__")), known.iter().map(String::as_str)).map(str::to_string)
+        }
+    };
+    let close = close.or_else(|| {
+        let tail = format!("__{}", upper(last));
+        known.into_iter().find(|v| v.ends_with(&tail) || *v == upper(last))
+    });
+    close.map(|v| format!("; did you mean `{PREFIX}{v}`?")).unwrap_or_default()
+}
+
+/// The name after `FORKD_` of every key's variable (`RATE_LIMIT__MAX`), sorted by key path.
+fn variables(table: &Table, prefix: &str, out: &mut Vec<String>) {
+    for (key, value) in table {
+        let name = format!("{prefix}{}", key.to_ascii_uppercase());
+        match value {
+            Value::Table(inner) => variables(inner, &format!("{name}__"), out),
+            _ => out.push(name),
+        }
+    }
 }
 
 /// Sets `value` at `segments`, creating sections the file lacks. A section the file has set to
@@ -181,7 +246,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown key rate_limit.foo (from FORKD_RATE_LIMIT__FOO)",
+                "unknown key foo in section [rate_limit] (from FORKD_RATE_LIMIT__FOO)",
                 "FORKD_RATE_LIMIT__MAX=\"lots\": rate_limit.max must be an integer",
                 "limits is a section, not a key (from FORKD_LIMITS)",
                 "FORKD_CSP_REPORT_ONLY=\"maybe\": csp_report_only must be true or false \

@@ -2,7 +2,8 @@
 //! overrides applied on top, is read as a [`RawConfig`] that mirrors the file
 //! (`raw.rs`, `env.rs`), then checked and resolved into a [`Config`] of ready-to-use types
 //! (`validate.rs`). Every problem is collected, one line each, into [`ConfigErrors`]; the caller
-//! prints them and exits with code 2.
+//! prints them and exits with code 2. [`print()`] writes a configuration back as commented TOML
+//! (`print.rs`, `forkd print-config`).
 //!
 //! This module must not read the process environment (the caller passes the pairs), must do
 //! no I/O beyond reading the one config file, and depends on no other forkd module. It runs
@@ -16,7 +17,9 @@ use std::time::Duration;
 use toml::{Table, Value};
 
 mod env;
+mod print;
 pub mod raw;
+mod suggest;
 mod validate;
 
 pub use raw::RawConfig;
@@ -324,14 +327,15 @@ impl Source {
 /// overrides in `env` (typically `std::env::vars().collect()`), and validates the result.
 /// `FORKD_CONFIG` is skipped here; resolve it with [`config_path`].
 pub fn load(path: Option<&Path>, env: &[(String, String)]) -> Result<Config, ConfigErrors> {
-    match path {
-        None => from_table(Table::new(), env),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| one(format!("{}: cannot read config file: {e}", path.display())))?;
-            from_toml(&path.display().to_string(), &text, env)
-        }
-    }
+    from_table(read(path)?, env)
+}
+
+/// The config file at `path` parsed (`None`: an empty table, all defaults).
+fn read(path: Option<&Path>) -> Result<Table, ConfigErrors> {
+    let Some(path) = path else { return Ok(Table::new()) };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| one(format!("{}: cannot read config file: {e}", path.display())))?;
+    parse(&path.display().to_string(), &text)
 }
 
 /// [`load`] on the text of a config file (`name` appears in syntax errors): parses it,
@@ -360,22 +364,45 @@ fn parse(name: &str, text: &str) -> Result<Table, ConfigErrors> {
 }
 
 /// The file's table with the environment applied, checked, deserialized and resolved.
-fn from_table(mut table: Table, env: &[(String, String)]) -> Result<Config, ConfigErrors> {
+fn from_table(table: Table, env: &[(String, String)]) -> Result<Config, ConfigErrors> {
+    resolve_table(table, env).map(|(config, _, _)| config)
+}
+
+/// [`from_table`], also returning the raw values and which variables set which keys.
+fn resolve_table(
+    mut table: Table,
+    env: &[(String, String)],
+) -> Result<(Config, RawConfig, env::Sources), ConfigErrors> {
     let defaults = raw::default_table();
     let mut problems = Vec::new();
     let sources = env::apply(&mut table, &defaults, env, &mut problems);
-    raw::check_keys(&mut table, &defaults, "", &mut problems);
+    raw::check_keys(&mut table, &defaults, &mut problems);
     match Value::Table(table).try_into::<RawConfig>() {
         Ok(raw) => {
             let (config, found) = validate::resolve(&raw, &sources);
             problems.extend(found);
             if problems.is_empty() {
-                return Ok(config);
+                return Ok((config, raw, sources));
             }
         }
         Err(e) => problems.push(format!("config: {}", e.message().replace('\n', "; "))),
     }
     Err(ConfigErrors { problems })
+}
+
+/// The effective configuration (`forkd print-config`): the file at `path` (`None`: built-in
+/// defaults) with the `FORKD_*` overrides in `env`, validated like [`load`], written as TOML
+/// that [`load`] reads back to the same values. Every key is there with its doc comment; the
+/// signing secret is never written (a set `auth.jwt_secret` is a comment saying so).
+pub fn print(path: Option<&Path>, env: &[(String, String)]) -> Result<String, ConfigErrors> {
+    let (_, raw, sources) = resolve_table(read(path)?, env)?;
+    Ok(print::render(&raw, &print::Origin { file: path, sources: &sources }))
+}
+
+/// [`print()`] on the text of a config file named `file`. Reads no file and no environment.
+pub fn print_toml(file: &Path, text: &str, env: &[(String, String)]) -> Result<String, ConfigErrors> {
+    let (_, raw, sources) = resolve_table(parse(&file.display().to_string(), text)?, env)?;
+    Ok(print::render(&raw, &print::Origin { file: Some(file), sources: &sources }))
 }
 
 fn one(problem: String) -> ConfigErrors {
@@ -612,10 +639,64 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
         assert_eq!(
             found,
             [
-                "unknown key rate_limit.foo (from FORKD_RATE_LIMIT__FOO)",
-                "unknown key limits.max_heder_bytes",
-                "unknown key lisen",
-                "unknown key nope",
+                "unknown key foo in section [rate_limit] (from FORKD_RATE_LIMIT__FOO)",
+                "unknown key max_heder_bytes in section [limits]; did you mean `max_header_bytes`?",
+                "unknown key lisen; did you mean `listen`?",
+                "unknown section [nope]",
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_sections_and_keys_get_a_suggestion_when_one_is_close() {
+        let found = problems(
+            "wrkers = 2\nmax_header_bytes = 1\n[limts]\nx = 1\n[typo]\n[limits]\nworkers = 3\nkeepalive = 1\n\
+             [[cors]]\n[websocket.rooms]\n",
+            &[],
+        );
+        assert_eq!(
+            found,
+            [
+                "cors = [{}]: must be a table",
+                "unknown key keepalive in section [limits]",
+                "unknown key workers in section [limits] (it is a top-level key: put it before the first [section])",
+                "unknown section [limts]; did you mean `[limits]`?",
+                "unknown key max_header_bytes (it belongs in section [limits])",
+                "unknown section [typo]",
+                "unknown section [websocket.rooms]",
+                "unknown key wrkers; did you mean `workers`?",
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_variables_get_a_suggestion_when_one_is_close() {
+        let found = problems(
+            "",
+            &[
+                ("FORKD_RATE_LIMIT_MAX", "1"),
+                ("FORKD_RATE_LIMT__MAX", "1"),
+                ("FORKD_LIMITS__MAX_HEDER_BYTES", "1"),
+                ("FORKD_LISEN", "x"),
+                ("FORKD_MAX_HEADER_BYTES", "1"),
+                ("FORKD_LIMITS__WORKERS", "1"),
+                ("FORKD_NOTHING_LIKE_IT", "1"),
+                ("FORKD_WORKERS__X", "1"),
+            ],
+        );
+        assert_eq!(
+            found,
+            [
+                "unknown key rate_limit_max (from FORKD_RATE_LIMIT_MAX); did you mean `FORKD_RATE_LIMIT__MAX`?",
+                "unknown section [rate_limt] (from FORKD_RATE_LIMT__MAX); did you mean `FORKD_RATE_LIMIT__MAX`?",
+                "unknown key max_heder_bytes in section [limits] (from FORKD_LIMITS__MAX_HEDER_BYTES); \
+                 did you mean `FORKD_LIMITS__MAX_HEADER_BYTES`?",
+                "unknown key lisen (from FORKD_LISEN); did you mean `FORKD_LISTEN`?",
+                "unknown key max_header_bytes (from FORKD_MAX_HEADER_BYTES); \
+                 did you mean `FORKD_LIMITS__MAX_HEADER_BYTES`?",
+                "unknown key workers in section [limits] (from FORKD_LIMITS__WORKERS); did you mean `FORKD_WORKERS`?",
+                "unknown key nothing_like_it (from FORKD_NOTHING_LIKE_IT)",
+                "unknown section [workers] (from FORKD_WORKERS__X)",
             ]
         );
     }
@@ -625,7 +706,10 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
         // Found while writing the fuzz seeds: a quoted key (or a variable's name) with a line
         // break split its problem over two lines.
         let found = problems("\"a\\nb\" = 1\n[limits]\n\"x\\r\" = 2\n", &[("FORKD_A\rB", "1")]);
-        assert_eq!(found, [r"unknown key a\rb (from FORKD_A\rB)", r"unknown key a\nb", r"unknown key limits.x\r"]);
+        assert_eq!(
+            found,
+            [r"unknown key a\rb (from FORKD_A\rB)", r"unknown key a\nb", r"unknown key x\r in section [limits]"]
+        );
     }
 
     #[test]

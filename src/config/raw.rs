@@ -1,7 +1,9 @@
 //! The configuration file as written: [`RawConfig`] mirrors the TOML of CONTRACT §2 key for key,
 //! with the contract's defaults, plus a `[debug]` section of our own. Every option is defined
 //! here exactly once, with its doc and its default; the default, serialized, is also the
-//! authority on which keys exist and what type each has (see `check_keys`).
+//! authority on which keys exist and what type each has (see `check_keys`), and the doc is also
+//! the comment `forkd print-config` and `forkd.example.toml` show for the key (see [`Doc`]).
+//! An unknown key or section is reported with the closest known name (`suggest.rs`).
 //!
 //! This file must not validate values or resolve types (that is `validate.rs`), and must not
 //! read files or the environment.
@@ -9,22 +11,77 @@
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
-/// Defines one section: the struct with its documented fields and its `Default`.
-/// Integers are `i64` (TOML's own integer) so that a negative or huge value reaches
+/// One key of the file as [`Documented::DOCS`] lists it, in declaration order: its name, its doc
+/// comment (one string, a line break after each doc line), the keys of the section it opens
+/// (empty for a plain key), and, for an optional key whose default `""` means "unset", an example
+/// value (`print-config` then writes the key commented out with it).
+#[derive(Debug)]
+pub struct Doc {
+    /// The key as written in the file.
+    pub name: &'static str,
+    /// The doc comment: each line followed by `\n`, each starting with the space after `///`.
+    pub doc: &'static str,
+    /// A section's own keys; empty for a plain key.
+    pub fields: &'static [Doc],
+    /// An example value for an optional key whose default `""` means "not set".
+    pub example: Option<&'static str>,
+}
+
+/// The keys a value type has as a section: a section's `DOCS`, none for a plain value.
+pub trait Documented {
+    /// The keys, in declaration order.
+    const DOCS: &'static [Doc] = &[];
+}
+
+impl Documented for String {}
+impl Documented for i64 {}
+impl Documented for bool {}
+impl Documented for Vec<String> {}
+
+/// `Some(example)` when one is given, else `None`.
+macro_rules! example {
+    () => {
+        None
+    };
+    ($e:literal) => {
+        Some($e)
+    };
+}
+
+/// Defines one section: the struct with its documented fields, its `Default`, and its [`Doc`]
+/// list. Integers are `i64` (TOML's own integer) so that a negative or huge value reaches
 /// validation and is reported there with its key, rather than failing deserialization.
+///
+/// A key is `name: type = default,`. An optional setting (a path, a URL) has the default `""`
+/// ("not set") and an example: `name: String = ""; example "/some/path",`; `print-config` and
+/// `forkd.example.toml` show it commented out with that example until it is set.
 macro_rules! section {
-    ($(#[$doc:meta])* $name:ident { $($(#[$fdoc:meta])* $field:ident: $ty:ty = $default:expr,)* }) => {
-        $(#[$doc])*
+    (
+        $(#[doc = $doc:literal])*
+        $name:ident {
+            $($(#[doc = $fdoc:literal])* $field:ident: $ty:ty = $default:expr $(; example $example:literal)?,)*
+        }
+    ) => {
+        $(#[doc = $doc])*
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[serde(deny_unknown_fields, default)]
         pub struct $name {
-            $($(#[$fdoc])* pub $field: $ty,)*
+            $($(#[doc = $fdoc])* pub $field: $ty,)*
         }
 
         impl Default for $name {
             fn default() -> Self {
                 Self { $($field: $default.into(),)* }
             }
+        }
+
+        impl Documented for $name {
+            const DOCS: &'static [Doc] = &[$(Doc {
+                name: stringify!($field),
+                doc: concat!($($fdoc, "\n",)*),
+                fields: <$ty as Documented>::DOCS,
+                example: example!($($example)?),
+            },)*];
         }
     };
 }
@@ -49,33 +106,35 @@ section! {
         log_format: String = "text",
         /// `true`: the CSP goes out as `Content-Security-Policy-Report-Only`.
         csp_report_only: bool = false,
-        /// `[limits]`: request size and time limits.
+        // Further top-level keys go here, before the sections (e.g. an optional path:
+        // `pid_file: String = ""; example "/run/forkd/forkd.pid",`).
+        /// Request size and time limits.
         limits: Limits = Limits::default(),
-        /// `[db]`: the SQLite database.
+        /// The SQLite database.
         db: Db = Db::default(),
-        /// `[io]`: the per-worker thread pool.
+        /// The per-worker thread pool.
         io: Io = Io::default(),
-        /// `[auth]`: tokens and password hashing.
+        /// Tokens and password hashing.
         auth: Auth = Auth::default(),
-        /// `[rate_limit]`: per-address request limits shared by all workers.
+        /// Per-address request limits shared by all workers.
         rate_limit: RateLimit = RateLimit::default(),
-        /// `[cors]`: cross-origin allow-list.
+        /// Cross-origin allow-list.
         cors: Cors = Cors::default(),
-        /// `[redirect]`: hosts `/redirect?url=` may send clients to.
+        /// Hosts `/redirect?url=` may send clients to.
         redirect: Redirect = Redirect::default(),
-        /// `[sse]`: server-sent events.
+        /// Server-sent events.
         sse: Sse = Sse::default(),
-        /// `[download]`: the file download directory.
+        /// The file download directory.
         download: Download = Download::default(),
-        /// `[upstreams]`: the services behind `/api/homepage`.
+        /// The services behind `/api/homepage` (base URLs; none set: built-in demo upstreams).
         upstreams: Upstreams = Upstreams::default(),
-        /// `[chat]`: the streaming chat endpoint behind `/api/chat`.
+        /// The streaming chat endpoint behind `/api/chat`.
         chat: Chat = Chat::default(),
-        /// `[websocket]`: WebSocket options.
+        /// WebSocket options.
         websocket: WebSocket = WebSocket::default(),
-        /// `[supervisor]`: worker health checks.
+        /// Worker health checks.
         supervisor: Supervisor = Supervisor::default(),
-        /// `[debug]`: test-only switches (not in the contract); refused in production.
+        /// Test-only switches; refused in production.
         debug: Debug = Debug::default(),
     }
 }
@@ -121,9 +180,9 @@ section! {
     Auth {
         /// HS256 signing secret, at least 32 bytes; or set `jwt_secret_file`. Production refuses
         /// to start without one; development generates one.
-        jwt_secret: String = "",
+        jwt_secret: String = ""; example "<44 characters from forkd gen-secret>",
         /// File holding the signing secret (alternative to `jwt_secret`).
-        jwt_secret_file: String = "",
+        jwt_secret_file: String = ""; example "/etc/forkd/jwt_secret",
         /// Token issuer (`iss`).
         issuer: String = "forkd",
         /// Token audience (`aud`).
@@ -194,12 +253,12 @@ section! {
 section! {
     /// `[upstreams]`: base URLs; empty = the built-in demo upstream.
     Upstreams {
-        /// Users service base URL.
-        users: String = "",
-        /// Orders service base URL.
-        orders: String = "",
-        /// Recommendations service base URL.
-        recommendations: String = "",
+        /// Users service base URL; not set: the built-in demo.
+        users: String = ""; example "http://users.internal:9000",
+        /// Orders service base URL; not set: the built-in demo.
+        orders: String = ""; example "http://orders.internal:9000",
+        /// Recommendations service base URL; not set: the built-in demo.
+        recommendations: String = ""; example "http://recommendations.internal:9000",
         /// Per-call timeout in ms.
         timeout_ms: i64 = 3_000,
         /// Cache lifetime of upstream answers in seconds.
@@ -212,10 +271,10 @@ section! {
 section! {
     /// `[chat]`
     Chat {
-        /// OpenAI-compatible streaming chat endpoint URL; empty = the built-in echo.
-        upstream: String = "",
+        /// OpenAI-compatible streaming chat endpoint URL; not set: the built-in echo.
+        upstream: String = ""; example "http://127.0.0.1:11434/v1/chat/completions",
         /// Model name sent upstream.
-        model: String = "",
+        model: String = ""; example "llama3.2",
         /// Delay between echoed chunks in ms.
         echo_delay_ms: i64 = 20,
     }
@@ -246,7 +305,7 @@ section! {
 }
 
 section! {
-    /// `[debug]` (not in the contract)
+    /// `[debug]`: test-only switches (not in the contract).
     Debug {
         /// Enable the test-only routes `/_debug/*`; refused in production.
         routes: bool = false,
@@ -261,18 +320,25 @@ pub(super) fn default_table() -> Table {
     }
 }
 
-/// Reports every key of `table` that `defaults` lacks (`unknown key a.b`) or whose value has
-/// the wrong type, by its dotted path, and removes it, so the rest can still be
-/// deserialized and validated and every problem is reported in one run.
-pub(super) fn check_keys(table: &mut Table, defaults: &Table, prefix: &str, errors: &mut Vec<String>) {
+/// Reports every key of `table` that `defaults` lacks (`unknown key lisen; did you mean
+/// \`listen\`?`, `unknown key x in section [limits]`, `unknown section [limts]`) or whose value has
+/// the wrong type, and removes it, so the rest can still be deserialized and validated and every
+/// problem is reported in one run.
+pub(super) fn check_keys(table: &mut Table, defaults: &Table, errors: &mut Vec<String>) {
+    check_table(table, defaults, defaults, "", errors);
+}
+
+/// [`check_keys`] for the table at dotted `section` (`""`: the top level); `root` is the whole
+/// default table, for "it belongs in section [x]".
+fn check_table(table: &mut Table, defaults: &Table, root: &Table, section: &str, errors: &mut Vec<String>) {
     table.retain(|key, value| {
-        let path = if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") };
+        let path = if section.is_empty() { key.to_string() } else { format!("{section}.{key}") };
         let Some(default) = defaults.get(key) else {
-            errors.push(format!("unknown key {}", path.escape_debug())); // a quoted key may hold a newline
+            errors.push(unknown(key, value, defaults, root, section));
             return false;
         };
         if let (Value::Table(defaults), Value::Table(table)) = (default, &mut *value) {
-            check_keys(table, defaults, &path, errors);
+            check_table(table, defaults, root, &path, errors);
             return true;
         }
         let ok = match (default, &*value) {
@@ -285,6 +351,50 @@ pub(super) fn check_keys(table: &mut Table, defaults: &Table, prefix: &str, erro
         }
         ok
     });
+}
+
+/// The problem line for `key`, unknown in the table `defaults` at dotted `section`: a section
+/// when its value is a table, with the closest known name of its kind when there is one.
+fn unknown(key: &str, value: &Value, defaults: &Table, root: &Table, section: &str) -> String {
+    let shown = key.escape_debug(); // a quoted key may hold a line break
+    let is_section = |v: &Value| match v {
+        Value::Table(_) => true,
+        Value::Array(items) => !items.is_empty() && items.iter().all(Value::is_table),
+        _ => false,
+    };
+    let named = |want: bool| defaults.iter().filter(move |(_, v)| is_section(v) == want).map(|(k, _)| k.as_str());
+    if is_section(value) {
+        let path = if section.is_empty() { shown.to_string() } else { format!("{section}.{shown}") };
+        let mut line = format!("unknown section [{path}]");
+        if let Some(close) = super::suggest::closest(key, named(true)) {
+            let close = if section.is_empty() { close.to_string() } else { format!("{section}.{close}") };
+            line.push_str(&format!("; did you mean `[{close}]`?"));
+        }
+        return line;
+    }
+    let mut line = match section {
+        "" => format!("unknown key {shown}"),
+        _ => format!("unknown key {shown} in section [{section}]"),
+    };
+    if let Some(close) = super::suggest::closest(key, named(false)) {
+        line.push_str(&format!("; did you mean `{close}`?"));
+    } else if let Some(home) = home_of(key, root) {
+        line.push_str(&match home {
+            "" => " (it is a top-level key: put it before the first [section])".to_string(),
+            home => format!(" (it belongs in section [{home}])"),
+        });
+    }
+    line
+}
+
+/// The section that has a plain key named `key` (`""`: the top level), if one does.
+fn home_of<'a>(key: &str, root: &'a Table) -> Option<&'a str> {
+    if root.get(key).is_some_and(|v| !v.is_table()) {
+        return Some("");
+    }
+    root.iter()
+        .find(|(_, v)| v.as_table().is_some_and(|t| t.get(key).is_some_and(|v| !v.is_table())))
+        .map(|(k, _)| k.as_str())
 }
 
 /// What a key whose default is `default` accepts, for messages. Arrays are arrays of strings.

@@ -71,3 +71,33 @@ pub fn another(first: &TcpListener) -> io::Result<TcpListener> {
     let addr = first.local_addr()?;
     bind(addr).or_else(|_| first.try_clone())
 }
+
+/// The URL to open in a browser for a service listening on `addr`: a wildcard address
+/// (`0.0.0.0`, `::`) becomes the loopback address of its family, which reaches it from the
+/// same machine; an IPv6 host is bracketed. `http://127.0.0.1:8080/` for the default.
+pub fn url(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) if a.ip().is_unspecified() => format!("http://127.0.0.1:{}/", a.port()),
+        SocketAddr::V4(a) => format!("http://{a}/"),
+        SocketAddr::V6(a) if a.ip().is_unspecified() => format!("http://[::1]:{}/", a.port()),
+        SocketAddr::V6(a) => format!("http://[{}]:{}/", a.ip(), a.port()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_to_open_for_a_listen_address() {
+        let url = |s: &str| url(s.parse().expect("literal"));
+        assert_eq!(url("127.0.0.1:8080"), "http://127.0.0.1:8080/");
+        assert_eq!(url("0.0.0.0:80"), "http://127.0.0.1:80/");
+        assert_eq!(url("192.0.2.7:8443"), "http://192.0.2.7:8443/");
+        assert_eq!(url("[::]:8080"), "http://[::1]:8080/");
+        assert_eq!(url("[::1]:8080"), "http://[::1]:8080/");
+        assert_eq!(url("[2001:db8::1]:9000"), "http://[2001:db8::1]:9000/");
+        // A scope id would need %25 in a URL; it is left out, as browsers do not take one.
+        assert_eq!(url("[fe80::1%2]:8080"), "http://[fe80::1]:8080/");
+    }
+}

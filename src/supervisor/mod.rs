@@ -9,6 +9,7 @@
 //! is safe; per-process resources (poll, pool, database) are made by each
 //! worker after fork.
 
+mod dirs;
 mod listen;
 mod notify;
 mod table;
@@ -144,6 +145,7 @@ impl Supervisor {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("signing secret: {e}")))?;
         crate::store::Store::migrate(&config.db.path)
             .map_err(|e| io::Error::other(format!("database {}: {e}", config.db.path.display())))?;
+        dirs::prepare_download_dir(&config.download.dir);
         // SQLite's caches are freed with its connection; give the pages back so
         // the supervisor (and every worker forked from it) starts small.
         sys::trim_heap();
@@ -193,8 +195,9 @@ impl Supervisor {
         let notifier = Notifier::from_env();
         let now = Instant::now();
         log::info!(
-            "forkd {} starting: {} worker(s) on {} ({:?})",
+            "forkd {} starting: supervisor pid {}, {} worker(s) on {} ({:?})",
             env!("CARGO_PKG_VERSION"),
+            std::process::id(),
             config.workers,
             config.listen,
             config.environment
@@ -347,6 +350,9 @@ impl Supervisor {
         if let Err(e) = crate::store::Store::migrate(&new.db.path) {
             log::error!("SIGHUP: reload refused: database {}: {e}", new.db.path.display());
             return;
+        }
+        if new.download.dir != self.config.download.dir {
+            dirs::prepare_download_dir(&new.download.dir);
         }
         sys::trim_heap();
         if new.upstreams.cache_entries != self.config.upstreams.cache_entries {
@@ -806,7 +812,12 @@ impl Supervisor {
         if all {
             self.ready = true;
             let addr = self.slots.first().and_then(|s| s.listener.local_addr().ok()).unwrap_or(self.config.listen);
-            log::info!("ready: {} worker(s) listening on {addr}", self.slots.len());
+            log::info!(
+                "ready: {} worker(s) listening on {addr}, supervisor pid {}: open {}",
+                self.slots.len(),
+                std::process::id(),
+                listen::url(addr)
+            );
             if let Some(mut pipe) = self.upgraded_from.take() {
                 // The old supervisor drains once it reads this (and tells systemd our pid).
                 if let Err(e) = std::io::Write::write_all(&mut pipe, b"READY\n") {

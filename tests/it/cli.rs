@@ -196,3 +196,156 @@ fn config_file_from_forkd_config_env() {
     let out = run_forkd(d.path(), &["check-config"], &[("FORKD_CONFIG", cfg.to_str().unwrap())]);
     assert_eq!(out.code(), Some(2), "check-config must read $FORKD_CONFIG (which has an unknown key): {out:?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// check-config: unknown sections, keys and variables, with "did you mean"
+// ---------------------------------------------------------------------------------------
+
+/// The `forkd: config: ` lines of stderr, without that prefix.
+fn problems(out: &CliOutput) -> Vec<String> {
+    out.stderr.lines().filter_map(|l| l.strip_prefix("forkd: config: ")).map(str::to_string).collect()
+}
+
+#[test]
+fn check_config_names_an_unknown_section_as_a_section() {
+    let d = tmp();
+    let cfg = write_config(&d, "[typo]\nx = 1\n\n[limts]\nmax_header_bytes = 2048");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert_eq!(
+        problems(&out),
+        ["unknown section [limts]; did you mean `[limits]`?", "unknown section [typo]"],
+        "{out:?}"
+    );
+}
+
+#[test]
+fn check_config_names_key_and_section_and_suggests_the_close_key() {
+    let d = tmp();
+    let cfg = write_config(&d, "lisen = \"127.0.0.1:1\"\n\n[limits]\nmax_heder_bytes = 2048\nfrobnicate = 1");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert_eq!(
+        problems(&out),
+        [
+            "unknown key frobnicate in section [limits]",
+            "unknown key max_heder_bytes in section [limits]; did you mean `max_header_bytes`?",
+            "unknown key lisen; did you mean `listen`?",
+        ],
+        "{out:?}"
+    );
+}
+
+#[test]
+fn check_config_suggests_the_close_variable() {
+    let d = tmp();
+    let cfg = write_config(&d, "");
+    let env = [("FORKD_RATE_LIMIT_MAX", "10"), ("FORKD_LIMITS__MAX_HEDER_BYTES", "2048"), ("FORKD_ZZZ", "1")];
+    let out = check_config(&d, &cfg, &env);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    let mut found = problems(&out);
+    found.sort(); // the environment's order is the OS's
+    assert_eq!(
+        found,
+        [
+            "unknown key max_heder_bytes in section [limits] (from FORKD_LIMITS__MAX_HEDER_BYTES); \
+             did you mean `FORKD_LIMITS__MAX_HEADER_BYTES`?",
+            "unknown key rate_limit_max (from FORKD_RATE_LIMIT_MAX); did you mean `FORKD_RATE_LIMIT__MAX`?",
+            "unknown key zzz (from FORKD_ZZZ)",
+        ],
+        "{out:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// print-config and forkd.example.toml
+// ---------------------------------------------------------------------------------------
+
+fn example_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("forkd.example.toml")
+}
+
+/// The output without its header (the `#` lines before the first blank line): the keys.
+fn body(text: &str) -> &str {
+    text.split_once("\n\n").map_or("", |(_, rest)| rest)
+}
+
+fn parse(text: &str) -> toml::Table {
+    text.parse().unwrap_or_else(|e| panic!("print-config output is not TOML: {e}\n{text}"))
+}
+
+#[test]
+fn print_config_with_no_config_is_the_example_file() {
+    let d = tmp();
+    let out = run_forkd(d.path(), &["print-config"], &[]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let example = fs::read_to_string(example_path()).unwrap();
+    assert!(out.stdout == example, "print-config with no config must print forkd.example.toml exactly:\n{out:?}");
+}
+
+#[test]
+fn print_config_of_the_example_equals_print_config_of_nothing() {
+    let d = tmp();
+    let nothing = run_forkd(d.path(), &["print-config"], &[]);
+    let example = run_forkd(d.path(), &["print-config", "--config", example_path().to_str().unwrap()], &[]);
+    assert_eq!((nothing.code(), example.code()), (Some(0), Some(0)), "{nothing:?}\n{example:?}");
+    assert!(!body(&nothing.stdout).is_empty(), "{nothing:?}");
+    assert_eq!(body(&example.stdout), body(&nothing.stdout), "the example file must give the defaults");
+    assert!(example.stdout.starts_with("# forkd configuration in effect"), "{example:?}");
+    assert!(example.stdout.contains("forkd.example.toml"), "the header names the file: {example:?}");
+}
+
+#[test]
+fn print_config_shows_file_and_variables_reads_back_and_hides_the_secret() {
+    let d = tmp();
+    let secret = "s3cr3t-".repeat(8);
+    let cfg = write_config(
+        &d,
+        "workers = 3\n\n[limits]\nmax_header_bytes = 4096\n\n[cors]\norigins = [\"https://a.example\"]",
+    );
+    let env = [("FORKD_RATE_LIMIT__MAX", "7"), ("FORKD_AUTH__JWT_SECRET", secret.as_str())];
+    let out = run_forkd(d.path(), &["print-config", "--config", cfg.to_str().unwrap()], &env);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(!out.stdout.contains(&secret) && !out.stderr.contains(&secret), "the secret was printed: {out:?}");
+    for line in [
+        "workers = 3",
+        "max_header_bytes = 4096",
+        "origins = [\"https://a.example\"]",
+        "max = 7  # from FORKD_RATE_LIMIT__MAX",
+        "# jwt_secret = (set, from FORKD_AUTH__JWT_SECRET; not shown)",
+    ] {
+        assert!(out.stdout.lines().any(|l| l == line), "no line {line:?} in\n{out:?}");
+    }
+    // forkd reads it back: the same values, the secret aside.
+    let printed = d.path().join("printed.toml");
+    fs::write(&printed, &out.stdout).unwrap();
+    let check = check_config(&d, &printed, &[]);
+    assert_eq!(check.code(), Some(0), "print-config's output must validate: {check:?}");
+    let again = run_forkd(d.path(), &["print-config", "--config", printed.to_str().unwrap()], &[]);
+    assert_eq!(again.code(), Some(0), "{again:?}");
+    assert_eq!(parse(&again.stdout), parse(&out.stdout));
+    let table = parse(&out.stdout);
+    assert_eq!(table["rate_limit"]["max"].as_integer(), Some(7));
+    assert!(table["auth"].get("jwt_secret").is_none(), "the secret is a comment, not a key");
+}
+
+#[test]
+fn print_config_refuses_an_invalid_config_like_check_config() {
+    let d = tmp();
+    let cfg = write_config(&d, "workers = -1\n\n[limits]\nmax_heder_bytes = 1");
+    let out = run_forkd(d.path(), &["print-config", "--config", cfg.to_str().unwrap()], &[]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert_eq!(out.stdout, "", "nothing printed for an invalid config: {out:?}");
+    let check = check_config(&d, &cfg, &[]);
+    assert_eq!(out.stderr, check.stderr, "the same problems as check-config");
+    let bad = run_forkd(d.path(), &["print-config", "--nope"], &[]);
+    assert_eq!(bad.code(), Some(2), "{bad:?}");
+}
+
+#[test]
+fn help_lists_print_config() {
+    let d = tmp();
+    let out = run_forkd(d.path(), &["--help"], &[]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(out.stdout.contains("forkd print-config [--config FILE]"), "{out:?}");
+}

@@ -908,3 +908,53 @@ fn client_gone_mid_download_is_cleaned_up() {
         d.s.log_tail()
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The download directory at start
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn the_default_download_dir_is_created_at_start() {
+    // The harness leaves `download.dir` at its default, `./data/files`, relative to the
+    // server's working directory (its temp dir).
+    let s = Server::start("");
+    let files = s.dir().join("data/files");
+    assert!(files.is_dir(), "{} was not created at start; log:\n{}", files.display(), s.log_tail());
+    s.wait_log_line(Duration::from_secs(5), |l| l.contains("created download.dir ./data/files"));
+    fs::write(files.join("hello.txt"), b"hello").unwrap();
+    let r = s.get("/download/hello.txt");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]), "{r:?}");
+}
+
+#[test]
+fn a_missing_download_dir_is_created_with_its_parents() {
+    let tmp = tempfile::Builder::new().prefix("forkd-dl-").tempdir().unwrap();
+    let files = tmp.path().join("not/there/yet");
+    let s = Server::builder().set("download", &format!("dir = \"{}\"", files.display())).start();
+    assert!(files.is_dir(), "{} was not created at start; log:\n{}", files.display(), s.log_tail());
+    fs::write(files.join("default"), b"the default file").unwrap();
+    let r = s.get("/download");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"the default file"[..]), "{r:?}");
+}
+
+#[test]
+fn a_download_dir_that_cannot_be_created_is_logged_once_with_its_path() {
+    let tmp = tempfile::Builder::new().prefix("forkd-dl-").tempdir().unwrap();
+    // A regular file where a parent directory should be: creating the directory fails.
+    fs::write(tmp.path().join("plain-file"), b"x").unwrap();
+    let files = tmp.path().join("plain-file/files");
+    let s = Server::builder().set("download", &format!("dir = \"{}\"", files.display())).start();
+    let line = s.wait_log_line(Duration::from_secs(5), |l| l.contains("download.dir"));
+    assert!(
+        line.contains(&files.display().to_string()) && line.contains("cannot be created") && line.contains("WARN"),
+        "the warning must name the directory: {line}"
+    );
+    for _ in 0..3 {
+        let r = s.get("/download/x");
+        assert_json_error(&r, 404, Some("NOT_FOUND"), "a download from a missing directory");
+    }
+    s.assert_healthy();
+    let logs = s.logs();
+    let warnings = logs.lines().filter(|l| l.contains("download.dir")).count();
+    assert_eq!(warnings, 1, "logged once, at start, not per request:\n{logs}");
+}

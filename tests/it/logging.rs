@@ -149,3 +149,22 @@ fn access_log_keeps_method_and_path_of_a_request_rejected_mid_body() {
     let line = server.wait_log_line(LOG_WAIT, |l| l.contains(" 400 "));
     assert!(line.contains("POST /_debug/echo 400"), "method and path missing from:\n{line}");
 }
+
+#[test]
+fn start_up_logs_the_supervisor_pid_and_the_url_to_open() {
+    let server = Server::start("");
+    let pid = server.pid();
+    let starting = server.wait_log_line(LOG_WAIT, |l| l.contains("starting: "));
+    assert!(
+        starting.contains(&format!("supervisor pid {pid},")),
+        "the start line must name the supervisor pid {pid}: {starting}"
+    );
+    let ready = server.wait_log_line(LOG_WAIT, |l| l.contains("ready: "));
+    let url = format!("http://127.0.0.1:{}/", server.addr().port());
+    assert!(
+        ready.contains(&format!("supervisor pid {pid}:")),
+        "the ready line must name the supervisor pid {pid}: {ready}"
+    );
+    assert!(ready.ends_with(&format!("open {url}")), "the ready line must end with the URL to open, {url}: {ready}");
+    assert_eq!(server.get("/").status, 200, "the URL logged is the page");
+}

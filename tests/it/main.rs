@@ -11,6 +11,7 @@ mod endpoints;
 mod flow;
 mod headers;
 mod http1;
+mod install;
 mod limits;
 mod logging;
 mod process;
