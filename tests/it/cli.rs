@@ -196,3 +196,31 @@ fn config_file_from_forkd_config_env() {
     let out = run_forkd(d.path(), &["check-config"], &[("FORKD_CONFIG", cfg.to_str().unwrap())]);
     assert_eq!(out.code(), Some(2), "check-config must read $FORKD_CONFIG (which has an unknown key): {out:?}");
 }
+
+#[test]
+fn user_help_prints_the_usage_and_exits_zero() {
+    let d = tmp();
+    for args in [&["user", "--help"][..], &["user", "-h"], &["user", "create", "--help"], &["user", "create", "-h"]] {
+        let out = run_forkd(d.path(), args, &[]);
+        assert_eq!(out.code(), Some(0), "forkd {args:?}: {out:?}");
+        assert!(
+            out.stdout.contains("forkd user create --email E --name N"),
+            "forkd {args:?} prints the usage: {out:?}"
+        );
+        assert!(out.stdout.contains("--password-stdin"), "forkd {args:?}: {out:?}");
+    }
+    // `create --help` reads no password and touches no database.
+    assert!(!d.path().join("data").exists(), "--help must not create the database");
+}
+
+#[test]
+fn user_without_or_with_an_unknown_subcommand_exits_two_with_the_usage() {
+    let d = tmp();
+    for (args, says) in [(&["user"][..], "subcommand is needed"), (&["user", "delete"], "unknown subcommand `delete`")]
+    {
+        let out = run_forkd(d.path(), args, &[]);
+        assert_eq!(out.code(), Some(2), "forkd {args:?}: {out:?}");
+        assert!(out.stderr.contains(says), "forkd {args:?} must say {says:?}: {out:?}");
+        assert!(out.stderr.contains("forkd user create"), "forkd {args:?} prints the usage: {out:?}");
+    }
+}
