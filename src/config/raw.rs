@@ -49,6 +49,9 @@ section! {
         log_format: String = "text",
         /// `true`: the CSP goes out as `Content-Security-Policy-Report-Only`.
         csp_report_only: bool = false,
+        /// The file the supervisor writes its pid to (atomically) at start and removes on a
+        /// clean exit; empty = none. A binary upgrade's new supervisor rewrites it.
+        pid_file: String = "",
         /// `[limits]`: request size and time limits.
         limits: Limits = Limits::default(),
         /// `[db]`: the SQLite database.

@@ -29,6 +29,26 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     Ok(s.into())
 }
 
+/// Fail with [`io::ErrorKind::AddrInUse`] when another socket already
+/// listens on `addr` (another service, or another forkd).
+///
+/// `SO_REUSEPORT` lets any socket of the same user with the option join the
+/// port's group: a second forkd would bind its listeners without an error
+/// and take a share of the traffic. So, before binding its own, the
+/// supervisor binds a probe socket without `SO_REUSEPORT`, which the kernel
+/// refuses while anything listens on the address. (`SO_REUSEADDR` on the
+/// probe lets connections of an earlier run in `TIME_WAIT` pass.) Port 0 is
+/// always free. Not for sockets handed over by systemd or an upgrade: those
+/// are meant to be shared.
+pub fn ensure_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    probe.set_reuse_address(true)?;
+    probe.bind(&addr.into())
+}
+
 /// `LISTEN_FDNAMES` name of the pipe on which a new supervisor tells the old
 /// one, during a binary upgrade, that it serves.
 pub const UPGRADE_FD_NAME: &str = "forkd-upgrade";

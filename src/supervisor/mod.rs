@@ -11,6 +11,7 @@
 
 mod listen;
 mod notify;
+mod pidfile;
 mod table;
 
 use std::io;
@@ -119,9 +120,28 @@ const UPGRADE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Poll token of the upgrade pipe.
 const UPGRADE: Token = Token(usize::MAX);
 
+/// Why the supervisor cannot listen on `addr`; an address in use is a
+/// start-up refusal (exit 2), like a bad configuration.
+fn listen_error(addr: std::net::SocketAddr, e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::AddrInUse {
+        return io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cannot listen on {addr}: address already in use (another process, perhaps another forkd, listens on it)"),
+        );
+    }
+    io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
+}
+
 /// Run the supervisor until the service stops; returns the exit code.
 pub fn run(config: Config, source: crate::config::Source) -> i32 {
-    match Supervisor::start(config, source).and_then(|mut s| s.cycle()) {
+    let run = Supervisor::start(config, source).and_then(|mut s| {
+        let code = s.cycle();
+        if let Some(path) = &s.config.pid_file {
+            pidfile::remove_if_ours(path, std::process::id());
+        }
+        code
+    });
+    match run {
         Ok(code) => code,
         Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
             log::error!("{e}");
@@ -139,6 +159,11 @@ impl Supervisor {
         // First, before anything opens a descriptor: what systemd or an upgrading
         // supervisor handed over from fd 3.
         let inherited = listen::inherited();
+        // A port another process (another forkd included) listens on is
+        // refused before anything else starts: SO_REUSEPORT would share it.
+        if inherited.listeners.is_empty() {
+            listen::ensure_free(config.listen).map_err(|e| listen_error(config.listen, e))?;
+        }
         // Shared by every worker: resolved (or, in development, generated) once, before fork.
         let secret = crate::auth::secret::resolve(&config.auth, config.is_development())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("signing secret: {e}")))?;
@@ -176,8 +201,15 @@ impl Supervisor {
                 Some(first) => listen::another(&first.listener),
                 None => listen::bind(config.listen),
             }
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen)))?;
+            .map_err(|e| listen_error(config.listen, e))?;
             slots.push(slot(listener));
+        }
+        // Once the address is ours (a second instance must not overwrite the
+        // first one's file). After an upgrade, once this one serves (`check_ready`).
+        if let (Some(path), None) = (&config.pid_file, &inherited.upgrade) {
+            pidfile::write(path, std::process::id()).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("pid_file {}: {e}", path.display()))
+            })?;
         }
         let signals = SignalSet::install(&[
             libc::SIGCHLD,
@@ -353,6 +385,17 @@ impl Supervisor {
             log::warn!("SIGHUP: upstreams.cache_entries applies to the workers' caches; the shared cache keeps its size until a restart");
         }
         self.notifier.send("RELOADING=1\nSTATUS=reloading the configuration");
+        if new.pid_file != self.config.pid_file {
+            let pid = std::process::id();
+            if let Some(path) = &new.pid_file {
+                if let Err(e) = pidfile::write(path, pid) {
+                    log::error!("SIGHUP: pid_file {}: {e}", path.display());
+                }
+            }
+            if let Some(old) = &self.config.pid_file {
+                pidfile::remove_if_ours(old, pid);
+            }
+        }
         let (old_n, new_n) = (self.slots.len(), new.workers);
         self.config = new;
         self.secret = secret;
@@ -808,6 +851,12 @@ impl Supervisor {
             let addr = self.slots.first().and_then(|s| s.listener.local_addr().ok()).unwrap_or(self.config.listen);
             log::info!("ready: {} worker(s) listening on {addr}", self.slots.len());
             if let Some(mut pipe) = self.upgraded_from.take() {
+                // This supervisor is now the one to signal; then the old one may exit.
+                if let Some(path) = &self.config.pid_file {
+                    if let Err(e) = pidfile::write(path, std::process::id()) {
+                        log::error!("pid_file {}: {e}", path.display());
+                    }
+                }
                 // The old supervisor drains once it reads this (and tells systemd our pid).
                 if let Err(e) = std::io::Write::write_all(&mut pipe, b"READY\n") {
                     log::warn!("upgrade: cannot tell the old supervisor we serve: {e}");

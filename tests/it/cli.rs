@@ -224,3 +224,17 @@ fn user_without_or_with_an_unknown_subcommand_exits_two_with_the_usage() {
         assert!(out.stderr.contains("forkd user create"), "forkd {args:?} prints the usage: {out:?}");
     }
 }
+
+#[test]
+fn check_config_validates_pid_file() {
+    let d = tmp();
+    let cfg = write_config(&d, "pid_file = \"/run/forkd/\"");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("pid_file = \"/run/forkd/\""), "names the key and value: {out:?}");
+    let cfg = write_config(&d, "pid_file = \"/run/forkd/forkd.pid\"");
+    assert_eq!(check_config(&d, &cfg, &[]).code(), Some(0));
+    let out = check_config(&d, &cfg, &[("FORKD_PID_FILE", ".")]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("FORKD_PID_FILE"), "{out:?}");
+}
