@@ -105,6 +105,25 @@ struct Handover {
     since: Instant,
 }
 
+/// Why the worker count changes: TTIN/TTOU (each step logged under the
+/// signal's name), or a reload (one line for the whole change, in `begin_reload`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    Signal,
+    Reload,
+}
+
+impl Cause {
+    /// The prefix of this cause's log lines; `signal` is TTIN or TTOU.
+    fn name(self, signal: i32) -> &'static str {
+        match (self, signal) {
+            (Cause::Reload, _) => "reload",
+            (Cause::Signal, libc::SIGTTIN) => "SIGTTIN",
+            (Cause::Signal, _) => "SIGTTOU",
+        }
+    }
+}
+
 /// How long a reload waits for one new worker to start serving.
 const RELOAD_START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -309,10 +328,10 @@ impl Supervisor {
                 self.begin_reload();
             }
             for _ in 0..self.signals.take(libc::SIGTTIN) {
-                self.add_slot();
+                self.add_slot(Cause::Signal);
             }
             for _ in 0..self.signals.take(libc::SIGTTOU) {
-                self.remove_slot();
+                self.remove_slot(Cause::Signal);
             }
             if self.signals.take(libc::SIGUSR1) > 0 {
                 log::info!("SIGUSR1: logs go to stderr; nothing to reopen");
@@ -396,16 +415,28 @@ impl Supervisor {
                 pidfile::remove_if_ours(old, pid);
             }
         }
-        let (old_n, new_n) = (self.slots.len(), new.workers);
+        let (old_n, new_n, configured) = (self.slots.len(), new.workers, self.config.workers);
         self.config = new;
         self.secret = secret;
         // Leaked: workers forked earlier still refer to the old set (a few hundred bytes per reload).
         self.endpoints = Box::leak(Box::new(endpoints));
+        // A reload applies the configured count: TTIN/TTOU changes since the
+        // start (or the last reload) are undone, and the log says so.
+        if old_n != new_n {
+            let why = match (new_n != configured, old_n != configured) {
+                (true, false) => format!("`workers` changed from {configured} to {new_n} in the configuration"),
+                (true, true) => format!(
+                    "`workers` changed from {configured} to {new_n} in the configuration; TTIN/TTOU adjustments are reset"
+                ),
+                (false, _) => "the configured count; TTIN/TTOU adjustments are reset".to_owned(),
+            };
+            log::info!("reload: workers {old_n} -> {new_n} ({why})");
+        }
         for _ in old_n..new_n {
-            self.add_slot();
+            self.add_slot(Cause::Reload);
         }
         for _ in new_n..old_n {
-            self.remove_slot();
+            self.remove_slot(Cause::Reload);
         }
         let keep = old_n.min(new_n);
         log::info!("SIGHUP: configuration reloaded; replacing {keep} worker(s) one by one");
@@ -727,7 +758,8 @@ impl Supervisor {
         }
     }
 
-    fn add_slot(&mut self) {
+    /// One slot more (its worker starts on the next loop turn).
+    fn add_slot(&mut self, cause: Cause) {
         let socket = match self.slots.first() {
             Some(first) => listen::another(&first.listener),
             None => listen::bind(self.config.listen),
@@ -735,15 +767,18 @@ impl Supervisor {
         match socket {
             Ok(listener) => {
                 self.slots.push(Slot { listener, fast_failures: 0, respawn_at: Some(Instant::now()) });
-                log::info!("SIGTTIN: {} worker(s)", self.slots.len());
+                if cause == Cause::Signal {
+                    log::info!("SIGTTIN: {} worker(s)", self.slots.len());
+                }
             }
-            Err(e) => log::error!("SIGTTIN: cannot open another socket: {e}"),
+            Err(e) => log::error!("{}: cannot open another socket: {e}", cause.name(libc::SIGTTIN)),
         }
     }
 
-    fn remove_slot(&mut self) {
+    /// One slot less: the last one's worker drains, its socket closes.
+    fn remove_slot(&mut self, cause: Cause) {
         if self.slots.len() <= 1 {
-            log::warn!("SIGTTOU: keeping the last worker");
+            log::warn!("{}: keeping the last worker", cause.name(libc::SIGTTOU));
             return;
         }
         let slot = self.slots.len() - 1;
@@ -752,7 +787,9 @@ impl Supervisor {
             self.drain(pid);
         }
         self.slots.pop();
-        log::info!("SIGTTOU: {} worker(s)", self.slots.len());
+        if cause == Cause::Signal {
+            log::info!("SIGTTOU: {} worker(s)", self.slots.len());
+        }
     }
 
     /// Replace workers over `worker_max_rss_mb`: the new one first, then the old one drains.
