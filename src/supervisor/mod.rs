@@ -223,6 +223,9 @@ impl Supervisor {
         // Captured now: after an upgrade replaced the file, /proc/self/exe names the old one.
         let exe = std::env::current_exe()?;
         let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        // Arguments read: their memory may now hold the title `ps` shows.
+        sys::title::init();
+        sys::title::set("forkd: supervisor");
         let activated = !inherited.listeners.is_empty();
         let mut slots: Vec<Slot> = Vec::new();
         let slot = |listener| Slot { listener, fast_failures: 0, respawn_at: Some(Instant::now()) };
@@ -648,6 +651,7 @@ impl Supervisor {
             Forked::Child => {
                 self.signals.uninstall();
                 sys::close_inherited_fds(&[fd, theirs.as_raw_fd()]);
+                sys::title::set(&format!("forkd: worker {slot}"));
                 if sys::die_with_parent(parent).is_err() {
                     std::process::exit(0);
                 }

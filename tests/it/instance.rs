@@ -117,3 +117,80 @@ fn a_pid_file_that_cannot_be_written_stops_start_up_with_exit_2() {
     assert_eq!(out.code(), Some(2), "{out:?}");
     assert!(out.stderr.contains("pid_file /nonexistent/forkd/forkd.pid"), "the error names the file: {out:?}");
 }
+
+/// `/proc/<pid>/cmdline` without its trailing NUL padding, and `/proc/<pid>/comm`.
+fn titles(pid: i32) -> (String, String) {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline = String::from_utf8_lossy(&cmdline).trim_end_matches('\0').to_string();
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end().to_string();
+    (cmdline, comm)
+}
+
+#[test]
+fn ps_shows_the_supervisor_and_each_worker_with_its_slot() {
+    let s = Server::builder().workers(2).start();
+    let workers = s.wait_workers(2, START_TIMEOUT);
+    assert_eq!(
+        titles(s.pid()),
+        ("forkd: supervisor".to_string(), "forkd: supervis".to_string()),
+        "the supervisor's cmdline and comm (15 bytes)"
+    );
+    let mut seen: Vec<(String, String)> = workers.iter().map(|w| titles(*w)).collect();
+    seen.sort();
+    let expected: Vec<(String, String)> =
+        (0..2).map(|i| (format!("forkd: worker {i}"), format!("forkd: worker {i}"))).collect();
+    assert_eq!(seen, expected, "the workers' cmdline and comm");
+    // A replacement worker takes its slot's title.
+    kill_pid(workers[0], Signal::SIGKILL);
+    assert!(eventually(Duration::from_secs(10), || {
+        let now = s.workers();
+        now.len() == 2 && !now.contains(&workers[0])
+    }));
+    let mut seen: Vec<String> = s.workers().iter().map(|w| titles(*w).0).collect();
+    seen.sort();
+    assert_eq!(seen, ["forkd: worker 0", "forkd: worker 1"], "after a respawn");
+    s.assert_healthy();
+}
+
+#[test]
+fn a_title_longer_than_the_arguments_is_shown_whole() {
+    // `forkd` run with no argument (configured through the environment): 6 bytes of
+    // arguments, the title takes the environment's room after them.
+    let dir = tempfile::Builder::new().prefix("forkd-title-").tempdir().unwrap();
+    let exe = dir.path().join("forkd");
+    std::os::unix::fs::symlink(bin(), &exe).unwrap();
+    let port = free_port();
+    let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
+    let mut cmd = std::process::Command::new("forkd");
+    cmd.env_clear()
+        .env("PATH", dir.path())
+        .env("FORKD_LISTEN", format!("127.0.0.1:{port}"))
+        .env("FORKD_WORKERS", "1")
+        .env("FORKD_DATA_DIR", dir.path().join("data"))
+        .env("RUST_LOG", "info")
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log);
+    let mut child = cmd.spawn().expect("spawn forkd from PATH");
+    let pid = child.id() as i32;
+    let _stop = StopOnDrop(pid);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let up = eventually(START_TIMEOUT, || {
+        std::net::TcpStream::connect(addr).is_ok() && worker_pids(pid).len() == 1 && get(addr, "/health").status == 200
+    });
+    let logs = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
+    assert!(up, "forkd did not serve:\n{logs}");
+    assert_eq!(titles(pid).0, "forkd: supervisor", "argv was only \"forkd\"");
+    assert_eq!(titles(worker_pids(pid)[0]).0, "forkd: worker 0");
+    // The environment still works after it was moved: the overrides applied, and a HUP
+    // (which reads the same FORKD_* variables again) keeps serving.
+    kill_pid(pid, Signal::SIGHUP);
+    let ok = eventually(Duration::from_secs(15), || {
+        std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default().contains("reload complete")
+    });
+    assert!(ok, "reload after the title was set");
+    assert_eq!(get(addr, "/health").status, 200);
+    kill_pid(pid, Signal::SIGTERM);
+    let _ = child.wait();
+}

@@ -159,10 +159,4 @@ fn usr2_in_development_keeps_the_generated_signing_secret() {
         assert_eq!(r.status, 200, "a token issued before USR2 must still verify: {r:?}\nlog:\n{}", s.log_tail());
     }
     assert!(s.logs().contains("development secret of the previous supervisor is kept"), "{}", s.log_tail());
-    // The secret never travels in the environment.
-    let environ = std::fs::read(format!("/proc/{new_pid}/environ")).unwrap_or_default();
-    assert!(
-        !String::from_utf8_lossy(&environ).contains("SECRET"),
-        "no secret variable in the new supervisor's environment"
-    );
 }
