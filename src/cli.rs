@@ -58,7 +58,7 @@ pub fn run(args: &[String]) -> i32 {
             },
             Err(code) => code,
         },
-        "user" if rest.first().map(String::as_str) == Some("create") => user_create(&rest[1..]),
+        "user" => user(rest),
         other => {
             eprintln!("forkd: unknown command `{other}`\n{USAGE}");
             EXIT_USAGE
@@ -135,6 +135,49 @@ fn gen_secret() -> i32 {
     rand::rngs::OsRng.fill_bytes(&mut key);
     println!("{}", base64::engine::general_purpose::STANDARD.encode(key));
     0
+}
+
+/// Usage of `forkd user`.
+const USER_USAGE: &str = "usage:
+  forkd user create --email E --name N [--age A] [--role user|admin] --password-stdin [--config FILE]
+
+Create a user directly in the database (to bootstrap an admin); works while the
+service runs. The password is read from standard input, less one trailing
+newline. Prints the new user as a JSON object; a duplicate e-mail exits 1, bad
+arguments exit 2.
+
+  --email E          the e-mail address (unique)
+  --name N           the display name
+  --age A            optional, 0 to 150
+  --role R           user (default) or admin
+  --password-stdin   read the password from standard input (required)
+  --config FILE      the configuration (its data_dir holds the database)";
+
+fn is_help(arg: Option<&String>) -> bool {
+    matches!(arg.map(String::as_str), Some("-h" | "--help" | "help"))
+}
+
+/// `forkd user ...`: `create`, or the usage (`--help`: exit 0; anything else: exit 2).
+fn user(args: &[String]) -> i32 {
+    match args.first().map(String::as_str) {
+        Some("create") if args[1..].iter().any(|a| a == "-h" || a == "--help") => {
+            println!("{USER_USAGE}");
+            0
+        }
+        Some("create") => user_create(&args[1..]),
+        _ if is_help(args.first()) => {
+            println!("{USER_USAGE}");
+            0
+        }
+        None => {
+            eprintln!("forkd: user: a subcommand is needed\n{USER_USAGE}");
+            EXIT_USAGE
+        }
+        Some(other) => {
+            eprintln!("forkd: user: unknown subcommand `{other}`\n{USER_USAGE}");
+            EXIT_USAGE
+        }
+    }
 }
 
 /// `forkd user create`: validate like the API, hash, insert, print the user.

@@ -53,8 +53,9 @@ pub enum Error {
     RequestTimeout,
     /// 413: the body is known to exceed its limit.
     PayloadTooLarge,
-    /// 415: a body that is not of the expected media type.
-    UnsupportedMediaType,
+    /// 415: a body that is not of the expected media type; the message
+    /// names the type(s) wanted (`Content-Type must be application/json`).
+    UnsupportedMediaType(&'static str),
     /// 416: a `Range` outside the resource.
     RangeNotSatisfiable,
     /// 417: an `Expect` other than `100-continue`.
@@ -93,7 +94,7 @@ impl Error {
             Error::MethodNotAllowed(_) => 405,
             Error::RequestTimeout => 408,
             Error::PayloadTooLarge => 413,
-            Error::UnsupportedMediaType => 415,
+            Error::UnsupportedMediaType(_) => 415,
             Error::RangeNotSatisfiable => 416,
             Error::ExpectationFailed => 417,
             Error::HeaderTooLarge => 431,
@@ -119,7 +120,7 @@ impl Error {
             Error::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             Error::RequestTimeout => "REQUEST_TIMEOUT",
             Error::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
-            Error::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Error::UnsupportedMediaType(_) => "UNSUPPORTED_MEDIA_TYPE",
             Error::RangeNotSatisfiable => "RANGE_NOT_SATISFIABLE",
             Error::ExpectationFailed => "EXPECTATION_FAILED",
             Error::HeaderTooLarge => "REQUEST_HEADER_FIELDS_TOO_LARGE",
@@ -134,7 +135,7 @@ impl Error {
         match self {
             Error::BadRequest(m) => m,
             Error::BadParams(_) => "invalid query parameters",
-            Error::Unauthorized(m) | Error::Forbidden(m) | Error::Conflict(m) => m,
+            Error::Unauthorized(m) | Error::Forbidden(m) | Error::Conflict(m) | Error::UnsupportedMediaType(m) => m,
             Error::NotFound => "resource not found",
             Error::PreconditionFailed => "precondition failed",
             Error::Validation(_) => "validation failed",
@@ -143,7 +144,6 @@ impl Error {
             Error::MethodNotAllowed(_) => "method not allowed",
             Error::RequestTimeout => "request timeout",
             Error::PayloadTooLarge => "payload too large",
-            Error::UnsupportedMediaType => "unsupported media type",
             Error::RangeNotSatisfiable => "range not satisfiable",
             Error::ExpectationFailed => "expectation failed",
             Error::HeaderTooLarge => "request header fields too large",

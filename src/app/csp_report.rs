@@ -71,7 +71,9 @@ pub fn check_media_type(content_type: Option<&[u8]>) -> Result<(), Error> {
     if MEDIA_TYPES.iter().any(|m| media.eq_ignore_ascii_case(m)) {
         Ok(())
     } else {
-        Err(Error::UnsupportedMediaType)
+        Err(Error::UnsupportedMediaType(
+            "Content-Type must be application/csp-report, application/reports+json or application/json",
+        ))
     }
 }
 

@@ -13,6 +13,7 @@ use crate::http::request::Request;
 use crate::http::response::Response;
 use crate::shm::ratelimit::{Decision, RateTable, Slot};
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Count this request if its route is limited; `Err(429)` when over.
 pub fn check(config: &Config, table: &RateTable, req: &Request<'_>) -> Result<Option<Decision>, Error> {
@@ -28,7 +29,32 @@ pub fn check(config: &Config, table: &RateTable, req: &Request<'_>) -> Result<Op
     if d.allowed {
         Ok(Some(d))
     } else {
+        if config.is_development() {
+            explain_once(&EXPLAINED_MAX, || {
+                format!(
+                    "rate limit: a client went over rate_limit.max = {} requests per {} s (429); \
+                     in development raise it with FORKD_RATE_LIMIT__MAX=<n> or turn limiting off with \
+                     FORKD_RATE_LIMIT__ENABLED=false (logged once per worker)",
+                    rl.max,
+                    rl.window.as_secs()
+                )
+            });
+        }
         Err(Error::TooManyRequests { retry_after: d.reset_secs, decision: Some(d) })
+    }
+}
+
+/// Whether this process already explained the request limit (development
+/// only). Per process: every worker logs its own first refusal.
+static EXPLAINED_MAX: AtomicBool = AtomicBool::new(false);
+/// The same for the login-failure limit.
+static EXPLAINED_LOGIN: AtomicBool = AtomicBool::new(false);
+
+/// Log `line()` at warn level the first time only: a developer who hits a
+/// limit learns which one and how to change it, without a line per 429.
+fn explain_once(done: &AtomicBool, line: impl FnOnce() -> String) {
+    if !done.swap(true, Ordering::Relaxed) {
+        log::warn!("{}", line());
     }
 }
 
@@ -94,6 +120,7 @@ pub struct LoginGuard {
     window_ms: u64,
     max: u64,
     enabled: bool,
+    development: bool,
 }
 
 impl LoginGuard {
@@ -105,6 +132,7 @@ impl LoginGuard {
             window_ms: rl.window.as_millis() as u64,
             max: rl.login_max_failures,
             enabled: rl.enabled,
+            development: config.is_development(),
         }
     }
 
@@ -116,7 +144,21 @@ impl LoginGuard {
         }
         match table.take(&self.key, crate::sys::monotonic_ms(), self.window_ms, self.max) {
             (_, Some(slot)) => Ok(LoginSlot { guard: self, table, slot: Some(slot) }),
-            (d, None) => Err(Error::TooManyRequests { retry_after: d.reset_secs, decision: None }),
+            (d, None) => {
+                if self.development {
+                    explain_once(&EXPLAINED_LOGIN, || {
+                        format!(
+                            "rate limit: a client went over rate_limit.login_max_failures = {} failed logins \
+                             per address and e-mail per {} s (429); in development raise it with \
+                             FORKD_RATE_LIMIT__LOGIN_MAX_FAILURES=<n> or turn limiting off with \
+                             FORKD_RATE_LIMIT__ENABLED=false (logged once per worker)",
+                            self.max,
+                            self.window_ms / 1000
+                        )
+                    });
+                }
+                Err(Error::TooManyRequests { retry_after: d.reset_secs, decision: None })
+            }
         }
     }
 }

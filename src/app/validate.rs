@@ -23,7 +23,7 @@ pub fn json_body(content_type: Option<&[u8]>, body: &[u8]) -> Result<Map<String,
         media.eq_ignore_ascii_case(b"application/json")
     });
     if !json_type {
-        return Err(Error::UnsupportedMediaType);
+        return Err(Error::UnsupportedMediaType("Content-Type must be application/json"));
     }
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),

@@ -43,6 +43,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Send the CSP as `Content-Security-Policy-Report-Only`.
     pub csp_report_only: bool,
+    /// Where the supervisor keeps its pid (`pid_file`); `None`: nowhere.
+    pub pid_file: Option<PathBuf>,
     /// `[limits]`
     pub limits: Limits,
     /// `[db]`
@@ -564,6 +566,24 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
         };
         assert_eq!(config.supervisor, supervisor);
         assert!(!config.debug.routes && !config.csp_report_only);
+        assert_eq!(config.pid_file, None);
+    }
+
+    #[test]
+    fn pid_file_from_the_file_or_the_environment() {
+        let config = load_str("pid_file = \"/run/forkd/forkd.pid\"\n", &[]).expect("valid");
+        assert_eq!(config.pid_file.as_deref(), Some(Path::new("/run/forkd/forkd.pid")));
+        let config = load_str("pid_file = \"a.pid\"\n", &[("FORKD_PID_FILE", "run/b.pid")]).expect("valid");
+        assert_eq!(config.pid_file.as_deref(), Some(Path::new("run/b.pid")));
+        assert_eq!(load_str("pid_file = \"a.pid\"\n", &[("FORKD_PID_FILE", "")]).map(|c| c.pid_file), Ok(None));
+        for bad in ["/run/forkd/", "/run/..", ".", "a\\u0000b"] {
+            let found = problems(&format!("pid_file = \"{bad}\"\n"), &[]);
+            assert_eq!(found.len(), 1, "{bad}: {found:?}");
+            assert!(found[0].starts_with("pid_file = ") && found[0].contains("the path of a file"), "{found:?}");
+        }
+        let found = problems("", &[("FORKD_PID_FILE", "/tmp/")]);
+        assert!(found[0].ends_with("(from FORKD_PID_FILE)"), "{found:?}");
+        assert_eq!(problems("pid_file = 1\n", &[]).len(), 1);
     }
 
     #[test]

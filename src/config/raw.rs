@@ -106,8 +106,9 @@ section! {
         log_format: String = "text",
         /// `true`: the CSP goes out as `Content-Security-Policy-Report-Only`.
         csp_report_only: bool = false,
-        // Further top-level keys go here, before the sections (e.g. an optional path:
-        // `pid_file: String = ""; example "/run/forkd/forkd.pid",`).
+        /// The file the supervisor writes its pid to (atomically) at start and removes on a
+        /// clean exit; empty = none. A binary upgrade's new supervisor rewrites it.
+        pid_file: String = ""; example "/run/forkd/forkd.pid",
         /// Request size and time limits.
         limits: Limits = Limits::default(),
         /// The SQLite database.

@@ -72,6 +72,7 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
         shutdown_timeout: c.ms("shutdown_timeout_ms", raw.shutdown_timeout_ms, 0, 3_600_000),
         log_format: c.choice("log_format", &raw.log_format, &[("text", LogFormat::Text), ("json", LogFormat::Json)]),
         csp_report_only: raw.csp_report_only,
+        pid_file: c.pid_file("pid_file", &raw.pid_file),
         limits: Limits {
             json_body_bytes: c.range("limits.json_body_bytes", l.json_body_bytes, 1, 64 * MIB),
             max_header_bytes: c.range("limits.max_header_bytes", l.max_header_bytes, 1024, MIB),
@@ -225,6 +226,19 @@ impl Check<'_> {
             self.fail(key, format!("{v:?}"), "a bare host name (a.example: no scheme, port or path)");
         }
         lower
+    }
+
+    /// A path to a file, or `None` when empty: no NUL byte, and not a directory
+    /// (a trailing `/`, `.` or `..`).
+    fn pid_file(&mut self, key: &str, v: &str) -> Option<PathBuf> {
+        if v.is_empty() {
+            return None;
+        }
+        let path = PathBuf::from(v);
+        if v.contains('\0') || v.ends_with('/') || path.file_name().is_none() {
+            self.fail(key, format!("{v:?}"), "empty or the path of a file (/run/forkd/forkd.pid)");
+        }
+        Some(path)
     }
 
     /// An http(s) URL, or `None` when empty.

@@ -8,7 +8,8 @@
 //! Sockets can also arrive ready-made through `LISTEN_FDS`: from systemd
 //! (socket activation, `systemd/forkd.socket`) or from the previous
 //! supervisor during a binary upgrade (`SIGUSR2`), which also hands over a
-//! pipe named [`UPGRADE_FD_NAME`] to report readiness on.
+//! pipe named [`UPGRADE_FD_NAME`] to report readiness on and, in development,
+//! one named [`SECRET_FD_NAME`] with the generated signing secret.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -29,11 +30,37 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     Ok(s.into())
 }
 
+/// Fail with [`io::ErrorKind::AddrInUse`] when another socket already
+/// listens on `addr` (another service, or another forkd).
+///
+/// `SO_REUSEPORT` lets any socket of the same user with the option join the
+/// port's group: a second forkd would bind its listeners without an error
+/// and take a share of the traffic. So, before binding its own, the
+/// supervisor binds a probe socket without `SO_REUSEPORT`, which the kernel
+/// refuses while anything listens on the address. (`SO_REUSEADDR` on the
+/// probe lets connections of an earlier run in `TIME_WAIT` pass.) Port 0 is
+/// always free. Not for sockets handed over by systemd or an upgrade: those
+/// are meant to be shared.
+pub fn ensure_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    probe.set_reuse_address(true)?;
+    probe.bind(&addr.into())
+}
+
 /// `LISTEN_FDNAMES` name of the pipe on which a new supervisor tells the old
 /// one, during a binary upgrade, that it serves.
 pub const UPGRADE_FD_NAME: &str = "forkd-upgrade";
 /// `LISTEN_FDNAMES` name of a listening socket handed over by an upgrade.
 pub const LISTEN_FD_NAME: &str = "forkd";
+/// `LISTEN_FDNAMES` name of a pipe holding the development signing secret,
+/// handed over by an upgrade so that tokens survive it. The secret travels in
+/// a pipe, never in the environment (which `/proc/PID/environ` shows).
+pub const SECRET_FD_NAME: &str = "forkd-secret";
+/// The longest secret read from that pipe.
+const SECRET_MAX: u64 = 4096;
 
 /// What this process was handed at start.
 #[derive(Default)]
@@ -42,6 +69,8 @@ pub struct Inherited {
     pub listeners: Vec<TcpListener>,
     /// During a binary upgrade: the pipe to the old supervisor.
     pub upgrade: Option<std::fs::File>,
+    /// During a binary upgrade in development: the old supervisor's generated signing secret.
+    pub secret: Option<Vec<u8>>,
 }
 
 /// Take the descriptors passed through `LISTEN_FDS` (call once, at start).
@@ -50,6 +79,17 @@ pub fn inherited() -> Inherited {
     for (fd, name) in crate::sys::take_listen_fds() {
         if name == UPGRADE_FD_NAME {
             out.upgrade = Some(crate::sys::file_from_fd(fd));
+            continue;
+        }
+        if name == SECRET_FD_NAME {
+            let mut secret = Vec::new();
+            match std::io::Read::read_to_end(
+                &mut std::io::Read::take(crate::sys::file_from_fd(fd), SECRET_MAX),
+                &mut secret,
+            ) {
+                Ok(_) => out.secret = Some(secret),
+                Err(e) => log::warn!("LISTEN_FDS: cannot read the handed-over signing secret: {e}"),
+            }
             continue;
         }
         let l = crate::sys::listener_from_fd(fd);

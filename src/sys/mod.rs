@@ -1,12 +1,13 @@
 //! The operating-system boundary: the only module allowed to use `unsafe`.
 //!
 //! It owns fork, the shared anonymous mapping, signal registration, the
-//! parent-death signal, closing inherited descriptors after fork and reading
-//! another process's memory from `/proc`. Everything above it gets safe
+//! parent-death signal, process titles (`title`), closing inherited
+//! descriptors after fork and reading another process's memory from `/proc`. Everything above it gets safe
 //! functions with the obligations written in their docs. It must not know
 //! about HTTP, configuration or the process table.
 
 pub mod signals;
+pub mod title;
 
 use std::io;
 use std::os::fd::RawFd;

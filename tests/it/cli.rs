@@ -348,4 +348,44 @@ fn help_lists_print_config() {
     let out = run_forkd(d.path(), &["--help"], &[]);
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert!(out.stdout.contains("forkd print-config [--config FILE]"), "{out:?}");
+#[test]
+fn user_help_prints_the_usage_and_exits_zero() {
+    let d = tmp();
+    for args in [&["user", "--help"][..], &["user", "-h"], &["user", "create", "--help"], &["user", "create", "-h"]] {
+        let out = run_forkd(d.path(), args, &[]);
+        assert_eq!(out.code(), Some(0), "forkd {args:?}: {out:?}");
+        assert!(
+            out.stdout.contains("forkd user create --email E --name N"),
+            "forkd {args:?} prints the usage: {out:?}"
+        );
+        assert!(out.stdout.contains("--password-stdin"), "forkd {args:?}: {out:?}");
+    }
+    // `create --help` reads no password and touches no database.
+    assert!(!d.path().join("data").exists(), "--help must not create the database");
+}
+
+#[test]
+fn user_without_or_with_an_unknown_subcommand_exits_two_with_the_usage() {
+    let d = tmp();
+    for (args, says) in [(&["user"][..], "subcommand is needed"), (&["user", "delete"], "unknown subcommand `delete`")]
+    {
+        let out = run_forkd(d.path(), args, &[]);
+        assert_eq!(out.code(), Some(2), "forkd {args:?}: {out:?}");
+        assert!(out.stderr.contains(says), "forkd {args:?} must say {says:?}: {out:?}");
+        assert!(out.stderr.contains("forkd user create"), "forkd {args:?} prints the usage: {out:?}");
+    }
+}
+
+#[test]
+fn check_config_validates_pid_file() {
+    let d = tmp();
+    let cfg = write_config(&d, "pid_file = \"/run/forkd/\"");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("pid_file = \"/run/forkd/\""), "names the key and value: {out:?}");
+    let cfg = write_config(&d, "pid_file = \"/run/forkd/forkd.pid\"");
+    assert_eq!(check_config(&d, &cfg, &[]).code(), Some(0));
+    let out = check_config(&d, &cfg, &[("FORKD_PID_FILE", ".")]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("FORKD_PID_FILE"), "{out:?}");
 }

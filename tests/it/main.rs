@@ -40,5 +40,6 @@ mod metrics;
 mod panics;
 
 mod drain;
+mod instance;
 mod reload;
 mod upgrade;

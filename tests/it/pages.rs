@@ -65,7 +65,12 @@ fn csp_report_accepts_the_three_formats_and_logs_the_directive() {
     let r = s.call("POST", "/csp-report", &[("Content-Type", "application/reports+json")], b"[{");
     s.expect_err(&r, 400, "BAD_REQUEST", "malformed reports+json");
     let r = s.call("POST", "/csp-report", &[("Content-Type", "text/plain")], &csp_report_body("img-src"));
-    s.expect_err(&r, 415, "UNSUPPORTED_MEDIA_TYPE", "text/plain report");
+    let e = s.expect_err(&r, 415, "UNSUPPORTED_MEDIA_TYPE", "text/plain report");
+    let msg = e["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with("Content-Type must be") && msg.contains("application/csp-report"),
+        "the 415 names the report media types: {msg:?}"
+    );
     s.assert_healthy();
 }
 

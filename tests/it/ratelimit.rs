@@ -274,3 +274,40 @@ fn a_right_password_after_failures_logs_in_and_gives_its_slot_back() {
     s.expect_err(&login("wrong-password"), 401, "UNAUTHORIZED", "the 3rd failure: still a slot left");
     assert_429(&s, &login("right-password-1"), "after 3 failures, even the right password");
 }
+
+/// The log lines that explain a rate-limit refusal to a developer.
+fn explanations(s: &Server) -> Vec<String> {
+    s.logs().lines().filter(|l| l.contains("rate limit: a client went over")).map(str::to_string).collect()
+}
+
+#[test]
+fn in_development_the_first_refusal_logs_which_limit_and_how_to_change_it_once() {
+    let s = limited(1, "enabled = true\nmax = 2\nwindow_secs = 900");
+    for i in 0..6 {
+        let r = s.get("/api/config");
+        let want = if i < 2 { 200 } else { 429 };
+        ensure!(s, r.status == want, "request {}: expected {want}, got {r:?}", i + 1);
+    }
+    let lines = explanations(&s);
+    ensure!(s, lines.len() == 1, "four refusals, one explanation (per worker), got {lines:?}");
+    let line = &lines[0];
+    for part in ["rate_limit.max = 2", "FORKD_RATE_LIMIT__MAX", "FORKD_RATE_LIMIT__ENABLED=false"] {
+        ensure!(s, line.contains(part), "the explanation must name {part:?}: {line}");
+    }
+}
+
+#[test]
+fn in_production_a_refusal_is_not_explained_in_the_log() {
+    let s = Server::builder()
+        .top("environment = \"production\"")
+        .jwt_secret(TEST_JWT_SECRET)
+        .fast_argon2()
+        .set("rate_limit", "enabled = true\nmax = 1\nwindow_secs = 900")
+        .set("debug", "routes = false")
+        .start();
+    assert_eq!(s.get("/api/config").status, 200);
+    let r = s.get("/api/config");
+    ensure!(s, r.status == 429, "over the limit: {r:?}");
+    let lines = explanations(&s);
+    ensure!(s, lines.is_empty(), "production logs no hint: {lines:?}");
+}

@@ -75,6 +75,11 @@ fn hup_can_change_the_number_of_workers() {
     edit_config(&s, "workers = 1", "workers = 3");
     s.signal(Signal::SIGHUP);
     s.wait_workers(3, Duration::from_secs(15));
+    let line = s.wait_log_line(IO_TIMEOUT, |l| l.contains("reload: workers"));
+    assert!(
+        line.contains("reload: workers 1 -> 3 (`workers` changed from 1 to 3 in the configuration)"),
+        "the reload logs the change as its own: {line}"
+    );
     s.wait_log_line(Duration::from_secs(15), |l| l.contains("reload complete"));
     edit_config(&s, "workers = 1", "workers = 2");
     s.signal(Signal::SIGHUP);
@@ -93,4 +98,32 @@ fn hup_refuses_a_new_listen_address() {
     assert!(line.contains("listen"), "the refusal must name `listen`: {line}");
     assert_eq!(s.workers(), before, "the workers stay");
     s.assert_healthy();
+}
+
+#[test]
+fn hup_resets_ttin_and_logs_it_as_the_reload_s_own_action() {
+    let s = Server::builder().workers(2).start();
+    s.wait_workers(2, START_TIMEOUT);
+    s.signal(Signal::SIGTTIN);
+    s.wait_workers(3, Duration::from_secs(15));
+    s.wait_log_line(IO_TIMEOUT, |l| l.contains("SIGTTIN: 3 worker(s)"));
+    let before = s.logs().len();
+    s.signal(Signal::SIGHUP);
+    s.wait_log_line(Duration::from_secs(20), |l| l.contains("reload complete"));
+    s.wait_workers(2, Duration::from_secs(15));
+    let after = s.logs()[before..].to_string();
+    assert!(
+        after.contains("reload: workers 3 -> 2 (the configured count; TTIN/TTOU adjustments are reset)"),
+        "the reload must say that it brings the count back to the configured one:\n{after}"
+    );
+    assert!(!after.contains("SIGTTOU") && !after.contains("SIGTTIN"), "no signal is named for it:\n{after}");
+    // An unchanged count logs no such line.
+    let before = s.logs().len();
+    s.signal(Signal::SIGHUP);
+    assert!(
+        eventually(Duration::from_secs(20), || s.logs()[before..].contains("reload complete")),
+        "second reload\n{}",
+        s.log_tail()
+    );
+    assert!(!s.logs()[before..].contains("reload: workers"), "{}", s.log_tail());
 }

@@ -135,3 +135,28 @@ fn a_socket_passed_in_listen_fds_is_served_and_listen_does_not_apply() {
     kill_pid(pid, Signal::SIGTERM);
     let _ = child.wait();
 }
+
+#[test]
+fn usr2_in_development_keeps_the_generated_signing_secret() {
+    // No jwt_secret: development generates one. Tokens issued before the upgrade must
+    // verify on the new supervisor's workers.
+    let mut s = Server::builder().workers(1).fast_argon2().no_rate_limit().start();
+    let (_, token) = s.user("Before Upgrade");
+    assert_eq!(s.api("GET", "/api/v1/auth/me", Some(&token), None).status, 200, "the token works before");
+    s.signal(Signal::SIGUSR2);
+    let new_pid = new_supervisor_pid(&s);
+    let _stop = StopOnDrop(new_pid);
+    let status = s.wait_exit(Duration::from_secs(20));
+    assert!(status.is_some_and(|st| st.success()), "the old supervisor exits 0: {status:?}\nlog:\n{}", s.log_tail());
+    let new_workers = worker_pids(new_pid);
+    assert_eq!(new_workers.len(), 1, "the new supervisor serves with its own worker");
+    for _ in 0..5 {
+        let (mut c, pid) = s.conn_with_pid();
+        assert!(new_workers.contains(&pid), "served by the new supervisor's worker {new_workers:?}, not {pid}");
+        let auth = format!("Bearer {token}");
+        c.send(&request("GET", "/api/v1/auth/me", &[("Authorization", &auth)], b""));
+        let r = c.read_response();
+        assert_eq!(r.status, 200, "a token issued before USR2 must still verify: {r:?}\nlog:\n{}", s.log_tail());
+    }
+    assert!(s.logs().contains("development secret of the previous supervisor is kept"), "{}", s.log_tail());
+}

@@ -266,8 +266,13 @@ fn body_that_is_not_application_json_is_415() {
     let body = serde_json::to_vec(&signup_body("Tex", &unique_email("tex"))).unwrap();
     for ct in ["text/plain", "application/x-www-form-urlencoded", "application/jsonx"] {
         let r = s.call("POST", "/api/v1/users", &[("Content-Type", ct)], &body);
-        s.expect_err(&r, 415, "UNSUPPORTED_MEDIA_TYPE", &format!("Content-Type: {ct}"));
+        let e = s.expect_err(&r, 415, "UNSUPPORTED_MEDIA_TYPE", &format!("Content-Type: {ct}"));
+        // The message names the media type wanted.
+        assert_eq!(e["message"], "Content-Type must be application/json", "Content-Type: {ct}: {r:?}");
     }
+    let r = s.call("POST", "/api/v1/users", &[], &body);
+    let e = s.expect_err(&r, 415, "UNSUPPORTED_MEDIA_TYPE", "no Content-Type");
+    assert_eq!(e["message"], "Content-Type must be application/json", "no Content-Type: {r:?}");
     let r = s.call("POST", "/api/v1/users", &[("Content-Type", "application/json; charset=utf-8")], &body);
     s.expect_data(&r, 201, "Content-Type: application/json; charset=utf-8 is JSON");
 }
