@@ -152,6 +152,10 @@ mod tests {
         // Unset optional keys are commented out: they keep their default "" when read back.
         for doc in RawConfig::DOCS {
             assert!(!doc.doc.trim().is_empty(), "{} has no doc", doc.name);
+            if doc.fields.is_empty() && doc.example.is_some() {
+                assert_eq!(defaults.remove(doc.name), Some(Value::from("")), "{}", doc.name);
+                assert!(text.contains(&format!("# {} = ", doc.name)), "{} missing from\n{text}", doc.name);
+            }
             for field in doc.fields {
                 assert!(!field.doc.trim().is_empty(), "{}.{} has no doc", doc.name, field.name);
                 if field.example.is_some() {

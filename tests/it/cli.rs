@@ -348,6 +348,8 @@ fn help_lists_print_config() {
     let out = run_forkd(d.path(), &["--help"], &[]);
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert!(out.stdout.contains("forkd print-config [--config FILE]"), "{out:?}");
+}
+
 #[test]
 fn user_help_prints_the_usage_and_exits_zero() {
     let d = tmp();
