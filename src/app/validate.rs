@@ -284,6 +284,17 @@ mod tests {
         assert!(f.finish().is_err());
     }
 
+    /// Found by Schemathesis: without serde_json's `float_roundtrip`, the
+    /// whole number `1940619656927089.0` was read one unit in the last place
+    /// off, with a fraction, and refused.
+    #[test]
+    fn whole_floats_are_read_exactly() {
+        let v: serde_json::Value = serde_json::from_str("[1940619656927089.0, 9007199254740991.0]").unwrap_or_default();
+        let got: Vec<Option<i64>> =
+            v.as_array().into_iter().flatten().map(|n| n.as_number().and_then(integral)).collect();
+        assert_eq!(got, [Some(1_940_619_656_927_089), Some(9_007_199_254_740_991)]);
+    }
+
     #[test]
     fn query_decoding() {
         assert_eq!(decode_query("a%25b+c").as_deref(), Some("a%b c"));

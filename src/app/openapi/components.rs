@@ -28,6 +28,7 @@ pub const ERRORS: &[(u16, &str, &str)] = &[
     (416, "RANGE_NOT_SATISFIABLE", "The `Range` lies outside the file (`Content-Range: bytes */<size>`)"),
     (422, "VALIDATION_ERROR", "The body breaks the schema; `errors` lists every bad field, nothing is stored"),
     (426, "UPGRADE_REQUIRED", "A WebSocket version other than 13"),
+    (431, "REQUEST_HEADER_FIELDS_TOO_LARGE", "The request head (target included) is over the header size limit"),
     (429, "RATE_LIMITED", "Over the rate limit (or the login attempts of this address for this e-mail)"),
     (500, "INTERNAL_ERROR", "A bug; details only in the logs"),
     (502, "UPSTREAM_UNAVAILABLE", "An upstream refused, failed or answered something unusable"),

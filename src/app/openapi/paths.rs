@@ -175,7 +175,7 @@ impl<'c> Paths<'c> {
         for r in &op.ok {
             responses.insert(r.status.to_string(), success(config, limited, r));
         }
-        let mut errors = vec![400, 500];
+        let mut errors = vec![400, 431, 500];
         if limited {
             errors.push(429);
         }
@@ -192,8 +192,9 @@ impl<'c> Paths<'c> {
         errors.sort_unstable();
         errors.dedup();
         for status in errors {
-            // 413 comes from the HTTP layer, before the request is counted.
-            responses.insert(status.to_string(), error_ref(status, limited && status != 413));
+            // 413 and 431 come from the HTTP layer, before the request is counted.
+            let counted = limited && !matches!(status, 413 | 431);
+            responses.insert(status.to_string(), error_ref(status, counted));
         }
         let mut o = Map::new();
         o.insert("operationId".into(), Value::String(id));
