@@ -120,7 +120,12 @@ fn text<'a>(m: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, Err
 fn number(m: &Map<String, Value>, key: &str) -> Result<Option<u64>, Error> {
     match m.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(wrong_shape),
+        // `721.0` is a whole number too (JSON Schema's `integer`).
+        Some(Value::Number(n)) => match super::validate::integral(n) {
+            Some(v) if v >= 0 => Ok(Some(v as u64)),
+            _ => n.as_u64().map(Some).ok_or_else(wrong_shape),
+        },
+        Some(_) => Err(wrong_shape()),
     }
 }
 
@@ -275,6 +280,19 @@ mod tests {
         assert_eq!(v.directive, Some("img-src"));
         let line = log_line(&v, 1, "r");
         assert!(line.contains("source=- sample=- disposition=-"), "{line}");
+    }
+
+    /// Schemathesis: a whole number written `721.0` is a line number like `721`.
+    #[test]
+    fn whole_numbers_written_as_floats_are_numbers() {
+        let body = json!([{"type": "csp-violation",
+            "body": {"effectiveDirective": "img-src", "lineNumber": 721.0, "columnNumber": 3}}]);
+        let (v, _) = parsed(&body).expect("ok");
+        assert_eq!((v.line, v.column), (Some(721), Some(3)));
+        for bad in [json!(7.5), json!(-1), json!("7")] {
+            let body = json!({"csp-report": {"violated-directive": "img-src", "line-number": bad}});
+            assert!(parsed(&body).is_err(), "{body}");
+        }
     }
 
     #[test]

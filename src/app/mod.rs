@@ -19,6 +19,7 @@ pub(crate) mod events;
 mod health;
 mod homepage;
 pub mod metrics;
+mod openapi;
 mod pages;
 pub(crate) mod posts;
 mod ratelimit;
@@ -218,33 +219,7 @@ impl App {
     /// Build the routes.
     pub fn new(svc: &'static Services) -> App {
         let config = svc.config;
-        let mut router: Router<Handler> = Router::default();
-        router
-            .add(Method::Get, "/health", health::health)
-            .add(Method::Get, "/health/ready", health::ready)
-            .add(Method::Get, "/api/config", health::client_config)
-            .add(Method::Get, "/api/events", events::events);
-        router
-            .add(Method::Get, "/", pages::index)
-            .add(Method::Get, "/favicon.ico", pages::favicon)
-            .add(Method::Get, "/static/{name}", pages::static_file)
-            .add(Method::Get, "/redirect", redirect::redirect)
-            .add(Method::Post, "/csp-report", csp_report::report);
-        // Versioned resources answer under /api/v1 and, version negotiated, under /api.
-        for base in ["/api/v1", "/api"] {
-            users::routes(&mut router, base);
-            posts::routes(&mut router, base);
-            auth::routes(&mut router, base);
-            events::routes(&mut router, base);
-        }
-        ws::routes(&mut router, config.websocket.echo);
-        download::routes(&mut router);
-        homepage::routes(&mut router);
-        chat::routes(&mut router);
-        metrics::routes(&mut router);
-        if config.debug.routes {
-            debug::routes(&mut router);
-        }
+        let router = routes(config);
         let route_labels = metrics::route_labels(&router);
         if router.patterns().count() >= crate::shm::metrics::ROUTES {
             log::warn!("more route patterns than metrics slots: the last ones count as `other`");
@@ -374,6 +349,39 @@ impl App {
             Match::NotFound => Err(Error::NotFound),
         }
     }
+}
+
+/// The route table for `config`: every route the service answers.
+fn routes(config: &Config) -> Router<Handler> {
+    let mut router: Router<Handler> = Router::default();
+    router
+        .add(Method::Get, "/health", health::health)
+        .add(Method::Get, "/health/ready", health::ready)
+        .add(Method::Get, "/api/config", health::client_config)
+        .add(Method::Get, "/api/events", events::events)
+        .add(Method::Get, "/api/openapi.json", openapi::openapi);
+    router
+        .add(Method::Get, "/", pages::index)
+        .add(Method::Get, "/favicon.ico", pages::favicon)
+        .add(Method::Get, "/static/{name}", pages::static_file)
+        .add(Method::Get, "/redirect", redirect::redirect)
+        .add(Method::Post, "/csp-report", csp_report::report);
+    // Versioned resources answer under /api/v1 and, version negotiated, under /api.
+    for base in ["/api/v1", "/api"] {
+        users::routes(&mut router, base);
+        posts::routes(&mut router, base);
+        auth::routes(&mut router, base);
+        events::routes(&mut router, base);
+    }
+    ws::routes(&mut router, config.websocket.echo);
+    download::routes(&mut router);
+    homepage::routes(&mut router);
+    chat::routes(&mut router);
+    metrics::routes(&mut router);
+    if config.debug.routes {
+        debug::routes(&mut router);
+    }
+    router
 }
 
 /// A relay whose responses (head or error) get the request's decoration.

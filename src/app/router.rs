@@ -98,6 +98,12 @@ impl<H> Router<H> {
         self.entries.iter().map(|e| e.pattern)
     }
 
+    /// Every route as (method, pattern), in the order the patterns were
+    /// first added (`HEAD`, served by each `GET` route, is not listed).
+    pub fn routes(&self) -> impl Iterator<Item = (Method, &'static str)> + '_ {
+        self.entries.iter().flat_map(|e| e.methods.iter().map(move |(m, _)| (*m, e.pattern)))
+    }
+
     /// Look up `method path`.
     pub fn find<'r, 'p>(&'r self, method: Method, path: &'p str) -> Match<'r, 'p, H> {
         let want = if method == Method::Head { Method::Get } else { method };
@@ -166,5 +172,14 @@ mod tests {
         assert!(matches!(r.find(Method::Delete, "/users/8"), Match::Found(_, _, 1)));
         assert!(matches!(r.find(Method::Post, "/users/9"), Match::MethodNotAllowed(_, 1)));
         assert!(matches!(r.find(Method::Get, "/users/9/posts"), Match::Found(_, _, 2)));
+        assert_eq!(
+            r.routes().collect::<Vec<_>>(),
+            [
+                (Method::Get, "/health"),
+                (Method::Get, "/users/{id}"),
+                (Method::Delete, "/users/{id}"),
+                (Method::Get, "/users/{id}/posts")
+            ]
+        );
     }
 }

@@ -89,7 +89,7 @@ impl Fields {
         match self.map.remove(key) {
             None => Presence::Absent,
             Some(Value::Null) => Presence::Null,
-            Some(Value::Number(n)) => match n.as_i64() {
+            Some(Value::Number(n)) => match integral(&n) {
                 Some(v) if (min..=max).contains(&v) => Presence::Value(v),
                 Some(_) => {
                     self.error(key, &format!("must be between {min} and {max}"));
@@ -115,6 +115,21 @@ impl Fields {
             Err(Error::Validation(self.errors))
         }
     }
+}
+
+/// The integer a JSON number stands for: `7`, and also `7.0` (JSON and
+/// JSON Schema draw no line between them; JavaScript clients cannot), but
+/// not `7.5`. `None` for a fraction or a value outside `i64`.
+pub fn integral(n: &serde_json::Number) -> Option<i64> {
+    if let Some(v) = n.as_i64() {
+        return Some(v);
+    }
+    if n.is_u64() {
+        return Some(i64::MAX); // beyond every range checked here
+    }
+    let f = n.as_f64()?;
+    // i64::MAX as f64 rounds up to 2^63: keep strictly below it.
+    (f.fract() == 0.0 && f >= i64::MIN as f64 && f < i64::MAX as f64).then_some(f as i64)
 }
 
 fn chars_between(s: &str, min: usize, max: usize) -> bool {
@@ -251,17 +266,33 @@ mod tests {
 
     #[test]
     fn ints_reject_strings_and_fractions() {
-        let map = serde_json::json!({"a": "20", "b": 1.5, "c": null, "d": 151, "e": 7})
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        let mut f = Fields::new(map, &["a", "b", "c", "d", "e"]);
+        let map =
+            serde_json::json!({"a": "20", "b": 1.5, "c": null, "d": 151, "e": 7, "f": 7.0, "g": 151.0, "h": 1e300})
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+        let mut f = Fields::new(map, &["a", "b", "c", "d", "e", "f", "g", "h"]);
         assert_eq!(f.int("a", 0, 150), Presence::Absent);
         assert_eq!(f.int("b", 0, 150), Presence::Absent);
         assert_eq!(f.int("c", 0, 150), Presence::Null);
         assert_eq!(f.int("d", 0, 150), Presence::Absent);
         assert_eq!(f.int("e", 0, 150), Presence::Value(7));
+        // Schemathesis: `7.0` is an integer to JSON Schema (and to every JavaScript client).
+        assert_eq!(f.int("f", 0, 150), Presence::Value(7));
+        assert_eq!(f.int("g", 0, 150), Presence::Absent);
+        assert_eq!(f.int("h", 0, 150), Presence::Absent);
         assert!(f.finish().is_err());
+    }
+
+    /// Found by Schemathesis: without serde_json's `float_roundtrip`, the
+    /// whole number `1940619656927089.0` was read one unit in the last place
+    /// off, with a fraction, and refused.
+    #[test]
+    fn whole_floats_are_read_exactly() {
+        let v: serde_json::Value = serde_json::from_str("[1940619656927089.0, 9007199254740991.0]").unwrap_or_default();
+        let got: Vec<Option<i64>> =
+            v.as_array().into_iter().flatten().map(|n| n.as_number().and_then(integral)).collect();
+        assert_eq!(got, [Some(1_940_619_656_927_089), Some(9_007_199_254_740_991)]);
     }
 
     #[test]

@@ -37,6 +37,7 @@ mod chat;
 mod homepage;
 
 mod metrics;
+mod openapi;
 mod panics;
 
 mod drain;

@@ -170,6 +170,22 @@ fn signup_field_boundaries() {
     ensure_eq!(s, s.user_total(&admin, ""), before + good.len() as i64, "every good sign-up stored once");
 }
 
+/// Found by Schemathesis: `30.0` is an integer to JSON Schema (and to any
+/// JavaScript client), so the documented `age` accepts it as 30; `30.5` stays 422.
+#[test]
+fn age_written_as_a_whole_float_is_that_integer() {
+    let s = Server::start_api();
+    let mut b = signup_body("Floaty", &unique_email("float"));
+    b["age"] = json!(30.0);
+    let r = s.api("POST", "/api/v1/users", None, Some(&b));
+    let u = s.expect_data(&r, 201, "age 30.0");
+    ensure_eq!(s, u["age"].as_i64(), Some(30), "age stored as the integer 30: {u}");
+    let mut b = signup_body("Floaty", &unique_email("float"));
+    b["age"] = json!(30.5);
+    let r = s.api("POST", "/api/v1/users", None, Some(&b));
+    s.expect_invalid(&r, &["age"], "age 30.5");
+}
+
 #[test]
 fn unknown_keys_including_prototype_pollution_names_are_422_and_store_nothing() {
     let s = Server::start_api();
