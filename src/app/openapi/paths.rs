@@ -786,7 +786,8 @@ fn streams(p: &mut Paths<'_>) {
             "WebSocket chat rooms",
             "An RFC 6455 upgrade (`Connection: Upgrade`, `Upgrade: websocket`, `Sec-WebSocket-Key`, \
              `Sec-WebSocket-Version: 13`); without one 400. The token is checked first (401), then the \
-             `Origin` (403). Messages: `join`, `leave`, `chat`, `typing` with a `roomId`.",
+             `Origin` (403). Messages: `join`, `leave`, `chat`, `typing` with a `roomId`; `chat` and `typing` reach the room's members \
+             with the sender's `from` (user id) and `name` (from the access token).",
         )
         .param(json!({"name": "token", "in": "query", "required": true,
             "description": "An access token (never logged)", "schema": {"type": "string"}}))
