@@ -33,19 +33,71 @@ pub fn require(app: &App, req: &Request<'_>) -> Result<Caller, Error> {
     optional(app, req)?.ok_or(Error::Unauthorized("token required"))
 }
 
-/// Access tokens already verified by this worker: token → (caller, `exp`).
+/// Access tokens already verified by this worker: token → (caller, `exp`,
+/// last use).
 ///
 /// Verifying an HS256 token (base64, JSON, HMAC) costs several microseconds;
 /// a client sends the same token with every request until it expires. The
 /// answer for a given token string never changes under one signing secret
 /// (a reload starts new workers with an empty map), so remembering it is
-/// exact, not an approximation: `exp` is still checked on every use. Bounded:
-/// emptied when it reaches [`VERIFIED_MAX`] entries. Failures are not kept.
+/// exact, not an approximation: `exp` is still checked on every use. Failures
+/// are not kept.
+///
+/// Bounded in count ([`VERIFIED_MAX`]: emptied when full) and in time: every
+/// [`VERIFIED_IDLE`] seconds, on a miss, tokens unused for that long or
+/// expired are dropped. Without the sweep a worker kept every token it ever
+/// saw until the map filled: with one login a second (each client moving to
+/// its new token) that grew a worker's heap by ~0.3 KiB a second for over an
+/// hour. A client that pauses longer than [`VERIFIED_IDLE`] pays one
+/// verification when it comes back.
 #[derive(Default)]
-pub struct Verified(std::collections::HashMap<Box<str>, (Caller, u64)>);
+pub struct Verified {
+    map: std::collections::HashMap<Box<str>, Entry>,
+    /// When (unix seconds) the next miss sweeps the map.
+    next_sweep: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Entry {
+    caller: Caller,
+    exp: u64,
+    used: u64,
+}
 
 /// Entries [`Verified`] holds before it starts over.
 const VERIFIED_MAX: usize = 4096;
+/// Seconds a remembered token may go unused before a sweep drops it.
+const VERIFIED_IDLE: u64 = 60;
+
+impl Verified {
+    /// The caller of `token` if it was verified before and has not expired.
+    fn get(&mut self, token: &str, now: u64) -> Option<Caller> {
+        let e = self.map.get_mut(token).filter(|e| e.exp > now)?;
+        e.used = now;
+        Some(e.caller)
+    }
+
+    /// Remember a freshly verified token; sweeps first when a sweep is due.
+    fn insert(&mut self, token: &str, caller: Caller, exp: u64, now: u64) {
+        if now >= self.next_sweep {
+            self.next_sweep = now + VERIFIED_IDLE;
+            self.map.retain(|_, e| e.exp > now && e.used + VERIFIED_IDLE > now);
+            if self.map.capacity() > 64 && self.map.len() < self.map.capacity() / 4 {
+                self.map.shrink_to_fit();
+            }
+        }
+        if self.map.len() >= VERIFIED_MAX {
+            self.map.clear();
+        }
+        self.map.insert(token.into(), Entry { caller, exp, used: now });
+    }
+
+    /// Tokens held.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
 
 /// A valid bearer token if one is sent; a bad one is still 401.
 pub fn optional(app: &App, req: &Request<'_>) -> Result<Option<Caller>, Error> {
@@ -58,19 +110,13 @@ pub fn optional(app: &App, req: &Request<'_>) -> Result<Option<Caller>, Error> {
         .and_then(|t| std::str::from_utf8(t).ok())
         .ok_or(Error::Unauthorized("invalid token"))?;
     let now = crate::auth::jwt::now_unix();
-    if let Some(&(caller, exp)) = app.verified.borrow().0.get(token) {
-        if exp > now {
-            return Ok(Some(caller));
-        }
+    if let Some(caller) = app.verified.borrow_mut().get(token, now) {
+        return Ok(Some(caller));
     }
     let claims = app.svc.jwt.verify(token)?;
     let exp = claims.exp;
     let caller = Caller::from(claims);
-    let mut verified = app.verified.borrow_mut();
-    if verified.0.len() >= VERIFIED_MAX {
-        verified.0.clear();
-    }
-    verified.0.insert(token.into(), (caller, exp));
+    app.verified.borrow_mut().insert(token, caller, exp, now);
     Ok(Some(caller))
 }
 
@@ -117,4 +163,54 @@ pub fn clear_cookies(r: &mut Response, config: &Config) {
 /// Seconds since the Unix epoch.
 pub fn now_unix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ME: Caller = Caller { user_id: 7, admin: false };
+
+    #[test]
+    fn a_remembered_token_answers_until_it_expires() {
+        let mut v = Verified::default();
+        v.insert("t", ME, 1_000, 100);
+        assert_eq!(v.get("t", 999).map(|c| c.user_id), Some(7));
+        assert!(v.get("t", 1_000).is_none(), "expired at exp");
+        assert!(v.get("other", 100).is_none());
+    }
+
+    #[test]
+    fn tokens_nobody_uses_any_more_are_swept() {
+        // One new token a second, each used once (a client that logs in every second):
+        // the map holds about a minute of them, not every token ever seen.
+        let mut v = Verified::default();
+        for i in 0..3_600u64 {
+            let now = 1_000 + i;
+            v.insert(&format!("token-{i}"), ME, now + 900, now);
+            assert!(v.get(&format!("token-{i}"), now).is_some());
+        }
+        assert!(v.len() <= 2 * VERIFIED_IDLE as usize, "{} tokens held", v.len());
+        assert!(v.map.capacity() <= 4 * 2 * VERIFIED_IDLE as usize, "capacity {}", v.map.capacity());
+    }
+
+    #[test]
+    fn a_token_in_use_survives_the_sweeps() {
+        let mut v = Verified::default();
+        v.insert("busy", ME, 100_000, 1_000);
+        for i in 1..1_000u64 {
+            let now = 1_000 + i;
+            assert!(v.get("busy", now).is_some(), "second {i}");
+            v.insert(&format!("other-{i}"), ME, now + 900, now);
+        }
+    }
+
+    #[test]
+    fn the_map_starts_over_when_full() {
+        let mut v = Verified::default();
+        for i in 0..VERIFIED_MAX + 1 {
+            v.insert(&format!("token-{i}"), ME, 10_000, 0);
+        }
+        assert_eq!(v.len(), 1);
+    }
 }
