@@ -334,3 +334,34 @@ fn for_each_mapping(mut f: impl FnMut(usize, usize, &str, Option<&str>)) {
         f(start, end.saturating_sub(start), perms, path);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// (Size, Rss) in KiB of the test binary's executable mapping.
+    fn code_mapping_kib() -> (u64, u64) {
+        let exe = std::fs::read_link("/proc/self/exe").expect("exe");
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let mut lines = smaps.lines();
+        while let Some(line) = lines.next() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() >= 6 && f[1].contains('x') && !f[1].contains('w') && Some(f[5]) == exe.to_str() {
+                let mut kib = |key: &str| {
+                    lines.by_ref().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+                };
+                return (kib("Size:").expect("Size"), kib("Rss:").expect("Rss"));
+            }
+        }
+        panic!("no executable mapping of {exe:?}");
+    }
+
+    #[test]
+    fn file_pages_are_resident_after_populate_and_gone_after_drop() {
+        // A test binary is far larger than the code one test runs.
+        super::drop_code_pages();
+        let (size, before) = code_mapping_kib();
+        assert!(before < size / 2, "{before} of {size} KiB resident after the drop");
+        super::populate_file_pages();
+        let (size, after) = code_mapping_kib();
+        assert!(after >= size - 64, "{after} of {size} KiB resident after populate");
+    }
+}
