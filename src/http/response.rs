@@ -164,8 +164,8 @@ pub fn reason(status: u16) -> &'static str {
 /// Not to an HTTP/1.0 request: a 1.0 client may not understand a 1xx, and
 /// RFC 9110 §15.2 forbids sending it one. Not to `HEAD` either: the hints
 /// say what the body will need, and a `HEAD` response has no body (its
-/// final head still carries the `Link` fields, as `GET`'s would). Not before
-/// a `101` (no interim response precedes another one) or another 1xx.
+/// final head still carries the `Link` fields, as `GET`'s would). Not with a
+/// `101` or another 1xx: the hints are for a final response's body.
 pub fn sends_early_hints(status: u16, meta: &RequestMeta<'_>) -> bool {
     !meta.http10 && !meta.head && status >= 200 && meta.delimit != Delimit::Upgrade
 }
@@ -176,7 +176,8 @@ pub fn sends_early_hints(status: u16, meta: &RequestMeta<'_>) -> bool {
 pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>, common: &mut Common) -> usize {
     let body = resp.body.as_bytes();
     let bodyless = resp.status == 204 || resp.status == 304 || resp.status < 200 || meta.delimit != Delimit::Length;
-    out.reserve(common.block_len() + 256 + if meta.head { 0 } else { body.len() });
+    let hinted = resp.early_hints.map_or(0, |h| h.informational().len() + h.fields().len());
+    out.reserve(common.block_len() + 256 + hinted + if meta.head { 0 } else { body.len() });
     if let Some(hints) = resp.early_hints {
         if sends_early_hints(resp.status, meta) {
             out.extend_from_slice(hints.informational());
