@@ -8,6 +8,7 @@
 //! route. Handler errors are [`Error`]s rendered by the one mapping in
 //! `crate::error`.
 
+pub(crate) mod assets;
 pub(crate) mod auth;
 mod cache;
 pub(crate) mod chat;
@@ -225,6 +226,7 @@ impl App {
             log::warn!("more route patterns than metrics slots: the last ones count as `other`");
         }
         let (body, etag) = health::render_client_config(config);
+        pages::prepare();
         // Leaked once per worker: every answer then borrows them, allocation-free.
         let config_body: &'static [u8] = Box::leak(body.into_boxed_slice());
         let config_etag: &'static str = Box::leak(etag.into_boxed_str());

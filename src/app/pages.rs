@@ -1,19 +1,28 @@
 //! The browser front end (CONTRACT §6): `GET /`, `GET /favicon.ico` and
 //! `GET /static/{name}`.
 //!
-//! Every asset is embedded at compile time from the repository's `static/`
-//! folder; nothing touches the file system at run time, and a name that is
-//! not in [`ASSETS`] (`..` and encoded forms included) is 404.
+//! The page (`static/index.html`) loads its script and its style from
+//! `/static/` under content-hashed names ([`super::assets`]): the template
+//! names them plainly (`/static/app.js`) and [`index_page`] puts in the
+//! hashed URLs once per process. A name that is not a current asset's
+//! hashed name (`..`, encoded forms, an old hash) is 404.
 //!
-//! The page (`static/index.html`) carries its script and its style inline,
-//! each with `nonce="…"` holding [`NONCE_SLOT`]: the CSP nonce is fresh per
-//! response and is only drawn when the HTTP layer writes the headers, after
-//! the handler has run, so the writer fills the slot in the copy of the body
-//! it writes (same length, so `Content-Length` is unchanged). The page sends
-//! `no-store`: a filled page must never be served again from a cache.
+//! The `<script>` and `<link rel=stylesheet>` tags carry `nonce="…"` holding
+//! [`NONCE_SLOT`]: the CSP nonce is fresh per response and is only drawn when
+//! the HTTP layer writes the headers, after the handler has run, so the
+//! writer fills the slot in the copy of the body it writes (same length, so
+//! `Content-Length` is unchanged). The page sends `no-store`: a filled page
+//! must never be served again from a cache.
+//!
+//! The page's response carries [`early_hints`]: `Link: rel=preload` for the
+//! script and the style, which the HTTP layer sends as `103 Early Hints`
+//! before the page and again as fields of the page's own response.
 
-use super::{App, Ctx, Reply};
+use std::sync::OnceLock;
+
+use super::{assets, App, Ctx, Reply};
 use crate::error::Error;
+use crate::http::hints::EarlyHints;
 use crate::http::request::Request;
 use crate::http::response::{Body, Response};
 
@@ -22,7 +31,8 @@ use crate::http::response::{Body, Response};
 /// keeps `Content-Length`.
 pub const NONCE_SLOT: &[u8; 24] = b"__FORKD_CSP_NONCE_SLOT__";
 
-/// The page served at `/` (with [`NONCE_SLOT`] in its two nonce attributes).
+/// The page's template: [`NONCE_SLOT`] in its two nonce attributes, the
+/// files of `static/` by their plain names.
 pub const INDEX: &[u8] = include_bytes!("../../static/index.html");
 
 /// How often `slot` occurs in `page` (usable at compile time).
@@ -42,30 +52,55 @@ pub const fn count_slots(page: &[u8], slot: &[u8; 24]) -> usize {
     n
 }
 
-// The build fails if the page loses a nonce slot (its `<script>` and its `<style>`).
+// The build fails if the page loses a nonce slot (its `<script>` and its stylesheet `<link>`).
 const _: () = assert!(count_slots(INDEX, NONCE_SLOT) == 2, "static/index.html must carry the nonce slot twice");
 
 /// `Cache-Control` of `/static/*`.
 pub const IMMUTABLE: &str = "max-age=31536000, immutable";
 
-/// An embedded file.
-#[derive(Debug)]
-pub struct Asset {
-    /// Its name under `/static/`.
-    pub name: &'static str,
-    /// Its `Content-Type`.
-    pub content_type: &'static str,
-    /// Its bytes.
-    pub bytes: &'static [u8],
+/// The files the page needs before it can run, hinted early: (plain name, `as=`).
+const PRELOADS: &[(&str, &str)] = &[("app.js", "script"), ("app.css", "style")];
+
+/// The page as served: the template with every `/static/<plain name>` replaced
+/// by that file's hashed URL (built once per process).
+pub fn index_page() -> &'static [u8] {
+    static PAGE: OnceLock<Vec<u8>> = OnceLock::new();
+    PAGE.get_or_init(|| {
+        let mut page = String::from_utf8_lossy(INDEX).into_owned();
+        for a in assets::all() {
+            page = page.replace(&format!("\"/static/{}\"", a.plain), &format!("\"{}\"", a.url));
+        }
+        page.into_bytes()
+    })
 }
 
-/// Everything `/static/{name}` serves.
-pub const ASSETS: &[Asset] =
-    &[Asset { name: "favicon.ico", content_type: "image/x-icon", bytes: include_bytes!("../../static/favicon.ico") }];
+/// The page's early hints: preload its script and its style (built once per process).
+pub fn early_hints() -> Option<&'static EarlyHints> {
+    static HINTS: OnceLock<Option<EarlyHints>> = OnceLock::new();
+    HINTS
+        .get_or_init(|| {
+            let urls: Option<Vec<(&str, &str)>> =
+                PRELOADS.iter().map(|(plain, dest)| assets::url(plain).map(|u| (u, *dest))).collect();
+            match urls.map(|u| EarlyHints::preload(&u)) {
+                Some(Ok(h)) => Some(h),
+                Some(Err(e)) => {
+                    log::error!("front page: no early hints: {e}");
+                    None
+                }
+                None => {
+                    log::error!("front page: no early hints: a preloaded file is not embedded");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
 
-/// The embedded file called exactly `name`.
-pub fn asset(name: &str) -> Option<&'static Asset> {
-    ASSETS.iter().find(|a| a.name == name)
+/// Computes the hashed names, the page and its hints now (at worker start),
+/// so the first request for `/` does not pay for them.
+pub fn prepare() {
+    let _ = index_page();
+    let _ = early_hints();
 }
 
 /// `GET /`: the page; `no-store`, its nonce slots filled by the writer.
@@ -78,20 +113,22 @@ pub fn page() -> Response {
     let mut r = Response::new(200);
     r.content_type = "text/html; charset=utf-8";
     r.cache_control = "no-store";
-    r.body = Body::Static(INDEX);
+    r.body = Body::Static(index_page());
     // The writer replaces the slot with this response's CSP nonce (same length).
     r.nonce_slot = Some(NONCE_SLOT);
+    r.early_hints = early_hints();
     r
 }
 
 /// `GET /favicon.ico`: the embedded icon (a day's cache: the URL is not versioned).
 pub fn favicon(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    let mut r = serve("favicon.ico").ok_or(Error::NotFound)?;
+    let a = assets::by_plain("favicon.ico").ok_or(Error::NotFound)?;
+    let mut r = serve(&a.name).ok_or(Error::NotFound)?;
     r.cache_control = "public, max-age=86400";
     Ok(Reply::Now(r))
 }
 
-/// `GET /static/{name}`: an embedded file, cached for a year; else 404.
+/// `GET /static/{name}`: an embedded file by its hashed name, cached for a year; else 404.
 pub fn static_file(_: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let name = ctx.params.get(0).ok_or(Error::NotFound)?;
     serve(name).map(Reply::Now).ok_or(Error::NotFound)
@@ -99,7 +136,7 @@ pub fn static_file(_: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Err
 
 /// The response for `/static/{name}`, or `None` for an unknown name.
 pub fn serve(name: &str) -> Option<Response> {
-    let a = asset(name)?;
+    let a = assets::by_name(name)?;
     let mut r = Response::new(200);
     r.content_type = a.content_type;
     r.cache_control = IMMUTABLE;
@@ -114,7 +151,11 @@ mod tests {
     use crate::http::response::{write_response, Delimit, RequestMeta};
 
     fn page_text() -> &'static str {
-        std::str::from_utf8(INDEX).expect("utf-8 page")
+        std::str::from_utf8(index_page()).expect("utf-8 page")
+    }
+
+    fn file_text(plain: &str) -> &'static str {
+        std::str::from_utf8(assets::by_plain(plain).expect("embedded").bytes).expect("utf-8")
     }
 
     #[test]
@@ -126,33 +167,47 @@ mod tests {
     }
 
     #[test]
-    fn page_has_the_slot_in_both_nonce_places() {
+    fn page_loads_its_script_and_style_by_hashed_url_with_the_nonce_slot() {
         let text = page_text();
         let slot = std::str::from_utf8(NONCE_SLOT).expect("ascii");
+        let (js, css) = (assets::url("app.js").expect("js"), assets::url("app.css").expect("css"));
         assert_eq!(text.matches(slot).count(), 2, "the slot appears only where a nonce goes");
-        assert_eq!(text.matches(&format!("<script nonce=\"{slot}\">")).count(), 1);
-        assert_eq!(text.matches(&format!("<style nonce=\"{slot}\">")).count(), 1);
+        assert_eq!(text.matches(&format!("<script src=\"{js}\" nonce=\"{slot}\"></script>")).count(), 1, "{text}");
+        assert_eq!(text.matches(&format!("<link rel=\"stylesheet\" href=\"{css}\" nonce=\"{slot}\">")).count(), 1);
         assert_eq!(text.matches("<script").count(), 1, "one script, the nonced one");
-        assert_eq!(text.matches("<style").count(), 1, "one style, the nonced one");
+        assert!(!text.contains("<style"), "no inline style");
+        assert_eq!(text.matches("rel=\"stylesheet\"").count(), 1);
+        for plain in ["/static/app.js\"", "/static/app.css\"", "/static/favicon.ico\""] {
+            assert!(!text.contains(plain), "a plain name is left in the page: {plain}");
+        }
+        assert_eq!(index_page().len(), INDEX.len() + 2 * 9, "each of two names grew by `.<8 hex>`");
+        assert!(std::ptr::eq(index_page(), index_page()), "built once");
     }
 
     #[test]
     fn page_stays_within_the_policy() {
-        let text = page_text();
-        // One small response: sign-in and sign-up, the feed, the chat and their error handling.
-        assert!(text.len() + ASSETS.iter().map(|a| a.bytes.len()).sum::<usize>() < 20 * 1024, "page over 20 KB");
-        assert!(text.starts_with("<!doctype html>"));
+        let (page, js, css) = (page_text(), file_text("app.js"), file_text("app.css"));
+        // Small: sign-in and sign-up, the feed, the chat and their error handling.
+        assert!(page.len() + js.len() + css.len() < 20 * 1024, "page over 20 KB");
+        assert!(page.starts_with("<!doctype html>"));
+        assert!(js.starts_with("\"use strict\";"));
         // Inline style attributes and handlers would need 'unsafe-inline'.
-        assert!(!text.contains("style="), "style attribute");
-        let handler_attr = text.match_indices(" on").any(|(i, _)| {
-            let rest = &text[i + 3..];
+        assert!(!page.contains("style="), "style attribute");
+        let handler_attr = page.match_indices(" on").any(|(i, _)| {
+            let rest = &page[i + 3..];
             let n = rest.bytes().take_while(u8::is_ascii_lowercase).count();
             n > 0 && rest[n..].starts_with('=')
         });
         assert!(!handler_attr, "inline event handler attribute");
         // Nothing external: no absolute URLs, no protocol-relative ones, no eval.
-        for bad in ["http://", "https://", "src=\"//", "href=\"//", "eval(", "new Function", "innerHTML", "<iframe"] {
-            assert!(!text.contains(bad), "{bad}");
+        for text in [page, js, css] {
+            for bad in ["http://", "https://", "src=\"//", "href=\"//", "eval(", "new Function", "innerHTML", "<iframe"]
+            {
+                assert!(!text.contains(bad), "{bad}");
+            }
+        }
+        for text in [js, css] {
+            assert!(!text.contains("<script") && !text.contains("<style"), "a file holds no tag");
         }
         for needle in [
             "/api/v1/auth/login",
@@ -164,12 +219,16 @@ mod tests {
             "\"Retry-After\", \"RateLimit-Reset\"",
             "Too many requests — try again in ",
             "\"rate limited, retry in \"",
-            "<div id=\"err\" role=\"alert\" hidden>",
             "m.name",
             "\"/ws?token=\"",
             "type: \"join\", roomId: \"lobby\"",
             "type: \"chat\", roomId: \"lobby\", content",
             "\"offline\"",
+        ] {
+            assert!(js.contains(needle), "{needle}");
+        }
+        for needle in [
+            "<div id=\"err\" role=\"alert\" hidden>",
             "<label for=\"email\">",
             "<label for=\"password\">",
             "<label for=\"su-name\">",
@@ -178,8 +237,9 @@ mod tests {
             "<label for=\"text\">",
             "<html lang=\"en\">",
         ] {
-            assert!(text.contains(needle), "{needle}");
+            assert!(page.contains(needle), "{needle}");
         }
+        assert!(css.contains("[hidden]{display:none!important}"));
     }
 
     #[test]
@@ -188,47 +248,58 @@ mod tests {
         assert_eq!(r.status, 200);
         assert_eq!(r.content_type, "text/html; charset=utf-8");
         assert_eq!(r.cache_control, "no-store");
-        assert_eq!(r.body.as_bytes(), INDEX);
+        assert_eq!(r.body.as_bytes(), index_page());
+        let hints = r.early_hints.expect("hints");
+        let (js, css) = (assets::url("app.js").expect("js"), assets::url("app.css").expect("css"));
+        assert_eq!(
+            hints.links(),
+            [format!("<{js}>; rel=preload; as=script"), format!("<{css}>; rel=preload; as=style")]
+        );
     }
 
-    /// The proposed writer change, emulated: after `write_response`, the nonce
-    /// of the response (`Common::nonce`) replaces the slots in the written body.
+    /// What the writer makes of the page: the 103 first, then the 200 with the
+    /// same `Link` fields, the CSP nonce filled into both tags.
     #[test]
-    fn filled_page_matches_the_header_nonce() {
+    fn written_page_has_hints_and_the_header_nonce() {
         let mut common = Common::new(false);
         let meta =
             RequestMeta { delimit: Delimit::Length, head: false, http10: false, keep_alive: true, request_id: b"r" };
         let mut out = Vec::new();
         write_response(&mut out, &page(), &meta, &mut common);
-        let body_at = out.windows(4).position(|w| w == b"\r\n\r\n").expect("head end") + 4;
-        let nonce = common.nonce().as_bytes().to_vec();
-        let mut i = body_at;
-        while i + NONCE_SLOT.len() <= out.len() {
-            if &out[i..i + NONCE_SLOT.len()] == NONCE_SLOT {
-                out[i..i + NONCE_SLOT.len()].copy_from_slice(&nonce);
-            }
-            i += 1;
-        }
         let text = String::from_utf8(out).expect("utf-8");
-        let (head, body) = text.split_at(body_at);
-        let nonce = std::str::from_utf8(&nonce).expect("ascii");
+        let hints = early_hints().expect("hints");
+        let early = std::str::from_utf8(hints.informational()).expect("ascii");
+        let rest = text.strip_prefix(early).expect("the 103 comes first");
+        assert!(rest.starts_with("HTTP/1.1 200 OK\r\n"));
+        let body_at = rest.find("\r\n\r\n").expect("head end") + 4;
+        let (head, body) = rest.split_at(body_at);
+        assert_eq!(head.matches("\r\nLink: ").count(), 2, "{head}");
+        assert!(head.contains(std::str::from_utf8(hints.fields()).expect("ascii")), "{head}");
+        let nonce = common.nonce();
         assert_eq!(head.matches(&format!("'nonce-{nonce}'")).count(), 2, "{head}");
-        assert!(head.contains(&format!("Content-Length: {}\r\n", INDEX.len())));
-        assert_eq!(body.len(), INDEX.len());
-        assert!(body.contains(&format!("<script nonce=\"{nonce}\">")));
-        assert!(body.contains(&format!("<style nonce=\"{nonce}\">")));
+        assert!(head.contains(&format!("Content-Length: {}\r\n", index_page().len())));
+        assert_eq!(body.len(), index_page().len());
+        assert!(body.contains(&format!("<script src=\"{}\" nonce=\"{nonce}\">", assets::url("app.js").expect("js"))));
+        assert!(body.contains(&format!(
+            "<link rel=\"stylesheet\" href=\"{}\" nonce=\"{nonce}\">",
+            assets::url("app.css").expect("css")
+        )));
         assert!(!body.contains("__FORKD_CSP_NONCE_SLOT__"));
     }
 
     #[test]
     fn static_lookup() {
-        let a = asset("favicon.ico").expect("favicon");
-        assert_eq!(a.content_type, "image/x-icon");
-        assert_eq!(&a.bytes[..4], &[0, 0, 1, 0], "ICO header");
-        assert_eq!(u16::from_le_bytes([a.bytes[4], a.bytes[5]]), 1, "one image");
-        let r = serve("favicon.ico").expect("served");
-        assert_eq!((r.status, r.content_type, r.cache_control), (200, "image/x-icon", IMMUTABLE));
-        assert_eq!(r.body.as_bytes(), a.bytes);
+        let icon = assets::by_plain("favicon.ico").expect("favicon");
+        assert_eq!(icon.content_type, "image/x-icon");
+        assert_eq!(&icon.bytes[..4], &[0, 0, 1, 0], "ICO header");
+        assert_eq!(u16::from_le_bytes([icon.bytes[4], icon.bytes[5]]), 1, "one image");
+        for a in assets::all() {
+            let r = serve(&a.name).expect("served");
+            assert_eq!((r.status, r.content_type, r.cache_control), (200, a.content_type, IMMUTABLE));
+            assert_eq!(r.body.as_bytes(), a.bytes);
+        }
+        let js = &assets::by_plain("app.js").expect("js").name;
+        let stale = format!("app.{}.js", if js.contains("deadbeef") { "0badf00d" } else { "deadbeef" });
         for bad in [
             "",
             ".",
@@ -236,27 +307,22 @@ mod tests {
             "../Cargo.toml",
             "..%2FCargo.toml",
             "%2e%2e",
-            "favicon.ico/",
+            "favicon.ico",
             "/favicon.ico",
             "FAVICON.ICO",
-            "favicon.ico%00",
-            "favicon%2Eico",
-            "favicon.ico?x",
             "index.html",
             "app.js",
+            "app.css",
+            stale.as_str(),
+            &format!("{js}/"),
+            &format!("/{js}"),
+            &format!("{js}%00"),
+            &format!("{js}?x"),
+            &js.to_ascii_uppercase(),
             "../src/main.rs",
             "/etc/passwd",
         ] {
-            assert!(asset(bad).is_none() && serve(bad).is_none(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn asset_names_are_plain() {
-        for a in ASSETS {
-            assert!(a.name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_')), "{}", a.name);
-            assert!(!a.name.starts_with('.'));
-            assert!(!a.bytes.is_empty());
+            assert!(serve(bad).is_none(), "{bad}");
         }
     }
 }

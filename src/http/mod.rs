@@ -8,6 +8,7 @@
 pub mod body;
 pub mod conn;
 pub mod headers;
+pub mod hints;
 pub mod parse;
 pub mod request;
 pub mod response;

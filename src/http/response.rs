@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use std::io::Write;
 
 use super::headers::Common;
+use super::hints::EarlyHints;
 
 /// A response body.
 #[derive(Debug, Default)]
@@ -52,6 +53,9 @@ pub struct Response {
     /// nonce as the body is written (pages with inline scripts). Only fixed
     /// pages set it, never a body holding user data.
     pub nonce_slot: Option<&'static [u8; 24]>,
+    /// `Link` hints: sent first as `103 Early Hints` where the request allows
+    /// an interim response ([`sends_early_hints`]), and as fields of this response.
+    pub early_hints: Option<&'static EarlyHints>,
 }
 
 impl Response {
@@ -65,6 +69,7 @@ impl Response {
             body: Body::Empty,
             close: false,
             nonce_slot: None,
+            early_hints: None,
         }
     }
 
@@ -154,11 +159,30 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
+/// Whether a final response with early hints is preceded by `103 Early Hints`.
+///
+/// Not to an HTTP/1.0 request: a 1.0 client may not understand a 1xx, and
+/// RFC 9110 §15.2 forbids sending it one. Not to `HEAD` either: the hints
+/// say what the body will need, and a `HEAD` response has no body (its
+/// final head still carries the `Link` fields, as `GET`'s would). Not with a
+/// `101` or another 1xx: the hints are for a final response's body.
+pub fn sends_early_hints(status: u16, meta: &RequestMeta<'_>) -> bool {
+    !meta.http10 && !meta.head && status >= 200 && meta.delimit != Delimit::Upgrade
+}
+
 /// Serialise `resp` into `out`; returns the number of body bytes written.
+/// A response with early hints is preceded by its `103 Early Hints` message
+/// when [`sends_early_hints`] allows.
 pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>, common: &mut Common) -> usize {
     let body = resp.body.as_bytes();
     let bodyless = resp.status == 204 || resp.status == 304 || resp.status < 200 || meta.delimit != Delimit::Length;
-    out.reserve(common.block_len() + 256 + if meta.head { 0 } else { body.len() });
+    let hinted = resp.early_hints.map_or(0, |h| h.informational().len() + h.fields().len());
+    out.reserve(common.block_len() + 256 + hinted + if meta.head { 0 } else { body.len() });
+    if let Some(hints) = resp.early_hints {
+        if sends_early_hints(resp.status, meta) {
+            out.extend_from_slice(hints.informational());
+        }
+    }
     let _ = write!(out, "HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status));
     common.write_date(out);
     if let Delimit::Sized(n) = meta.delimit {
@@ -195,6 +219,9 @@ pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>
     out.extend_from_slice(meta.request_id);
     out.extend_from_slice(b"\r\n");
     common.write_security(out);
+    if let Some(hints) = resp.early_hints {
+        out.extend_from_slice(hints.fields());
+    }
     for (name, value) in &resp.headers {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
@@ -298,5 +325,50 @@ mod tests {
         let meta = RequestMeta { keep_alive: false, ..meta };
         write_response(&mut out, &Response::new(200), &meta, &mut common);
         assert!(String::from_utf8_lossy(&out).contains("Connection: close\r\n"));
+    }
+
+    #[test]
+    fn early_hints_precede_a_final_response_to_http11_get_only() {
+        let hints: &'static EarlyHints = Box::leak(Box::new(
+            EarlyHints::preload(&[("/static/a.1.js", "script"), ("/static/a.2.css", "style")]).expect("valid"),
+        ));
+        let mut resp = Response::new(200);
+        resp.body = Body::Static(b"<p>");
+        resp.early_hints = Some(hints);
+        let base =
+            RequestMeta { delimit: Delimit::Length, head: false, http10: false, keep_alive: true, request_id: b"r" };
+        let link =
+            "Link: </static/a.1.js>; rel=preload; as=script\r\nLink: </static/a.2.css>; rel=preload; as=style\r\n";
+        let write = |resp: &Response, meta: &RequestMeta<'_>| {
+            let mut out = Vec::new();
+            write_response(&mut out, resp, meta, &mut Common::new(false));
+            String::from_utf8(out).expect("utf8")
+        };
+        let cases = [
+            ("HTTP/1.1 GET", RequestMeta { ..base }, true),
+            ("HTTP/1.0 GET", RequestMeta { http10: true, ..base }, false),
+            ("HEAD", RequestMeta { head: true, ..base }, false),
+            ("upgrade", RequestMeta { delimit: Delimit::Upgrade, ..base }, false),
+            ("chunked", RequestMeta { delimit: Delimit::Chunked, ..base }, true),
+        ];
+        for (what, meta, early) in cases {
+            let text = write(&resp, &meta);
+            assert_eq!(
+                text.starts_with(&format!("HTTP/1.1 103 Early Hints\r\n{link}\r\nHTTP/1.1 200 OK\r\n")),
+                early,
+                "{what}: {text}"
+            );
+            assert_eq!(text.matches("103 Early Hints").count(), usize::from(early), "{what}: {text}");
+            assert_eq!(text.matches("Link: ").count(), 2 + 2 * usize::from(early), "{what}: {text}");
+            let head = &text[text.find("HTTP/1.1 200").expect("final")..];
+            assert!(head.contains(link), "{what}: the final response carries the Link fields: {text}");
+        }
+        // Never before another interim response, and not without hints.
+        let mut cont = Response::new(100);
+        cont.early_hints = Some(hints);
+        assert!(!write(&cont, &base).contains("103"));
+        resp.early_hints = None;
+        let text = write(&resp, &base);
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n") && !text.contains("Link:"), "{text}");
     }
 }

@@ -108,6 +108,11 @@ try {
   out.steps.replayedOnLoad = true;
   out.steps.emptyNoteHidden = await a.locator("#feed-empty").isHidden();
   out.layout.wide = await a.evaluate(measure);
+  // The page's own files: what was fetched under /static/ (the `Link: rel=preload`
+  // fetch is the one the tag uses, so each file once), and the stylesheet applied.
+  out.steps.staticFetches = await a.evaluate(() => performance.getEntriesByType("resource")
+    .map(e => new URL(e.name).pathname).filter(p => p.startsWith("/static/")));
+  out.steps.bodyBackground = await a.evaluate(() => getComputedStyle(document.body).backgroundColor);
   say("page A loaded", JSON.stringify(out.layout.wide));
 
   // 2. Sign up from the page; it signs in at once.

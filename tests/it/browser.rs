@@ -201,6 +201,21 @@ fn front_page_in_a_real_browser() {
     assert!(r["error"].is_null(), "the browser script failed: {}\n{show}", r["error"]);
     let step = |k: &str| r["steps"][k].clone();
 
+    // The script and the stylesheet come from their hashed /static/ names, each fetched once
+    // (the preload from the `Link` fields is the fetch the tag uses), and the style applies.
+    let mut fetched: Vec<String> = strings(&step("staticFetches"));
+    fetched.sort();
+    let hashed = |p: &str, ext: &str| {
+        p.strip_prefix("/static/app.")
+            .and_then(|h| h.strip_suffix(ext))
+            .is_some_and(|h| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    assert!(
+        fetched.len() == 2 && hashed(&fetched[0], ".css") && hashed(&fetched[1], ".js"),
+        "/static/app.<hash>.css and .js, each fetched once: {fetched:?}\n{show}"
+    );
+    assert_eq!(step("bodyBackground"), "rgb(245, 246, 248)", "the stylesheet applies\n{show}");
+
     // Sign-up (signed in at once), sign-in, sign-out.
     assert_eq!(step("signUpName"), "Alice Browser", "sign-up from the page, then signed in\n{show}");
     assert_eq!(step("signUpChatOnline"), true, "the chat connects after sign-up\n{show}");

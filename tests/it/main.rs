@@ -24,6 +24,7 @@ mod users;
 mod versioning;
 
 mod browser;
+mod early_hints;
 mod pages;
 mod ratelimit;
 mod sse;

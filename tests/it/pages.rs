@@ -221,9 +221,10 @@ fn index_page_nonce_favicon_and_static() {
                 "{what}: nonce of {t:?} vs script-src in {csp:?}"
             );
         }
-        for t in tags(&html, "style") {
+        let sheets = tags(&html, "link").into_iter().filter(|t| attr(t, "rel").as_deref() == Some("stylesheet"));
+        for t in tags(&html, "style").into_iter().chain(sheets) {
             let sn = csp_nonce(&csp, "style-src");
-            ensure!(s, sn.is_some(), "{what}: an inline <style> needs a style-src nonce in {csp:?}");
+            ensure!(s, sn.is_some(), "{what}: a <style> or stylesheet needs a style-src nonce in {csp:?}");
             ensure_eq!(s, attr(t, "nonce"), sn, "{what}: nonce of {t:?} vs style-src in {csp:?}");
         }
         (r, nonce, html)
@@ -251,8 +252,8 @@ fn index_page_nonce_favicon_and_static() {
         let r = s.get(p);
         ensure!(s, r.status == 200 && !r.body.is_empty(), "GET {p} (referenced by the page) → 200: {r:?}");
     }
-    // The /static files the page references; when it references none under /static/ (its
-    // script and style are inline), the same files by name under /static/.
+    // The /static files the page references (its script and style); when it references
+    // none under /static/, the same files by name under /static/.
     let mut statics: Vec<String> = refs.iter().filter(|p| p.starts_with("/static/")).cloned().collect();
     if statics.is_empty() {
         statics = refs

@@ -544,6 +544,9 @@ pub struct Response {
     /// Header names lower-cased, in order.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// Interim responses read before this one (`103 Early Hints`), in order. `100
+    /// Continue` and `101` are never put here: they are read as responses of their own.
+    pub interim: Box<[Response]>,
 }
 
 impl Response {
@@ -575,6 +578,12 @@ impl Response {
 
 impl fmt::Debug for Response {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for i in &self.interim {
+            writeln!(f, "{} {} {} (interim)", i.version, i.status, i.reason)?;
+            for (k, v) in &i.headers {
+                writeln!(f, "  {k}: {v}")?;
+            }
+        }
         writeln!(f, "{} {} {}", self.version, self.status, self.reason)?;
         for (k, v) in &self.headers {
             writeln!(f, "  {k}: {v}")?;
@@ -701,8 +710,22 @@ impl Conn {
         self.read_response()
     }
 
-    /// Reads one response. `head`: the request was HEAD (no body follows).
+    /// Reads one response. `head`: the request was HEAD (no body follows). Interim
+    /// responses other than `100` and `101` (`103 Early Hints`) are read and kept in the
+    /// final response's `interim`.
     pub fn try_read_response(&mut self, head: bool) -> io::Result<Response> {
+        let mut interim = Vec::new();
+        loop {
+            let r = self.try_read_one(head)?;
+            if (102..200).contains(&r.status) {
+                interim.push(r);
+            } else {
+                return Ok(Response { interim: interim.into_boxed_slice(), ..r });
+            }
+        }
+    }
+
+    fn try_read_one(&mut self, head: bool) -> io::Result<Response> {
         let head_end = loop {
             if let Some(i) = find(&self.buf, b"\r\n\r\n") {
                 break i;
@@ -736,7 +759,7 @@ impl Conn {
             };
             headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
         }
-        let mut resp = Response { version, status, reason, headers, body: Vec::new() };
+        let mut resp = Response { version, status, reason, headers, body: Vec::new(), interim: Box::default() };
         if head || (100..200).contains(&status) || status == 204 || status == 304 {
             return Ok(resp);
         }

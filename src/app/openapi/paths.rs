@@ -7,8 +7,8 @@
 use serde_json::{json, Map, Value};
 
 use super::components::{cache_control, error_ref, header, headers, limited};
-use crate::app::pages;
 use crate::app::redirect::MAX_TARGET;
+use crate::app::{assets, pages};
 use crate::config::Config;
 
 /// Tag names and descriptions, in display order.
@@ -468,17 +468,27 @@ fn allowed_url_schema(hosts: &[String]) -> Value {
 }
 
 fn files_and_pages(p: &mut Paths<'_>) {
+    let links = pages::early_hints().map(|h| h.links().join(", ")).unwrap_or_default();
     p.add(
         "GET",
         "/",
-        &Op::new("page", "files", "The browser front end", "An HTML page: login form, live event feed, chat.").ok(ok(
-            200,
-            "The page",
-            Content::Raw(vec!["text/html"], json!({"type": "string"})),
-            NO_STORE,
+        &Op::new(
+            "page",
+            "files",
+            "The browser front end",
+            "An HTML page: login form, live event feed, chat. Its script and style are `/static/` files \
+             with a content hash in their names. An HTTP/1.1 `GET` is first answered with \
+             `103 Early Hints` carrying the same `Link` fields (preload of the script and the style).",
+        )
+        .ok(ok(200, "The page", Content::Raw(vec!["text/html"], json!({"type": "string"})), NO_STORE).header(
+            "Link",
+            header(
+                "Preload of the page's script and style (also sent in a `103 Early Hints` first)",
+                json!({"type": "string", "examples": [links]}),
+            ),
         )),
     );
-    let icon = pages::asset("favicon.ico").map_or("image/x-icon", |a| a.content_type);
+    let icon = assets::by_plain("favicon.ico").map_or("image/x-icon", |a| a.content_type);
     p.add(
         "GET",
         "/favicon.ico",
@@ -489,15 +499,22 @@ fn files_and_pages(p: &mut Paths<'_>) {
             "public, max-age=86400",
         )),
     );
-    let mut types: Vec<&'static str> = pages::ASSETS.iter().map(|a| a.content_type).collect();
+    let mut types: Vec<&'static str> =
+        assets::all().iter().filter_map(|a| a.content_type.split(';').next()).map(str::trim).collect();
     types.sort_unstable();
     types.dedup();
     p.add(
         "GET",
         "/static/{name}",
-        &Op::new("staticAsset", "files", "A static asset of the page", "Immutable: cached for a year.")
-            .ok(ok(200, "The asset", Content::Raw(types, json!({"type": "string"})), pages::IMMUTABLE))
-            .errors(&[404]),
+        &Op::new(
+            "staticAsset",
+            "files",
+            "A static asset of the page",
+            "By its name with a content hash (`app.3f2a9c1b.js`, as the page links it); any other name, \
+             an old hash included, is 404. Immutable: cached for a year.",
+        )
+        .ok(ok(200, "The asset", Content::Raw(types, json!({"type": "string"})), pages::IMMUTABLE))
+        .errors(&[404]),
     );
     p.add(
         "GET",
