@@ -18,6 +18,7 @@ mod table;
 use std::io;
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
@@ -29,6 +30,7 @@ use crate::config::Config;
 use crate::shm::{Region, WorkerState};
 use crate::sys::signals::SignalSet;
 use crate::sys::{self, Forked};
+use rustls::sign::CertifiedKey;
 
 use notify::Notifier;
 use table::{Proc, Role, Table};
@@ -166,6 +168,14 @@ fn listen_error(addr: std::net::SocketAddr, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
 }
 
+/// The certificate and key of `config`'s TLS listener; `None` without one.
+fn load_tls(config: &Config) -> Result<Option<Arc<CertifiedKey>>, crate::tls::TlsError> {
+    match config.tls.listen {
+        Some(_) => crate::tls::load(&config.tls.cert_file, &config.tls.key_file).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// Run the supervisor until the service stops; returns the exit code.
 pub fn run(config: Config, source: crate::config::Source) -> i32 {
     let run = Supervisor::start(config, source).and_then(|mut s| {
@@ -209,6 +219,8 @@ impl Supervisor {
             _ => crate::auth::secret::resolve(&config.auth, config.is_development())
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("signing secret: {e}")))?,
         };
+        // The certificate and key, checked against each other: a bad pair is refused at start.
+        let _tls_key = load_tls(&config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         crate::store::Store::migrate(&config.db.path)
             .map_err(|e| io::Error::other(format!("database {}: {e}", config.db.path.display())))?;
         dirs::prepare_download_dir(&config.download.dir);

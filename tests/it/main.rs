@@ -44,3 +44,5 @@ mod drain;
 mod instance;
 mod reload;
 mod upgrade;
+
+mod tls;
