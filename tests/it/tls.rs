@@ -1,15 +1,19 @@
-//! TLS on `tls.listen`: the certificate and key checked by `check-config` and at start.
-//! Each test makes its own CA and server certificate (rcgen).
+//! TLS on `tls.listen`: the certificate and key checked by `check-config` and at start,
+//! HTTPS requests through a rustls client (and curl, when installed), handshakes that fail
+//! or stall. Each test makes its own CA and server certificate (rcgen).
 
 use std::fs;
-use std::net::TcpStream;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::util::*;
 
 /// A test CA and a server certificate for `localhost` and 127.0.0.1 signed by it.
 pub struct Pki {
+    pub ca_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
 }
@@ -25,8 +29,7 @@ impl Pki {
         let params =
             rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).expect("server params");
         let cert = params.signed_by(&key, &ca_cert, &ca_key).expect("server cert");
-        let _ = ca_cert;
-        Pki { cert_pem: cert.pem(), key_pem: key.serialize_pem() }
+        Pki { ca_pem: ca_cert.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() }
     }
 
     /// Writes `cert.pem` and `key.pem` into `dir`; returns their paths.
@@ -123,4 +126,237 @@ fn serve_with_a_mismatched_pair_exits_2_without_listening() {
         let addr = format!("127.0.0.1:{p}").parse().expect("addr");
         assert!(TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(), "port {p} listens");
     }
+}
+
+/// A rustls client trusting `pki`'s CA (TLS 1.3 and 1.2, or only `versions`), with the
+/// default in-memory session store (so a second connection can resume).
+pub fn client_config(pki: &Pki, versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).expect("CA PEM")).expect("CA");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut config = config;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// What one HTTPS exchange gave.
+pub struct TlsReply {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+    pub kind: Option<rustls::HandshakeKind>,
+    pub alpn: Option<Vec<u8>>,
+}
+
+/// One `GET path` over a new TLS connection to `addr` (`Connection: close`, read to the end).
+pub fn https_get(addr: SocketAddr, config: &Arc<rustls::ClientConfig>, path: &str) -> TlsReply {
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let session = rustls::ClientConnection::new(Arc::clone(config), name).expect("client session");
+    let sock = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    sock.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    sock.set_write_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    let mut tls = rustls::StreamOwned::new(session, sock);
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost:{}\r\nConnection: close\r\n\r\n", addr.port());
+    tls.write_all(req.as_bytes()).expect("send over TLS");
+    let mut bytes = Vec::new();
+    match tls.read_to_end(&mut bytes) {
+        Ok(_) => {}
+        // A close without close_notify still ends the response read so far.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+        Err(e) => panic!("read over TLS: {e} (after {} bytes)", bytes.len()),
+    }
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    TlsReply {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+        kind: tls.conn.handshake_kind(),
+        alpn: tls.conn.alpn_protocol().map(<[u8]>::to_vec),
+    }
+}
+
+/// A server with a TLS listener on a free port; returns it, its TLS address and the PKI.
+pub fn tls_server(workers: usize, extra_tls: &str, extra: &str) -> (Server, SocketAddr, Pki, tempfile::TempDir) {
+    let pki = Pki::new();
+    let d = tmp();
+    let (c, k) = pki.write(d.path());
+    let port = free_port();
+    let text = format!("workers = {workers}\n{}\n{extra}", tls_toml(port, &c, &k, extra_tls));
+    let server = Server::start(&text);
+    (server, format!("127.0.0.1:{port}").parse().expect("addr"), pki, d)
+}
+
+#[test]
+fn https_serves_the_same_requests_as_http() {
+    let (server, addr, pki, _d) = tls_server(1, "", "");
+    let config = client_config(&pki, rustls::DEFAULT_VERSIONS);
+    let r = https_get(addr, &config, "/health");
+    assert_eq!(r.status, 200, "{}\n{}", r.head, server.log_tail());
+    assert!(r.body.contains("ok") || !r.body.is_empty(), "{}", r.body);
+    assert_eq!(r.alpn.as_deref(), Some(&b"http/1.1"[..]), "ALPN http/1.1");
+    let plain = server.get("/health");
+    assert_eq!(plain.status, 200);
+    assert_eq!(plain.body_str(), r.body, "the same answer on both listeners");
+    // Every route: a 404 envelope, the same headers.
+    let missing = https_get(addr, &config, "/nope");
+    assert_eq!(missing.status, 404, "{}", missing.head);
+    assert!(missing.head.to_ascii_lowercase().contains("strict-transport-security"), "{}", missing.head);
+    // TLS 1.2 works too.
+    let tls12 = client_config(&pki, &[&rustls::version::TLS12]);
+    assert_eq!(https_get(addr, &tls12, "/health").status, 200);
+    // Keep-alive: two requests on one TLS connection.
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let session = rustls::ClientConnection::new(Arc::clone(&config), name).expect("session");
+    let sock = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    sock.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    let mut tls = rustls::StreamOwned::new(session, sock);
+    tls.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\nGET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").expect("send");
+    let mut bytes = Vec::new();
+    let _ = tls.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    assert_eq!(text.matches("HTTP/1.1 200").count(), 2, "{text}");
+}
+
+#[test]
+fn https_with_curl_and_openssl_when_installed() {
+    let (server, addr, pki, d) = tls_server(1, "", "");
+    let ca = d.path().join("ca.pem");
+    fs::write(&ca, &pki.ca_pem).expect("write CA");
+    let url = format!("https://localhost:{}/health", addr.port());
+    let resolve = format!("localhost:{}:127.0.0.1", addr.port());
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "--cacert",
+            ca.to_str().expect("utf-8"),
+            "--resolve",
+            &resolve,
+            "-o",
+            "/dev/null",
+        ])
+        .args(["-w", "%{http_code} %{http_version}", &url])
+        .output();
+    match out {
+        Ok(out) => {
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(said, "200 1.1", "curl: {}\n{}", String::from_utf8_lossy(&out.stderr), server.log_tail());
+        }
+        Err(e) => eprintln!("curl not run ({e}); the rustls client tests cover HTTPS"),
+    }
+    let out = std::process::Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &addr.to_string(),
+            "-servername",
+            "localhost",
+            "-CAfile",
+            ca.to_str().expect("utf-8"),
+        ])
+        .args(["-alpn", "http/1.1", "-ign_eof"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    if let Ok(mut child) = out {
+        let mut stdin = child.stdin.take().expect("stdin");
+        let _ = stdin.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        drop(stdin);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let out = child.wait_with_output().expect("openssl output");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("HTTP/1.1 200"), "openssl s_client:\n{stdout}\n{stderr}");
+        assert!(stdout.contains("Verify return code: 0 (ok)"), "{stdout}");
+        assert!(stdout.contains("ALPN protocol: http/1.1"), "{stdout}");
+    }
+}
+
+/// Connects to `addr`, sends `bytes`, and reads until the server closes (within `within`, else
+/// a panic); returns what it sent before closing.
+fn closed_after(addr: SocketAddr, bytes: &[u8], within: Duration) -> Vec<u8> {
+    let mut sock = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    sock.write_all(bytes).expect("send");
+    let deadline = Instant::now() + within;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "not closed within {within:?} after {bytes:?}; got {got:?}");
+        sock.set_read_timeout(Some(left)).expect("timeout");
+        match sock.read(&mut buf) {
+            Ok(0) => return got,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return got,
+            Err(e) if is_timeout(&e) => continue,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+}
+
+#[test]
+fn failed_and_stalled_handshakes_are_closed_and_the_server_stays_up() {
+    let (server, addr, pki, _d) = tls_server(1, "", "[limits]\nheader_timeout_ms = 500\n");
+    // Plain HTTP on the HTTPS port: not a ClientHello; the connection is closed.
+    let t = Instant::now();
+    let got = closed_after(addr, b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n", Duration::from_secs(3));
+    assert!(t.elapsed() < Duration::from_millis(400), "not closed at once: {:?}", t.elapsed());
+    assert_eq!(got.first(), Some(&0x15), "a TLS alert record, then the close: {got:?}");
+    // Nothing at all: closed once the header timeout passes.
+    let t = Instant::now();
+    assert_eq!(closed_after(addr, b"", Duration::from_secs(4)), b"", "a client that never starts its handshake");
+    assert!(t.elapsed() >= Duration::from_millis(400), "closed too early: {:?}", t.elapsed());
+    // Half a ClientHello, then silence: the same bound.
+    closed_after(addr, &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc], Duration::from_secs(4));
+    // A client that does not trust the certificate gives up; the server carries on.
+    let stranger = client_config(&Pki::new(), rustls::DEFAULT_VERSIONS);
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let session = rustls::ClientConnection::new(stranger, name).expect("session");
+    let sock = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    sock.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    let mut tls = rustls::StreamOwned::new(session, sock);
+    assert!(tls.write_all(b"GET / HTTP/1.1\r\n\r\n").and_then(|_| tls.read(&mut [0u8; 16])).is_err());
+    let ok = https_get(addr, &client_config(&pki, rustls::DEFAULT_VERSIONS), "/health");
+    assert_eq!(ok.status, 200, "{}", server.log_tail());
+    server.assert_healthy();
+}
+
+/// Connections with one client session store until `n` resumed handshakes were tried; returns
+/// how many of them resumed.
+fn resumed_of(addr: SocketAddr, config: &Arc<rustls::ClientConfig>, n: usize) -> usize {
+    let first = https_get(addr, config, "/health");
+    assert_eq!((first.status, first.kind), (200, Some(rustls::HandshakeKind::Full)));
+    (0..n)
+        .filter(|_| {
+            let r = https_get(addr, config, "/health");
+            assert_eq!(r.status, 200);
+            r.kind == Some(rustls::HandshakeKind::Resumed)
+        })
+        .count()
+}
+
+#[test]
+fn sessions_resume_on_any_worker() {
+    let (server, addr, pki, _d) = tls_server(2, "", "");
+    let workers = server.wait_workers(2, Duration::from_secs(10));
+    assert_eq!(workers.len(), 2);
+    // SO_REUSEPORT spreads the connections over both workers; a ticket from either opens on
+    // both (per-worker keys resumed about half of them).
+    let tls13 = client_config(&pki, &[&rustls::version::TLS13]);
+    assert_eq!(resumed_of(addr, &tls13, 20), 20, "TLS 1.3\n{}", server.log_tail());
+    let tls12 = client_config(&pki, &[&rustls::version::TLS12]);
+    assert_eq!(resumed_of(addr, &tls12, 20), 20, "TLS 1.2\n{}", server.log_tail());
 }
