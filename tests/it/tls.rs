@@ -360,3 +360,22 @@ fn sessions_resume_on_any_worker() {
     let tls12 = client_config(&pki, &[&rustls::version::TLS12]);
     assert_eq!(resumed_of(addr, &tls12, 20), 20, "TLS 1.2\n{}", server.log_tail());
 }
+
+#[test]
+fn usr2_hands_over_the_tls_socket_and_sessions_resume_across_it() {
+    use crate::upgrade::{new_supervisor_pid, StopOnDrop};
+    let (mut server, addr, pki, _d) = tls_server(2, "", "");
+    server.wait_workers(2, START_TIMEOUT);
+    let config = client_config(&pki, &[&rustls::version::TLS13]);
+    assert_eq!(https_get(addr, &config, "/health").kind, Some(rustls::HandshakeKind::Full));
+    server.signal(nix::sys::signal::Signal::SIGUSR2);
+    let new_pid = new_supervisor_pid(&server);
+    let _stop = StopOnDrop(new_pid);
+    let status = server.wait_exit(Duration::from_secs(20));
+    assert!(status.is_some_and(|st| st.success()), "old supervisor: {status:?}\n{}", server.log_tail());
+    assert!(eventually(Duration::from_secs(10), || worker_pids(new_pid).len() == 2));
+    // The tickets the old workers issued open on the new ones.
+    let r = https_get(addr, &config, "/health");
+    assert_eq!(r.status, 200, "{}", server.log_tail());
+    assert_eq!(r.kind, Some(rustls::HandshakeKind::Resumed), "{}", server.log_tail());
+}
