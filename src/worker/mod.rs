@@ -479,10 +479,11 @@ impl Worker {
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1);
         let now = Instant::now();
+        let secure = tls.is_some();
         self.conns[idx] = Some(Conn {
             sock,
             tls,
-            http: Http1::new(peer, &self.env, now),
+            http: Http1::new(peer, secure, &self.env, now),
             inbuf: Vec::new(),
             out: Vec::new(),
             out_pos: 0,

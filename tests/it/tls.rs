@@ -379,3 +379,30 @@ fn usr2_hands_over_the_tls_socket_and_sessions_resume_across_it() {
     assert_eq!(r.status, 200, "{}", server.log_tail());
     assert_eq!(r.kind, Some(rustls::HandshakeKind::Resumed), "{}", server.log_tail());
 }
+
+#[test]
+fn redirect_http_sends_plain_requests_to_https_but_health_and_metrics() {
+    let (server, addr, pki, _d) = tls_server(1, "redirect_http = true\n", "");
+    let origin = format!("https://localhost:{}", addr.port());
+    for (method, path) in
+        [("GET", "/"), ("GET", "/api/v1/users?page=2"), ("POST", "/api/v1/auth/login"), ("HEAD", "/x")]
+    {
+        let (rs, _) = send_raw(server.addr(), &request(method, path, &[("Connection", "close")], b""));
+        let r = &rs[0];
+        assert_eq!(r.status, 308, "{method} {path}: {r:?}");
+        assert_eq!(r.header("location"), Some(format!("{origin}{path}").as_str()), "{method} {path}");
+    }
+    assert_eq!(server.get("/health").status, 200, "/health stays on plain HTTP");
+    assert_eq!(server.get("/metrics").status, 200, "/metrics stays on plain HTTP");
+    // Over TLS nothing moves.
+    let config = client_config(&pki, rustls::DEFAULT_VERSIONS);
+    assert_eq!(https_get(addr, &config, "/api/v1/users?page=2").status, 401);
+    let page = https_get(addr, &config, "/");
+    assert_eq!(page.status, 200, "{}", page.head);
+}
+
+#[test]
+fn without_redirect_http_the_plain_listener_serves_everything() {
+    let (server, _addr, _pki, _d) = tls_server(1, "", "");
+    assert_eq!(server.get("/").status, 200);
+}
