@@ -406,3 +406,41 @@ fn without_redirect_http_the_plain_listener_serves_everything() {
     let (server, _addr, _pki, _d) = tls_server(1, "", "");
     assert_eq!(server.get("/").status, 200);
 }
+
+/// Whether a TLS handshake with `config` succeeds and `/health` answers 200.
+fn trusted(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> bool {
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let session = rustls::ClientConnection::new(Arc::clone(config), name).expect("session");
+    let sock = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    sock.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    let mut tls = rustls::StreamOwned::new(session, sock);
+    let mut bytes = Vec::new();
+    tls.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").is_ok()
+        && tls.read_to_end(&mut bytes).is_ok()
+        && bytes.starts_with(b"HTTP/1.1 200")
+}
+
+#[test]
+fn hup_reads_the_certificate_again_and_a_bad_pair_keeps_the_old_one() {
+    let (server, addr, old, d) = tls_server(2, "", "");
+    server.wait_workers(2, START_TIMEOUT);
+    let old_client = client_config(&old, rustls::DEFAULT_VERSIONS);
+    assert!(trusted(addr, &old_client));
+    // A key that is not the certificate's: the reload is refused, the old pair serves on.
+    let new = Pki::new();
+    fs::write(d.path().join("cert.pem"), &new.cert_pem).expect("write");
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    let line = server.wait_log_line(IO_TIMEOUT, |l| l.contains("reload refused"));
+    assert!(line.contains("is not the private key of the certificate"), "{line}");
+    let fresh = client_config(&old, rustls::DEFAULT_VERSIONS);
+    assert!(trusted(addr, &fresh), "the old certificate still serves\n{}", server.log_tail());
+    // Now a good pair: new workers present it.
+    new.write(d.path());
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    server.wait_log_line(Duration::from_secs(15), |l| l.contains("reload complete"));
+    let new_client = client_config(&new, rustls::DEFAULT_VERSIONS);
+    assert!(trusted(addr, &new_client), "the new certificate serves\n{}", server.log_tail());
+    // A fresh client (a cached session would resume without looking at the certificate).
+    let fresh = client_config(&old, rustls::DEFAULT_VERSIONS);
+    assert!(!trusted(addr, &fresh), "the old certificate is gone");
+}
