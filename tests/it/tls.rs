@@ -444,3 +444,104 @@ fn hup_reads_the_certificate_again_and_a_bad_pair_keeps_the_old_one() {
     let fresh = client_config(&old, rustls::DEFAULT_VERSIONS);
     assert!(!trusted(addr, &fresh), "the old certificate is gone");
 }
+
+#[test]
+fn socket_activation_passes_a_plain_and_a_tls_socket_by_name() {
+    use crate::upgrade::StopOnDrop;
+    use std::os::fd::AsRawFd;
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let tls = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let (plain_addr, tls_addr) = (plain.local_addr().expect("addr"), tls.local_addr().expect("addr"));
+    let d = tmp();
+    let pki = Pki::new();
+    let (c, k) = pki.write(d.path());
+    // `listen` and `tls.listen` name other ports: the passed sockets win.
+    let configured_tls = free_port();
+    let extra = format!("workers = 2\n{}", tls_toml(configured_tls, &c, &k, ""));
+    let text = render_config(&format!("127.0.0.1:{}", free_port()), &d.path().join("data"), &extra);
+    let cfg = d.path().join("forkd.toml");
+    fs::write(&cfg, text).expect("write config");
+    let log = fs::File::create(d.path().join("forkd.log")).expect("log");
+    let (pfd, tfd) = (plain.as_raw_fd(), tls.as_raw_fd());
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["serve", "--config", cfg.to_str().expect("utf-8")])
+        .env("LISTEN_FDS", "2")
+        .env("LISTEN_FDNAMES", "forkd.socket:forkd-tls")
+        .env_remove("LISTEN_PID")
+        .env_remove("FORKD_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(log);
+    // SAFETY: fcntl and dup2 are async-signal-safe; in the child only, the two listeners are
+    // moved out of the way (fd 100, 101), then placed at fd 3 and 4 without close-on-exec,
+    // as systemd passes them.
+    unsafe {
+        use nix::fcntl::{fcntl, FcntlArg};
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            let high_p = fcntl(pfd, FcntlArg::F_DUPFD(100))?;
+            let high_t = fcntl(tfd, FcntlArg::F_DUPFD(101))?;
+            nix::unistd::dup2(high_p, 3)?;
+            nix::unistd::dup2(high_t, 4)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn forkd");
+    let pid = child.id() as i32;
+    let _stop = StopOnDrop(pid);
+    drop((plain, tls));
+    let logs = || fs::read_to_string(d.path().join("forkd.log")).unwrap_or_default();
+    let config = client_config(&pki, rustls::DEFAULT_VERSIONS);
+    let served = eventually(START_TIMEOUT, || {
+        TcpStream::connect(plain_addr).is_ok_and(|_| get(plain_addr, "/health").status == 200)
+    });
+    assert!(served, "the plain socket (fd 3) is served\n{}", logs());
+    assert!(eventually(START_TIMEOUT, || worker_pids(pid).len() == 2), "2 workers\n{}", logs());
+    for _ in 0..4 {
+        assert_eq!(https_get(tls_addr, &config, "/health").status, 200, "the TLS socket (fd 4)\n{}", logs());
+    }
+    let configured = format!("127.0.0.1:{configured_tls}").parse().expect("addr");
+    assert!(TcpStream::connect_timeout(&configured, Duration::from_millis(500)).is_err(), "tls.listen does not apply");
+    kill_pid(pid, nix::sys::signal::Signal::SIGTERM);
+    let _ = child.wait();
+}
+
+#[test]
+fn a_large_download_and_an_sse_stream_over_tls() {
+    let files = tmp();
+    let data: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    fs::write(files.path().join("data.bin"), &data).expect("write");
+    let extra = format!("[download]\ndir = \"{}\"\n", files.path().display());
+    let (server, addr, pki, _d) = tls_server(1, "", &extra);
+    let config = client_config(&pki, rustls::DEFAULT_VERSIONS);
+    // A slow reader: the worker's output backs up behind rustls and the socket, and resumes.
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let session = rustls::ClientConnection::new(Arc::clone(&config), name).expect("session");
+    let sock = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    sock.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    let mut tls = rustls::StreamOwned::new(session, sock);
+    tls.write_all(b"GET /download/data.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").expect("send");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut bytes = Vec::new();
+    let _ = tls.read_to_end(&mut bytes);
+    let at = find(&bytes, b"\r\n\r\n").expect("a head") + 4;
+    assert!(bytes.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&bytes[..at]));
+    assert!(bytes[at..] == data[..], "3 MiB intact over TLS: got {} bytes\n{}", bytes.len() - at, server.log_tail());
+    // An SSE stream: the head and the first event arrive through TLS.
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let session = rustls::ClientConnection::new(config, name).expect("session");
+    let sock = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    sock.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    let mut tls = rustls::StreamOwned::new(session, sock);
+    tls.write_all(b"GET /api/events HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n").expect("send");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + IO_TIMEOUT;
+    while find(&got, b"\r\n\r\n").is_none() && Instant::now() < deadline {
+        match tls.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200") && head.contains("text/event-stream"), "{head}");
+}
