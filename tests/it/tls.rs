@@ -200,7 +200,6 @@ fn https_serves_the_same_requests_as_http() {
     let config = client_config(&pki, rustls::DEFAULT_VERSIONS);
     let r = https_get(addr, &config, "/health");
     assert_eq!(r.status, 200, "{}\n{}", r.head, server.log_tail());
-    assert!(r.body.contains("ok") || !r.body.is_empty(), "{}", r.body);
     assert_eq!(r.alpn.as_deref(), Some(&b"http/1.1"[..]), "ALPN http/1.1");
     let plain = server.get("/health");
     assert_eq!(plain.status, 200);
