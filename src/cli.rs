@@ -42,10 +42,18 @@ pub fn run(args: &[String]) -> i32 {
             Err(code) => code,
         },
         "check-config" => match load(rest) {
-            Ok(cfg) => {
-                println!("configuration ok: {} worker(s) on {}", cfg.workers, cfg.listen);
-                0
-            }
+            Ok(cfg) => check_tls(&cfg).map_or_else(
+                |code| code,
+                |()| {
+                    match cfg.tls.listen {
+                        Some(tls) => {
+                            println!("configuration ok: {} worker(s) on {} and {tls} (TLS)", cfg.workers, cfg.listen)
+                        }
+                        None => println!("configuration ok: {} worker(s) on {}", cfg.workers, cfg.listen),
+                    }
+                    0
+                },
+            ),
             Err(code) => code,
         },
         "print-config" => match source(rest, |_, _| false) {
@@ -64,6 +72,18 @@ pub fn run(args: &[String]) -> i32 {
             EXIT_USAGE
         }
     }
+}
+
+/// With a TLS listener: the certificate and key read and checked against each other
+/// (unreadable, not PEM, or not a pair: exit 2, like a bad configuration).
+fn check_tls(cfg: &config::Config) -> Result<(), i32> {
+    if cfg.tls.listen.is_none() {
+        return Ok(());
+    }
+    crate::tls::load(&cfg.tls.cert_file, &cfg.tls.key_file).map(drop).map_err(|e| {
+        eprintln!("forkd: config: {e}");
+        EXIT_USAGE
+    })
 }
 
 fn load(args: &[String]) -> Result<config::Config, i32> {

@@ -26,4 +26,5 @@ pub mod shm;
 pub mod store;
 pub mod supervisor;
 pub mod sys;
+pub mod tls;
 pub mod worker;

@@ -107,6 +107,7 @@ mod tests {
             body: b"",
             request_id: "t",
             peer: std::net::IpAddr::from([127, 0, 0, 1]),
+            secure: false,
         };
         check_origin(&config, &req).map_err(|e| e.status())
     }

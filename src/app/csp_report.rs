@@ -383,6 +383,7 @@ mod tests {
             body,
             request_id: "t-1",
             peer: std::net::IpAddr::from([127, 0, 0, 1]),
+            secure: false,
         }
     }
 

@@ -19,6 +19,7 @@ pub(crate) mod download;
 pub(crate) mod events;
 mod health;
 mod homepage;
+mod https;
 pub mod metrics;
 mod openapi;
 mod pages;
@@ -257,6 +258,9 @@ impl App {
             Match::NotFound => crate::shm::metrics::ROUTE_OTHER,
         });
         let config = self.svc.config;
+        if let Some(r) = https::redirect(config, req) {
+            return Reply::Now(r);
+        }
         let dev = config.is_development();
         let mut decor = Decor { cors: cors::allowed_origin(config, req).map(str::to_owned), rate: None };
         let reply = match cors::preflight(decor.cors.as_deref(), req) {

@@ -71,6 +71,8 @@ pub struct Config {
     pub websocket: WebSocket,
     /// `[supervisor]`
     pub supervisor: Supervisor,
+    /// `[tls]`
+    pub tls: Tls,
     /// `[debug]`
     pub debug: Debug,
 }
@@ -263,6 +265,20 @@ pub struct Supervisor {
     pub memory_check: Duration,
     /// A worker whose loop is stuck this long is killed.
     pub worker_timeout: Duration,
+}
+
+/// `[tls]`: validated as far as the file goes; the certificate and key files are read and
+/// checked by `crate::tls` (start-up, `check-config`, HUP).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tls {
+    /// The HTTPS listening address; `None`: no TLS listener.
+    pub listen: Option<SocketAddr>,
+    /// The PEM certificate chain (set whenever `listen` is).
+    pub cert_file: PathBuf,
+    /// The PEM private key (set whenever `listen` is).
+    pub key_file: PathBuf,
+    /// The plain listener answers 308 to https (except `/health` and `/metrics`).
+    pub redirect_http: bool,
 }
 
 /// `[debug]`: test-only switches, never on in production.
@@ -584,6 +600,49 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
         let found = problems("", &[("FORKD_PID_FILE", "/tmp/")]);
         assert!(found[0].ends_with("(from FORKD_PID_FILE)"), "{found:?}");
         assert_eq!(problems("pid_file = 1\n", &[]).len(), 1);
+    }
+
+    #[test]
+    fn tls_section() {
+        let config = Config::default();
+        assert_eq!(config.tls.listen, None);
+        assert!(!config.tls.redirect_http);
+        let on = "public_origin = \"https://a.example\"\n[tls]\nlisten = \"0.0.0.0:8443\"\n\
+                  cert_file = \"c.pem\"\nkey_file = \"k.pem\"\nredirect_http = true\n";
+        let config = load_str(on, &[]).expect("valid");
+        assert_eq!(config.tls.listen, Some("0.0.0.0:8443".parse().expect("literal")));
+        assert_eq!(
+            (config.tls.cert_file.as_path(), config.tls.key_file.as_path()),
+            (Path::new("c.pem"), Path::new("k.pem"))
+        );
+        assert!(config.tls.redirect_http);
+        let env = [("FORKD_TLS__LISTEN", "127.0.0.1:9443"), ("FORKD_TLS__REDIRECT_HTTP", "false")];
+        let config = load_str(on, &env).expect("valid");
+        assert_eq!(config.tls.listen, Some("127.0.0.1:9443".parse().expect("literal")));
+        assert!(!config.tls.redirect_http);
+        assert_eq!(
+            problems("[tls]\nlisten = \"0.0.0.0:443\"\n", &[]),
+            [
+                "tls.cert_file is required when tls.listen is set",
+                "tls.key_file is required when tls.listen is set",
+                r#"public_origin = "http://127.0.0.1:8080": must be the https origin when tls.listen is set (https://a.example)"#,
+            ]
+        );
+        assert_eq!(
+            problems("public_origin = \"https://a.example\"\n[tls]\nlisten = \"localhost:443\"\ncert_file = \"c\"\nkey_file = \"k\"\n", &[]),
+            [r#"tls.listen = "localhost:443": must be empty or an address ip:port (0.0.0.0:443)"#]
+        );
+        assert_eq!(
+            problems(
+                "listen = \"127.0.0.1:8443\"\npublic_origin = \"https://a.example\"\n[tls]\nlisten = \"127.0.0.1:8443\"\ncert_file = \"c\"\nkey_file = \"k\"\n",
+                &[]
+            ),
+            [r#"tls.listen = "127.0.0.1:8443": must be an address other than `listen`"#]
+        );
+        assert_eq!(problems("[tls]\nredirect_http = true\n", &[]), ["tls.redirect_http = true needs tls.listen"]);
+        assert_eq!(problems("[tls]\nredirect_http = 1\n", &[]), ["tls.redirect_http = 1: must be true or false"]);
+        // Files without a listener are left alone (nothing reads them).
+        assert!(load_str("[tls]\ncert_file = \"c.pem\"\n", &[]).is_ok());
     }
 
     #[test]

@@ -135,6 +135,8 @@ section! {
         websocket: WebSocket = WebSocket::default(),
         /// Worker health checks.
         supervisor: Supervisor = Supervisor::default(),
+        /// HTTPS: a second listener speaking HTTP/1.1 over TLS.
+        tls: Tls = Tls::default(),
         /// Test-only switches; refused in production.
         debug: Debug = Debug::default(),
     }
@@ -302,6 +304,23 @@ section! {
         memory_check_ms: i64 = 5_000,
         /// A worker whose event loop is stuck this long (ms) is killed.
         worker_timeout_ms: i64 = 30_000,
+    }
+}
+
+section! {
+    /// `[tls]`: HTTPS on a second listener; empty `listen` = no TLS listener.
+    Tls {
+        /// Listening address `ip:port` for HTTPS (TLS 1.3 and 1.2, ALPN `http/1.1`); not set: no
+        /// TLS listener. With it, `public_origin` must be the https origin.
+        listen: String = ""; example "0.0.0.0:443",
+        /// PEM certificate chain, leaf first; read at start and again on HUP.
+        cert_file: String = ""; example "/etc/forkd/tls/cert.pem",
+        /// PEM private key of that certificate (PKCS#8, SEC1 or PKCS#1); read at start and
+        /// again on HUP.
+        key_file: String = ""; example "/etc/forkd/tls/key.pem",
+        /// `true`: the plain listener answers every request but `/health` and `/metrics` with a
+        /// 308 to the same path on https.
+        redirect_http: bool = false,
     }
 }
 

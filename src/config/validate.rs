@@ -13,7 +13,7 @@ use super::env::Sources;
 use super::raw::RawConfig;
 use super::{
     Auth, Chat, Config, Cors, Db, Debug, Download, Environment, Io, JwtSecret, Limits, LogFormat, RateLimit, Redirect,
-    Sse, Supervisor, Upstreams, WebSocket,
+    Sse, Supervisor, Tls, Upstreams, WebSocket,
 };
 
 const MIB: i64 = 1 << 20;
@@ -63,6 +63,7 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
     if production && raw.debug.routes {
         c.problem("debug.routes = true is not allowed in production");
     }
+    let tls = c.tls(raw, listen, &raw.public_origin);
     let config = Config {
         environment,
         listen,
@@ -140,6 +141,7 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
             memory_check: c.ms("supervisor.memory_check_ms", s.memory_check_ms, 100, 3_600_000),
             worker_timeout: c.ms("supervisor.worker_timeout_ms", s.worker_timeout_ms, 100, 3_600_000),
         },
+        tls,
         debug: Debug { routes: raw.debug.routes },
     };
     (config, c.problems)
@@ -239,6 +241,44 @@ impl Check<'_> {
             self.fail(key, format!("{v:?}"), "empty or the path of a file (/run/forkd/forkd.pid)");
         }
         Some(path)
+    }
+
+    /// `[tls]`: an address when `listen` is set, then both files, an https `public_origin` and
+    /// an address other than the plain one's; `redirect_http` only with a TLS listener.
+    fn tls(&mut self, raw: &RawConfig, plain: SocketAddr, public_origin: &str) -> Tls {
+        let t = &raw.tls;
+        let listen = (!t.listen.is_empty()).then(|| {
+            t.listen.parse::<SocketAddr>().unwrap_or_else(|_| {
+                self.fail("tls.listen", format!("{:?}", t.listen), "empty or an address ip:port (0.0.0.0:443)");
+                SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
+            })
+        });
+        if let Some(addr) = listen {
+            for (key, v) in [("tls.cert_file", &t.cert_file), ("tls.key_file", &t.key_file)] {
+                if v.trim().is_empty() {
+                    self.problem(&format!("{key} is required when tls.listen is set"));
+                }
+            }
+            if addr == plain && addr.port() != 0 {
+                self.fail("tls.listen", format!("{:?}", t.listen), "an address other than `listen`");
+            }
+            if !public_origin.to_ascii_lowercase().starts_with("https://") {
+                self.fail(
+                    "public_origin",
+                    format!("{public_origin:?}"),
+                    "the https origin when tls.listen is set (https://a.example)",
+                );
+            }
+        }
+        if t.redirect_http && listen.is_none() {
+            self.problem("tls.redirect_http = true needs tls.listen");
+        }
+        Tls {
+            listen,
+            cert_file: PathBuf::from(&t.cert_file),
+            key_file: PathBuf::from(&t.key_file),
+            redirect_http: t.redirect_http,
+        }
     }
 
     /// An http(s) URL, or `None` when empty.

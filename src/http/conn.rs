@@ -166,13 +166,16 @@ pub struct Http1 {
     cur: Current,
     deadline: Option<(Instant, Timeout)>,
     peer: IpAddr,
+    /// The connection is TLS (copied into each [`Request`]).
+    secure: bool,
     /// No request has started on this connection yet.
     fresh: bool,
 }
 
 impl Http1 {
-    /// A fresh connection from `peer`: it must send a head within the header timeout.
-    pub fn new(peer: IpAddr, env: &Env, now: Instant) -> Http1 {
+    /// A fresh connection from `peer` (over TLS when `secure`): it must send a head within the
+    /// header timeout (for TLS, the handshake counts against it).
+    pub fn new(peer: IpAddr, secure: bool, env: &Env, now: Instant) -> Http1 {
         Http1 {
             phase: Phase::Idle,
             chunked: Chunked::default(),
@@ -192,6 +195,7 @@ impl Http1 {
             },
             deadline: Some((now + env.header_timeout, Timeout::Idle)),
             peer,
+            secure,
             fresh: true,
         }
     }
@@ -418,6 +422,7 @@ impl Http1 {
             body,
             request_id,
             peer: self.peer,
+            secure: self.secure,
         };
         let outcome = svc.call(&req);
         self.cur.label = svc.label();
@@ -563,7 +568,7 @@ mod tests {
     fn run(input: &[u8]) -> (String, Progress, Echo) {
         let mut e = env();
         let now = Instant::now();
-        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
         let mut svc = Echo { pending: false, log: Vec::new() };
         let mut inbuf = input.to_vec();
         let mut out = Vec::new();
@@ -589,7 +594,7 @@ mod tests {
     fn chunked_body_split_across_reads() {
         let mut e = env();
         let now = Instant::now();
-        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
         let mut svc = Echo { pending: false, log: Vec::new() };
         let mut out = Vec::new();
         let mut inbuf = b"POST /e HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nab".to_vec();
@@ -621,7 +626,7 @@ mod tests {
     fn pending_holds_pipelined_requests_in_order() {
         let mut e = env();
         let now = Instant::now();
-        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
         let mut svc = Echo { pending: true, log: Vec::new() };
         let mut out = Vec::new();
         let mut inbuf = b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /fast HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
@@ -659,14 +664,14 @@ mod tests {
         let mut e = env();
         let now = Instant::now();
         let mut svc = Echo { pending: false, log: Vec::new() };
-        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
         let mut out = Vec::new();
         let mut inbuf = b"GET / HTTP/1.1\r\n".to_vec();
         h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now);
         let later = now + Duration::from_secs(2);
         assert_eq!(h.on_timeout(&mut out, &mut svc, &mut e, later), Progress::Close);
         assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 408"));
-        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
         let mut out = Vec::new();
         assert_eq!(h.on_timeout(&mut out, &mut svc, &mut e, later), Progress::Close);
         assert!(out.is_empty());
@@ -677,7 +682,7 @@ mod tests {
         let mut e = env();
         e.keepalive_timeout = Duration::from_secs(60);
         let now = Instant::now();
-        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
         let mut svc = Echo { pending: false, log: Vec::new() };
         let mut out = Vec::new();
         let mut inbuf = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
@@ -696,7 +701,7 @@ mod tests {
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("Connection: close") && text.ends_with("/b"), "{text}");
         // ...and one that stays idle past the grace is closed by its timer, silently.
-        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
         let mut inbuf = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
         e.draining = false;
         h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now);
@@ -712,7 +717,7 @@ mod tests {
     fn a_trickled_body_is_bounded_by_the_body_timeout_as_a_whole() {
         let mut e = env();
         let now = Instant::now();
-        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
         let mut svc = Echo { pending: false, log: Vec::new() };
         let mut out = Vec::new();
         let mut inbuf = b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n".to_vec();
@@ -744,7 +749,7 @@ mod tests {
     fn head_of_a_stream_is_the_head_only_and_the_connection_goes_on() {
         let mut e = env();
         let now = Instant::now();
-        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
         let mut out = Vec::new();
         let mut inbuf = b"HEAD /events HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
         assert_eq!(h.advance(&mut inbuf, &mut out, &mut Streamer, &mut e, now), Progress::NeedInput);
@@ -760,7 +765,7 @@ mod tests {
         let mut e = env();
         e.draining = true;
         let now = Instant::now();
-        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), &e, now);
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
         let mut svc = Echo { pending: false, log: Vec::new() };
         let mut out = Vec::new();
         // Accepted from the queue before its request arrived: it waits for it.

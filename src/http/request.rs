@@ -76,6 +76,8 @@ pub struct Request<'a> {
     pub request_id: &'a str,
     /// The client's address.
     pub peer: std::net::IpAddr,
+    /// It came over TLS (the `tls.listen` listener).
+    pub secure: bool,
 }
 
 impl<'a> Request<'a> {

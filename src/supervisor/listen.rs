@@ -55,6 +55,13 @@ pub fn ensure_free(addr: SocketAddr) -> io::Result<()> {
 pub const UPGRADE_FD_NAME: &str = "forkd-upgrade";
 /// `LISTEN_FDNAMES` name of a listening socket handed over by an upgrade.
 pub const LISTEN_FD_NAME: &str = "forkd";
+/// `LISTEN_FDNAMES` name of a TLS listening socket (`tls.listen`), from an upgrade or from
+/// systemd (`FileDescriptorName=forkd-tls` in `systemd/forkd-tls.socket`). Any other name is
+/// a plain listener.
+pub const TLS_FD_NAME: &str = "forkd-tls";
+/// `LISTEN_FDNAMES` name of a pipe holding the secret the session-ticket keys derive from,
+/// handed over by an upgrade so that sessions resume across it.
+pub const TLS_SECRET_FD_NAME: &str = "forkd-tls-secret";
 /// `LISTEN_FDNAMES` name of a pipe holding the development signing secret,
 /// handed over by an upgrade so that tokens survive it. The secret travels in
 /// a pipe, never in the environment (which `/proc/PID/environ` shows).
@@ -71,6 +78,22 @@ pub struct Inherited {
     pub upgrade: Option<std::fs::File>,
     /// During a binary upgrade in development: the old supervisor's generated signing secret.
     pub secret: Option<Vec<u8>>,
+    /// TLS listening sockets, in order (non-blocking).
+    pub tls_listeners: Vec<TcpListener>,
+    /// During a binary upgrade: the old supervisor's session-ticket secret.
+    pub tls_secret: Option<Vec<u8>>,
+}
+
+/// The bytes of a handed-over pipe (at most [`SECRET_MAX`]); `what` names it in the warning.
+fn read_pipe(fd: std::os::fd::RawFd, what: &str) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    match std::io::Read::read_to_end(&mut std::io::Read::take(crate::sys::file_from_fd(fd), SECRET_MAX), &mut bytes) {
+        Ok(_) => Some(bytes),
+        Err(e) => {
+            log::warn!("LISTEN_FDS: cannot read the handed-over {what}: {e}");
+            None
+        }
+    }
 }
 
 /// Take the descriptors passed through `LISTEN_FDS` (call once, at start).
@@ -82,14 +105,11 @@ pub fn inherited() -> Inherited {
             continue;
         }
         if name == SECRET_FD_NAME {
-            let mut secret = Vec::new();
-            match std::io::Read::read_to_end(
-                &mut std::io::Read::take(crate::sys::file_from_fd(fd), SECRET_MAX),
-                &mut secret,
-            ) {
-                Ok(_) => out.secret = Some(secret),
-                Err(e) => log::warn!("LISTEN_FDS: cannot read the handed-over signing secret: {e}"),
-            }
+            out.secret = read_pipe(fd, "signing secret");
+            continue;
+        }
+        if name == TLS_SECRET_FD_NAME {
+            out.tls_secret = read_pipe(fd, "session-ticket secret");
             continue;
         }
         let l = crate::sys::listener_from_fd(fd);
@@ -98,7 +118,10 @@ pub fn inherited() -> Inherited {
             log::warn!("LISTEN_FDS: descriptor {fd} ({name:?}) is not a listening TCP socket; ignored");
             continue;
         }
-        out.listeners.push(l);
+        match name.as_str() {
+            TLS_FD_NAME => out.tls_listeners.push(l),
+            _ => out.listeners.push(l),
+        }
     }
     out
 }

@@ -41,6 +41,7 @@ const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
 const SIGNALS: Token = Token(usize::MAX - 3);
 const BUS: Token = Token(usize::MAX - 4);
+const TLS_LISTENER: Token = Token(usize::MAX - 5);
 /// The loop turns at least this often, so the heartbeat stays fresh when idle.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(500);
 /// A connection whose output makes no progress this long is dropped (nginx `send_timeout`).
@@ -66,6 +67,8 @@ pub struct WorkerArgs<'a> {
     pub config: &'a Config,
     /// The slot's listening socket (inherited, non-blocking).
     pub listener: StdListener,
+    /// The slot's TLS listening socket and this worker's TLS configuration, when TLS is on.
+    pub tls: Option<WorkerTls>,
     /// This process's record in shared memory.
     pub record: &'static ProcRecord,
     /// This process's metrics block (same index as `record`).
@@ -84,8 +87,20 @@ pub struct WorkerArgs<'a> {
     pub shared_cache: &'static crate::shm::cache::SharedCache,
 }
 
+/// A worker's HTTPS listener: the slot's socket on `tls.listen` and the rustls configuration
+/// (certificate, ALPN, the shared session-ticket keys) every connection on it uses.
+pub struct WorkerTls {
+    /// The slot's TLS listening socket (inherited, non-blocking).
+    pub listener: StdListener,
+    /// Built by the worker after fork.
+    pub config: Arc<rustls::ServerConfig>,
+}
+
 struct Conn {
     sock: TcpStream,
+    /// The TLS session of a connection accepted on `tls.listen`; `None`: plain bytes. All of
+    /// the connection's input and output goes through it ([`read_into`], [`flush`]).
+    tls: Option<Box<rustls::ServerConnection>>,
     http: Http1,
     inbuf: Vec<u8>,
     out: Vec<u8>,
@@ -148,6 +163,9 @@ struct Worker {
     metrics: &'static ProcMetrics,
     poll: Poll,
     listener: Option<TcpListener>,
+    /// The TLS listener, when TLS is on.
+    tls_listener: Option<TcpListener>,
+    tls_config: Option<Arc<rustls::ServerConfig>>,
     accepting: bool,
     accept_retry: Option<Instant>,
     signals: SignalSet,
@@ -220,6 +238,15 @@ impl Worker {
         args.listener.set_nonblocking(true)?;
         let mut listener = TcpListener::from_std(args.listener);
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        let (tls_listener, tls_config) = match args.tls {
+            Some(tls) => {
+                tls.listener.set_nonblocking(true)?;
+                let mut l = TcpListener::from_std(tls.listener);
+                poll.registry().register(&mut l, TLS_LISTENER, Interest::READABLE)?;
+                (Some(l), Some(tls.config))
+            }
+            None => (None, None),
+        };
         poll.registry().register(
             &mut mio::unix::SourceFd(&args.bus.fd()),
             BUS,
@@ -242,6 +269,8 @@ impl Worker {
             metrics: args.metrics,
             poll,
             listener: Some(listener),
+            tls_listener,
+            tls_config,
             accepting: true,
             accept_retry: None,
             signals,
@@ -298,7 +327,8 @@ impl Worker {
             }
             for event in events.iter() {
                 match event.token() {
-                    LISTENER => self.accept(),
+                    LISTENER => self.accept_on(false),
+                    TLS_LISTENER => self.accept_on(true),
                     WAKER => self.completions(),
                     BUS => self.on_bus(),
                     SIGNALS => self.signals.drain(),
@@ -356,7 +386,7 @@ impl Worker {
         self.env.draining = true;
         self.drain_deadline = Some(Instant::now() + self.config.shutdown_timeout);
         self.accept();
-        if let Some(mut l) = self.listener.take() {
+        for mut l in [self.listener.take(), self.tls_listener.take()].into_iter().flatten() {
             let _ = self.poll.registry().deregister(&mut l);
         }
         self.end_streams();
@@ -371,17 +401,35 @@ impl Worker {
         }
     }
 
+    /// Accept what both listeners have queued.
     fn accept(&mut self) {
+        self.accept_on(false);
+        self.accept_on(true);
+    }
+
+    /// Accept what the plain (`tls` false) or the TLS listener has queued.
+    fn accept_on(&mut self, tls: bool) {
         loop {
             if self.live >= self.config.limits.max_connections {
                 self.pause_accepting(None);
                 return;
             }
-            let Some(listener) = self.listener.as_ref() else { return };
+            let listener = if tls { self.tls_listener.as_ref() } else { self.listener.as_ref() };
+            let Some(listener) = listener else { return };
             match listener.accept() {
                 Ok((sock, peer)) => {
                     let _ = sock.set_nodelay(true);
-                    self.add_conn(sock, peer.ip());
+                    let session = match (tls, &self.tls_config) {
+                        (false, _) | (true, None) => None,
+                        (true, Some(config)) => match rustls::ServerConnection::new(Arc::clone(config)) {
+                            Ok(session) => Some(Box::new(session)),
+                            Err(e) => {
+                                log::warn!("TLS: cannot start a session: {e}");
+                                continue;
+                            }
+                        },
+                    };
+                    self.add_conn(sock, peer.ip(), session);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -398,7 +446,7 @@ impl Worker {
 
     fn pause_accepting(&mut self, retry: Option<Instant>) {
         if self.accepting {
-            if let Some(l) = self.listener.as_mut() {
+            for l in [self.listener.as_mut(), self.tls_listener.as_mut()].into_iter().flatten() {
                 let _ = self.poll.registry().deregister(l);
             }
             self.accepting = false;
@@ -408,16 +456,19 @@ impl Worker {
 
     fn resume_accepting(&mut self) {
         if !self.accepting && self.live < self.config.limits.max_connections {
-            if let Some(l) = self.listener.as_mut() {
-                if self.poll.registry().register(l, LISTENER, Interest::READABLE).is_ok() {
-                    self.accepting = true;
-                    self.accept_retry = None;
+            let listeners = [(self.listener.as_mut(), LISTENER), (self.tls_listener.as_mut(), TLS_LISTENER)];
+            for (l, token) in listeners {
+                if let Some(l) = l {
+                    if self.poll.registry().register(l, token, Interest::READABLE).is_ok() {
+                        self.accepting = true;
+                        self.accept_retry = None;
+                    }
                 }
             }
         }
     }
 
-    fn add_conn(&mut self, mut sock: TcpStream, peer: std::net::IpAddr) {
+    fn add_conn(&mut self, mut sock: TcpStream, peer: std::net::IpAddr, tls: Option<Box<rustls::ServerConnection>>) {
         let idx = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -430,9 +481,11 @@ impl Worker {
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1);
         let now = Instant::now();
+        let secure = tls.is_some();
         self.conns[idx] = Some(Conn {
             sock,
-            http: Http1::new(peer, &self.env, now),
+            tls,
+            http: Http1::new(peer, secure, &self.env, now),
             inbuf: Vec::new(),
             out: Vec::new(),
             out_pos: 0,
@@ -480,11 +533,21 @@ impl Worker {
     /// `Connection: close` answer to a pipelining client).
     fn end(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        if let Some(tls) = c.tls.as_mut().filter(|t| !c.eof && !t.is_handshaking()) {
+            // TLS ends with close_notify before the FIN (best effort: it is one small record).
+            tls.send_close_notify();
+            while tls.wants_write() {
+                if !matches!(tls.write_tls(&mut c.sock), Ok(n) if n > 0) {
+                    break;
+                }
+            }
+        }
         if c.eof || c.sock.shutdown(std::net::Shutdown::Write).is_err() {
             self.close(idx);
             return;
         }
         c.linger = Some(Instant::now() + LINGER);
+        c.tls = None;
         c.inbuf = Vec::new();
         c.out = Vec::new();
         c.out_pos = 0;
@@ -564,6 +627,7 @@ impl Worker {
             if !c.eof && phase != Phase::Closing && !(hold && c.inbuf.len() >= READ_AHEAD) {
                 match read_into(
                     &mut c.sock,
+                    &mut c.tls,
                     &mut c.inbuf,
                     &mut self.scratch,
                     if hold { READ_AHEAD } else { usize::MAX },
@@ -576,14 +640,14 @@ impl Worker {
                 }
             }
             let progress = c.http.advance(&mut c.inbuf, &mut c.out, &mut glue, &mut self.env, now);
-            match flush(&mut c.sock, &mut c.out, &mut c.out_pos) {
+            match flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos) {
                 Ok(()) => {}
                 Err(_) => {
                     close = true;
                     break;
                 }
             }
-            let pending_out = c.out.len() > c.out_pos;
+            let pending_out = c.pending_out();
             c.send_deadline = if pending_out { c.send_deadline.or(Some(now + SEND_TIMEOUT)) } else { None };
             match progress {
                 Progress::Close => {
@@ -684,8 +748,71 @@ impl Worker {
     }
 }
 
-/// Read until `WouldBlock`, EOF or `cap` bytes buffered. `Ok(true)` on EOF.
-fn read_into(sock: &mut TcpStream, inbuf: &mut Vec<u8>, scratch: &mut [u8], cap: usize) -> io::Result<bool> {
+impl Conn {
+    /// Output not yet on the wire: queued bytes, or TLS records rustls still holds.
+    fn pending_out(&self) -> bool {
+        self.out.len() > self.out_pos || self.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
+}
+
+/// Read until `WouldBlock`, EOF or `cap` bytes buffered (plaintext, through the TLS session
+/// when there is one). `Ok(true)` on EOF.
+fn read_into(
+    sock: &mut TcpStream,
+    tls: &mut Option<Box<rustls::ServerConnection>>,
+    inbuf: &mut Vec<u8>,
+    scratch: &mut [u8],
+    cap: usize,
+) -> io::Result<bool> {
+    match tls {
+        None => read_plain(sock, inbuf, scratch, cap),
+        Some(tls) => read_tls(sock, tls, inbuf, scratch, cap),
+    }
+}
+
+/// [`read_into`] through TLS: the plaintext rustls already decrypted first, then records
+/// from the socket. A TLS error (a failed handshake, a bad record) sends rustls' alert if
+/// the socket takes it and fails the connection; it is logged at debug level only, since
+/// any client (a scanner, a plain-HTTP request on the HTTPS port) can cause one.
+fn read_tls(
+    sock: &mut TcpStream,
+    tls: &mut rustls::ServerConnection,
+    inbuf: &mut Vec<u8>,
+    scratch: &mut [u8],
+    cap: usize,
+) -> io::Result<bool> {
+    loop {
+        loop {
+            if inbuf.len() >= cap {
+                return Ok(false);
+            }
+            match tls.reader().read(scratch) {
+                // The peer's close_notify.
+                Ok(0) => return Ok(true),
+                Ok(n) => inbuf.extend_from_slice(&scratch[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                // The TCP end without close_notify: the end all the same.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(true),
+                Err(e) => return Err(e),
+            }
+        }
+        match tls.read_tls(sock) {
+            Ok(_) => {
+                if let Err(e) = tls.process_new_packets() {
+                    log::debug!("TLS: {e}");
+                    let _ = tls.write_tls(sock);
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Read plain bytes until `WouldBlock`, EOF or `cap` bytes buffered. `Ok(true)` on EOF.
+fn read_plain(sock: &mut TcpStream, inbuf: &mut Vec<u8>, scratch: &mut [u8], cap: usize) -> io::Result<bool> {
     loop {
         if inbuf.len() >= cap {
             return Ok(false);
@@ -700,8 +827,63 @@ fn read_into(sock: &mut TcpStream, inbuf: &mut Vec<u8>, scratch: &mut [u8], cap:
     }
 }
 
-/// Write queued output until done or `WouldBlock`.
-fn flush(sock: &mut TcpStream, out: &mut Vec<u8>, pos: &mut usize) -> io::Result<()> {
+/// Write queued output until done or `WouldBlock`, through the TLS session when there is
+/// one (then records rustls holds may remain: [`Conn::pending_out`]).
+fn flush(
+    sock: &mut TcpStream,
+    tls: &mut Option<Box<rustls::ServerConnection>>,
+    out: &mut Vec<u8>,
+    pos: &mut usize,
+) -> io::Result<()> {
+    match tls {
+        None => flush_plain(sock, out, pos),
+        Some(tls) => flush_tls(sock, tls, out, pos),
+    }
+}
+
+/// [`flush`] through TLS: plaintext into rustls (up to its buffer limit; during the handshake
+/// it waits there), records out to the socket, until both are done or the socket is full.
+fn flush_tls(
+    sock: &mut TcpStream,
+    tls: &mut rustls::ServerConnection,
+    out: &mut Vec<u8>,
+    pos: &mut usize,
+) -> io::Result<()> {
+    loop {
+        while *pos < out.len() {
+            match tls.writer().write(&out[*pos..])? {
+                0 => break,
+                n => *pos += n,
+            }
+        }
+        if !tls.wants_write() {
+            break;
+        }
+        while tls.wants_write() {
+            match tls.write_tls(sock) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if *pos >= out.len() {
+            break;
+        }
+    }
+    if *pos >= out.len() {
+        out.clear();
+        *pos = 0;
+        if out.capacity() > 4 * HIGH_WATERMARK {
+            out.shrink_to(HIGH_WATERMARK);
+        }
+    }
+    Ok(())
+}
+
+/// Write queued plain output until done or `WouldBlock`.
+fn flush_plain(sock: &mut TcpStream, out: &mut Vec<u8>, pos: &mut usize) -> io::Result<()> {
     while *pos < out.len() {
         match sock.write(&out[*pos..]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

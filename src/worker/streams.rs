@@ -274,7 +274,7 @@ impl Worker {
             let input_full = ends && c.inbuf.len() >= READ_AHEAD;
             if !c.eof && !input_full && !held {
                 let cap = c.inbuf.len() + READ_AHEAD;
-                match read_into(&mut c.sock, &mut c.inbuf, &mut self.scratch, cap) {
+                match read_into(&mut c.sock, &mut c.tls, &mut c.inbuf, &mut self.scratch, cap) {
                     // It stopped at `cap` only if it filled it: the socket may hold more.
                     Ok(eof) => {
                         c.eof = eof;
@@ -349,7 +349,7 @@ impl Worker {
             if close || panicked || c.eof || c.closing {
                 break;
             }
-            if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
+            if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
                 close = true;
                 break;
             }
@@ -373,10 +373,10 @@ impl Worker {
             self.abort_stream(idx);
             return;
         }
-        if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
+        if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
             close = true;
         }
-        let pending = c.out.len() > c.out_pos;
+        let pending = c.pending_out();
         c.send_deadline = if pending { c.send_deadline.or(Some(now + super::SEND_TIMEOUT)) } else { None };
         // A WebSocket peer that half-closed sends nothing more: the replies already
         // queued go out (bounded by the send timeout), then the connection closes.
@@ -472,11 +472,11 @@ impl Worker {
     /// connection paused by its output is queued to resume once it drains).
     pub(super) fn flush_conn(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
+        if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
             self.close(idx);
             return;
         }
-        let pending = c.out.len() > c.out_pos;
+        let pending = c.pending_out();
         c.send_deadline = if pending { c.send_deadline.or(Some(Instant::now() + super::SEND_TIMEOUT)) } else { None };
         if c.closing && !pending {
             self.close(idx);
@@ -589,11 +589,11 @@ impl Worker {
                 self.drive(idx);
                 return;
             }
-            if flush(&mut c.sock, &mut c.out, &mut c.out_pos).is_err() {
+            if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
                 self.close(idx);
                 return;
             }
-            if c.out.len() > c.out_pos {
+            if c.pending_out() {
                 c.send_deadline = c.send_deadline.or(Some(Instant::now() + super::SEND_TIMEOUT));
                 self.arm(idx);
             }

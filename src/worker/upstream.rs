@@ -20,7 +20,7 @@ use mio::{Interest, Token};
 
 use super::panics::{guard, Panicked};
 use super::streams::Stream;
-use super::{read_into, Glue, Worker, HIGH_WATERMARK};
+use super::{read_plain, Glue, Worker, HIGH_WATERMARK};
 use crate::app::{Call, Fetched, Relay, RelaySink};
 use crate::client::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
 use crate::error::Error;
@@ -925,7 +925,7 @@ fn transmit(u: &mut UpConn) -> io::Result<()> {
 /// the end (a TCP close, with or without TLS `close_notify`).
 fn receive(u: &mut UpConn, scratch: &mut [u8], cap: usize) -> Result<bool, ClientError> {
     let Some(tls) = u.tls.as_mut() else {
-        return read_into(&mut u.sock, &mut u.inbuf, scratch, cap).map_err(closed_or);
+        return read_plain(&mut u.sock, &mut u.inbuf, scratch, cap).map_err(closed_or);
     };
     loop {
         // Plaintext rustls already decrypted comes first.

@@ -80,6 +80,7 @@ const FILES: &[(&str, u32)] = &[
     ("/usr/local/bin/forkd", 0o755),
     ("/etc/systemd/system/forkd.service", 0o644),
     ("/etc/systemd/system/forkd.socket", 0o644),
+    ("/etc/systemd/system/forkd-tls.socket", 0o644),
     ("/etc/systemd/system/forkd.service.d/jwt-secret.conf", 0o644),
     ("/etc/forkd", 0o755),
     ("/etc/forkd/forkd.toml", 0o644),
@@ -102,7 +103,7 @@ fn install_into_destdir_then_uninstall_and_purge() {
     }
     let at = |p: &str| root.join(p.trim_start_matches('/'));
     assert_eq!(fs::read(at("/usr/local/bin/forkd")).unwrap(), fs::read(bin()).unwrap(), "the binary given");
-    for unit in ["forkd.service", "forkd.socket"] {
+    for unit in ["forkd.service", "forkd.socket", "forkd-tls.socket"] {
         let installed = fs::read_to_string(at(&format!("/etc/systemd/system/{unit}"))).unwrap();
         assert_eq!(installed, fs::read_to_string(repo.join("systemd").join(unit)).unwrap(), "{unit} as shipped");
     }

@@ -45,3 +45,5 @@ mod drain;
 mod instance;
 mod reload;
 mod upgrade;
+
+mod tls;

@@ -1,0 +1,65 @@
+//! `tls.redirect_http`: a request that came over the plain listener is answered with a 308 to
+//! the same path and query on the https origin (`public_origin`, which is the https origin
+//! whenever TLS is on), except the operators' `/health` and `/metrics`, which load balancers
+//! and scrapers poll over plain HTTP. 308 keeps the method and body (RFC 9110 §15.4.9).
+
+use crate::config::Config;
+use crate::http::request::Request;
+use crate::http::response::Response;
+
+/// The 308 for `req` when it must move to https; `None` to serve it here.
+pub fn redirect(config: &Config, req: &Request<'_>) -> Option<Response> {
+    if req.secure || !config.tls.redirect_http || matches!(req.path, "/health" | "/metrics") {
+        return None;
+    }
+    let mut location = String::with_capacity(config.public_origin.len() + req.path.len() + req.query.len() + 1);
+    location.push_str(&config.public_origin);
+    location.push_str(req.path);
+    if !req.query.is_empty() {
+        location.push('?');
+        location.push_str(req.query);
+    }
+    let mut r = Response::new(308);
+    r.header("Location", location);
+    Some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req<'a>(path: &'a str, query: &'a str, secure: bool) -> Request<'a> {
+        Request {
+            method: crate::http::request::Method::Post,
+            path,
+            query,
+            http10: false,
+            headers: &[],
+            body: b"",
+            request_id: "r",
+            peer: "127.0.0.1".parse().expect("ip"),
+            secure,
+        }
+    }
+
+    fn location(r: Option<Response>) -> Option<String> {
+        let r = r?;
+        assert_eq!(r.status, 308);
+        r.headers.iter().find(|(n, _)| *n == "Location").map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn plain_requests_move_to_the_https_origin_but_health_and_metrics() {
+        let mut config = Config { public_origin: "https://a.example:8443".into(), ..Config::default() };
+        assert_eq!(location(redirect(&config, &req("/api/v1/users", "page=2", false))), None, "off by default");
+        config.tls.redirect_http = true;
+        assert_eq!(
+            location(redirect(&config, &req("/api/v1/users", "page=2", false))).as_deref(),
+            Some("https://a.example:8443/api/v1/users?page=2")
+        );
+        assert_eq!(location(redirect(&config, &req("/", "", false))).as_deref(), Some("https://a.example:8443/"));
+        assert_eq!(location(redirect(&config, &req("/api/v1/users", "", true))), None, "already on TLS");
+        assert_eq!(location(redirect(&config, &req("/health", "", false))), None);
+        assert_eq!(location(redirect(&config, &req("/metrics", "", false))), None);
+    }
+}
