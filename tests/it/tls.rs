@@ -171,7 +171,14 @@ pub fn https_get(addr: SocketAddr, config: &Arc<rustls::ClientConfig>, path: &st
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
         Err(e) => panic!("read over TLS: {e} (after {} bytes)", bytes.len()),
     }
-    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    // Interim responses (103 Early Hints on `GET /`) come before the final one.
+    while text.starts_with("HTTP/1.1 1") && !text.starts_with("HTTP/1.1 101") {
+        match text.split_once("\r\n\r\n") {
+            Some((_, rest)) => text = rest.to_string(),
+            None => break,
+        }
+    }
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     TlsReply {
