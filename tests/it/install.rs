@@ -9,8 +9,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::util::*;
 
@@ -35,17 +34,10 @@ fn run_install(destdir: &Path, args: &[&str]) -> CliOutput {
         }
     }
     let mut child = cmd.spawn().expect("spawn bin/install");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("bin/install {} did not finish within 60 s", args.join(" "));
-        }
-        thread::sleep(Duration::from_millis(20));
+    let Some(status) = wait_child(&mut child, Duration::from_secs(60)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("bin/install {} did not finish within 60 s", args.join(" "));
     };
     let stdout = fs::read_to_string(&out_path).unwrap_or_default();
     let stderr = fs::read_to_string(&err_path).unwrap_or_default();

@@ -325,17 +325,7 @@ impl Server {
 
     /// Polls for the supervisor's exit, up to `timeout`.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let child = self.child.as_mut()?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(st) = child.try_wait().expect("try_wait") {
-                return Some(st);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
+        wait_child(self.child.as_mut()?, timeout)
     }
 
     /// A new keep-alive connection (5 s read timeout) whose failures print the server log.
@@ -1560,21 +1550,14 @@ pub fn run_forkd_input(cwd: &Path, args: &[&str], env: &[(&str, &str)], input: &
         let mut stdin = child.stdin.take().unwrap();
         let _ = stdin.write_all(input); // the child may exit without reading (bad input)
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "`forkd {}` did not exit within 30 s; stderr:\n{}",
-                args.join(" "),
-                fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        thread::sleep(Duration::from_millis(10));
+    let Some(status) = wait_child(&mut child, Duration::from_secs(30)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "`forkd {}` did not exit within 30 s; stderr:\n{}",
+            args.join(" "),
+            fs::read_to_string(&err_path).unwrap_or_default()
+        );
     };
     let stdout = String::from_utf8_lossy(&fs::read(&out_path).unwrap_or_default()).into_owned();
     let stderr = String::from_utf8_lossy(&fs::read(&err_path).unwrap_or_default()).into_owned();
@@ -2475,4 +2458,18 @@ pub fn tcp_entries() -> Vec<TcpEntry> {
 /// The server's accepted sockets have its port as local port.
 pub fn tcp_sockets(port: u16, state: u8) -> usize {
     tcp_entries().iter().filter(|e| e.local_port == port && e.state == state).count()
+}
+
+/// Polls `child` for its exit, up to `timeout`; `None` if it is still running.
+pub fn wait_child(child: &mut std::process::Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            return Some(st);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
 }
