@@ -289,6 +289,12 @@ mod tests {
             "body": {"effectiveDirective": "img-src", "lineNumber": 721.0, "columnNumber": 3}}]);
         let (v, _) = parsed(&body).expect("ok");
         assert_eq!((v.line, v.column), (Some(721), Some(3)));
+        // Schemathesis again: any whole number is an integer, however large.
+        let body: Value = serde_json::from_str(
+            r#"[{"type": "csp-violation", "body": {"effectiveDirective": "x", "columnNumber": 4638101243934267968323584}}]"#,
+        )
+        .expect("json");
+        assert_eq!(parsed(&body).map(|(v, _)| v.column).ok(), Some(Some(i64::MAX as u64)));
         for bad in [json!(7.5), json!(-1), json!("7")] {
             let body = json!({"csp-report": {"violated-directive": "img-src", "line-number": bad}});
             assert!(parsed(&body).is_err(), "{body}");

@@ -119,17 +119,19 @@ impl Fields {
 
 /// The integer a JSON number stands for: `7`, and also `7.0` (JSON and
 /// JSON Schema draw no line between them; JavaScript clients cannot), but
-/// not `7.5`. `None` for a fraction or a value outside `i64`.
+/// not `7.5`. `None` for a fraction. A whole number outside `i64` (`1e30`,
+/// `4638101243934267968323584`) is still an integer: it comes back as
+/// `i64::MAX` or `i64::MIN`, beyond every range checked here.
 pub fn integral(n: &serde_json::Number) -> Option<i64> {
     if let Some(v) = n.as_i64() {
         return Some(v);
     }
     if n.is_u64() {
-        return Some(i64::MAX); // beyond every range checked here
+        return Some(i64::MAX);
     }
     let f = n.as_f64()?;
-    // i64::MAX as f64 rounds up to 2^63: keep strictly below it.
-    (f.fract() == 0.0 && f >= i64::MIN as f64 && f < i64::MAX as f64).then_some(f as i64)
+    // `as` saturates: 2^63 and above give i64::MAX, below -2^63 i64::MIN.
+    (f.fract() == 0.0).then_some(f as i64)
 }
 
 fn chars_between(s: &str, min: usize, max: usize) -> bool {
@@ -293,6 +295,17 @@ mod tests {
         let got: Vec<Option<i64>> =
             v.as_array().into_iter().flatten().map(|n| n.as_number().and_then(integral)).collect();
         assert_eq!(got, [Some(1_940_619_656_927_089), Some(9_007_199_254_740_991)]);
+    }
+
+    #[test]
+    fn whole_numbers_beyond_i64_are_integers_out_of_every_range() {
+        // Found by Schemathesis: a CSP report's `columnNumber` of 4.6e24 was 400.
+        let v: serde_json::Value =
+            serde_json::from_str("[4638101243934267968323584, 1e30, -1e30, 18446744073709551615, 2.5e30, 0.5]")
+                .unwrap_or_default();
+        let got: Vec<Option<i64>> =
+            v.as_array().into_iter().flatten().map(|n| n.as_number().and_then(integral)).collect();
+        assert_eq!(got, [Some(i64::MAX), Some(i64::MAX), Some(i64::MIN), Some(i64::MAX), Some(i64::MAX), None]);
     }
 
     #[test]
