@@ -56,8 +56,8 @@ pub enum Reply {
     Later(Job),
     /// Send this head with a chunked body; the worker then runs the stream.
     Stream(Response, Detach),
-    /// Send this `101` head; the worker then speaks the new protocol.
-    Upgrade(Response, Detach),
+    /// Switch protocols (the codec writes its `101`); the worker then speaks the new protocol.
+    Upgrade(crate::http::conn::Upgrade, Detach),
     /// Send this head with `Content-Length: n`; the worker streams the body.
     Sized(Response, u64, Detach),
     /// Make these upstream requests in parallel; the response comes from their results.

@@ -10,8 +10,8 @@
 use super::router::Router;
 use super::{cors, validate, App, Ctx, Detach, Handler, Reply};
 use crate::error::Error;
+use crate::http::conn::Upgrade;
 use crate::http::request::{Method, Request};
-use crate::http::response::Response;
 use crate::proto::handshake::{self, HandshakeError};
 
 /// Register `/ws` and, when enabled, `/ws/echo`.
@@ -29,9 +29,7 @@ fn upgrade(req: &Request<'_>, user_id: Option<i64>, name: Option<String>) -> Res
             other => Error::BadRequest(other.to_string().into()),
         },
     )?;
-    let mut r = Response::new(101);
-    r.header("Upgrade", "websocket").header("Sec-WebSocket-Accept", accept);
-    Ok(Reply::Upgrade(r, Detach::WebSocket { user_id, name }))
+    Ok(Reply::Upgrade(Upgrade::websocket(accept), Detach::WebSocket { user_id, name }))
 }
 
 fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {

@@ -22,7 +22,7 @@ use super::body::Chunked;
 use super::headers::{valid_request_id, Common};
 use super::parse::{self, Framing, Head, MAX_HEADERS};
 use super::request::{Method, Request};
-use super::response::{write_response, Delimit, RequestMeta, Response};
+use super::response::{write_response, BodyWriter, Delimit, RequestMeta, Response};
 
 /// Above this many queued output bytes the connection stops producing.
 pub const HIGH_WATERMARK: usize = 64 * 1024;
@@ -36,13 +36,36 @@ pub enum Outcome {
     /// Send this head with a chunked body; the caller then owns the
     /// connection and writes the chunks (SSE, streamed relays).
     Stream(Response),
-    /// Send this `101` head; the caller then speaks another protocol on the
-    /// connection (WebSocket).
-    Upgrade(Response),
-    /// Send this head with `Content-Length: n`; the caller then writes the n
-    /// body bytes and calls [`Http1::reattach`] (downloads). For `HEAD` only
-    /// the head goes out and the connection carries on.
+    /// Switch protocols: the codec sends the `101` head; the caller then
+    /// speaks the new protocol on the connection (WebSocket).
+    Upgrade(Upgrade),
+    /// Send this head with `Content-Length: n`; the caller then hands the n
+    /// body bytes to [`Http1::data`] and calls [`Http1::end_body`] (downloads).
     Sized(Response, u64),
+}
+
+/// A protocol switch the application accepted; the codec turns it into its
+/// own wire form (for HTTP/1.1, a `101 Switching Protocols` head).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upgrade {
+    /// The protocol switched to (the `Upgrade` field).
+    pub protocol: &'static str,
+    /// The `Sec-WebSocket-Accept` value proving the handshake was understood.
+    pub accept: String,
+}
+
+impl Upgrade {
+    /// A WebSocket upgrade answering a handshake whose accept key is `accept`.
+    pub fn websocket(accept: String) -> Upgrade {
+        Upgrade { protocol: "websocket", accept }
+    }
+
+    /// The `101` head announcing this switch.
+    fn head(self) -> Response {
+        let mut r = Response::new(101);
+        r.header("Upgrade", self.protocol).header("Sec-WebSocket-Accept", self.accept);
+        r
+    }
 }
 
 /// The application side, as seen by the connection.
@@ -156,8 +179,16 @@ struct Current {
 }
 
 /// HTTP/1.1 state of one connection.
+///
+/// Owns all HTTP/1.1 framing: `Content-Length` or chunked, the `101` of an
+/// upgrade, `Connection`, and `HEAD` (the head only, whatever the reply). A
+/// response whose body follows later leaves the connection `Detached`; the
+/// caller hands the body bytes to [`Http1::data`] and ends it with
+/// [`Http1::end_body`], and the codec frames them ([`BodyWriter`]).
 pub struct Http1 {
     phase: Phase,
+    /// How the body of the response in progress is framed.
+    writer: BodyWriter,
     chunked: Chunked,
     body: Vec<u8>,
     continue_sent: bool,
@@ -178,6 +209,7 @@ impl Http1 {
     pub fn new(peer: IpAddr, secure: bool, env: &Env, now: Instant) -> Http1 {
         Http1 {
             phase: Phase::Idle,
+            writer: BodyWriter::None,
             chunked: Chunked::default(),
             body: Vec::new(),
             continue_sent: false,
@@ -254,9 +286,10 @@ impl Http1 {
         }
     }
 
-    /// Deliver a pending request's answer as a stream head (chunked body
-    /// follows, written by the caller); the connection is then detached until
-    /// [`Http1::reattach`].
+    /// Deliver a pending request's answer as a stream head. Returns whether
+    /// its body follows: then the connection is detached, the caller hands
+    /// the body to [`Http1::data`] and ends it with [`Http1::end_body`]. For
+    /// `HEAD` only the head goes out (`false`): the connection carries on.
     pub fn complete_stream(
         &mut self,
         resp: Response,
@@ -264,10 +297,31 @@ impl Http1 {
         svc: &mut dyn Service,
         env: &mut Env,
         now: Instant,
-    ) {
+    ) -> bool {
         if self.phase == Phase::Waiting {
             self.respond(resp, Delimit::Chunked, out, svc, env, now);
         }
+        self.phase == Phase::Detached
+    }
+
+    /// Body bytes of the detached response in progress: framed into `out` as
+    /// its head announced (nothing for `HEAD` or after the end).
+    pub fn data(&mut self, out: &mut Vec<u8>, bytes: &[u8]) {
+        self.writer.data(out, bytes);
+    }
+
+    /// [`Http1::data`] for an owned buffer: moved into an empty `out` when the
+    /// framing adds nothing (no copy); returns the leftover buffer for reuse.
+    pub fn data_owned(&mut self, out: &mut Vec<u8>, bytes: Vec<u8>) -> Vec<u8> {
+        self.writer.data_owned(out, bytes)
+    }
+
+    /// The detached response's body is complete: write its end (the last
+    /// chunk) and return to HTTP/1.1. Returns `false` when the connection must
+    /// close instead (no keep-alive, or draining).
+    pub fn end_body(&mut self, out: &mut Vec<u8>, env: &Env, now: Instant) -> bool {
+        self.writer.end(out);
+        self.reattach(env, now)
     }
 
     /// The worker started draining. A connection between requests gets
@@ -430,7 +484,7 @@ impl Http1 {
         match outcome {
             Outcome::Ready(resp) => self.respond(resp, Delimit::Length, out, svc, env, now),
             Outcome::Stream(resp) => self.respond(resp, Delimit::Chunked, out, svc, env, now),
-            Outcome::Upgrade(resp) => self.respond(resp, Delimit::Upgrade, out, svc, env, now),
+            Outcome::Upgrade(up) => self.respond(up.head(), Delimit::Upgrade, out, svc, env, now),
             Outcome::Sized(resp, n) => self.respond(resp, Delimit::Sized(n), out, svc, env, now),
             Outcome::Pending => {
                 self.phase = Phase::Waiting;
@@ -471,13 +525,9 @@ impl Http1 {
         self.head_known = false;
         self.cur.keep_alive = keep_alive;
         // HEAD gets the head `GET` would, and never a body, whatever follows a
-        // `GET` (a download, an event stream, a chat).
-        let body_follows = match delimit {
-            Delimit::Length => false,
-            Delimit::Sized(_) | Delimit::Chunked => self.cur.method != Method::Head,
-            Delimit::Upgrade => true,
-        };
-        if body_follows {
+        // `GET` (a download, an event stream, a relay, a chat).
+        self.writer = BodyWriter::for_head(delimit, self.cur.method == Method::Head);
+        if self.writer.expects_body() {
             self.phase = Phase::Detached;
             self.deadline = None;
         } else if keep_alive {
@@ -491,7 +541,7 @@ impl Http1 {
 
     /// The body of a [`Outcome::Sized`] or streamed response is complete: back
     /// to HTTP/1.1. Returns `false` when the connection must close instead.
-    pub fn reattach(&mut self, env: &Env, now: Instant) -> bool {
+    fn reattach(&mut self, env: &Env, now: Instant) -> bool {
         if self.cur.keep_alive && !env.draining {
             self.phase = Phase::Idle;
             self.deadline = Some((now + env.keepalive_timeout, Timeout::Idle));
@@ -758,6 +808,101 @@ mod tests {
         assert!(text.contains("Transfer-Encoding: chunked") && text.ends_with("\r\n\r\n"), "{text}");
         let mut inbuf = b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
         assert_eq!(h.advance(&mut inbuf, &mut out, &mut Streamer, &mut e, now), Progress::Detached);
+    }
+
+    /// Answers every request with the body kind its path names.
+    struct Kinds;
+
+    impl Service for Kinds {
+        fn call(&mut self, req: &Request<'_>) -> Outcome {
+            match req.path {
+                "/stream" => Outcome::Stream(Response::new(200)),
+                "/sized" => Outcome::Sized(Response::new(200), 5),
+                "/ws" => Outcome::Upgrade(Upgrade::websocket("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into())),
+                "/relay" => Outcome::Pending,
+                _ => Outcome::Ready(Response::static_json(b"{}")),
+            }
+        }
+        fn finished(&mut self, _: &Finished<'_>) {}
+    }
+
+    fn exchange(h: &mut Http1, e: &mut Env, input: &[u8]) -> (String, Progress) {
+        let mut inbuf = input.to_vec();
+        let mut out = Vec::new();
+        let p = h.advance(&mut inbuf, &mut out, &mut Kinds, e, Instant::now());
+        (String::from_utf8_lossy(&out).into_owned(), p)
+    }
+
+    #[test]
+    fn head_of_every_kind_is_the_head_only_and_the_connection_goes_on() {
+        let mut e = env();
+        let now = Instant::now();
+        for path in ["/stream", "/sized", "/plain"] {
+            let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+            let (text, p) = exchange(&mut h, &mut e, format!("HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            assert_eq!((p, h.phase()), (Progress::NeedInput, Phase::Idle), "{path}");
+            assert!(text.starts_with("HTTP/1.1 200") && text.ends_with("\r\n\r\n"), "{path}: {text}");
+            // Body bytes handed over anyway are not written.
+            let mut out = Vec::new();
+            h.data(&mut out, b"body");
+            assert!(out.is_empty(), "{path}");
+        }
+        // A relay's head arrives later: HEAD gets it, and no body.
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+        let (text, p) = exchange(&mut h, &mut e, b"HEAD /relay HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!((text.as_str(), p), ("", Progress::Waiting));
+        let mut out = Vec::new();
+        assert!(!h.complete_stream(Response::new(200), &mut out, &mut Kinds, &mut e, now), "no body follows");
+        h.data(&mut out, b"event");
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("Transfer-Encoding: chunked") && text.ends_with("\r\n\r\n"), "{text}");
+        assert_eq!(h.phase(), Phase::Idle);
+    }
+
+    #[test]
+    fn a_stream_is_chunked_by_the_codec_and_returns_to_keep_alive() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+        let (text, p) = exchange(&mut h, &mut e, b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(p, Progress::Detached);
+        assert!(text.contains("Transfer-Encoding: chunked\r\n") && !text.contains("Content-Length"), "{text}");
+        let mut out = Vec::new();
+        h.data(&mut out, b"data: 1\n\n");
+        h.data(&mut out, b"");
+        assert!(h.end_body(&mut out, &e, now), "keep-alive");
+        assert_eq!(out, b"9\r\ndata: 1\n\n\r\n0\r\n\r\n");
+        assert_eq!(h.phase(), Phase::Idle);
+        // A sized body: as it is, never past its length.
+        let (text, p) = exchange(&mut h, &mut e, b"GET /sized HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(p, Progress::Detached);
+        assert!(text.contains("Content-Length: 5\r\n"), "{text}");
+        let mut out = Vec::new();
+        h.data(&mut out, b"abcdefg");
+        assert!(h.end_body(&mut out, &e, now));
+        assert_eq!(out, b"abcde");
+    }
+
+    #[test]
+    fn an_upgrade_writes_a_101_and_then_raw_bytes() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+        let (text, p) = exchange(&mut h, &mut e, b"GET /ws HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(p, Progress::Detached);
+        assert!(text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"), "{text}");
+        for field in [
+            "Upgrade: websocket\r\n",
+            "Connection: Upgrade\r\n",
+            "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n",
+        ] {
+            assert!(text.contains(field), "{field}: {text}");
+        }
+        assert!(!text.contains("Content-Length") && !text.contains("Transfer-Encoding"), "{text}");
+        assert!(text.ends_with("\r\n\r\n"));
+        let mut out = Vec::new();
+        h.data(&mut out, b"\x81\x02hi");
+        assert_eq!(out, b"\x81\x02hi");
     }
 
     #[test]

@@ -101,7 +101,7 @@ impl Response {
 pub enum Delimit {
     /// `Content-Length` and the whole body now.
     Length,
-    /// `Transfer-Encoding: chunked`; the body follows later as chunks ([`write_chunk`]).
+    /// `Transfer-Encoding: chunked`; the body follows later as chunks ([`BodyWriter::Chunked`]).
     Chunked,
     /// `101 Switching Protocols`: no body framing; another protocol follows.
     Upgrade,
@@ -241,20 +241,108 @@ pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>
     }
 }
 
-/// Append one chunk of a chunked body (an empty `data` writes nothing: the
-/// terminating chunk is [`end_chunks`]).
-pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
-    if data.is_empty() {
-        return;
-    }
-    let _ = write!(out, "{:x}\r\n", data.len());
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
+/// How the body of the response in progress is framed on the wire: the
+/// HTTP/1.1 codec keeps one per exchange ([`super::conn::Http1`]) and frames
+/// every body byte the worker or a producer hands it. Nothing else writes
+/// chunk framing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BodyWriter {
+    /// No body follows the head (a whole response was written already, or the
+    /// request was `HEAD`): body bytes are discarded, the end writes nothing.
+    #[default]
+    None,
+    /// `Transfer-Encoding: chunked`: each piece is one chunk; the end is the last chunk.
+    Chunked,
+    /// `Content-Length`: this many body bytes remain; more than that is never sent.
+    Sized(u64),
+    /// After a `101`: another protocol's bytes, written as they are.
+    Raw,
 }
 
-/// Append the last chunk: the streamed body ends, the connection may be reused.
-pub fn end_chunks(out: &mut Vec<u8>) {
-    out.extend_from_slice(b"0\r\n\r\n");
+impl BodyWriter {
+    /// The framing the head described by `delimit` announces (`head`: the request was
+    /// `HEAD`, so no body follows whatever the response is).
+    pub fn for_head(delimit: Delimit, head: bool) -> BodyWriter {
+        match delimit {
+            Delimit::Upgrade => BodyWriter::Raw,
+            _ if head => BodyWriter::None,
+            Delimit::Length => BodyWriter::None,
+            Delimit::Chunked => BodyWriter::Chunked,
+            Delimit::Sized(n) => BodyWriter::Sized(n),
+        }
+    }
+
+    /// Whether body bytes follow the head at all.
+    pub fn expects_body(&self) -> bool {
+        *self != BodyWriter::None
+    }
+
+    /// Append `bytes` of the body to `out`, framed (an empty slice writes nothing).
+    pub fn data(&mut self, out: &mut Vec<u8>, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        match self {
+            BodyWriter::None => {}
+            BodyWriter::Chunked => {
+                let mut hex = [0u8; 16];
+                let digits = hex_digits(bytes.len(), &mut hex);
+                out.reserve(digits.len() + bytes.len() + 4);
+                out.extend_from_slice(digits);
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(bytes);
+                out.extend_from_slice(b"\r\n");
+            }
+            BodyWriter::Sized(left) => {
+                let n = (bytes.len() as u64).min(*left);
+                out.extend_from_slice(&bytes[..n as usize]);
+                *left -= n;
+            }
+            BodyWriter::Raw => out.extend_from_slice(bytes),
+        }
+    }
+
+    /// [`BodyWriter::data`] for an owned buffer: when the framing adds nothing and
+    /// `out` is empty, `bytes` becomes the output without a copy (a download's
+    /// slices). Returns the buffer left over (the old output, or `bytes`), for reuse.
+    pub fn data_owned(&mut self, out: &mut Vec<u8>, bytes: Vec<u8>) -> Vec<u8> {
+        let whole = match *self {
+            BodyWriter::Sized(left) => bytes.len() as u64 <= left,
+            BodyWriter::Raw => true,
+            BodyWriter::None | BodyWriter::Chunked => false,
+        };
+        if whole && out.is_empty() {
+            if let BodyWriter::Sized(left) = self {
+                *left -= bytes.len() as u64;
+            }
+            return std::mem::replace(out, bytes);
+        }
+        self.data(out, &bytes);
+        bytes
+    }
+
+    /// The body is complete: append its end (the last chunk, for chunked framing).
+    /// Nothing more is framed after it.
+    pub fn end(&mut self, out: &mut Vec<u8>) {
+        if *self == BodyWriter::Chunked {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+        *self = BodyWriter::None;
+    }
+}
+
+/// Lower-case hexadecimal digits of `n`, in `buf`.
+fn hex_digits(mut n: usize, buf: &mut [u8; 16]) -> &[u8] {
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        buf[start] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[start..]
 }
 
 /// Decimal digits of `n` without allocating.
@@ -370,5 +458,55 @@ mod tests {
         resp.early_hints = None;
         let text = write(&resp, &base);
         assert!(text.starts_with("HTTP/1.1 200 OK\r\n") && !text.contains("Link:"), "{text}");
+    }
+
+    #[test]
+    fn chunked_data_and_end() {
+        let mut w = BodyWriter::for_head(Delimit::Chunked, false);
+        let mut out = Vec::new();
+        w.data(&mut out, b"hello");
+        w.data(&mut out, b"");
+        w.data(&mut out, &[b'x'; 300]);
+        w.end(&mut out);
+        let mut want = b"5\r\nhello\r\n12c\r\n".to_vec();
+        want.extend_from_slice(&[b'x'; 300]);
+        want.extend_from_slice(b"\r\n0\r\n\r\n");
+        assert_eq!(out, want);
+        // Ended: nothing more is framed.
+        w.data(&mut out, b"late");
+        w.end(&mut out);
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn head_frames_no_body_of_any_kind() {
+        for delimit in [Delimit::Length, Delimit::Chunked, Delimit::Sized(5)] {
+            let mut w = BodyWriter::for_head(delimit, true);
+            assert!(!w.expects_body(), "{delimit:?}");
+            let mut out = Vec::new();
+            w.data(&mut out, b"hello");
+            let spare = w.data_owned(&mut out, b"world".to_vec());
+            w.end(&mut out);
+            assert!(out.is_empty(), "{delimit:?}: {out:?}");
+            assert_eq!(spare, b"world");
+        }
+    }
+
+    #[test]
+    fn sized_never_sends_more_than_announced_and_moves_whole_buffers() {
+        let mut w = BodyWriter::for_head(Delimit::Sized(8), false);
+        let mut out = Vec::new();
+        let old = w.data_owned(&mut out, b"abcde".to_vec());
+        assert!(old.is_empty());
+        assert_eq!(out, b"abcde");
+        // Not empty: copied, and cut at the announced length.
+        let spare = w.data_owned(&mut out, b"fghij".to_vec());
+        assert_eq!(spare, b"fghij");
+        assert_eq!(out, b"abcdefgh");
+        w.end(&mut out);
+        assert_eq!(out, b"abcdefgh");
+        let mut raw = BodyWriter::for_head(Delimit::Upgrade, false);
+        raw.data(&mut out, b"\x81\x00");
+        assert!(out.ends_with(b"\x81\x00"));
     }
 }

@@ -666,6 +666,9 @@ impl Worker {
         }
         let detach = glue.detach.take();
         let pending = glue.pending.take();
+        // The codec decides whether a body follows the head (not for `HEAD`):
+        // only then does the connection become a stream.
+        let detached = c.http.phase() == Phase::Detached;
         // The client left while its request waits on upstreams: cancel them.
         if c.eof && c.call.is_some() {
             close = true;
@@ -683,7 +686,7 @@ impl Worker {
             self.arm(idx);
             return;
         }
-        if let Some(d) = detach {
+        if let Some(d) = detach.filter(|_| detached) {
             self.start_stream(idx, d, now);
             return;
         }
@@ -912,7 +915,9 @@ struct Glue<'g> {
     generation: u32,
     record: &'static ProcRecord,
     metrics: &'static ProcMetrics,
-    /// Set when the handler detached the connection (stream or upgrade).
+    /// Set when the handler's reply has a body that follows the head (stream,
+    /// download, upgrade); the worker runs it only if the codec says the body
+    /// follows (not for `HEAD`).
     detach: Option<Detach>,
     /// Set when the handler asked for upstream requests.
     pending: Option<upstream::Pending>,
@@ -943,15 +948,12 @@ impl Service for Glue<'_> {
                 Outcome::Pending
             }
             Ok(Reply::Stream(resp, d)) => {
-                // HEAD: the head of the stream, no body (the connection carries on).
-                if req.method != crate::http::request::Method::Head {
-                    self.detach = Some(d);
-                }
+                self.detach = Some(d);
                 Outcome::Stream(resp)
             }
-            Ok(Reply::Upgrade(resp, d)) => {
+            Ok(Reply::Upgrade(up, d)) => {
                 self.detach = Some(d);
-                Outcome::Upgrade(resp)
+                Outcome::Upgrade(up)
             }
             Ok(Reply::Call(call)) => {
                 self.pending = Some(upstream::Pending::Call(call));
@@ -962,9 +964,7 @@ impl Service for Glue<'_> {
                 Outcome::Pending
             }
             Ok(Reply::Sized(resp, n, d)) => {
-                if req.method != crate::http::request::Method::Head {
-                    self.detach = Some(d);
-                }
+                self.detach = Some(d);
                 Outcome::Sized(resp, n)
             }
             Err(p) => Outcome::Ready(p.into_response(dev)),

@@ -19,7 +19,6 @@ use super::pool::REPLAY_PANICKED;
 use super::{flush, read_into, Detach, Worker, READ_AHEAD};
 use crate::app::ws::{self, Action};
 use crate::bus::{self, Topic};
-use crate::http::response::{end_chunks, write_chunk};
 use crate::proto::ws::{Event, Message, WsConn};
 
 use super::pool::Work;
@@ -192,7 +191,7 @@ impl Worker {
                     self.abort_stream(idx);
                     return;
                 };
-                write_chunk(&mut c.out, &preamble);
+                c.http.data(&mut c.out, &preamble);
                 c.stream = Some(Stream::Sse(Sse {
                     replaying: last_event_id.is_some(),
                     last_id: last_event_id.unwrap_or(0),
@@ -500,7 +499,7 @@ impl Worker {
             Some(Stream::Sse(s)) if s.next_beat <= now => {
                 match guard("SSE heartbeat", || (app.sse_heartbeat(), app.sse_heartbeat_every())) {
                     Ok((beat, every)) => {
-                        write_chunk(&mut c.out, &beat);
+                        c.http.data(&mut c.out, &beat);
                         s.next_beat = now + every;
                     }
                     Err(_) => {
@@ -533,7 +532,7 @@ impl Worker {
                         self.abort_stream(idx);
                         return;
                     };
-                    write_chunk(&mut c.out, &event);
+                    c.http.data(&mut c.out, &event);
                     match next {
                         Some(delay) => t.next = now + delay,
                         None => {
@@ -575,15 +574,18 @@ impl Worker {
             let Some(pos) = d.ready.iter().position(|(o, _)| *o == d.sent) else { break };
             let (_, bytes) = d.ready.swap_remove(pos);
             d.sent += bytes.len() as u64;
-            let written = std::mem::replace(&mut c.out, bytes);
-            if written.capacity() >= SLICE as usize && written.capacity() <= 2 * SLICE as usize {
-                d.spare = Some(written);
-            }
+            // All of the output is written: the slice becomes the output (no copy).
+            c.out.clear();
             c.out_pos = 0;
+            let mut spare = c.http.data_owned(&mut c.out, bytes);
+            if spare.capacity() >= SLICE as usize && spare.capacity() <= 2 * SLICE as usize {
+                spare.clear();
+                d.spare = Some(spare);
+            }
             if d.sent >= d.end {
                 c.stream = None;
                 // Back to HTTP/1.1: flush, then serve what was pipelined meanwhile.
-                if !c.http.reattach(&self.env, Instant::now()) {
+                if !c.http.end_body(&mut c.out, &self.env, Instant::now()) {
                     c.closing = true;
                 }
                 self.drive(idx);
@@ -624,12 +626,12 @@ impl Worker {
             self.abort_stream(idx);
             return;
         }
-        write_chunk(&mut c.out, &bytes);
+        c.http.data(&mut c.out, &bytes);
         s.last_id = s.last_id.max(last);
         s.replaying = false;
-        for (id, chunk) in s.held.drain(..) {
+        for (id, event) in s.held.drain(..) {
             if id > s.last_id {
-                c.out.extend_from_slice(&chunk);
+                c.http.data(&mut c.out, &event);
                 s.last_id = id;
             }
         }
@@ -698,15 +700,14 @@ impl Worker {
                     return;
                 };
                 let Some((id, event)) = rendered else { return };
-                let mut chunk = Vec::with_capacity(event.len() + 16);
-                write_chunk(&mut chunk, &event);
-                let chunk: Arc<[u8]> = chunk.into();
+                // Rendered once; each subscriber's codec frames it.
+                let event: Arc<[u8]> = event.into();
                 let subscribers: Vec<usize> = self.sse.iter().copied().collect();
                 for idx in subscribers {
                     let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
                     let Some(Stream::Sse(s)) = &mut c.stream else { continue };
                     if s.replaying {
-                        s.held.push((id, chunk.clone()));
+                        s.held.push((id, event.clone()));
                         continue;
                     }
                     if id <= s.last_id {
@@ -718,7 +719,7 @@ impl Worker {
                         continue;
                     }
                     s.last_id = id;
-                    c.out.extend_from_slice(&chunk);
+                    c.http.data(&mut c.out, &event);
                     self.flush_conn(idx);
                 }
             }
@@ -735,7 +736,9 @@ impl Worker {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let mut old = c.stream.replace(Stream::Aborted);
         match &mut old {
-            Some(Stream::Sse(_)) => end_chunks(&mut c.out),
+            Some(Stream::Sse(_)) => {
+                c.http.end_body(&mut c.out, &self.env, Instant::now());
+            }
             Some(Stream::Ws(w)) => w.conn.close(1011, "internal error", &mut c.out),
             _ => {}
         }
@@ -756,7 +759,9 @@ impl Worker {
         for idx in 0..self.conns.len() {
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
             match &mut c.stream {
-                Some(Stream::Sse(_)) => end_chunks(&mut c.out),
+                Some(Stream::Sse(_)) => {
+                    c.http.end_body(&mut c.out, &self.env, Instant::now());
+                }
                 Some(Stream::Ws(w)) => w.conn.close(1001, "server shutting down", &mut c.out),
                 // A download in flight finishes (the drain deadline bounds it).
                 Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted) | None => continue,

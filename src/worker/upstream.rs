@@ -25,7 +25,6 @@ use crate::app::{Call, Fetched, Relay, RelaySink};
 use crate::client::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
 use crate::error::Error;
 use crate::http::response::Response;
-use crate::http::response::{end_chunks, write_chunk};
 
 /// Tokens at or above this are upstream connections (index = token - base).
 pub const UP_BASE: usize = 1 << 40;
@@ -598,16 +597,18 @@ impl Worker {
         self.respond_waiting(idx, resp, false);
     }
 
-    /// Answer a client request that waited on upstreams (`stream`: a chunked head).
-    fn respond_waiting(&mut self, idx: usize, resp: Response, stream: bool) {
+    /// Answer a client request that waited on upstreams (`stream`: a chunked
+    /// head). For a stream, returns whether its body follows (not for `HEAD`).
+    fn respond_waiting(&mut self, idx: usize, resp: Response, stream: bool) -> bool {
         let now = Instant::now();
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
         let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, idx, c.generation);
         if stream {
-            c.http.complete_stream(resp, &mut c.out, &mut glue, &mut self.env, now);
+            c.http.complete_stream(resp, &mut c.out, &mut glue, &mut self.env, now)
         } else {
             c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(idx);
+            false
         }
     }
 
@@ -650,8 +651,17 @@ impl Worker {
                 Err(p) => return self.relay_panicked(idx, p),
             };
             *started = true;
-            self.respond_waiting(idx, resp, true);
+            let body_follows = self.respond_waiting(idx, resp, true);
             let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+            if !body_follows {
+                // `HEAD`: the head went out and the connection carries on; the
+                // upstream is not needed any more.
+                if let Some(call) = c.call.take() {
+                    self.cancel_call(idx, call);
+                }
+                self.drive(idx);
+                return;
+            }
             c.stream = Some(Stream::Relay);
         }
         match outcome {
@@ -661,7 +671,7 @@ impl Worker {
                     self.up_close(ui);
                 }
                 if let Some(Some(c)) = self.conns.get_mut(idx) {
-                    write_chunk(&mut c.out, &events);
+                    c.http.data(&mut c.out, &events);
                 }
                 self.relay_failed(idx, e);
             }
@@ -670,14 +680,12 @@ impl Worker {
                     self.up_release(ui);
                 }
                 let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-                write_chunk(&mut c.out, &events);
+                c.http.data(&mut c.out, &events);
                 self.stream_done(idx);
             }
             Ok(false) => {
                 let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-                if !events.is_empty() {
-                    write_chunk(&mut c.out, &events);
-                }
+                c.http.data(&mut c.out, &events);
                 // Flush first: only output still unsent after it may pause the upstream
                 // (the client's writable event resumes it; none comes for a drained socket).
                 self.flush_conn(idx);
@@ -723,7 +731,7 @@ impl Worker {
             return;
         }
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        write_chunk(&mut c.out, &events);
+        c.http.data(&mut c.out, &events);
         self.stream_done(idx);
     }
 
@@ -747,13 +755,13 @@ impl Worker {
     /// connection to HTTP/1.1 (keep-alive).
     pub(super) fn stream_done(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        end_chunks(&mut c.out);
+        let keep_alive = c.http.end_body(&mut c.out, &self.env, Instant::now());
         c.call = None;
         if let Some(s) = c.stream.take() {
             self.forget_stream(idx, s);
         }
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        if !c.http.reattach(&self.env, Instant::now()) {
+        if !keep_alive {
             c.closing = true;
         }
         self.drive(idx);
