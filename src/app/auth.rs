@@ -50,7 +50,7 @@ fn login(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     // The attempt's slot is taken before any password is checked (429 when none is left).
     let slot = LoginGuard::new(app.svc.config, req.peer, &email).take(app.svc.rate)?;
     let svc = app.svc;
-    Ok(Reply::Later(Box::new(move || {
+    Ok(Reply::later(Box::new(move || {
         let (user, hash) = match svc.store.user_by_email(&email)? {
             Some((user, hash)) => (Some(user), Some(hash)),
             None => (None, None),
@@ -116,7 +116,7 @@ fn presented_token(req: &Request<'_>) -> Result<Option<String>, Error> {
 fn refresh(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let old = presented_token(req)?.ok_or(Error::Unauthorized("token required"))?;
     let svc = app.svc;
-    Ok(Reply::Later(Box::new(move || {
+    Ok(Reply::later(Box::new(move || {
         let now = session::now_unix();
         let (refresh, new_hash) = tokens::new_refresh_token();
         let expires = (now + svc.config.auth.refresh_ttl.as_secs()) as i64;
@@ -138,7 +138,7 @@ fn refresh(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
 fn logout(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let token = presented_token(req)?;
     let svc = app.svc;
-    Ok(Reply::Later(Box::new(move || {
+    Ok(Reply::later(Box::new(move || {
         if let Some(t) = token {
             svc.store.revoke_family(&tokens::hash_token(&t))?;
         }
@@ -151,7 +151,7 @@ fn logout(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
 fn me(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let Caller { user_id, .. } = session::require(app, req)?;
     let svc = app.svc;
-    Ok(Reply::Later(Box::new(move || {
+    Ok(Reply::later(Box::new(move || {
         let user = svc.store.get_user(user_id)?.ok_or(Error::Unauthorized("invalid token"))?;
         Ok(Response::envelope(200, &user))
     })))

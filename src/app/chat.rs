@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 
 use super::router::Router;
 use super::validate;
-use super::{App, Ctx, Detach, Handler, Relay, RelaySink, Reply, Ticker};
+use super::{App, Ctx, Handler, Producer, Relay, RelaySink, Reply, Ticker};
 use crate::client::Outbound;
 use crate::error::{Error, FieldError};
 use crate::http::request::{Method, Request};
@@ -49,7 +49,7 @@ fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         let last = messages.iter().rev().find(|m| m.role == "user").or(messages.last());
         let words = last.map(|m| m.content.split_whitespace().map(str::to_string).collect()).unwrap_or_default();
         let echo = Echo { words, next: 0, delay: config.echo_delay };
-        return Ok(Reply::Stream(head(), Detach::Ticker(Box::new(echo))));
+        return Ok(Reply::stream(head(), Producer::Ticker(Box::new(echo))));
     };
     let wire: Vec<Value> = messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect();
     let body = json!({"model": config.model, "messages": wire, "stream": true});
@@ -72,7 +72,7 @@ fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     if app.svc.config.debug.routes {
         sink = super::debug::relay_sink(sink, messages.iter().map(|m| m.content.as_str()));
     }
-    Ok(Reply::Relay(Relay { request, sink }))
+    Ok(Reply::relay(Relay { request, sink }))
 }
 
 /// `{messages: [{role, content}]}`, every problem reported at once (422).

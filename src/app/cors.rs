@@ -80,7 +80,7 @@ pub fn preflight(allowed: Option<&str>, req: &Request<'_>) -> Option<crate::app:
     r.header("Access-Control-Allow-Methods", ALLOW_METHODS)
         .header("Access-Control-Allow-Headers", ALLOW_HEADERS)
         .header("Access-Control-Max-Age", "600");
-    Some(crate::app::Reply::Now(r))
+    Some(crate::app::Reply::full(r))
 }
 
 /// Add the CORS response headers for an allow-listed `origin`.

@@ -54,7 +54,7 @@ pub struct Violation<'a> {
 pub fn report(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let line = accept(req)?;
     log::warn!(target: "csp", "{line}");
-    Ok(Reply::Now(Response::new(204)))
+    Ok(Reply::full(Response::new(204)))
 }
 
 /// Check and parse a report request; the line to log, or 415/400.

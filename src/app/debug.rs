@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use super::router::Router;
-use super::{App, Ctx, Detach, Handler, RelaySink, Reply, Ticker};
+use super::{App, Ctx, Handler, Producer, RelaySink, Reply, Ticker};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::http::response::{Body, Response};
@@ -63,12 +63,12 @@ fn json(v: serde_json::Value) -> Response {
 }
 
 fn pid(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    Ok(Reply::Now(json(serde_json::json!({"pid": std::process::id()}))))
+    Ok(Reply::full(json(serde_json::json!({"pid": std::process::id()}))))
 }
 
 fn sleep(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let ms = number(req, "ms", 600_000)?;
-    Ok(Reply::Later(Box::new(move || {
+    Ok(Reply::later(Box::new(move || {
         std::thread::sleep(std::time::Duration::from_millis(ms));
         Ok(json(serde_json::json!({"slept": ms})))
     })))
@@ -78,7 +78,7 @@ fn block(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let ms = number(req, "ms", 600_000)?;
     // Deliberately blocks the event loop: the watchdog test needs a stuck worker.
     std::thread::sleep(std::time::Duration::from_millis(ms));
-    Ok(Reply::Now(json(serde_json::json!({"blocked": ms}))))
+    Ok(Reply::full(json(serde_json::json!({"blocked": ms}))))
 }
 
 fn panic(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
@@ -86,7 +86,7 @@ fn panic(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
 }
 
 fn pool_panic(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    Ok(Reply::Later(Box::new(|| panic!("debug pool panic requested"))))
+    Ok(Reply::later(Box::new(|| panic!("debug pool panic requested"))))
 }
 
 fn alloc(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
@@ -99,7 +99,7 @@ fn alloc(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     // buffer is read, so a release build allocates and touches it too
     // (without it the unused buffer was removed and nothing grew).
     std::hint::black_box(std::hint::black_box(v).leak());
-    Ok(Reply::Now(json(serde_json::json!({"allocatedMb": mb}))))
+    Ok(Reply::full(json(serde_json::json!({"allocatedMb": mb}))))
 }
 
 fn big(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
@@ -107,13 +107,13 @@ fn big(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let mut r = Response::new(200);
     r.content_type = "text/plain";
     r.body = Body::Bytes(vec![b'x'; kb << 10]);
-    Ok(Reply::Now(r))
+    Ok(Reply::full(r))
 }
 
 fn streams(app: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     use std::sync::atomic::Ordering::Relaxed;
     let s = app.svc.stats;
-    Ok(Reply::Now(json(serde_json::json!({
+    Ok(Reply::full(json(serde_json::json!({
         "pid": std::process::id(),
         "sse": s.sse.load(Relaxed),
         "ws": s.ws.load(Relaxed),
@@ -126,7 +126,7 @@ fn echo(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let mut r = Response::new(200);
     r.content_type = "application/octet-stream";
     r.body = Body::Bytes(req.body.to_vec());
-    Ok(Reply::Now(r))
+    Ok(Reply::full(r))
 }
 
 /// `GET /_debug/panic/ticker`: a chunked event stream whose ticker sends one
@@ -135,7 +135,7 @@ fn panic_ticker(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let mut r = Response::new(200);
     r.content_type = "text/event-stream";
     r.cache_control = "no-cache";
-    Ok(Reply::Stream(r, Detach::Ticker(Box::new(PanicTicker { ticks: 0 }))))
+    Ok(Reply::stream(r, Producer::Ticker(Box::new(PanicTicker { ticks: 0 }))))
 }
 
 struct PanicTicker {
@@ -204,7 +204,7 @@ fn panic_worker(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let mut r = Response::new(200);
     r.content_type = "text/event-stream";
     r.cache_control = "no-cache";
-    Ok(Reply::Stream(r, Detach::Ticker(Box::new(PanicOnDrop))))
+    Ok(Reply::stream(r, Producer::Ticker(Box::new(PanicOnDrop))))
 }
 
 struct PanicOnDrop;

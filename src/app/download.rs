@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::router::Router;
-use super::{validate, App, Ctx, Detach, Handler, Reply};
+use super::{validate, App, Ctx, Handler, Reply};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::http::response::Response;
@@ -68,7 +68,7 @@ fn serve(app: &App, req: &Request<'_>, name: &str) -> Result<Reply, Error> {
     r.header("ETag", etag.clone()).header("Last-Modified", modified).header("Accept-Ranges", "bytes");
     if req.header("if-none-match").is_some_and(|v| super::health::etag_matches(v, etag.as_bytes())) {
         r.status = 304;
-        return Ok(Reply::Now(r));
+        return Ok(Reply::full(r));
     }
     r.header("Content-Disposition", disposition(name));
     let range = req
@@ -86,10 +86,10 @@ fn serve(app: &App, req: &Request<'_>, name: &str) -> Result<Reply, Error> {
         Some(Err(())) => {
             let mut r = Error::RangeNotSatisfiable.into_response(app.svc.config.is_development());
             r.header("Content-Range", format!("bytes */{size}"));
-            return Ok(Reply::Now(r));
+            return Ok(Reply::full(r));
         }
     };
-    Ok(Reply::Sized(r, len, Detach::Download { file: Arc::new(file), offset, len }))
+    Ok(Reply::file(r, Arc::new(file), offset, len))
 }
 
 /// Open `path` for reading if it is a regular file, without ever waiting.

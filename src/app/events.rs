@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::router::Router;
 use super::session;
 use super::validate::{self, Fields};
-use super::{envelope_with, App, Ctx, Detach, Handler, Reply};
+use super::{envelope_with, App, Ctx, Handler, Producer, Reply};
 use crate::bus::Topic;
 use crate::error::Error;
 use crate::http::request::{Method, Request};
@@ -36,7 +36,7 @@ pub fn events(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     r.content_type = "text/event-stream";
     r.cache_control = "no-cache";
     r.header("X-Accel-Buffering", "no");
-    Ok(Reply::Stream(r, Detach::Sse { last_event_id }))
+    Ok(Reply::stream(r, Producer::Events { last_event_id }))
 }
 
 /// What a new stream starts with: `retry`, then `connected`.
@@ -113,7 +113,7 @@ fn create(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     }
     let (title, body) = notification(validate::json_object(req)?)?;
     let svc = app.svc;
-    Ok(Reply::Later(Box::new(move || {
+    Ok(Reply::later(Box::new(move || {
         let n = svc.store.create_notification(&title, &body)?;
         let json = serde_json::to_vec(&n).unwrap_or_default();
         // Stored first, then announced: the loop delivers it locally and on the bus.

@@ -8,7 +8,7 @@ use crate::http::response::{Body, Response};
 
 /// `GET /health`: cheap, touches nothing.
 pub fn health(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    Ok(Reply::Now(Response::static_json(b"{\"status\":\"ok\"}")))
+    Ok(Reply::full(Response::static_json(b"{\"status\":\"ok\"}")))
 }
 
 /// `GET /health/ready`: 503 while draining or when the database does not answer.
@@ -17,7 +17,7 @@ pub fn ready(app: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> 
         return Err(Error::ServiceUnavailable("draining"));
     }
     let store = app.svc.store;
-    Ok(Reply::Later(Box::new(move || {
+    Ok(Reply::later(Box::new(move || {
         store.ping().map_err(|_| Error::ServiceUnavailable("database unavailable"))?;
         Ok(Response::static_json(b"{\"status\":\"ok\"}"))
     })))
@@ -32,7 +32,7 @@ pub fn client_config(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply,
     if !fresh {
         r.body = Body::Static(app.config_body);
     }
-    Ok(Reply::Now(r))
+    Ok(Reply::full(r))
 }
 
 fn strip_weak(t: &[u8]) -> &[u8] {

@@ -80,7 +80,7 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     if let Some((body, _)) = app.homepage_cache.borrow_mut().get(&whole, now) {
         let mut r = Response::new(200);
         r.body = Body::Bytes(body.to_vec());
-        return Ok(Reply::Now(r));
+        return Ok(Reply::full(r));
     }
     let mut parts: [Option<Rc<[u8]>>; 3] = [None, None, None];
     // The earliest expiry among the parts: how long the assembled body may be reused.
@@ -132,7 +132,7 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     if requests.is_empty() {
         let r = assemble(&parts, &[])?;
         app.homepage_cache.borrow_mut().put(&whole, Rc::from(r.body.as_bytes()), fresh_until);
-        return Ok(Reply::Now(r));
+        return Ok(Reply::full(r));
     }
     let cache = Rc::clone(&app.homepage_cache);
     let shared = svc.shared_cache;
@@ -170,7 +170,7 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         }
         Ok(r)
     };
-    Ok(Reply::Call(Call { requests, finish: Box::new(finish) }))
+    Ok(Reply::call(Call { requests, finish: Box::new(finish) }))
 }
 
 fn endpoint(app: &App, part: Part) -> Option<std::sync::Arc<Endpoint>> {

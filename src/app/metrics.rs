@@ -57,7 +57,7 @@ fn metrics(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let mut r = Response::new(200);
     r.content_type = CONTENT_TYPE;
     r.body = Body::Bytes(render(&totals, &app.route_labels).into_bytes());
-    Ok(Reply::Now(r))
+    Ok(Reply::full(r))
 }
 
 /// A label value with `\`, `"` and newlines escaped.

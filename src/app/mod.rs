@@ -36,118 +36,17 @@ pub mod ws;
 use std::borrow::Cow;
 
 use crate::auth::{jwt::Jwt, password::Passwords};
-use crate::client::{ClientError, Endpoints, Outbound};
+use crate::client::Endpoints;
 use crate::config::Config;
 use crate::error::Error;
+use crate::http::reply::Upstream;
 use crate::http::request::{Method, Request};
 use crate::http::response::Response;
 use crate::store::Store;
 
 use router::{Match, Params, Router};
 
-/// Work for the pool: runs off the event loop and produces the response.
-pub type Job = Box<dyn FnOnce() -> Result<Response, Error> + Send>;
-
-/// A handler's answer.
-pub enum Reply {
-    /// The response, now.
-    Now(Response),
-    /// Run this on the worker's pool; its result is the response.
-    Later(Job),
-    /// Send this head with a chunked body; the worker then runs the stream.
-    Stream(Response, Detach),
-    /// Switch protocols (the codec writes its `101`); the worker then speaks the new protocol.
-    Upgrade(crate::http::conn::Upgrade, Detach),
-    /// Send this head with `Content-Length: n`; the worker streams the body.
-    Sized(Response, u64, Detach),
-    /// Make these upstream requests in parallel; the response comes from their results.
-    Call(Call),
-    /// Relay a streaming upstream response to the client as it arrives.
-    Relay(Relay),
-}
-
-/// What [`Call::finish`] gets per request: the upstream's status and body, or why it failed.
-pub type Fetched = Result<(u16, Vec<u8>), ClientError>;
-
-/// Upstream requests made in parallel on the worker's loop, and what to make of their results.
-pub struct Call {
-    /// The requests, all started at once.
-    pub requests: Vec<Outbound>,
-    /// Builds the response from the results (in request order). Runs on the
-    /// event loop: it must be cheap and must not block.
-    pub finish: Box<dyn FnOnce(Vec<Fetched>) -> Result<Response, Error>>,
-}
-
-/// A streamed upstream response relayed to the client (`/api/chat`).
-pub struct Relay {
-    /// The upstream request.
-    pub request: Outbound,
-    /// Turns upstream bytes into the client's stream.
-    pub sink: Box<dyn RelaySink>,
-}
-
-/// The app's half of a relay: the worker feeds it what the upstream sends
-/// and writes what it produces (chunk-framed) to the client, pausing the
-/// upstream while the client is slow.
-pub trait RelaySink {
-    /// The upstream's status and content type arrived. An error here is the
-    /// client's response (nothing has been sent to it yet).
-    fn head(&mut self, status: u16, content_type: Option<&str>) -> Result<(), Error>;
-    /// Upstream body bytes: append complete events for the client to `out`.
-    /// `Ok(true)` once the stream is complete (its last event is in `out`).
-    fn body(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Result<bool, Error>;
-    /// The upstream ended its body cleanly (its length reached, its last
-    /// chunk, or the close that delimits it) before [`RelaySink::body`] said
-    /// the stream was complete. `Ok`: a normal end, with the closing events
-    /// appended to `out`; `Err`: a failure. By default a failure.
-    fn ended(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
-        let _ = out;
-        Err(Error::UpstreamUnavailable("the upstream ended the stream early".into()))
-    }
-    /// The client's response head, sent before the first event.
-    fn response(&mut self) -> Response;
-    /// The upstream failed or ended early after events were sent: append the
-    /// closing event.
-    fn failed(&mut self, error: &Error, out: &mut Vec<u8>);
-    /// The client's response when the relay failed before its first event.
-    fn error(&mut self, e: Error) -> Response {
-        render(e, false)
-    }
-}
-
-/// A stream produced on a timer (the built-in chat echo).
-pub trait Ticker {
-    /// Append the next event to `out`; the delay until the next one, or
-    /// `None` when the stream is complete.
-    fn tick(&mut self, out: &mut Vec<u8>) -> Option<std::time::Duration>;
-}
-
-/// What a detached connection becomes.
-pub enum Detach {
-    /// An `/api/events` stream, replaying after `last_event_id` first.
-    Sse {
-        /// The client's `Last-Event-ID`.
-        last_event_id: Option<i64>,
-    },
-    /// A WebSocket; `user_id` is `None` for the echo endpoint.
-    WebSocket {
-        /// The authenticated user.
-        user_id: Option<i64>,
-        /// That user's display name, from the access token (chat messages carry it).
-        name: Option<String>,
-    },
-    /// A file body: `len` bytes from `offset`.
-    Download {
-        /// The open file (shared with pool reads).
-        file: std::sync::Arc<std::fs::File>,
-        /// First byte to send.
-        offset: u64,
-        /// Bytes to send.
-        len: u64,
-    },
-    /// A chunked stream whose events come from a timer.
-    Ticker(Box<dyn Ticker>),
-}
+pub use crate::http::reply::{Body, Call, Fetched, Job, Producer, Relay, RelaySink, Reply, Ticker, WebSocket};
 
 /// A message for the bus, from a pool job to the event loop.
 pub type Publish = (crate::bus::Topic, Vec<u8>);
@@ -259,7 +158,7 @@ impl App {
         });
         let config = self.svc.config;
         if let Some(r) = https::redirect(config, req) {
-            return Reply::Now(r);
+            return Reply::full(r);
         }
         let dev = config.is_development();
         let mut decor = Decor { cors: cors::allowed_origin(config, req).map(str::to_owned), rate: None };
@@ -278,19 +177,21 @@ impl App {
                 }
             },
         };
-        match reply {
-            Ok(Reply::Now(r)) => Reply::Now(decor.apply(r, config)),
-            Ok(Reply::Stream(r, d)) => Reply::Stream(decor.apply(r, config), d),
-            Ok(Reply::Upgrade(r, d)) => Reply::Upgrade(r, d),
-            Ok(Reply::Sized(r, n, d)) => Reply::Sized(decor.apply(r, config), n, d),
-            Err(e) => Reply::Now(decor.apply(render(e, dev), config)),
-            Ok(Reply::Later(job)) => Reply::Later(Box::new(move || {
+        let Reply { head, body } = match reply {
+            Ok(reply) => reply,
+            Err(e) => return Reply::full(decor.apply(render(e, dev), config)),
+        };
+        match body {
+            // The codec writes the protocol switch; nothing to decorate.
+            Body::WebSocket(ws) => Reply::websocket(ws),
+            Body::Full | Body::Producer(_) | Body::File(_) => Reply { head: decor.apply(head, config), body },
+            Body::Job(job) => Reply::later(Box::new(move || {
                 let r = job().unwrap_or_else(|e| render(e, dev));
                 Ok(decor.apply(r, config))
             })),
-            Ok(Reply::Call(call)) => {
+            Body::Upstream(Upstream::Call(call)) => {
                 let finish = call.finish;
-                Reply::Call(Call {
+                Reply::call(Call {
                     requests: call.requests,
                     finish: Box::new(move |results| {
                         let r = finish(results).unwrap_or_else(|e| render(e, dev));
@@ -298,7 +199,7 @@ impl App {
                     }),
                 })
             }
-            Ok(Reply::Relay(relay)) => Reply::Relay(Relay {
+            Body::Upstream(Upstream::Relay(relay)) => Reply::relay(Relay {
                 request: relay.request,
                 sink: Box::new(Decorated { inner: relay.sink, decor, config }),
             }),
@@ -349,7 +250,7 @@ impl App {
             Match::MethodNotAllowed(allow, _) if req.method == Method::Options => {
                 let mut r = Response::new(204);
                 r.header("Allow", allow);
-                Ok(Reply::Now(r))
+                Ok(Reply::full(r))
             }
             Match::MethodNotAllowed(allow, _) => Err(Error::MethodNotAllowed(allow)),
             Match::NotFound => Err(Error::NotFound),

@@ -105,7 +105,7 @@ pub fn prepare() {
 
 /// `GET /`: the page; `no-store`, its nonce slots filled by the writer.
 pub fn index(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    Ok(Reply::Now(page()))
+    Ok(Reply::full(page()))
 }
 
 /// The response for `/` as the handler builds it.
@@ -125,13 +125,13 @@ pub fn favicon(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     let a = assets::by_plain("favicon.ico").ok_or(Error::NotFound)?;
     let mut r = serve(&a.name).ok_or(Error::NotFound)?;
     r.cache_control = "public, max-age=86400";
-    Ok(Reply::Now(r))
+    Ok(Reply::full(r))
 }
 
 /// `GET /static/{name}`: an embedded file by its hashed name, cached for a year; else 404.
 pub fn static_file(_: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let name = ctx.params.get(0).ok_or(Error::NotFound)?;
-    serve(name).map(Reply::Now).ok_or(Error::NotFound)
+    serve(name).map(Reply::full).ok_or(Error::NotFound)
 }
 
 /// The response for `/static/{name}`, or `None` for an unknown name.

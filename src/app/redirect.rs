@@ -39,7 +39,7 @@ pub fn redirect(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Erro
     let location = target(req.query, &app.svc.config.redirect.allowed_hosts)?;
     let mut r = Response::new(302);
     r.header("Location", location);
-    Ok(Reply::Now(r))
+    Ok(Reply::full(r))
 }
 
 /// The `Location` for a raw query string, or 400: exactly one `path` or `url`

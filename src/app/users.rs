@@ -137,7 +137,7 @@ fn create(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         return Err(Error::Forbidden("only an admin can assign a role"));
     }
     let svc = app.svc;
-    Ok(Reply::Later(Box::new(move || {
+    Ok(Reply::later(Box::new(move || {
         let password_hash = svc
             .cpu
             .run(move || svc.passwords.hash(&password))
@@ -152,7 +152,7 @@ fn list(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     session::require(app, req)?;
     let query = list_query(req)?;
     let svc = app.svc;
-    Ok(Reply::Later(Box::new(move || Ok(Response::envelope(200, &svc.store.list_users(&query)?)))))
+    Ok(Reply::later(Box::new(move || Ok(Response::envelope(200, &svc.store.list_users(&query)?)))))
 }
 
 fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
@@ -160,7 +160,7 @@ fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let id = path_id(ctx)?;
     let if_none_match = req.header("if-none-match").map(|v| v.to_vec());
     let svc = app.svc;
-    Ok(Reply::Later(Box::new(move || {
+    Ok(Reply::later(Box::new(move || {
         let user = svc.store.get_user(id)?.ok_or(Error::NotFound)?;
         let tag = etag(&user);
         if if_none_match.is_some_and(|v| super::health::etag_matches(&v, tag.as_bytes())) {
@@ -206,7 +206,7 @@ fn changes(app: &App, req: &Request<'_>, ctx: &Ctx<'_>, full: bool) -> Result<Re
     }
     let wanted = req.header("if-match").and_then(|v| std::str::from_utf8(v).ok()).map(str::to_owned);
     let svc = app.svc;
-    Ok(Reply::Later(Box::new(move || {
+    Ok(Reply::later(Box::new(move || {
         if let Some(wanted) = wanted {
             let current = svc.store.get_user(id)?.ok_or(Error::NotFound)?;
             if !if_match(&wanted, &etag(&current)) {
@@ -230,7 +230,7 @@ fn patch(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
 fn delete(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let (_, id) = writer(app, req, ctx)?;
     let svc = app.svc;
-    Ok(Reply::Later(Box::new(move || {
+    Ok(Reply::later(Box::new(move || {
         if !svc.store.delete_user(id)? {
             return Err(Error::NotFound);
         }

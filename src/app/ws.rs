@@ -8,9 +8,8 @@
 //! `crate::proto`'s.
 
 use super::router::Router;
-use super::{cors, validate, App, Ctx, Detach, Handler, Reply};
+use super::{cors, validate, App, Ctx, Handler, Reply, WebSocket};
 use crate::error::Error;
-use crate::http::conn::Upgrade;
 use crate::http::request::{Method, Request};
 use crate::proto::handshake::{self, HandshakeError};
 
@@ -29,7 +28,7 @@ fn upgrade(req: &Request<'_>, user_id: Option<i64>, name: Option<String>) -> Res
             other => Error::BadRequest(other.to_string().into()),
         },
     )?;
-    Ok(Reply::Upgrade(Upgrade::websocket(accept), Detach::WebSocket { user_id, name }))
+    Ok(Reply::websocket(WebSocket { accept, user_id, name }))
 }
 
 fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {

@@ -21,57 +21,17 @@ use crate::error::Error;
 use super::body::Chunked;
 use super::headers::{valid_request_id, Common};
 use super::parse::{self, Framing, Head, MAX_HEADERS};
+use super::reply::{Body, Reply};
 use super::request::{Method, Request};
 use super::response::{write_response, BodyWriter, Delimit, RequestMeta, Response};
 
 /// Above this many queued output bytes the connection stops producing.
 pub const HIGH_WATERMARK: usize = 64 * 1024;
 
-/// What a service does with a complete request.
-pub enum Outcome {
-    /// The response, now.
-    Ready(Response),
-    /// The service will call [`Http1::complete`] later.
-    Pending,
-    /// Send this head with a chunked body; the caller then owns the
-    /// connection and writes the chunks (SSE, streamed relays).
-    Stream(Response),
-    /// Switch protocols: the codec sends the `101` head; the caller then
-    /// speaks the new protocol on the connection (WebSocket).
-    Upgrade(Upgrade),
-    /// Send this head with `Content-Length: n`; the caller then hands the n
-    /// body bytes to [`Http1::data`] and calls [`Http1::end_body`] (downloads).
-    Sized(Response, u64),
-}
-
-/// A protocol switch the application accepted; the codec turns it into its
-/// own wire form (for HTTP/1.1, a `101 Switching Protocols` head).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Upgrade {
-    /// The protocol switched to (the `Upgrade` field).
-    pub protocol: &'static str,
-    /// The `Sec-WebSocket-Accept` value proving the handshake was understood.
-    pub accept: String,
-}
-
-impl Upgrade {
-    /// A WebSocket upgrade answering a handshake whose accept key is `accept`.
-    pub fn websocket(accept: String) -> Upgrade {
-        Upgrade { protocol: "websocket", accept }
-    }
-
-    /// The `101` head announcing this switch.
-    fn head(self) -> Response {
-        let mut r = Response::new(101);
-        r.header("Upgrade", self.protocol).header("Sec-WebSocket-Accept", self.accept);
-        r
-    }
-}
-
 /// The application side, as seen by the connection.
 pub trait Service {
     /// Answer one request.
-    fn call(&mut self, req: &Request<'_>) -> Outcome;
+    fn call(&mut self, req: &Request<'_>) -> Reply;
     /// A small label for the request [`Service::call`] just answered (the
     /// app's route slot, for metrics); the connection keeps it and hands it
     /// back in [`Finished::label`]. A request that never reached `call` (a
@@ -119,6 +79,13 @@ pub struct Env {
     pub development: bool,
     /// The worker is draining: every response closes its connection.
     pub draining: bool,
+}
+
+/// The `101` head switching to `protocol`, whose handshake `accept` answers.
+fn switch_head(protocol: &'static str, accept: String) -> Response {
+    let mut r = Response::new(101);
+    r.header("Upgrade", protocol).header("Sec-WebSocket-Accept", accept);
+    r
 }
 
 /// While draining, a keep-alive connection left idle this long (counted from
@@ -189,6 +156,10 @@ pub struct Http1 {
     phase: Phase,
     /// How the body of the response in progress is framed.
     writer: BodyWriter,
+    /// The body of the reply in progress, for the caller to run
+    /// ([`Http1::take_body`]): a job or upstreams while `Waiting`, a producer,
+    /// file or WebSocket once `Detached`.
+    handoff: Option<Body>,
     chunked: Chunked,
     body: Vec<u8>,
     continue_sent: bool,
@@ -210,6 +181,7 @@ impl Http1 {
         Http1 {
             phase: Phase::Idle,
             writer: BodyWriter::None,
+            handoff: None,
             chunked: Chunked::default(),
             body: Vec::new(),
             continue_sent: false,
@@ -284,6 +256,15 @@ impl Http1 {
         if self.phase == Phase::Waiting {
             self.respond(resp, Delimit::Length, out, svc, env, now);
         }
+    }
+
+    /// The body of the reply just given, when the caller has to run it: a
+    /// [`Body::Job`] or [`Body::Upstream`] the connection waits on (then
+    /// [`Http1::complete`] or [`Http1::complete_stream`]), or a body that
+    /// follows the head written ([`Body::Producer`], [`Body::File`],
+    /// [`Body::WebSocket`]; never for `HEAD`, which got the head only).
+    pub fn take_body(&mut self) -> Option<Body> {
+        self.handoff.take()
     }
 
     /// Deliver a pending request's answer as a stream head. Returns whether
@@ -478,18 +459,25 @@ impl Http1 {
             peer: self.peer,
             secure: self.secure,
         };
-        let outcome = svc.call(&req);
+        let Reply { head, mut body } = svc.call(&req);
         self.cur.label = svc.label();
         self.continue_sent = false;
-        match outcome {
-            Outcome::Ready(resp) => self.respond(resp, Delimit::Length, out, svc, env, now),
-            Outcome::Stream(resp) => self.respond(resp, Delimit::Chunked, out, svc, env, now),
-            Outcome::Upgrade(up) => self.respond(up.head(), Delimit::Upgrade, out, svc, env, now),
-            Outcome::Sized(resp, n) => self.respond(resp, Delimit::Sized(n), out, svc, env, now),
-            Outcome::Pending => {
+        let (head, delimit) = match &mut body {
+            Body::Full => (head, Delimit::Length),
+            Body::Producer(_) => (head, Delimit::Chunked),
+            Body::File(f) => (head, Delimit::Sized(f.len)),
+            Body::WebSocket(ws) => (switch_head("websocket", std::mem::take(&mut ws.accept)), Delimit::Upgrade),
+            Body::Job(_) | Body::Upstream(_) => {
                 self.phase = Phase::Waiting;
                 self.deadline = None;
+                self.handoff = Some(body);
+                return consumed;
             }
+        };
+        self.respond(head, delimit, out, svc, env, now);
+        // `HEAD`: the head only; what would have produced the body is dropped.
+        if self.phase == Phase::Detached {
+            self.handoff = Some(body);
         }
         consumed
     }
@@ -539,7 +527,7 @@ impl Http1 {
         }
     }
 
-    /// The body of a [`Outcome::Sized`] or streamed response is complete: back
+    /// The body of a sized or streamed response is complete: back
     /// to HTTP/1.1. Returns `false` when the connection must close instead.
     fn reattach(&mut self, env: &Env, now: Instant) -> bool {
         if self.cur.keep_alive && !env.draining {
@@ -578,7 +566,8 @@ impl Http1 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::response::Body;
+    use crate::http::reply::{Producer, WebSocket};
+    use crate::http::response::Body as Bytes;
 
     struct Echo {
         pending: bool,
@@ -586,13 +575,13 @@ mod tests {
     }
 
     impl Service for Echo {
-        fn call(&mut self, req: &Request<'_>) -> Outcome {
+        fn call(&mut self, req: &Request<'_>) -> Reply {
             if self.pending && req.path == "/slow" {
-                return Outcome::Pending;
+                return Reply::later(Box::new(|| Ok(Response::new(200))));
             }
             let mut r = Response::new(200);
-            r.body = Body::Bytes(format!("{}{}", req.path, String::from_utf8_lossy(req.body)).into_bytes());
-            Outcome::Ready(r)
+            r.body = Bytes::Bytes(format!("{}{}", req.path, String::from_utf8_lossy(req.body)).into_bytes());
+            Reply::full(r)
         }
         fn label(&self) -> u16 {
             7
@@ -683,7 +672,7 @@ mod tests {
         assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::Waiting);
         assert!(out.is_empty());
         let mut r = Response::new(200);
-        r.body = Body::Static(b"slow-done");
+        r.body = Bytes::Static(b"slow-done");
         h.complete(r, &mut out, &mut svc, &mut e, now);
         assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
         assert_eq!(bodies(&String::from_utf8_lossy(&out)), ["slow-done", "/fast"]);
@@ -789,8 +778,8 @@ mod tests {
     struct Streamer;
 
     impl Service for Streamer {
-        fn call(&mut self, _: &Request<'_>) -> Outcome {
-            Outcome::Stream(Response::new(200))
+        fn call(&mut self, _: &Request<'_>) -> Reply {
+            Reply::stream(Response::new(200), Producer::Events { last_event_id: None })
         }
         fn finished(&mut self, _: &Finished<'_>) {}
     }
@@ -814,13 +803,20 @@ mod tests {
     struct Kinds;
 
     impl Service for Kinds {
-        fn call(&mut self, req: &Request<'_>) -> Outcome {
+        fn call(&mut self, req: &Request<'_>) -> Reply {
             match req.path {
-                "/stream" => Outcome::Stream(Response::new(200)),
-                "/sized" => Outcome::Sized(Response::new(200), 5),
-                "/ws" => Outcome::Upgrade(Upgrade::websocket("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into())),
-                "/relay" => Outcome::Pending,
-                _ => Outcome::Ready(Response::static_json(b"{}")),
+                "/stream" => Reply::stream(Response::new(200), Producer::Events { last_event_id: None }),
+                "/sized" => {
+                    let file = std::fs::File::open("/dev/null").expect("/dev/null");
+                    Reply::file(Response::new(200), std::sync::Arc::new(file), 0, 5)
+                }
+                "/ws" => Reply::websocket(WebSocket {
+                    accept: "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into(),
+                    user_id: None,
+                    name: None,
+                }),
+                "/relay" => Reply::later(Box::new(|| Ok(Response::new(200)))),
+                _ => Reply::full(Response::static_json(b"{}")),
             }
         }
         fn finished(&mut self, _: &Finished<'_>) {}
@@ -857,6 +853,37 @@ mod tests {
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("Transfer-Encoding: chunked") && text.ends_with("\r\n\r\n"), "{text}");
         assert_eq!(h.phase(), Phase::Idle);
+    }
+
+    #[test]
+    fn the_body_to_run_is_handed_over_only_when_it_is_needed() {
+        let mut e = env();
+        let now = Instant::now();
+        let cases: [(&str, &str, Option<&str>); 8] = [
+            ("GET", "/stream", Some("producer")),
+            ("HEAD", "/stream", None),
+            ("GET", "/sized", Some("file")),
+            ("HEAD", "/sized", None),
+            ("GET", "/ws", Some("websocket")),
+            ("GET", "/relay", Some("job")),
+            // A job's response is the head: `HEAD` needs it run.
+            ("HEAD", "/relay", Some("job")),
+            ("GET", "/plain", None),
+        ];
+        for (method, path, want) in cases {
+            let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+            exchange(&mut h, &mut e, format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            let got = h.take_body().map(|b| match b {
+                Body::Full => "full",
+                Body::Job(_) => "job",
+                Body::Producer(_) => "producer",
+                Body::File(_) => "file",
+                Body::Upstream(_) => "upstream",
+                Body::WebSocket(_) => "websocket",
+            });
+            assert_eq!(got, want, "{method} {path}");
+            assert!(h.take_body().is_none(), "handed over once");
+        }
     }
 
     #[test]

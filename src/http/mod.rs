@@ -1,8 +1,10 @@
-//! HTTP/1.1: parsing, bodies, the per-connection state machine, responses
-//! and the headers every response carries.
+//! HTTP: the protocol-neutral request and reply ([`request`], [`reply`],
+//! [`response`]'s `Response`), and the HTTP/1.1 codec: parsing, bodies, the
+//! per-connection state machine ([`conn`]), response writing and all body
+//! framing, and the headers every response carries.
 //!
 //! This layer turns bytes into [`request::Request`]s and
-//! [`response::Response`]s into bytes. It never touches a socket, a poll or
+//! [`reply::Reply`]s into bytes. It never touches a socket, a poll or
 //! a route: the worker moves the bytes, the app answers the requests.
 
 pub mod body;
@@ -10,6 +12,7 @@ pub mod conn;
 pub mod headers;
 pub mod hints;
 pub mod parse;
+pub mod reply;
 pub mod request;
 pub mod response;
 pub mod sse;

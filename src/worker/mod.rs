@@ -21,11 +21,11 @@ use std::time::{Duration, Instant, SystemTime};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::app::{App, Detach, Reply, Services};
+use crate::app::{App, Body, Reply, Services};
 use crate::auth::{jwt::Jwt, password::Passwords};
 use crate::bus::Endpoint;
 use crate::config::Config;
-use crate::http::conn::{Env, Finished, Http1, Outcome, Phase, Progress, Service, HIGH_WATERMARK};
+use crate::http::conn::{Env, Finished, Http1, Phase, Progress, Service, HIGH_WATERMARK};
 use crate::http::headers::Common;
 use crate::http::request::Request;
 use crate::shm::metrics::ProcMetrics;
@@ -598,8 +598,7 @@ impl Worker {
             };
             // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
             let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
-            let mut glue =
-                Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, d.token, c.generation);
+            let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
             c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(d.token);
         }
@@ -617,7 +616,7 @@ impl Worker {
             self.drive_stream(idx);
             return;
         }
-        let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, idx, c.generation);
+        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         let mut close = false;
         // The response ended the connection and is all sent: close it gracefully.
         let mut end = false;
@@ -664,11 +663,9 @@ impl Worker {
                 _ => break,
             }
         }
-        let detach = glue.detach.take();
-        let pending = glue.pending.take();
-        // The codec decides whether a body follows the head (not for `HEAD`):
-        // only then does the connection become a stream.
-        let detached = c.http.phase() == Phase::Detached;
+        // What the reply's body needs from the loop, if anything. The codec
+        // decided already: `HEAD` got the head only, and no body comes here.
+        let body = c.http.take_body();
         // The client left while its request waits on upstreams: cancel them.
         if c.eof && c.call.is_some() {
             close = true;
@@ -681,14 +678,26 @@ impl Worker {
             self.end(idx);
             return;
         }
-        if let Some(p) = pending {
-            self.start_call(idx, p);
-            self.arm(idx);
-            return;
-        }
-        if let Some(d) = detach.filter(|_| detached) {
-            self.start_stream(idx, d, now);
-            return;
+        match body {
+            None | Some(Body::Full) => {}
+            Some(Body::Job(job)) => self.pool.submit(idx, c.generation, Work::Request(job)),
+            Some(Body::Upstream(up)) => {
+                self.start_call(idx, up);
+                self.arm(idx);
+                return;
+            }
+            Some(Body::Producer(p)) => {
+                self.start_producer(idx, p, now);
+                return;
+            }
+            Some(Body::File(f)) => {
+                self.start_download(idx, f);
+                return;
+            }
+            Some(Body::WebSocket(ws)) => {
+                self.start_websocket(idx, ws, now);
+                return;
+            }
         }
         self.arm(idx);
     }
@@ -741,7 +750,7 @@ impl Worker {
                 self.stream_timer(idx, now);
                 continue;
             }
-            let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, idx, generation);
+            let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
             // `Close` (an idle keep-alive, or a 408 queued): `drive` flushes
             // and ends the connection; otherwise the deadline moved later and
             // `drive` re-arms it.
@@ -905,70 +914,29 @@ fn flush_plain(sock: &mut TcpStream, out: &mut Vec<u8>, pos: &mut usize) -> io::
 }
 
 /// The bridge from a connection to the app: runs handlers (catching panics),
-/// sends `Later` jobs to the pool, counts finished requests in shared memory
-/// and writes the access log.
+/// counts finished requests in shared memory and writes the access log. The
+/// reply goes to the codec whole; what its body needs from the loop (a pool
+/// job, upstreams, a stream) the worker takes from the codec afterwards
+/// ([`Http1::take_body`]).
 struct Glue<'g> {
     app: &'g App,
     config: &'g Config,
-    pool: &'g Pool,
-    token: usize,
-    generation: u32,
     record: &'static ProcRecord,
     metrics: &'static ProcMetrics,
-    /// Set when the handler's reply has a body that follows the head (stream,
-    /// download, upgrade); the worker runs it only if the codec says the body
-    /// follows (not for `HEAD`).
-    detach: Option<Detach>,
-    /// Set when the handler asked for upstream requests.
-    pending: Option<upstream::Pending>,
 }
 
 impl<'g> Glue<'g> {
-    fn new(
-        app: &'g App,
-        config: &'g Config,
-        pool: &'g Pool,
-        record: &'static ProcRecord,
-        metrics: &'static ProcMetrics,
-        token: usize,
-        generation: u32,
-    ) -> Self {
-        Glue { app, config, pool, token, generation, record, metrics, detach: None, pending: None }
+    fn new(app: &'g App, config: &'g Config, record: &'static ProcRecord, metrics: &'static ProcMetrics) -> Self {
+        Glue { app, config, record, metrics }
     }
 }
 
 impl Service for Glue<'_> {
-    fn call(&mut self, req: &Request<'_>) -> Outcome {
+    fn call(&mut self, req: &Request<'_>) -> Reply {
         let draining = self.record.state() == WorkerState::Draining;
         let dev = self.config.is_development();
-        match panics::guard("request handler", || self.app.handle(req, draining)) {
-            Ok(Reply::Now(resp)) => Outcome::Ready(resp),
-            Ok(Reply::Later(job)) => {
-                self.pool.submit(self.token, self.generation, Work::Request(job));
-                Outcome::Pending
-            }
-            Ok(Reply::Stream(resp, d)) => {
-                self.detach = Some(d);
-                Outcome::Stream(resp)
-            }
-            Ok(Reply::Upgrade(up, d)) => {
-                self.detach = Some(d);
-                Outcome::Upgrade(up)
-            }
-            Ok(Reply::Call(call)) => {
-                self.pending = Some(upstream::Pending::Call(call));
-                Outcome::Pending
-            }
-            Ok(Reply::Relay(relay)) => {
-                self.pending = Some(upstream::Pending::Relay(relay));
-                Outcome::Pending
-            }
-            Ok(Reply::Sized(resp, n, d)) => {
-                self.detach = Some(d);
-                Outcome::Sized(resp, n)
-            }
-            Err(p) => Outcome::Ready(p.into_response(dev)),
-        }
+        panics::guard("request handler", || self.app.handle(req, draining))
+            .unwrap_or_else(|p| Reply::full(p.into_response(dev)))
     }
 
     fn label(&self) -> u16 {

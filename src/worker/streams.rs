@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 
 use super::panics::guard;
 use super::pool::REPLAY_PANICKED;
-use super::{flush, read_into, Detach, Worker, READ_AHEAD};
+use super::{flush, read_into, Worker, READ_AHEAD};
 use crate::app::ws::{self, Action};
+use crate::app::{Producer, WebSocket};
 use crate::bus::{self, Topic};
+use crate::http::reply::FileRange;
 use crate::proto::ws::{Event, Message, WsConn};
 
 use super::pool::Work;
@@ -175,11 +177,11 @@ fn shed_buffers(c: &mut super::Conn) {
 }
 
 impl Worker {
-    /// A handler detached connection `idx`; its head is in the output already.
-    pub(super) fn start_stream(&mut self, idx: usize, d: Detach, now: Instant) {
+    /// Connection `idx` got a streamed reply; its head is in the output already.
+    pub(super) fn start_producer(&mut self, idx: usize, p: Producer, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        match d {
-            Detach::Sse { last_event_id } => {
+        match p {
+            Producer::Events { last_event_id } => {
                 let app = &self.app;
                 let start = guard("SSE stream start", || {
                     (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after)))
@@ -206,46 +208,48 @@ impl Worker {
                     self.pool.submit(idx, generation, Work::Replay(job));
                 }
             }
-            Detach::Download { file, offset, len } => {
-                let end = offset.saturating_add(len);
-                let d = Download {
-                    file,
-                    sent: offset,
-                    next_read: offset,
-                    end,
-                    in_flight: 0,
-                    ready: Vec::new(),
-                    spare: None,
-                };
-                c.stream = Some(Stream::Download(d));
-            }
-            Detach::Ticker(ticker) => {
+            Producer::Ticker(ticker) => {
                 c.stream = Some(Stream::Ticker(Ticking { ticker, next: now }));
                 self.stream_timer(idx, now);
                 return;
             }
-            Detach::WebSocket { user_id, name } => {
-                let mut conn = WsConn::new(self.config.websocket.max_message_bytes);
-                let hello = user_id.map(|uid| guard("WebSocket greeting", || ws::connected(uid)));
-                let panicked = matches!(hello, Some(Err(_)));
-                if let Some(Ok(hello)) = hello {
-                    conn.send_text(&hello, &mut c.out);
-                }
-                c.stream = Some(Stream::Ws(Box::new(Ws {
-                    conn,
-                    user_id,
-                    name,
-                    rooms: Vec::new(),
-                    next_ping: now + WS_PING_EVERY,
-                    awaiting_pong: false,
-                })));
-                let ws = self.svc.stats.ws.fetch_add(1, Relaxed) + 1;
-                self.metrics.set_websocket_clients(ws);
-                if panicked {
-                    self.abort_stream(idx);
-                    return;
-                }
-            }
+        }
+        self.drive_stream(idx);
+    }
+
+    /// Connection `idx` got a file reply; its head is in the output already.
+    pub(super) fn start_download(&mut self, idx: usize, f: FileRange) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let FileRange { file, offset, len } = f;
+        let end = offset.saturating_add(len);
+        let d = Download { file, sent: offset, next_read: offset, end, in_flight: 0, ready: Vec::new(), spare: None };
+        c.stream = Some(Stream::Download(d));
+        self.drive_stream(idx);
+    }
+
+    /// Connection `idx` switched to WebSocket; the codec's `101` is in the output already.
+    pub(super) fn start_websocket(&mut self, idx: usize, w: WebSocket, now: Instant) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let WebSocket { user_id, name, .. } = w;
+        let mut conn = WsConn::new(self.config.websocket.max_message_bytes);
+        let hello = user_id.map(|uid| guard("WebSocket greeting", || ws::connected(uid)));
+        let panicked = matches!(hello, Some(Err(_)));
+        if let Some(Ok(hello)) = hello {
+            conn.send_text(&hello, &mut c.out);
+        }
+        c.stream = Some(Stream::Ws(Box::new(Ws {
+            conn,
+            user_id,
+            name,
+            rooms: Vec::new(),
+            next_ping: now + WS_PING_EVERY,
+            awaiting_pong: false,
+        })));
+        let ws = self.svc.stats.ws.fetch_add(1, Relaxed) + 1;
+        self.metrics.set_websocket_clients(ws);
+        if panicked {
+            self.abort_stream(idx);
+            return;
         }
         self.drive_stream(idx);
     }

@@ -4,8 +4,8 @@
 //! [`UP_BASE`]), their keep-alive pools (one idle list per configured
 //! endpoint), non-blocking connects with fallback to the next resolved
 //! address, deadlines, and the two ways a client request waits on upstreams:
-//! a *gather* (`Reply::Call`: requests in parallel, one response built from
-//! all results) and a *relay* (`Reply::Relay`: one upstream stream forwarded
+//! a *gather* (`Upstream::Call`: requests in parallel, one response built from
+//! all results) and a *relay* (`Upstream::Relay`: one upstream stream forwarded
 //! as it arrives, read only while the client keeps up). Cancellation: when
 //! the client connection closes, every upstream socket it owns is closed at
 //! once, so the upstream sees the connection go. The wire format lives in
@@ -21,9 +21,10 @@ use mio::{Interest, Token};
 use super::panics::{guard, Panicked};
 use super::streams::Stream;
 use super::{read_plain, Glue, Worker, HIGH_WATERMARK};
-use crate::app::{Call, Fetched, Relay, RelaySink};
+use crate::app::{Fetched, RelaySink};
 use crate::client::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
 use crate::error::Error;
+use crate::http::reply::Upstream;
 use crate::http::response::Response;
 
 /// Tokens at or above this are upstream connections (index = token - base).
@@ -69,14 +70,6 @@ pub enum CallState {
         /// The client's head has been sent (failures become an error event).
         started: bool,
     },
-}
-
-/// A request for upstreams from a handler, before it starts.
-pub enum Pending {
-    /// `Reply::Call`.
-    Call(Call),
-    /// `Reply::Relay`.
-    Relay(Relay),
 }
 
 /// One upstream connection.
@@ -149,11 +142,11 @@ pub fn client_error(e: &ClientError) -> Error {
 
 impl Worker {
     /// A handler asked for upstreams: start them (the client waits in `Waiting`).
-    pub(super) fn start_call(&mut self, idx: usize, pending: Pending) {
+    pub(super) fn start_call(&mut self, idx: usize, pending: Upstream) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let generation = c.generation;
         match pending {
-            Pending::Call(call) => {
+            Upstream::Call(call) => {
                 let n = call.requests.len();
                 c.call = Some(CallState::Gather {
                     ups: vec![None; n],
@@ -187,7 +180,7 @@ impl Worker {
                     }
                 }
             }
-            Pending::Relay(relay) => {
+            Upstream::Relay(relay) => {
                 c.call = Some(CallState::Relay { up: None, sink: relay.sink, head_seen: false, started: false });
                 let owner = Owner { conn: idx, generation, slot: 0 };
                 match self.up_start(owner, &relay.request) {
@@ -602,7 +595,7 @@ impl Worker {
     fn respond_waiting(&mut self, idx: usize, resp: Response, stream: bool) -> bool {
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
-        let mut glue = Glue::new(&self.app, self.config, &self.pool, self.record, self.metrics, idx, c.generation);
+        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         if stream {
             c.http.complete_stream(resp, &mut c.out, &mut glue, &mut self.env, now)
         } else {

@@ -41,7 +41,7 @@ pub fn openapi(app: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> 
     let mut r = Response::new(200);
     r.cache_control = CACHE_CONTROL;
     r.body = Body::Static(body);
-    Ok(Reply::Now(r))
+    Ok(Reply::full(r))
 }
 
 /// The OpenAPI document for a service running with `config`.
