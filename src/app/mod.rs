@@ -112,8 +112,6 @@ pub struct App {
     verified: std::cell::RefCell<session::Verified>,
     /// The `/metrics` label of each route slot (`other`, then the patterns).
     route_labels: Vec<&'static str>,
-    /// The route slot of the request [`App::handle`] saw last.
-    route: std::cell::Cell<u16>,
 }
 
 impl App {
@@ -134,28 +132,21 @@ impl App {
             config.upstreams.cache_entries,
             cache::MAX_BYTES,
         )));
-        App {
-            router,
-            svc,
-            config_body,
-            config_etag,
-            homepage_cache,
-            verified: Default::default(),
-            route_labels,
-            route: std::cell::Cell::new(crate::shm::metrics::ROUTE_OTHER),
-        }
+        App { router, svc, config_body, config_etag, homepage_cache, verified: Default::default(), route_labels }
     }
 
     /// Run one request through the phases; errors are rendered here, so the
-    /// decoration (CORS) applies to them too.
-    pub fn handle(&self, req: &Request<'_>, draining: bool) -> Reply {
+    /// decoration (CORS) applies to them too. `route` gets the request's
+    /// `/metrics` route slot (`shm::metrics::ROUTE_OTHER` when no pattern
+    /// matched) before any handler runs, so it is known even if one panics.
+    pub fn handle(&self, req: &Request<'_>, draining: bool, route: &mut u16) -> Reply {
         // Routed first, so that every answer (preflight, 429, 403) is
         // labelled with the path's pattern in `/metrics`.
         let found = self.router.find(req.method, req.path);
-        self.route.set(match found {
+        *route = match found {
             Match::Found(_, _, i) | Match::MethodNotAllowed(_, i) => metrics::route_slot(i),
             Match::NotFound => crate::shm::metrics::ROUTE_OTHER,
-        });
+        };
         let config = self.svc.config;
         if let Some(r) = https::redirect(config, req) {
             return Reply::full(r);
@@ -204,12 +195,6 @@ impl App {
                 sink: Box::new(Decorated { inner: relay.sink, decor, config }),
             }),
         }
-    }
-
-    /// The `/metrics` route slot of the request [`App::handle`] saw last
-    /// (`shm::metrics::ROUTE_OTHER` when no pattern matched).
-    pub fn last_route(&self) -> u16 {
-        self.route.get()
     }
 
     /// What a new SSE stream starts with.

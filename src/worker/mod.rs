@@ -923,11 +923,13 @@ struct Glue<'g> {
     config: &'g Config,
     record: &'static ProcRecord,
     metrics: &'static ProcMetrics,
+    /// The `/metrics` route slot of the request [`Service::call`] answered last.
+    route: u16,
 }
 
 impl<'g> Glue<'g> {
     fn new(app: &'g App, config: &'g Config, record: &'static ProcRecord, metrics: &'static ProcMetrics) -> Self {
-        Glue { app, config, record, metrics }
+        Glue { app, config, record, metrics, route: crate::shm::metrics::ROUTE_OTHER }
     }
 }
 
@@ -935,12 +937,14 @@ impl Service for Glue<'_> {
     fn call(&mut self, req: &Request<'_>) -> Reply {
         let draining = self.record.state() == WorkerState::Draining;
         let dev = self.config.is_development();
-        panics::guard("request handler", || self.app.handle(req, draining))
+        let (app, route) = (self.app, &mut self.route);
+        *route = crate::shm::metrics::ROUTE_OTHER;
+        panics::guard("request handler", || app.handle(req, draining, route))
             .unwrap_or_else(|p| Reply::full(p.into_response(dev)))
     }
 
     fn label(&self) -> u16 {
-        panics::guard("route label", || self.app.last_route()).unwrap_or(crate::shm::metrics::ROUTE_OTHER)
+        self.route
     }
 
     fn finished(&mut self, done: &Finished<'_>) {
