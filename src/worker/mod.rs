@@ -11,6 +11,7 @@ mod panics;
 mod pool;
 mod streams;
 mod timers;
+mod token;
 mod upstream;
 
 use std::io::{self, Read, Write};
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Waker};
 
 use crate::app::{App, Body, Reply, Services};
 use crate::auth::{jwt::Jwt, password::Passwords};
@@ -36,12 +37,8 @@ use crate::sys::signals::SignalSet;
 use pool::{Completion, Pool, Work};
 use streams::Stream;
 use timers::Timers;
+use token::Tok;
 
-const LISTENER: Token = Token(usize::MAX - 1);
-const WAKER: Token = Token(usize::MAX - 2);
-const SIGNALS: Token = Token(usize::MAX - 3);
-const BUS: Token = Token(usize::MAX - 4);
-const TLS_LISTENER: Token = Token(usize::MAX - 5);
 /// The loop turns at least this often, so the heartbeat stays fresh when idle.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(500);
 /// A connection whose output makes no progress this long is dropped (nginx `send_timeout`).
@@ -230,26 +227,26 @@ impl Worker {
         {
             crate::sys::signals::ignore(sig)?;
         }
-        poll.registry().register(signals.source(), SIGNALS, Interest::READABLE)?;
+        poll.registry().register(signals.source(), Tok::Signals.into(), Interest::READABLE)?;
         // Handlers are in place: let signals that arrived since fork through.
         crate::sys::unblock_signals()?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let waker = Arc::new(Waker::new(poll.registry(), Tok::Waker.into())?);
         let pool = Pool::new(config.io.threads, waker)?;
         args.listener.set_nonblocking(true)?;
         let mut listener = TcpListener::from_std(args.listener);
-        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        poll.registry().register(&mut listener, Tok::Listener.into(), Interest::READABLE)?;
         let (tls_listener, tls_config) = match args.tls {
             Some(tls) => {
                 tls.listener.set_nonblocking(true)?;
                 let mut l = TcpListener::from_std(tls.listener);
-                poll.registry().register(&mut l, TLS_LISTENER, Interest::READABLE)?;
+                poll.registry().register(&mut l, Tok::TlsListener.into(), Interest::READABLE)?;
                 (Some(l), Some(tls.config))
             }
             None => (None, None),
         };
         poll.registry().register(
             &mut mio::unix::SourceFd(&args.bus.fd()),
-            BUS,
+            Tok::Bus.into(),
             Interest::READABLE | Interest::WRITABLE,
         )?;
         let env = Env {
@@ -326,14 +323,14 @@ impl Worker {
                 }
             }
             for event in events.iter() {
-                match event.token() {
-                    LISTENER => self.accept_on(false),
-                    TLS_LISTENER => self.accept_on(true),
-                    WAKER => self.completions(),
-                    BUS => self.on_bus(),
-                    SIGNALS => self.signals.drain(),
-                    Token(i) if i >= upstream::UP_BASE => self.up_event(i - upstream::UP_BASE),
-                    Token(i) => self.drive(i),
+                match Tok::from(event.token()) {
+                    Tok::Listener => self.accept_on(false),
+                    Tok::TlsListener => self.accept_on(true),
+                    Tok::Waker => self.completions(),
+                    Tok::Bus => self.on_bus(),
+                    Tok::Signals => self.signals.drain(),
+                    Tok::Upstream(ui) => self.up_event(ui),
+                    Tok::Client(i) => self.drive(i),
                 }
             }
             self.resume_drained();
@@ -456,10 +453,10 @@ impl Worker {
 
     fn resume_accepting(&mut self) {
         if !self.accepting && self.live < self.config.limits.max_connections {
-            let listeners = [(self.listener.as_mut(), LISTENER), (self.tls_listener.as_mut(), TLS_LISTENER)];
+            let listeners = [(self.listener.as_mut(), Tok::Listener), (self.tls_listener.as_mut(), Tok::TlsListener)];
             for (l, token) in listeners {
                 if let Some(l) = l {
-                    if self.poll.registry().register(l, token, Interest::READABLE).is_ok() {
+                    if self.poll.registry().register(l, token.into(), Interest::READABLE).is_ok() {
                         self.accepting = true;
                         self.accept_retry = None;
                     }
@@ -473,7 +470,9 @@ impl Worker {
             self.conns.push(None);
             self.conns.len() - 1
         });
-        if let Err(e) = self.poll.registry().register(&mut sock, Token(idx), Interest::READABLE | Interest::WRITABLE) {
+        if let Err(e) =
+            self.poll.registry().register(&mut sock, Tok::Client(idx).into(), Interest::READABLE | Interest::WRITABLE)
+        {
             log::warn!("register: {e}");
             self.free.push(idx);
             return;
@@ -721,7 +720,7 @@ impl Worker {
         if let Some(at) = want {
             if c.timer_at.is_none_or(|t| at < t) {
                 c.timer_at = Some(at);
-                self.timers.push(at, idx, c.generation);
+                self.timers.push(at, Tok::Client(idx), c.generation);
             }
         }
     }
@@ -732,11 +731,15 @@ impl Worker {
             self.resume_accepting();
             self.accept();
         }
-        while let Some((at, idx, generation)) = self.timers.pop_due(now) {
-            if idx >= upstream::UP_BASE {
-                self.up_timer(idx - upstream::UP_BASE, at, generation, now);
-                continue;
-            }
+        while let Some((at, tok, generation)) = self.timers.pop_due(now) {
+            let idx = match tok {
+                Tok::Client(idx) => idx,
+                Tok::Upstream(ui) => {
+                    self.up_timer(ui, at, generation, now);
+                    continue;
+                }
+                _ => continue,
+            };
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
             if c.generation != generation || c.timer_at != Some(at) {
                 continue;

@@ -11,15 +11,17 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Instant;
 
-/// The heap of (deadline, slab index, generation).
+use super::token::Tok;
+
+/// The heap of (deadline, whose: a client or an upstream connection, generation).
 #[derive(Default)]
 pub struct Timers {
-    heap: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    heap: BinaryHeap<Reverse<(Instant, Tok, u32)>>,
 }
 
 impl Timers {
     /// Queue a deadline.
-    pub fn push(&mut self, at: Instant, token: usize, generation: u32) {
+    pub fn push(&mut self, at: Instant, token: Tok, generation: u32) {
         self.heap.push(Reverse((at, token, generation)));
     }
 
@@ -29,7 +31,7 @@ impl Timers {
     }
 
     /// Pop one entry due at or before `now`.
-    pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, usize, u32)> {
+    pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, Tok, u32)> {
         match self.heap.peek() {
             Some(Reverse((at, _, _))) if *at <= now => self.heap.pop().map(|Reverse(e)| e),
             _ => None,

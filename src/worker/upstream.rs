@@ -1,7 +1,7 @@
 //! Upstream connections: the event-loop half of the outbound HTTP/1.1 client.
 //!
-//! It owns the worker's upstream sockets (a second slab, tokens from
-//! [`UP_BASE`]), their keep-alive pools (one idle list per configured
+//! It owns the worker's upstream sockets (a second slab, tokens
+//! [`Tok::Upstream`]), their keep-alive pools (one idle list per configured
 //! endpoint), non-blocking connects with fallback to the next resolved
 //! address, deadlines, and the two ways a client request waits on upstreams:
 //! a *gather* (`Upstream::Call`: requests in parallel, one response built from
@@ -16,10 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
-use mio::{Interest, Token};
+use mio::Interest;
 
 use super::panics::{guard, Panicked};
 use super::streams::Stream;
+use super::token::Tok;
 use super::{read_plain, Glue, Worker, HIGH_WATERMARK};
 use crate::app::{Fetched, RelaySink};
 use crate::client::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
@@ -27,8 +28,6 @@ use crate::error::Error;
 use crate::http::reply::Upstream;
 use crate::http::response::Response;
 
-/// Tokens at or above this are upstream connections (index = token - base).
-pub const UP_BASE: usize = 1 << 40;
 /// An idle pooled connection is closed after this long. Below the 5 s that
 /// Node.js servers keep idle connections, so a reused connection is rarely
 /// one the upstream is closing at that moment.
@@ -299,7 +298,7 @@ impl Worker {
         });
         let mut sock = sock;
         if let Err(e) =
-            self.poll.registry().register(&mut sock, Token(UP_BASE + ui), Interest::READABLE | Interest::WRITABLE)
+            self.poll.registry().register(&mut sock, Tok::Upstream(ui).into(), Interest::READABLE | Interest::WRITABLE)
         {
             self.up.free.push(ui);
             return Err(ClientError::Connect(e.to_string()));
@@ -431,7 +430,7 @@ impl Worker {
                         let _ = self.poll.registry().deregister(&mut u.sock);
                         if let Err(e) = self.poll.registry().register(
                             &mut sock,
-                            Token(UP_BASE + ui),
+                            Tok::Upstream(ui).into(),
                             Interest::READABLE | Interest::WRITABLE,
                         ) {
                             Step::Failed(ClientError::Connect(e.to_string()))
@@ -787,7 +786,7 @@ impl Worker {
         if let Some(at) = u.deadline {
             if u.timer_at.is_none_or(|t| at < t) {
                 u.timer_at = Some(at);
-                self.timers.push(at, UP_BASE + ui, u.generation);
+                self.timers.push(at, Tok::Upstream(ui), u.generation);
             }
         }
     }
