@@ -232,3 +232,29 @@ fn disconnect_frees_streams_on_both_workers_at_once() {
     ensure!(s, ok, "after closing every client socket, sse must drop to 0 on both workers within 3 s: {snap:?}");
     let _ = t;
 }
+
+#[test]
+fn head_on_the_stream_is_the_head_only_and_the_connection_carries_on() {
+    let s = sse_server(1, "");
+    let mut c = s.conn();
+    c.send(&request("HEAD", "/api/events", &[], b""));
+    let h = c.read_head_response();
+    ensure_eq!(s, h.status, 200, "HEAD /api/events: {h:?}");
+    ensure_eq!(s, media_type(h.header("content-type")).as_deref(), Some("text/event-stream"), "Content-Type: {h:?}");
+    ensure!(
+        s,
+        h.header("transfer-encoding").map(|v| v.eq_ignore_ascii_case("chunked")).unwrap_or(false),
+        "the head GET gets (chunked): {h:?}"
+    );
+    // Longer than a heartbeat (300 ms): neither the preamble nor a heartbeat follows.
+    let stray = c.poll_readable(Duration::from_millis(700));
+    ensure!(
+        s,
+        !stray || c.pending().is_empty(),
+        "bytes after the HEAD response: {:?}",
+        String::from_utf8_lossy(&c.pending()[..c.pending().len().min(64)])
+    );
+    c.send(&request("GET", "/health", &[], b""));
+    let r = c.try_read_response(false);
+    ensure!(s, matches!(&r, Ok(r) if r.status == 200), "GET /health on the same connection: {r:?}");
+}
