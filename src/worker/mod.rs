@@ -664,7 +664,15 @@ impl Worker {
         }
         // What the reply's body needs from the loop, if anything. The codec
         // decided already: `HEAD` got the head only, and no body comes here.
-        let body = c.http.take_body();
+        let body = match c.http.take_body() {
+            // A request that reached its handler runs to its end, whatever
+            // becomes of the connection meanwhile (its answer is then dropped).
+            Some(Body::Job(job)) => {
+                self.pool.submit(idx, c.generation, Work::Request(job));
+                None
+            }
+            other => other,
+        };
         // The client left while its request waits on upstreams: cancel them.
         if c.eof && c.call.is_some() {
             close = true;
@@ -678,8 +686,7 @@ impl Worker {
             return;
         }
         match body {
-            None | Some(Body::Full) => {}
-            Some(Body::Job(job)) => self.pool.submit(idx, c.generation, Work::Request(job)),
+            None | Some(Body::Full | Body::Job(_)) => {}
             Some(Body::Upstream(up)) => {
                 self.start_call(idx, up);
                 self.arm(idx);
