@@ -9,9 +9,17 @@
 //! output high-watermark it stops producing ([`Progress::Paused`]): the
 //! caller stops reading the socket until the peer drains what is queued.
 //!
+//! It owns every piece of HTTP/1.1 framing of what it sends: `Content-Length`
+//! or chunked, the `101` of an upgrade, `Connection`, and `HEAD` (the head
+//! only, for every kind of [`Reply`]). A body produced after its head (a
+//! stream, a download, a relay) is handed to it as bytes ([`Http1::data`],
+//! [`Http1::end_body`]); nothing outside this codec writes chunk framing.
+//! It must not touch a socket, a poll or a route.
+//!
 //! States: `Idle` (between requests, keep-alive timer) → `Head` (some bytes,
 //! header timer) → `Body` (framing known, body timer) → `Waiting` (pending
-//! handler) → back to `Idle`, or `Closing` once a response ends the connection.
+//! handler) → back to `Idle`, or `Closing` once a response ends the
+//! connection, or `Detached` while a body that follows its head is produced.
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};

@@ -1,7 +1,9 @@
 //! Detached connections (server-sent event streams, WebSockets) and the bus.
 //!
-//! After a handler answers with a stream or an upgrade, the connection's
-//! head is written by the HTTP layer and the connection lands here. This
+//! After a handler answers with a producer, a file or a WebSocket, the
+//! connection's head is written by the HTTP codec and the connection lands
+//! here. Body bytes go back through the codec (`Http1::data`, `end_body`),
+//! which frames them; this file never writes HTTP framing. This
 //! file keeps the per-worker registries (SSE subscribers, WebSocket rooms),
 //! delivers bus messages to them, runs their timers (SSE heartbeats,
 //! WebSocket pings) and ends them on shutdown. What the bytes mean comes
