@@ -113,7 +113,9 @@ impl Default for H2Settings {
 pub struct RequestHead {
     /// `:method`.
     pub method: Method,
-    /// `:scheme` (absent on a plain CONNECT).
+    /// `:scheme`, validated. Absent on a plain CONNECT, and when the
+    /// request has no `:authority` (h2 builds an `http::Uri`, which cannot
+    /// hold a scheme without an authority, and drops it).
     pub scheme: Option<String>,
     /// `:authority`.
     pub authority: Option<String>,
@@ -297,8 +299,11 @@ impl H2Conn {
     }
 
     /// Append bytes received from the peer (call [`H2Conn::advance`] next).
+    /// Once the connection is closed they are dropped.
     pub fn feed(&mut self, bytes: &[u8]) {
-        self.io.feed(bytes);
+        if !self.is_closed() {
+            self.io.feed(bytes);
+        }
     }
 
     /// The peer closed its side.
@@ -553,6 +558,9 @@ impl H2Conn {
     /// the connection output is at its watermark. 0 also marks the stream
     /// blocked: [`Event::Writable`] reports when it may send again. Unknown
     /// or finished streams get 0 (and no event).
+    ///
+    /// Asking reserves window for the stream until the next
+    /// [`H2Conn::send_data`]: ask when there are bytes to send.
     pub fn writable(&mut self, stream: StreamId) -> usize {
         let below = self.io.output_len() < self.settings.output_high_watermark;
         let want = self.settings.max_send_buffer_size;
@@ -589,6 +597,12 @@ impl H2Conn {
         if end {
             s.send_ended = true;
             self.retire(i);
+        } else {
+            // Hand back whatever of the reservation these bytes did not use:
+            // a producer that goes quiet (an idle SSE stream) must not sit
+            // on connection window other streams could use. The next
+            // `writable` reserves again.
+            send.reserve_capacity(0);
         }
         Ok(())
     }

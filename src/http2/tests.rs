@@ -24,6 +24,7 @@ const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
 
 /// One frame: type, flags, stream, payload.
@@ -768,4 +769,92 @@ fn reset_by_the_peer_is_reported() {
     pair.pump();
     let err = response(&mut rf).expect("ready").expect_err("reset");
     assert_eq!(err.reason(), Some(Reason::INTERNAL_ERROR));
+}
+
+#[test]
+fn a_response_that_ends_before_the_request_body_resets_it_with_no_error() {
+    let mut pair = Pair::new();
+    let req = Request::post("https://example.test/upload").body(()).expect("request");
+    let (mut rf, mut up) = pair.request(req, false);
+    up.send_data(Bytes::from_static(b"first bytes"), false).expect("client data");
+    pair.pump();
+    let events = pair.events();
+    let Some(Event::Request { stream, .. }) = events.first() else { panic!("{events:?}") };
+    pair.server.respond(*stream, 413, &[("content-length", "0")], true).expect("respond");
+    assert_eq!(pair.server.open_streams(), 0, "the body is no longer wanted");
+    pair.pump();
+    assert_eq!(response(&mut rf).expect("ready").expect("ok").status(), 413);
+    let frames = parse_frames(&pair.s2c);
+    let on_1: Vec<_> = frames.iter().filter(|f| f.stream == 1).map(|f| (f.kind, error_code_or_0(f))).collect();
+    assert_eq!(on_1, [(HEADERS, 0), (RST_STREAM, u32::from(Reason::NO_ERROR))]);
+    // More body bytes from the client are dropped quietly.
+    let _ = up.send_data(Bytes::from_static(b"more"), true);
+    pair.pump();
+    assert!(pair.events().is_empty());
+    assert!(!pair.server.is_closed());
+}
+
+#[test]
+fn a_client_cancelling_a_get_before_the_response_is_reported() {
+    let mut pair = Pair::new();
+    let (rf, up) = pair.request(get("/slow"), true);
+    pair.pump();
+    let (stream, _) = pair.only_request();
+    drop((rf, up));
+    pair.pump();
+    let events = pair.events();
+    assert!(matches!(events[..], [Event::Reset { stream: s, reason: Reason::CANCEL }] if s == stream), "{events:?}");
+    assert_eq!(pair.server.open_streams(), 0);
+}
+
+#[test]
+fn the_peer_closing_ends_the_connection_cleanly() {
+    // EOF with nothing open.
+    let mut pair = Pair::new();
+    pair.server.feed_eof();
+    pair.pump();
+    assert!(matches!(pair.events()[..], [Event::Closed { error: None }]));
+    // Later input is dropped.
+    pair.server.feed(&[0; 64]);
+    assert_eq!(pair.server.input_len(), 0);
+
+    // The client's GOAWAY, then EOF, with a stream still open.
+    let mut raw = Raw::new(H2Settings::default());
+    let mut bytes = raw_opening();
+    bytes.extend(get_root(1));
+    bytes.extend(frame(GOAWAY, 0, 0, &[0, 0, 0, 1, 0, 0, 0, 0]));
+    raw.send(&bytes);
+    assert!(matches!(raw.events[..], [Event::Request { .. }]), "{:?}", raw.events);
+    raw.server.respond(StreamId(1), 200, &[] as &[(&str, &str)], true).expect("respond");
+    raw.step();
+    raw.server.feed_eof();
+    raw.step();
+    assert!(matches!(raw.closed(), Some(None)), "{:?}", raw.events);
+    let frames = parse_frames(&raw.out);
+    assert!(frames.iter().any(|f| f.kind == HEADERS && f.stream == 1), "the response went out");
+}
+
+#[test]
+fn graceful_shutdown_without_the_pings_answer() {
+    // h2 follows its first GOAWAY with a PING, and sends the final GOAWAY
+    // on the PONG. A client that never answers: show where that leaves us.
+    let mut raw = Raw::new(H2Settings::default());
+    let mut bytes = raw_opening();
+    bytes.extend(get_root(1));
+    raw.send(&bytes);
+    raw.server.graceful_shutdown();
+    raw.step();
+    raw.server.respond(StreamId(1), 200, &[] as &[(&str, &str)], true).expect("respond");
+    raw.step();
+    let kinds: Vec<_> = parse_frames(&raw.out).iter().map(|f| (f.kind, f.stream)).collect();
+    // SETTINGS, SETTINGS ACK, GOAWAY, PING, the response: then nothing.
+    assert_eq!(kinds, [(SETTINGS, 0), (SETTINGS, 0), (GOAWAY, 0), (PING, 0), (HEADERS, 1)]);
+    assert!(!raw.server.is_closed(), "the connection waits for the PONG");
+    // So the caller's shutdown deadline ends it.
+    raw.server.abort(Reason::NO_ERROR);
+    raw.step();
+    assert!(raw.server.is_closed());
+    assert!(matches!(raw.closed(), Some(None)), "{:?}", raw.events);
+    let last = parse_frames(&raw.out).into_iter().last().expect("a frame");
+    assert_eq!((last.kind, error_code(&last)), (GOAWAY, 0));
 }
