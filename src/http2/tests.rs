@@ -26,6 +26,7 @@ const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
+const CONTINUATION: u8 = 0x9;
 
 /// One frame: type, flags, stream, payload.
 struct Frame {
@@ -705,7 +706,6 @@ fn a_small_data_frame_flood_is_cut_off() {
         }
     }
     let error = raw.closed().expect("closed").as_ref().expect("an error");
-    eprintln!("small DATA flood: {error:?}, {} bytes out", raw.out.len());
     assert!(matches!(error, H2Error::Codec { reason: Some(Reason::ENHANCE_YOUR_CALM), .. }), "{error:?}");
     assert!(raw.out.len() < 4096);
 }
@@ -857,4 +857,79 @@ fn graceful_shutdown_without_the_pings_answer() {
     assert!(matches!(raw.closed(), Some(None)), "{:?}", raw.events);
     let last = parse_frames(&raw.out).into_iter().last().expect("a frame");
     assert_eq!((last.kind, error_code(&last)), (GOAWAY, 0));
+}
+
+#[test]
+fn a_continuation_flood_ends_the_connection() {
+    // HEADERS without END_HEADERS, then an endless run of tiny
+    // CONTINUATION frames: h2 (>= 0.4.4) caps their number from
+    // MAX_HEADER_LIST_SIZE and the frame size, and ends the connection.
+    let mut raw = Raw::new(H2Settings::default());
+    let mut bytes = raw_opening();
+    bytes.extend(frame(HEADERS, 0x1, 1, &GET_ROOT));
+    raw.send(&bytes);
+    let mut sent = 0;
+    for _ in 0..200 {
+        let mut flood = Vec::new();
+        for _ in 0..100 {
+            flood.extend(frame(CONTINUATION, 0, 1, &[]));
+        }
+        sent += 100;
+        raw.send(&flood);
+        if raw.server.is_closed() {
+            break;
+        }
+    }
+    let error = raw.closed().expect("closed").as_ref().expect("an error");
+    assert!(matches!(error, H2Error::Codec { reason: Some(Reason::ENHANCE_YOUR_CALM), .. }), "{error:?}");
+    assert_eq!(sent, 100, "cut off within the first hundred frames");
+    let goaway = parse_frames(&raw.out).into_iter().find(|f| f.kind == GOAWAY).expect("GOAWAY");
+    assert_eq!(error_code(&goaway), u32::from(Reason::ENHANCE_YOUR_CALM));
+    assert!(raw.events.iter().all(|e| !matches!(e, Event::Request { .. })));
+}
+
+#[test]
+fn a_flood_of_malformed_requests_ends_with_enhance_your_calm() {
+    // Each HEADERS lacks :scheme and :path: h2 resets each stream with
+    // PROTOCOL_ERROR, and past `max_local_error_reset_streams` ends the
+    // connection.
+    let settings = H2Settings { max_local_error_reset_streams: 100, ..H2Settings::default() };
+    let mut raw = Raw::new(settings);
+    raw.send(&raw_opening());
+    let mut resets = 0;
+    for i in 0..1000u32 {
+        raw.send(&frame(HEADERS, 0x5, 1 + 2 * i, &[0x82]));
+        if raw.server.is_closed() {
+            break;
+        }
+    }
+    for f in parse_frames(&raw.out) {
+        if f.kind == RST_STREAM {
+            assert_eq!(error_code(&f), u32::from(Reason::PROTOCOL_ERROR));
+            resets += 1;
+        }
+    }
+    let error = raw.closed().expect("closed").as_ref().expect("an error");
+    assert!(matches!(error, H2Error::Codec { reason: Some(Reason::ENHANCE_YOUR_CALM), .. }), "{error:?}");
+    assert!((100..=101).contains(&resets), "{resets} resets");
+    assert!(raw.events.iter().all(|e| !matches!(e, Event::Request { .. })));
+}
+
+#[test]
+fn a_client_dropping_a_download_midway_is_reported() {
+    let mut pair = Pair::new();
+    let (mut rf, _) = pair.request(get("/download"), true);
+    pair.pump();
+    let (stream, _) = pair.only_request();
+    pair.server.respond(stream, 200, &[] as &[(&str, &str)], false).expect("respond");
+    let n = pair.server.writable(stream).min(1000);
+    pair.server.send_data(stream, Bytes::from(vec![1; n]), false).expect("send");
+    pair.pump();
+    let resp = response(&mut rf).expect("ready").expect("ok");
+    drop((rf, resp));
+    pair.pump();
+    let events = pair.events();
+    assert!(matches!(events[..], [Event::Reset { stream: s, reason: Reason::CANCEL }] if s == stream), "{events:?}");
+    assert_eq!(pair.server.writable(stream), 0);
+    assert!(matches!(pair.server.send_data(stream, Bytes::new(), true), Err(H2Error::UnknownStream(_))));
 }
