@@ -123,7 +123,9 @@ pub struct RequestHead {
     pub path: String,
     /// `:protocol` of an extended CONNECT (RFC 8441), e.g. `websocket`.
     pub protocol: Option<String>,
-    /// The regular header fields in order received, names lowercase.
+    /// The regular header fields, names lowercase; repeated names are
+    /// grouped together (h2 hands them over as an `http::HeaderMap`), each
+    /// name's values in the order received.
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// The request has no body (END_STREAM on its HEADERS).
     pub end_stream: bool,
@@ -177,13 +179,12 @@ pub enum Event {
 pub enum H2Error {
     /// No such stream: never seen, reset, or already finished.
     UnknownStream(StreamId),
-    /// The call does not fit the stream's state (a second response, data
-    /// before the response, a response after early hints were refused).
+    /// The call does not fit the stream's state (a second response, body
+    /// bytes before the response head or after its end, early hints after
+    /// the response).
     State(StreamId, &'static str),
     /// A status, header name or header value the caller gave is invalid.
     InvalidHead(&'static str),
-    /// The connection has not finished its handshake or is closed.
-    NotOpen,
     /// h2 reported an error.
     Codec {
         /// The HTTP/2 error code, when there is one.
@@ -209,7 +210,6 @@ impl std::fmt::Display for H2Error {
             H2Error::UnknownStream(id) => write!(f, "no stream {}", id.0),
             H2Error::State(id, what) => write!(f, "stream {}: {what}", id.0),
             H2Error::InvalidHead(what) => write!(f, "invalid response head: {what}"),
-            H2Error::NotOpen => f.write_str("HTTP/2 connection not open"),
             H2Error::Codec { message, .. } => write!(f, "HTTP/2: {message}"),
         }
     }
@@ -223,6 +223,9 @@ enum State {
     Handshake(Pin<Box<Handshake<Io, Bytes>>>),
     /// Frames flow.
     Open(Box<Connection<Io, Bytes>>),
+    /// [`H2Conn::abort`] during the handshake: the next advance reports
+    /// [`Event::Closed`].
+    Aborted,
     /// Over; [`Event::Closed`] was reported.
     Closed,
 }
@@ -348,6 +351,9 @@ impl H2Conn {
     /// readiness event (input fed, output drained, a response or body bytes
     /// given, a timer). Never blocks.
     pub fn advance(&mut self, events: &mut Vec<Event>) {
+        if let State::Aborted = self.state {
+            return self.close(None, events);
+        }
         if let State::Handshake(hs) = &mut self.state {
             match hs.as_mut().poll(&mut noop_cx()) {
                 Poll::Pending => return,
@@ -412,15 +418,21 @@ impl H2Conn {
                         headers,
                         end_stream,
                     };
-                    self.streams.push(Stream {
-                        id,
-                        recv,
-                        recv_ended: end_stream,
-                        respond: Some(respond),
-                        send: None,
-                        send_ended: false,
-                        blocked: false,
-                    });
+                    // Client stream ids only grow, so this is the end; the
+                    // search keeps the order even if that ever changed.
+                    let at = self.streams.partition_point(|s| s.id < id);
+                    self.streams.insert(
+                        at,
+                        Stream {
+                            id,
+                            recv,
+                            recv_ended: end_stream,
+                            respond: Some(respond),
+                            send: None,
+                            send_ended: false,
+                            blocked: false,
+                        },
+                    );
                     events.push(Event::Request { stream: id, head });
                 }
             }
@@ -639,7 +651,7 @@ impl H2Conn {
         match &mut self.state {
             State::Open(conn) => conn.graceful_shutdown(),
             State::Handshake(_) => self.shutdown_asked = true,
-            State::Closed => {}
+            State::Aborted | State::Closed => {}
         }
     }
 
@@ -648,11 +660,8 @@ impl H2Conn {
     pub fn abort(&mut self, reason: Reason) {
         match &mut self.state {
             State::Open(conn) => conn.abrupt_shutdown(reason),
-            State::Handshake(_) => {
-                self.state = State::Closed;
-                self.streams.clear();
-            }
-            State::Closed => {}
+            State::Handshake(_) => self.state = State::Aborted,
+            State::Aborted | State::Closed => {}
         }
     }
 }

@@ -933,3 +933,59 @@ fn a_client_dropping_a_download_midway_is_reported() {
     assert_eq!(pair.server.writable(stream), 0);
     assert!(matches!(pair.server.send_data(stream, Bytes::new(), true), Err(H2Error::UnknownStream(_))));
 }
+
+#[test]
+fn unreleased_body_bytes_come_back_when_the_stream_is_done() {
+    // Two 60,000-byte uploads, one after the other, neither released by the
+    // caller: the connection window (65,535) only fits both if finishing
+    // the first stream gives its bytes back.
+    let mut pair = Pair::new();
+    for round in 0..2 {
+        let req = Request::post("https://example.test/up").body(()).expect("request");
+        let (mut rf, mut up) = pair.request(req, false);
+        up.reserve_capacity(60_000);
+        let mut sent = 0;
+        let mut received = 0;
+        let mut stream = None;
+        let mut ended = false;
+        for _ in 0..100 {
+            let n = up.capacity().min(60_000 - sent);
+            if n > 0 {
+                up.send_data(Bytes::from(vec![round; n]), sent + n == 60_000).expect("client send");
+                sent += n;
+            }
+            pair.pump();
+            for e in pair.events() {
+                match e {
+                    Event::Request { stream: s, .. } => stream = Some(s),
+                    Event::Data { bytes, end, .. } => {
+                        received += bytes.len();
+                        ended |= end;
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            if ended {
+                break;
+            }
+        }
+        assert!(ended, "round {round}: {received} of 60000 bytes arrived");
+        assert_eq!(received, 60_000);
+        let stream = stream.expect("a request");
+        pair.server.respond(stream, 201, &[] as &[(&str, &str)], true).expect("respond");
+        pair.pump();
+        assert_eq!(response(&mut rf).expect("ready").expect("ok").status(), 201);
+    }
+}
+
+#[test]
+fn abort_before_the_preface_reports_closed() {
+    let mut raw = Raw::new(H2Settings::default());
+    raw.step();
+    raw.server.abort(Reason::NO_ERROR);
+    assert!(!raw.server.is_closed(), "reported on the next advance");
+    raw.step();
+    assert!(matches!(raw.events[..], [Event::Closed { error: None }]));
+    raw.step();
+    assert_eq!(raw.events.len(), 1, "reported once");
+}
