@@ -259,11 +259,14 @@ impl Stream {
 /// response carrying any of them, so [`H2Conn::respond`] drops them.
 const HOP_BY_HOP: [&str; 5] = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"];
 
+/// The largest flow-control window (RFC 9113 §6.9.1).
+const MAX_WINDOW_SIZE: u32 = (1 << 31) - 1;
+
 /// The server side of one HTTP/2 connection, socket-free.
 pub struct H2Conn {
     io: Io,
     state: State,
-    /// Open streams, ascending by id (ids only grow, so pushes keep order).
+    /// Open streams, ascending by id (≤ MAX_CONCURRENT_STREAMS of them).
     streams: Vec<Stream>,
     settings: H2Settings,
     /// [`H2Conn::graceful_shutdown`] was asked before the handshake ended.
@@ -277,14 +280,25 @@ impl H2Conn {
         let io = Io::new(settings.output_high_watermark);
         let mut builder = server::Builder::new();
         builder
+            // The SETTINGS frame: MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE
+            // (RFC 9113 §6.5.2: at most 2^31 - 1), MAX_HEADER_LIST_SIZE,
+            // ENABLE_CONNECT_PROTOCOL = 1 (RFC 8441: WebSocket over h2).
             .max_concurrent_streams(settings.max_concurrent_streams)
-            .initial_window_size(settings.initial_window_size)
+            .initial_window_size(settings.initial_window_size.min(MAX_WINDOW_SIZE))
             .max_header_list_size(settings.max_header_list_size)
             .enable_connect_protocol()
+            // Defences. MAX_HEADER_LIST_SIZE above also bounds a header
+            // block's CONTINUATION frames (h2 >= 0.4.4: a CONTINUATION flood
+            // is ENHANCE_YOUR_CALM); h2's default data-frame budget ends a
+            // flood of tiny DATA frames the same way.
+            // Rapid reset (CVE-2023-44487), streams reset before accepted:
             .max_pending_accept_reset_streams(settings.max_pending_accept_reset_streams)
+            // Rapid reset provoked: streams we must reset for protocol errors.
             .max_local_error_reset_streams(Some(settings.max_local_error_reset_streams))
+            // Memory for locally reset streams: how many, how long.
             .max_concurrent_reset_streams(settings.max_concurrent_reset_streams)
             .reset_stream_duration(settings.reset_stream_duration)
+            // Response bytes buffered per stream (h2 asserts <= u32::MAX).
             .max_send_buffer_size(settings.max_send_buffer_size.min(u32::MAX as usize));
         let handshake = builder.handshake(io.clone());
         H2Conn {
