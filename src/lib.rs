@@ -2,7 +2,8 @@
 //!
 //! A supervisor ([`supervisor`]) binds one `SO_REUSEPORT` socket per worker
 //! slot and forks single-threaded workers ([`worker`]), each running one mio
-//! event loop plus a small thread pool. Bytes become requests in [`http`];
+//! event loop plus a small thread pool. Bytes become requests in [`http`]
+//! (HTTP/2 framing, socket-free, in [`http2`]);
 //! requests become responses in [`app`]; every error is rendered by
 //! [`error`]. State shared across workers lives in [`shm`]; every `unsafe`
 //! operation lives in [`sys`]. See `docs/architecture.md`.
@@ -20,6 +21,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod http2;
 pub mod logging;
 pub mod proto;
 pub mod shm;

@@ -1,0 +1,707 @@
+//! One HTTP/2 connection: bytes in, events out, responses in, bytes out.
+//!
+//! [`H2Conn::advance`] drives h2 (handshake, frame reading and writing) and
+//! reports what happened as [`Event`]s: new requests, request body bytes,
+//! streams reset by the peer, streams whose send window reopened, and the
+//! end of the connection. The caller answers with [`H2Conn::respond`],
+//! [`H2Conn::send_data`] and friends, then calls `advance` again so h2
+//! writes the frames. Nothing here blocks or sleeps.
+//!
+//! Flow control, both ways:
+//! - Receiving: request body bytes count against the stream's and the
+//!   connection's receive windows until the caller hands them back with
+//!   [`H2Conn::release`]; a consumer that stops releasing stops the client
+//!   after one window (65,535 bytes per stream).
+//! - Sending: [`H2Conn::writable`] says how much the stream may send now
+//!   (its share of the peer's windows, and 0 while the connection output is
+//!   above its watermark). A producer asked only for that much never makes
+//!   h2 buffer more; when it gets 0, [`Event::Writable`] tells when to ask
+//!   again.
+//!
+//! Stream lifetime: a stream is tracked from its [`Event::Request`] until
+//! both its request body has ended and its response has ended (or until a
+//! reset, either side). A response that ends before the request body does
+//! drops the body: h2 then sends `RST_STREAM(NO_ERROR)` after the response,
+//! as RFC 9113 §8.1 allows.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::server::{self, Connection, Handshake, SendResponse};
+use h2::{Reason, RecvStream, SendStream};
+use http::header::{HeaderName, HeaderValue};
+use http::{Method, Response, StatusCode};
+
+use super::io::Io;
+
+/// The id of one stream on one connection (odd, client-initiated). The
+/// worker keys its exchanges by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId(pub u32);
+
+/// The connection's settings and h2's protocol-abuse defences.
+#[derive(Clone, Debug)]
+pub struct H2Settings {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS: streams the client may have open at
+    /// once; more are refused with `REFUSED_STREAM`.
+    pub max_concurrent_streams: u32,
+    /// SETTINGS_INITIAL_WINDOW_SIZE: the per-stream receive window.
+    pub initial_window_size: u32,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE: the largest header block accepted
+    /// (the server's `limits.max_header_bytes`). h2 also derives from it how
+    /// many CONTINUATION frames one header block may take (h2 ≥ 0.4.4), so
+    /// a CONTINUATION flood ends the connection.
+    pub max_header_list_size: u32,
+    /// Streams the peer reset before they were accepted, queued at once;
+    /// beyond this the connection ends with `GOAWAY(ENHANCE_YOUR_CALM)`
+    /// (the HTTP/2 rapid-reset attack, CVE-2023-44487).
+    pub max_pending_accept_reset_streams: usize,
+    /// Streams we had to reset because of the peer's protocol errors;
+    /// beyond this the connection ends with `GOAWAY(ENHANCE_YOUR_CALM)`
+    /// (the same attack, provoking resets instead of sending them).
+    pub max_local_error_reset_streams: usize,
+    /// Locally reset streams whose state is remembered (to ignore frames
+    /// still in flight for them); the oldest is forgotten beyond this.
+    pub max_concurrent_reset_streams: usize,
+    /// How long a locally reset stream's state is remembered.
+    pub reset_stream_duration: Duration,
+    /// Response bytes h2 may buffer per stream beyond what it has written;
+    /// also the most [`H2Conn::writable`] ever offers at once.
+    pub max_send_buffer_size: usize,
+    /// The connection's output buffer: at or above this many bytes h2 stops
+    /// writing and [`H2Conn::writable`] is 0 until the caller drains it.
+    pub output_high_watermark: usize,
+}
+
+impl H2Settings {
+    /// The server's settings, with `max_header_bytes` (the server's
+    /// `limits.max_header_bytes`) as SETTINGS_MAX_HEADER_LIST_SIZE.
+    pub fn new(max_header_bytes: usize) -> H2Settings {
+        H2Settings {
+            max_concurrent_streams: 128,
+            initial_window_size: 65_535,
+            max_header_list_size: u32::try_from(max_header_bytes).unwrap_or(u32::MAX),
+            // h2's and hyper's default: a browser cancelling a few streams
+            // in one burst stays well below it.
+            max_pending_accept_reset_streams: 20,
+            // h2's default.
+            max_local_error_reset_streams: 1024,
+            // h2's defaults: 50 remembered, for 1 s.
+            max_concurrent_reset_streams: 50,
+            reset_stream_duration: Duration::from_secs(1),
+            // One window's worth (h2's default is ~400 KB): with 128 streams
+            // at most 8 MiB of response data is buffered per connection.
+            max_send_buffer_size: 64 * 1024,
+            output_high_watermark: crate::http::conn::HIGH_WATERMARK,
+        }
+    }
+}
+
+impl Default for H2Settings {
+    /// [`H2Settings::new`] with a 16 KiB header list limit (the server's
+    /// default `limits.max_header_bytes`).
+    fn default() -> H2Settings {
+        H2Settings::new(16 * 1024)
+    }
+}
+
+/// A request's head, as received.
+#[derive(Debug)]
+pub struct RequestHead {
+    /// `:method`.
+    pub method: Method,
+    /// `:scheme`, validated. Absent on a plain CONNECT, and when the
+    /// request has no `:authority` (h2 builds an `http::Uri`, which cannot
+    /// hold a scheme without an authority, and drops it).
+    pub scheme: Option<String>,
+    /// `:authority`.
+    pub authority: Option<String>,
+    /// `:path` with the query (empty on a plain CONNECT).
+    pub path: String,
+    /// `:protocol` of an extended CONNECT (RFC 8441), e.g. `websocket`.
+    pub protocol: Option<String>,
+    /// The regular header fields, names lowercase; repeated names are
+    /// grouped together (h2 hands them over as an `http::HeaderMap`), each
+    /// name's values in the order received.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The request has no body (END_STREAM on its HEADERS).
+    pub end_stream: bool,
+}
+
+/// What [`H2Conn::advance`] found.
+#[derive(Debug)]
+pub enum Event {
+    /// A new stream carries a request.
+    Request {
+        /// The stream.
+        stream: StreamId,
+        /// Its head.
+        head: RequestHead,
+    },
+    /// Request body bytes (or, after an extended CONNECT, tunnel bytes).
+    /// They count against the receive windows until [`H2Conn::release`].
+    Data {
+        /// The stream.
+        stream: StreamId,
+        /// The bytes (empty on a bare end of stream).
+        bytes: Bytes,
+        /// The body ended with these bytes. Trailers are ignored.
+        end: bool,
+    },
+    /// A stream that [`H2Conn::writable`] found blocked may send again.
+    Writable {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// The peer reset the stream (or it failed): it is gone, with anything
+    /// still queued for it.
+    Reset {
+        /// The stream.
+        stream: StreamId,
+        /// The reset's reason.
+        reason: Reason,
+    },
+    /// The connection is over: after the peer's EOF or a completed graceful
+    /// shutdown (`error: None`), or a protocol error, either side's GOAWAY,
+    /// or an I/O error. Every stream is gone. Drain the output (it may hold
+    /// a GOAWAY), then close the socket.
+    Closed {
+        /// Why, unless it ended cleanly.
+        error: Option<H2Error>,
+    },
+}
+
+/// Why an [`H2Conn`] operation failed.
+#[derive(Debug)]
+pub enum H2Error {
+    /// No such stream: never seen, reset, or already finished.
+    UnknownStream(StreamId),
+    /// The call does not fit the stream's state (a second response, body
+    /// bytes before the response head or after its end, early hints after
+    /// the response).
+    State(StreamId, &'static str),
+    /// A status, header name or header value the caller gave is invalid.
+    InvalidHead(&'static str),
+    /// h2 reported an error.
+    Codec {
+        /// The HTTP/2 error code, when there is one.
+        reason: Option<Reason>,
+        /// It came from a GOAWAY.
+        go_away: bool,
+        /// The peer sent it (its GOAWAY or RST_STREAM).
+        remote: bool,
+        /// h2's description.
+        message: String,
+    },
+}
+
+impl From<h2::Error> for H2Error {
+    fn from(e: h2::Error) -> H2Error {
+        H2Error::Codec { reason: e.reason(), go_away: e.is_go_away(), remote: e.is_remote(), message: e.to_string() }
+    }
+}
+
+impl std::fmt::Display for H2Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            H2Error::UnknownStream(id) => write!(f, "no stream {}", id.0),
+            H2Error::State(id, what) => write!(f, "stream {}: {what}", id.0),
+            H2Error::InvalidHead(what) => write!(f, "invalid response head: {what}"),
+            H2Error::Codec { message, .. } => write!(f, "HTTP/2: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for H2Error {}
+
+/// Where the connection is.
+enum State {
+    /// Waiting for the client preface; our SETTINGS may still be queued.
+    Handshake(Pin<Box<Handshake<Io, Bytes>>>),
+    /// Frames flow.
+    Open(Box<Connection<Io, Bytes>>),
+    /// [`H2Conn::abort`] during the handshake: the next advance reports
+    /// [`Event::Closed`].
+    Aborted,
+    /// Over; [`Event::Closed`] was reported.
+    Closed,
+}
+
+/// One open stream's handles.
+struct Stream {
+    id: StreamId,
+    /// The request body (kept after its end, so a late `release` still
+    /// finds it and h2 returns the connection window when it is dropped).
+    recv: RecvStream,
+    /// The request body ended (reported, or END_STREAM on the head).
+    recv_ended: bool,
+    /// Until the response head is sent.
+    respond: Option<SendResponse<Bytes>>,
+    /// After the response head, while the body may still be sent.
+    send: Option<SendStream<Bytes>>,
+    /// The response ended (END_STREAM queued).
+    send_ended: bool,
+    /// [`H2Conn::writable`] returned 0: report [`Event::Writable`] once it
+    /// would not.
+    blocked: bool,
+}
+
+impl Stream {
+    fn finished(&self) -> bool {
+        self.send_ended
+    }
+}
+
+/// Connection-specific header fields (RFC 9113 §8.2.2): h2 refuses a
+/// response carrying any of them, so [`H2Conn::respond`] drops them.
+const HOP_BY_HOP: [&str; 5] = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"];
+
+/// The largest flow-control window (RFC 9113 §6.9.1).
+const MAX_WINDOW_SIZE: u32 = (1 << 31) - 1;
+
+/// The server side of one HTTP/2 connection, socket-free.
+pub struct H2Conn {
+    io: Io,
+    state: State,
+    /// Open streams, ascending by id (≤ MAX_CONCURRENT_STREAMS of them).
+    streams: Vec<Stream>,
+    settings: H2Settings,
+    /// [`H2Conn::graceful_shutdown`] was asked before the handshake ended.
+    shutdown_asked: bool,
+}
+
+impl H2Conn {
+    /// A connection whose client preface has not arrived yet. Our SETTINGS
+    /// are written on the first [`H2Conn::advance`].
+    pub fn new(settings: H2Settings) -> H2Conn {
+        let io = Io::new(settings.output_high_watermark);
+        let mut builder = server::Builder::new();
+        builder
+            // The SETTINGS frame: MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE
+            // (RFC 9113 §6.5.2: at most 2^31 - 1), MAX_HEADER_LIST_SIZE,
+            // ENABLE_CONNECT_PROTOCOL = 1 (RFC 8441: WebSocket over h2).
+            .max_concurrent_streams(settings.max_concurrent_streams)
+            .initial_window_size(settings.initial_window_size.min(MAX_WINDOW_SIZE))
+            .max_header_list_size(settings.max_header_list_size)
+            .enable_connect_protocol()
+            // Defences. MAX_HEADER_LIST_SIZE above also bounds a header
+            // block's CONTINUATION frames (h2 >= 0.4.4: a CONTINUATION flood
+            // is ENHANCE_YOUR_CALM); h2's default data-frame budget ends a
+            // flood of tiny DATA frames the same way.
+            // Rapid reset (CVE-2023-44487), streams reset before accepted:
+            .max_pending_accept_reset_streams(settings.max_pending_accept_reset_streams)
+            // Rapid reset provoked: streams we must reset for protocol errors.
+            .max_local_error_reset_streams(Some(settings.max_local_error_reset_streams))
+            // Memory for locally reset streams: how many, how long.
+            .max_concurrent_reset_streams(settings.max_concurrent_reset_streams)
+            .reset_stream_duration(settings.reset_stream_duration)
+            // Response bytes buffered per stream (h2 asserts <= u32::MAX).
+            .max_send_buffer_size(settings.max_send_buffer_size.min(u32::MAX as usize));
+        let handshake = builder.handshake(io.clone());
+        H2Conn {
+            io,
+            state: State::Handshake(Box::pin(handshake)),
+            streams: Vec::new(),
+            settings,
+            shutdown_asked: false,
+        }
+    }
+
+    /// The settings this connection was made with.
+    pub fn settings(&self) -> &H2Settings {
+        &self.settings
+    }
+
+    /// Append bytes received from the peer (call [`H2Conn::advance`] next).
+    /// Once the connection is closed they are dropped.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if !self.is_closed() {
+            self.io.feed(bytes);
+        }
+    }
+
+    /// The peer closed its side.
+    pub fn feed_eof(&mut self) {
+        self.io.feed_eof();
+    }
+
+    /// Received bytes not yet consumed. h2 stops reading while its output is
+    /// full, so a caller stops reading the socket while this is large.
+    pub fn input_len(&self) -> usize {
+        self.io.input_len()
+    }
+
+    /// Bytes waiting for the socket.
+    pub fn output_len(&self) -> usize {
+        self.io.output_len()
+    }
+
+    /// Move the pending output to the end of `out`.
+    pub fn drain_output(&mut self, out: &mut Vec<u8>) {
+        self.io.drain_output(out);
+    }
+
+    /// Write pending output to `w` until empty or `WouldBlock`; returns the
+    /// bytes written. Call [`H2Conn::advance`] after draining: h2 may have
+    /// been waiting for room.
+    pub fn write_output<W: std::io::Write>(&mut self, w: &mut W) -> std::io::Result<usize> {
+        self.io.write_output(w)
+    }
+
+    /// The connection is over ([`Event::Closed`] was reported).
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed)
+    }
+
+    /// Open streams (accepted, not yet finished or reset).
+    pub fn open_streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Drive h2 and append what happened to `events`: call after every
+    /// readiness event (input fed, output drained, a response or body bytes
+    /// given, a timer). Never blocks.
+    pub fn advance(&mut self, events: &mut Vec<Event>) {
+        if let State::Aborted = self.state {
+            return self.close(None, events);
+        }
+        if let State::Handshake(hs) = &mut self.state {
+            match hs.as_mut().poll(&mut noop_cx()) {
+                Poll::Pending => return,
+                Poll::Ready(Ok(mut conn)) => {
+                    if self.shutdown_asked {
+                        conn.graceful_shutdown();
+                    }
+                    self.state = State::Open(Box::new(conn));
+                }
+                Poll::Ready(Err(e)) => return self.close(Some(e.into()), events),
+            }
+        }
+        if !self.accept(events) {
+            return;
+        }
+        self.poll_streams(events);
+        // Flush what polling the streams queued (WINDOW_UPDATEs, resets) and
+        // take anything that arrived meanwhile.
+        if self.accept(events) {
+            self.poll_streams(events);
+        }
+    }
+
+    /// Poll the connection and accept new streams; false once it closed.
+    fn accept(&mut self, events: &mut Vec<Event>) -> bool {
+        let State::Open(conn) = &mut self.state else {
+            return false;
+        };
+        loop {
+            match conn.poll_accept(&mut noop_cx()) {
+                Poll::Pending => return true,
+                Poll::Ready(None) => {
+                    self.close(None, events);
+                    return false;
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.close(Some(e.into()), events);
+                    return false;
+                }
+                Poll::Ready(Some(Ok((request, respond)))) => {
+                    let id = StreamId(respond.stream_id().as_u32());
+                    let (parts, recv) = request.into_parts();
+                    let end_stream = recv.is_end_stream();
+                    let protocol = parts.extensions.get::<h2::ext::Protocol>().map(|p| p.as_str().to_owned());
+                    let mut headers = Vec::with_capacity(parts.headers.len());
+                    let mut last: Option<HeaderName> = None;
+                    for (name, value) in parts.headers {
+                        // `None` repeats the previous name.
+                        if let Some(name) = name {
+                            last = Some(name);
+                        }
+                        if let Some(name) = &last {
+                            headers.push((name.clone(), value));
+                        }
+                    }
+                    let head = RequestHead {
+                        method: parts.method,
+                        scheme: parts.uri.scheme_str().map(str::to_owned),
+                        authority: parts.uri.authority().map(|a| a.as_str().to_owned()),
+                        path: parts.uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default(),
+                        protocol,
+                        headers,
+                        end_stream,
+                    };
+                    // Client stream ids only grow, so this is the end; the
+                    // search keeps the order even if that ever changed.
+                    let at = self.streams.partition_point(|s| s.id < id);
+                    self.streams.insert(
+                        at,
+                        Stream {
+                            id,
+                            recv,
+                            recv_ended: end_stream,
+                            respond: Some(respond),
+                            send: None,
+                            send_ended: false,
+                            blocked: false,
+                        },
+                    );
+                    events.push(Event::Request { stream: id, head });
+                }
+            }
+        }
+    }
+
+    /// Request body bytes, resets, reopened send windows.
+    fn poll_streams(&mut self, events: &mut Vec<Event>) {
+        let below = self.io.output_len() < self.settings.output_high_watermark;
+        let mut cx = noop_cx();
+        let mut i = 0;
+        while i < self.streams.len() {
+            let s = &mut self.streams[i];
+            let mut reset = None;
+            while !s.recv_ended {
+                match s.recv.poll_data(&mut cx) {
+                    Poll::Pending => break,
+                    Poll::Ready(None) => {
+                        s.recv_ended = true;
+                        events.push(Event::Data { stream: s.id, bytes: Bytes::new(), end: true });
+                    }
+                    Poll::Ready(Some(Ok(bytes))) => {
+                        s.recv_ended = s.recv.is_end_stream();
+                        events.push(Event::Data { stream: s.id, bytes, end: s.recv_ended });
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        reset = Some(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
+                        break;
+                    }
+                }
+            }
+            if reset.is_none() {
+                let polled = if let Some(respond) = &mut s.respond {
+                    respond.poll_reset(&mut cx)
+                } else if let (Some(send), false) = (&mut s.send, s.send_ended) {
+                    send.poll_reset(&mut cx)
+                } else {
+                    Poll::Pending
+                };
+                if let Poll::Ready(r) = polled {
+                    reset = Some(r.unwrap_or(Reason::INTERNAL_ERROR));
+                }
+            }
+            if let Some(reason) = reset {
+                events.push(Event::Reset { stream: s.id, reason });
+                self.streams.remove(i);
+                continue;
+            }
+            if s.blocked && below {
+                if let Some(send) = &s.send {
+                    if send.capacity() > 0 {
+                        s.blocked = false;
+                        events.push(Event::Writable { stream: s.id });
+                    }
+                }
+            }
+            i += 1;
+        }
+    }
+
+    fn close(&mut self, error: Option<H2Error>, events: &mut Vec<Event>) {
+        self.state = State::Closed;
+        self.streams.clear();
+        events.push(Event::Closed { error });
+    }
+
+    fn find(&mut self, stream: StreamId) -> Result<usize, H2Error> {
+        self.streams.binary_search_by_key(&stream, |s| s.id).map_err(|_| H2Error::UnknownStream(stream))
+    }
+
+    /// Drop the stream once its response has ended.
+    fn retire(&mut self, i: usize) {
+        if self.streams[i].finished() {
+            self.streams.remove(i);
+        }
+    }
+
+    /// Send an interim `103 Early Hints` with `headers` (typically `link`);
+    /// only before [`H2Conn::respond`].
+    pub fn early_hints<N, V>(&mut self, stream: StreamId, headers: &[(N, V)]) -> Result<(), H2Error>
+    where
+        N: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let i = self.find(stream)?;
+        let response = response_head(103, headers)?;
+        let Some(respond) = &mut self.streams[i].respond else {
+            return Err(H2Error::State(stream, "early hints after the response"));
+        };
+        respond.send_informational(response)?;
+        Ok(())
+    }
+
+    /// Send the response head. Connection-specific fields (`connection`,
+    /// `keep-alive`, `transfer-encoding`, …) are dropped: HTTP/2 forbids
+    /// them. With `end_stream` there is no body; otherwise send it with
+    /// [`H2Conn::send_data`], asking [`H2Conn::writable`] first. A `200` to
+    /// an extended CONNECT without `end_stream` opens the tunnel.
+    pub fn respond<N, V>(
+        &mut self,
+        stream: StreamId,
+        status: u16,
+        headers: &[(N, V)],
+        end_stream: bool,
+    ) -> Result<(), H2Error>
+    where
+        N: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let i = self.find(stream)?;
+        let response = response_head(status, headers)?;
+        if response.status().is_informational() {
+            return Err(H2Error::InvalidHead("1xx status as the final response"));
+        }
+        let s = &mut self.streams[i];
+        let Some(mut respond) = s.respond.take() else {
+            return Err(H2Error::State(stream, "response already sent"));
+        };
+        match respond.send_response(response, end_stream) {
+            Ok(send) => {
+                s.send = Some(send);
+                s.send_ended = end_stream;
+                self.retire(i);
+                Ok(())
+            }
+            Err(e) => {
+                s.respond = Some(respond);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// How many body bytes `stream` may send now: its share of the peer's
+    /// flow-control windows, capped by `max_send_buffer_size`, and 0 while
+    /// the connection output is at its watermark. 0 also marks the stream
+    /// blocked: [`Event::Writable`] reports when it may send again. Unknown
+    /// or finished streams get 0 (and no event).
+    ///
+    /// Asking reserves window for the stream until the next
+    /// [`H2Conn::send_data`]: ask when there are bytes to send.
+    pub fn writable(&mut self, stream: StreamId) -> usize {
+        let below = self.io.output_len() < self.settings.output_high_watermark;
+        let want = self.settings.max_send_buffer_size;
+        let Ok(i) = self.find(stream) else {
+            return 0;
+        };
+        let s = &mut self.streams[i];
+        let Some(send) = &mut s.send else {
+            return 0;
+        };
+        if s.send_ended {
+            return 0;
+        }
+        // Ask for a full buffer's worth beyond what is already queued; h2
+        // assigns what the windows allow now, the rest as they open.
+        send.reserve_capacity(want);
+        let n = if below { send.capacity() } else { 0 };
+        s.blocked = n == 0;
+        n
+    }
+
+    /// Queue body bytes (at most what [`H2Conn::writable`] said, or h2
+    /// buffers the rest without bound); `end` ends the response.
+    pub fn send_data(&mut self, stream: StreamId, data: Bytes, end: bool) -> Result<(), H2Error> {
+        let i = self.find(stream)?;
+        let s = &mut self.streams[i];
+        let Some(send) = &mut s.send else {
+            return Err(H2Error::State(stream, "body before the response head"));
+        };
+        if s.send_ended {
+            return Err(H2Error::State(stream, "body after the end of the response"));
+        }
+        send.send_data(data, end)?;
+        if end {
+            s.send_ended = true;
+            self.retire(i);
+        } else {
+            // Hand back whatever of the reservation these bytes did not use:
+            // a producer that goes quiet (an idle SSE stream) must not sit
+            // on connection window other streams could use. The next
+            // `writable` reserves again.
+            send.reserve_capacity(0);
+        }
+        Ok(())
+    }
+
+    /// Hand `n` request body bytes back to the peer's flow control (they
+    /// were consumed): h2 sends WINDOW_UPDATEs on the next advance. Bytes of
+    /// a stream that is gone are ignored.
+    pub fn release(&mut self, stream: StreamId, n: usize) -> Result<(), H2Error> {
+        let Ok(i) = self.find(stream) else {
+            return Ok(());
+        };
+        if n > 0 {
+            self.streams[i].recv.flow_control().release_capacity(n)?;
+        }
+        Ok(())
+    }
+
+    /// Reset the stream with `reason` (`CANCEL` to abandon a response,
+    /// `INTERNAL_ERROR` after a failure mid-body). It is gone at once.
+    pub fn reset(&mut self, stream: StreamId, reason: Reason) -> Result<(), H2Error> {
+        let i = self.find(stream)?;
+        let s = self.streams.remove(i);
+        if let Some(mut respond) = s.respond {
+            respond.send_reset(reason);
+        } else if let Some(mut send) = s.send {
+            send.send_reset(reason);
+        }
+        Ok(())
+    }
+
+    /// Start a graceful shutdown: GOAWAY now, open streams may finish, then
+    /// [`Event::Closed`] with no error. Keep calling [`H2Conn::advance`].
+    pub fn graceful_shutdown(&mut self) {
+        match &mut self.state {
+            State::Open(conn) => conn.graceful_shutdown(),
+            State::Handshake(_) => self.shutdown_asked = true,
+            State::Aborted | State::Closed => {}
+        }
+    }
+
+    /// End the connection now: GOAWAY with `reason`, open streams are
+    /// dropped. [`Event::Closed`] follows on the next advance.
+    pub fn abort(&mut self, reason: Reason) {
+        match &mut self.state {
+            State::Open(conn) => conn.abrupt_shutdown(reason),
+            State::Handshake(_) => self.state = State::Aborted,
+            State::Aborted | State::Closed => {}
+        }
+    }
+}
+
+/// A polling context whose waker does nothing: the caller re-polls on every
+/// readiness event, so h2 never needs to wake anyone.
+fn noop_cx() -> Context<'static> {
+    Context::from_waker(Waker::noop())
+}
+
+/// A response head with `status` and `headers`, hop-by-hop fields dropped.
+fn response_head<N, V>(status: u16, headers: &[(N, V)]) -> Result<Response<()>, H2Error>
+where
+    N: AsRef<[u8]>,
+    V: AsRef<[u8]>,
+{
+    let mut response = Response::new(());
+    *response.status_mut() = StatusCode::from_u16(status).map_err(|_| H2Error::InvalidHead("status"))?;
+    let map = response.headers_mut();
+    for (name, value) in headers {
+        let name = HeaderName::from_bytes(name.as_ref()).map_err(|_| H2Error::InvalidHead("header name"))?;
+        if HOP_BY_HOP.contains(&name.as_str()) || (name == http::header::TE && value.as_ref() != b"trailers") {
+            continue;
+        }
+        let value = HeaderValue::from_bytes(value.as_ref()).map_err(|_| H2Error::InvalidHead("header value"))?;
+        map.append(name, value);
+    }
+    Ok(response)
+}

@@ -1,0 +1,24 @@
+//! HTTP/2, socket-free: the `h2` crate's server side driven by hand.
+//!
+//! This module owns HTTP/2 framing (through `h2`: HPACK, SETTINGS, the
+//! stream state machine, the protocol-abuse defences), the bridge between
+//! h2's flow control and the event loop's back pressure, and the
+//! per-stream send/receive handles, keyed by [`StreamId`]. It must not touch
+//! sockets, routes or application code: the worker moves bytes between the
+//! socket (or TLS session) and [`H2Conn`]'s buffers, turns [`Event`]s into
+//! exchanges and answers through [`H2Conn::respond`] and
+//! [`H2Conn::send_data`].
+//!
+//! There is no async runtime: h2 is polled with a no-op waker from
+//! [`H2Conn::advance`], which the caller calls after every readiness event
+//! (input arrived, output drained, the application produced data, a timer).
+//! h2 never needs to wake anyone, because the caller always polls again.
+
+mod conn;
+mod io;
+#[cfg(test)]
+mod tests;
+
+pub use conn::{Event, H2Conn, H2Error, H2Settings, RequestHead, StreamId};
+pub use h2::Reason;
+pub use io::Io;
