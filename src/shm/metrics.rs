@@ -242,7 +242,7 @@ impl Region {
             }
             self.retired.counters.add_to(&mut t, false);
             t.restarts = self.retired.restarts.load(Ordering::Relaxed);
-            for (rec, m) in self.procs.iter().zip(self.metrics.iter()) {
+            for (rec, m) in self.claimed_records() {
                 let pid = rec.pid.load(Ordering::Acquire);
                 if pid == 0 {
                     continue;
@@ -277,6 +277,24 @@ mod tests {
         assert_eq!(status_label(status_slot(700)), "5xx");
         let labels: std::collections::HashSet<_> = (0..STATUSES).map(status_label).collect();
         assert_eq!(labels.len(), STATUSES, "every slot has its own label");
+    }
+
+    #[test]
+    fn totals_read_only_the_records_ever_claimed() {
+        let r = Region::create().expect("map");
+        let i = r.claim().expect("record");
+        r.metrics[i].record(1, 200, Duration::from_micros(10));
+        // A pid beyond every claimed record (as no supervisor writes) is not read.
+        r.procs[100].pid.store(7, std::sync::atomic::Ordering::Release);
+        r.metrics[100].record(1, 200, Duration::from_micros(10));
+        // The retired block is always read (and was written once a worker retired).
+        r.retired.counters.add_to(&mut Totals::zero(), false);
+        let before = crate::sys::mapping_rss_kib(r as *const Region as usize);
+        let t = r.metrics_totals();
+        assert_eq!((t.count(), t.workers), (1, 0), "only record {i} is read");
+        // Only pages already touched: the first records, the retired and two metrics blocks.
+        let after = crate::sys::mapping_rss_kib(r as *const Region as usize);
+        assert_eq!(after, before, "KiB of shared memory resident after a /metrics sum");
     }
 
     #[test]

@@ -335,16 +335,20 @@ fn for_each_mapping(mut f: impl FnMut(usize, usize, &str, Option<&str>)) {
     }
 }
 
+/// Rss in KiB of this process's mapping that starts at `start` (from
+/// `/proc/self/smaps`): what tests use to see which pages a call touched.
+#[cfg(test)]
+pub(crate) fn mapping_rss_kib(start: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+    let head = format!("{start:x}-");
+    let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
+    lines.next().expect("the mapping is listed");
+    lines.find(|l| l.starts_with("Rss:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).expect("Rss")
+}
+
 #[cfg(test)]
 mod tests {
-    /// Rss in KiB of the mapping that starts at `start`, from /proc/self/smaps.
-    fn rss_kib_at(start: usize) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
-        let head = format!("{start:x}-");
-        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
-        lines.next().expect("the mapping is listed");
-        lines.find(|l| l.starts_with("Rss:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).expect("Rss")
-    }
+    use super::mapping_rss_kib as rss_kib_at;
 
     #[test]
     fn read_only_file_pages_are_resident_after_populate() {
