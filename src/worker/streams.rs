@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::panics::guard;
-use super::pool::REPLAY_PANICKED;
+use super::pool::{ExchangeId, REPLAY_PANICKED};
 use super::{flush, read_into, Worker, READ_AHEAD};
 use crate::app::ws::{self, Action};
 use crate::app::{Producer, WebSocket};
@@ -207,7 +207,7 @@ impl Worker {
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
                 self.metrics.set_sse_streams(self.sse.len());
                 if let Some(job) = replay {
-                    self.pool.submit(idx, generation, Work::Replay(job));
+                    self.pool.submit(ExchangeId::h1(idx, generation), Work::Replay(job));
                 }
             }
             Producer::Ticker(ticker) => {
@@ -562,7 +562,7 @@ impl Worker {
         while d.next_read < d.end && writing + d.ready.len() + d.in_flight < READS_AHEAD {
             let len = (d.end - d.next_read).min(SLICE) as usize;
             let buf = d.spare.take().unwrap_or_else(|| Vec::with_capacity(SLICE as usize));
-            self.pool.submit(idx, c.generation, Work::Read(Arc::clone(&d.file), d.next_read, len, buf));
+            self.pool.submit(ExchangeId::h1(idx, c.generation), Work::Read(Arc::clone(&d.file), d.next_read, len, buf));
             d.next_read += len as u64;
             d.in_flight += 1;
         }

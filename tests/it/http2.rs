@@ -1,0 +1,302 @@
+//! HTTP/2: prior knowledge (h2c) on `listen`, ALPN `h2` on `tls.listen`; the same
+//! routes, headers, envelopes and limits as HTTP/1.1, framed per stream.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+use crate::h2util::*;
+use crate::util::*;
+
+/// Headers HTTP/2 must never carry.
+const HOP_BY_HOP: [&str; 4] = ["connection", "keep-alive", "transfer-encoding", "upgrade"];
+
+/// Fields whose value changes per response.
+const PER_RESPONSE: [&str; 5] = ["date", "x-request-id", "content-security-policy", "content-length", "age"];
+
+fn assert_same_headers(h1: &Response, h2: &H2Response, what: &str) {
+    for name in HOP_BY_HOP {
+        assert!(h2.headers.get(name).is_none(), "{what}: {name} over HTTP/2: {:?}", h2.headers);
+    }
+    for (name, value) in &h1.headers {
+        if HOP_BY_HOP.contains(&name.as_str()) {
+            continue;
+        }
+        let got = h2.headers.get(name.as_str()).and_then(|v| v.to_str().ok());
+        assert!(got.is_some(), "{what}: {name} missing over HTTP/2: {:?}", h2.headers);
+        if !PER_RESPONSE.contains(&name.as_str()) && !name.starts_with("ratelimit") {
+            assert_eq!(got, Some(value.as_str()), "{what}: {name}");
+        }
+    }
+    assert!(h2.header("x-request-id").is_some_and(is_uuid_v4), "{what}: request id");
+}
+
+#[test]
+fn prior_knowledge_serves_health_and_config_with_the_same_headers() {
+    let server = Server::start("");
+    let mut c = H2Client::h2c(server.addr());
+    let r = c.get("/health");
+    assert_eq!(r.status, 200, "{r:?}\n{}", server.log_tail());
+    let h1 = server.get("/health");
+    assert_eq!(r.body, h1.body);
+    assert_same_headers(&h1, &r, "/health");
+    let r = c.get("/api/config");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_same_headers(&server.get("/api/config"), &r, "/api/config");
+    // A 404 envelope, as over HTTP/1.1.
+    let r = c.get("/nope");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["code"], json!("NOT_FOUND"), "{}", r.body_str());
+    assert_same_headers(&server.get("/nope"), &r, "/nope");
+    // The access log names the exchanges.
+    server.wait_log_line(IO_TIMEOUT, |l| l.contains("/api/config"));
+}
+
+#[test]
+fn tls_alpn_h2_serves_health_and_config() {
+    let (server, addr, pki, _d) = crate::tls::tls_server(1, "", "");
+    let mut c = H2Client::tls(addr, h2_tls_config(&pki.ca_pem));
+    let r = c.get("/health");
+    assert_eq!(r.status, 200, "{r:?}\n{}", server.log_tail());
+    assert_same_headers(&server.get("/health"), &r, "/health over TLS");
+    let r = c.get("/api/config");
+    assert_eq!(r.status, 200, "{r:?}");
+    // A client offering only http/1.1 still gets HTTP/1.1.
+    let old = crate::tls::client_config(&pki, rustls::DEFAULT_VERSIONS);
+    let r = crate::tls::https_get(addr, &old, "/health");
+    assert_eq!((r.status, r.alpn.as_deref()), (200, Some(&b"http/1.1"[..])));
+}
+
+#[test]
+fn sign_up_login_and_a_bearer_request_over_h2() {
+    let server = Server::start_api();
+    let mut c = H2Client::h2c(server.addr());
+    let json_ct = [("content-type", "application/json")];
+    let email = unique_email("h2");
+    let body = serde_json::to_vec(&json!({"name": "Ada", "email": email, "password": "correct horse 42"})).unwrap();
+    let r = c.request("POST", "/api/v1/users", &json_ct, Some(&body));
+    assert_eq!(r.status, 201, "{}\n{}", r.body_str(), server.log_tail());
+    let id = r.json()["data"]["id"].as_i64().expect("id");
+    let body = serde_json::to_vec(&json!({"email": email, "password": "correct horse 42"})).unwrap();
+    let r = c.request("POST", "/api/v1/auth/login", &json_ct, Some(&body));
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    let token = r.json()["data"]["accessToken"].as_str().expect("token").to_string();
+    let bearer = format!("Bearer {token}");
+    let r = c.request("GET", &format!("/api/v1/users/{id}"), &[("authorization", &bearer)], None);
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    assert_eq!(r.json()["data"]["email"], json!(email));
+    // A 422 envelope: the same as over HTTP/1.1.
+    let bad = serde_json::to_vec(&json!({"name": "", "email": "nope", "password": "x"})).unwrap();
+    let r = c.request("POST", "/api/v1/users", &json_ct, Some(&bad));
+    let h1 = server.call("POST", "/api/v1/users", &[("Content-Type", "application/json")], &bad);
+    assert_eq!((r.status, h1.status), (422, 422), "{}", r.body_str());
+    assert_eq!(r.json()["code"], h1.json()["code"]);
+    assert_same_headers(&h1, &r, "422");
+    // No token: the same 401 envelope.
+    let r = c.request("GET", &format!("/api/v1/users/{id}"), &[], None);
+    assert_eq!(r.status, 401, "{}", r.body_str());
+}
+
+#[test]
+fn many_concurrent_streams_on_one_connection() {
+    let server = Server::start("");
+    let mut c = H2Client::h2c(server.addr());
+    let mut pending = Vec::new();
+    for i in 0..60 {
+        let path = if i % 2 == 0 { "/health" } else { "/api/config" };
+        let req = c.build("GET", path, &[]);
+        pending.push(c.start(req, true).0);
+    }
+    for mut rf in pending {
+        let resp = c.head(&mut rf).expect("response");
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        assert!(!c.body(&mut body).is_empty());
+    }
+}
+
+#[test]
+fn an_oversized_body_is_413_on_its_stream_only() {
+    let server = Server::start("");
+    let mut c = H2Client::h2c(server.addr());
+    // Declared too large: answered at once.
+    let big = vec![b'x'; 20_000];
+    let req = c.build("POST", "/api/v1/users", &[("content-type", "application/json"), ("content-length", "20000")]);
+    let (mut rf, _send) = c.start(req, false);
+    let resp = c.head(&mut rf).expect("413 head");
+    assert_eq!(resp.status(), 413);
+    // Undeclared and too large: 413 once the limit is passed, the rest refused.
+    let req = c.build("POST", "/api/v1/users", &[("content-type", "application/json")]);
+    let (mut rf, mut send) = c.start(req, false);
+    send.reserve_capacity(big.len());
+    send.send_data(bytes::Bytes::copy_from_slice(&big[..12_000]), false).expect("data");
+    let resp = c.head(&mut rf).expect("413 head");
+    assert_eq!(resp.status(), 413);
+    let mut body = resp.into_body();
+    let text = String::from_utf8(c.body(&mut body)).expect("utf-8");
+    assert!(text.contains("PAYLOAD_TOO_LARGE") || text.contains("413"), "{text}");
+    // The connection goes on.
+    assert_eq!(c.get("/health").status, 200);
+    assert!(c.ended.is_none(), "the connection must stay open: {:?}", c.ended);
+}
+
+#[test]
+fn head_gets_the_head_only() {
+    let server = Server::start("");
+    let mut c = H2Client::h2c(server.addr());
+    let get = c.get("/health");
+    let r = c.request("HEAD", "/health", &[], None);
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("content-length").map(str::to_owned), Some(get.body.len().to_string()));
+    assert_eq!(c.get("/health").status, 200);
+}
+
+#[test]
+fn an_upgrade_to_h2c_is_served_as_http1() {
+    let server = Server::start("");
+    let mut conn = server.conn();
+    conn.send(
+        format!(
+            "GET /health HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\
+             HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
+            server.addr()
+        )
+        .as_bytes(),
+    );
+    let r = conn.read_response();
+    assert_eq!((r.version.as_str(), r.status), ("HTTP/1.1", 200), "{r:?}");
+    assert!(r.header("upgrade").is_none());
+}
+
+#[test]
+fn a_request_without_authority_uses_its_host_field_and_a_bad_one_is_400() {
+    let server = Server::start("");
+    let mut c = H2Client::h2c(server.addr());
+    // `:authority` with an invalid host.
+    let req = http::Request::get("http://bad_host!:99999/health").body(()).expect("req");
+    let (mut rf, _) = c.start(req, true);
+    let resp = c.head(&mut rf).expect("head");
+    assert_eq!(resp.status(), 400);
+    // No `:authority`: the `host` field plays its role.
+    let host = server.addr().to_string();
+    let req = http::Request::get("/health").header("host", host.as_str()).body(()).expect("req");
+    let (mut rf, _) = c.start(req, true);
+    let resp = c.head(&mut rf).expect("head");
+    assert_eq!(resp.status(), 200);
+    // Neither: 400, as a missing Host over HTTP/1.1.
+    let req = http::Request::get("/health").body(()).expect("req");
+    let (mut rf, _) = c.start(req, true);
+    let resp = c.head(&mut rf).expect("head");
+    assert_eq!(resp.status(), 400);
+    let r = c.get("/health");
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn a_garbage_preface_and_a_reset_flood_do_not_hurt_another_connection() {
+    let server = Server::start("");
+    let mut other = H2Client::h2c(server.addr());
+    assert_eq!(other.get("/health").status, 200);
+    // A garbage preface: HTTP/1.1 sees a bad request line.
+    let mut s = TcpStream::connect(server.addr()).expect("connect");
+    s.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n\x00\x00\x00\x04\x00").expect("write");
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    assert!(buf.starts_with(b"HTTP/1.1 4"), "{}", String::from_utf8_lossy(&buf));
+    // A slow rapid reset: one request and its reset at a time.
+    let mut c = H2Client::h2c(server.addr());
+    let started = Instant::now();
+    for _ in 0..400 {
+        if c.ended.is_some() || c.eof {
+            break;
+        }
+        let req = c.build("GET", "/health", &[]);
+        let Ok((_rf, mut send)) = c.send.send_request(req, false) else { break };
+        send.send_reset(h2::Reason::CANCEL);
+        c.pump();
+        if started.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+    }
+    assert!(c.wait_end(IO_TIMEOUT), "the connection must end");
+    if let Some(Err(e)) = &c.ended {
+        assert_eq!(e.reason(), Some(h2::Reason::ENHANCE_YOUR_CALM), "{e}");
+    }
+    assert_eq!(other.get("/health").status, 200);
+    assert_eq!(server.get("/health").status, 200);
+}
+
+#[test]
+fn an_idle_connection_gets_goaway_after_the_keepalive_timeout() {
+    let server = Server::builder().set("limits", "keepalive_timeout_ms = 300").start();
+    let mut c = H2Client::h2c(server.addr());
+    assert_eq!(c.get("/health").status, 200);
+    let t = Instant::now();
+    assert!(c.wait_end(Duration::from_secs(5)), "no GOAWAY/close");
+    assert!(t.elapsed() >= Duration::from_millis(250), "{:?}", t.elapsed());
+}
+
+#[test]
+fn a_late_body_gets_408_on_its_stream() {
+    let server = Server::builder().set("limits", "body_timeout_ms = 300").start();
+    let mut c = H2Client::h2c(server.addr());
+    let req = c.build("POST", "/api/v1/users", &[("content-type", "application/json")]);
+    let (mut rf, _send) = c.start(req, false);
+    let resp = c.head(&mut rf).expect("408 head");
+    assert_eq!(resp.status(), 408);
+    assert_eq!(c.get("/health").status, 200);
+}
+
+#[test]
+fn sigterm_sends_goaway_and_an_open_stream_finishes() {
+    let mut server = Server::start("");
+    let mut c = H2Client::h2c(server.addr());
+    assert_eq!(c.get("/health").status, 200);
+    let req = c.build("POST", "/api/v1/users", &[("content-type", "application/json")]);
+    let (mut rf, mut send) = c.start(req, false);
+    c.pump();
+    server.signal(Signal::SIGTERM);
+    // The GOAWAY arrives: new streams are refused by the client library.
+    let goaway = eventually(IO_TIMEOUT, || {
+        c.pump();
+        let req = c.build("GET", "/health", &[]);
+        match c.send.poll_ready(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            std::task::Poll::Ready(Err(_)) => true,
+            _ => c.send.clone().send_request(req, true).is_err(),
+        }
+    });
+    assert!(goaway, "no GOAWAY\n{}", server.log_tail());
+    // The open stream finishes.
+    c.send_body(&mut send, b"{}");
+    let resp = c.head(&mut rf).expect("the open stream's answer");
+    assert_eq!(resp.status(), 422);
+    assert!(c.wait_end(IO_TIMEOUT), "the connection ends");
+    assert!(server.wait_exit(Duration::from_secs(15)).is_some(), "server exits");
+}
+
+/// `curl` with its HTTP/2 support, when installed: prior knowledge and a POST.
+#[test]
+fn curl_with_prior_knowledge_when_installed() {
+    let has_h2 = std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"))
+        .unwrap_or(false);
+    if !has_h2 {
+        eprintln!("curl with HTTP/2 not installed: skipped");
+        return;
+    }
+    let server = Server::start("");
+    let url = format!("http://{}/health", server.addr());
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--http2-prior-knowledge", "-o", "/dev/null"])
+        .args(["-w", "%{http_code} %{http_version}", &url])
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200 2", "{}", String::from_utf8_lossy(&out.stderr));
+}
