@@ -14,16 +14,21 @@
 //! codec and turns events into exchanges. It never looks at a route and
 //! never writes HTTP/2 frames itself.
 
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::pool::{ExchangeId, Pool, Work};
+use super::panics::guard;
+use super::pool::{Completion, ExchangeId, Pool, Work, REPLAY_PANICKED};
+use super::streams::MAX_BACKLOG;
 use super::{flush, read_into, Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
-use crate::app::Body;
+use crate::app::{Body, Producer};
 use crate::error::Error;
 use crate::http::conn::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http::headers::valid_request_id;
+use crate::http::reply::FileRange;
 use crate::http::request::{Method, Request};
 use crate::http::response::{write_response, Delimit, RequestMeta, Response};
 use crate::http2::{Event, H2Conn, H2Settings, Reason, RequestHead, StreamId};
@@ -43,6 +48,13 @@ const MAX_PEER_RESETS: u32 = 200;
 
 /// Event-handling rounds per drive before the connection yields to the others.
 const MAX_ROUNDS: usize = 32;
+
+/// Bytes read from disk per pool job for a download (as over HTTP/1.1).
+const SLICE: usize = 64 * 1024;
+/// Download reads in flight or read and unsent, per stream.
+const READS_AHEAD: usize = 2;
+/// While a stream's unsent bytes pass this, its timer-driven producer waits.
+const TICK_BACKOFF: Duration = Duration::from_millis(50);
 
 /// What the first bytes of a connection say it speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +95,44 @@ enum Stage {
     Waiting,
 }
 
+/// What produces a streamed body after its head.
+enum Produce {
+    /// An `/api/events` subscription.
+    Events {
+        /// A `Last-Event-ID` replay runs on the pool.
+        replaying: bool,
+        /// The last notification id sent.
+        last_id: i64,
+        /// Live events that arrived during the replay.
+        held: Vec<(i64, Arc<[u8]>)>,
+        next_beat: Instant,
+    },
+    /// Events from a timer (the chat echo).
+    Ticker { ticker: Box<dyn crate::app::Ticker>, next: Instant },
+    /// A byte range of a file, read on the pool slice by slice.
+    Download {
+        file: Arc<std::fs::File>,
+        /// Next byte to move into the stream's unsent bytes.
+        sent: u64,
+        /// Next byte to ask the pool for.
+        next_read: u64,
+        end: u64,
+        in_flight: usize,
+        /// Slices read, not yet moved (they may complete out of order).
+        ready: Vec<(u64, Vec<u8>)>,
+    },
+}
+
+impl Produce {
+    fn deadline(&self) -> Option<Instant> {
+        match self {
+            Produce::Events { next_beat, .. } => Some(*next_beat),
+            Produce::Ticker { next, .. } => Some(*next),
+            Produce::Download { .. } => None,
+        }
+    }
+}
+
 /// One request/response exchange: one stream.
 struct Exchange {
     stream: StreamId,
@@ -99,6 +149,13 @@ struct Exchange {
     deadline: Option<Instant>,
     request_id: String,
     label: u16,
+    /// The response head is sent and its body follows from `produce`.
+    streaming: bool,
+    produce: Option<Produce>,
+    /// Body bytes produced and not yet accepted by the stream's flow control.
+    unsent: Vec<u8>,
+    /// The body is complete once `unsent` is sent.
+    done: bool,
 }
 
 /// One HTTP/2 connection's state: the codec and its exchanges.
@@ -142,7 +199,27 @@ impl H2Session {
     pub(super) fn deadline(&self, env: &Env) -> Option<Instant> {
         let idle = self.idle_since.map(|t| t + env.keepalive_timeout);
         let bodies = self.exchanges.iter().filter_map(|e| e.deadline).min();
-        [idle, bodies, self.cut_at].into_iter().flatten().min()
+        let producers = self.exchanges.iter().filter_map(|e| e.produce.as_ref()?.deadline()).min();
+        [idle, bodies, producers, self.cut_at].into_iter().flatten().min()
+    }
+
+    /// Graceful stop: every event stream ends (as over HTTP/1.1, the client
+    /// reconnects elsewhere). Returns their stream ids.
+    pub(super) fn end_event_streams(&mut self) -> Vec<u32> {
+        let mut ended = Vec::new();
+        for ex in &mut self.exchanges {
+            if matches!(ex.produce, Some(Produce::Events { .. })) {
+                ex.produce = None;
+                ex.done = true;
+                ended.push(ex.stream.0);
+            }
+        }
+        ended
+    }
+
+    /// Stream ids of the event streams open on this connection.
+    fn event_streams(&self) -> impl Iterator<Item = u32> + '_ {
+        self.exchanges.iter().filter(|e| matches!(e.produce, Some(Produce::Events { .. }))).map(|e| e.stream.0)
     }
 
     /// Start a graceful shutdown (GOAWAY; open streams finish), cut at `cut_at`.
@@ -155,8 +232,11 @@ impl H2Session {
         self.exchanges.iter().position(|e| e.stream == stream)
     }
 
-    fn remove(&mut self, i: usize, now: Instant) {
-        self.exchanges.swap_remove(i);
+    fn remove(&mut self, i: usize, cx: &mut Cx<'_, '_>, now: Instant) {
+        let ex = self.exchanges.swap_remove(i);
+        if matches!(ex.produce, Some(Produce::Events { .. })) {
+            cx.sse.remove(&cx.id(ex.stream));
+        }
         if self.exchanges.is_empty() {
             self.idle_since = Some(now);
         }
@@ -167,11 +247,12 @@ impl H2Session {
     fn step(&mut self, cx: &mut Cx<'_, '_>, now: Instant) -> bool {
         for _ in 0..MAX_ROUNDS {
             self.conn.advance(&mut self.events);
-            if self.events.is_empty() {
-                return false;
-            }
+            let quiet = self.events.is_empty();
             for event in std::mem::take(&mut self.events) {
                 self.on_event(event, cx, now);
+            }
+            if !self.service(cx, now) && quiet {
+                return false;
             }
         }
         self.conn.advance(&mut self.events);
@@ -200,7 +281,7 @@ impl H2Session {
             Event::Writable { .. } => {}
             Event::Reset { stream, .. } => {
                 if let Some(i) = self.find(stream) {
-                    self.remove(i, now);
+                    self.remove(i, cx, now);
                     self.peer_resets += 1;
                     if self.peer_resets > MAX_PEER_RESETS {
                         log::debug!("HTTP/2: too many streams reset by the peer");
@@ -213,7 +294,9 @@ impl H2Session {
                     log::debug!("HTTP/2 connection ended: {e}");
                 }
                 self.closed = true;
-                self.exchanges.clear();
+                while !self.exchanges.is_empty() {
+                    self.remove(0, cx, now);
+                }
             }
         }
     }
@@ -244,6 +327,10 @@ impl H2Session {
             deadline: (!head.end_stream).then(|| now + cx.env.body_timeout),
             request_id,
             label: 0,
+            streaming: false,
+            produce: None,
+            unsent: Vec::new(),
+            done: false,
         };
         self.exchanges.push(ex);
         self.idle_since = None;
@@ -300,14 +387,37 @@ impl H2Session {
         ex.label = cx.glue.label();
         ex.body = Vec::new();
         match reply.body {
-            Body::Full => self.answer(i, reply.head, cx, now),
+            Body::Full => {
+                self.answer(i, reply.head, Delimit::Length, cx, now);
+            }
             Body::Job(job) => {
                 ex.stage = Stage::Waiting;
-                let id = ExchangeId { conn: cx.conn, stream: ex.stream.0, generation: cx.generation };
-                cx.pool.submit(id, Work::Request(job));
+                cx.pool.submit(cx.id(ex.stream), Work::Request(job));
             }
-            // Streamed bodies come in later steps.
-            Body::Producer(_) | Body::File(_) | Body::Upstream(_) | Body::WebSocket(_) => {
+            Body::Producer(p) => {
+                if self.answer(i, reply.head, Delimit::Chunked, cx, now) {
+                    self.start_producer(i, p, cx, now);
+                }
+            }
+            Body::File(f) => {
+                let len = f.len;
+                if self.answer(i, reply.head, Delimit::Sized(len), cx, now) {
+                    let FileRange { file, offset, len } = f;
+                    let end = offset.saturating_add(len);
+                    let ex = &mut self.exchanges[i];
+                    ex.produce = Some(Produce::Download {
+                        file,
+                        sent: offset,
+                        next_read: offset,
+                        end,
+                        in_flight: 0,
+                        ready: Vec::new(),
+                    });
+                    ex.done = len == 0;
+                }
+            }
+            // Upstreams and WebSockets come in later steps.
+            Body::Upstream(_) | Body::WebSocket(_) => {
                 self.fail(i, Error::ServiceUnavailable("not available over HTTP/2"), cx, now)
             }
         }
@@ -318,15 +428,18 @@ impl H2Session {
     fn fail(&mut self, i: usize, e: Error, cx: &mut Cx<'_, '_>, now: Instant) {
         self.exchanges[i].label = 0;
         let resp = e.into_response(cx.env.development);
-        self.answer(i, resp, cx, now);
+        self.answer(i, resp, Delimit::Length, cx, now);
     }
 
-    /// Send `resp` whole on exchange `i`'s stream, log it, and forget the exchange.
-    fn answer(&mut self, i: usize, resp: Response, cx: &mut Cx<'_, '_>, now: Instant) {
+    /// Send `resp` on exchange `i`'s stream and log it. With
+    /// `Delimit::Length` (or for `HEAD`) the response is whole and the
+    /// exchange is forgotten; otherwise its body follows (returns `true`).
+    fn answer(&mut self, i: usize, resp: Response, delimit: Delimit, cx: &mut Cx<'_, '_>, now: Instant) -> bool {
         let ex = &self.exchanges[i];
         let head_only = ex.method == Method::Head;
+        let follows = !head_only && delimit != Delimit::Length;
         let meta = RequestMeta {
-            delimit: Delimit::Length,
+            delimit,
             head: head_only,
             http10: false,
             keep_alive: true,
@@ -334,7 +447,8 @@ impl H2Session {
         };
         self.scratch.clear();
         let bytes = write_response(&mut self.scratch, &resp, &meta, &mut cx.env.common);
-        if let Err(e) = send_rendered(&mut self.conn, ex.stream, &self.scratch) {
+        let sent = send_rendered(&mut self.conn, ex.stream, &self.scratch, follows);
+        if let Err(e) = &sent {
             log::debug!("HTTP/2 stream {}: {e}", ex.stream.0);
             let _ = self.conn.reset(ex.stream, Reason::INTERNAL_ERROR);
         }
@@ -347,9 +461,210 @@ impl H2Session {
             request_id: ex.request_id.as_bytes(),
             label: ex.label,
         });
-        self.remove(i, now);
         if self.scratch.capacity() > 4 * HIGH_WATERMARK {
             self.scratch = Vec::new();
+        }
+        if follows && sent.is_ok() {
+            let ex = &mut self.exchanges[i];
+            ex.streaming = true;
+            ex.stage = Stage::Waiting;
+            true
+        } else {
+            self.remove(i, cx, now);
+            false
+        }
+    }
+
+    /// Exchange `i`'s head went out; its events come from `p`.
+    fn start_producer(&mut self, i: usize, p: Producer, cx: &mut Cx<'_, '_>, now: Instant) {
+        let id = cx.id(self.exchanges[i].stream);
+        let ex = &mut self.exchanges[i];
+        match p {
+            Producer::Events { last_event_id } => {
+                let app = cx.glue.app;
+                let start = guard("SSE stream start", || {
+                    (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after)))
+                });
+                let Ok((preamble, every, replay)) = start else {
+                    ex.done = true;
+                    return;
+                };
+                ex.unsent.extend_from_slice(&preamble);
+                ex.produce = Some(Produce::Events {
+                    replaying: replay.is_some(),
+                    last_id: last_event_id.unwrap_or(0),
+                    held: Vec::new(),
+                    next_beat: now + every,
+                });
+                cx.sse.insert(id);
+                if let Some(job) = replay {
+                    cx.pool.submit(id, Work::Replay(job));
+                }
+            }
+            Producer::Ticker(ticker) => ex.produce = Some(Produce::Ticker { ticker, next: now }),
+        }
+    }
+
+    /// Move every streaming exchange's unsent bytes into its stream as flow
+    /// control allows, ask the pool for download slices while the stream keeps
+    /// up, end finished bodies. Returns whether anything was queued.
+    fn service(&mut self, cx: &mut Cx<'_, '_>, now: Instant) -> bool {
+        let mut queued = false;
+        let mut i = 0;
+        while i < self.exchanges.len() {
+            let ex = &mut self.exchanges[i];
+            if !ex.streaming {
+                i += 1;
+                continue;
+            }
+            if let Some(Produce::Download { file, sent, next_read, end, in_flight, ready }) = &mut ex.produce {
+                // Slices in order into the unsent bytes, one slice ahead at most.
+                while ex.unsent.len() < SLICE {
+                    let Some(pos) = ready.iter().position(|(o, _)| o == sent) else { break };
+                    let (_, bytes) = ready.swap_remove(pos);
+                    *sent += bytes.len() as u64;
+                    if ex.unsent.is_empty() {
+                        ex.unsent = bytes;
+                    } else {
+                        ex.unsent.extend_from_slice(&bytes);
+                    }
+                }
+                while *next_read < *end && ex.unsent.len() < SLICE && *in_flight + ready.len() < READS_AHEAD {
+                    let len = (*end - *next_read).min(SLICE as u64) as usize;
+                    let id = ExchangeId { conn: cx.conn, stream: ex.stream.0, generation: cx.generation };
+                    cx.pool.submit(id, Work::Read(Arc::clone(file), *next_read, len, Vec::with_capacity(len)));
+                    *next_read += len as u64;
+                    *in_flight += 1;
+                }
+                if *sent >= *end {
+                    ex.done = true;
+                }
+            }
+            if ex.unsent.len() > MAX_BACKLOG {
+                log::warn!("HTTP/2 event stream is not reading; resetting it");
+                let _ = self.conn.reset(ex.stream, Reason::CANCEL);
+                self.remove(i, cx, now);
+                continue;
+            }
+            let mut failed = false;
+            let mut ended = false;
+            while !ex.unsent.is_empty() {
+                let n = self.conn.writable(ex.stream);
+                if n == 0 {
+                    break;
+                }
+                let chunk = if n >= ex.unsent.len() {
+                    Bytes::from(std::mem::take(&mut ex.unsent))
+                } else {
+                    let c = Bytes::copy_from_slice(&ex.unsent[..n]);
+                    ex.unsent.drain(..n);
+                    c
+                };
+                let end = ex.done && ex.unsent.is_empty();
+                queued = true;
+                if self.conn.send_data(ex.stream, chunk, end).is_err() {
+                    failed = true;
+                    break;
+                }
+                ended = end;
+            }
+            if failed || ended {
+                self.remove(i, cx, now);
+                continue;
+            }
+            if ex.done && ex.unsent.is_empty() {
+                // Nothing was left to carry the end: an empty DATA frame ends it.
+                let _ = self.conn.send_data(ex.stream, Bytes::new(), true);
+                queued = true;
+                self.remove(i, cx, now);
+                continue;
+            }
+            i += 1;
+        }
+        queued
+    }
+
+    /// A bus event for exchange `stream`'s subscription.
+    fn event(&mut self, stream: StreamId, id: i64, event: &Arc<[u8]>) {
+        let Some(i) = self.find(stream) else { return };
+        let ex = &mut self.exchanges[i];
+        let Some(Produce::Events { replaying, last_id, held, .. }) = &mut ex.produce else { return };
+        if *replaying {
+            held.push((id, event.clone()));
+        } else if id > *last_id {
+            *last_id = id;
+            ex.unsent.extend_from_slice(event);
+        }
+    }
+
+    /// A pool result for exchange `stream`: a replay or a download slice.
+    fn produced(&mut self, stream: StreamId, result: Completion) {
+        let Some(i) = self.find(stream) else { return };
+        let ex = &mut self.exchanges[i];
+        match (result, &mut ex.produce) {
+            (Completion::Replay(bytes, last), Some(Produce::Events { replaying, last_id, held, .. })) => {
+                if last == REPLAY_PANICKED {
+                    ex.produce = None;
+                    ex.done = true;
+                    return;
+                }
+                ex.unsent.extend_from_slice(&bytes);
+                *last_id = (*last_id).max(last);
+                *replaying = false;
+                for (id, event) in held.drain(..) {
+                    if id > *last_id {
+                        ex.unsent.extend_from_slice(&event);
+                        *last_id = id;
+                    }
+                }
+            }
+            (Completion::Chunk(offset, bytes), Some(Produce::Download { in_flight, ready, .. })) => {
+                *in_flight = in_flight.saturating_sub(1);
+                if bytes.is_empty() {
+                    // The file shrank or failed: the promised length cannot be sent.
+                    log::warn!("download read failed; resetting the stream");
+                    ex.produce = None;
+                    let _ = self.conn.reset(stream, Reason::INTERNAL_ERROR);
+                    self.exchanges.swap_remove(i);
+                    return;
+                }
+                ready.push((offset, bytes));
+            }
+            _ => {}
+        }
+    }
+
+    /// Heartbeats and ticks that are due.
+    fn tick(&mut self, app: &crate::app::App, now: Instant) {
+        for ex in &mut self.exchanges {
+            match &mut ex.produce {
+                Some(Produce::Events { next_beat, .. }) if *next_beat <= now => {
+                    match guard("SSE heartbeat", || (app.sse_heartbeat(), app.sse_heartbeat_every())) {
+                        Ok((beat, every)) => {
+                            ex.unsent.extend_from_slice(&beat);
+                            *next_beat = now + every;
+                        }
+                        Err(_) => {
+                            ex.produce = None;
+                            ex.done = true;
+                        }
+                    }
+                }
+                Some(Produce::Ticker { ticker, next }) if *next <= now => {
+                    if ex.unsent.len() > HIGH_WATERMARK {
+                        *next = now + TICK_BACKOFF;
+                        continue;
+                    }
+                    match guard("stream ticker", || ticker.tick(&mut ex.unsent)) {
+                        Ok(Some(delay)) => *next = now + delay,
+                        Ok(None) | Err(_) => {
+                            ex.produce = None;
+                            ex.done = true;
+                        }
+                    }
+                }
+                _ => {}
+            }
         }
     }
 }
@@ -357,7 +672,12 @@ impl H2Session {
 /// Send a response rendered in the HTTP/1.1 form (`rendered`: an optional
 /// `103`, the head, the body) on `stream`: the `103` as early hints, the head
 /// without the connection fields, the body as DATA.
-fn send_rendered(conn: &mut H2Conn, stream: StreamId, rendered: &[u8]) -> Result<(), crate::http2::H2Error> {
+fn send_rendered(
+    conn: &mut H2Conn,
+    stream: StreamId,
+    rendered: &[u8],
+    follows: bool,
+) -> Result<(), crate::http2::H2Error> {
     let bad = crate::http2::H2Error::InvalidHead("unparsable rendered head");
     let mut at = 0;
     loop {
@@ -380,7 +700,7 @@ fn send_rendered(conn: &mut H2Conn, stream: StreamId, rendered: &[u8]) -> Result
             continue;
         }
         let body = &rendered[at + n..];
-        conn.respond(stream, status, &pairs, body.is_empty())?;
+        conn.respond(stream, status, &pairs, body.is_empty() && !follows)?;
         if !body.is_empty() {
             conn.send_data(stream, Bytes::copy_from_slice(body), true)?;
         }
@@ -393,8 +713,16 @@ struct Cx<'a, 'g> {
     glue: &'a mut Glue<'g>,
     env: &'a mut Env,
     pool: &'a Pool,
+    /// The worker's event-stream subscribers.
+    sse: &'a mut HashSet<ExchangeId>,
     conn: usize,
     generation: u32,
+}
+
+impl Cx<'_, '_> {
+    fn id(&self, stream: StreamId) -> ExchangeId {
+        ExchangeId { conn: self.conn, stream: stream.0, generation: self.generation }
+    }
 }
 
 impl Worker {
@@ -439,8 +767,14 @@ impl Worker {
                     sess.conn.feed_eof();
                 }
             }
-            let mut cx =
-                Cx { glue: &mut glue, env: &mut self.env, pool: &self.pool, conn: idx, generation: c.generation };
+            let mut cx = Cx {
+                glue: &mut glue,
+                env: &mut self.env,
+                pool: &self.pool,
+                sse: &mut self.sse,
+                conn: idx,
+                generation: c.generation,
+            };
             again = sess.step(&mut cx, now);
             let before = c.out.len();
             if c.out.len() - c.out_pos <= HIGH_WATERMARK {
@@ -467,6 +801,10 @@ impl Worker {
                 break;
             }
         }
+        let generation = c.generation;
+        if self.svc.stats.sse.load(std::sync::atomic::Ordering::Relaxed) != self.sse.len() {
+            self.sse_count_changed();
+        }
         if close {
             self.close(idx);
             return;
@@ -476,25 +814,83 @@ impl Worker {
             return;
         }
         if again {
-            self.drained.push((idx, c.generation));
+            self.drained.push((idx, generation));
         }
         self.arm(idx);
     }
 
     /// A pool job of an HTTP/2 exchange finished.
-    pub(super) fn h2_complete(&mut self, id: ExchangeId, resp: Response) {
+    pub(super) fn h2_done(&mut self, id: ExchangeId, result: Completion) {
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
         if c.generation != id.generation {
             return;
         }
         let Some(sess) = c.h2.as_mut() else { return };
-        let Some(i) = sess.find(StreamId(id.stream)) else { return };
-        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        let mut cx =
-            Cx { glue: &mut glue, env: &mut self.env, pool: &self.pool, conn: id.conn, generation: id.generation };
-        sess.answer(i, resp, &mut cx, now);
+        let stream = StreamId(id.stream);
+        match result {
+            Completion::Response(result) => {
+                let Some(i) = sess.find(stream) else { return };
+                // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
+                let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
+                let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+                let mut cx = Cx {
+                    glue: &mut glue,
+                    env: &mut self.env,
+                    pool: &self.pool,
+                    sse: &mut self.sse,
+                    conn: id.conn,
+                    generation: id.generation,
+                };
+                sess.answer(i, resp, Delimit::Length, &mut cx, now);
+            }
+            other => sess.produced(stream, other),
+        }
         self.drive_h2(id.conn);
+    }
+
+    /// A bus notification (`id`, rendered `event`) for an HTTP/2 event
+    /// stream: queued on its exchange; the connection is driven after this
+    /// turn's events.
+    pub(super) fn h2_event(&mut self, id: ExchangeId, event_id: i64, event: &Arc<[u8]>) {
+        let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
+        if c.generation != id.generation {
+            return;
+        }
+        let Some(sess) = c.h2.as_mut() else { return };
+        sess.event(StreamId(id.stream), event_id, event);
+        self.drained.push((id.conn, id.generation));
+    }
+
+    /// App code behind an HTTP/2 event stream panicked: end that stream only.
+    pub(super) fn h2_abort_exchange(&mut self, id: ExchangeId) {
+        let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
+        if c.generation != id.generation {
+            return;
+        }
+        let Some(sess) = c.h2.as_mut() else { return };
+        if let Some(i) = sess.find(StreamId(id.stream)) {
+            let ex = &mut sess.exchanges[i];
+            ex.produce = None;
+            ex.done = true;
+        }
+        self.sse.remove(&id);
+        self.sse_count_changed();
+        self.drained.push((id.conn, id.generation));
+    }
+
+    /// An HTTP/2 connection closed: its subscriptions go.
+    pub(super) fn forget_h2(&mut self, idx: usize, generation: u32, sess: &H2Session) {
+        for stream in sess.event_streams() {
+            self.sse.remove(&ExchangeId { conn: idx, stream, generation });
+        }
+        self.sse_count_changed();
+    }
+
+    /// Publish the number of event streams (metrics, `/api/stats`).
+    pub(super) fn sse_count_changed(&mut self) {
+        self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
+        self.metrics.set_sse_streams(self.sse.len());
     }
 
     /// The HTTP/2 connection's timer fired: 408 on streams whose body is
@@ -509,8 +905,16 @@ impl Worker {
             sess.idle_since = None;
             sess.shut_down(now + GOAWAY_GRACE);
         }
+        sess.tick(&self.app, now);
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        let mut cx = Cx { glue: &mut glue, env: &mut self.env, pool: &self.pool, conn: idx, generation: c.generation };
+        let mut cx = Cx {
+            glue: &mut glue,
+            env: &mut self.env,
+            pool: &self.pool,
+            sse: &mut self.sse,
+            conn: idx,
+            generation: c.generation,
+        };
         while let Some(i) = sess.exchanges.iter().position(|e| e.deadline.is_some_and(|t| t <= now)) {
             sess.fail(i, Error::RequestTimeout, &mut cx, now);
         }
@@ -540,9 +944,9 @@ mod tests {
         // Unknown stream: the head parses, the codec refuses the stream.
         let rendered = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi";
         assert!(matches!(
-            send_rendered(&mut conn, StreamId(1), rendered),
+            send_rendered(&mut conn, StreamId(1), rendered, false),
             Err(crate::http2::H2Error::UnknownStream(_))
         ));
-        assert!(send_rendered(&mut conn, StreamId(1), b"garbage").is_err());
+        assert!(send_rendered(&mut conn, StreamId(1), b"garbage", false).is_err());
     }
 }

@@ -193,7 +193,8 @@ struct Worker {
     bus: Endpoint,
     bus_seq: u64,
     published: crossbeam_channel::Receiver<crate::app::Publish>,
-    sse: std::collections::HashSet<usize>,
+    /// Event-stream subscribers, by exchange (HTTP/1.1 connections and HTTP/2 streams).
+    sse: std::collections::HashSet<ExchangeId>,
     rooms: streams::Rooms,
     up: upstream::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,
@@ -525,10 +526,13 @@ impl Worker {
         if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut c.sock);
             if let Some(s) = c.stream.take() {
-                self.forget_stream(idx, s);
+                self.forget_stream(idx, c.generation, s);
             }
             if let Some(call) = c.call.take() {
                 self.cancel_call(idx, call);
+            }
+            if let Some(sess) = c.h2.take() {
+                self.forget_h2(idx, c.generation, &sess);
             }
             self.free.push(idx);
             self.live -= 1;
@@ -597,6 +601,10 @@ impl Worker {
         for d in done {
             let now = Instant::now();
             let idx = d.id.conn;
+            if d.id.stream != 0 {
+                self.h2_done(d.id, d.result);
+                continue;
+            }
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
             if c.generation != d.id.generation {
                 continue;
@@ -614,10 +622,6 @@ impl Worker {
             };
             // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
             let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
-            if d.id.stream != 0 {
-                self.h2_complete(d.id, resp);
-                continue;
-            }
             let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
             c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(idx);

@@ -203,7 +203,7 @@ impl Worker {
                     next_beat: now + every,
                 }));
                 let generation = c.generation;
-                self.sse.insert(idx);
+                self.sse.insert(ExchangeId::h1(idx, generation));
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
                 self.metrics.set_sse_streams(self.sse.len());
                 if let Some(job) = replay {
@@ -645,10 +645,10 @@ impl Worker {
     }
 
     /// A detached connection closed: drop it from every registry at once.
-    pub(super) fn forget_stream(&mut self, idx: usize, s: Stream) {
+    pub(super) fn forget_stream(&mut self, idx: usize, generation: u32, s: Stream) {
         match s {
             Stream::Sse(_) => {
-                self.sse.remove(&idx);
+                self.sse.remove(&ExchangeId::h1(idx, generation));
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
                 self.metrics.set_sse_streams(self.sse.len());
             }
@@ -699,17 +699,26 @@ impl Worker {
                     // The event is rendered once for every subscriber: none of them can
                     // have it. Their streams end (cleanly); each client reconnects with
                     // `Last-Event-ID` and gets it from the store's replay.
-                    let subscribers: Vec<usize> = self.sse.iter().copied().collect();
-                    for idx in subscribers {
-                        self.abort_stream(idx);
+                    let subscribers: Vec<ExchangeId> = self.sse.iter().copied().collect();
+                    for id in subscribers {
+                        if id.stream != 0 {
+                            self.h2_abort_exchange(id);
+                        } else {
+                            self.abort_stream(id.conn);
+                        }
                     }
                     return;
                 };
                 let Some((id, event)) = rendered else { return };
                 // Rendered once; each subscriber's codec frames it.
                 let event: Arc<[u8]> = event.into();
-                let subscribers: Vec<usize> = self.sse.iter().copied().collect();
-                for idx in subscribers {
+                let subscribers: Vec<ExchangeId> = self.sse.iter().copied().collect();
+                for sub in subscribers {
+                    if sub.stream != 0 {
+                        self.h2_event(sub, id, &event);
+                        continue;
+                    }
+                    let idx = sub.conn;
                     let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
                     let Some(Stream::Sse(s)) = &mut c.stream else { continue };
                     if s.replaying {
@@ -750,8 +759,9 @@ impl Worker {
         }
         c.closing = true;
         let call = c.call.take();
+        let generation = c.generation;
         if let Some(s) = old {
-            self.forget_stream(idx, s);
+            self.forget_stream(idx, generation, s);
         }
         if let Some(call) = call {
             self.cancel_call(idx, call);
@@ -764,6 +774,14 @@ impl Worker {
     pub(super) fn end_streams(&mut self) {
         for idx in 0..self.conns.len() {
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
+            if let Some(sess) = c.h2.as_mut() {
+                let ended = sess.end_event_streams();
+                for stream in ended {
+                    self.sse.remove(&ExchangeId { conn: idx, stream, generation: c.generation });
+                }
+                self.sse_count_changed();
+                continue;
+            }
             match &mut c.stream {
                 Some(Stream::Sse(_)) => {
                     c.http.end_body(&mut c.out, &self.env, Instant::now());

@@ -749,8 +749,9 @@ impl Worker {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let keep_alive = c.http.end_body(&mut c.out, &self.env, Instant::now());
         c.call = None;
+        let generation = c.generation;
         if let Some(s) = c.stream.take() {
-            self.forget_stream(idx, s);
+            self.forget_stream(idx, generation, s);
         }
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         if !keep_alive {

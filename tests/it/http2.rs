@@ -300,3 +300,136 @@ fn curl_with_prior_knowledge_when_installed() {
         .expect("curl");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200 2", "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Pump until `body` (read as it comes, released) contains `needle`; returns what was read.
+fn read_until(c: &mut H2Client, body: &mut h2::RecvStream, into: &mut Vec<u8>, needle: &str) -> String {
+    c.until(IO_TIMEOUT, needle, |c| {
+        let ended = c.body_now(body, into).expect("body");
+        let text = String::from_utf8_lossy(into).into_owned();
+        if text.contains(needle) {
+            Some(())
+        } else {
+            assert!(!ended, "the body ended without {needle:?}: {text}");
+            None
+        }
+    });
+    String::from_utf8_lossy(into).into_owned()
+}
+
+#[test]
+fn sse_over_h2_gets_heartbeats_a_notification_and_a_replay() {
+    let server = Server::api_builder().set("sse", "heartbeat_ms = 300").start();
+    let (_, admin) = server.admin();
+    let mut c = H2Client::h2c(server.addr());
+    let (mut rf, _) = c.start(c.build("GET", "/api/events", &[]), true);
+    let resp = c.head(&mut rf).expect("head");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers().get("content-type").and_then(|v| v.to_str().ok()), Some("text/event-stream"));
+    for name in HOP_BY_HOP {
+        assert!(resp.headers().get(name).is_none(), "{name}: {:?}", resp.headers());
+    }
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    read_until(&mut c, &mut body, &mut got, "retry:");
+    read_until(&mut c, &mut body, &mut got, "event: heartbeat");
+    // Another stream on the same connection meanwhile.
+    assert_eq!(c.get("/health").status, 200);
+    let n = server.notify(&admin, "over h2", "hello");
+    let text = read_until(&mut c, &mut body, &mut got, "over h2");
+    assert!(text.contains("event: notification"), "{text}");
+    // A second stream with Last-Event-ID 0 replays it.
+    let (mut rf, _) = c.start(c.build("GET", "/api/events", &[("last-event-id", "0")]), true);
+    let mut replay = c.head(&mut rf).expect("head").into_body();
+    let mut got2 = Vec::new();
+    let text = read_until(&mut c, &mut replay, &mut got2, "over h2");
+    assert!(text.contains(&format!("id: {}", n["id"])), "{text}");
+    // Two subscribers counted while open.
+    assert!(server.get("/metrics").body_str().contains("sse"), "metrics");
+}
+
+#[test]
+fn the_chat_echo_streams_over_h2() {
+    let server = Server::api_builder().set("chat", "echo_delay_ms = 10").start();
+    let mut c = H2Client::h2c(server.addr());
+    let body = serde_json::to_vec(&json!({"messages": [{"role": "user", "content": "one two three"}]})).unwrap();
+    let r = c.request("POST", "/api/chat", &[("content-type", "application/json")], Some(&body));
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    let text = r.body_str();
+    assert!(text.contains("three") && text.trim_end().ends_with("data: [DONE]"), "{text}");
+    assert!(r.header("transfer-encoding").is_none());
+}
+
+/// A server with `[download] dir` in a temp dir holding `name` = `data`.
+fn download_server(name: &str, data: &[u8]) -> (Server, tempfile::TempDir) {
+    let tmp = tempfile::Builder::new().prefix("forkd-h2dl-").tempdir().expect("tempdir");
+    std::fs::write(tmp.path().join(name), data).expect("write");
+    let s = Server::builder().set("download", &format!("dir = \"{}\"", tmp.path().display())).start();
+    (s, tmp)
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn a_download_with_range_and_head_over_h2() {
+    let data = pattern(700_000);
+    let (server, _tmp) = download_server("data.bin", &data);
+    let mut c = H2Client::h2c(server.addr());
+    let r = c.get("/download/data.bin");
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    assert_eq!(r.header("content-length"), Some("700000"));
+    assert!(r.body == data, "the body differs ({} bytes)", r.body.len());
+    let r = c.request("GET", "/download/data.bin", &[("range", "bytes=100000-100099")], None);
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, &data[100_000..100_100]);
+    assert_eq!(r.header("content-range"), Some("bytes 100000-100099/700000"));
+    let r = c.request("HEAD", "/download/data.bin", &[], None);
+    assert_eq!((r.status, r.header("content-length")), (200, Some("700000")));
+    assert!(r.body.is_empty());
+}
+
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_stalled_download_holds_bounded_memory_and_stalls_no_neighbour() {
+    let size = 48 << 20;
+    let (server, _tmp) = download_server("big.bin", &pattern(size));
+    let worker = server.wait_workers(1, IO_TIMEOUT)[0];
+    // A big connection window, the default stream window: only the download's stream stalls.
+    let mut builder = h2::client::Builder::new();
+    builder.initial_connection_window_size(64 << 20);
+    let mut c = H2Client::h2c_with(server.addr(), builder);
+    assert_eq!(c.get("/health").status, 200);
+    let before = rss_kib(worker);
+    let (mut rf, _) = c.start(c.build("GET", "/download/big.bin", &[]), true);
+    let resp = c.head(&mut rf).expect("head");
+    assert_eq!(resp.status(), 200);
+    // Never read: the stream's window (64 KiB) closes.
+    let _body = resp.into_body();
+    for _ in 0..100 {
+        c.pump();
+    }
+    assert!(c.received < 1 << 20, "{} bytes past a closed window", c.received);
+    // A neighbour on the same connection.
+    let t = Instant::now();
+    assert_eq!(c.get("/health").status, 200);
+    assert!(t.elapsed() < Duration::from_secs(2));
+    let after = rss_kib(worker);
+    assert!(after < before + 8 * 1024, "worker RSS {before} KiB → {after} KiB for a stalled {size}-byte download");
+}
