@@ -23,12 +23,13 @@ use bytes::Bytes;
 use super::panics::guard;
 use super::pool::{Completion, ExchangeId, Pool, Work, REPLAY_PANICKED};
 use super::streams::MAX_BACKLOG;
+use super::upstream::CallState;
 use super::{flush, read_into, Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
 use crate::app::{Body, Producer};
 use crate::error::Error;
 use crate::http::conn::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http::headers::valid_request_id;
-use crate::http::reply::FileRange;
+use crate::http::reply::{FileRange, Upstream};
 use crate::http::request::{Method, Request};
 use crate::http::response::{write_response, Delimit, RequestMeta, Response};
 use crate::http2::{Event, H2Conn, H2Settings, Reason, RequestHead, StreamId};
@@ -156,6 +157,8 @@ struct Exchange {
     unsent: Vec<u8>,
     /// The body is complete once `unsent` is sent.
     done: bool,
+    /// The upstream requests this exchange waits on, or its relay.
+    call: Option<CallState>,
 }
 
 /// One HTTP/2 connection's state: the codec and its exchanges.
@@ -176,6 +179,10 @@ pub(super) struct H2Session {
     closed: bool,
     /// Response heads are rendered here first (the HTTP/1.1 writer's form).
     scratch: Vec<u8>,
+    /// Upstream waits the worker must start (it owns the upstream sockets).
+    starts: Vec<(StreamId, Upstream)>,
+    /// Upstream waits of exchanges that went away, for the worker to cancel.
+    cancelled: Vec<(u32, CallState)>,
 }
 
 impl H2Session {
@@ -192,6 +199,8 @@ impl H2Session {
             peer_resets: 0,
             closed: false,
             scratch: Vec::new(),
+            starts: Vec::new(),
+            cancelled: Vec::new(),
         }
     }
 
@@ -228,6 +237,12 @@ impl H2Session {
         self.cut_at = Some(self.cut_at.map_or(cut_at, |t| t.min(cut_at)));
     }
 
+    /// The upstream wait of exchange `stream`, while it is open.
+    pub(super) fn call_slot(&mut self, stream: u32) -> Option<&mut Option<CallState>> {
+        let i = self.find(StreamId(stream))?;
+        Some(&mut self.exchanges[i].call)
+    }
+
     fn find(&self, stream: StreamId) -> Option<usize> {
         self.exchanges.iter().position(|e| e.stream == stream)
     }
@@ -236,6 +251,9 @@ impl H2Session {
         let ex = self.exchanges.swap_remove(i);
         if matches!(ex.produce, Some(Produce::Events { .. })) {
             cx.sse.remove(&cx.id(ex.stream));
+        }
+        if let Some(call) = ex.call {
+            self.cancelled.push((ex.stream.0, call));
         }
         if self.exchanges.is_empty() {
             self.idle_since = Some(now);
@@ -331,6 +349,7 @@ impl H2Session {
             produce: None,
             unsent: Vec::new(),
             done: false,
+            call: None,
         };
         self.exchanges.push(ex);
         self.idle_since = None;
@@ -416,10 +435,13 @@ impl H2Session {
                     ex.done = len == 0;
                 }
             }
-            // Upstreams and WebSockets come in later steps.
-            Body::Upstream(_) | Body::WebSocket(_) => {
-                self.fail(i, Error::ServiceUnavailable("not available over HTTP/2"), cx, now)
+            Body::Upstream(up) => {
+                ex.stage = Stage::Waiting;
+                let stream = ex.stream;
+                self.starts.push((stream, up));
             }
+            // WebSockets come in a later step.
+            Body::WebSocket(_) => self.fail(i, Error::ServiceUnavailable("not available over HTTP/2"), cx, now),
         }
     }
 
@@ -802,6 +824,32 @@ impl Worker {
             }
         }
         let generation = c.generation;
+        let (starts, cancelled, relays) = match c.h2.as_mut() {
+            Some(sess) => {
+                let relays: Vec<u32> = sess
+                    .exchanges
+                    .iter()
+                    .filter(|e| matches!(e.call, Some(CallState::Relay { .. })) && e.unsent.len() <= HIGH_WATERMARK)
+                    .map(|e| e.stream.0)
+                    .collect();
+                (std::mem::take(&mut sess.starts), std::mem::take(&mut sess.cancelled), relays)
+            }
+            None => Default::default(),
+        };
+        for (stream, call) in cancelled {
+            self.cancel_call(ExchangeId { conn: idx, stream, generation }, call);
+        }
+        for stream in relays {
+            self.relay_resume(ExchangeId { conn: idx, stream, generation });
+        }
+        let started = !starts.is_empty();
+        for (stream, up) in starts {
+            self.start_call(ExchangeId { conn: idx, stream: stream.0, generation }, up);
+        }
+        if started {
+            // What the upstreams answered at once (an error, a cached answer) goes out now.
+            self.drained.push((idx, generation));
+        }
         if self.svc.stats.sse.load(std::sync::atomic::Ordering::Relaxed) != self.sse.len() {
             self.sse_count_changed();
         }
@@ -811,6 +859,10 @@ impl Worker {
         }
         if end {
             self.end(idx);
+            return;
+        }
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        if c.generation != generation {
             return;
         }
         if again {
@@ -879,12 +931,101 @@ impl Worker {
         self.drained.push((id.conn, id.generation));
     }
 
-    /// An HTTP/2 connection closed: its subscriptions go.
-    pub(super) fn forget_h2(&mut self, idx: usize, generation: u32, sess: &H2Session) {
+    /// An HTTP/2 connection closed: its subscriptions and upstream waits go.
+    pub(super) fn forget_h2(&mut self, idx: usize, generation: u32, mut sess: H2Session) {
         for stream in sess.event_streams() {
             self.sse.remove(&ExchangeId { conn: idx, stream, generation });
         }
         self.sse_count_changed();
+        let mut calls = std::mem::take(&mut sess.cancelled);
+        calls.extend(sess.exchanges.iter_mut().filter_map(|e| Some((e.stream.0, e.call.take()?))));
+        for (stream, call) in calls {
+            self.cancel_call(ExchangeId { conn: idx, stream, generation }, call);
+        }
+    }
+
+    /// The session of exchange `id`'s connection, if the exchange's connection is still there.
+    fn h2_session(&mut self, id: ExchangeId) -> Option<&mut H2Session> {
+        let c = self.conns.get_mut(id.conn)?.as_mut()?;
+        if c.generation != id.generation {
+            return None;
+        }
+        c.h2.as_deref_mut()
+    }
+
+    /// Answer an HTTP/2 exchange that waited on upstreams (`stream`: its
+    /// body follows as relayed events). Returns whether a body follows.
+    pub(super) fn h2_respond_waiting(&mut self, id: ExchangeId, resp: Response, stream: bool) -> bool {
+        let now = Instant::now();
+        let Some(Some(c)) = self.conns.get_mut(id.conn) else { return false };
+        if c.generation != id.generation {
+            return false;
+        }
+        let Some(sess) = c.h2.as_mut() else { return false };
+        let Some(i) = sess.find(StreamId(id.stream)) else { return false };
+        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+        let mut cx = Cx {
+            glue: &mut glue,
+            env: &mut self.env,
+            pool: &self.pool,
+            sse: &mut self.sse,
+            conn: id.conn,
+            generation: id.generation,
+        };
+        let delimit = if stream { Delimit::Chunked } else { Delimit::Length };
+        let follows = sess.answer(i, resp, delimit, &mut cx, now);
+        self.drained.push((id.conn, id.generation));
+        follows
+    }
+
+    /// Relayed events for an HTTP/2 exchange: queued on it, sent as its
+    /// window allows (the connection is driven after this turn's events).
+    pub(super) fn h2_relay_data(&mut self, id: ExchangeId, events: &[u8]) {
+        if events.is_empty() {
+            return;
+        }
+        let Some(sess) = self.h2_session(id) else { return };
+        if let Some(i) = sess.find(StreamId(id.stream)) {
+            sess.exchanges[i].unsent.extend_from_slice(events);
+            self.drained.push((id.conn, id.generation));
+        }
+    }
+
+    /// The relay of an HTTP/2 exchange is behind its client: its upstream
+    /// pauses until the stream's unsent bytes drain.
+    pub(super) fn h2_relay_slow(&mut self, id: ExchangeId) -> bool {
+        let Some(sess) = self.h2_session(id) else { return false };
+        sess.find(StreamId(id.stream)).is_some_and(|i| sess.exchanges[i].unsent.len() > HIGH_WATERMARK)
+    }
+
+    /// The relay of an HTTP/2 exchange ended: its body ends once sent.
+    pub(super) fn h2_relay_done(&mut self, id: ExchangeId) {
+        let Some(sess) = self.h2_session(id) else { return };
+        if let Some(i) = sess.find(StreamId(id.stream)) {
+            let ex = &mut sess.exchanges[i];
+            ex.call = None;
+            ex.done = true;
+        }
+        self.drained.push((id.conn, id.generation));
+    }
+
+    /// The relay of an HTTP/2 exchange failed in app code after its head:
+    /// the stream is reset (the client sees it cut short), its upstream closed.
+    pub(super) fn h2_relay_abort(&mut self, id: ExchangeId) {
+        let now = Instant::now();
+        let Some(sess) = self.h2_session(id) else { return };
+        let stream = StreamId(id.stream);
+        if let Some(i) = sess.find(stream) {
+            let ex = sess.exchanges.swap_remove(i);
+            let _ = sess.conn.reset(stream, Reason::INTERNAL_ERROR);
+            if sess.exchanges.is_empty() {
+                sess.idle_since = Some(now);
+            }
+            if let Some(call) = ex.call {
+                self.cancel_call(id, call);
+            }
+        }
+        self.drained.push((id.conn, id.generation));
     }
 
     /// Publish the number of event streams (metrics, `/api/stats`).

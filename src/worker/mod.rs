@@ -529,10 +529,10 @@ impl Worker {
                 self.forget_stream(idx, c.generation, s);
             }
             if let Some(call) = c.call.take() {
-                self.cancel_call(idx, call);
+                self.cancel_call(ExchangeId::h1(idx, c.generation), call);
             }
             if let Some(sess) = c.h2.take() {
-                self.forget_h2(idx, c.generation, &sess);
+                self.forget_h2(idx, c.generation, *sess);
             }
             self.free.push(idx);
             self.live -= 1;
@@ -720,6 +720,7 @@ impl Worker {
         }
         // What the reply's body needs from the loop, if anything. The codec
         // decided already: `HEAD` got the head only, and no body comes here.
+        let generation = c.generation;
         let body = match c.http.take_body() {
             // A request that reached its handler runs to its end, whatever
             // becomes of the connection meanwhile (its answer is then dropped).
@@ -744,7 +745,7 @@ impl Worker {
         match body {
             None | Some(Body::Full | Body::Job(_)) => {}
             Some(Body::Upstream(up)) => {
-                self.start_call(idx, up);
+                self.start_call(ExchangeId::h1(idx, generation), up);
                 self.arm(idx);
                 return;
             }

@@ -395,13 +395,14 @@ impl Worker {
             return;
         }
         let relay = matches!(c.stream, Some(Stream::Relay));
+        let generation = c.generation;
         shed_buffers(c);
         self.arm(idx);
         if download {
             self.feed(idx);
         }
         if relay {
-            self.relay_resume(idx);
+            self.relay_resume(ExchangeId::h1(idx, generation));
         }
         for t in todo {
             self.ws_todo(idx, t);
@@ -764,7 +765,7 @@ impl Worker {
             self.forget_stream(idx, generation, s);
         }
         if let Some(call) = call {
-            self.cancel_call(idx, call);
+            self.cancel_call(ExchangeId::h1(idx, generation), call);
         }
         self.flush_conn(idx);
     }

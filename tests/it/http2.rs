@@ -433,3 +433,62 @@ fn a_stalled_download_holds_bounded_memory_and_stalls_no_neighbour() {
     let after = rss_kib(worker);
     assert!(after < before + 8 * 1024, "worker RSS {before} KiB → {after} KiB for a stalled {size}-byte download");
 }
+
+#[test]
+fn the_homepage_gathers_its_upstreams_per_stream() {
+    use crate::upstream::{Behaviour, Upstream};
+    let up = Upstream::start(|r| {
+        if r.path.ends_with("/orders") || r.path.ends_with("/recommendations") {
+            Behaviour::json(200, &json!([]))
+        } else {
+            Behaviour::json(200, &json!({"id": 1, "name": "Upstream User", "avatar": "a.png"}))
+        }
+    });
+    let url = up.url();
+    let server = Server::api_builder()
+        .set("upstreams", &format!("users = \"{url}\"\norders = \"{url}\"\nrecommendations = \"{url}\""))
+        .start();
+    let (_, token) = server.user("Home");
+    let bearer = format!("Bearer {token}");
+    let mut c = H2Client::h2c(server.addr());
+    // Several at once on one connection, each waiting on its own upstream calls.
+    let mut pending = Vec::new();
+    for _ in 0..4 {
+        let req = c.build("GET", "/api/homepage", &[("authorization", &bearer)]);
+        pending.push(c.start(req, true).0);
+    }
+    for mut rf in pending {
+        let resp = c.head(&mut rf).expect("head");
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        let v: serde_json::Value = serde_json::from_slice(&c.body(&mut body)).expect("json");
+        assert_eq!(v["data"]["user"]["name"], json!("Upstream User"), "{v}");
+    }
+}
+
+#[test]
+fn the_chat_relay_streams_over_h2() {
+    use crate::upstream::{After, Behaviour, Upstream};
+    let mut pieces: Vec<(Duration, String)> = ["Hel", "lo ", "h2"]
+        .iter()
+        .map(|c| {
+            let d = json!({"choices": [{"index": 0, "delta": {"content": c}}]});
+            (Duration::from_millis(20), format!("data: {d}\n\n"))
+        })
+        .collect();
+    pieces.push((Duration::ZERO, "data: [DONE]\n\n".to_string()));
+    let up = Upstream::start(move |_| Behaviour::sse(pieces.clone(), After::Finish));
+    let server = Server::api_builder()
+        .set("chat", &format!("upstream = \"{}/v1/chat/completions\"\nmodel = \"m1\"", up.url()))
+        .start();
+    let mut c = H2Client::h2c(server.addr());
+    let body = serde_json::to_vec(&json!({"messages": [{"role": "user", "content": "hi"}]})).unwrap();
+    let r = c.request("POST", "/api/chat", &[("content-type", "application/json")], Some(&body));
+    assert_eq!(r.status, 200, "{}\n{}", r.body_str(), server.log_tail());
+    let text = r.body_str();
+    for piece in ["Hel", "lo ", "h2"] {
+        assert!(text.contains(piece), "{text}");
+    }
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    assert_eq!(c.get("/health").status, 200);
+}
