@@ -22,10 +22,10 @@ use bytes::Bytes;
 
 use super::panics::guard;
 use super::pool::{Completion, ExchangeId, Pool, Work, REPLAY_PANICKED};
-use super::streams::MAX_BACKLOG;
+use super::streams::{Todo, Ws, MAX_BACKLOG, WS_PING_EVERY};
 use super::upstream::CallState;
 use super::{flush, read_into, Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
-use crate::app::{Body, Producer};
+use crate::app::{Body, Producer, Services, WebSocket};
 use crate::error::Error;
 use crate::http::conn::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http::headers::valid_request_id;
@@ -110,6 +110,13 @@ enum Produce {
     },
     /// Events from a timer (the chat echo).
     Ticker { ticker: Box<dyn crate::app::Ticker>, next: Instant },
+    /// A WebSocket over an extended CONNECT (RFC 8441): its frames are the
+    /// stream's DATA both ways.
+    Ws {
+        ws: Box<Ws>,
+        /// Received bytes not yet a complete frame.
+        input: Vec<u8>,
+    },
     /// A byte range of a file, read on the pool slice by slice.
     Download {
         file: Arc<std::fs::File>,
@@ -129,6 +136,7 @@ impl Produce {
         match self {
             Produce::Events { next_beat, .. } => Some(*next_beat),
             Produce::Ticker { next, .. } => Some(*next),
+            Produce::Ws { ws, .. } => Some(ws.next_ping),
             Produce::Download { .. } => None,
         }
     }
@@ -159,6 +167,8 @@ struct Exchange {
     done: bool,
     /// The upstream requests this exchange waits on, or its relay.
     call: Option<CallState>,
+    /// An extended CONNECT for `websocket` (RFC 8441).
+    connect_ws: bool,
 }
 
 /// One HTTP/2 connection's state: the codec and its exchanges.
@@ -183,6 +193,10 @@ pub(super) struct H2Session {
     starts: Vec<(StreamId, Upstream)>,
     /// Upstream waits of exchanges that went away, for the worker to cancel.
     cancelled: Vec<(u32, CallState)>,
+    /// What WebSocket messages asked the worker for (rooms), per stream.
+    todo: Vec<(u32, Todo)>,
+    /// WebSockets that went away, with the rooms they were in.
+    left: Vec<(u32, Vec<String>)>,
 }
 
 impl H2Session {
@@ -201,6 +215,8 @@ impl H2Session {
             scratch: Vec::new(),
             starts: Vec::new(),
             cancelled: Vec::new(),
+            todo: Vec::new(),
+            left: Vec::new(),
         }
     }
 
@@ -217,10 +233,18 @@ impl H2Session {
     pub(super) fn end_event_streams(&mut self) -> Vec<u32> {
         let mut ended = Vec::new();
         for ex in &mut self.exchanges {
-            if matches!(ex.produce, Some(Produce::Events { .. })) {
-                ex.produce = None;
-                ex.done = true;
-                ended.push(ex.stream.0);
+            match &mut ex.produce {
+                Some(Produce::Events { .. }) => {
+                    ex.produce = None;
+                    ex.done = true;
+                    ended.push(ex.stream.0);
+                }
+                // WebSockets: close 1001 (going away), then the stream ends.
+                Some(Produce::Ws { ws, .. }) => {
+                    ws.conn.close(1001, "server shutting down", &mut ex.unsent);
+                    ex.done = true;
+                }
+                _ => {}
             }
         }
         ended
@@ -235,6 +259,17 @@ impl H2Session {
     pub(super) fn shut_down(&mut self, cut_at: Instant) {
         self.conn.graceful_shutdown();
         self.cut_at = Some(self.cut_at.map_or(cut_at, |t| t.min(cut_at)));
+    }
+
+    /// The WebSocket of exchange `stream`, its output, and that output's length.
+    pub(super) fn ws_of(&mut self, stream: u32) -> Option<(&mut Ws, &mut Vec<u8>, usize)> {
+        let i = self.find(StreamId(stream))?;
+        let ex = &mut self.exchanges[i];
+        let backlog = ex.unsent.len();
+        match &mut ex.produce {
+            Some(Produce::Ws { ws, .. }) => Some((ws, &mut ex.unsent, backlog)),
+            _ => None,
+        }
     }
 
     /// The upstream wait of exchange `stream`, while it is open.
@@ -254,6 +289,9 @@ impl H2Session {
         }
         if let Some(call) = ex.call {
             self.cancelled.push((ex.stream.0, call));
+        }
+        if let Some(Produce::Ws { ws, .. }) = ex.produce {
+            self.left.push((ex.stream.0, ws.rooms));
         }
         if self.exchanges.is_empty() {
             self.idle_since = Some(now);
@@ -285,6 +323,26 @@ impl H2Session {
                 let _ = self.conn.release(stream, bytes.len());
                 let Some(i) = self.find(stream) else { return };
                 let ex = &mut self.exchanges[i];
+                if let Some(Produce::Ws { ws, input }) = &mut ex.produce {
+                    input.extend_from_slice(&bytes);
+                    let mut todo = Vec::new();
+                    let mut closed = false;
+                    match ws.read(cx.glue.app, input, &mut ex.unsent, &mut todo, &mut closed) {
+                        Ok(used) => {
+                            input.drain(..used);
+                        }
+                        Err(()) => {
+                            ws.conn.close(1011, "internal error", &mut ex.unsent);
+                            closed = true;
+                        }
+                    }
+                    self.todo.extend(todo.into_iter().map(|t| (stream.0, t)));
+                    // The peer's close (or its end of the stream) ends ours.
+                    if closed || end || ws.conn.is_closing() {
+                        ex.done = true;
+                    }
+                    return;
+                }
                 if ex.stage != Stage::Receiving {
                     return;
                 }
@@ -328,6 +386,8 @@ impl H2Session {
                 String::from_utf8_lossy(&u).into_owned()
             }
         };
+        // RFC 8441: the stream is the tunnel; the request is complete with its head.
+        let connect_ws = head.method == http::Method::CONNECT && head.protocol.as_deref() == Some("websocket");
         let declared = head
             .headers
             .iter()
@@ -342,7 +402,7 @@ impl H2Session {
             body: Vec::new(),
             stage: Stage::Receiving,
             started: now,
-            deadline: (!head.end_stream).then(|| now + cx.env.body_timeout),
+            deadline: (!head.end_stream && !connect_ws).then(|| now + cx.env.body_timeout),
             request_id,
             label: 0,
             streaming: false,
@@ -350,6 +410,7 @@ impl H2Session {
             unsent: Vec::new(),
             done: false,
             call: None,
+            connect_ws,
         };
         self.exchanges.push(ex);
         self.idle_since = None;
@@ -357,7 +418,7 @@ impl H2Session {
         if declared.is_some_and(|n| n > cx.env.max_body) {
             return self.fail(i, Error::PayloadTooLarge, cx, now);
         }
-        if head.end_stream {
+        if head.end_stream || connect_ws {
             self.dispatch(i, cx, now);
         }
     }
@@ -378,13 +439,22 @@ impl H2Session {
                 }
                 headers.push(httparse::Header { name: name.as_str(), value: value.as_bytes() });
             }
+            if ex.connect_ws {
+                // The handlers speak the HTTP/1.1 handshake: an extended CONNECT
+                // is that GET, whose key no one will check (RFC 8441 §5 has none).
+                headers.push(httparse::Header { name: "upgrade", value: b"websocket" });
+                headers.push(httparse::Header { name: "connection", value: b"upgrade" });
+                if !headers.iter().any(|h| h.name == "sec-websocket-key") {
+                    headers.push(httparse::Header { name: "sec-websocket-key", value: b"AAAAAAAAAAAAAAAAAAAAAA==" });
+                }
+            }
             let hosts: Vec<&[u8]> = headers.iter().filter(|h| h.name == "host").map(|h| h.value).collect();
             if hosts.len() != 1 || !crate::http::parse::valid_host(hosts[0]) {
                 Err(Error::bad_request("missing or repeated Host"))
             } else {
                 let (path, query) = crate::http::parse::split_target(&ex.target);
                 let req = Request {
-                    method: ex.method,
+                    method: if ex.connect_ws { Method::Get } else { ex.method },
                     path,
                     query,
                     http10: false,
@@ -440,8 +510,9 @@ impl H2Session {
                 let stream = ex.stream;
                 self.starts.push((stream, up));
             }
-            // WebSockets come in a later step.
-            Body::WebSocket(_) => self.fail(i, Error::ServiceUnavailable("not available over HTTP/2"), cx, now),
+            Body::WebSocket(ws) if ex.connect_ws => self.start_websocket(i, ws, cx, now),
+            // Only an extended CONNECT opens a WebSocket over HTTP/2.
+            Body::WebSocket(_) => self.fail(i, Error::bad_request("WebSocket needs an extended CONNECT"), cx, now),
         }
     }
 
@@ -495,6 +566,29 @@ impl H2Session {
             self.remove(i, cx, now);
             false
         }
+    }
+
+    /// Exchange `i` (an extended CONNECT) was accepted as a WebSocket: 200,
+    /// then WebSocket frames in the stream's DATA.
+    fn start_websocket(&mut self, i: usize, w: WebSocket, cx: &mut Cx<'_, '_>, now: Instant) {
+        if !self.answer(i, Response::new(200), Delimit::Upgrade, cx, now) {
+            return;
+        }
+        let WebSocket { user_id, name, .. } = w;
+        let ex = &mut self.exchanges[i];
+        let mut conn = crate::proto::ws::WsConn::new(cx.svc.config.websocket.max_message_bytes);
+        let hello = user_id.map(|uid| guard("WebSocket greeting", || crate::app::ws::connected(uid)));
+        match hello {
+            Some(Ok(hello)) => conn.send_text(&hello, &mut ex.unsent),
+            Some(Err(_)) => {
+                conn.close(1011, "internal error", &mut ex.unsent);
+                ex.done = true;
+            }
+            None => {}
+        }
+        ex.produce = Some(Produce::Ws { ws: Box::new(Ws::new(conn, user_id, name, now)), input: Vec::new() });
+        let n = cx.svc.stats.ws.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        cx.glue.metrics.set_websocket_clients(n);
     }
 
     /// Exchange `i`'s head went out; its events come from `p`.
@@ -672,6 +766,18 @@ impl H2Session {
                         }
                     }
                 }
+                Some(Produce::Ws { ws, .. }) if ws.next_ping <= now => {
+                    ws.next_ping = now + WS_PING_EVERY;
+                    if ws.awaiting_pong {
+                        log::debug!("WebSocket peer stopped answering pings; dropping it");
+                        ex.unsent.clear();
+                        ws.conn.close(1001, "ping timeout", &mut ex.unsent);
+                        ex.done = true;
+                    } else if ex.unsent.len() <= HIGH_WATERMARK {
+                        ws.conn.ping(b"", &mut ex.unsent);
+                        ws.awaiting_pong = true;
+                    }
+                }
                 Some(Produce::Ticker { ticker, next }) if *next <= now => {
                     if ex.unsent.len() > HIGH_WATERMARK {
                         *next = now + TICK_BACKOFF;
@@ -733,6 +839,7 @@ fn send_rendered(
 /// What a session needs from the worker while it handles events.
 struct Cx<'a, 'g> {
     glue: &'a mut Glue<'g>,
+    svc: &'static Services,
     env: &'a mut Env,
     pool: &'a Pool,
     /// The worker's event-stream subscribers.
@@ -791,6 +898,7 @@ impl Worker {
             }
             let mut cx = Cx {
                 glue: &mut glue,
+                svc: self.svc,
                 env: &mut self.env,
                 pool: &self.pool,
                 sse: &mut self.sse,
@@ -824,7 +932,7 @@ impl Worker {
             }
         }
         let generation = c.generation;
-        let (starts, cancelled, relays) = match c.h2.as_mut() {
+        let (starts, cancelled, relays, todo, left) = match c.h2.as_mut() {
             Some(sess) => {
                 let relays: Vec<u32> = sess
                     .exchanges
@@ -832,10 +940,20 @@ impl Worker {
                     .filter(|e| matches!(e.call, Some(CallState::Relay { .. })) && e.unsent.len() <= HIGH_WATERMARK)
                     .map(|e| e.stream.0)
                     .collect();
-                (std::mem::take(&mut sess.starts), std::mem::take(&mut sess.cancelled), relays)
+                (
+                    std::mem::take(&mut sess.starts),
+                    std::mem::take(&mut sess.cancelled),
+                    relays,
+                    std::mem::take(&mut sess.todo),
+                    std::mem::take(&mut sess.left),
+                )
             }
             None => Default::default(),
         };
+        for (stream, t) in todo {
+            self.ws_todo(ExchangeId { conn: idx, stream, generation }, t);
+        }
+        self.h2_left(idx, generation, left);
         for (stream, call) in cancelled {
             self.cancel_call(ExchangeId { conn: idx, stream, generation }, call);
         }
@@ -888,6 +1006,7 @@ impl Worker {
                 let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
                 let mut cx = Cx {
                     glue: &mut glue,
+                    svc: self.svc,
                     env: &mut self.env,
                     pool: &self.pool,
                     sse: &mut self.sse,
@@ -942,6 +1061,44 @@ impl Worker {
         for (stream, call) in calls {
             self.cancel_call(ExchangeId { conn: idx, stream, generation }, call);
         }
+        let mut left = std::mem::take(&mut sess.left);
+        for ex in sess.exchanges.drain(..) {
+            if let Some(Produce::Ws { ws, .. }) = ex.produce {
+                left.push((ex.stream.0, ws.rooms));
+            }
+        }
+        self.h2_left(idx, generation, left);
+    }
+
+    /// WebSockets of connection `idx` that went away: out of their rooms, uncounted.
+    fn h2_left(&mut self, idx: usize, generation: u32, left: Vec<(u32, Vec<String>)>) {
+        for (stream, rooms) in left {
+            let id = ExchangeId { conn: idx, stream, generation };
+            for room in &rooms {
+                if self.rooms.leave(room, id) {
+                    self.svc.stats.members.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            let n = self.svc.stats.ws.fetch_sub(1, std::sync::atomic::Ordering::Relaxed).saturating_sub(1);
+            self.metrics.set_websocket_clients(n);
+        }
+    }
+
+    /// Drop HTTP/2 exchange `id` (a WebSocket member that stopped reading): its stream is reset.
+    pub(super) fn h2_drop_exchange(&mut self, id: ExchangeId) {
+        let Some(sess) = self.h2_session(id) else { return };
+        let stream = StreamId(id.stream);
+        let _ = sess.conn.reset(stream, Reason::CANCEL);
+        if let Some(i) = sess.find(stream) {
+            let ex = sess.exchanges.swap_remove(i);
+            if sess.exchanges.is_empty() {
+                sess.idle_since = Some(Instant::now());
+            }
+            if let Some(Produce::Ws { ws, .. }) = ex.produce {
+                sess.left.push((id.stream, ws.rooms));
+            }
+        }
+        self.drained.push((id.conn, id.generation));
     }
 
     /// The session of exchange `id`'s connection, if the exchange's connection is still there.
@@ -966,6 +1123,7 @@ impl Worker {
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         let mut cx = Cx {
             glue: &mut glue,
+            svc: self.svc,
             env: &mut self.env,
             pool: &self.pool,
             sse: &mut self.sse,
@@ -1050,6 +1208,7 @@ impl Worker {
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         let mut cx = Cx {
             glue: &mut glue,
+            svc: self.svc,
             env: &mut self.env,
             pool: &self.pool,
             sse: &mut self.sse,

@@ -492,3 +492,133 @@ fn the_chat_relay_streams_over_h2() {
     assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
     assert_eq!(c.get("/health").status, 200);
 }
+
+/// A masked client text frame.
+fn ws_text_frame(text: &str) -> Vec<u8> {
+    let p = text.as_bytes();
+    let mut f = vec![0x81];
+    if p.len() < 126 {
+        f.push(0x80 | p.len() as u8);
+    } else {
+        f.push(0x80 | 126);
+        f.extend_from_slice(&(p.len() as u16).to_be_bytes());
+    }
+    let mask = [0x12, 0x34, 0x56, 0x78];
+    f.extend_from_slice(&mask);
+    f.extend(p.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+/// Complete server frames at the start of `buf` (opcode, payload), removed from it.
+fn ws_frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
+    let mut frames = Vec::new();
+    loop {
+        if buf.len() < 2 {
+            return frames;
+        }
+        let (mut at, mut len) = (2, (buf[1] & 0x7f) as usize);
+        if len == 126 {
+            if buf.len() < 4 {
+                return frames;
+            }
+            len = u16::from_be_bytes([buf[2], buf[3]]) as usize;
+            at = 4;
+        } else if len == 127 {
+            if buf.len() < 10 {
+                return frames;
+            }
+            len = u64::from_be_bytes(buf[2..10].try_into().expect("8 bytes")) as usize;
+            at = 10;
+        }
+        if buf.len() < at + len {
+            return frames;
+        }
+        frames.push((buf[0] & 0x0f, buf[at..at + len].to_vec()));
+        buf.drain(..at + len);
+    }
+}
+
+/// The next JSON text message on an h2 WebSocket whose content matches `pred`.
+fn ws_recv_until(
+    c: &mut H2Client,
+    body: &mut h2::RecvStream,
+    buf: &mut Vec<u8>,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let mut pending: std::collections::VecDeque<serde_json::Value> = Default::default();
+    c.until(IO_TIMEOUT, "a WebSocket message", |c| {
+        while let Some(m) = pending.pop_front() {
+            if pred(&m) {
+                return Some(m);
+            }
+        }
+        let _ = c.body_now(body, buf).expect("body");
+        for (op, payload) in ws_frames(buf) {
+            if op == 1 {
+                pending.push_back(serde_json::from_slice(&payload).expect("JSON message"));
+            }
+        }
+        None
+    })
+}
+
+#[test]
+fn websocket_chat_by_extended_connect_meets_an_http1_member() {
+    let s = Server::api_builder().start();
+    let (ua, ta) = s.user("Alice");
+    let (ub, tb) = s.user("Bob");
+    let (a_id, b_id) = (ua["id"].as_i64().expect("id"), ub["id"].as_i64().expect("id"));
+    let mut c = H2Client::h2c(s.addr());
+    c.until(IO_TIMEOUT, "SETTINGS_ENABLE_CONNECT_PROTOCOL", |c| {
+        c.send.is_extended_connect_protocol_enabled().then_some(())
+    });
+    let mut req = http::Request::builder()
+        .method("CONNECT")
+        .uri(format!("http://{}/ws?token={}", s.addr(), urlencode(&ta)))
+        .header("sec-websocket-version", "13")
+        .body(())
+        .expect("request");
+    req.extensions_mut().insert(h2::ext::Protocol::from_static("websocket"));
+    let (mut rf, mut send) = c.start(req, false);
+    let resp = c.head(&mut rf).expect("head");
+    assert_eq!(resp.status(), 200, "{resp:?}\n{}", s.log_tail());
+    assert!(resp.headers().get("sec-websocket-accept").is_none());
+    let mut body = resp.into_body();
+    let mut buf = Vec::new();
+    let hello = ws_recv_until(&mut c, &mut body, &mut buf, |_| true);
+    assert_eq!(hello["type"], json!("connected"), "{hello}");
+    // Bob over HTTP/1.1 joins room r and sees his own marker (his join is in place).
+    let (mut b, _) = s.ws_chat(&tb);
+    b.send_json(&json!({"type": "join", "roomId": "r"}));
+    b.send_json(&json!({"type": "chat", "roomId": "r", "content": "bob-marker"}));
+    loop {
+        let m = b.recv_json(IO_TIMEOUT).expect("bob's marker");
+        if m["content"] == json!("bob-marker") {
+            assert_eq!(m["from"], json!(b_id));
+            break;
+        }
+    }
+    // Alice (HTTP/2) chats in r: both get it.
+    send.send_data(bytes::Bytes::from(ws_text_frame(&json!({"type": "join", "roomId": "r"}).to_string())), false)
+        .expect("send");
+    let hi = json!({"type": "chat", "roomId": "r", "content": "hello from h2"}).to_string();
+    send.send_data(bytes::Bytes::from(ws_text_frame(&hi)), false).expect("send");
+    let m = ws_recv_until(&mut c, &mut body, &mut buf, |m| m["content"] == json!("hello from h2"));
+    assert_eq!(m["from"], json!(a_id));
+    loop {
+        let m = b.recv_json(IO_TIMEOUT).expect("alice's chat over HTTP/1.1");
+        if m["content"] == json!("hello from h2") {
+            assert_eq!(m["from"], json!(a_id));
+            break;
+        }
+    }
+    // Bob answers: Alice gets it on her stream.
+    b.send_json(&json!({"type": "chat", "roomId": "r", "content": "hi back"}));
+    let m = ws_recv_until(&mut c, &mut body, &mut buf, |m| m["content"] == json!("hi back"));
+    assert_eq!(m["from"], json!(b_id));
+    // Another stream on the same connection still works.
+    assert_eq!(c.get("/health").status, 200);
+    // `/ws` over HTTP/1.1 still works (Bob's), and a plain GET /ws over h2 is refused.
+    let r = c.get(&format!("/ws?token={}", urlencode(&ta)));
+    assert_eq!(r.status, 400, "{}", r.body_str());
+}
