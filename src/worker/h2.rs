@@ -57,6 +57,13 @@ const READS_AHEAD: usize = 2;
 /// While a stream's unsent bytes pass this, its timer-driven producer waits.
 const TICK_BACKOFF: Duration = Duration::from_millis(50);
 
+/// How long a draining connection's open streams may run after its GOAWAY:
+/// most of the worker's shutdown timeout, so the abort (`GOAWAY`, then the
+/// close) goes out before the worker exits and cuts every socket.
+pub(super) fn cut_after(shutdown_timeout: Duration) -> Duration {
+    shutdown_timeout - shutdown_timeout / 10
+}
+
 /// What the first bytes of a connection say it speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Sniff {
@@ -860,7 +867,7 @@ impl Worker {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let mut sess = H2Session::new(&self.env, c.peer, c.tls.is_some(), Instant::now());
         if self.env.draining {
-            sess.shut_down(Instant::now() + self.config.shutdown_timeout);
+            sess.shut_down(Instant::now() + cut_after(self.config.shutdown_timeout));
         }
         c.h2 = Some(Box::new(sess));
         self.drive_h2(idx);

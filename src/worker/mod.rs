@@ -403,7 +403,7 @@ impl Worker {
             if let Some(Some(c)) = self.conns.get_mut(i) {
                 if let Some(sess) = c.h2.as_mut() {
                     // GOAWAY: open streams finish; the drain deadline cuts the rest.
-                    sess.shut_down(now + self.config.shutdown_timeout);
+                    sess.shut_down(now + h2::cut_after(self.config.shutdown_timeout));
                 } else if c.stream.is_none() && c.linger.is_none() {
                     c.http.drain(now);
                 }

@@ -223,11 +223,13 @@ fn a_garbage_preface_and_a_reset_flood_do_not_hurt_another_connection() {
             break;
         }
     }
+    let resets = started.elapsed();
     assert!(c.wait_end(IO_TIMEOUT), "the connection must end");
-    if let Some(Err(e)) = &c.ended {
-        assert_eq!(e.reason(), Some(h2::Reason::ENHANCE_YOUR_CALM), "{e}");
+    match &c.ended {
+        Some(Err(e)) => assert_eq!(e.reason(), Some(h2::Reason::ENHANCE_YOUR_CALM), "{e}"),
+        other => panic!("GOAWAY(ENHANCE_YOUR_CALM) expected after {resets:?}: {other:?}"),
     }
-    assert_eq!(other.get("/health").status, 200);
+    assert_eq!(H2Client::h2c(server.addr()).get("/health").status, 200);
     assert_eq!(server.get("/health").status, 200);
 }
 
@@ -621,4 +623,61 @@ fn websocket_chat_by_extended_connect_meets_an_http1_member() {
     // `/ws` over HTTP/1.1 still works (Bob's), and a plain GET /ws over h2 is refused.
     let r = c.get(&format!("/ws?token={}", urlencode(&ta)));
     assert_eq!(r.status, 400, "{}", r.body_str());
+}
+
+#[test]
+fn sigterm_ends_an_h2_event_stream_and_cuts_a_stuck_stream_at_the_deadline() {
+    let mut server = Server::api_builder().top("shutdown_timeout_ms = 2000").start();
+    let mut c = H2Client::h2c(server.addr());
+    let (mut rf, _) = c.start(c.build("GET", "/api/events", &[]), true);
+    let mut events = c.head(&mut rf).expect("head").into_body();
+    let mut got = Vec::new();
+    read_until(&mut c, &mut events, &mut got, "retry:");
+    // A second stream that never finishes its body.
+    let req = c.build("POST", "/api/v1/users", &[("content-type", "application/json")]);
+    let (_stuck, _send) = c.start(req, false);
+    c.pump();
+    let t = Instant::now();
+    server.signal(Signal::SIGTERM);
+    // The event stream ends as over HTTP/1.1 (its END_STREAM), the other one is cut later.
+    c.until(IO_TIMEOUT, "the end of the event stream", |c| {
+        c.body_now(&mut events, &mut got).expect("body").then_some(())
+    });
+    assert!(t.elapsed() < Duration::from_millis(1500), "{:?}", t.elapsed());
+    assert!(c.wait_end(Duration::from_secs(5)), "the connection must be cut at the deadline");
+    assert!(server.wait_exit(Duration::from_secs(10)).is_some(), "the server exits");
+}
+
+/// `GET /` over HTTP/2: `103 Early Hints` before the page (seen through curl, when it has HTTP/2).
+#[test]
+fn get_root_sends_early_hints_over_h2_when_curl_is_installed() {
+    let has_h2 = std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"))
+        .unwrap_or(false);
+    let server = Server::start("");
+    // Whatever the client, the final response carries the same `Link` fields.
+    let mut c = H2Client::h2c(server.addr());
+    let r = c.get("/");
+    assert_eq!(r.status, 200);
+    let h1 = server.get("/");
+    assert_eq!(
+        r.headers.get_all("link").iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>(),
+        h1.header_all("link")
+    );
+    if !has_h2 {
+        eprintln!("curl with HTTP/2 not installed: the 103 itself is not checked");
+        return;
+    }
+    let url = format!("http://{}/", server.addr());
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--http2-prior-knowledge", "-D", "-", "-o", "/dev/null", &url])
+        .output()
+        .expect("curl");
+    let heads = String::from_utf8_lossy(&out.stdout);
+    let hints = heads.find("HTTP/2 103").unwrap_or_else(|| panic!("no 103: {heads}"));
+    let page = heads.find("HTTP/2 200").unwrap_or_else(|| panic!("no 200: {heads}"));
+    assert!(hints < page, "{heads}");
+    assert!(heads[hints..page].to_ascii_lowercase().contains("link: <"), "{heads}");
 }
