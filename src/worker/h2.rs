@@ -194,6 +194,8 @@ pub(super) struct H2Session {
     peer_resets: u32,
     /// [`Event::Closed`] came: flush the output, then close.
     closed: bool,
+    /// The peer's EOF was handed to the codec.
+    eof_fed: bool,
     /// Response heads are rendered here first (the HTTP/1.1 writer's form).
     scratch: Vec<u8>,
     /// Upstream waits the worker must start (it owns the upstream sockets).
@@ -219,6 +221,7 @@ impl H2Session {
             cut_at: None,
             peer_resets: 0,
             closed: false,
+            eof_fed: false,
             scratch: Vec::new(),
             starts: Vec::new(),
             cancelled: Vec::new(),
@@ -435,13 +438,26 @@ impl H2Session {
         let ex = &mut self.exchanges[i];
         ex.deadline = None;
         let reply = {
+            // RFC 9113 §8.2.3: `cookie` may come split into several fields; the
+            // handlers see one, joined with "; " as over HTTP/1.1.
+            let cookies = ex.headers.iter().filter(|(n, _)| n == http::header::COOKIE).count();
+            let joined_cookie = (cookies > 1).then(|| {
+                let values = ex.headers.iter().filter(|(n, _)| n == http::header::COOKIE).map(|(_, v)| v.as_bytes());
+                values.collect::<Vec<_>>().join(&b"; "[..])
+            });
             let mut headers: Vec<httparse::Header<'_>> = Vec::with_capacity(ex.headers.len() + 1);
+            if let Some(c) = &joined_cookie {
+                headers.push(httparse::Header { name: "cookie", value: c });
+            }
             // `:authority` plays the role of `Host`; without it, the `host` field.
             if let Some(a) = &ex.authority {
                 headers.push(httparse::Header { name: "host", value: a.as_bytes() });
             }
             for (name, value) in &ex.headers {
                 if ex.authority.is_some() && name == http::header::HOST {
+                    continue;
+                }
+                if joined_cookie.is_some() && name == http::header::COOKIE {
                     continue;
                 }
                 headers.push(httparse::Header { name: name.as_str(), value: value.as_bytes() });
@@ -895,13 +911,15 @@ impl Worker {
                     }
                 }
                 full = c.inbuf.len() >= READ_AHEAD;
-                if !c.inbuf.is_empty() {
-                    sess.conn.feed(&c.inbuf);
-                    c.inbuf.clear();
-                }
-                if c.eof {
-                    sess.conn.feed_eof();
-                }
+            }
+            // Also what was read before the connection turned out to be HTTP/2.
+            if !c.inbuf.is_empty() {
+                sess.conn.feed(&c.inbuf);
+                c.inbuf.clear();
+            }
+            if c.eof && !sess.eof_fed {
+                sess.eof_fed = true;
+                sess.conn.feed_eof();
             }
             let mut cx = Cx {
                 glue: &mut glue,

@@ -681,3 +681,32 @@ fn get_root_sends_early_hints_over_h2_when_curl_is_installed() {
     assert!(hints < page, "{heads}");
     assert!(heads[hints..page].to_ascii_lowercase().contains("link: <"), "{heads}");
 }
+
+/// Browsers send each cookie in its own `cookie` field over HTTP/2 (RFC 9113 §8.2.3):
+/// the cookie refresh (refresh cookie + CSRF cookie + header) still works.
+#[test]
+fn split_cookie_fields_are_one_cookie_header_for_the_handlers() {
+    let server = Server::start_api();
+    let email = unique_email("h2cookie");
+    server.signup("Cookie", &email, "correct horse 42", None);
+    let mut c = H2Client::h2c(server.addr());
+    let body = serde_json::to_vec(&json!({"email": email, "password": "correct horse 42"})).unwrap();
+    let r = c.request("POST", "/api/v1/auth/login", &[("content-type", "application/json")], Some(&body));
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    let cookie = |name: &str| {
+        r.headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| {
+                v.strip_prefix(&format!("{name}=")).map(|rest| rest.split(';').next().unwrap_or("").to_string())
+            })
+            .unwrap_or_else(|| panic!("no {name} cookie: {:?}", r.headers))
+    };
+    let (rt, csrf) = (cookie("refresh_token"), cookie("csrf_token"));
+    let rt_field = format!("refresh_token={rt}");
+    let csrf_field = format!("csrf_token={csrf}");
+    let headers = [("cookie", rt_field.as_str()), ("cookie", csrf_field.as_str()), ("x-csrf-token", csrf.as_str())];
+    let r = c.request("POST", "/api/v1/auth/refresh", &headers, Some(b""));
+    assert_eq!(r.status, 200, "{}", r.body_str());
+}
