@@ -438,26 +438,13 @@ impl H2Session {
         let ex = &mut self.exchanges[i];
         ex.deadline = None;
         let reply = {
-            // RFC 9113 §8.2.3: `cookie` may come split into several fields; the
-            // handlers see one, joined with "; " as over HTTP/1.1.
-            let cookies = ex.headers.iter().filter(|(n, _)| n == http::header::COOKIE).count();
-            let joined_cookie = (cookies > 1).then(|| {
-                let values = ex.headers.iter().filter(|(n, _)| n == http::header::COOKIE).map(|(_, v)| v.as_bytes());
-                values.collect::<Vec<_>>().join(&b"; "[..])
-            });
             let mut headers: Vec<httparse::Header<'_>> = Vec::with_capacity(ex.headers.len() + 1);
-            if let Some(c) = &joined_cookie {
-                headers.push(httparse::Header { name: "cookie", value: c });
-            }
             // `:authority` plays the role of `Host`; without it, the `host` field.
             if let Some(a) = &ex.authority {
                 headers.push(httparse::Header { name: "host", value: a.as_bytes() });
             }
             for (name, value) in &ex.headers {
                 if ex.authority.is_some() && name == http::header::HOST {
-                    continue;
-                }
-                if joined_cookie.is_some() && name == http::header::COOKIE {
                     continue;
                 }
                 headers.push(httparse::Header { name: name.as_str(), value: value.as_bytes() });

@@ -683,7 +683,8 @@ fn get_root_sends_early_hints_over_h2_when_curl_is_installed() {
 }
 
 /// Browsers send each cookie in its own `cookie` field over HTTP/2 (RFC 9113 §8.2.3):
-/// the cookie refresh (refresh cookie + CSRF cookie + header) still works.
+/// every field reaches the handlers (which read them all), so the cookie refresh
+/// (refresh cookie + CSRF cookie + header) works.
 #[test]
 fn split_cookie_fields_are_one_cookie_header_for_the_handlers() {
     let server = Server::start_api();
