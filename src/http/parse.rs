@@ -151,7 +151,7 @@ fn validate(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, Error> 
 /// 1 to 5 digits up to 65535. RFC 3986 allows an empty host and an empty
 /// port; neither names anything here, so both are refused (as nginx does
 /// for the host). `IPvFuture` literals and zone ids are refused too.
-fn valid_host(v: &[u8]) -> bool {
+pub(crate) fn valid_host(v: &[u8]) -> bool {
     let (host_ok, rest) = match v.strip_prefix(b"[") {
         Some(inner) => match inner.iter().position(|&c| c == b']') {
             Some(end) => (ipv6_literal(&inner[..end]), &inner[end + 1..]),

@@ -25,9 +25,9 @@ use rustls::sign::CertifiedKey;
 
 pub use tickets::{SharedTicketer, SECRET_LEN};
 
-/// ALPN protocols offered, in order of preference. HTTP/2 goes first here (`b"h2"`) once the
-/// worker speaks it; a client offering no ALPN gets HTTP/1.1 all the same.
-pub const ALPN: &[&[u8]] = &[b"http/1.1"];
+/// ALPN protocols offered, in order of preference: HTTP/2 first, then HTTP/1.1. A client
+/// offering no ALPN gets HTTP/1.1.
+pub const ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
 
 /// Largest certificate or key file read (a chain is a few KiB).
 const MAX_PEM: u64 = 1 << 20;
@@ -185,7 +185,7 @@ mod tests {
         let (_dir, c, k) = files(&cert, &key);
         let certified = load(&c, &k).expect("loads");
         let config = server_config(certified, Arc::new(SharedTicketer::new([7; SECRET_LEN]))).expect("config");
-        assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
+        assert_eq!(config.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
         assert!(config.ticketer.enabled());
     }
 

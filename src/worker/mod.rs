@@ -7,6 +7,7 @@
 //! gracefully on SIGTERM. It never looks at a route: requests go to
 //! [`App::handle`] through the [`Glue`] service.
 
+mod h2;
 mod panics;
 mod pool;
 mod streams;
@@ -34,7 +35,7 @@ use crate::shm::{ProcRecord, Region, WorkerState};
 use crate::store::Store;
 use crate::sys::signals::SignalSet;
 
-use pool::{Completion, Pool, Work};
+use pool::{Completion, ExchangeId, Pool, Work};
 use streams::Stream;
 use timers::Timers;
 use token::Tok;
@@ -95,10 +96,19 @@ pub struct WorkerTls {
 
 struct Conn {
     sock: TcpStream,
+    /// The client's address.
+    peer: std::net::IpAddr,
     /// The TLS session of a connection accepted on `tls.listen`; `None`: plain bytes. All of
     /// the connection's input and output goes through it ([`read_into`], [`flush`]).
     tls: Option<Box<rustls::ServerConnection>>,
+    /// The HTTP/1.1 codec; unused once the connection is HTTP/2 (`h2`).
     http: Http1,
+    /// The HTTP/2 session, once the connection turned out to speak HTTP/2
+    /// (the preface on a plain connection, ALPN `h2` over TLS).
+    h2: Option<Box<h2::H2Session>>,
+    /// The protocol is not decided yet: the first bytes (or the TLS
+    /// handshake's ALPN) decide it.
+    sniff: bool,
     inbuf: Vec<u8>,
     out: Vec<u8>,
     out_pos: usize,
@@ -183,7 +193,8 @@ struct Worker {
     bus: Endpoint,
     bus_seq: u64,
     published: crossbeam_channel::Receiver<crate::app::Publish>,
-    sse: std::collections::HashSet<usize>,
+    /// Event-stream subscribers, by exchange (HTTP/1.1 connections and HTTP/2 streams).
+    sse: std::collections::HashSet<ExchangeId>,
     rooms: streams::Rooms,
     up: upstream::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,
@@ -390,7 +401,10 @@ impl Worker {
         let now = Instant::now();
         for i in 0..self.conns.len() {
             if let Some(Some(c)) = self.conns.get_mut(i) {
-                if c.stream.is_none() && c.linger.is_none() {
+                if let Some(sess) = c.h2.as_mut() {
+                    // GOAWAY: open streams finish; the drain deadline cuts the rest.
+                    sess.shut_down(now + h2::cut_after(self.config.shutdown_timeout));
+                } else if c.stream.is_none() && c.linger.is_none() {
                     c.http.drain(now);
                 }
             }
@@ -483,8 +497,11 @@ impl Worker {
         let secure = tls.is_some();
         self.conns[idx] = Some(Conn {
             sock,
+            peer,
             tls,
             http: Http1::new(peer, secure, &self.env, now),
+            h2: None,
+            sniff: true,
             inbuf: Vec::new(),
             out: Vec::new(),
             out_pos: 0,
@@ -509,10 +526,13 @@ impl Worker {
         if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut c.sock);
             if let Some(s) = c.stream.take() {
-                self.forget_stream(idx, s);
+                self.forget_stream(idx, c.generation, s);
             }
             if let Some(call) = c.call.take() {
-                self.cancel_call(idx, call);
+                self.cancel_call(ExchangeId::h1(idx, c.generation), call);
+            }
+            if let Some(sess) = c.h2.take() {
+                self.forget_h2(idx, c.generation, *sess);
             }
             self.free.push(idx);
             self.live -= 1;
@@ -580,18 +600,23 @@ impl Worker {
         let done: Vec<pool::Done> = self.pool.completions().collect();
         for d in done {
             let now = Instant::now();
-            let Some(Some(c)) = self.conns.get_mut(d.token) else { continue };
-            if c.generation != d.generation {
+            let idx = d.id.conn;
+            if d.id.stream != 0 {
+                self.h2_done(d.id, d.result);
+                continue;
+            }
+            let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
+            if c.generation != d.id.generation {
                 continue;
             }
             let result = match d.result {
                 Completion::Response(r) => r,
                 Completion::Replay(bytes, last) => {
-                    self.replayed(d.token, bytes, last);
+                    self.replayed(idx, bytes, last);
                     continue;
                 }
                 Completion::Chunk(offset, bytes) => {
-                    self.chunk_arrived(d.token, offset, bytes);
+                    self.chunk_arrived(idx, offset, bytes);
                     continue;
                 }
             };
@@ -599,7 +624,7 @@ impl Worker {
             let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
             let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
             c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
-            self.drive(d.token);
+            self.drive(idx);
         }
     }
 
@@ -613,6 +638,10 @@ impl Worker {
         }
         if c.stream.is_some() {
             self.drive_stream(idx);
+            return;
+        }
+        if c.h2.is_some() {
+            self.drive_h2(idx);
             return;
         }
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
@@ -637,6 +666,29 @@ impl Worker {
                     }
                 }
             }
+            if c.sniff {
+                let alpn = c.tls.as_ref().map(|t| if t.is_handshaking() { None } else { Some(t.alpn_protocol()) });
+                match h2::sniff(&c.inbuf, alpn.map(|a| a.map(|p| p.unwrap_or(b"")))) {
+                    h2::Sniff::H1 => c.sniff = false,
+                    h2::Sniff::H2 => {
+                        c.sniff = false;
+                        self.start_h2(idx);
+                        return;
+                    }
+                    h2::Sniff::Wait if c.eof => {
+                        close = true;
+                        break;
+                    }
+                    h2::Sniff::Wait if c.tls.is_none() && !c.inbuf.is_empty() => {
+                        // A prefix of the preface: wait for the rest (the header timer runs).
+                        if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
+                            close = true;
+                        }
+                        break;
+                    }
+                    h2::Sniff::Wait => {}
+                }
+            }
             let progress = c.http.advance(&mut c.inbuf, &mut c.out, &mut glue, &mut self.env, now);
             match flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos) {
                 Ok(()) => {}
@@ -644,6 +696,10 @@ impl Worker {
                     close = true;
                     break;
                 }
+            }
+            if c.sniff && c.tls.as_ref().is_some_and(|t| !t.is_handshaking()) {
+                // The handshake finished in this flush: decide by ALPN now.
+                continue;
             }
             let pending_out = c.pending_out();
             c.send_deadline = if pending_out { c.send_deadline.or(Some(now + SEND_TIMEOUT)) } else { None };
@@ -664,11 +720,12 @@ impl Worker {
         }
         // What the reply's body needs from the loop, if anything. The codec
         // decided already: `HEAD` got the head only, and no body comes here.
+        let generation = c.generation;
         let body = match c.http.take_body() {
             // A request that reached its handler runs to its end, whatever
             // becomes of the connection meanwhile (its answer is then dropped).
             Some(Body::Job(job)) => {
-                self.pool.submit(idx, c.generation, Work::Request(job));
+                self.pool.submit(ExchangeId::h1(idx, c.generation), Work::Request(job));
                 None
             }
             other => other,
@@ -688,7 +745,7 @@ impl Worker {
         match body {
             None | Some(Body::Full | Body::Job(_)) => {}
             Some(Body::Upstream(up)) => {
-                self.start_call(idx, up);
+                self.start_call(ExchangeId::h1(idx, generation), up);
                 self.arm(idx);
                 return;
             }
@@ -721,7 +778,11 @@ impl Worker {
     /// Queue the connection's earliest deadline (protocol, send, stream).
     fn arm(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let http = if c.stream.is_none() { c.http.deadline().map(|d| d.0) } else { None };
+        let http = match &c.h2 {
+            Some(sess) => sess.deadline(&self.env),
+            None if c.stream.is_none() => c.http.deadline().map(|d| d.0),
+            None => None,
+        };
         let stream = c.stream.as_ref().and_then(Stream::deadline);
         let want = [http, c.send_deadline, stream, c.linger].into_iter().flatten().min();
         if let Some(at) = want {
@@ -758,6 +819,10 @@ impl Worker {
             }
             if c.stream.is_some() {
                 self.stream_timer(idx, now);
+                continue;
+            }
+            if c.h2.is_some() {
+                self.h2_timer(idx, now);
                 continue;
             }
             let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);

@@ -5,8 +5,8 @@
 //! Jobs run behind the panic boundary (`panics::guard`): a job that panics
 //! yields a 500 for its request, a replay that panics ends its stream; the
 //! thread lives on.
-//! The pool knows nothing of connections beyond the (token, generation)
-//! pair it carries back.
+//! The pool knows nothing of connections beyond the [`ExchangeId`] it
+//! carries back.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -43,18 +43,35 @@ pub enum Completion {
 /// The last id of a replay that panicked.
 pub const REPLAY_PANICKED: i64 = -1;
 
+/// The exchange a job belongs to: a connection (slab index and generation)
+/// and, on HTTP/2, a stream. Completions, upstream calls and streams are keyed
+/// by it, never by the connection alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExchangeId {
+    /// The connection's slab index.
+    pub conn: usize,
+    /// The HTTP/2 stream id; 0 for the one exchange at a time of HTTP/1.1.
+    pub stream: u32,
+    /// The connection's generation when the exchange started.
+    pub generation: u32,
+}
+
+impl ExchangeId {
+    /// The exchange in progress on HTTP/1.1 connection `conn`.
+    pub fn h1(conn: usize, generation: u32) -> ExchangeId {
+        ExchangeId { conn, stream: 0, generation }
+    }
+}
+
 struct Task {
-    token: usize,
-    generation: u32,
+    id: ExchangeId,
     work: Work,
 }
 
 /// A finished job.
 pub struct Done {
-    /// The connection's slab index.
-    pub token: usize,
-    /// The connection's generation when the job was submitted.
-    pub generation: u32,
+    /// The exchange it was submitted for.
+    pub id: ExchangeId,
     /// The job's result.
     pub result: Completion,
 }
@@ -96,7 +113,7 @@ impl Pool {
                             Completion::Replay(bytes, last)
                         }
                     };
-                    let _ = done_tx.send(Done { token: task.token, generation: task.generation, result });
+                    let _ = done_tx.send(Done { id: task.id, result });
                     active.fetch_sub(1, Ordering::AcqRel);
                     let _ = waker.wake();
                 }
@@ -105,10 +122,10 @@ impl Pool {
         Ok(Pool { tx, done, active })
     }
 
-    /// Queue a job for connection `token`.
-    pub fn submit(&self, token: usize, generation: u32, work: Work) {
+    /// Queue a job for exchange `id`.
+    pub fn submit(&self, id: ExchangeId, work: Work) {
         self.active.fetch_add(1, Ordering::AcqRel);
-        if self.tx.send(Task { token, generation, work }).is_err() {
+        if self.tx.send(Task { id, work }).is_err() {
             self.active.fetch_sub(1, Ordering::AcqRel);
         }
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::panics::guard;
-use super::pool::REPLAY_PANICKED;
+use super::pool::{ExchangeId, REPLAY_PANICKED};
 use super::{flush, read_into, Worker, READ_AHEAD};
 use crate::app::ws::{self, Action};
 use crate::app::{Producer, WebSocket};
@@ -31,7 +31,7 @@ use super::pool::Work;
 pub const MAX_BACKLOG: usize = 1 << 20;
 /// How often an idle WebSocket is pinged; a peer that has not answered the
 /// previous ping by the next one is dropped.
-const WS_PING_EVERY: Duration = Duration::from_secs(30);
+pub(super) const WS_PING_EVERY: Duration = Duration::from_secs(30);
 
 /// What a detached connection is.
 pub enum Stream {
@@ -88,19 +88,105 @@ const READS_AHEAD: usize = 2;
 
 /// State of one WebSocket.
 pub struct Ws {
-    conn: WsConn,
+    pub(super) conn: WsConn,
     /// The authenticated user; `None` on the echo endpoint.
-    user_id: Option<i64>,
+    pub(super) user_id: Option<i64>,
     /// That user's display name, when the token carried one.
-    name: Option<String>,
+    pub(super) name: Option<String>,
     /// Rooms this client is in.
-    rooms: Vec<String>,
-    next_ping: Instant,
-    awaiting_pong: bool,
+    pub(super) rooms: Vec<String>,
+    pub(super) next_ping: Instant,
+    pub(super) awaiting_pong: bool,
+}
+
+impl Ws {
+    /// A WebSocket of `user_id` (`None`: the echo endpoint), pinged from `now`.
+    pub(super) fn new(conn: WsConn, user_id: Option<i64>, name: Option<String>, now: Instant) -> Ws {
+        Ws { conn, user_id, name, rooms: Vec::new(), next_ping: now + WS_PING_EVERY, awaiting_pong: false }
+    }
+
+    /// Read `input` (complete messages only; returns the bytes used): control
+    /// frames are answered into `out`, echo messages echoed, chat messages
+    /// turned into replies (into `out`) and [`Todo`]s. `Err` if app code
+    /// panicked (what came before it stands). `closed`: the peer's close arrived.
+    pub(super) fn read(
+        &mut self,
+        app: &crate::app::App,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        todo: &mut Vec<Todo>,
+        closed: &mut bool,
+    ) -> Result<usize, ()> {
+        let mut events = Vec::new();
+        let mut at = 0;
+        while at < input.len() {
+            let used = self.conn.read(&input[at..], out, &mut events);
+            at += used;
+            for ev in events.drain(..) {
+                let m = match ev {
+                    Event::Closed { .. } => {
+                        *closed = true;
+                        continue;
+                    }
+                    Event::Message(m) => m,
+                };
+                let action = match (self.user_id, m) {
+                    (None, Message::Text(t)) => {
+                        self.conn.send_text(&t, out);
+                        continue;
+                    }
+                    (None, Message::Binary(b)) => {
+                        self.conn.send_binary(&b, out);
+                        continue;
+                    }
+                    (Some(_), Message::Binary(_)) => guard("WebSocket message", || {
+                        Action::Reply(ws::error_message("binary messages are not supported"))
+                    }),
+                    (Some(uid), Message::Text(t)) => {
+                        guard("WebSocket message", || app.ws_text(uid, self.name.as_deref(), &t))
+                    }
+                };
+                let uid = self.user_id;
+                match action {
+                    Ok(Action::Reply(r)) => self.conn.send_text(&r, out),
+                    Ok(Action::Join(room)) => todo.push(Todo::Join(room)),
+                    Ok(Action::Leave(room)) => todo.push(Todo::Leave(room)),
+                    Ok(Action::Room { room, message, skip_sender }) => {
+                        todo.push(Todo::Join(room.clone()));
+                        todo.push(Todo::Room { room, message, skip_user: uid.filter(|_| skip_sender) });
+                    }
+                    Err(_) => return Err(()),
+                }
+            }
+            if used == 0 {
+                break;
+            }
+        }
+        if self.conn.take_pong() {
+            self.awaiting_pong = false;
+        }
+        Ok(at)
+    }
+}
+
+/// The WebSocket state and output buffer of exchange `id` (an HTTP/1.1
+/// connection's, or an HTTP/2 stream's), and its unsent output's length.
+fn ws_of(conns: &mut [Option<super::Conn>], id: ExchangeId) -> Option<(&mut Ws, &mut Vec<u8>, usize)> {
+    let c = conns.get_mut(id.conn)?.as_mut()?;
+    if c.generation != id.generation {
+        return None;
+    }
+    if id.stream == 0 {
+        let Some(Stream::Ws(w)) = &mut c.stream else { return None };
+        let backlog = c.out.len() - c.out_pos;
+        Some((w, &mut c.out, backlog))
+    } else {
+        c.h2.as_mut()?.ws_of(id.stream)
+    }
 }
 
 /// Work a WebSocket message asks for, done once the connection is released.
-enum Todo {
+pub(super) enum Todo {
     Join(String),
     Leave(String),
     Room { room: String, message: String, skip_user: Option<i64> },
@@ -133,22 +219,22 @@ impl Stream {
 /// WebSocket rooms of this worker: room → member connections (slab indexes).
 #[derive(Default)]
 pub struct Rooms {
-    members: HashMap<String, Vec<usize>>,
+    members: HashMap<String, Vec<ExchangeId>>,
 }
 
 impl Rooms {
-    fn join(&mut self, room: &str, idx: usize) -> bool {
+    fn join(&mut self, room: &str, id: ExchangeId) -> bool {
         let list = self.members.entry(room.to_owned()).or_default();
-        if list.contains(&idx) {
+        if list.contains(&id) {
             return false;
         }
-        list.push(idx);
+        list.push(id);
         true
     }
 
-    fn leave(&mut self, room: &str, idx: usize) -> bool {
+    pub(super) fn leave(&mut self, room: &str, id: ExchangeId) -> bool {
         let Some(list) = self.members.get_mut(room) else { return false };
-        let Some(pos) = list.iter().position(|&m| m == idx) else { return false };
+        let Some(pos) = list.iter().position(|&m| m == id) else { return false };
         list.swap_remove(pos);
         if list.is_empty() {
             self.members.remove(room);
@@ -203,11 +289,11 @@ impl Worker {
                     next_beat: now + every,
                 }));
                 let generation = c.generation;
-                self.sse.insert(idx);
+                self.sse.insert(ExchangeId::h1(idx, generation));
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
                 self.metrics.set_sse_streams(self.sse.len());
                 if let Some(job) = replay {
-                    self.pool.submit(idx, generation, Work::Replay(job));
+                    self.pool.submit(ExchangeId::h1(idx, generation), Work::Replay(job));
                 }
             }
             Producer::Ticker(ticker) => {
@@ -239,14 +325,7 @@ impl Worker {
         if let Some(Ok(hello)) = hello {
             conn.send_text(&hello, &mut c.out);
         }
-        c.stream = Some(Stream::Ws(Box::new(Ws {
-            conn,
-            user_id,
-            name,
-            rooms: Vec::new(),
-            next_ping: now + WS_PING_EVERY,
-            awaiting_pong: false,
-        })));
+        c.stream = Some(Stream::Ws(Box::new(Ws::new(conn, user_id, name, now))));
         let ws = self.svc.stats.ws.fetch_add(1, Relaxed) + 1;
         self.metrics.set_websocket_clients(ws);
         if panicked {
@@ -293,61 +372,14 @@ impl Worker {
                 Some(Stream::Sse(_) | Stream::Aborted) => c.inbuf.clear(),
                 Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_)) => {}
                 Some(Stream::Ws(w)) => {
-                    let app = &self.app;
-                    let mut events = Vec::new();
-                    // `read` stops after each complete message; answering it before
-                    // reading on keeps replies ahead of whatever later input triggers
-                    // (a pong, or the close frame after a violation).
-                    while !c.inbuf.is_empty() && !panicked {
-                        let used = w.conn.read(&c.inbuf, &mut c.out, &mut events);
-                        c.inbuf.drain(..used);
-                        for ev in events.drain(..) {
-                            let m = match ev {
-                                Event::Closed { .. } => {
-                                    c.closing = true;
-                                    continue;
-                                }
-                                Event::Message(m) => m,
-                            };
-                            // What the app makes of a message; nothing more is read after a panic.
-                            let action = match (w.user_id, m) {
-                                (None, Message::Text(t)) => {
-                                    w.conn.send_text(&t, &mut c.out);
-                                    continue;
-                                }
-                                (None, Message::Binary(b)) => {
-                                    w.conn.send_binary(&b, &mut c.out);
-                                    continue;
-                                }
-                                (Some(_), Message::Binary(_)) => guard("WebSocket message", || {
-                                    Action::Reply(ws::error_message("binary messages are not supported"))
-                                }),
-                                (Some(uid), Message::Text(t)) => {
-                                    guard("WebSocket message", || app.ws_text(uid, w.name.as_deref(), &t))
-                                }
-                            };
-                            let uid = w.user_id;
-                            match action {
-                                Ok(Action::Reply(r)) => w.conn.send_text(&r, &mut c.out),
-                                Ok(Action::Join(room)) => todo.push(Todo::Join(room)),
-                                Ok(Action::Leave(room)) => todo.push(Todo::Leave(room)),
-                                Ok(Action::Room { room, message, skip_sender }) => {
-                                    todo.push(Todo::Join(room.clone()));
-                                    todo.push(Todo::Room { room, message, skip_user: uid.filter(|_| skip_sender) });
-                                }
-                                Err(_) => {
-                                    panicked = true;
-                                    break;
-                                }
-                            }
+                    let mut closed = false;
+                    match w.read(&self.app, &c.inbuf, &mut c.out, &mut todo, &mut closed) {
+                        Ok(used) => {
+                            c.inbuf.drain(..used);
                         }
-                        if used == 0 {
-                            break;
-                        }
+                        Err(()) => panicked = true,
                     }
-                    if w.conn.take_pong() {
-                        w.awaiting_pong = false;
-                    }
+                    c.closing |= closed;
                 }
                 None => {}
             }
@@ -372,8 +404,9 @@ impl Worker {
         }
         if panicked && !close {
             // What the messages before the panicking one asked for still happens.
+            let generation = c.generation;
             for t in todo {
-                self.ws_todo(idx, t);
+                self.ws_todo(ExchangeId::h1(idx, generation), t);
             }
             self.abort_stream(idx);
             return;
@@ -395,52 +428,49 @@ impl Worker {
             return;
         }
         let relay = matches!(c.stream, Some(Stream::Relay));
+        let generation = c.generation;
         shed_buffers(c);
         self.arm(idx);
         if download {
             self.feed(idx);
         }
         if relay {
-            self.relay_resume(idx);
+            self.relay_resume(ExchangeId::h1(idx, generation));
         }
         for t in todo {
-            self.ws_todo(idx, t);
+            self.ws_todo(ExchangeId::h1(idx, generation), t);
         }
     }
 
-    fn ws_todo(&mut self, idx: usize, t: Todo) {
+    /// What a WebSocket message of exchange `id` asked for: join, leave, publish to a room.
+    pub(super) fn ws_todo(&mut self, id: ExchangeId, t: Todo) {
         match t {
             Todo::Join(room) => {
                 let max = self.config.websocket.max_rooms_per_connection;
-                let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-                let Some(Stream::Ws(w)) = &mut c.stream else { return };
+                let Some((w, out, _)) = ws_of(&mut self.conns, id) else { return };
                 if w.rooms.contains(&room) {
                     return;
                 }
                 if w.rooms.len() >= max {
-                    w.conn.send_text(&ws::too_many_rooms(max), &mut c.out);
-                    self.flush_conn(idx);
+                    w.conn.send_text(&ws::too_many_rooms(max), out);
+                    self.ws_flush(id);
                     return;
                 }
-                if self.rooms.join(&room, idx) {
+                if self.rooms.join(&room, id) {
                     w.rooms.push(room);
                     self.svc.stats.members.fetch_add(1, Relaxed);
                 }
             }
             Todo::Leave(room) => {
-                let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-                let Some(Stream::Ws(w)) = &mut c.stream else { return };
-                if self.rooms.leave(&room, idx) {
+                let Some((w, _, _)) = ws_of(&mut self.conns, id) else { return };
+                if self.rooms.leave(&room, id) {
                     w.rooms.retain(|r| *r != room);
                     self.svc.stats.members.fetch_sub(1, Relaxed);
                 }
             }
             Todo::Room { room, message, skip_user } => {
                 // Sending joins first; a join refused (over the cap) sends nothing.
-                let member = match self.conns.get(idx) {
-                    Some(Some(c)) => matches!(&c.stream, Some(Stream::Ws(w)) if w.rooms.contains(&room)),
-                    _ => false,
-                };
+                let member = ws_of(&mut self.conns, id).is_some_and(|(w, _, _)| w.rooms.contains(&room));
                 if !member {
                     return;
                 }
@@ -451,25 +481,37 @@ impl Worker {
         }
     }
 
+    /// Output was queued for WebSocket exchange `id`: send it.
+    fn ws_flush(&mut self, id: ExchangeId) {
+        if id.stream == 0 {
+            self.flush_conn(id.conn);
+        } else {
+            self.drained.push((id.conn, id.generation));
+        }
+    }
+
     /// Deliver a room message to this worker's members of the room.
     fn deliver_room(&mut self, payload: &[u8]) {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else { return };
         let (Some(room), Some(message)) = (v["room"].as_str(), v["message"].as_str()) else { return };
         let skip = v["skipUser"].as_i64();
         let members = self.rooms.members.get(room).cloned().unwrap_or_default();
-        for idx in members {
-            let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
-            let Some(Stream::Ws(w)) = &mut c.stream else { continue };
+        for id in members {
+            let Some((w, out, backlog)) = ws_of(&mut self.conns, id) else { continue };
             if skip.is_some() && w.user_id == skip {
                 continue;
             }
-            if c.out.len() - c.out_pos > MAX_BACKLOG {
+            if backlog > MAX_BACKLOG {
                 log::warn!("WebSocket member is not reading; dropping it");
-                self.close(idx);
+                if id.stream == 0 {
+                    self.close(id.conn);
+                } else {
+                    self.h2_drop_exchange(id);
+                }
                 continue;
             }
-            w.conn.send_text(message, &mut c.out);
-            self.flush_conn(idx);
+            w.conn.send_text(message, out);
+            self.ws_flush(id);
         }
     }
 
@@ -562,7 +604,7 @@ impl Worker {
         while d.next_read < d.end && writing + d.ready.len() + d.in_flight < READS_AHEAD {
             let len = (d.end - d.next_read).min(SLICE) as usize;
             let buf = d.spare.take().unwrap_or_else(|| Vec::with_capacity(SLICE as usize));
-            self.pool.submit(idx, c.generation, Work::Read(Arc::clone(&d.file), d.next_read, len, buf));
+            self.pool.submit(ExchangeId::h1(idx, c.generation), Work::Read(Arc::clone(&d.file), d.next_read, len, buf));
             d.next_read += len as u64;
             d.in_flight += 1;
         }
@@ -645,17 +687,17 @@ impl Worker {
     }
 
     /// A detached connection closed: drop it from every registry at once.
-    pub(super) fn forget_stream(&mut self, idx: usize, s: Stream) {
+    pub(super) fn forget_stream(&mut self, idx: usize, generation: u32, s: Stream) {
         match s {
             Stream::Sse(_) => {
-                self.sse.remove(&idx);
+                self.sse.remove(&ExchangeId::h1(idx, generation));
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
                 self.metrics.set_sse_streams(self.sse.len());
             }
             Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted => {}
             Stream::Ws(w) => {
                 for room in &w.rooms {
-                    if self.rooms.leave(room, idx) {
+                    if self.rooms.leave(room, ExchangeId::h1(idx, generation)) {
                         self.svc.stats.members.fetch_sub(1, Relaxed);
                     }
                 }
@@ -699,17 +741,26 @@ impl Worker {
                     // The event is rendered once for every subscriber: none of them can
                     // have it. Their streams end (cleanly); each client reconnects with
                     // `Last-Event-ID` and gets it from the store's replay.
-                    let subscribers: Vec<usize> = self.sse.iter().copied().collect();
-                    for idx in subscribers {
-                        self.abort_stream(idx);
+                    let subscribers: Vec<ExchangeId> = self.sse.iter().copied().collect();
+                    for id in subscribers {
+                        if id.stream != 0 {
+                            self.h2_abort_exchange(id);
+                        } else {
+                            self.abort_stream(id.conn);
+                        }
                     }
                     return;
                 };
                 let Some((id, event)) = rendered else { return };
                 // Rendered once; each subscriber's codec frames it.
                 let event: Arc<[u8]> = event.into();
-                let subscribers: Vec<usize> = self.sse.iter().copied().collect();
-                for idx in subscribers {
+                let subscribers: Vec<ExchangeId> = self.sse.iter().copied().collect();
+                for sub in subscribers {
+                    if sub.stream != 0 {
+                        self.h2_event(sub, id, &event);
+                        continue;
+                    }
+                    let idx = sub.conn;
                     let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
                     let Some(Stream::Sse(s)) = &mut c.stream else { continue };
                     if s.replaying {
@@ -750,11 +801,12 @@ impl Worker {
         }
         c.closing = true;
         let call = c.call.take();
+        let generation = c.generation;
         if let Some(s) = old {
-            self.forget_stream(idx, s);
+            self.forget_stream(idx, generation, s);
         }
         if let Some(call) = call {
-            self.cancel_call(idx, call);
+            self.cancel_call(ExchangeId::h1(idx, generation), call);
         }
         self.flush_conn(idx);
     }
@@ -764,6 +816,14 @@ impl Worker {
     pub(super) fn end_streams(&mut self) {
         for idx in 0..self.conns.len() {
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
+            if let Some(sess) = c.h2.as_mut() {
+                let ended = sess.end_event_streams();
+                for stream in ended {
+                    self.sse.remove(&ExchangeId { conn: idx, stream, generation: c.generation });
+                }
+                self.sse_count_changed();
+                continue;
+            }
             match &mut c.stream {
                 Some(Stream::Sse(_)) => {
                     c.http.end_body(&mut c.out, &self.env, Instant::now());

@@ -19,9 +19,10 @@ use mio::net::TcpStream;
 use mio::Interest;
 
 use super::panics::{guard, Panicked};
+use super::pool::ExchangeId;
 use super::streams::Stream;
 use super::token::Tok;
-use super::{read_plain, Glue, Worker, HIGH_WATERMARK};
+use super::{read_plain, Conn, Glue, Worker, HIGH_WATERMARK};
 use crate::app::{Fetched, RelaySink};
 use crate::client::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
 use crate::error::Error;
@@ -37,12 +38,26 @@ const MAX_IDLE: usize = 32;
 /// Bytes read from an upstream per pass, before its consumer runs again.
 const READ_SLICE: usize = 64 * 1024;
 
-/// Who is waiting for an upstream connection's response.
+/// Who is waiting for an upstream connection's response: an exchange (an
+/// HTTP/1.1 connection, or one HTTP/2 stream) and its request's slot.
 #[derive(Clone, Copy, Debug)]
 pub struct Owner {
-    conn: usize,
-    generation: u32,
+    id: ExchangeId,
     slot: usize,
+}
+
+/// The upstream wait of exchange `id`, if it is still there: an HTTP/1.1
+/// connection's `call`, or an HTTP/2 stream's.
+fn call_of(conns: &mut [Option<Conn>], id: ExchangeId) -> Option<&mut Option<CallState>> {
+    let c = conns.get_mut(id.conn)?.as_mut()?;
+    if c.generation != id.generation {
+        return None;
+    }
+    if id.stream == 0 {
+        Some(&mut c.call)
+    } else {
+        c.h2.as_mut()?.call_slot(id.stream)
+    }
 }
 
 /// A client request waiting on upstreams.
@@ -141,24 +156,23 @@ pub fn client_error(e: &ClientError) -> Error {
 
 impl Worker {
     /// A handler asked for upstreams: start them (the client waits in `Waiting`).
-    pub(super) fn start_call(&mut self, idx: usize, pending: Upstream) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let generation = c.generation;
+    pub(super) fn start_call(&mut self, id: ExchangeId, pending: Upstream) {
+        let Some(call_slot) = call_of(&mut self.conns, id) else { return };
         match pending {
             Upstream::Call(call) => {
                 let n = call.requests.len();
-                c.call = Some(CallState::Gather {
+                *call_slot = Some(CallState::Gather {
                     ups: vec![None; n],
                     results: (0..n).map(|_| None).collect(),
                     waiting: n,
                     finish: call.finish,
                 });
                 if n == 0 {
-                    self.gathered(idx);
+                    self.gathered(id);
                     return;
                 }
                 for (slot, req) in call.requests.into_iter().enumerate() {
-                    let owner = Owner { conn: idx, generation, slot };
+                    let owner = Owner { id, slot };
                     if let Some(ui) = self.join_inflight(owner, &req) {
                         self.set_up(owner, Some(ui));
                         continue;
@@ -180,37 +194,35 @@ impl Worker {
                 }
             }
             Upstream::Relay(relay) => {
-                c.call = Some(CallState::Relay { up: None, sink: relay.sink, head_seen: false, started: false });
-                let owner = Owner { conn: idx, generation, slot: 0 };
+                *call_slot = Some(CallState::Relay { up: None, sink: relay.sink, head_seen: false, started: false });
+                let owner = Owner { id, slot: 0 };
                 match self.up_start(owner, &relay.request) {
                     Ok(ui) => {
-                        if let Some(Some(c)) = self.conns.get_mut(idx) {
-                            if let Some(CallState::Relay { up, .. }) = &mut c.call {
-                                *up = Some(ui);
-                            }
+                        if let Some(Some(CallState::Relay { up, .. })) = call_of(&mut self.conns, id) {
+                            *up = Some(ui);
                         }
                         self.up_ready(ui);
                     }
-                    Err(e) => self.relay_failed(idx, client_error(&e)),
+                    Err(e) => self.relay_failed(id, client_error(&e)),
                 }
             }
         }
     }
 
-    /// The client connection `idx` went away: drop every upstream exchange it
-    /// owns (one that other clients joined goes on for them).
-    pub(super) fn cancel_call(&mut self, idx: usize, call: CallState) {
+    /// Exchange `id` went away: drop every upstream exchange it owns (one
+    /// that other clients joined goes on for them).
+    pub(super) fn cancel_call(&mut self, id: ExchangeId, call: CallState) {
         match call {
-            CallState::Gather { ups, .. } => ups.into_iter().flatten().for_each(|ui| self.leave(ui, idx)),
+            CallState::Gather { ups, .. } => ups.into_iter().flatten().for_each(|ui| self.leave(ui, id)),
             CallState::Relay { up, .. } => up.into_iter().for_each(|ui| self.up_close(ui)),
         }
     }
 
-    /// Client `idx` no longer waits on upstream connection `ui`.
-    fn leave(&mut self, ui: usize, idx: usize) {
+    /// Exchange `id` no longer waits on upstream connection `ui`.
+    fn leave(&mut self, ui: usize, id: ExchangeId) {
         let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
-        u.followers.retain(|f| f.conn != idx);
-        if u.owner.is_some_and(|o| o.conn == idx) {
+        u.followers.retain(|f| f.id != id);
+        if u.owner.is_some_and(|o| o.id == id) {
             match u.followers.pop() {
                 Some(next) => u.owner = Some(next),
                 None => self.up_close(ui),
@@ -233,11 +245,8 @@ impl Worker {
 
     /// Record which upstream connection an owner's request runs on.
     fn set_up(&mut self, owner: Owner, ui: Option<usize>) {
-        let Some(Some(c)) = self.conns.get_mut(owner.conn) else { return };
-        if c.generation != owner.generation {
-            return;
-        }
-        match &mut c.call {
+        let Some(call) = call_of(&mut self.conns, owner.id) else { return };
+        match call {
             Some(CallState::Gather { ups, .. }) => {
                 if let Some(s) = ups.get_mut(owner.slot) {
                     *s = ui;
@@ -452,9 +461,9 @@ impl Worker {
 
     /// The owner's bookkeeping moves from upstream `old` to `new` (`usize::MAX`: none).
     fn reown(&mut self, owner: Owner, old: usize, new: usize) {
-        let Some(Some(c)) = self.conns.get_mut(owner.conn) else { return };
+        let Some(call) = call_of(&mut self.conns, owner.id) else { return };
         let new = (new != usize::MAX).then_some(new);
-        match &mut c.call {
+        match call {
             Some(CallState::Gather { ups, .. }) => {
                 if let Some(slot) = ups.get_mut(owner.slot).filter(|s| **s == Some(old)) {
                     *slot = new;
@@ -467,9 +476,9 @@ impl Worker {
 
     /// Route the outcome of an I/O pass to the waiting client request.
     fn deliver_step(&mut self, owner: Owner, ui: Option<usize>, step: Step) {
-        let relay = match self.conns.get(owner.conn) {
-            Some(Some(c)) if c.generation == owner.generation => matches!(c.call, Some(CallState::Relay { .. })),
-            _ => {
+        let relay = match call_of(&mut self.conns, owner.id) {
+            Some(call) => matches!(call, Some(CallState::Relay { .. })),
+            None => {
                 // That client is gone: the next one that joined takes its place, if any.
                 if let Some(ui) = ui {
                     let next = self.up.conns.get_mut(ui).and_then(Option::as_mut).and_then(|u| {
@@ -560,11 +569,9 @@ impl Worker {
 
     /// One gathered result arrived.
     fn fetched(&mut self, owner: Owner, result: Fetched) {
-        let Some(Some(c)) = self.conns.get_mut(owner.conn) else { return };
-        if c.generation != owner.generation {
+        let Some(Some(CallState::Gather { ups, results, waiting, .. })) = call_of(&mut self.conns, owner.id) else {
             return;
-        }
-        let Some(CallState::Gather { ups, results, waiting, .. }) = &mut c.call else { return };
+        };
         let Some(slot) = results.get_mut(owner.slot) else { return };
         if slot.is_some() {
             return;
@@ -573,25 +580,29 @@ impl Worker {
         ups[owner.slot] = None;
         *waiting -= 1;
         if *waiting == 0 {
-            self.gathered(owner.conn);
+            self.gathered(owner.id);
         }
     }
 
     /// Every result of a gather is in: build the response and send it.
-    fn gathered(&mut self, idx: usize) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let Some(CallState::Gather { results, finish, .. }) = c.call.take() else { return };
+    fn gathered(&mut self, id: ExchangeId) {
+        let Some(call) = call_of(&mut self.conns, id) else { return };
+        let Some(CallState::Gather { results, finish, .. }) = call.take() else { return };
         let results: Vec<Fetched> = results.into_iter().map(|r| r.unwrap_or(Err(ClientError::Closed))).collect();
         let dev = self.env.development;
         let assembled =
             guard("response assembly", move || finish(results).unwrap_or_else(|e| crate::app::render(e, dev)));
         let resp = assembled.unwrap_or_else(|p| p.into_response(dev));
-        self.respond_waiting(idx, resp, false);
+        self.respond_waiting(id, resp, false);
     }
 
     /// Answer a client request that waited on upstreams (`stream`: a chunked
     /// head). For a stream, returns whether its body follows (not for `HEAD`).
-    fn respond_waiting(&mut self, idx: usize, resp: Response, stream: bool) -> bool {
+    fn respond_waiting(&mut self, id: ExchangeId, resp: Response, stream: bool) -> bool {
+        if id.stream != 0 {
+            return self.h2_respond_waiting(id, resp, stream);
+        }
+        let idx = id.conn;
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
@@ -606,9 +617,10 @@ impl Worker {
 
     /// Relay progress: pass the head and body to the sink, write its events.
     fn relay_step(&mut self, owner: Owner, ui: Option<usize>, step: Step) {
-        let idx = owner.conn;
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let Some(CallState::Relay { sink, head_seen, started, .. }) = &mut c.call else { return };
+        let id = owner.id;
+        let Some(Some(CallState::Relay { sink, head_seen, started, .. })) = call_of(&mut self.conns, id) else {
+            return;
+        };
         let up = ui.and_then(|ui| self.up.conns.get_mut(ui).and_then(Option::as_mut));
         let mut events = Vec::new();
         let mut outcome: Result<bool, Error> = Ok(false);
@@ -618,14 +630,14 @@ impl Worker {
                     *head_seen = true;
                     match guard("relay sink head", || sink.head(h.status, h.content_type.as_deref())) {
                         Ok(r) => outcome = r.map(|()| false),
-                        Err(p) => return self.relay_panicked(idx, p),
+                        Err(p) => return self.relay_panicked(id, p),
                     }
                 }
             }
             if outcome.is_ok() && !u.body.is_empty() {
                 match guard("relay sink body", || sink.body(&u.body, &mut events)) {
                     Ok(r) => outcome = r,
-                    Err(p) => return self.relay_panicked(idx, p),
+                    Err(p) => return self.relay_panicked(id, p),
                 }
                 u.body.clear();
             }
@@ -640,21 +652,23 @@ impl Worker {
         if !events.is_empty() && !*started {
             let resp = match guard("relay sink response", || sink.response()) {
                 Ok(resp) => resp,
-                Err(p) => return self.relay_panicked(idx, p),
+                Err(p) => return self.relay_panicked(id, p),
             };
             *started = true;
-            let body_follows = self.respond_waiting(idx, resp, true);
-            let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+            let body_follows = self.respond_waiting(id, resp, true);
             if !body_follows {
                 // `HEAD`: the head went out and the connection carries on; the
                 // upstream is not needed any more.
-                if let Some(call) = c.call.take() {
-                    self.cancel_call(idx, call);
+                if let Some(call) = call_of(&mut self.conns, id).and_then(Option::take) {
+                    self.cancel_call(id, call);
                 }
-                self.drive(idx);
+                self.drive(id.conn);
                 return;
             }
-            c.stream = Some(Stream::Relay);
+            if id.stream == 0 {
+                let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
+                c.stream = Some(Stream::Relay);
+            }
         }
         match outcome {
             Err(e) => {
@@ -662,34 +676,36 @@ impl Worker {
                     log::warn!("relay upstream: {e:?}");
                     self.up_close(ui);
                 }
-                if let Some(Some(c)) = self.conns.get_mut(idx) {
-                    c.http.data(&mut c.out, &events);
-                }
-                self.relay_failed(idx, e);
+                self.relay_data(id, &events);
+                self.relay_failed(id, e);
             }
             Ok(true) => {
                 if let Some(ui) = ui {
                     self.up_release(ui);
                 }
-                let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-                c.http.data(&mut c.out, &events);
-                self.stream_done(idx);
+                self.relay_data(id, &events);
+                self.exchange_done(id);
             }
             Ok(false) => {
-                let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-                c.http.data(&mut c.out, &events);
-                // Flush first: only output still unsent after it may pause the upstream
-                // (the client's writable event resumes it; none comes for a drained socket).
-                self.flush_conn(idx);
-                let Some(Some(c)) = self.conns.get_mut(idx) else {
-                    if let Some(ui) = ui {
-                        self.up_close(ui);
-                    }
-                    return;
+                self.relay_data(id, &events);
+                let slow = if id.stream != 0 {
+                    self.h2_relay_slow(id)
+                } else {
+                    let idx = id.conn;
+                    // Flush first: only output still unsent after it may pause the upstream
+                    // (the client's writable event resumes it; none comes for a drained socket).
+                    self.flush_conn(idx);
+                    let Some(Some(c)) = self.conns.get_mut(idx) else {
+                        if let Some(ui) = ui {
+                            self.up_close(ui);
+                        }
+                        return;
+                    };
+                    let slow = c.out.len() - c.out_pos > HIGH_WATERMARK;
+                    // The client's drain resumes the upstream (`relay_resume`).
+                    c.paused |= slow;
+                    slow
                 };
-                let slow = c.out.len() - c.out_pos > HIGH_WATERMARK;
-                // The client's drain resumes the upstream (`relay_resume`).
-                c.paused |= slow;
                 if let Some(ui) = ui {
                     if let Some(Some(u)) = self.up.conns.get_mut(ui) {
                         u.paused = slow;
@@ -705,42 +721,68 @@ impl Worker {
 
     /// A relay failed: an error response if nothing was sent yet, else an
     /// error event and the end of the stream.
-    fn relay_failed(&mut self, idx: usize, e: Error) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let Some(CallState::Relay { mut sink, started, up, .. }) = c.call.take() else { return };
+    fn relay_failed(&mut self, id: ExchangeId, e: Error) {
+        let Some(call) = call_of(&mut self.conns, id) else { return };
+        let Some(CallState::Relay { mut sink, started, up, .. }) = call.take() else { return };
         if let Some(ui) = up {
             self.up_close(ui);
         }
         if !started {
             let dev = self.env.development;
             let resp = guard("relay sink error", || sink.error(e)).unwrap_or_else(|p| p.into_response(dev));
-            self.respond_waiting(idx, resp, false);
+            self.respond_waiting(id, resp, false);
             return;
         }
         let mut events = Vec::new();
         if guard("relay sink failure event", || sink.failed(&e, &mut events)).is_err() {
-            self.abort_stream(idx);
+            self.abort_exchange(id);
             return;
         }
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        c.http.data(&mut c.out, &events);
-        self.stream_done(idx);
+        self.relay_data(id, &events);
+        self.exchange_done(id);
+    }
+
+    /// Relayed events for the client of exchange `id`, framed by its codec.
+    fn relay_data(&mut self, id: ExchangeId, events: &[u8]) {
+        if id.stream != 0 {
+            self.h2_relay_data(id, events);
+        } else if let Some(Some(c)) = self.conns.get_mut(id.conn) {
+            c.http.data(&mut c.out, events);
+        }
+    }
+
+    /// A relay's last event is queued: end exchange `id`'s body.
+    fn exchange_done(&mut self, id: ExchangeId) {
+        if id.stream != 0 {
+            self.h2_relay_done(id);
+        } else {
+            self.stream_done(id.conn);
+        }
+    }
+
+    /// App code behind exchange `id`'s relay panicked after its head: cut it short.
+    fn abort_exchange(&mut self, id: ExchangeId) {
+        if id.stream != 0 {
+            self.h2_relay_abort(id);
+        } else {
+            self.abort_stream(id.conn);
+        }
     }
 
     /// The relay's sink panicked: a 500 if the client's head has not gone out
     /// yet, else the stream is cut short. The upstream connection is closed.
-    fn relay_panicked(&mut self, idx: usize, p: Panicked) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let started = matches!(c.call, Some(CallState::Relay { started: true, .. }));
+    fn relay_panicked(&mut self, id: ExchangeId, p: Panicked) {
+        let Some(call) = call_of(&mut self.conns, id) else { return };
+        let started = matches!(call, Some(CallState::Relay { started: true, .. }));
         if started {
-            self.abort_stream(idx);
+            self.abort_exchange(id);
             return;
         }
-        if let Some(call) = c.call.take() {
-            self.cancel_call(idx, call);
+        if let Some(call) = call.take() {
+            self.cancel_call(id, call);
         }
         let resp = p.into_response(self.env.development);
-        self.respond_waiting(idx, resp, false);
+        self.respond_waiting(id, resp, false);
     }
 
     /// A chunked stream's last event is queued: end the body and return the
@@ -749,8 +791,9 @@ impl Worker {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let keep_alive = c.http.end_body(&mut c.out, &self.env, Instant::now());
         c.call = None;
+        let generation = c.generation;
         if let Some(s) = c.stream.take() {
-            self.forget_stream(idx, s);
+            self.forget_stream(idx, generation, s);
         }
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         if !keep_alive {
@@ -760,19 +803,25 @@ impl Worker {
     }
 
     /// The client of a relay drained its output: read the upstream again.
-    pub(super) fn relay_resume(&mut self, idx: usize) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let Some(CallState::Relay { up: Some(ui), .. }) = &c.call else { return };
+    pub(super) fn relay_resume(&mut self, id: ExchangeId) {
+        let Some(Some(CallState::Relay { up: Some(ui), .. })) = call_of(&mut self.conns, id) else { return };
         let ui = *ui;
-        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
+        let Some(Some(u)) = self.up.conns.get(ui) else { return };
         if !u.paused {
             return;
         }
-        if c.out.len() - c.out_pos > HIGH_WATERMARK {
-            // Still behind: the flush that drains it resumes the upstream.
-            c.paused = true;
-            return;
+        if id.stream != 0 {
+            if self.h2_relay_slow(id) {
+                return;
+            }
+        } else if let Some(Some(c)) = self.conns.get_mut(id.conn) {
+            if c.out.len() - c.out_pos > HIGH_WATERMARK {
+                // Still behind: the flush that drains it resumes the upstream.
+                c.paused = true;
+                return;
+            }
         }
+        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
         u.paused = false;
         if !u.total {
             u.deadline = Some(Instant::now() + u.timeout);

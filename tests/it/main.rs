@@ -47,3 +47,6 @@ mod reload;
 mod upgrade;
 
 mod tls;
+
+mod h2util;
+mod http2;

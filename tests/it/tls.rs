@@ -255,7 +255,13 @@ fn https_with_curl_and_openssl_when_installed() {
     match out {
         Ok(out) => {
             let said = String::from_utf8_lossy(&out.stdout);
-            assert_eq!(said, "200 1.1", "curl: {}\n{}", String::from_utf8_lossy(&out.stderr), server.log_tail());
+            // ALPN offers h2 first: a curl built with HTTP/2 takes it.
+            assert!(
+                said == "200 2" || said == "200 1.1",
+                "curl said {said}: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                server.log_tail()
+            );
         }
         Err(e) => eprintln!("curl not run ({e}); the rustls client tests cover HTTPS"),
     }

@@ -1,0 +1,1264 @@
+//! HTTP/2 connections in the worker: the loop's side of [`H2Conn`].
+//!
+//! A connection is HTTP/2 when a plain one opens with the client preface
+//! (prior knowledge, h2c) or a TLS one negotiated `h2` by ALPN. Its
+//! [`H2Session`] owns the codec and one [`Exchange`] per open stream, keyed
+//! by stream id: everything above the codec (pool completions through
+//! [`ExchangeId`], per-stream body timeouts, the access log) is per exchange,
+//! never per connection. Requests go through the same [`Glue`] and
+//! `App::handle` as HTTP/1.1; answers are rendered by the same response
+//! writer and handed to h2 as a head and DATA, without the HTTP/1.1
+//! connection fields.
+//!
+//! This module moves bytes between the connection's socket buffers and the
+//! codec and turns events into exchanges. It never looks at a route and
+//! never writes HTTP/2 frames itself.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::panics::guard;
+use super::pool::{Completion, ExchangeId, Pool, Work, REPLAY_PANICKED};
+use super::streams::{Todo, Ws, MAX_BACKLOG, WS_PING_EVERY};
+use super::upstream::CallState;
+use super::{flush, read_into, Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
+use crate::app::{Body, Producer, Services, WebSocket};
+use crate::error::Error;
+use crate::http::conn::{Env, Finished, Service, HIGH_WATERMARK};
+use crate::http::headers::valid_request_id;
+use crate::http::reply::{FileRange, Upstream};
+use crate::http::request::{Method, Request};
+use crate::http::response::{write_response, Delimit, RequestMeta, Response};
+use crate::http2::{Event, H2Conn, H2Settings, Reason, RequestHead, StreamId};
+
+/// The HTTP/2 client connection preface (RFC 9113 §3.4).
+pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// After a GOAWAY that asked for no stream to finish (an idle connection),
+/// the peer gets this long to acknowledge it before the connection is cut.
+const GOAWAY_GRACE: Duration = Duration::from_secs(2);
+
+/// Streams the peer may reset before we answered them, per connection; one
+/// more ends the connection with `GOAWAY(ENHANCE_YOUR_CALM)`. h2 catches a
+/// burst of resets; this catches the slow kind (one HEADERS + RST_STREAM per
+/// read), which h2 never sees as a burst.
+const MAX_PEER_RESETS: u32 = 200;
+
+/// Event-handling rounds per drive before the connection yields to the others.
+const MAX_ROUNDS: usize = 32;
+
+/// Bytes read from disk per pool job for a download (as over HTTP/1.1).
+const SLICE: usize = 64 * 1024;
+/// Download reads in flight or read and unsent, per stream.
+const READS_AHEAD: usize = 2;
+/// While a stream's unsent bytes pass this, its timer-driven producer waits.
+const TICK_BACKOFF: Duration = Duration::from_millis(50);
+
+/// How long a draining connection's open streams may run after its GOAWAY:
+/// most of the worker's shutdown timeout, so the abort (`GOAWAY`, then the
+/// close) goes out before the worker exits and cuts every socket.
+pub(super) fn cut_after(shutdown_timeout: Duration) -> Duration {
+    shutdown_timeout - shutdown_timeout / 10
+}
+
+/// What the first bytes of a connection say it speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Sniff {
+    /// HTTP/1.1.
+    H1,
+    /// HTTP/2.
+    H2,
+    /// Not known yet: more bytes (or the TLS handshake) are needed.
+    Wait,
+}
+
+/// Classify a connection from its first plaintext bytes and, over TLS, the
+/// protocol ALPN chose (`Some` once the handshake is done).
+pub(super) fn sniff(first: &[u8], tls: Option<Option<&[u8]>>) -> Sniff {
+    match tls {
+        Some(None) => Sniff::Wait,
+        Some(Some(alpn)) if alpn == b"h2" => Sniff::H2,
+        Some(Some(_)) => Sniff::H1,
+        None if first.len() >= PREFACE.len() => {
+            if first.starts_with(PREFACE) {
+                Sniff::H2
+            } else {
+                Sniff::H1
+            }
+        }
+        None if PREFACE.starts_with(first) => Sniff::Wait,
+        None => Sniff::H1,
+    }
+}
+
+/// Where an exchange is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// The request body is arriving.
+    Receiving,
+    /// The handler's job runs on the pool.
+    Waiting,
+}
+
+/// What produces a streamed body after its head.
+enum Produce {
+    /// An `/api/events` subscription.
+    Events {
+        /// A `Last-Event-ID` replay runs on the pool.
+        replaying: bool,
+        /// The last notification id sent.
+        last_id: i64,
+        /// Live events that arrived during the replay.
+        held: Vec<(i64, Arc<[u8]>)>,
+        next_beat: Instant,
+    },
+    /// Events from a timer (the chat echo).
+    Ticker { ticker: Box<dyn crate::app::Ticker>, next: Instant },
+    /// A WebSocket over an extended CONNECT (RFC 8441): its frames are the
+    /// stream's DATA both ways.
+    Ws {
+        ws: Box<Ws>,
+        /// Received bytes not yet a complete frame.
+        input: Vec<u8>,
+    },
+    /// A byte range of a file, read on the pool slice by slice.
+    Download {
+        file: Arc<std::fs::File>,
+        /// Next byte to move into the stream's unsent bytes.
+        sent: u64,
+        /// Next byte to ask the pool for.
+        next_read: u64,
+        end: u64,
+        in_flight: usize,
+        /// Slices read, not yet moved (they may complete out of order).
+        ready: Vec<(u64, Vec<u8>)>,
+    },
+}
+
+impl Produce {
+    fn deadline(&self) -> Option<Instant> {
+        match self {
+            Produce::Events { next_beat, .. } => Some(*next_beat),
+            Produce::Ticker { next, .. } => Some(*next),
+            Produce::Ws { ws, .. } => Some(ws.next_ping),
+            Produce::Download { .. } => None,
+        }
+    }
+}
+
+/// One request/response exchange: one stream.
+struct Exchange {
+    stream: StreamId,
+    method: Method,
+    /// `:path` (with the query), for the handler and the access log.
+    target: String,
+    authority: Option<String>,
+    headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// The request body so far.
+    body: Vec<u8>,
+    stage: Stage,
+    started: Instant,
+    /// The whole body within `limits.body_timeout_ms` of the head.
+    deadline: Option<Instant>,
+    request_id: String,
+    label: u16,
+    /// The response head is sent and its body follows from `produce`.
+    streaming: bool,
+    produce: Option<Produce>,
+    /// Body bytes produced and not yet accepted by the stream's flow control.
+    unsent: Vec<u8>,
+    /// The body is complete once `unsent` is sent.
+    done: bool,
+    /// The upstream requests this exchange waits on, or its relay.
+    call: Option<CallState>,
+    /// An extended CONNECT for `websocket` (RFC 8441).
+    connect_ws: bool,
+}
+
+/// One HTTP/2 connection's state: the codec and its exchanges.
+pub(super) struct H2Session {
+    conn: H2Conn,
+    events: Vec<Event>,
+    /// Open exchanges (few; searched linearly).
+    exchanges: Vec<Exchange>,
+    peer: std::net::IpAddr,
+    secure: bool,
+    /// Since when the connection has had no exchange (the keep-alive timer).
+    idle_since: Option<Instant>,
+    /// A GOAWAY went out: the connection is cut at this deadline if still open.
+    cut_at: Option<Instant>,
+    /// Streams the peer reset before their answer.
+    peer_resets: u32,
+    /// [`Event::Closed`] came: flush the output, then close.
+    closed: bool,
+    /// The peer's EOF was handed to the codec.
+    eof_fed: bool,
+    /// Response heads are rendered here first (the HTTP/1.1 writer's form).
+    scratch: Vec<u8>,
+    /// Upstream waits the worker must start (it owns the upstream sockets).
+    starts: Vec<(StreamId, Upstream)>,
+    /// Upstream waits of exchanges that went away, for the worker to cancel.
+    cancelled: Vec<(u32, CallState)>,
+    /// What WebSocket messages asked the worker for (rooms), per stream.
+    todo: Vec<(u32, Todo)>,
+    /// WebSockets that went away, with the rooms they were in.
+    left: Vec<(u32, Vec<String>)>,
+}
+
+impl H2Session {
+    /// A session whose preface (or part of it) may already be in `first`.
+    pub(super) fn new(env: &Env, peer: std::net::IpAddr, secure: bool, now: Instant) -> H2Session {
+        H2Session {
+            conn: H2Conn::new(H2Settings::new(env.max_head)),
+            events: Vec::new(),
+            exchanges: Vec::new(),
+            peer,
+            secure,
+            idle_since: Some(now),
+            cut_at: None,
+            peer_resets: 0,
+            closed: false,
+            eof_fed: false,
+            scratch: Vec::new(),
+            starts: Vec::new(),
+            cancelled: Vec::new(),
+            todo: Vec::new(),
+            left: Vec::new(),
+        }
+    }
+
+    /// The earliest deadline: a stream's body timeout, the idle timeout, the cut.
+    pub(super) fn deadline(&self, env: &Env) -> Option<Instant> {
+        let idle = self.idle_since.map(|t| t + env.keepalive_timeout);
+        let bodies = self.exchanges.iter().filter_map(|e| e.deadline).min();
+        let producers = self.exchanges.iter().filter_map(|e| e.produce.as_ref()?.deadline()).min();
+        [idle, bodies, producers, self.cut_at].into_iter().flatten().min()
+    }
+
+    /// Graceful stop: every event stream ends (as over HTTP/1.1, the client
+    /// reconnects elsewhere). Returns their stream ids.
+    pub(super) fn end_event_streams(&mut self) -> Vec<u32> {
+        let mut ended = Vec::new();
+        for ex in &mut self.exchanges {
+            match &mut ex.produce {
+                Some(Produce::Events { .. }) => {
+                    ex.produce = None;
+                    ex.done = true;
+                    ended.push(ex.stream.0);
+                }
+                // WebSockets: close 1001 (going away), then the stream ends.
+                Some(Produce::Ws { ws, .. }) => {
+                    ws.conn.close(1001, "server shutting down", &mut ex.unsent);
+                    ex.done = true;
+                }
+                _ => {}
+            }
+        }
+        ended
+    }
+
+    /// Stream ids of the event streams open on this connection.
+    fn event_streams(&self) -> impl Iterator<Item = u32> + '_ {
+        self.exchanges.iter().filter(|e| matches!(e.produce, Some(Produce::Events { .. }))).map(|e| e.stream.0)
+    }
+
+    /// Start a graceful shutdown (GOAWAY; open streams finish), cut at `cut_at`.
+    pub(super) fn shut_down(&mut self, cut_at: Instant) {
+        self.conn.graceful_shutdown();
+        self.cut_at = Some(self.cut_at.map_or(cut_at, |t| t.min(cut_at)));
+    }
+
+    /// The WebSocket of exchange `stream`, its output, and that output's length.
+    pub(super) fn ws_of(&mut self, stream: u32) -> Option<(&mut Ws, &mut Vec<u8>, usize)> {
+        let i = self.find(StreamId(stream))?;
+        let ex = &mut self.exchanges[i];
+        let backlog = ex.unsent.len();
+        match &mut ex.produce {
+            Some(Produce::Ws { ws, .. }) => Some((ws, &mut ex.unsent, backlog)),
+            _ => None,
+        }
+    }
+
+    /// The upstream wait of exchange `stream`, while it is open.
+    pub(super) fn call_slot(&mut self, stream: u32) -> Option<&mut Option<CallState>> {
+        let i = self.find(StreamId(stream))?;
+        Some(&mut self.exchanges[i].call)
+    }
+
+    fn find(&self, stream: StreamId) -> Option<usize> {
+        self.exchanges.iter().position(|e| e.stream == stream)
+    }
+
+    fn remove(&mut self, i: usize, cx: &mut Cx<'_, '_>, now: Instant) {
+        let ex = self.exchanges.swap_remove(i);
+        if matches!(ex.produce, Some(Produce::Events { .. })) {
+            cx.sse.remove(&cx.id(ex.stream));
+        }
+        if let Some(call) = ex.call {
+            self.cancelled.push((ex.stream.0, call));
+        }
+        if let Some(Produce::Ws { ws, .. }) = ex.produce {
+            self.left.push((ex.stream.0, ws.rooms));
+        }
+        if self.exchanges.is_empty() {
+            self.idle_since = Some(now);
+        }
+    }
+
+    /// Drive the codec and answer what it reports, until it goes quiet (or
+    /// [`MAX_ROUNDS`]). Returns whether events are left for the next drive.
+    fn step(&mut self, cx: &mut Cx<'_, '_>, now: Instant) -> bool {
+        for _ in 0..MAX_ROUNDS {
+            self.conn.advance(&mut self.events);
+            let quiet = self.events.is_empty();
+            for event in std::mem::take(&mut self.events) {
+                self.on_event(event, cx, now);
+            }
+            if !self.service(cx, now) && quiet {
+                return false;
+            }
+        }
+        self.conn.advance(&mut self.events);
+        !self.events.is_empty()
+    }
+
+    fn on_event(&mut self, event: Event, cx: &mut Cx<'_, '_>, now: Instant) {
+        match event {
+            Event::Request { stream, head } => self.on_request(stream, head, cx, now),
+            Event::Data { stream, bytes, end } => {
+                // Consumed at once (buffered here, bounded by the body limit).
+                let _ = self.conn.release(stream, bytes.len());
+                let Some(i) = self.find(stream) else { return };
+                let ex = &mut self.exchanges[i];
+                if let Some(Produce::Ws { ws, input }) = &mut ex.produce {
+                    input.extend_from_slice(&bytes);
+                    let mut todo = Vec::new();
+                    let mut closed = false;
+                    match ws.read(cx.glue.app, input, &mut ex.unsent, &mut todo, &mut closed) {
+                        Ok(used) => {
+                            input.drain(..used);
+                        }
+                        Err(()) => {
+                            ws.conn.close(1011, "internal error", &mut ex.unsent);
+                            closed = true;
+                        }
+                    }
+                    self.todo.extend(todo.into_iter().map(|t| (stream.0, t)));
+                    // The peer's close (or its end of the stream) ends ours.
+                    if closed || end || ws.conn.is_closing() {
+                        ex.done = true;
+                    }
+                    return;
+                }
+                if ex.stage != Stage::Receiving {
+                    return;
+                }
+                if (ex.body.len() + bytes.len()) as u64 > cx.env.max_body {
+                    return self.fail(i, Error::PayloadTooLarge, cx, now);
+                }
+                ex.body.extend_from_slice(&bytes);
+                if end {
+                    self.dispatch(i, cx, now);
+                }
+            }
+            Event::Writable { .. } => {}
+            Event::Reset { stream, .. } => {
+                if let Some(i) = self.find(stream) {
+                    self.remove(i, cx, now);
+                    self.peer_resets += 1;
+                    if self.peer_resets > MAX_PEER_RESETS {
+                        log::debug!("HTTP/2: too many streams reset by the peer");
+                        self.conn.abort(Reason::ENHANCE_YOUR_CALM);
+                    }
+                }
+            }
+            Event::Closed { error } => {
+                if let Some(e) = error {
+                    log::debug!("HTTP/2 connection ended: {e}");
+                }
+                self.closed = true;
+                while !self.exchanges.is_empty() {
+                    self.remove(0, cx, now);
+                }
+            }
+        }
+    }
+
+    fn on_request(&mut self, stream: StreamId, head: RequestHead, cx: &mut Cx<'_, '_>, now: Instant) {
+        let request_id = match head.headers.iter().find(|(n, _)| n.as_str() == "x-request-id") {
+            Some((_, v)) if valid_request_id(v.as_bytes()) => String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            _ => {
+                let mut u = [0u8; 36];
+                cx.env.common.uuid(&mut u);
+                String::from_utf8_lossy(&u).into_owned()
+            }
+        };
+        // RFC 8441: the stream is the tunnel; the request is complete with its head.
+        let connect_ws = head.method == http::Method::CONNECT && head.protocol.as_deref() == Some("websocket");
+        let declared = head
+            .headers
+            .iter()
+            .find(|(n, _)| n == http::header::CONTENT_LENGTH)
+            .and_then(|(_, v)| v.to_str().ok()?.trim().parse::<u64>().ok());
+        let ex = Exchange {
+            stream,
+            method: Method::parse(head.method.as_str()),
+            target: if head.path.is_empty() { "/".to_owned() } else { head.path },
+            authority: head.authority,
+            headers: head.headers,
+            body: Vec::new(),
+            stage: Stage::Receiving,
+            started: now,
+            deadline: (!head.end_stream && !connect_ws).then(|| now + cx.env.body_timeout),
+            request_id,
+            label: 0,
+            streaming: false,
+            produce: None,
+            unsent: Vec::new(),
+            done: false,
+            call: None,
+            connect_ws,
+        };
+        self.exchanges.push(ex);
+        self.idle_since = None;
+        let i = self.exchanges.len() - 1;
+        if declared.is_some_and(|n| n > cx.env.max_body) {
+            return self.fail(i, Error::PayloadTooLarge, cx, now);
+        }
+        if head.end_stream || connect_ws {
+            self.dispatch(i, cx, now);
+        }
+    }
+
+    /// The request is complete: hand it to the app.
+    fn dispatch(&mut self, i: usize, cx: &mut Cx<'_, '_>, now: Instant) {
+        let ex = &mut self.exchanges[i];
+        ex.deadline = None;
+        let reply = {
+            let mut headers: Vec<httparse::Header<'_>> = Vec::with_capacity(ex.headers.len() + 1);
+            // `:authority` plays the role of `Host`; without it, the `host` field.
+            if let Some(a) = &ex.authority {
+                headers.push(httparse::Header { name: "host", value: a.as_bytes() });
+            }
+            for (name, value) in &ex.headers {
+                if ex.authority.is_some() && name == http::header::HOST {
+                    continue;
+                }
+                headers.push(httparse::Header { name: name.as_str(), value: value.as_bytes() });
+            }
+            if ex.connect_ws {
+                // The handlers speak the HTTP/1.1 handshake: an extended CONNECT
+                // is that GET, whose key no one will check (RFC 8441 §5 has none).
+                headers.push(httparse::Header { name: "upgrade", value: b"websocket" });
+                headers.push(httparse::Header { name: "connection", value: b"upgrade" });
+                if !headers.iter().any(|h| h.name == "sec-websocket-key") {
+                    headers.push(httparse::Header { name: "sec-websocket-key", value: b"AAAAAAAAAAAAAAAAAAAAAA==" });
+                }
+            }
+            let hosts: Vec<&[u8]> = headers.iter().filter(|h| h.name == "host").map(|h| h.value).collect();
+            if hosts.len() != 1 || !crate::http::parse::valid_host(hosts[0]) {
+                Err(Error::bad_request("missing or repeated Host"))
+            } else {
+                let (path, query) = crate::http::parse::split_target(&ex.target);
+                let req = Request {
+                    method: if ex.connect_ws { Method::Get } else { ex.method },
+                    path,
+                    query,
+                    http10: false,
+                    headers: &headers,
+                    body: &ex.body,
+                    request_id: &ex.request_id,
+                    peer: self.peer,
+                    secure: self.secure,
+                };
+                let reply = cx.glue.call(&req);
+                Ok(reply)
+            }
+        };
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => return self.fail(i, e, cx, now),
+        };
+        let ex = &mut self.exchanges[i];
+        ex.label = cx.glue.label();
+        ex.body = Vec::new();
+        match reply.body {
+            Body::Full => {
+                self.answer(i, reply.head, Delimit::Length, cx, now);
+            }
+            Body::Job(job) => {
+                ex.stage = Stage::Waiting;
+                cx.pool.submit(cx.id(ex.stream), Work::Request(job));
+            }
+            Body::Producer(p) => {
+                if self.answer(i, reply.head, Delimit::Chunked, cx, now) {
+                    self.start_producer(i, p, cx, now);
+                }
+            }
+            Body::File(f) => {
+                let len = f.len;
+                if self.answer(i, reply.head, Delimit::Sized(len), cx, now) {
+                    let FileRange { file, offset, len } = f;
+                    let end = offset.saturating_add(len);
+                    let ex = &mut self.exchanges[i];
+                    ex.produce = Some(Produce::Download {
+                        file,
+                        sent: offset,
+                        next_read: offset,
+                        end,
+                        in_flight: 0,
+                        ready: Vec::new(),
+                    });
+                    ex.done = len == 0;
+                }
+            }
+            Body::Upstream(up) => {
+                ex.stage = Stage::Waiting;
+                let stream = ex.stream;
+                self.starts.push((stream, up));
+            }
+            Body::WebSocket(ws) if ex.connect_ws => self.start_websocket(i, ws, cx, now),
+            // Only an extended CONNECT opens a WebSocket over HTTP/2.
+            Body::WebSocket(_) => self.fail(i, Error::bad_request("WebSocket needs an extended CONNECT"), cx, now),
+        }
+    }
+
+    /// Answer exchange `i` with an error response (its stream ends; h2
+    /// resets the rest of a body still arriving with `NO_ERROR`).
+    fn fail(&mut self, i: usize, e: Error, cx: &mut Cx<'_, '_>, now: Instant) {
+        self.exchanges[i].label = 0;
+        let resp = e.into_response(cx.env.development);
+        self.answer(i, resp, Delimit::Length, cx, now);
+    }
+
+    /// Send `resp` on exchange `i`'s stream and log it. With
+    /// `Delimit::Length` (or for `HEAD`) the response is whole and the
+    /// exchange is forgotten; otherwise its body follows (returns `true`).
+    fn answer(&mut self, i: usize, resp: Response, delimit: Delimit, cx: &mut Cx<'_, '_>, now: Instant) -> bool {
+        let ex = &self.exchanges[i];
+        let head_only = ex.method == Method::Head;
+        let follows = !head_only && delimit != Delimit::Length;
+        let meta = RequestMeta {
+            delimit,
+            head: head_only,
+            http10: false,
+            keep_alive: true,
+            request_id: ex.request_id.as_bytes(),
+        };
+        self.scratch.clear();
+        let bytes = write_response(&mut self.scratch, &resp, &meta, &mut cx.env.common);
+        let sent = send_rendered(&mut self.conn, ex.stream, &self.scratch, follows);
+        if let Err(e) = &sent {
+            log::debug!("HTTP/2 stream {}: {e}", ex.stream.0);
+            let _ = self.conn.reset(ex.stream, Reason::INTERNAL_ERROR);
+        }
+        cx.glue.finished(&Finished {
+            method: if ex.method == Method::Other { "OTHER" } else { ex.method.as_str() },
+            target: ex.target.as_bytes(),
+            status: resp.status,
+            bytes,
+            elapsed: ex.started.elapsed(),
+            request_id: ex.request_id.as_bytes(),
+            label: ex.label,
+        });
+        if self.scratch.capacity() > 4 * HIGH_WATERMARK {
+            self.scratch = Vec::new();
+        }
+        if follows && sent.is_ok() {
+            let ex = &mut self.exchanges[i];
+            ex.streaming = true;
+            ex.stage = Stage::Waiting;
+            true
+        } else {
+            self.remove(i, cx, now);
+            false
+        }
+    }
+
+    /// Exchange `i` (an extended CONNECT) was accepted as a WebSocket: 200,
+    /// then WebSocket frames in the stream's DATA.
+    fn start_websocket(&mut self, i: usize, w: WebSocket, cx: &mut Cx<'_, '_>, now: Instant) {
+        if !self.answer(i, Response::new(200), Delimit::Upgrade, cx, now) {
+            return;
+        }
+        let WebSocket { user_id, name, .. } = w;
+        let ex = &mut self.exchanges[i];
+        let mut conn = crate::proto::ws::WsConn::new(cx.svc.config.websocket.max_message_bytes);
+        let hello = user_id.map(|uid| guard("WebSocket greeting", || crate::app::ws::connected(uid)));
+        match hello {
+            Some(Ok(hello)) => conn.send_text(&hello, &mut ex.unsent),
+            Some(Err(_)) => {
+                conn.close(1011, "internal error", &mut ex.unsent);
+                ex.done = true;
+            }
+            None => {}
+        }
+        ex.produce = Some(Produce::Ws { ws: Box::new(Ws::new(conn, user_id, name, now)), input: Vec::new() });
+        let n = cx.svc.stats.ws.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        cx.glue.metrics.set_websocket_clients(n);
+    }
+
+    /// Exchange `i`'s head went out; its events come from `p`.
+    fn start_producer(&mut self, i: usize, p: Producer, cx: &mut Cx<'_, '_>, now: Instant) {
+        let id = cx.id(self.exchanges[i].stream);
+        let ex = &mut self.exchanges[i];
+        match p {
+            Producer::Events { last_event_id } => {
+                let app = cx.glue.app;
+                let start = guard("SSE stream start", || {
+                    (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after)))
+                });
+                let Ok((preamble, every, replay)) = start else {
+                    ex.done = true;
+                    return;
+                };
+                ex.unsent.extend_from_slice(&preamble);
+                ex.produce = Some(Produce::Events {
+                    replaying: replay.is_some(),
+                    last_id: last_event_id.unwrap_or(0),
+                    held: Vec::new(),
+                    next_beat: now + every,
+                });
+                cx.sse.insert(id);
+                if let Some(job) = replay {
+                    cx.pool.submit(id, Work::Replay(job));
+                }
+            }
+            Producer::Ticker(ticker) => ex.produce = Some(Produce::Ticker { ticker, next: now }),
+        }
+    }
+
+    /// Move every streaming exchange's unsent bytes into its stream as flow
+    /// control allows, ask the pool for download slices while the stream keeps
+    /// up, end finished bodies. Returns whether anything was queued.
+    fn service(&mut self, cx: &mut Cx<'_, '_>, now: Instant) -> bool {
+        let mut queued = false;
+        let mut i = 0;
+        while i < self.exchanges.len() {
+            let ex = &mut self.exchanges[i];
+            if !ex.streaming {
+                i += 1;
+                continue;
+            }
+            if let Some(Produce::Download { file, sent, next_read, end, in_flight, ready }) = &mut ex.produce {
+                // Slices in order into the unsent bytes, one slice ahead at most.
+                while ex.unsent.len() < SLICE {
+                    let Some(pos) = ready.iter().position(|(o, _)| o == sent) else { break };
+                    let (_, bytes) = ready.swap_remove(pos);
+                    *sent += bytes.len() as u64;
+                    if ex.unsent.is_empty() {
+                        ex.unsent = bytes;
+                    } else {
+                        ex.unsent.extend_from_slice(&bytes);
+                    }
+                }
+                while *next_read < *end && ex.unsent.len() < SLICE && *in_flight + ready.len() < READS_AHEAD {
+                    let len = (*end - *next_read).min(SLICE as u64) as usize;
+                    let id = ExchangeId { conn: cx.conn, stream: ex.stream.0, generation: cx.generation };
+                    cx.pool.submit(id, Work::Read(Arc::clone(file), *next_read, len, Vec::with_capacity(len)));
+                    *next_read += len as u64;
+                    *in_flight += 1;
+                }
+                if *sent >= *end {
+                    ex.done = true;
+                }
+            }
+            if ex.unsent.len() > MAX_BACKLOG {
+                log::warn!("HTTP/2 event stream is not reading; resetting it");
+                let _ = self.conn.reset(ex.stream, Reason::CANCEL);
+                self.remove(i, cx, now);
+                continue;
+            }
+            let mut failed = false;
+            let mut ended = false;
+            while !ex.unsent.is_empty() {
+                let n = self.conn.writable(ex.stream);
+                if n == 0 {
+                    break;
+                }
+                let chunk = if n >= ex.unsent.len() {
+                    Bytes::from(std::mem::take(&mut ex.unsent))
+                } else {
+                    let c = Bytes::copy_from_slice(&ex.unsent[..n]);
+                    ex.unsent.drain(..n);
+                    c
+                };
+                let end = ex.done && ex.unsent.is_empty();
+                queued = true;
+                if self.conn.send_data(ex.stream, chunk, end).is_err() {
+                    failed = true;
+                    break;
+                }
+                ended = end;
+            }
+            if failed || ended {
+                self.remove(i, cx, now);
+                continue;
+            }
+            if ex.done && ex.unsent.is_empty() {
+                // Nothing was left to carry the end: an empty DATA frame ends it.
+                let _ = self.conn.send_data(ex.stream, Bytes::new(), true);
+                queued = true;
+                self.remove(i, cx, now);
+                continue;
+            }
+            i += 1;
+        }
+        queued
+    }
+
+    /// A bus event for exchange `stream`'s subscription.
+    fn event(&mut self, stream: StreamId, id: i64, event: &Arc<[u8]>) {
+        let Some(i) = self.find(stream) else { return };
+        let ex = &mut self.exchanges[i];
+        let Some(Produce::Events { replaying, last_id, held, .. }) = &mut ex.produce else { return };
+        if *replaying {
+            held.push((id, event.clone()));
+        } else if id > *last_id {
+            *last_id = id;
+            ex.unsent.extend_from_slice(event);
+        }
+    }
+
+    /// A pool result for exchange `stream`: a replay or a download slice.
+    fn produced(&mut self, stream: StreamId, result: Completion) {
+        let Some(i) = self.find(stream) else { return };
+        let ex = &mut self.exchanges[i];
+        match (result, &mut ex.produce) {
+            (Completion::Replay(bytes, last), Some(Produce::Events { replaying, last_id, held, .. })) => {
+                if last == REPLAY_PANICKED {
+                    ex.produce = None;
+                    ex.done = true;
+                    return;
+                }
+                ex.unsent.extend_from_slice(&bytes);
+                *last_id = (*last_id).max(last);
+                *replaying = false;
+                for (id, event) in held.drain(..) {
+                    if id > *last_id {
+                        ex.unsent.extend_from_slice(&event);
+                        *last_id = id;
+                    }
+                }
+            }
+            (Completion::Chunk(offset, bytes), Some(Produce::Download { in_flight, ready, .. })) => {
+                *in_flight = in_flight.saturating_sub(1);
+                if bytes.is_empty() {
+                    // The file shrank or failed: the promised length cannot be sent.
+                    log::warn!("download read failed; resetting the stream");
+                    ex.produce = None;
+                    let _ = self.conn.reset(stream, Reason::INTERNAL_ERROR);
+                    self.exchanges.swap_remove(i);
+                    return;
+                }
+                ready.push((offset, bytes));
+            }
+            _ => {}
+        }
+    }
+
+    /// Heartbeats and ticks that are due.
+    fn tick(&mut self, app: &crate::app::App, now: Instant) {
+        for ex in &mut self.exchanges {
+            match &mut ex.produce {
+                Some(Produce::Events { next_beat, .. }) if *next_beat <= now => {
+                    match guard("SSE heartbeat", || (app.sse_heartbeat(), app.sse_heartbeat_every())) {
+                        Ok((beat, every)) => {
+                            ex.unsent.extend_from_slice(&beat);
+                            *next_beat = now + every;
+                        }
+                        Err(_) => {
+                            ex.produce = None;
+                            ex.done = true;
+                        }
+                    }
+                }
+                Some(Produce::Ws { ws, .. }) if ws.next_ping <= now => {
+                    ws.next_ping = now + WS_PING_EVERY;
+                    if ws.awaiting_pong {
+                        log::debug!("WebSocket peer stopped answering pings; dropping it");
+                        ex.unsent.clear();
+                        ws.conn.close(1001, "ping timeout", &mut ex.unsent);
+                        ex.done = true;
+                    } else if ex.unsent.len() <= HIGH_WATERMARK {
+                        ws.conn.ping(b"", &mut ex.unsent);
+                        ws.awaiting_pong = true;
+                    }
+                }
+                Some(Produce::Ticker { ticker, next }) if *next <= now => {
+                    if ex.unsent.len() > HIGH_WATERMARK {
+                        *next = now + TICK_BACKOFF;
+                        continue;
+                    }
+                    match guard("stream ticker", || ticker.tick(&mut ex.unsent)) {
+                        Ok(Some(delay)) => *next = now + delay,
+                        Ok(None) | Err(_) => {
+                            ex.produce = None;
+                            ex.done = true;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Send a response rendered in the HTTP/1.1 form (`rendered`: an optional
+/// `103`, the head, the body) on `stream`: the `103` as early hints, the head
+/// without the connection fields, the body as DATA.
+fn send_rendered(
+    conn: &mut H2Conn,
+    stream: StreamId,
+    rendered: &[u8],
+    follows: bool,
+) -> Result<(), crate::http2::H2Error> {
+    let bad = crate::http2::H2Error::InvalidHead("unparsable rendered head");
+    let mut at = 0;
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; 96];
+        let mut r = httparse::Response::new(&mut fields);
+        let n = match r.parse(&rendered[at..]) {
+            Ok(httparse::Status::Complete(n)) => n,
+            _ => return Err(bad),
+        };
+        let status = r.code.unwrap_or(500);
+        let pairs: Vec<(&str, &[u8])> = r
+            .headers
+            .iter()
+            .filter(|h| !h.name.eq_ignore_ascii_case("connection") && !h.name.eq_ignore_ascii_case("keep-alive"))
+            .map(|h| (h.name, h.value))
+            .collect();
+        if status == 103 {
+            conn.early_hints(stream, &pairs)?;
+            at += n;
+            continue;
+        }
+        let body = &rendered[at + n..];
+        conn.respond(stream, status, &pairs, body.is_empty() && !follows)?;
+        if !body.is_empty() {
+            conn.send_data(stream, Bytes::copy_from_slice(body), true)?;
+        }
+        return Ok(());
+    }
+}
+
+/// What a session needs from the worker while it handles events.
+struct Cx<'a, 'g> {
+    glue: &'a mut Glue<'g>,
+    svc: &'static Services,
+    env: &'a mut Env,
+    pool: &'a Pool,
+    /// The worker's event-stream subscribers.
+    sse: &'a mut HashSet<ExchangeId>,
+    conn: usize,
+    generation: u32,
+}
+
+impl Cx<'_, '_> {
+    fn id(&self, stream: StreamId) -> ExchangeId {
+        ExchangeId { conn: self.conn, stream: stream.0, generation: self.generation }
+    }
+}
+
+impl Worker {
+    /// Make connection `idx` HTTP/2; its buffered input is the start of the preface.
+    pub(super) fn start_h2(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let mut sess = H2Session::new(&self.env, c.peer, c.tls.is_some(), Instant::now());
+        if self.env.draining {
+            sess.shut_down(Instant::now() + cut_after(self.config.shutdown_timeout));
+        }
+        c.h2 = Some(Box::new(sess));
+        self.drive_h2(idx);
+    }
+
+    /// [`Worker::drive`] for an HTTP/2 connection: read, run the codec and the
+    /// exchanges, write, until nothing more can happen without an event.
+    pub(super) fn drive_h2(&mut self, idx: usize) {
+        let now = Instant::now();
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+        let mut close = false;
+        let mut end = false;
+        let mut again = false;
+        for _ in 0..MAX_ROUNDS {
+            let Some(sess) = c.h2.as_mut() else { return };
+            let mut full = false;
+            let backlog = c.out.len() - c.out_pos;
+            if !c.eof && sess.conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
+                match read_into(&mut c.sock, &mut c.tls, &mut c.inbuf, &mut self.scratch, READ_AHEAD) {
+                    Ok(eof) => c.eof = eof,
+                    Err(_) => {
+                        close = true;
+                        break;
+                    }
+                }
+                full = c.inbuf.len() >= READ_AHEAD;
+            }
+            // Also what was read before the connection turned out to be HTTP/2.
+            if !c.inbuf.is_empty() {
+                sess.conn.feed(&c.inbuf);
+                c.inbuf.clear();
+            }
+            if c.eof && !sess.eof_fed {
+                sess.eof_fed = true;
+                sess.conn.feed_eof();
+            }
+            let mut cx = Cx {
+                glue: &mut glue,
+                svc: self.svc,
+                env: &mut self.env,
+                pool: &self.pool,
+                sse: &mut self.sse,
+                conn: idx,
+                generation: c.generation,
+            };
+            again = sess.step(&mut cx, now);
+            let before = c.out.len();
+            if c.out.len() - c.out_pos <= HIGH_WATERMARK {
+                sess.conn.drain_output(&mut c.out);
+            }
+            let produced = c.out.len() > before;
+            if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
+                close = true;
+                break;
+            }
+            let pending = c.out.len() > c.out_pos || c.tls.as_ref().is_some_and(|t| t.wants_write());
+            c.send_deadline = if pending { c.send_deadline.or(Some(now + SEND_TIMEOUT)) } else { None };
+            if sess.closed && sess.conn.output_len() == 0 {
+                end = !pending;
+                break;
+            }
+            if c.eof && sess.exchanges.is_empty() && sess.conn.output_len() == 0 && !pending {
+                close = true;
+                break;
+            }
+            // Go on while the socket had more to read or the output moved
+            // and drained (h2 may have been waiting for room).
+            if !(full || (produced && !pending)) {
+                break;
+            }
+        }
+        let generation = c.generation;
+        let (starts, cancelled, relays, todo, left) = match c.h2.as_mut() {
+            Some(sess) => {
+                let relays: Vec<u32> = sess
+                    .exchanges
+                    .iter()
+                    .filter(|e| matches!(e.call, Some(CallState::Relay { .. })) && e.unsent.len() <= HIGH_WATERMARK)
+                    .map(|e| e.stream.0)
+                    .collect();
+                (
+                    std::mem::take(&mut sess.starts),
+                    std::mem::take(&mut sess.cancelled),
+                    relays,
+                    std::mem::take(&mut sess.todo),
+                    std::mem::take(&mut sess.left),
+                )
+            }
+            None => Default::default(),
+        };
+        for (stream, t) in todo {
+            self.ws_todo(ExchangeId { conn: idx, stream, generation }, t);
+        }
+        self.h2_left(idx, generation, left);
+        for (stream, call) in cancelled {
+            self.cancel_call(ExchangeId { conn: idx, stream, generation }, call);
+        }
+        for stream in relays {
+            self.relay_resume(ExchangeId { conn: idx, stream, generation });
+        }
+        let started = !starts.is_empty();
+        for (stream, up) in starts {
+            self.start_call(ExchangeId { conn: idx, stream: stream.0, generation }, up);
+        }
+        if started {
+            // What the upstreams answered at once (an error, a cached answer) goes out now.
+            self.drained.push((idx, generation));
+        }
+        if self.svc.stats.sse.load(std::sync::atomic::Ordering::Relaxed) != self.sse.len() {
+            self.sse_count_changed();
+        }
+        if close {
+            self.close(idx);
+            return;
+        }
+        if end {
+            self.end(idx);
+            return;
+        }
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        if c.generation != generation {
+            return;
+        }
+        if again {
+            self.drained.push((idx, generation));
+        }
+        self.arm(idx);
+    }
+
+    /// A pool job of an HTTP/2 exchange finished.
+    pub(super) fn h2_done(&mut self, id: ExchangeId, result: Completion) {
+        let now = Instant::now();
+        let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
+        if c.generation != id.generation {
+            return;
+        }
+        let Some(sess) = c.h2.as_mut() else { return };
+        let stream = StreamId(id.stream);
+        match result {
+            Completion::Response(result) => {
+                let Some(i) = sess.find(stream) else { return };
+                // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
+                let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
+                let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+                let mut cx = Cx {
+                    glue: &mut glue,
+                    svc: self.svc,
+                    env: &mut self.env,
+                    pool: &self.pool,
+                    sse: &mut self.sse,
+                    conn: id.conn,
+                    generation: id.generation,
+                };
+                sess.answer(i, resp, Delimit::Length, &mut cx, now);
+            }
+            other => sess.produced(stream, other),
+        }
+        self.drive_h2(id.conn);
+    }
+
+    /// A bus notification (`id`, rendered `event`) for an HTTP/2 event
+    /// stream: queued on its exchange; the connection is driven after this
+    /// turn's events.
+    pub(super) fn h2_event(&mut self, id: ExchangeId, event_id: i64, event: &Arc<[u8]>) {
+        let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
+        if c.generation != id.generation {
+            return;
+        }
+        let Some(sess) = c.h2.as_mut() else { return };
+        sess.event(StreamId(id.stream), event_id, event);
+        self.drained.push((id.conn, id.generation));
+    }
+
+    /// App code behind an HTTP/2 event stream panicked: end that stream only.
+    pub(super) fn h2_abort_exchange(&mut self, id: ExchangeId) {
+        let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
+        if c.generation != id.generation {
+            return;
+        }
+        let Some(sess) = c.h2.as_mut() else { return };
+        if let Some(i) = sess.find(StreamId(id.stream)) {
+            let ex = &mut sess.exchanges[i];
+            ex.produce = None;
+            ex.done = true;
+        }
+        self.sse.remove(&id);
+        self.sse_count_changed();
+        self.drained.push((id.conn, id.generation));
+    }
+
+    /// An HTTP/2 connection closed: its subscriptions and upstream waits go.
+    pub(super) fn forget_h2(&mut self, idx: usize, generation: u32, mut sess: H2Session) {
+        for stream in sess.event_streams() {
+            self.sse.remove(&ExchangeId { conn: idx, stream, generation });
+        }
+        self.sse_count_changed();
+        let mut calls = std::mem::take(&mut sess.cancelled);
+        calls.extend(sess.exchanges.iter_mut().filter_map(|e| Some((e.stream.0, e.call.take()?))));
+        for (stream, call) in calls {
+            self.cancel_call(ExchangeId { conn: idx, stream, generation }, call);
+        }
+        let mut left = std::mem::take(&mut sess.left);
+        for ex in sess.exchanges.drain(..) {
+            if let Some(Produce::Ws { ws, .. }) = ex.produce {
+                left.push((ex.stream.0, ws.rooms));
+            }
+        }
+        self.h2_left(idx, generation, left);
+    }
+
+    /// WebSockets of connection `idx` that went away: out of their rooms, uncounted.
+    fn h2_left(&mut self, idx: usize, generation: u32, left: Vec<(u32, Vec<String>)>) {
+        for (stream, rooms) in left {
+            let id = ExchangeId { conn: idx, stream, generation };
+            for room in &rooms {
+                if self.rooms.leave(room, id) {
+                    self.svc.stats.members.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            let n = self.svc.stats.ws.fetch_sub(1, std::sync::atomic::Ordering::Relaxed).saturating_sub(1);
+            self.metrics.set_websocket_clients(n);
+        }
+    }
+
+    /// Drop HTTP/2 exchange `id` (a WebSocket member that stopped reading): its stream is reset.
+    pub(super) fn h2_drop_exchange(&mut self, id: ExchangeId) {
+        let Some(sess) = self.h2_session(id) else { return };
+        let stream = StreamId(id.stream);
+        let _ = sess.conn.reset(stream, Reason::CANCEL);
+        if let Some(i) = sess.find(stream) {
+            let ex = sess.exchanges.swap_remove(i);
+            if sess.exchanges.is_empty() {
+                sess.idle_since = Some(Instant::now());
+            }
+            if let Some(Produce::Ws { ws, .. }) = ex.produce {
+                sess.left.push((id.stream, ws.rooms));
+            }
+        }
+        self.drained.push((id.conn, id.generation));
+    }
+
+    /// The session of exchange `id`'s connection, if the exchange's connection is still there.
+    fn h2_session(&mut self, id: ExchangeId) -> Option<&mut H2Session> {
+        let c = self.conns.get_mut(id.conn)?.as_mut()?;
+        if c.generation != id.generation {
+            return None;
+        }
+        c.h2.as_deref_mut()
+    }
+
+    /// Answer an HTTP/2 exchange that waited on upstreams (`stream`: its
+    /// body follows as relayed events). Returns whether a body follows.
+    pub(super) fn h2_respond_waiting(&mut self, id: ExchangeId, resp: Response, stream: bool) -> bool {
+        let now = Instant::now();
+        let Some(Some(c)) = self.conns.get_mut(id.conn) else { return false };
+        if c.generation != id.generation {
+            return false;
+        }
+        let Some(sess) = c.h2.as_mut() else { return false };
+        let Some(i) = sess.find(StreamId(id.stream)) else { return false };
+        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+        let mut cx = Cx {
+            glue: &mut glue,
+            svc: self.svc,
+            env: &mut self.env,
+            pool: &self.pool,
+            sse: &mut self.sse,
+            conn: id.conn,
+            generation: id.generation,
+        };
+        let delimit = if stream { Delimit::Chunked } else { Delimit::Length };
+        let follows = sess.answer(i, resp, delimit, &mut cx, now);
+        self.drained.push((id.conn, id.generation));
+        follows
+    }
+
+    /// Relayed events for an HTTP/2 exchange: queued on it, sent as its
+    /// window allows (the connection is driven after this turn's events).
+    pub(super) fn h2_relay_data(&mut self, id: ExchangeId, events: &[u8]) {
+        if events.is_empty() {
+            return;
+        }
+        let Some(sess) = self.h2_session(id) else { return };
+        if let Some(i) = sess.find(StreamId(id.stream)) {
+            sess.exchanges[i].unsent.extend_from_slice(events);
+            self.drained.push((id.conn, id.generation));
+        }
+    }
+
+    /// The relay of an HTTP/2 exchange is behind its client: its upstream
+    /// pauses until the stream's unsent bytes drain.
+    pub(super) fn h2_relay_slow(&mut self, id: ExchangeId) -> bool {
+        let Some(sess) = self.h2_session(id) else { return false };
+        sess.find(StreamId(id.stream)).is_some_and(|i| sess.exchanges[i].unsent.len() > HIGH_WATERMARK)
+    }
+
+    /// The relay of an HTTP/2 exchange ended: its body ends once sent.
+    pub(super) fn h2_relay_done(&mut self, id: ExchangeId) {
+        let Some(sess) = self.h2_session(id) else { return };
+        if let Some(i) = sess.find(StreamId(id.stream)) {
+            let ex = &mut sess.exchanges[i];
+            ex.call = None;
+            ex.done = true;
+        }
+        self.drained.push((id.conn, id.generation));
+    }
+
+    /// The relay of an HTTP/2 exchange failed in app code after its head:
+    /// the stream is reset (the client sees it cut short), its upstream closed.
+    pub(super) fn h2_relay_abort(&mut self, id: ExchangeId) {
+        let now = Instant::now();
+        let Some(sess) = self.h2_session(id) else { return };
+        let stream = StreamId(id.stream);
+        if let Some(i) = sess.find(stream) {
+            let ex = sess.exchanges.swap_remove(i);
+            let _ = sess.conn.reset(stream, Reason::INTERNAL_ERROR);
+            if sess.exchanges.is_empty() {
+                sess.idle_since = Some(now);
+            }
+            if let Some(call) = ex.call {
+                self.cancel_call(id, call);
+            }
+        }
+        self.drained.push((id.conn, id.generation));
+    }
+
+    /// Publish the number of event streams (metrics, `/api/stats`).
+    pub(super) fn sse_count_changed(&mut self) {
+        self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
+        self.metrics.set_sse_streams(self.sse.len());
+    }
+
+    /// The HTTP/2 connection's timer fired: 408 on streams whose body is
+    /// late, GOAWAY when idle, the cut after a GOAWAY's deadline.
+    pub(super) fn h2_timer(&mut self, idx: usize, now: Instant) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let Some(sess) = c.h2.as_mut() else { return };
+        if sess.cut_at.is_some_and(|t| t <= now) {
+            sess.cut_at = None;
+            sess.conn.abort(Reason::NO_ERROR);
+        } else if sess.idle_since.is_some_and(|t| t + self.env.keepalive_timeout <= now) {
+            sess.idle_since = None;
+            sess.shut_down(now + GOAWAY_GRACE);
+        }
+        sess.tick(&self.app, now);
+        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+        let mut cx = Cx {
+            glue: &mut glue,
+            svc: self.svc,
+            env: &mut self.env,
+            pool: &self.pool,
+            sse: &mut self.sse,
+            conn: idx,
+            generation: c.generation,
+        };
+        while let Some(i) = sess.exchanges.iter().position(|e| e.deadline.is_some_and(|t| t <= now)) {
+            sess.fail(i, Error::RequestTimeout, &mut cx, now);
+        }
+        self.drive_h2(idx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_preface_makes_a_connection_http2() {
+        assert_eq!(sniff(PREFACE, None), Sniff::H2);
+        assert_eq!(sniff(&PREFACE[..10], None), Sniff::Wait);
+        assert_eq!(sniff(b"", None), Sniff::Wait);
+        assert_eq!(sniff(b"GET / HTTP/1.1\r\n", None), Sniff::H1);
+        assert_eq!(sniff(b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n", None), Sniff::H1);
+        assert_eq!(sniff(b"", Some(None)), Sniff::Wait);
+        assert_eq!(sniff(b"", Some(Some(b"h2"))), Sniff::H2);
+        assert_eq!(sniff(PREFACE, Some(Some(b"http/1.1"))), Sniff::H1);
+    }
+
+    #[test]
+    fn a_rendered_response_loses_its_connection_fields() {
+        let mut conn = H2Conn::new(H2Settings::default());
+        // Unknown stream: the head parses, the codec refuses the stream.
+        let rendered = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi";
+        assert!(matches!(
+            send_rendered(&mut conn, StreamId(1), rendered, false),
+            Err(crate::http2::H2Error::UnknownStream(_))
+        ));
+        assert!(send_rendered(&mut conn, StreamId(1), b"garbage", false).is_err());
+    }
+}
