@@ -6,7 +6,7 @@
 //! CSP violation and no failing request of the page's own.
 //!
 //! Needs `/usr/bin/chromium`, `node` and `tests/browser/node_modules`
-//! (`bin/install-browser-deps` installs them); without them the test says why and passes,
+//! (`bin/install-test-deps` installs them); without them the test says why and passes,
 //! so `cargo test` works on a machine without a browser. This test starts Chromium itself (a
 //! fresh profile in a temp dir) and the script, and kills both by PID when done or after 60 s.
 
@@ -82,14 +82,14 @@ impl Drop for Owned {
 /// Why the test cannot run here, if it cannot.
 fn missing(root: &Path) -> Option<String> {
     if !Path::new(CHROMIUM).exists() {
-        return Some(format!("no chromium found at {CHROMIUM} (run bin/install-browser-deps)"));
+        return Some(format!("no chromium found at {CHROMIUM} (run bin/install-test-deps)"));
     }
     let node = Command::new("node").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
     if !node.map(|s| s.success()).unwrap_or(false) {
         return Some("no `node` on PATH (Node.js 20 or later)".into());
     }
     if !root.join("tests/browser/node_modules/playwright-core/package.json").exists() {
-        return Some("no node_modules in tests/browser, run bin/install-browser-deps".into());
+        return Some("no node_modules in tests/browser, run bin/install-test-deps".into());
     }
     None
 }

@@ -297,6 +297,49 @@ fn https_with_curl_and_openssl_when_installed() {
     }
 }
 
+#[test]
+fn a_client_cannot_fill_the_log_through_rustls_warnings() {
+    // OpenSSL clients (wrk, `s_client -servername`) send an IP address as SNI, which rustls
+    // reports at warn level: one line per connection, at the client's will.
+    let (server, addr, _pki, _d) = tls_server(1, "", "");
+    for _ in 0..3 {
+        let child = std::process::Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &addr.to_string(),
+                "-servername",
+                "127.0.0.1",
+                "-alpn",
+                "http/1.1",
+                "-ign_eof",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn();
+        let Ok(mut child) = child else {
+            eprintln!("openssl not run: nothing to check");
+            return;
+        };
+        let mut stdin = child.stdin.take().expect("stdin");
+        let _ = stdin.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        drop(stdin);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let out = child.wait_with_output().expect("openssl output");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("HTTP/1.1 200"), "openssl s_client:\n{stdout}\n{}", server.log_tail());
+    }
+    // The request lines are in the log (so it was read after the exchanges), the warnings not.
+    let log = server.logs();
+    assert!(log.contains("GET /health"), "the access lines are logged:\n{log}");
+    assert!(!log.contains("rustls"), "rustls wrote to the log:\n{log}");
+}
+
 /// Connects to `addr`, sends `bytes`, and reads until the server closes (within `within`, else
 /// a panic); returns what it sent before closing.
 fn closed_after(addr: SocketAddr, bytes: &[u8], within: Duration) -> Vec<u8> {
