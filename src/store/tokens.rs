@@ -104,6 +104,26 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Delete every token family whose newest token expired at or before
+    /// `now_unix`, with its tokens (`ON DELETE CASCADE`); returns how many
+    /// families went. Without it each login left rows behind for ever.
+    ///
+    /// A family with one live token is kept whole: its spent, expired tokens
+    /// still reveal a replay (and revoke the family, see
+    /// [`Store::rotate_refresh`]) while a thief could race its owner.
+    pub fn purge_expired_families(&self, now_unix: i64) -> Result<usize, StoreError> {
+        let conn = self.conn()?;
+        let n = conn
+            .prepare_cached(
+                "DELETE FROM token_families WHERE family IN \
+                 (SELECT family FROM refresh_tokens GROUP BY family HAVING max(expires_at) <= ?1)",
+            )?
+            .execute([now_unix])?;
+        Ok(n)
+    }
+}
+
 /// Mark a family revoked: none of its tokens rotates again.
 fn revoke(conn: &rusqlite::Connection, family: &str) -> Result<(), StoreError> {
     conn.prepare_cached("UPDATE token_families SET revoked = 1 WHERE family = ?1")?.execute([family])?;
@@ -151,6 +171,27 @@ mod tests {
         assert_eq!(store.rotate_refresh("h1", "h2", NOW, NOW + 200).expect("expired"), Rotation::Invalid);
         assert_eq!(store.rotate_refresh("h2", "h3", NOW, NOW + 200).expect("not minted"), Rotation::Invalid);
         assert!(matches!(store.insert_refresh("h1", "fam", uid, NOW), Err(StoreError::Duplicate("hash"))));
+    }
+
+    #[test]
+    fn purging_deletes_dead_families_and_keeps_live_ones_whole() {
+        let (_dir, store, uid) = setup();
+        // Dead: its only token expired; also a revoked family whose tokens all expired.
+        store.insert_refresh("d1", "dead", uid, NOW - 1).expect("insert");
+        store.insert_refresh("r1", "revoked", uid, NOW).expect("insert");
+        assert!(store.revoke_family("r1").expect("revoke"));
+        // Live: rotated once; the spent first token has expired, the new one has not.
+        store.insert_refresh("l1", "live", uid, NOW + 10).expect("insert");
+        assert_eq!(
+            store.rotate_refresh("l1", "l2", NOW, NOW + 200).expect("rotate"),
+            Rotation::Rotated { user_id: uid }
+        );
+        assert_eq!(store.purge_expired_families(NOW + 100).expect("purge"), 2);
+        assert_eq!(store.purge_expired_families(NOW + 100).expect("again"), 0);
+        // The dead tokens are gone (unknown now); the live family still catches a replay.
+        assert!(!store.revoke_family("d1").expect("gone"));
+        assert!(!store.revoke_family("r1").expect("gone"));
+        assert_eq!(store.rotate_refresh("l1", "l3", NOW + 100, NOW + 300).expect("replay"), Rotation::Reused);
     }
 
     #[test]

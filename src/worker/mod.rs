@@ -53,6 +53,10 @@ const TRIM_PEAK: usize = 1024;
 /// fill with holes) although its live heap is flat. One trim costs tens of
 /// microseconds on a worker's few MiB of heap; Ruby does the same after a GC.
 const TRIM_EVERY: Duration = Duration::from_secs(30);
+/// How often a worker deletes the refresh-token families that expired (the
+/// first time right after it starts). Every worker does it: the delete is
+/// idempotent and cheap when there is nothing to delete.
+const PURGE_EVERY: Duration = Duration::from_secs(3600);
 /// While a request is pending or output is paused, stop reading past this much input.
 const READ_AHEAD: usize = 64 * 1024;
 /// A lingering close (RFC 9112 §9.6) reads and discards the peer's input for
@@ -186,6 +190,8 @@ struct Worker {
     peak: usize,
     /// When [`Worker::give_back_memory`] next trims the heap whatever the peak.
     next_trim: Instant,
+    /// When [`Worker::purge_tokens`] next runs.
+    next_purge: Instant,
     next_generation: u32,
     timers: Timers,
     scratch: Vec<u8>,
@@ -290,6 +296,7 @@ impl Worker {
             live: 0,
             peak: 0,
             next_trim: Instant::now() + TRIM_EVERY,
+            next_purge: Instant::now(),
             next_generation: 1,
             timers: Timers::default(),
             scratch: vec![0; crate::bus::MAX_MESSAGE],
@@ -350,7 +357,28 @@ impl Worker {
             let now = Instant::now();
             self.expire(now);
             self.give_back_memory(now);
+            self.purge_tokens(now);
         }
+    }
+
+    /// Every [`PURGE_EVERY`] (not while draining), delete the expired refresh-token
+    /// families on the pool.
+    fn purge_tokens(&mut self, now: Instant) {
+        if now < self.next_purge || self.drain_deadline.is_some() {
+            return;
+        }
+        self.next_purge = now + PURGE_EVERY;
+        let store = self.svc.store;
+        self.pool.chore(Box::new(move || {
+            let unix = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            match store.purge_expired_families(i64::try_from(unix).unwrap_or(i64::MAX)) {
+                Ok(0) => {}
+                Ok(n) => {
+                    log::info!("store: deleted {n} expired refresh-token famil{}", if n == 1 { "y" } else { "ies" })
+                }
+                Err(e) => log::warn!("store: purging expired refresh tokens failed: {e}"),
+            }
+        }));
     }
 
     /// Every [`TRIM_EVERY`], give the allocator's free pages back to the

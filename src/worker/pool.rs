@@ -27,6 +27,8 @@ pub enum Work {
     /// Read `len` bytes of a file at `offset` (a download slice) into the
     /// given buffer (recycled by the download, so reads allocate nothing).
     Read(std::sync::Arc<std::fs::File>, u64, usize, Vec<u8>),
+    /// Housekeeping that answers no exchange (the store's purge): nothing comes back.
+    Chore(Box<dyn FnOnce() + Send>),
 }
 
 /// What comes back.
@@ -112,6 +114,12 @@ impl Pool {
                             let (bytes, last) = guard("SSE replay", job).unwrap_or((Vec::new(), REPLAY_PANICKED));
                             Completion::Replay(bytes, last)
                         }
+                        Work::Chore(job) => {
+                            // The hook logged a panic; there is no one to answer.
+                            let _ = guard("pool chore", job);
+                            active.fetch_sub(1, Ordering::AcqRel);
+                            continue;
+                        }
                     };
                     let _ = done_tx.send(Done { id: task.id, result });
                     active.fetch_sub(1, Ordering::AcqRel);
@@ -128,6 +136,12 @@ impl Pool {
         if self.tx.send(Task { id, work }).is_err() {
             self.active.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// Queue housekeeping that answers no exchange ([`Work::Chore`]).
+    pub fn chore(&self, job: Box<dyn FnOnce() + Send>) {
+        // No exchange has this id (no slab index reaches usize::MAX); nothing is sent back for it.
+        self.submit(ExchangeId { conn: usize::MAX, stream: 0, generation: 0 }, Work::Chore(job));
     }
 
     /// The results that are ready.

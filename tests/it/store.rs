@@ -194,3 +194,44 @@ fn sign_ups_acknowledged_before_sigterm_survive_a_restart() {
         s2.login(e, "user-password-1");
     }
 }
+
+#[test]
+fn expired_refresh_token_families_are_deleted_when_a_worker_starts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let mut s = Server::api_builder().data_dir(&data).start();
+    s.user("Keeper");
+    s.signal(Signal::SIGTERM);
+    ensure!(s, s.wait_exit(Duration::from_secs(30)).is_some_and(|st| st.success()), "the first server must stop");
+    // Rows a long-running server would have collected: one family dead for a day, one live.
+    let db = rusqlite::Connection::open(data.join("forkd.db")).expect("open the database");
+    let uid: i64 = db.query_row("SELECT id FROM users LIMIT 1", [], |r| r.get(0)).expect("a user");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64;
+    for (family, expires) in [("dead-family", now - 86_400), ("live-family", now + 86_400)] {
+        db.execute("INSERT INTO token_families (family, user_id) VALUES (?1, ?2)", rusqlite::params![family, uid])
+            .expect("family");
+        db.execute(
+            "INSERT INTO refresh_tokens (hash, family, user_id, expires_at) VALUES (?1, ?1, ?2, ?3)",
+            rusqlite::params![family, uid, expires],
+        )
+        .expect("token");
+    }
+    let count = |family: &str| -> i64 {
+        db.query_row("SELECT count(*) FROM refresh_tokens WHERE family = ?1", [family], |r| r.get(0)).expect("count")
+    };
+    assert_eq!((count("dead-family"), count("live-family")), (1, 1));
+    let s2 = Server::api_builder().data_dir(&data).start();
+    let purged = eventually(Duration::from_secs(10), || count("dead-family") == 0);
+    ensure!(s2, purged, "the expired family is still there 10 s after the start");
+    ensure_eq!(s2, count("live-family"), 1, "the live family is kept");
+    let families: i64 = db
+        .query_row("SELECT count(*) FROM token_families WHERE family = 'dead-family'", [], |r| r.get(0))
+        .expect("count");
+    ensure_eq!(s2, families, 0, "the family row goes with its tokens");
+    ensure!(
+        s2,
+        s2.logs().contains("deleted 1 expired refresh-token family"),
+        "the purge is logged:\n{}",
+        s2.log_tail()
+    );
+}
