@@ -265,36 +265,36 @@ fn https_with_curl_and_openssl_when_installed() {
         }
         Err(e) => eprintln!("curl not run ({e}); the rustls client tests cover HTTPS"),
     }
-    let out = std::process::Command::new("openssl")
-        .args([
-            "s_client",
-            "-connect",
-            &addr.to_string(),
-            "-servername",
-            "localhost",
-            "-CAfile",
-            ca.to_str().expect("utf-8"),
-        ])
-        .args(["-alpn", "http/1.1", "-ign_eof"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn();
-    if let Ok(mut child) = out {
-        let mut stdin = child.stdin.take().expect("stdin");
-        let _ = stdin.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-        drop(stdin);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let out = child.wait_with_output().expect("openssl output");
-        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let ca_file = ca.to_str().expect("utf-8");
+    if let Some((stdout, stderr)) = s_client_get_health(addr, &["-servername", "localhost", "-CAfile", ca_file]) {
         assert!(stdout.contains("HTTP/1.1 200"), "openssl s_client:\n{stdout}\n{stderr}");
         assert!(stdout.contains("Verify return code: 0 (ok)"), "{stdout}");
         assert!(stdout.contains("ALPN protocol: http/1.1"), "{stdout}");
     }
+}
+
+/// `GET /health` over `openssl s_client -connect addr <args> -alpn http/1.1`; its stdout and
+/// stderr, or `None` when openssl cannot be run. Bounded: killed after 10 s.
+fn s_client_get_health(addr: SocketAddr, args: &[&str]) -> Option<(String, String)> {
+    let mut child = std::process::Command::new("openssl")
+        .args(["s_client", "-connect", &addr.to_string()])
+        .args(args)
+        .args(["-alpn", "http/1.1", "-ign_eof"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    let mut stdin = child.stdin.take().expect("stdin");
+    let _ = stdin.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    drop(stdin);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("openssl output");
+    Some((String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned()))
 }
 
 #[test]
@@ -303,35 +303,10 @@ fn a_client_cannot_fill_the_log_through_rustls_warnings() {
     // reports at warn level: one line per connection, at the client's will.
     let (server, addr, _pki, _d) = tls_server(1, "", "");
     for _ in 0..3 {
-        let child = std::process::Command::new("openssl")
-            .args([
-                "s_client",
-                "-connect",
-                &addr.to_string(),
-                "-servername",
-                "127.0.0.1",
-                "-alpn",
-                "http/1.1",
-                "-ign_eof",
-            ])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn();
-        let Ok(mut child) = child else {
+        let Some((stdout, _)) = s_client_get_health(addr, &["-servername", "127.0.0.1"]) else {
             eprintln!("openssl not run: nothing to check");
             return;
         };
-        let mut stdin = child.stdin.take().expect("stdin");
-        let _ = stdin.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-        drop(stdin);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let out = child.wait_with_output().expect("openssl output");
-        let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains("HTTP/1.1 200"), "openssl s_client:\n{stdout}\n{}", server.log_tail());
     }
     // The request lines are in the log (so it was read after the exchanges), the warnings not.
