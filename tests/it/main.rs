@@ -48,5 +48,6 @@ mod upgrade;
 
 mod tls;
 
+mod h2flood;
 mod h2util;
 mod http2;
