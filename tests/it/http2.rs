@@ -711,3 +711,56 @@ fn split_cookie_fields_are_one_cookie_header_for_the_handlers() {
     let r = c.request("POST", "/api/v1/auth/refresh", &headers, Some(b""));
     assert_eq!(r.status, 200, "{}", r.body_str());
 }
+
+/// An h2 event stream whose reader never releases flow-control capacity: once
+/// more than `MAX_BACKLOG` (1 MiB) of events wait behind its closed window, the
+/// server resets that stream (RST_STREAM CANCEL) instead of buffering without
+/// bound; the worker's memory stays bounded and the connection carries on.
+#[test]
+fn an_h2_event_stream_that_never_reads_is_reset_past_the_backlog() {
+    let s = Server::api_builder().workers(1).start();
+    let worker = s.wait_workers(1, IO_TIMEOUT)[0];
+    let (_, admin) = s.admin();
+    // A big connection window, the default stream window (65 535): only the event stream stalls.
+    let mut builder = h2::client::Builder::new();
+    builder.initial_connection_window_size(64 << 20);
+    let mut c = H2Client::h2c_with(s.addr(), builder);
+    assert_eq!(c.get("/health").status, 200);
+    let (mut rf, _) = c.start(c.build("GET", "/api/events", &[]), true);
+    let resp = c.head(&mut rf).expect("head");
+    assert_eq!(resp.status(), 200, "{resp:?}");
+    let mut events = resp.into_body();
+    let mut got = Vec::new();
+    // Subscribed once the preamble is there; from here on nothing is read or released.
+    read_until(&mut c, &mut events, &mut got, "connected");
+    let before = rss_kib(worker);
+    // Within the API's limits (characters, not bytes): 2000 four-byte characters of
+    // body and 200 of title, about 9 KB an event; 160 of them are ~1.4 MB unsent.
+    let body = "\u{1D11E}".repeat(2000);
+    let title = "\u{1D11E}".repeat(190);
+    let t = Instant::now();
+    for i in 0..160 {
+        s.notify(&admin, &format!("{title}{i:03}"), &body);
+        c.pump();
+    }
+    assert!(t.elapsed() < Duration::from_secs(12), "publishing took {:?}", t.elapsed());
+    // The server gives up on the stream (its log says so) …
+    s.wait_log_line(IO_TIMEOUT, |l| l.contains("event stream is not reading"));
+    let after = rss_kib(worker);
+    assert!(after < before + 16 * 1024, "worker RSS {before} KiB → {after} KiB for a stalled event stream");
+    // … and, reading at last, the client finds the window's worth of events then RST_STREAM.
+    let err = c.until(IO_TIMEOUT, "RST_STREAM on the event stream", |c| match c.body_now(&mut events, &mut got) {
+        Err(e) => Some(e),
+        Ok(true) => panic!("the event stream ended without a reset ({} bytes)", got.len()),
+        Ok(false) => None,
+    });
+    assert!(err.is_reset() && err.is_remote(), "{err:?}");
+    assert_eq!(err.reason(), Some(h2::Reason::CANCEL), "{err:?}");
+    assert!(got.len() < 1 << 20, "{} bytes arrived past a closed stream window", got.len());
+    // The connection is still fine: another stream on it, and a new connection.
+    let t = Instant::now();
+    assert_eq!(c.get("/health").status, 200);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(c.ended.is_none() && !c.eof, "the connection must survive the reset");
+    assert_eq!(H2Client::h2c(s.addr()).get("/health").status, 200);
+}
