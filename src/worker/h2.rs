@@ -846,6 +846,22 @@ fn send_rendered(
     }
 }
 
+/// The [`Cx`] of connection `conn`, built from the worker's fields one by one
+/// (so a session borrowed from `conns` can live beside it).
+macro_rules! cx {
+    ($w:ident, $glue:expr, $conn:expr, $generation:expr) => {
+        Cx {
+            glue: $glue,
+            svc: $w.svc,
+            env: &mut $w.env,
+            pool: &$w.pool,
+            sse: &mut $w.sse,
+            conn: $conn,
+            generation: $generation,
+        }
+    };
+}
+
 /// What a session needs from the worker while it handles events.
 struct Cx<'a, 'g> {
     glue: &'a mut Glue<'g>,
@@ -908,15 +924,7 @@ impl Worker {
                 sess.eof_fed = true;
                 sess.conn.feed_eof();
             }
-            let mut cx = Cx {
-                glue: &mut glue,
-                svc: self.svc,
-                env: &mut self.env,
-                pool: &self.pool,
-                sse: &mut self.sse,
-                conn: idx,
-                generation: c.generation,
-            };
+            let mut cx = cx!(self, &mut glue, idx, c.generation);
             again = sess.step(&mut cx, now);
             let before = c.out.len();
             if c.out.len() - c.out_pos <= HIGH_WATERMARK {
@@ -1016,15 +1024,7 @@ impl Worker {
                 // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
                 let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
                 let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-                let mut cx = Cx {
-                    glue: &mut glue,
-                    svc: self.svc,
-                    env: &mut self.env,
-                    pool: &self.pool,
-                    sse: &mut self.sse,
-                    conn: id.conn,
-                    generation: id.generation,
-                };
+                let mut cx = cx!(self, &mut glue, id.conn, id.generation);
                 sess.answer(i, resp, Delimit::Length, &mut cx, now);
             }
             other => sess.produced(stream, other),
@@ -1133,15 +1133,7 @@ impl Worker {
         let Some(sess) = c.h2.as_mut() else { return false };
         let Some(i) = sess.find(StreamId(id.stream)) else { return false };
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        let mut cx = Cx {
-            glue: &mut glue,
-            svc: self.svc,
-            env: &mut self.env,
-            pool: &self.pool,
-            sse: &mut self.sse,
-            conn: id.conn,
-            generation: id.generation,
-        };
+        let mut cx = cx!(self, &mut glue, id.conn, id.generation);
         let delimit = if stream { Delimit::Chunked } else { Delimit::Length };
         let follows = sess.answer(i, resp, delimit, &mut cx, now);
         self.drained.push((id.conn, id.generation));
@@ -1218,15 +1210,7 @@ impl Worker {
         }
         sess.tick(&self.app, now);
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        let mut cx = Cx {
-            glue: &mut glue,
-            svc: self.svc,
-            env: &mut self.env,
-            pool: &self.pool,
-            sse: &mut self.sse,
-            conn: idx,
-            generation: c.generation,
-        };
+        let mut cx = cx!(self, &mut glue, idx, c.generation);
         while let Some(i) = sess.exchanges.iter().position(|e| e.deadline.is_some_and(|t| t <= now)) {
             sess.fail(i, Error::RequestTimeout, &mut cx, now);
         }
