@@ -117,7 +117,7 @@ pub struct Limits {
 pub struct Db {
     /// The database file: `db.file` resolved against `data_dir`.
     pub path: PathBuf,
-    /// Connections per worker.
+    /// Connections per worker (a worker opens at most `io.threads` of them).
     pub pool_size: usize,
 }
 

@@ -212,7 +212,9 @@ impl Worker {
     fn new(args: WorkerArgs<'_>) -> io::Result<Worker> {
         // Per-process state, made after fork and kept for the process's life.
         let config: &'static Config = Box::leak(Box::new(args.config.clone()));
-        let store = Store::open(&config.db.path, config.db.pool_size)
+        // Only the pool's threads use the store, so more connections than threads would never
+        // be borrowed at once: they would only hold memory.
+        let store = Store::open(&config.db.path, config.db.pool_size.min(config.io.threads))
             .map_err(|e| io::Error::other(format!("database: {e}")))?;
         // Hashing is pure CPU: no more lane threads than CPUs. Only lane
         // threads ever hold argon2 memory.

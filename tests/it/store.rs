@@ -235,3 +235,19 @@ fn expired_refresh_token_families_are_deleted_when_a_worker_starts() {
         s2.log_tail()
     );
 }
+
+/// Only a worker's pool threads use the store, so it opens no more database connections than
+/// `io.threads`, whatever `db.pool_size` allows: each one holds a page cache and prepared
+/// statements for nothing.
+#[test]
+fn a_worker_opens_no_more_connections_than_pool_threads() {
+    let s = ServerBuilder::default().set("db", "pool_size = 10").set("io", "threads = 2").start();
+    let workers = s.wait_workers(1, Duration::from_secs(10));
+    let w = workers[0];
+    let fds = std::fs::read_dir(format!("/proc/{w}/fd")).unwrap_or_else(|e| panic!("/proc/{w}/fd: {e}"));
+    let db = fds
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|p| p.extension().is_some_and(|x| x == "db"))
+        .count();
+    ensure_eq!(s, db, 2, "database files open in the worker (io.threads = 2, db.pool_size = 10)");
+}
