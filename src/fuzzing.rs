@@ -7,8 +7,8 @@
 //! and split input, the safety promises of the redirect check). See
 //! [`TARGETS`] for the list.
 
+use crate::app::handlers::{auth, chat, download, events, posts, redirect as redirect_check, users};
 use crate::app::validate;
-use crate::app::{auth, chat, download, events, posts, redirect as redirect_check, users};
 use crate::error::Error;
 use crate::http::body::Chunked;
 use crate::http::parse::{self, Framing, MAX_HEADERS};
@@ -371,7 +371,7 @@ fn check_rules(s: &str) {
 const ALLOWED_HOSTS: [&str; 2] = ["allowed.example", "docs.allowed.example"];
 
 /// The input as the query string of `GET /redirect`
-/// ([`crate::app::redirect::target`]) and as an already decoded value
+/// ([`crate::app::handlers::redirect::target`]) and as an already decoded value
 /// (`safe_path`, `allowed_url`): whatever is accepted is a same-origin path
 /// (one `/`, not `//` or `/\`, not even after one more decoding) or an
 /// http(s) URL on an allowed host.
@@ -448,7 +448,7 @@ fn percent_decode_lossy(b: &[u8]) -> Vec<u8> {
 /// File sizes every `Range` value is tried against.
 const SIZES: [u64; 9] = [0, 1, 2, 100, 1000, 1 << 31, 1 << 63, u64::MAX - 1, u64::MAX];
 
-/// The input as a `Range` header value ([`crate::app::download::parse_range`])
+/// The input as a `Range` header value ([`crate::app::handlers::download::parse_range`])
 /// for files of several sizes: a satisfiable range lies within the file.
 pub fn range(data: &[u8]) {
     let text = String::from_utf8_lossy(data);

@@ -8,30 +8,20 @@
 //! route. Handler errors are [`Error`]s rendered by the one mapping in
 //! `crate::error`.
 
-pub(crate) mod assets;
-pub(crate) mod auth;
 mod cache;
-pub(crate) mod chat;
-mod cors;
-mod csp_report;
-mod debug;
-pub(crate) mod download;
-pub(crate) mod events;
-mod health;
-mod homepage;
-mod https;
-pub mod metrics;
-mod openapi;
-mod pages;
-pub(crate) mod posts;
-mod ratelimit;
-pub(crate) mod redirect;
+pub mod handlers;
+pub mod phases;
 pub mod router;
-mod session;
-pub(crate) mod users;
 pub mod validate;
-mod version;
-pub mod ws;
+
+// The handlers and phases by their short names, for the routing table below and for each
+// other (`crate::app::session`, `crate::app::debug`); outside `app/` they are reached
+// through `handlers::`/`phases::`.
+use handlers::{
+    assets, auth, chat, csp_report, debug, download, events, health, homepage, metrics, openapi, pages, posts,
+    redirect, users, ws,
+};
+use phases::{cors, https, ratelimit, session, version};
 
 use std::borrow::Cow;
 

@@ -587,7 +587,7 @@ impl H2Session {
         let WebSocket { user_id, name, .. } = w;
         let ex = &mut self.exchanges[i];
         let mut conn = crate::proto::ws::WsConn::new(cx.svc.config.websocket.max_message_bytes);
-        let hello = user_id.map(|uid| guard("WebSocket greeting", || crate::app::ws::connected(uid)));
+        let hello = user_id.map(|uid| guard("WebSocket greeting", || crate::app::handlers::ws::connected(uid)));
         match hello {
             Some(Ok(hello)) => conn.send_text(&hello, &mut ex.unsent),
             Some(Err(_)) => {

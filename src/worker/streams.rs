@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::panics::guard;
 use super::pool::{ExchangeId, REPLAY_PANICKED};
 use super::{flush, read_into, Worker, READ_AHEAD};
-use crate::app::ws::{self, Action};
+use crate::app::handlers::ws::{self, Action};
 use crate::app::{Producer, WebSocket};
 use crate::bus::{self, Topic};
 use crate::http::reply::FileRange;

@@ -17,8 +17,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::router::Router;
-use super::{validate, App, Ctx, Handler, Reply};
+use crate::app::router::Router;
+use crate::app::{validate, App, Ctx, Handler, Reply};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::http::response::Response;
@@ -66,7 +66,7 @@ fn serve(app: &App, req: &Request<'_>, name: &str) -> Result<Reply, Error> {
     r.content_type = "application/octet-stream";
     r.cache_control = "no-cache";
     r.header("ETag", etag.clone()).header("Last-Modified", modified).header("Accept-Ranges", "bytes");
-    if req.header("if-none-match").is_some_and(|v| super::health::etag_matches(v, etag.as_bytes())) {
+    if req.header("if-none-match").is_some_and(|v| crate::app::health::etag_matches(v, etag.as_bytes())) {
         r.status = 304;
         return Ok(Reply::full(r));
     }

@@ -7,8 +7,8 @@
 //! delivery (local members, other workers through the bus). The framing is
 //! `crate::proto`'s.
 
-use super::router::Router;
-use super::{cors, validate, App, Ctx, Handler, Reply, WebSocket};
+use crate::app::router::Router;
+use crate::app::{cors, validate, App, Ctx, Handler, Reply, WebSocket};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::proto::handshake::{self, HandshakeError};
@@ -111,7 +111,7 @@ impl Sender<'_> {
 }
 
 /// Interpret one text message from `sender`. `debug`: the debug routes are
-/// on (then a message of type [`super::debug::PANIC_WS`] panics, for the tests
+/// on (then a message of type [`crate::app::debug::PANIC_WS`] panics, for the tests
 /// of the worker's panic boundary).
 pub fn on_text(sender: Sender<'_>, text: &str, debug: bool) -> Action {
     let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(text) else {
@@ -120,7 +120,7 @@ pub fn on_text(sender: Sender<'_>, text: &str, debug: bool) -> Action {
     let room = m.get("roomId").and_then(|v| v.as_str()).filter(|r| (1..=MAX_ROOM_ID).contains(&r.len()));
     let kind = m.get("type").and_then(|v| v.as_str()).unwrap_or("");
     if debug {
-        super::debug::ws_message(kind);
+        crate::app::debug::ws_message(kind);
     }
     let Some(room) = room.map(str::to_owned) else {
         return Action::Reply(error_message(match kind {

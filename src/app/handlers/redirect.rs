@@ -21,12 +21,12 @@
 //! escapes already in it are kept as they are (never encoded twice).
 //! Nothing else from the request is reflected.
 
-use super::{App, Ctx, Reply};
+use crate::app::{App, Ctx, Reply};
 use crate::error::Error;
 use crate::http::request::{query_pairs, Request};
 use crate::http::response::Response;
 
-use super::validate::decode_query;
+use crate::app::validate::decode_query;
 
 /// The one message for every refused target.
 const ILLEGAL: &str = "illegal redirect target";

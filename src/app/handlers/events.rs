@@ -9,10 +9,10 @@
 
 use serde_json::{Map, Value};
 
-use super::router::Router;
-use super::session;
-use super::validate::{self, Fields};
-use super::{envelope_with, App, Ctx, Handler, Producer, Reply};
+use crate::app::router::Router;
+use crate::app::session;
+use crate::app::validate::{self, Fields};
+use crate::app::{envelope_with, App, Ctx, Handler, Producer, Reply};
 use crate::bus::Topic;
 use crate::error::Error;
 use crate::http::request::{Method, Request};
@@ -56,11 +56,11 @@ pub fn heartbeat() -> Vec<u8> {
 }
 
 /// The event for a notification published on the bus (its JSON), with its id.
-/// `debug`: the debug routes are on (see [`super::debug::notification`]).
+/// `debug`: the debug routes are on (see [`crate::app::debug::notification`]).
 pub fn notification_event(payload: &[u8], debug: bool) -> Option<(i64, Vec<u8>)> {
     let n: crate::store::Notification = serde_json::from_slice(payload).ok()?;
     if debug {
-        super::debug::notification(&n.title, false);
+        crate::app::debug::notification(&n.title, false);
     }
     let mut out = Vec::new();
     sse::event(&mut out, Some(n.id), Some("notification"), std::str::from_utf8(payload).ok()?);
@@ -80,7 +80,7 @@ pub fn replay(app: &App, after: i64) -> Box<dyn FnOnce() -> (Vec<u8>, i64) + Sen
         let mut last = after;
         for n in list {
             if debug {
-                super::debug::notification(&n.title, true);
+                crate::app::debug::notification(&n.title, true);
             }
             let json = serde_json::to_string(&n).unwrap_or_default();
             sse::event(&mut out, Some(n.id), Some("notification"), &json);

@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::http::request::Request;
 use crate::http::response::Response;
 
-use super::App;
+use crate::app::App;
 
 /// The verified caller.
 #[derive(Clone, Copy, Debug)]

@@ -15,9 +15,9 @@ use std::rc::Rc;
 
 use serde_json::{json, Value};
 
-use super::cache::Lru;
-use super::router::Router;
-use super::{session, App, Call, Ctx, Fetched, Handler, Reply};
+use crate::app::cache::Lru;
+use crate::app::router::Router;
+use crate::app::{session, App, Call, Ctx, Fetched, Handler, Reply};
 use crate::client::{ClientError, Endpoint, Outbound};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
@@ -162,7 +162,7 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
             }
         }
         if debug {
-            super::debug::homepage(parts[0].as_deref());
+            crate::app::debug::homepage(parts[0].as_deref());
         }
         let r = assemble(&parts, &degraded)?;
         if degraded.is_empty() {

@@ -25,10 +25,14 @@ const SOURCES: &[Source] = &[
     Source {
         plain: "app.js",
         content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../static/app.js"),
+        bytes: include_bytes!("../../../static/app.js"),
     },
-    Source { plain: "app.css", content_type: "text/css; charset=utf-8", bytes: include_bytes!("../../static/app.css") },
-    Source { plain: "favicon.ico", content_type: "image/x-icon", bytes: include_bytes!("../../static/favicon.ico") },
+    Source {
+        plain: "app.css",
+        content_type: "text/css; charset=utf-8",
+        bytes: include_bytes!("../../../static/app.css"),
+    },
+    Source { plain: "favicon.ico", content_type: "image/x-icon", bytes: include_bytes!("../../../static/favicon.ico") },
 ];
 
 /// An embedded file under its hashed name.

@@ -4,11 +4,11 @@
 
 use serde_json::{Map, Value};
 
-use super::router::Router;
-use super::session;
-use super::users::paging;
-use super::validate::{self, Fields};
-use super::{envelope_with, path_id, App, Ctx, Handler, Reply};
+use crate::app::router::Router;
+use crate::app::session;
+use crate::app::users::paging;
+use crate::app::validate::{self, Fields};
+use crate::app::{envelope_with, path_id, App, Ctx, Handler, Reply};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::http::response::Response;

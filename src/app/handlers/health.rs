@@ -1,6 +1,6 @@
 //! `/health`, `/health/ready` and `/api/config` (CONTRACT §6).
 
-use super::{App, Ctx, Reply};
+use crate::app::{App, Ctx, Reply};
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::request::Request;

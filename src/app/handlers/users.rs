@@ -4,11 +4,11 @@
 
 use serde_json::{Map, Value};
 
-use super::health::fnv1a;
-use super::router::Router;
-use super::session::{self, Caller};
-use super::validate::{self, Fields, Presence};
-use super::{envelope_with, path_id, App, Ctx, Handler, Reply};
+use crate::app::health::fnv1a;
+use crate::app::router::Router;
+use crate::app::session::{self, Caller};
+use crate::app::validate::{self, Fields, Presence};
+use crate::app::{envelope_with, path_id, App, Ctx, Handler, Reply};
 use crate::error::{Error, FieldError};
 use crate::http::request::{Method, Request};
 use crate::http::response::Response;
@@ -163,7 +163,7 @@ fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     Ok(Reply::later(Box::new(move || {
         let user = svc.store.get_user(id)?.ok_or(Error::NotFound)?;
         let tag = etag(&user);
-        if if_none_match.is_some_and(|v| super::health::etag_matches(&v, tag.as_bytes())) {
+        if if_none_match.is_some_and(|v| crate::app::health::etag_matches(&v, tag.as_bytes())) {
             let mut r = Response::new(304);
             r.header("ETag", tag);
             return Ok(r);

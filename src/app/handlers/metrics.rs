@@ -11,8 +11,8 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use super::router::Router;
-use super::{App, Ctx, Handler, Reply};
+use crate::app::router::Router;
+use crate::app::{App, Ctx, Handler, Reply};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::http::response::{Body, Response};

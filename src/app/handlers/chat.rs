@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::router::Router;
-use super::validate;
-use super::{App, Ctx, Handler, Producer, Relay, RelaySink, Reply, Ticker};
+use crate::app::router::Router;
+use crate::app::validate;
+use crate::app::{App, Ctx, Handler, Producer, Relay, RelaySink, Reply, Ticker};
 use crate::client::Outbound;
 use crate::error::{Error, FieldError};
 use crate::http::request::{Method, Request};
@@ -70,7 +70,7 @@ fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     };
     let mut sink: Box<dyn RelaySink> = Box::new(Upstream::default());
     if app.svc.config.debug.routes {
-        sink = super::debug::relay_sink(sink, messages.iter().map(|m| m.content.as_str()));
+        sink = crate::app::debug::relay_sink(sink, messages.iter().map(|m| m.content.as_str()));
     }
     Ok(Reply::relay(Relay { request, sink }))
 }

@@ -2,7 +2,7 @@
 //! `GET /static/{name}`.
 //!
 //! The page (`static/index.html`) loads its script and its style from
-//! `/static/` under content-hashed names ([`super::assets`]): the template
+//! `/static/` under content-hashed names ([`crate::app::assets`]): the template
 //! names them plainly (`/static/app.js`) and [`index_page`] puts in the
 //! hashed URLs once per process. A name that is not a current asset's
 //! hashed name (`..`, encoded forms, an old hash) is 404.
@@ -20,7 +20,7 @@
 
 use std::sync::OnceLock;
 
-use super::{assets, App, Ctx, Reply};
+use crate::app::{assets, App, Ctx, Reply};
 use crate::error::Error;
 use crate::http::hints::EarlyHints;
 use crate::http::request::Request;
@@ -33,7 +33,7 @@ pub const NONCE_SLOT: &[u8; 24] = b"__FORKD_CSP_NONCE_SLOT__";
 
 /// The page's template: [`NONCE_SLOT`] in its two nonce attributes, the
 /// files of `static/` by their plain names.
-pub const INDEX: &[u8] = include_bytes!("../../static/index.html");
+pub const INDEX: &[u8] = include_bytes!("../../../static/index.html");
 
 /// How often `slot` occurs in `page` (usable at compile time).
 pub const fn count_slots(page: &[u8], slot: &[u8; 24]) -> usize {

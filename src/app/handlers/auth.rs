@@ -7,11 +7,11 @@
 
 use serde_json::{Map, Value};
 
-use super::ratelimit::LoginGuard;
-use super::router::Router;
-use super::session::{self, Caller};
-use super::validate::{self, Fields};
-use super::{App, Ctx, Handler, Reply};
+use crate::app::ratelimit::LoginGuard;
+use crate::app::router::Router;
+use crate::app::session::{self, Caller};
+use crate::app::validate::{self, Fields};
+use crate::app::{App, Ctx, Handler, Reply};
 use crate::auth::tokens;
 use crate::error::Error;
 use crate::http::request::{Method, Request};
@@ -77,7 +77,7 @@ fn login(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
 }
 
 /// Issue an access token and a new refresh token in `family`.
-fn issue(svc: &super::Services, user_id: i64, role: &str, name: &str, family: &str) -> Result<Response, Error> {
+fn issue(svc: &crate::app::Services, user_id: i64, role: &str, name: &str, family: &str) -> Result<Response, Error> {
     let now = session::now_unix();
     let (access, expires_in) = svc.jwt.issue(user_id, role, name, now)?;
     let (refresh, hash) = tokens::new_refresh_token();
@@ -86,7 +86,7 @@ fn issue(svc: &super::Services, user_id: i64, role: &str, name: &str, family: &s
     Ok(token_response(svc, &access, expires_in, &refresh))
 }
 
-fn token_response(svc: &super::Services, access: &str, expires_in: u64, refresh: &str) -> Response {
+fn token_response(svc: &crate::app::Services, access: &str, expires_in: u64, refresh: &str) -> Response {
     let data = serde_json::json!({
         "accessToken": access, "tokenType": "Bearer", "expiresIn": expires_in, "refreshToken": refresh,
     });

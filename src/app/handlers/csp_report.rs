@@ -18,7 +18,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{App, Ctx, Reply};
+use crate::app::{App, Ctx, Reply};
 use crate::error::Error;
 use crate::http::request::Request;
 use crate::http::response::Response;
@@ -121,7 +121,7 @@ fn number(m: &Map<String, Value>, key: &str) -> Result<Option<u64>, Error> {
     match m.get(key) {
         None | Some(Value::Null) => Ok(None),
         // `721.0` is a whole number too (JSON Schema's `integer`).
-        Some(Value::Number(n)) => match super::validate::integral(n) {
+        Some(Value::Number(n)) => match crate::app::validate::integral(n) {
             Some(v) if v >= 0 => Ok(Some(v as u64)),
             _ => n.as_u64().map(Some).ok_or_else(wrong_shape),
         },

@@ -11,7 +11,7 @@
 //!
 //! It is built and serialised once per process, on first use; a request
 //! then costs no more than `/health`. A unit test compares its `paths` with
-//! [`super::router::Router::routes`], both ways, so a route cannot be added
+//! [`crate::app::router::Router::routes`], both ways, so a route cannot be added
 //! or removed without the document following. Operations are in `paths.rs`,
 //! shared schemas, headers and error responses in `components.rs`.
 
@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
-use super::{App, Ctx, Reply};
+use crate::app::{App, Ctx, Reply};
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::request::Request;

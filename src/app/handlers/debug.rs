@@ -15,8 +15,8 @@
 
 use std::time::Duration;
 
-use super::router::Router;
-use super::{App, Ctx, Handler, Producer, RelaySink, Reply, Ticker};
+use crate::app::router::Router;
+use crate::app::{App, Ctx, Handler, Producer, RelaySink, Reply, Ticker};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::http::response::{Body, Response};

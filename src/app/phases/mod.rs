@@ -1,0 +1,11 @@
+//! The phases every request passes before its handler, in this order (nginx-style):
+//! redirect to https (`https`), CORS preflight and origin check (`cors`), rate limit
+//! (`ratelimit`), API version (`version`); `session` is the authentication phase a handler
+//! asks for (who is calling: bearer token or cookie, and the CSRF check). A phase decides
+//! from the request and shared state alone; it writes no body and knows no handler.
+
+pub(crate) mod cors;
+pub(crate) mod https;
+pub(crate) mod ratelimit;
+pub(crate) mod session;
+pub(crate) mod version;
