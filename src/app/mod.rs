@@ -26,13 +26,13 @@ use phases::{cors, https, ratelimit, session, version};
 use std::borrow::Cow;
 
 use crate::auth::{jwt::Jwt, password::Passwords};
-use crate::client::Endpoints;
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::reply::Upstream;
 use crate::http::request::{Method, Request};
 use crate::http::response::Response;
 use crate::store::Store;
+use crate::upstream::wire::Endpoints;
 
 use router::{Match, Params, Router};
 

@@ -9,6 +9,7 @@
 
 pub mod body;
 pub mod conn;
+pub mod exchange;
 pub mod headers;
 pub mod hints;
 pub mod parse;

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::response::Response;
-use crate::client::{ClientError, Outbound};
 use crate::error::Error;
+use crate::upstream::wire::{ClientError, Outbound};
 
 /// Work for the pool: runs off the event loop and produces the response.
 pub type Job = Box<dyn FnOnce() -> Result<Response, Error> + Send>;

@@ -84,7 +84,7 @@ struct Supervisor {
     /// and handed over on upgrade).
     tls_secret: [u8; crate::tls::SECRET_LEN],
     region: &'static Region,
-    endpoints: &'static crate::client::Endpoints,
+    endpoints: &'static crate::upstream::wire::Endpoints,
     shared_cache: &'static crate::shm::cache::SharedCache,
     slots: Vec<Slot>,
     table: Table,
@@ -245,9 +245,9 @@ impl Supervisor {
         let region = Region::create()?;
         region.rate.init(rand::random());
         // Upstream names are resolved here, once: a worker's loop never calls the resolver.
-        let endpoints = crate::client::Endpoints::resolve(&config)
+        let endpoints = crate::upstream::wire::Endpoints::resolve(&config)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("upstream: {e}")))?;
-        let endpoints: &'static crate::client::Endpoints = Box::leak(Box::new(endpoints));
+        let endpoints: &'static crate::upstream::wire::Endpoints = Box::leak(Box::new(endpoints));
         let shared_cache = crate::shm::cache::SharedCache::create(config.upstreams.cache_entries, rand::random())?;
         // Captured now: after an upgrade replaced the file, /proc/self/exe names the old one.
         let exe = std::env::current_exe()?;
@@ -480,7 +480,7 @@ impl Supervisor {
                 return;
             }
         };
-        let endpoints = match crate::client::Endpoints::resolve(&new) {
+        let endpoints = match crate::upstream::wire::Endpoints::resolve(&new) {
             Ok(e) => e,
             Err(e) => {
                 log::error!("SIGHUP: reload refused: upstream: {e}");

@@ -30,6 +30,7 @@ use crate::config::Config;
 use crate::http::conn::{Env, Finished, Http1, Phase, Progress, Service, HIGH_WATERMARK};
 use crate::http::headers::Common;
 use crate::http::request::Request;
+use crate::net::{read_plain, write_some};
 use crate::shm::metrics::ProcMetrics;
 use crate::shm::{ProcRecord, Region, WorkerState};
 use crate::store::Store;
@@ -84,7 +85,7 @@ pub struct WorkerArgs<'a> {
     /// The shared rate-limit table.
     pub rate: &'static crate::shm::ratelimit::RateTable,
     /// The upstreams, resolved before fork.
-    pub endpoints: &'static crate::client::Endpoints,
+    pub endpoints: &'static crate::upstream::wire::Endpoints,
     /// The upstream-answer cache shared by every worker.
     pub shared_cache: &'static crate::shm::cache::SharedCache,
 }
@@ -202,7 +203,7 @@ struct Worker {
     /// Event-stream subscribers, by exchange (HTTP/1.1 connections and HTTP/2 streams).
     sse: std::collections::HashSet<ExchangeId>,
     rooms: streams::Rooms,
-    up: upstream::Upstreams,
+    up: crate::upstream::conn::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,
     /// generation): driven again after the turn's events.
     drained: Vec<(usize, u32)>,
@@ -928,22 +929,6 @@ fn read_tls(
     }
 }
 
-/// Read plain bytes until `WouldBlock`, EOF or `cap` bytes buffered. `Ok(true)` on EOF.
-fn read_plain(sock: &mut TcpStream, inbuf: &mut Vec<u8>, scratch: &mut [u8], cap: usize) -> io::Result<bool> {
-    loop {
-        if inbuf.len() >= cap {
-            return Ok(false);
-        }
-        match sock.read(scratch) {
-            Ok(0) => return Ok(true),
-            Ok(n) => inbuf.extend_from_slice(&scratch[..n]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
 /// Write queued output until done or `WouldBlock`, through the TLS session when there is
 /// one (then records rustls holds may remain: [`Conn::pending_out`]).
 fn flush(
@@ -1001,14 +986,9 @@ fn flush_tls(
 
 /// Write queued plain output until done or `WouldBlock`.
 fn flush_plain(sock: &mut TcpStream, out: &mut Vec<u8>, pos: &mut usize) -> io::Result<()> {
-    while *pos < out.len() {
-        match sock.write(&out[*pos..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => *pos += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
+    write_some(sock, out, pos)?;
+    if *pos < out.len() {
+        return Ok(());
     }
     out.clear();
     *pos = 0;

@@ -1,33 +1,31 @@
-//! Upstream connections: the event-loop half of the outbound HTTP/1.1 client.
+//! Upstream calls from the event loop: which exchange waits for which upstream connection.
 //!
-//! It owns the worker's upstream sockets (a second slab, tokens
-//! [`Tok::Upstream`]), their keep-alive pools (one idle list per configured
-//! endpoint), non-blocking connects with fallback to the next resolved
-//! address, deadlines, and the two ways a client request waits on upstreams:
-//! a *gather* (`Upstream::Call`: requests in parallel, one response built from
-//! all results) and a *relay* (`Upstream::Relay`: one upstream stream forwarded
-//! as it arrives, read only while the client keeps up). Cancellation: when
-//! the client connection closes, every upstream socket it owns is closed at
-//! once, so the upstream sees the connection go. The wire format lives in
-//! `crate::client`; what the answers mean lives in the app.
+//! The client itself is `crate::upstream` (the wire format, the connections and their
+//! pools, one I/O pass); this file registers its sockets with the loop (tokens
+//! [`Tok::Upstream`]), keeps their deadlines, and runs the two ways an exchange waits on
+//! upstreams: a *gather* (`Upstream::Call`: requests in parallel, one response built from
+//! all results) and a *relay* (`Upstream::Relay`: one upstream stream forwarded as it
+//! arrives, read only while the client keeps up). Cancellation: when the client exchange
+//! ends, every upstream socket it owns is closed at once, so the upstream sees the
+//! connection go. What the answers mean lives in the app.
 
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
 use mio::Interest;
 
 use super::panics::{guard, Panicked};
 use super::pool::ExchangeId;
 use super::streams::Stream;
 use super::token::Tok;
-use super::{read_plain, Conn, Glue, Worker, HIGH_WATERMARK};
+use super::{Conn, Glue, Worker, HIGH_WATERMARK};
 use crate::app::{Fetched, RelaySink};
-use crate::client::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
 use crate::error::Error;
 use crate::http::reply::Upstream;
 use crate::http::response::Response;
+use crate::upstream::conn::{client_error, connect_from, tls_session, up_io, Owner, Step, UpConn};
+use crate::upstream::wire::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
 
 /// An idle pooled connection is closed after this long. Below the 5 s that
 /// Node.js servers keep idle connections, so a reused connection is rarely
@@ -35,16 +33,6 @@ use crate::http::response::Response;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Idle connections kept per endpoint.
 const MAX_IDLE: usize = 32;
-/// Bytes read from an upstream per pass, before its consumer runs again.
-const READ_SLICE: usize = 64 * 1024;
-
-/// Who is waiting for an upstream connection's response: an exchange (an
-/// HTTP/1.1 connection, or one HTTP/2 stream) and its request's slot.
-#[derive(Clone, Copy, Debug)]
-pub struct Owner {
-    id: ExchangeId,
-    slot: usize,
-}
 
 /// The upstream wait of exchange `id`, if it is still there: an HTTP/1.1
 /// connection's `call`, or an HTTP/2 stream's.
@@ -84,74 +72,6 @@ pub enum CallState {
         /// The client's head has been sent (failures become an error event).
         started: bool,
     },
-}
-
-/// One upstream connection.
-pub struct UpConn {
-    sock: TcpStream,
-    /// TLS session for `https://` endpoints (the request and response pass through it).
-    tls: Option<Box<rustls::ClientConnection>>,
-    endpoint: Arc<Endpoint>,
-    /// Index of the address being tried in `endpoint.addrs`.
-    addr: usize,
-    connected: bool,
-    /// The request bytes (kept until the response is complete, for a retry).
-    out: Vec<u8>,
-    out_pos: usize,
-    inbuf: Vec<u8>,
-    reader: ResponseReader,
-    body: Vec<u8>,
-    owner: Option<Owner>,
-    /// Requests of other clients that joined this one (same coalescible `GET`).
-    followers: Vec<Owner>,
-    /// Its key in the in-flight table, while others may join.
-    inflight: Option<(usize, String)>,
-    generation: u32,
-    timer_at: Option<Instant>,
-    deadline: Option<Instant>,
-    timeout: Duration,
-    total: bool,
-    idempotent: bool,
-    max_body: u64,
-    /// Taken from the idle pool (it may have died while idle).
-    reused: bool,
-    /// Some response bytes arrived.
-    received: bool,
-    /// The peer closed its side.
-    eof: bool,
-    /// Reading stopped because the client is slow (relay back pressure).
-    paused: bool,
-    /// The last read stopped at its cap: the socket may hold more (edge-triggered).
-    more: bool,
-}
-
-/// The worker's upstream connections and pools.
-#[derive(Default)]
-pub struct Upstreams {
-    conns: Vec<Option<UpConn>>,
-    free: Vec<usize>,
-    idle: [Vec<usize>; ENDPOINTS],
-    next_generation: u32,
-    /// Coalescible requests in flight: (endpoint id, path) → connection.
-    inflight: std::collections::HashMap<(usize, String), usize>,
-}
-
-/// What one I/O pass on an upstream connection left.
-enum Step {
-    /// More to come.
-    Pending,
-    /// The response is complete.
-    Done,
-    /// The exchange failed.
-    Failed(ClientError),
-}
-
-/// The client-facing error for a failed upstream exchange.
-pub fn client_error(e: &ClientError) -> Error {
-    match e {
-        ClientError::Timeout => Error::UpstreamTimeout,
-        other => Error::UpstreamUnavailable(other.to_string().into()),
-    }
 }
 
 impl Worker {
@@ -858,170 +778,4 @@ impl Worker {
             _ => self.up_arm(ui),
         }
     }
-}
-
-/// Connect (non-blocking) to the first address from `from` that does not fail at once.
-fn connect_from(endpoint: &Endpoint, from: usize) -> Result<(TcpStream, usize), ClientError> {
-    let mut last = String::from("no address");
-    for (i, addr) in endpoint.addrs.iter().enumerate().skip(from) {
-        match TcpStream::connect(*addr) {
-            Ok(s) => {
-                let _ = s.set_nodelay(true);
-                return Ok((s, i));
-            }
-            Err(e) => last = e.to_string(),
-        }
-    }
-    Err(ClientError::Connect(last))
-}
-
-/// Connect-check, write, read and parse what the socket allows now.
-fn up_io(u: &mut UpConn, scratch: &mut [u8]) -> Step {
-    let now = Instant::now();
-    if !u.connected {
-        match u.sock.take_error() {
-            Ok(Some(e)) | Err(e) => return Step::Failed(ClientError::Connect(e.to_string())),
-            Ok(None) => {}
-        }
-        match u.sock.peer_addr() {
-            Ok(_) => u.connected = true,
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => return Step::Pending,
-            Err(e) => return Step::Failed(ClientError::Connect(e.to_string())),
-        }
-    }
-    if let Err(e) = transmit(u) {
-        return Step::Failed(if u.received { ClientError::Closed } else { closed_or(e) });
-    }
-    if u.paused || u.reader.is_done() {
-        return if u.reader.is_done() { Step::Done } else { Step::Pending };
-    }
-    let before = u.inbuf.len();
-    let cap = before + READ_SLICE;
-    u.more = false;
-    match receive(u, scratch, cap) {
-        Ok(eof) => {
-            u.eof |= eof;
-            u.more = !eof && u.inbuf.len() >= cap;
-        }
-        Err(e) => return Step::Failed(e),
-    }
-    // Reading may have produced TLS records to send (handshake, key updates).
-    if u.tls.as_ref().is_some_and(|t| t.wants_write()) {
-        if let Err(e) = transmit(u) {
-            return Step::Failed(closed_or(e));
-        }
-    }
-    if u.inbuf.len() > before {
-        u.received = true;
-        if !u.total {
-            u.deadline = Some(now + u.timeout);
-        }
-    }
-    match u.reader.feed(&u.inbuf, &mut u.body) {
-        Ok(n) => {
-            u.inbuf.drain(..n);
-        }
-        Err(e) => return Step::Failed(e),
-    }
-    if u.reader.is_done() {
-        return Step::Done;
-    }
-    if u.eof {
-        return match u.reader.eof() {
-            Ok(()) => Step::Done,
-            Err(e) => Step::Failed(e),
-        };
-    }
-    Step::Pending
-}
-
-/// A TLS session for `endpoint` if it is `https://`.
-fn tls_session(endpoint: &Endpoint) -> Result<Option<Box<rustls::ClientConnection>>, ClientError> {
-    let Some(tls) = &endpoint.tls else { return Ok(None) };
-    rustls::ClientConnection::new(Arc::clone(&tls.config), tls.name.clone())
-        .map(|c| Some(Box::new(c)))
-        .map_err(|e| ClientError::Connect(format!("TLS: {e}")))
-}
-
-/// Send what is queued: the request bytes, through TLS when there is a session
-/// (rustls buffers them until the handshake is done), until done or `WouldBlock`.
-fn transmit(u: &mut UpConn) -> io::Result<()> {
-    let Some(tls) = u.tls.as_mut() else { return write_some(&mut u.sock, &u.out, &mut u.out_pos) };
-    loop {
-        while u.out_pos < u.out.len() {
-            match io::Write::write(&mut tls.writer(), &u.out[u.out_pos..])? {
-                0 => break, // rustls' buffer is full until records go out
-                n => u.out_pos += n,
-            }
-        }
-        if !tls.wants_write() {
-            return Ok(());
-        }
-        while tls.wants_write() {
-            match tls.write_tls(&mut u.sock) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-/// Read what has arrived into `inbuf` (plaintext after TLS), until
-/// `WouldBlock`, the end of the stream, or `cap` bytes buffered. `Ok(true)` at
-/// the end (a TCP close, with or without TLS `close_notify`).
-fn receive(u: &mut UpConn, scratch: &mut [u8], cap: usize) -> Result<bool, ClientError> {
-    let Some(tls) = u.tls.as_mut() else {
-        return read_plain(&mut u.sock, &mut u.inbuf, scratch, cap).map_err(closed_or);
-    };
-    loop {
-        // Plaintext rustls already decrypted comes first.
-        loop {
-            if u.inbuf.len() >= cap {
-                return Ok(false);
-            }
-            match io::Read::read(&mut tls.reader(), scratch) {
-                Ok(0) => return Ok(true),
-                Ok(n) => u.inbuf.extend_from_slice(&scratch[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(true),
-                Err(e) => return Err(closed_or(e)),
-            }
-        }
-        match tls.read_tls(&mut u.sock) {
-            Ok(_) => {
-                // `Ok(0)` is the TCP end: rustls records it, and the reader above reports it.
-                tls.process_new_packets().map_err(|e| ClientError::Connect(format!("TLS: {e}")))?;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(closed_or(e)),
-        }
-    }
-}
-
-/// A connection-level I/O error as the client sees it.
-fn closed_or(e: io::Error) -> ClientError {
-    match e.kind() {
-        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof => {
-            ClientError::Closed
-        }
-        _ => ClientError::Connect(e.to_string()),
-    }
-}
-
-/// Write from `buf[*pos..]` until done or `WouldBlock`.
-fn write_some(sock: &mut TcpStream, buf: &[u8], pos: &mut usize) -> io::Result<()> {
-    while *pos < buf.len() {
-        match io::Write::write(sock, &buf[*pos..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => *pos += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }

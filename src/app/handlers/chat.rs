@@ -18,11 +18,11 @@ use serde_json::{json, Map, Value};
 use crate::app::router::Router;
 use crate::app::validate;
 use crate::app::{App, Ctx, Handler, Producer, Relay, RelaySink, Reply, Ticker};
-use crate::client::Outbound;
 use crate::error::{Error, FieldError};
 use crate::http::request::{Method, Request};
 use crate::http::response::Response;
 use crate::http::sse;
+use crate::upstream::wire::Outbound;
 
 /// Messages accepted in one conversation.
 const MAX_MESSAGES: usize = 100;

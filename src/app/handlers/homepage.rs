@@ -18,10 +18,10 @@ use serde_json::{json, Value};
 use crate::app::cache::Lru;
 use crate::app::router::Router;
 use crate::app::{session, App, Call, Ctx, Fetched, Handler, Reply};
-use crate::client::{ClientError, Endpoint, Outbound};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::http::response::{Body, Response};
+use crate::upstream::wire::{ClientError, Endpoint, Outbound};
 
 /// Largest upstream answer accepted.
 pub const MAX_ANSWER: u64 = 1 << 20;
