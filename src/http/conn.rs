@@ -305,6 +305,17 @@ impl Http1 {
         self.writer.data_owned(out, bytes)
     }
 
+    /// [`BodyWriter::passthrough`] of the exchange in progress: how many of the next `want`
+    /// body bytes may bypass the output buffer.
+    pub fn passthrough(&self, want: u64) -> u64 {
+        self.writer.passthrough(want)
+    }
+
+    /// `n` body bytes went to the socket directly ([`BodyWriter::passed`]).
+    pub fn passed(&mut self, n: u64) {
+        self.writer.passed(n);
+    }
+
     /// The detached response's body is complete: write its end (the last
     /// chunk) and return to HTTP/1.1. Returns `false` when the connection must
     /// close instead (no keep-alive, or draining).

@@ -321,6 +321,24 @@ impl BodyWriter {
         bytes
     }
 
+    /// How many of the next `want` body bytes may go to the socket exactly as they are,
+    /// bypassing the output buffer (a file sent with `sendfile(2)`): up to what is left of
+    /// a sized body; none for any other framing, whose bytes need framing or are discarded.
+    pub fn passthrough(&self, want: u64) -> u64 {
+        match *self {
+            BodyWriter::Sized(left) => want.min(left),
+            BodyWriter::None | BodyWriter::Chunked | BodyWriter::Raw => 0,
+        }
+    }
+
+    /// `n` body bytes (at most what [`BodyWriter::passthrough`] allowed) went to the socket
+    /// directly.
+    pub fn passed(&mut self, n: u64) {
+        if let BodyWriter::Sized(left) = self {
+            *left -= n.min(*left);
+        }
+    }
+
     /// The body is complete: append its end (the last chunk, for chunked framing).
     /// Nothing more is framed after it.
     pub fn end(&mut self, out: &mut Vec<u8>) {
@@ -508,5 +526,22 @@ mod tests {
         let mut raw = BodyWriter::for_head(Delimit::Upgrade, false);
         raw.data(&mut out, b"\x81\x00");
         assert!(out.ends_with(b"\x81\x00"));
+    }
+
+    #[test]
+    fn only_a_sized_body_passes_through_and_never_past_its_length() {
+        let mut w = BodyWriter::for_head(Delimit::Sized(10), false);
+        assert_eq!(w.passthrough(4), 4);
+        w.passed(4);
+        assert_eq!(w.passthrough(100), 6, "what is left of the announced length");
+        w.passed(6);
+        assert_eq!(w.passthrough(1), 0);
+        let mut out = Vec::new();
+        w.data(&mut out, b"more");
+        assert!(out.is_empty(), "nothing past the length, direct or buffered");
+        for delimit in [Delimit::Chunked, Delimit::Length, Delimit::Upgrade] {
+            assert_eq!(BodyWriter::for_head(delimit, false).passthrough(4), 0, "{delimit:?} frames or drops");
+        }
+        assert_eq!(BodyWriter::for_head(Delimit::Sized(10), true).passthrough(4), 0, "HEAD sends no body");
     }
 }

@@ -819,6 +819,53 @@ fn slow_reader_keeps_worker_memory_bounded_and_the_loop_responsive() {
     health_on(&d.s, &mut c, "after the 64 MiB download");
 }
 
+/// A plain HTTP/1.1 download goes from the page cache to the socket with `sendfile(2)`: a
+/// reader that stops costs the worker no file buffer. With 64 KiB slices read into user space
+/// each stalled download would hold two of them (128 KiB); here the worker's RSS grows by
+/// far less than one slice per reader (nginx with `sendfile on` holds ~11 KiB per reader).
+#[test]
+fn stalled_plain_downloads_hold_no_file_buffers_in_the_worker() {
+    const READERS: usize = 24;
+    let d = Dl::start(1);
+    let size = 32 * MIB;
+    d.put("shared.bin", &pattern(size, 21));
+    let pid = d.s.debug_pid();
+    let w = d.get("/download/shared.bin", &[("range", "bytes=0-99999")]);
+    ensure!(d.s, w.status == 206, "warm-up range: {}", head_of(&w));
+    let settle = |what: &str| -> i64 {
+        // The loop is done when the worker's RSS has not moved for half a second.
+        let (mut last, mut same, t) = (vm_rss_kib(pid), 0, Instant::now());
+        while same < 5 && t.elapsed() < Duration::from_secs(8) {
+            thread::sleep(Duration::from_millis(100));
+            let now = vm_rss_kib(pid);
+            same = if now == last { same + 1 } else { 0 };
+            last = now;
+        }
+        eprintln!("{what}: worker RSS {last} KiB");
+        last
+    };
+    let rss0 = settle("before");
+    let mut readers = Vec::new();
+    for i in 0..READERS {
+        let mut c = d.s.conn();
+        c.send(&request("GET", "/download/shared.bin", &[], b""));
+        let head = c.read_head_response();
+        ensure!(d.s, head.status == 200, "reader {i}: {head:?}");
+        readers.push(c);
+    }
+    let rss1 = settle("with every reader stalled");
+    let grew = rss1 - rss0;
+    let per_reader = grew * 1024 / READERS as i64;
+    ensure!(
+        d.s,
+        per_reader <= 32 * 1024,
+        "{READERS} stalled downloads grew the worker by {grew} KiB ({per_reader} bytes each): file bytes are \
+         buffered in user space instead of going to the socket from the page cache"
+    );
+    let r = d.s.try_get("/health", Duration::from_secs(2));
+    ensure!(d.s, matches!(&r, Ok(r) if r.status == 200), "/health beside {READERS} stalled downloads: {r:?}");
+}
+
 #[test]
 fn keep_alive_after_downloads() {
     let d = Dl::start(1);
