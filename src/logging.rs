@@ -5,9 +5,17 @@
 //! (target `access`, level info) carries method, path (with secret query
 //! values such as `token` written `REDACTED`), status, body bytes, duration,
 //! request id and worker pid. `RUST_LOG` filters as usual (default `info`).
+//!
+//! Access lines are not written one by one: [`access`] appends the line to a buffer of the
+//! calling thread (the worker's loop), and the loop writes the buffer once per turn
+//! ([`flush_access`]), one `write` for every request of the turn. Any other record written
+//! on that thread takes the pending access lines with it, in front of itself, so the log
+//! stays in order; the worker flushes on its way out, so nothing is lost on a stop.
 
+use std::cell::RefCell;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::config::LogFormat;
 use crate::http::conn::Finished;
@@ -24,6 +32,17 @@ pub fn init(format: LogFormat) {
     JSON.store(json, Ordering::Relaxed);
     let mut b = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
     b.format(move |buf, rec| {
+        // Access lines still pending on this thread go first, in the same write.
+        PENDING.with(|p| {
+            let mut p = p.borrow_mut();
+            if !p.buf.is_empty() {
+                let r = buf.write_all(&p.buf);
+                p.buf.clear();
+                r
+            } else {
+                Ok(())
+            }
+        })?;
         let ts = buf.timestamp_millis();
         if json {
             let level = rec.level().as_str();
@@ -58,25 +77,114 @@ pub fn init(format: LogFormat) {
 /// Crates whose warnings a client can cause (see [`init`]).
 const QUIET_CRATES: &[&str] = &["rustls"];
 
-/// Write the access-log line for one exchange.
+/// A thread's access lines not yet written, and the formatted second of the last one.
+#[derive(Default)]
+struct Pending {
+    buf: Vec<u8>,
+    /// `(unix second, "YYYY-MM-DDTHH:MM:SS")`: the timestamp is formatted once per second.
+    second: (u64, [u8; 19]),
+}
+
+thread_local! {
+    static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
+}
+
+/// Above this, the buffer is written at once rather than at the end of the turn.
+const PENDING_MAX: usize = 64 * 1024;
+
+/// Queue the access-log line for one exchange (written by [`flush_access`], or by the next
+/// other record of this thread, whichever comes first).
 pub fn access(done: &Finished<'_>) {
     if !log::log_enabled!(target: "access", log::Level::Info) {
         return;
     }
+    let full = PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        let Pending { buf, second } = &mut *p;
+        write_access(buf, second, done, SystemTime::now(), JSON.load(Ordering::Relaxed));
+        buf.len() >= PENDING_MAX
+    });
+    if full {
+        flush_access();
+    }
+}
+
+/// Write this thread's pending access lines to stderr in one call (the worker's loop, once
+/// per turn and on its way out).
+pub fn flush_access() {
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.buf.is_empty() {
+            return;
+        }
+        // As env_logger does: a log that cannot be written is not an error of the request.
+        let _ = std::io::stderr().lock().write_all(&p.buf);
+        p.buf.clear();
+        if p.buf.capacity() > 4 * PENDING_MAX {
+            p.buf.shrink_to(PENDING_MAX);
+        }
+    });
+}
+
+/// Append one access line, framed as env_logger frames a record (the same timestamp, level
+/// and target), to `out`.
+fn write_access(out: &mut Vec<u8>, second: &mut (u64, [u8; 19]), done: &Finished<'_>, now: SystemTime, json: bool) {
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    if second.0 != secs || second.1[0] == 0 {
+        *second = (secs, rfc3339_seconds(secs));
+    }
+    let ts = std::str::from_utf8(&second.1).unwrap_or("1970-01-01T00:00:00");
+    let millis = since.subsec_millis();
     let raw = String::from_utf8_lossy(done.target);
     let target = redact(&raw);
     let rid = String::from_utf8_lossy(done.request_id);
     let ms = done.elapsed.as_secs_f64() * 1000.0;
     let pid = std::process::id();
-    if JSON.load(Ordering::Relaxed) {
-        let path = serde_json::to_string(&target).unwrap_or_default();
-        let rid = serde_json::to_string(&rid).unwrap_or_default();
-        log::info!(target: "access",
-            "\"method\":\"{}\",\"path\":{path},\"status\":{},\"bytes\":{},\"durationMs\":{ms:.3},\"requestId\":{rid},\"pid\":{pid}",
-            done.method, done.status, done.bytes);
+    // Writing to a Vec cannot fail.
+    if json {
+        let _ = write!(
+            out,
+            "{{\"ts\":\"{ts}.{millis:03}Z\",\"level\":\"INFO\",\"target\":\"access\",\"method\":\"{}\",\"path\":",
+            done.method
+        );
+        let _ = serde_json::to_writer(&mut *out, &*target);
+        let _ =
+            write!(out, ",\"status\":{},\"bytes\":{},\"durationMs\":{ms:.3},\"requestId\":", done.status, done.bytes);
+        let _ = serde_json::to_writer(&mut *out, &*rid);
+        let _ = writeln!(out, ",\"pid\":{pid}}}");
     } else {
-        log::info!(target: "access", "{} {} {} {}B {ms:.3}ms id={rid} pid={pid}", done.method, target, done.status, done.bytes);
+        let _ = writeln!(
+            out,
+            "{ts}.{millis:03}Z INFO  access: {} {} {} {}B {ms:.3}ms id={rid} pid={pid}",
+            done.method, target, done.status, done.bytes
+        );
     }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` (UTC) of a Unix second.
+fn rfc3339_seconds(secs: u64) -> [u8; 19] {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    let mut out = [0u8; 19];
+    let mut w = &mut out[..];
+    let _ = write!(w, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60);
+    out
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (H. Hinnant's algorithm).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
 }
 
 /// Replace the values of secret query parameters with `REDACTED`.
@@ -98,7 +206,50 @@ pub fn redact(target: &str) -> std::borrow::Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(&rfc3339_seconds(0), b"1970-01-01T00:00:00");
+        // 2000-02-29 (a leap day of a century leap year) and the last second of 2026.
+        assert_eq!(&rfc3339_seconds(951_782_400 + 3_661), b"2000-02-29T01:01:01");
+        assert_eq!(&rfc3339_seconds(1_798_761_599), b"2026-12-31T23:59:59");
+    }
+
+    #[test]
+    fn access_lines_are_framed_like_other_records_and_json_is_valid() {
+        let done = Finished {
+            method: "GET",
+            target: b"/ws?token=abc&room=\"1\"",
+            status: 101,
+            bytes: 0,
+            elapsed: Duration::from_micros(1500),
+            request_id: b"id-\"7\"",
+            label: 0,
+        };
+        let at = UNIX_EPOCH + Duration::from_millis(1_798_761_599_042);
+        let (mut out, mut second) = (Vec::new(), (0, [0; 19]));
+        write_access(&mut out, &mut second, &done, at, false);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            format!(
+                "2026-12-31T23:59:59.042Z INFO  access: GET /ws?token=REDACTED&room=\"1\" 101 0B 1.500ms id=id-\"7\" pid={}\n",
+                std::process::id()
+            )
+        );
+        out.clear();
+        write_access(&mut out, &mut second, &done, at, true);
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("one JSON object");
+        assert_eq!(v["ts"], "2026-12-31T23:59:59.042Z");
+        assert_eq!(v["path"], "/ws?token=REDACTED&room=\"1\"");
+        assert_eq!(v["requestId"], "id-\"7\"");
+        assert_eq!(
+            (v["status"].as_u64(), v["level"].as_str(), v["target"].as_str()),
+            (Some(101), Some("INFO"), Some("access"))
+        );
+        assert!(out.ends_with(b"}\n"));
+    }
 
     #[test]
     fn redacts_secret_values_only() {

@@ -154,6 +154,8 @@ pub fn run(args: WorkerArgs<'_>) -> i32 {
     // The code it will run, resident from the start (so RSS tracks the heap).
     crate::sys::populate_file_pages();
     let worked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Worker::new(args).and_then(|mut w| w.run())));
+    // The last turn's access lines, whichever way the loop ended.
+    crate::logging::flush_access();
     match worked {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
@@ -355,6 +357,8 @@ impl Worker {
                 }
             }
             self.resume_drained();
+            // The turn's access lines, in one write.
+            crate::logging::flush_access();
             // Counters are checked every turn, not only on a wake-up byte.
             self.on_signal();
             let now = Instant::now();
