@@ -3,7 +3,7 @@
 //! RFC 9113 §6.8, §8.7): the small, bounded version of `bin/drain-test --proto h2c`.
 //!
 //! The load is a raw HTTP/2 client written here (frames on a blocking socket, one thread
-//! per connection slot, each keeping [`STREAMS`] streams in flight on `GET /health`), so it
+//! per connection slot, each keeping [`STREAMS`] streams in flight on `GET /health` or on a 20 ms pool job), so it
 //! sees every frame and every close itself. A request is *retried* iff the server marked
 //! it unprocessed: its stream id is above the `last_stream_id` of a GOAWAY on its
 //! connection, or it was reset with `REFUSED_STREAM`. A connection that got a GOAWAY opens
@@ -31,6 +31,9 @@ use crate::util::*;
 
 /// Connection slots (one thread each).
 const CONNS: usize = 8;
+/// What the slots ask for, by slot number: answers at once, and answers after a pool job
+/// of 20 ms (so a draining worker always holds streams it has accepted and not answered).
+const PATHS: [&str; 2] = ["/health", "/_debug/sleep?ms=20"];
 /// Streams kept in flight per connection.
 const STREAMS: usize = 8;
 /// The load never starts more requests than this, nor runs longer than [`MAX_RUN`].
@@ -220,7 +223,7 @@ impl Slot {
                 && inflight.len() < STREAMS
                 && self.c.started.fetch_add(1, Ordering::Relaxed) < MAX_REQUESTS
             {
-                headers_frame(&mut out, next_id, &authority);
+                headers_frame(&mut out, next_id, &authority, PATHS[self.slot % PATHS.len()]);
                 inflight.insert(next_id, (Instant::now(), None));
                 next_id += 2;
             }
@@ -340,10 +343,10 @@ fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
     out.extend_from_slice(payload);
 }
 
-/// `GET /health` on `stream`: HPACK without the dynamic table or Huffman.
-fn headers_frame(out: &mut Vec<u8>, stream: u32, authority: &str) {
+/// `GET path` on `stream`: HPACK without the dynamic table or Huffman.
+fn headers_frame(out: &mut Vec<u8>, stream: u32, authority: &str, path: &str) {
     let mut block = vec![0x82, 0x86]; // :method GET, :scheme http (static table)
-    for (index, value) in [(4u8, "/health"), (1u8, authority)] {
+    for (index, value) in [(4u8, path), (1u8, authority)] {
         // Literal without indexing, indexed name (:path, :authority); values are short.
         block.push(index);
         block.push(value.len() as u8);
