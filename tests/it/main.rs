@@ -48,6 +48,7 @@ mod upgrade;
 
 mod tls;
 
+mod h2drain;
 mod h2flood;
 mod h2util;
 mod http2;
