@@ -24,6 +24,22 @@ Cross-Origin-Opener-Policy: same-origin\r\n\
 Cross-Origin-Embedder-Policy: require-corp\r\n\
 Cross-Origin-Resource-Policy: same-origin\r\n";
 
+/// The fixed security fields of [`SECURITY`], one `(name, value)` each, in
+/// the same order: the form a framing that does not write HTTP/1.1 lines
+/// (HTTP/2) sends. Names in lower case.
+pub const SECURITY_FIELDS: [(&str, &str); 10] = [
+    ("server", "forkd"),
+    ("strict-transport-security", "max-age=31536000; includeSubDomains; preload"),
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("x-xss-protection", "0"),
+    ("referrer-policy", "strict-origin-when-cross-origin"),
+    ("permissions-policy", "camera=(), microphone=(), geolocation=()"),
+    ("cross-origin-opener-policy", "same-origin"),
+    ("cross-origin-embedder-policy", "require-corp"),
+    ("cross-origin-resource-policy", "same-origin"),
+];
+
 /// Per-worker state for the common headers.
 pub struct Common {
     csp_name: &'static [u8],
@@ -70,17 +86,38 @@ impl Common {
         out.extend_from_slice(b"\r\n");
     }
 
+    /// The current `Date` value (29 bytes) and the second it stands for.
+    pub fn date(&self) -> (u64, &[u8; 29]) {
+        (self.date_secs, &self.date)
+    }
+
     /// Write the CSP (with a fresh nonce) and the static security headers.
     pub fn write_security(&mut self, out: &mut Vec<u8>) {
-        self.fresh_nonce();
         out.extend_from_slice(self.csp_name);
-        out.extend_from_slice(CSP_1.as_bytes());
-        out.extend_from_slice(&self.nonce);
-        out.extend_from_slice(CSP_2.as_bytes());
-        out.extend_from_slice(&self.nonce);
-        out.extend_from_slice(CSP_3.as_bytes());
+        for part in self.fresh_csp() {
+            out.extend_from_slice(part);
+        }
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(SECURITY.as_bytes());
+    }
+
+    /// The CSP field's name in lower case (`content-security-policy`, or
+    /// its `-report-only` form).
+    pub fn csp_field_name(&self) -> &'static str {
+        let name = self.csp_name.strip_suffix(b": ").unwrap_or(self.csp_name);
+        if name.len() > "Content-Security-Policy".len() {
+            "content-security-policy-report-only"
+        } else {
+            "content-security-policy"
+        }
+    }
+
+    /// A fresh nonce, and the CSP value carrying it, in pieces to be
+    /// written one after the other (as [`Common::write_security`] does).
+    /// [`Common::fill_nonce`] and [`Common::nonce`] then use this nonce.
+    pub fn fresh_csp(&mut self) -> [&[u8]; 5] {
+        self.fresh_nonce();
+        [CSP_1.as_bytes(), &self.nonce, CSP_2.as_bytes(), &self.nonce, CSP_3.as_bytes()]
     }
 
     /// Replace every `slot` in `body` with the nonce of the response being
@@ -158,6 +195,19 @@ mod tests {
         let mut a = Vec::new();
         c.write_security(&mut a);
         assert!(a.starts_with(b"Content-Security-Policy-Report-Only: "));
+        assert_eq!(c.csp_field_name(), "content-security-policy-report-only");
+        assert_eq!(Common::new(false).csp_field_name(), "content-security-policy");
+    }
+
+    #[test]
+    fn the_field_list_is_the_security_block() {
+        // Names compare case-insensitively, values exactly.
+        for (line, (name, value)) in SECURITY.split("\r\n").zip(SECURITY_FIELDS) {
+            let (n, v) = line.split_once(": ").expect("a field line");
+            assert!(n.eq_ignore_ascii_case(name), "{n} vs {name}");
+            assert_eq!(v, value);
+        }
+        assert_eq!(SECURITY.split("\r\n").filter(|l| !l.is_empty()).count(), SECURITY_FIELDS.len());
     }
 
     #[test]

@@ -32,9 +32,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use h2::server::{self, Connection, Handshake, SendResponse};
 use h2::{Reason, RecvStream, SendStream};
-use http::header::{HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Response, StatusCode};
 
+use super::head::HOP_BY_HOP;
 use super::io::Io;
 
 /// The id of one stream on one connection (odd, client-initiated). The
@@ -254,10 +255,6 @@ impl Stream {
         self.send_ended
     }
 }
-
-/// Connection-specific header fields (RFC 9113 §8.2.2): h2 refuses a
-/// response carrying any of them, so [`H2Conn::respond`] drops them.
-const HOP_BY_HOP: [&str; 5] = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"];
 
 /// The largest flow-control window (RFC 9113 §6.9.1).
 const MAX_WINDOW_SIZE: u32 = (1 << 31) - 1;
@@ -531,8 +528,17 @@ impl H2Conn {
         N: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        let i = self.find(stream)?;
         let response = response_head(103, headers)?;
+        self.early_hints_with(stream, response.into_parts().0.headers)
+    }
+
+    /// [`H2Conn::early_hints`] with the fields already in a map (no
+    /// connection-specific fields in it: h2 refuses those).
+    pub fn early_hints_with(&mut self, stream: StreamId, fields: HeaderMap) -> Result<(), H2Error> {
+        let i = self.find(stream)?;
+        let mut response = Response::new(());
+        *response.status_mut() = StatusCode::EARLY_HINTS;
+        *response.headers_mut() = fields;
         let Some(respond) = &mut self.streams[i].respond else {
             return Err(H2Error::State(stream, "early hints after the response"));
         };
@@ -556,8 +562,24 @@ impl H2Conn {
         N: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        let i = self.find(stream)?;
         let response = response_head(status, headers)?;
+        let (parts, ()) = response.into_parts();
+        self.respond_with(stream, parts.status, parts.headers, end_stream)
+    }
+
+    /// [`H2Conn::respond`] with the head already built (no
+    /// connection-specific fields in `fields`: h2 refuses those).
+    pub fn respond_with(
+        &mut self,
+        stream: StreamId,
+        status: StatusCode,
+        fields: HeaderMap,
+        end_stream: bool,
+    ) -> Result<(), H2Error> {
+        let i = self.find(stream)?;
+        let mut response = Response::new(());
+        *response.status_mut() = status;
+        *response.headers_mut() = fields;
         if response.status().is_informational() {
             return Err(H2Error::InvalidHead("1xx status as the final response"));
         }

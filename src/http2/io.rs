@@ -25,7 +25,7 @@ struct Buffers {
     /// The peer closed its side: reads return 0 bytes once `input` is empty.
     eof: bool,
     /// Bytes h2 wrote, not yet taken by the caller.
-    output: BytesMut,
+    output: Vec<u8>,
     /// Writes are refused (`Pending`) while `output` holds at least this much.
     output_cap: usize,
     /// h2 shut its write side down (it has nothing more to send).
@@ -50,7 +50,7 @@ impl Io {
         let buffers = Buffers {
             input: BytesMut::new(),
             eof: false,
-            output: BytesMut::new(),
+            output: Vec::new(),
             output_cap: output_cap.max(1),
             shutdown: false,
         };
@@ -90,11 +90,17 @@ impl Io {
         self.inner.borrow().shutdown
     }
 
-    /// Move every pending output byte to the end of `out`.
+    /// Move every pending output byte to the end of `out`. An empty `out`
+    /// trades buffers with the output instead (no copy; the output goes on
+    /// in `out`'s old allocation).
     pub fn drain_output(&self, out: &mut Vec<u8>) {
         let mut b = self.inner.borrow_mut();
-        out.extend_from_slice(&b.output);
-        b.output.clear();
+        if out.is_empty() {
+            std::mem::swap(out, &mut b.output);
+        } else {
+            out.extend_from_slice(&b.output);
+            b.output.clear();
+        }
     }
 
     /// Write pending output to `w` until it is empty or `w` would block;
@@ -107,7 +113,7 @@ impl Io {
             match w.write(&b.output) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
-                    b.output.advance(n);
+                    b.output.drain(..n);
                     total += n;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -199,6 +205,21 @@ mod tests {
         assert!(matches!(Pin::new(&mut writer).poll_write(&mut cx(), &[3; 8]), Poll::Ready(Ok(8))));
         let mut sink = Vec::new();
         assert_eq!(io.write_output(&mut sink).expect("vec write"), 8);
+        assert_eq!(io.output_len(), 0);
+    }
+
+    #[test]
+    fn draining_appends_whether_or_not_the_target_is_empty() {
+        let io = Io::new(64);
+        let mut writer = io.clone();
+        assert!(matches!(Pin::new(&mut writer).poll_write(&mut cx(), b"abc"), Poll::Ready(Ok(3))));
+        let mut out = Vec::new();
+        io.drain_output(&mut out);
+        assert_eq!(out, b"abc");
+        assert_eq!(io.output_len(), 0);
+        assert!(matches!(Pin::new(&mut writer).poll_write(&mut cx(), b"def"), Poll::Ready(Ok(3))));
+        io.drain_output(&mut out);
+        assert_eq!(out, b"abcdef");
         assert_eq!(io.output_len(), 0);
     }
 }

@@ -15,10 +15,12 @@
 //! h2 never needs to wake anyone, because the caller always polls again.
 
 mod conn;
+mod head;
 mod io;
 #[cfg(test)]
 mod tests;
 
 pub use conn::{Event, H2Conn, H2Error, H2Settings, RequestHead, StreamId};
 pub use h2::Reason;
+pub use head::{Head, Heads};
 pub use io::Io;

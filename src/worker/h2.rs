@@ -31,8 +31,8 @@ use crate::http::conn::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http::headers::valid_request_id;
 use crate::http::reply::{FileRange, Upstream};
 use crate::http::request::{Method, Request};
-use crate::http::response::{write_response, Delimit, RequestMeta, Response};
-use crate::http2::{Event, H2Conn, H2Settings, Reason, RequestHead, StreamId};
+use crate::http::response::{Delimit, RequestMeta, Response};
+use crate::http2::{Event, H2Conn, H2Settings, Head, Heads, Reason, RequestHead, StreamId};
 
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -196,8 +196,8 @@ pub(super) struct H2Session {
     closed: bool,
     /// The peer's EOF was handed to the codec.
     eof_fed: bool,
-    /// Response heads are rendered here first (the HTTP/1.1 writer's form).
-    scratch: Vec<u8>,
+    /// Builds the HTTP/2 response heads.
+    heads: Heads,
     /// Upstream waits the worker must start (it owns the upstream sockets).
     starts: Vec<(StreamId, Upstream)>,
     /// Upstream waits of exchanges that went away, for the worker to cancel.
@@ -222,7 +222,7 @@ impl H2Session {
             peer_resets: 0,
             closed: false,
             eof_fed: false,
-            scratch: Vec::new(),
+            heads: Heads::new(),
             starts: Vec::new(),
             cancelled: Vec::new(),
             todo: Vec::new(),
@@ -537,7 +537,7 @@ impl H2Session {
     /// Send `resp` on exchange `i`'s stream and log it. With
     /// `Delimit::Length` (or for `HEAD`) the response is whole and the
     /// exchange is forgotten; otherwise its body follows (returns `true`).
-    fn answer(&mut self, i: usize, resp: Response, delimit: Delimit, cx: &mut Cx<'_, '_>, now: Instant) -> bool {
+    fn answer(&mut self, i: usize, mut resp: Response, delimit: Delimit, cx: &mut Cx<'_, '_>, now: Instant) -> bool {
         let ex = &self.exchanges[i];
         let head_only = ex.method == Method::Head;
         let follows = !head_only && delimit != Delimit::Length;
@@ -548,13 +548,10 @@ impl H2Session {
             keep_alive: true,
             request_id: ex.request_id.as_bytes(),
         };
-        self.scratch.clear();
-        let bytes = write_response(&mut self.scratch, &resp, &meta, &mut cx.env.common);
-        let sent = send_rendered(&mut self.conn, ex.stream, &self.scratch, follows);
-        if let Err(e) = &sent {
-            log::debug!("HTTP/2 stream {}: {e}", ex.stream.0);
-            let _ = self.conn.reset(ex.stream, Reason::INTERNAL_ERROR);
-        }
+        let (bytes, sent) = match self.heads.build(&mut resp, &meta, &mut cx.env.common) {
+            Ok(head) => (head.body.len(), send_head(&mut self.conn, ex.stream, head, follows)),
+            Err(e) => (0, Err(e)),
+        };
         cx.glue.finished(&Finished {
             method: if ex.method == Method::Other { "OTHER" } else { ex.method.as_str() },
             target: ex.target.as_bytes(),
@@ -564,9 +561,6 @@ impl H2Session {
             request_id: ex.request_id.as_bytes(),
             label: ex.label,
         });
-        if self.scratch.capacity() > 4 * HIGH_WATERMARK {
-            self.scratch = Vec::new();
-        }
         if follows && sent.is_ok() {
             let ex = &mut self.exchanges[i];
             ex.streaming = true;
@@ -807,43 +801,18 @@ impl H2Session {
     }
 }
 
-/// Send a response rendered in the HTTP/1.1 form (`rendered`: an optional
-/// `103`, the head, the body) on `stream`: the `103` as early hints, the head
-/// without the connection fields, the body as DATA.
-fn send_rendered(
-    conn: &mut H2Conn,
-    stream: StreamId,
-    rendered: &[u8],
-    follows: bool,
-) -> Result<(), crate::http2::H2Error> {
-    let bad = crate::http2::H2Error::InvalidHead("unparsable rendered head");
-    let mut at = 0;
-    loop {
-        let mut fields = [httparse::EMPTY_HEADER; 96];
-        let mut r = httparse::Response::new(&mut fields);
-        let n = match r.parse(&rendered[at..]) {
-            Ok(httparse::Status::Complete(n)) => n,
-            _ => return Err(bad),
-        };
-        let status = r.code.unwrap_or(500);
-        let pairs: Vec<(&str, &[u8])> = r
-            .headers
-            .iter()
-            .filter(|h| !h.name.eq_ignore_ascii_case("connection") && !h.name.eq_ignore_ascii_case("keep-alive"))
-            .map(|h| (h.name, h.value))
-            .collect();
-        if status == 103 {
-            conn.early_hints(stream, &pairs)?;
-            at += n;
-            continue;
-        }
-        let body = &rendered[at + n..];
-        conn.respond(stream, status, &pairs, body.is_empty() && !follows)?;
-        if !body.is_empty() {
-            conn.send_data(stream, Bytes::copy_from_slice(body), true)?;
-        }
-        return Ok(());
+/// Send a built head on `stream`: its early hints, the head, and its body
+/// as DATA (`follows`: the body comes later, the stream stays open).
+fn send_head(conn: &mut H2Conn, stream: StreamId, head: Head, follows: bool) -> Result<(), crate::http2::H2Error> {
+    if let Some(hints) = head.hints {
+        conn.early_hints_with(stream, hints)?;
     }
+    let end = head.body.is_empty() && !follows;
+    conn.respond_with(stream, head.status, head.fields, end)?;
+    if !head.body.is_empty() {
+        conn.send_data(stream, head.body, true)?;
+    }
+    Ok(())
 }
 
 /// The [`Cx`] of connection `conn`, built from the worker's fields one by one
@@ -1235,14 +1204,12 @@ mod tests {
     }
 
     #[test]
-    fn a_rendered_response_loses_its_connection_fields() {
+    fn a_head_for_an_unknown_stream_is_refused() {
         let mut conn = H2Conn::new(H2Settings::default());
-        // Unknown stream: the head parses, the codec refuses the stream.
-        let rendered = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi";
-        assert!(matches!(
-            send_rendered(&mut conn, StreamId(1), rendered, false),
-            Err(crate::http2::H2Error::UnknownStream(_))
-        ));
-        assert!(send_rendered(&mut conn, StreamId(1), b"garbage", false).is_err());
+        let meta =
+            RequestMeta { delimit: Delimit::Length, head: false, http10: false, keep_alive: true, request_id: b"r" };
+        let mut resp = Response::static_json(b"{}");
+        let head = Heads::new().build(&mut resp, &meta, &mut crate::http::headers::Common::new(false)).expect("builds");
+        assert!(matches!(send_head(&mut conn, StreamId(1), head, false), Err(crate::http2::H2Error::UnknownStream(_))));
     }
 }
