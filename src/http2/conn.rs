@@ -608,6 +608,23 @@ impl H2Conn {
         n
     }
 
+    /// Give back the window [`H2Conn::writable`] reserved for `stream`
+    /// without sending: the stream stops competing for the connection
+    /// window (h2 hands the connection window to waiting streams in the
+    /// order they asked, not by priority), so a scheduler lets only the
+    /// stream it wants served next keep asking. No [`Event::Writable`]
+    /// follows for it. Unknown or finished streams are ignored.
+    pub fn unreserve(&mut self, stream: StreamId) {
+        let Ok(i) = self.find(stream) else {
+            return;
+        };
+        let s = &mut self.streams[i];
+        if let (Some(send), false) = (&mut s.send, s.send_ended) {
+            send.reserve_capacity(0);
+            s.blocked = false;
+        }
+    }
+
     /// Queue body bytes (at most what [`H2Conn::writable`] said, or h2
     /// buffers the rest without bound); `end` ends the response.
     pub fn send_data(&mut self, stream: StreamId, data: Bytes, end: bool) -> Result<(), H2Error> {

@@ -16,9 +16,11 @@
 
 mod conn;
 mod io;
+pub mod priority;
 #[cfg(test)]
 mod tests;
 
 pub use conn::{Event, H2Conn, H2Error, H2Settings, RequestHead, StreamId};
 pub use h2::Reason;
 pub use io::Io;
+pub use priority::{Priority, Scheduler, Sent};

@@ -49,5 +49,6 @@ mod upgrade;
 mod tls;
 
 mod h2flood;
+mod h2prio;
 mod h2util;
 mod http2;
