@@ -129,8 +129,16 @@ enum Produce {
     /// stream's DATA both ways.
     Ws {
         ws: Box<Ws>,
-        /// Received bytes not yet a complete frame.
+        /// Received bytes not yet read as frames: the start of a frame, or,
+        /// while the stream's output is backed up, whole frames waiting.
         input: Vec<u8>,
+        /// Bytes of `input` not yet handed back to the peer's flow control:
+        /// while the output is backed up nothing is, so the peer's stream
+        /// window closes and its frames wait on its side (back pressure, as
+        /// an HTTP/1.1 WebSocket stops reading its socket).
+        unreleased: usize,
+        /// The peer ended its side of the stream.
+        peer_ended: bool,
     },
     /// A byte range of a file, read on the pool slice by slice.
     Download {
@@ -374,30 +382,21 @@ impl H2Session {
         match event {
             Event::Request { stream, head } => self.on_request(stream, head, cx, now),
             Event::Data { stream, bytes, end } => {
-                // Consumed at once (buffered here, bounded by the body limit).
-                let _ = self.conn.release(stream, bytes.len());
-                let Some(i) = self.find(stream) else { return };
+                let Some(i) = self.find(stream) else {
+                    let _ = self.conn.release(stream, bytes.len());
+                    return;
+                };
                 let ex = &mut self.exchanges[i];
-                if let Some(Produce::Ws { ws, input }) = &mut ex.produce {
+                if let Some(Produce::Ws { input, unreleased, peer_ended, .. }) = &mut ex.produce {
+                    // Released once read (`ws_input`), not while the output is backed up.
                     input.extend_from_slice(&bytes);
-                    let mut todo = Vec::new();
-                    let mut closed = false;
-                    match ws.read(cx.glue.app, input, &mut ex.unsent, &mut todo, &mut closed) {
-                        Ok(used) => {
-                            input.drain(..used);
-                        }
-                        Err(()) => {
-                            ws.conn.close(1011, "internal error", &mut ex.unsent);
-                            closed = true;
-                        }
-                    }
-                    self.todo.extend(todo.into_iter().map(|t| (stream.0, t)));
-                    // The peer's close (or its end of the stream) ends ours.
-                    if closed || end || ws.conn.is_closing() {
-                        ex.done = true;
-                    }
+                    *unreleased += bytes.len();
+                    *peer_ended |= end;
+                    self.ws_input(i, cx);
                     return;
                 }
+                // Consumed at once (buffered here, bounded by the body limit).
+                let _ = self.conn.release(stream, bytes.len());
                 if ex.stage != Stage::Receiving {
                     return;
                 }
@@ -646,9 +645,53 @@ impl H2Session {
             }
             None => {}
         }
-        ex.produce = Some(Produce::Ws { ws: Box::new(Ws::new(conn, user_id, name, now)), input: Vec::new() });
+        ex.produce = Some(Produce::Ws {
+            ws: Box::new(Ws::new(conn, user_id, name, now)),
+            input: Vec::new(),
+            unreleased: 0,
+            peer_ended: false,
+        });
         let n = cx.svc.stats.ws.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         cx.glue.metrics.set_websocket_clients(n);
+    }
+
+    /// Read WebSocket exchange `i`'s received frames and hand their bytes
+    /// back to the peer's flow control, unless its output is backed up (more
+    /// than `HIGH_WATERMARK` unsent): then they wait, unreleased, so the
+    /// peer's stream window closes once it has sent one window's worth, and
+    /// are read when the output drains (`service`). Returns whether it read.
+    fn ws_input(&mut self, i: usize, cx: &mut Cx<'_, '_>) -> bool {
+        let ex = &mut self.exchanges[i];
+        let Some(Produce::Ws { ws, input, unreleased, peer_ended }) = &mut ex.produce else { return false };
+        if ex.done {
+            // Closing: what still comes is dropped, and its window given back.
+            input.clear();
+            let _ = self.conn.release(ex.stream, std::mem::take(unreleased));
+            return false;
+        }
+        if ex.unsent.len() > HIGH_WATERMARK || (*unreleased == 0 && !*peer_ended) {
+            return false;
+        }
+        let mut todo = Vec::new();
+        let mut closed = false;
+        match ws.read(cx.glue.app, input, &mut ex.unsent, &mut todo, &mut closed) {
+            Ok(used) => {
+                input.drain(..used);
+            }
+            Err(()) => {
+                ws.conn.close(1011, "internal error", &mut ex.unsent);
+                closed = true;
+            }
+        }
+        // What is left is the start of a frame (at most a message's worth):
+        // released too, or a frame larger than the window could never complete.
+        let _ = self.conn.release(ex.stream, std::mem::take(unreleased));
+        self.todo.extend(todo.into_iter().map(|t| (ex.stream.0, t)));
+        // The peer's close (or its end of the stream) ends ours.
+        if closed || *peer_ended || ws.conn.is_closing() {
+            ex.done = true;
+        }
+        true
     }
 
     /// Exchange `i`'s head went out; its events come from `p`.
@@ -688,11 +731,15 @@ impl H2Session {
         let mut queued = false;
         let mut i = 0;
         while i < self.exchanges.len() {
-            let ex = &mut self.exchanges[i];
-            if !ex.streaming {
+            if !self.exchanges[i].streaming {
                 i += 1;
                 continue;
             }
+            // A WebSocket whose output drained reads what waited.
+            if self.ws_input(i, cx) {
+                queued = true;
+            }
+            let ex = &mut self.exchanges[i];
             if let Some(Produce::Download { file, sent, next_read, end, in_flight, ready }) = &mut ex.produce {
                 // Slices in order into the unsent bytes, one slice ahead at most.
                 while ex.unsent.len() < SLICE {

@@ -51,4 +51,5 @@ mod tls;
 mod h2flood;
 mod h2prio;
 mod h2util;
+mod h2ws;
 mod http2;
