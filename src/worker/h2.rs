@@ -1100,9 +1100,14 @@ impl Worker {
                 close = true;
                 break;
             }
-            // Go on while the socket had more to read or the output moved
-            // and drained (h2 may have been waiting for room).
-            if !(full || (produced && !pending)) {
+            // Go on while the socket had more to read, or while the socket
+            // took everything and h2 has output (or may make more, now that
+            // there is room). A drive that only flushed an older backlog
+            // (the socket's writable edge) leaves h2's output queued: no
+            // event would come for it, and the connection would stall until
+            // some unrelated one.
+            let queued = sess.conn.output_len() > 0;
+            if !(full || (!pending && (produced || queued))) {
                 break;
             }
         }
