@@ -11,7 +11,9 @@
 //! - Receiving: request body bytes count against the stream's and the
 //!   connection's receive windows until the caller hands them back with
 //!   [`H2Conn::release`]; a consumer that stops releasing stops the client
-//!   after one window (65,535 bytes per stream).
+//!   after one window (65,535 bytes per stream; the connection's window is
+//!   [`H2Settings::connection_window_size`], so one held stream leaves the
+//!   others room).
 //! - Sending: [`H2Conn::writable`] says how much the stream may send now
 //!   (its share of the peer's windows, and 0 while the connection output is
 //!   above its watermark). A producer asked only for that much never makes
@@ -51,6 +53,12 @@ pub struct H2Settings {
     pub max_concurrent_streams: u32,
     /// SETTINGS_INITIAL_WINDOW_SIZE: the per-stream receive window.
     pub initial_window_size: u32,
+    /// The connection's receive window (raised from the protocol's 65,535
+    /// by a WINDOW_UPDATE after the preface): what all streams together may
+    /// have received and not released. Several streams' windows, so one
+    /// stream whose consumer holds its bytes back does not stall the
+    /// others' uploads.
+    pub connection_window_size: u32,
     /// SETTINGS_MAX_HEADER_LIST_SIZE: the largest header block accepted
     /// (the server's `limits.max_header_bytes`). h2 also derives from it how
     /// many CONTINUATION frames one header block may take (h2 ≥ 0.4.4), so
@@ -84,6 +92,8 @@ impl H2Settings {
         H2Settings {
             max_concurrent_streams: 128,
             initial_window_size: 65_535,
+            // Sixteen streams' windows: what a connection may hold unreleased.
+            connection_window_size: 16 * 65_535,
             max_header_list_size: u32::try_from(max_header_bytes).unwrap_or(u32::MAX),
             // h2's and hyper's default: a browser cancelling a few streams
             // in one burst stays well below it.
@@ -282,6 +292,7 @@ impl H2Conn {
             // ENABLE_CONNECT_PROTOCOL = 1 (RFC 8441: WebSocket over h2).
             .max_concurrent_streams(settings.max_concurrent_streams)
             .initial_window_size(settings.initial_window_size.min(MAX_WINDOW_SIZE))
+            .initial_connection_window_size(settings.connection_window_size.min(MAX_WINDOW_SIZE))
             .max_header_list_size(settings.max_header_list_size)
             .enable_connect_protocol()
             // Defences. MAX_HEADER_LIST_SIZE above also bounds a header
@@ -628,6 +639,23 @@ impl H2Conn {
         let n = if below { send.capacity() } else { 0 };
         s.blocked = n == 0;
         n
+    }
+
+    /// Give back the window [`H2Conn::writable`] reserved for `stream`
+    /// without sending: the stream stops competing for the connection
+    /// window (h2 hands the connection window to waiting streams in the
+    /// order they asked, not by priority), so a scheduler lets only the
+    /// stream it wants served next keep asking. No [`Event::Writable`]
+    /// follows for it. Unknown or finished streams are ignored.
+    pub fn unreserve(&mut self, stream: StreamId) {
+        let Ok(i) = self.find(stream) else {
+            return;
+        };
+        let s = &mut self.streams[i];
+        if let (Some(send), false) = (&mut s.send, s.send_ended) {
+            send.reserve_capacity(0);
+            s.blocked = false;
+        }
     }
 
     /// Queue body bytes (at most what [`H2Conn::writable`] said, or h2

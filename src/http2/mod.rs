@@ -17,6 +17,7 @@
 mod conn;
 mod head;
 mod io;
+pub mod priority;
 #[cfg(test)]
 mod tests;
 
@@ -24,3 +25,4 @@ pub use conn::{Event, H2Conn, H2Error, H2Settings, RequestHead, StreamId};
 pub use h2::Reason;
 pub use head::{Head, Heads};
 pub use io::Io;
+pub use priority::{Priority, Scheduler, Sent};

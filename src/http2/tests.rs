@@ -26,6 +26,7 @@ const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
 const CONTINUATION: u8 = 0x9;
 
 /// One frame: type, flags, stream, payload.
@@ -847,8 +848,9 @@ fn graceful_shutdown_without_the_pings_answer() {
     raw.server.respond(StreamId(1), 200, &[] as &[(&str, &str)], true).expect("respond");
     raw.step();
     let kinds: Vec<_> = parse_frames(&raw.out).iter().map(|f| (f.kind, f.stream)).collect();
-    // SETTINGS, SETTINGS ACK, GOAWAY, PING, the response: then nothing.
-    assert_eq!(kinds, [(SETTINGS, 0), (SETTINGS, 0), (GOAWAY, 0), (PING, 0), (HEADERS, 1)]);
+    // SETTINGS, SETTINGS ACK, the connection window's WINDOW_UPDATE, GOAWAY,
+    // PING, the response: then nothing.
+    assert_eq!(kinds, [(SETTINGS, 0), (SETTINGS, 0), (WINDOW_UPDATE, 0), (GOAWAY, 0), (PING, 0), (HEADERS, 1)]);
     assert!(!raw.server.is_closed(), "the connection waits for the PONG");
     // So the caller's shutdown deadline ends it.
     raw.server.abort(Reason::NO_ERROR);
@@ -988,4 +990,60 @@ fn abort_before_the_preface_reports_closed() {
     assert!(matches!(raw.events[..], [Event::Closed { error: None }]));
     raw.step();
     assert_eq!(raw.events.len(), 1, "reported once");
+}
+
+#[test]
+fn one_stream_holding_its_window_leaves_the_connection_room_for_others() {
+    let mut pair = Pair::new();
+    let post = || Request::post("https://example.test/up").body(()).expect("request");
+    let (_rf1, mut up1) = pair.request(post(), false);
+    up1.send_data(Bytes::from(vec![1u8; 65_535]), false).expect("send");
+    pair.pump();
+    let (_rf2, mut up2) = pair.request(post(), false);
+    up2.send_data(Bytes::from(vec![2u8; 65_535]), true).expect("send");
+    // Stream 1's bytes are never released; stream 3's are, as they come.
+    let (mut got1, mut got3, mut ended3) = (0, 0, false);
+    for _ in 0..50 {
+        pair.pump();
+        for e in pair.events() {
+            if let Event::Data { stream, bytes, end } = e {
+                if stream == StreamId(1) {
+                    got1 += bytes.len();
+                } else {
+                    got3 += bytes.len();
+                    ended3 |= end;
+                    pair.server.release(stream, bytes.len()).expect("release");
+                }
+            }
+        }
+    }
+    assert_eq!(got1, 65_535, "stream 1's whole window arrived");
+    assert!(ended3 && got3 == 65_535, "stream 3 got {got3} bytes past stream 1's held window");
+}
+
+#[test]
+fn unreserve_hands_the_connection_window_to_the_stream_that_waits() {
+    let mut pair = Pair::new();
+    let (_rf1, _) = pair.request(get("/a"), true);
+    let (_rf2, _) = pair.request(get("/b"), true);
+    pair.pump();
+    let streams: Vec<StreamId> = pair
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Request { stream, .. } => Some(stream),
+            _ => None,
+        })
+        .collect();
+    let [a, b] = streams[..] else { panic!("two requests expected: {streams:?}") };
+    for s in [a, b] {
+        pair.server.respond(s, 200, &[("content-type", "text/plain")], false).expect("respond");
+    }
+    // A asked first and holds the whole connection window; B waits behind it.
+    assert_eq!(pair.server.writable(a), 65_535);
+    assert_eq!(pair.server.writable(b), 0);
+    // A gives it back unused: it goes to B.
+    pair.server.unreserve(a);
+    assert_eq!(pair.server.writable(b), 65_535);
+    assert_eq!(pair.server.writable(a), 0);
 }

@@ -12,7 +12,10 @@
 //!
 //! This module moves bytes between the connection's socket buffers and the
 //! codec and turns events into exchanges. It never looks at a route and
-//! never writes HTTP/2 frames itself.
+//! never writes HTTP/2 frames itself. Streamed bodies go out in the order of
+//! their requests' `priority` (RFC 9218, [`Scheduler`]): each pass offers
+//! the most urgent ready streams a [`QUANTUM`] of DATA and lets less urgent
+//! ones wait while those can go on.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -32,7 +35,7 @@ use crate::http::headers::valid_request_id;
 use crate::http::reply::{FileRange, Upstream};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
-use crate::http2::{Event, H2Conn, H2Settings, Head, Heads, Reason, RequestHead, StreamId};
+use crate::http2::{Event, H2Conn, H2Settings, Head, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId};
 
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -56,6 +59,11 @@ const SLICE: usize = 64 * 1024;
 const READS_AHEAD: usize = 2;
 /// While a stream's unsent bytes pass this, its timer-driven producer waits.
 const TICK_BACKOFF: Duration = Duration::from_millis(50);
+/// Body bytes handed to h2 per stream per scheduling pass (one default-size
+/// DATA frame): h2 interleaves whatever it holds round-robin, so what it holds
+/// stays small and a more urgent stream that turns up is not queued behind
+/// a less urgent one's buffered tail.
+const QUANTUM: usize = 16 * 1024;
 
 /// How long a draining connection's open streams may run after its GOAWAY:
 /// most of the worker's shutdown timeout, so the abort (`GOAWAY`, then the
@@ -121,8 +129,16 @@ enum Produce {
     /// stream's DATA both ways.
     Ws {
         ws: Box<Ws>,
-        /// Received bytes not yet a complete frame.
+        /// Received bytes not yet read as frames: the start of a frame, or,
+        /// while the stream's output is backed up, whole frames waiting.
         input: Vec<u8>,
+        /// Bytes of `input` not yet handed back to the peer's flow control:
+        /// while the output is backed up nothing is, so the peer's stream
+        /// window closes and its frames wait on its side (back pressure, as
+        /// an HTTP/1.1 WebSocket stops reading its socket).
+        unreleased: usize,
+        /// The peer ended its side of the stream.
+        peer_ended: bool,
     },
     /// A byte range of a file, read on the pool slice by slice.
     Download {
@@ -176,6 +192,37 @@ struct Exchange {
     call: Option<CallState>,
     /// An extended CONNECT for `websocket` (RFC 8441).
     connect_ws: bool,
+    /// Its `priority` (RFC 9218): the order its DATA goes out in.
+    priority: Priority,
+    /// Its body ended, or its stream failed, while sending: it is removed
+    /// after the scheduling pass.
+    gone: bool,
+}
+
+impl Exchange {
+    /// A download whose next bytes are being read from disk (or are read,
+    /// not yet moved into `unsent`): more comes without the peer's help.
+    fn reading(&self) -> bool {
+        matches!(&self.produce, Some(Produce::Download { in_flight, ready, .. }) if *in_flight > 0 || !ready.is_empty())
+    }
+
+    /// Move a download's next slice, if it is read, into `unsent`; whether
+    /// one was.
+    fn refill(&mut self) -> bool {
+        let Some(Produce::Download { sent, end, ready, .. }) = &mut self.produce else { return false };
+        let Some(pos) = ready.iter().position(|(o, _)| o == sent) else { return false };
+        let (_, bytes) = ready.swap_remove(pos);
+        *sent += bytes.len() as u64;
+        if *sent >= *end {
+            self.done = true;
+        }
+        if self.unsent.is_empty() {
+            self.unsent = bytes;
+        } else {
+            self.unsent.extend_from_slice(&bytes);
+        }
+        !self.unsent.is_empty()
+    }
 }
 
 /// One HTTP/2 connection's state: the codec and its exchanges.
@@ -206,6 +253,10 @@ pub(super) struct H2Session {
     todo: Vec<(u32, Todo)>,
     /// WebSockets that went away, with the rooms they were in.
     left: Vec<(u32, Vec<String>)>,
+    /// Who of the streams with DATA ready sends next (RFC 9218).
+    scheduler: Scheduler,
+    /// Scratch: the streams with DATA ready, for the scheduler.
+    ready: Vec<(StreamId, Priority)>,
 }
 
 impl H2Session {
@@ -227,6 +278,8 @@ impl H2Session {
             cancelled: Vec::new(),
             todo: Vec::new(),
             left: Vec::new(),
+            scheduler: Scheduler::new(),
+            ready: Vec::new(),
         }
     }
 
@@ -329,30 +382,21 @@ impl H2Session {
         match event {
             Event::Request { stream, head } => self.on_request(stream, head, cx, now),
             Event::Data { stream, bytes, end } => {
-                // Consumed at once (buffered here, bounded by the body limit).
-                let _ = self.conn.release(stream, bytes.len());
-                let Some(i) = self.find(stream) else { return };
+                let Some(i) = self.find(stream) else {
+                    let _ = self.conn.release(stream, bytes.len());
+                    return;
+                };
                 let ex = &mut self.exchanges[i];
-                if let Some(Produce::Ws { ws, input }) = &mut ex.produce {
+                if let Some(Produce::Ws { input, unreleased, peer_ended, .. }) = &mut ex.produce {
+                    // Released once read (`ws_input`), not while the output is backed up.
                     input.extend_from_slice(&bytes);
-                    let mut todo = Vec::new();
-                    let mut closed = false;
-                    match ws.read(cx.glue.app, input, &mut ex.unsent, &mut todo, &mut closed) {
-                        Ok(used) => {
-                            input.drain(..used);
-                        }
-                        Err(()) => {
-                            ws.conn.close(1011, "internal error", &mut ex.unsent);
-                            closed = true;
-                        }
-                    }
-                    self.todo.extend(todo.into_iter().map(|t| (stream.0, t)));
-                    // The peer's close (or its end of the stream) ends ours.
-                    if closed || end || ws.conn.is_closing() {
-                        ex.done = true;
-                    }
+                    *unreleased += bytes.len();
+                    *peer_ended |= end;
+                    self.ws_input(i, cx);
                     return;
                 }
+                // Consumed at once (buffered here, bounded by the body limit).
+                let _ = self.conn.release(stream, bytes.len());
                 if ex.stage != Stage::Receiving {
                     return;
                 }
@@ -403,6 +447,9 @@ impl H2Session {
             .iter()
             .find(|(n, _)| n == http::header::CONTENT_LENGTH)
             .and_then(|(_, v)| v.to_str().ok()?.trim().parse::<u64>().ok());
+        let priority = Priority::from_fields(
+            head.headers.iter().filter(|(n, _)| n.as_str() == "priority").map(|(_, v)| v.as_bytes()),
+        );
         let ex = Exchange {
             stream,
             method: Method::parse(head.method.as_str()),
@@ -421,6 +468,8 @@ impl H2Session {
             done: false,
             call: None,
             connect_ws,
+            priority,
+            gone: false,
         };
         self.exchanges.push(ex);
         self.idle_since = None;
@@ -590,9 +639,53 @@ impl H2Session {
             }
             None => {}
         }
-        ex.produce = Some(Produce::Ws { ws: Box::new(Ws::new(conn, user_id, name, now)), input: Vec::new() });
+        ex.produce = Some(Produce::Ws {
+            ws: Box::new(Ws::new(conn, user_id, name, now)),
+            input: Vec::new(),
+            unreleased: 0,
+            peer_ended: false,
+        });
         let n = cx.svc.stats.ws.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         cx.glue.metrics.set_websocket_clients(n);
+    }
+
+    /// Read WebSocket exchange `i`'s received frames and hand their bytes
+    /// back to the peer's flow control, unless its output is backed up (more
+    /// than `HIGH_WATERMARK` unsent): then they wait, unreleased, so the
+    /// peer's stream window closes once it has sent one window's worth, and
+    /// are read when the output drains (`service`). Returns whether it read.
+    fn ws_input(&mut self, i: usize, cx: &mut Cx<'_, '_>) -> bool {
+        let ex = &mut self.exchanges[i];
+        let Some(Produce::Ws { ws, input, unreleased, peer_ended }) = &mut ex.produce else { return false };
+        if ex.done {
+            // Closing: what still comes is dropped, and its window given back.
+            input.clear();
+            let _ = self.conn.release(ex.stream, std::mem::take(unreleased));
+            return false;
+        }
+        if ex.unsent.len() > HIGH_WATERMARK || (*unreleased == 0 && !*peer_ended) {
+            return false;
+        }
+        let mut todo = Vec::new();
+        let mut closed = false;
+        match ws.read(cx.glue.app, input, &mut ex.unsent, &mut todo, &mut closed) {
+            Ok(used) => {
+                input.drain(..used);
+            }
+            Err(()) => {
+                ws.conn.close(1011, "internal error", &mut ex.unsent);
+                closed = true;
+            }
+        }
+        // What is left is the start of a frame (at most a message's worth):
+        // released too, or a frame larger than the window could never complete.
+        let _ = self.conn.release(ex.stream, std::mem::take(unreleased));
+        self.todo.extend(todo.into_iter().map(|t| (ex.stream.0, t)));
+        // The peer's close (or its end of the stream) ends ours.
+        if closed || *peer_ended || ws.conn.is_closing() {
+            ex.done = true;
+        }
+        true
     }
 
     /// Exchange `i`'s head went out; its events come from `p`.
@@ -625,18 +718,22 @@ impl H2Session {
         }
     }
 
-    /// Move every streaming exchange's unsent bytes into its stream as flow
-    /// control allows, ask the pool for download slices while the stream keeps
-    /// up, end finished bodies. Returns whether anything was queued.
+    /// Move streaming exchanges' unsent bytes into their streams as flow
+    /// control and priority allow, ask the pool for download slices while the
+    /// stream keeps up, end finished bodies. Returns whether anything was queued.
     fn service(&mut self, cx: &mut Cx<'_, '_>, now: Instant) -> bool {
         let mut queued = false;
         let mut i = 0;
         while i < self.exchanges.len() {
-            let ex = &mut self.exchanges[i];
-            if !ex.streaming {
+            if !self.exchanges[i].streaming {
                 i += 1;
                 continue;
             }
+            // A WebSocket whose output drained reads what waited.
+            if self.ws_input(i, cx) {
+                queued = true;
+            }
+            let ex = &mut self.exchanges[i];
             if let Some(Produce::Download { file, sent, next_read, end, in_flight, ready }) = &mut ex.produce {
                 // Slices in order into the unsent bytes, one slice ahead at most.
                 while ex.unsent.len() < SLICE {
@@ -666,10 +763,58 @@ impl H2Session {
                 self.remove(i, cx, now);
                 continue;
             }
-            let mut failed = false;
-            let mut ended = false;
-            while !ex.unsent.is_empty() {
-                let n = self.conn.writable(ex.stream);
+            if ex.done && ex.unsent.is_empty() {
+                // Nothing was left to carry the end: an empty DATA frame ends it.
+                let _ = self.conn.send_data(ex.stream, Bytes::new(), true);
+                queued = true;
+                self.remove(i, cx, now);
+                continue;
+            }
+            i += 1;
+        }
+        if self.pump_data() {
+            queued = true;
+        }
+        // Streams whose body ended (or whose stream failed) while sending.
+        let mut i = 0;
+        while i < self.exchanges.len() {
+            if self.exchanges[i].gone {
+                self.remove(i, cx, now);
+            } else {
+                i += 1;
+            }
+        }
+        queued
+    }
+
+    /// One scheduling pass (RFC 9218): DATA for the streams with unsent
+    /// bytes, the most urgent first, at most [`QUANTUM`] each. Streams that
+    /// end or fail are marked `gone`. Returns whether anything was queued.
+    fn pump_data(&mut self) -> bool {
+        // No room in the output: every stream would be blocked.
+        if self.conn.output_len() >= self.conn.settings().output_high_watermark {
+            return false;
+        }
+        self.ready.clear();
+        self.ready.extend(
+            self.exchanges
+                .iter()
+                .filter(|e| e.streaming && (!e.unsent.is_empty() || e.reading()))
+                .map(|e| (e.stream, e.priority)),
+        );
+        if self.ready.is_empty() {
+            return false;
+        }
+        let mut queued = false;
+        let (conn, exchanges) = (&mut self.conn, &mut self.exchanges);
+        let pass = self.scheduler.pass(&self.ready, |stream| {
+            let Some(ex) = exchanges.iter_mut().find(|e| e.stream == stream) else { return Sent::Nothing };
+            let mut sent = 0;
+            while sent < QUANTUM {
+                if ex.unsent.is_empty() && !ex.refill() {
+                    break;
+                }
+                let n = conn.writable(ex.stream).min(QUANTUM - sent);
                 if n == 0 {
                     break;
                 }
@@ -681,25 +826,35 @@ impl H2Session {
                     c
                 };
                 let end = ex.done && ex.unsent.is_empty();
+                sent += chunk.len();
                 queued = true;
-                if self.conn.send_data(ex.stream, chunk, end).is_err() {
-                    failed = true;
-                    break;
+                if conn.send_data(ex.stream, chunk, end).is_err() || end {
+                    ex.gone = true;
+                    return Sent::All;
                 }
-                ended = end;
             }
-            if failed || ended {
-                self.remove(i, cx, now);
-                continue;
+            if ex.unsent.is_empty() {
+                if ex.reading() {
+                    Sent::Pending
+                } else {
+                    Sent::All
+                }
+            } else if sent >= QUANTUM {
+                Sent::Quantum
+            } else if sent > 0 {
+                Sent::Short
+            } else {
+                Sent::Nothing
             }
-            if ex.done && ex.unsent.is_empty() {
-                // Nothing was left to carry the end: an empty DATA frame ends it.
-                let _ = self.conn.send_data(ex.stream, Bytes::new(), true);
-                queued = true;
-                self.remove(i, cx, now);
-                continue;
-            }
-            i += 1;
+        });
+        // Only the most urgent blocked stream keeps asking h2 for window: h2
+        // gives window the peer opens to the streams that asked, first come
+        // first served, whatever their priority.
+        for stream in pass.release {
+            self.conn.unreserve(stream);
+        }
+        if let Some(stream) = pass.keeper {
+            self.conn.writable(stream);
         }
         queued
     }
@@ -914,9 +1069,14 @@ impl Worker {
                 close = true;
                 break;
             }
-            // Go on while the socket had more to read or the output moved
-            // and drained (h2 may have been waiting for room).
-            if !(full || (produced && !pending)) {
+            // Go on while the socket had more to read, or while the socket
+            // took everything and h2 has output (or may make more, now that
+            // there is room). A drive that only flushed an older backlog
+            // (the socket's writable edge) leaves h2's output queued: no
+            // event would come for it, and the connection would stall until
+            // some unrelated one.
+            let queued = sess.conn.output_len() > 0;
+            if !(full || (!pending && (produced || queued))) {
                 break;
             }
         }

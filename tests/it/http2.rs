@@ -496,7 +496,7 @@ fn the_chat_relay_streams_over_h2() {
 }
 
 /// A masked client text frame.
-fn ws_text_frame(text: &str) -> Vec<u8> {
+pub(crate) fn ws_text_frame(text: &str) -> Vec<u8> {
     let p = text.as_bytes();
     let mut f = vec![0x81];
     if p.len() < 126 {
@@ -512,7 +512,7 @@ fn ws_text_frame(text: &str) -> Vec<u8> {
 }
 
 /// Complete server frames at the start of `buf` (opcode, payload), removed from it.
-fn ws_frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
+pub(crate) fn ws_frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
     let mut frames = Vec::new();
     loop {
         if buf.len() < 2 {
@@ -541,7 +541,7 @@ fn ws_frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
 }
 
 /// The next JSON text message on an h2 WebSocket whose content matches `pred`.
-fn ws_recv_until(
+pub(crate) fn ws_recv_until(
     c: &mut H2Client,
     body: &mut h2::RecvStream,
     buf: &mut Vec<u8>,

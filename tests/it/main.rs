@@ -50,5 +50,7 @@ mod tls;
 
 mod h2drain;
 mod h2flood;
+mod h2prio;
 mod h2util;
+mod h2ws;
 mod http2;
