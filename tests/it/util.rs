@@ -2234,6 +2234,7 @@ impl SseStream {
             SseSrc::H2(b) => {
                 let (c, recv) = &mut **b;
                 let until = Instant::now() + wait;
+                let had = self.text.len();
                 loop {
                     match c.body_now(recv, &mut self.text) {
                         Ok(true) => {
@@ -2247,7 +2248,7 @@ impl SseStream {
                         self.ended = true;
                         return Ok(());
                     }
-                    if Instant::now() >= until {
+                    if self.text.len() > had || Instant::now() >= until {
                         return Ok(());
                     }
                     c.pump();
@@ -2371,14 +2372,19 @@ impl SseStream {
 }
 
 impl Server {
+    /// `GET path` (with `headers`) as an event stream on a fresh connection, in this server's
+    /// protocol. `Err(the whole response)` unless it is a 200 `text/event-stream`.
+    pub fn sse_at(&self, path: &str, headers: &[(&str, &str)]) -> Result<SseStream, Response> {
+        match self.proto {
+            Proto::H1 => SseStream::open_on(self.conn(), path, headers),
+            Proto::H2c => SseStream::open_h2(self.h2c(), path, headers),
+        }
+    }
+
     /// Opens `GET /api/events` (with `headers`) on a fresh connection; panics unless 200
     /// `text/event-stream`. The preamble is not read.
     pub fn sse(&self, headers: &[(&str, &str)]) -> SseStream {
-        let opened = match self.proto {
-            Proto::H1 => SseStream::open_on(self.conn(), "/api/events", headers),
-            Proto::H2c => SseStream::open_h2(self.h2c(), "/api/events", headers),
-        };
-        match opened {
+        match self.sse_at("/api/events", headers) {
             Ok(s) => s,
             Err(r) => panic!("GET /api/events: expected a 200 text/event-stream, got {r:?}\nlog:\n{}", self.log_tail()),
         }
