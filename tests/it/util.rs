@@ -1340,6 +1340,28 @@ impl Server {
         }
     }
 
+    /// One request on a fresh connection, in this server's protocol, without panicking:
+    /// `Err` when no whole response came within `timeout` (or the stream was reset).
+    pub fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Response, String> {
+        match self.proto {
+            Proto::H1 => {
+                let s = TcpStream::connect_timeout(&self.addr, IO_TIMEOUT).map_err(|e| format!("connect: {e}"))?;
+                let mut c = Conn::from_stream(s, None);
+                c.set_timeout(timeout);
+                c.try_write(&request(method, path, headers, body)).map_err(|e| format!("write: {e}"))?;
+                c.try_read_response(method == "HEAD").map_err(|e| e.to_string())
+            }
+            Proto::H2c => h2_exchange(&mut self.h2c(), method, path, headers, body, timeout),
+        }
+    }
+
     /// One request on a fresh connection.
     pub fn call(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
         self.call_t(method, path, headers, body, IO_TIMEOUT)
