@@ -6,9 +6,13 @@
 //   --url=http://127.0.0.1:PORT                     a server without rate limiting
 //   --limited=http://127.0.0.1:PORT                 a server with a small rate limit
 //   --admin-token=TOKEN                             an admin's access token on --url
+// (https URLs for the HTTP/2 run: the same flow, over TLS).
 // It prints one JSON object on stdout: what each step saw, every console error,
 // page error, CSP violation and failed request, and the layout measured at
-// 1280 and 375 px. The Rust test asserts on it; this script only fails (exit 1,
+// 1280 and 375 px, and the protocol of every request of pages A and B (the page's
+// `performance.getEntries()` `nextHopProtocol`, and the DevTools network events for
+// what resource timing does not list: the open event stream, the WebSocket's handshake).
+// The Rust test asserts on it; this script only fails (exit 1,
 // `error` set) when a step cannot complete in time. Progress goes to stderr.
 import { chromium } from "playwright-core";
 
@@ -18,12 +22,60 @@ const arg = name => {
 };
 const CDP = arg("cdp"), URL = arg("url"), LIMITED = arg("limited"), ADMIN = arg("admin-token");
 const STEP_MS = 15_000;
-const out = { steps: {}, layout: {}, main: sink(), limited: sink(), error: null };
+const out = { steps: {}, layout: {}, main: sink(), limited: sink(), protocols: { A: net(), B: net() }, error: null };
 const say = (...a) => console.error(`[front.mjs ${new Date().toISOString()}]`, ...a);
 let done = false;
 
 function sink() {
   return { console: [], pageErrors: [], csp: [], failed: [] };
+}
+
+// What a page's requests went over: `responses` from DevTools (`Network.responseReceived`:
+// path, protocol, status, type), `websockets` (the handshake Chromium made and the answer it
+// got), and, read from the page, `navigation` and `resources` (`nextHopProtocol`).
+function net() {
+  return { responses: [], websockets: [], navigation: null, resources: [] };
+}
+
+// A new page of `ctx` whose network events are recorded into `n` from its first request.
+async function newPage(ctx, n) {
+  const page = await ctx.newPage();
+  const cdp = await ctx.newCDPSession(page);
+  const ws = new Map();
+  const path = u => { try { return new globalThis.URL(u).pathname; } catch { return u; } };
+  cdp.on("Network.responseReceived", e => n.responses.push({
+    path: path(e.response.url), origin: (() => { try { return new globalThis.URL(e.response.url).origin; } catch { return ""; } })(),
+    protocol: e.response.protocol ?? null, status: e.response.status, type: e.type,
+  }));
+  cdp.on("Network.webSocketCreated", e => ws.set(e.requestId, { path: path(e.url), request: null, status: null, headers: null }));
+  cdp.on("Network.webSocketWillSendHandshakeRequest", e => {
+    const w = ws.get(e.requestId);
+    if (w) w.request = e.request?.headers ?? null;
+  });
+  cdp.on("Network.webSocketHandshakeResponseReceived", e => {
+    const w = ws.get(e.requestId);
+    if (!w) return;
+    w.status = e.response?.status ?? null;
+    w.headers = e.response?.headers ?? null;
+    w.headersText = e.response?.headersText ?? null;
+    n.websockets.push(w);
+  });
+  await cdp.send("Network.enable");
+  return page;
+}
+
+// The page's own resource timing: the document's and every finished request's protocol.
+async function timing(page, n) {
+  const t = await page.evaluate(() => ({
+    navigation: performance.getEntriesByType("navigation")[0]?.nextHopProtocol ?? null,
+    resources: performance.getEntries().filter(e => e.entryType === "resource")
+      .map(e => ({ url: e.name, type: e.initiatorType, protocol: e.nextHopProtocol })),
+  }));
+  n.navigation = t.navigation;
+  n.resources = t.resources.map(r => {
+    const u = new globalThis.URL(r.url); // (`URL` is the --url argument here)
+    return { path: u.pathname, origin: u.origin, type: r.type, protocol: r.protocol };
+  });
 }
 
 function finish(code) {
@@ -101,7 +153,7 @@ try {
   const stamp = Date.now();
   // 1. A notification from before the page opened is shown on load.
   await notify("Before the page opened", "replayed on load");
-  const a = await (await context(out.main, "A", { width: 1280, height: 800 })).newPage();
+  const a = await newPage(await context(out.main, "A", { width: 1280, height: 800 }), out.protocols.A);
   await a.goto(URL + "/", { timeout: STEP_MS });
   await until(a, () => document.getElementById("feed-st").textContent === "live");
   await until(a, () => document.getElementById("feed").textContent.includes("Before the page opened"));
@@ -136,7 +188,7 @@ try {
   const bobEmail = `bob-${stamp}@example.com`;
   const r = await api(URL, "POST", "/api/v1/users", { name: "Bob Browser", email: bobEmail, password: "bob-password-1" });
   if (r.status !== 201) throw new Error(`sign-up of Bob → ${r.status}`);
-  const b = await (await context(out.main, "B", { width: 375, height: 740 })).newPage();
+  const b = await newPage(await context(out.main, "B", { width: 375, height: 740 }), out.protocols.B);
   await b.goto(URL + "/", { timeout: STEP_MS });
   await until(b, () => document.getElementById("feed-st").textContent === "live");
   await until(b, () => document.querySelectorAll("#feed li").length >= 2);
@@ -166,6 +218,8 @@ try {
   await until(a, () => [...document.querySelectorAll("#msgs li")].some(li => li.textContent.includes("hi Alice")));
   out.steps.chatASawB = await a.locator("#msgs li", { hasText: "hi Alice" }).first().locator("b").innerText({ timeout: STEP_MS });
   out.steps.errorBoxHiddenOnMain = (await a.locator("#err").isHidden()) && (await b.locator("#err").isHidden());
+  await timing(a, out.protocols.A);
+  await timing(b, out.protocols.B);
 
   // 6. Sign out.
   await a.click("#logout");

@@ -83,9 +83,9 @@ fn check_login_cookies(s: &Server, cookies: &[String], what: &str) -> (SetCookie
 // Login
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn login_returns_tokens_and_sets_refresh_and_csrf_cookies() {
-    let s = Server::start_api();
+both!(login_returns_tokens_and_sets_refresh_and_csrf_cookies);
+fn login_returns_tokens_and_sets_refresh_and_csrf_cookies(p: Proto) {
+    let s = Server::start_api().on(p);
     let email = unique_email("login");
     s.signup("Login", &email, PW, None);
     let r = post_json(&s, "/api/v1/auth/login", &json!({"email": email, "password": PW}), &[]);
@@ -99,9 +99,9 @@ fn login_returns_tokens_and_sets_refresh_and_csrf_cookies() {
     ensure!(s, user_shape_problems(&u).is_empty(), "/auth/me user shape {:?}", user_shape_problems(&u));
 }
 
-#[test]
-fn access_token_is_hs256_with_the_contract_claims() {
-    let s = Server::start_api();
+both!(access_token_is_hs256_with_the_contract_claims);
+fn access_token_is_hs256_with_the_contract_claims(p: Proto) {
+    let s = Server::start_api().on(p);
     let email = unique_email("claims");
     let u = s.signup("Claims", &email, PW, None);
     let before = now_unix();
@@ -133,9 +133,9 @@ fn access_token_is_hs256_with_the_contract_claims() {
     ensure!(s, c2["jti"] != c["jti"], "two logins must give two jti: {c} / {c2}");
 }
 
-#[test]
-fn wrong_password_and_unknown_email_are_the_same_401() {
-    let s = Server::start_api();
+both!(wrong_password_and_unknown_email_are_the_same_401);
+fn wrong_password_and_unknown_email_are_the_same_401(p: Proto) {
+    let s = Server::start_api().on(p);
     let email = unique_email("known");
     s.signup("Known", &email, PW, None);
     let a = post_json(&s, "/api/v1/auth/login", &json!({"email": email, "password": "wrong-password-1"}), &[]);
@@ -153,9 +153,9 @@ fn wrong_password_and_unknown_email_are_the_same_401() {
     ensure_eq!(s, strip(&a), strip(&b), "wrong password and unknown e-mail must answer identically");
 }
 
-#[test]
-fn login_with_missing_fields_is_422() {
-    let s = Server::start_api();
+both!(login_with_missing_fields_is_422);
+fn login_with_missing_fields_is_422(p: Proto) {
+    let s = Server::start_api().on(p);
     let r = post_json(&s, "/api/v1/auth/login", &json!({}), &[]);
     s.expect_invalid(&r, &["email", "password"], "login {}");
     let r = post_json(&s, "/api/v1/auth/login", &json!({"email": "a@x.io"}), &[]);
@@ -166,10 +166,10 @@ fn login_with_missing_fields_is_422() {
     s.expect_invalid(&r, &["email", "password"], "login with wrong types");
 }
 
-#[test]
-fn login_timing_is_the_same_for_unknown_email_and_wrong_password() {
+both!(login_timing_is_the_same_for_unknown_email_and_wrong_password);
+fn login_timing_is_the_same_for_unknown_email_and_wrong_password(p: Proto) {
     // The REAL default argon2 parameters (19456 KiB, 2 iterations).
-    let s = Server::builder().no_rate_limit().jwt_secret(TEST_JWT_SECRET).start();
+    let s = Server::builder().no_rate_limit().jwt_secret(TEST_JWT_SECRET).start().on(p);
     let emails: Vec<String> = (0..5).map(|_| unique_email("timed")).collect();
     for e in &emails {
         s.signup("Timed", e, PW, None);
@@ -207,9 +207,9 @@ fn login_timing_is_the_same_for_unknown_email_and_wrong_password() {
 // Bearer tokens
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn protected_routes_without_a_token_are_401_token_required() {
-    let s = Server::start_api();
+both!(protected_routes_without_a_token_are_401_token_required);
+fn protected_routes_without_a_token_are_401_token_required(p: Proto) {
+    let s = Server::start_api().on(p);
     for (m, p) in [
         ("GET", "/api/v1/users"),
         ("GET", "/api/v1/auth/me"),
@@ -223,9 +223,9 @@ fn protected_routes_without_a_token_are_401_token_required() {
     expect_401(&s, &r, "invalid token", "Bearer not-a-jwt");
 }
 
-#[test]
-fn hostile_tokens_are_all_401_invalid_token() {
-    let s = Server::start_api();
+both!(hostile_tokens_are_all_401_invalid_token);
+fn hostile_tokens_are_all_401_invalid_token(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Target");
     let uid = id_of(&u);
     let secret = TEST_JWT_SECRET.as_bytes();
@@ -365,9 +365,9 @@ fn hostile_tokens_are_all_401_invalid_token() {
     s.expect_data(&r, 200, "control: the issued token still works");
 }
 
-#[test]
-fn correctly_forged_hs256_token_with_the_right_secret_is_accepted() {
-    let s = Server::start_api();
+both!(correctly_forged_hs256_token_with_the_right_secret_is_accepted);
+fn correctly_forged_hs256_token_with_the_right_secret_is_accepted(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, _) = s.user("Forged");
     let t = jwt_sign(
         &json!({"alg": "HS256", "typ": "JWT"}),
@@ -382,12 +382,12 @@ fn correctly_forged_hs256_token_with_the_right_secret_is_accepted() {
     s.expect_data(&r, 200, "GET /api/v1/users with a forged-but-correct token");
 }
 
+both!(tokens_with_a_crit_header_or_a_future_nbf_are_401);
 /// Regression: a `crit` header parameter (RFC 7515 §4.1.11: extensions the verifier must
 /// understand; we understand none) and an `nbf` in the future were ignored. Both are
 /// `invalid token`, correctly signed or not, and so is an `nbf` that is not a number.
-#[test]
-fn tokens_with_a_crit_header_or_a_future_nbf_are_401() {
-    let s = Server::start_api();
+fn tokens_with_a_crit_header_or_a_future_nbf_are_401(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, _) = s.user("Crit Nbf");
     let id = id_of(&u);
     let sign = |header: Value, claims: Value| jwt_sign(&header, &claims, "HS256", TEST_JWT_SECRET.as_bytes());
@@ -415,10 +415,10 @@ fn tokens_with_a_crit_header_or_a_future_nbf_are_401() {
     }
 }
 
-#[test]
-fn a_token_accepted_before_is_refused_once_it_expires() {
+both!(a_token_accepted_before_is_refused_once_it_expires);
+fn a_token_accepted_before_is_refused_once_it_expires(p: Proto) {
     // The worker remembers tokens it verified; expiry must still be checked on every use.
-    let s = Server::start_api();
+    let s = Server::start_api().on(p);
     let (u, _) = s.user("Expiring");
     let mut claims = good_claims(id_of(&u), "user");
     let exp = now_unix() + 2;
@@ -438,9 +438,9 @@ fn a_token_accepted_before_is_refused_once_it_expires() {
     expect_401(&s, &r, "invalid token", "an expired token used before");
 }
 
-#[test]
-fn me_returns_the_current_user() {
-    let s = Server::start_api();
+both!(me_returns_the_current_user);
+fn me_returns_the_current_user(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Myself");
     let (admin_user, admin) = s.admin();
     let d = s.expect_data(&s.api("GET", "/api/v1/auth/me", Some(&token), None), 200, "/auth/me as a user");
@@ -458,9 +458,9 @@ fn me_returns_the_current_user() {
 // Refresh, CSRF, logout
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn refresh_rotates_and_replaying_a_spent_token_revokes_the_family() {
-    let s = Server::start_api();
+both!(refresh_rotates_and_replaying_a_spent_token_revokes_the_family);
+fn refresh_rotates_and_replaying_a_spent_token_revokes_the_family(p: Proto) {
+    let s = Server::start_api().on(p);
     let email = unique_email("rot");
     s.signup("Rotator", &email, PW, None);
     let (_, r1, _) = s.login(&email, PW);
@@ -484,9 +484,9 @@ fn refresh_rotates_and_replaying_a_spent_token_revokes_the_family() {
     expect_401(&s, &r, "invalid token", "refresh with garbage");
 }
 
-#[test]
-fn refresh_from_the_cookie_needs_the_matching_csrf_header() {
-    let s = Server::start_api();
+both!(refresh_from_the_cookie_needs_the_matching_csrf_header);
+fn refresh_from_the_cookie_needs_the_matching_csrf_header(p: Proto) {
+    let s = Server::start_api().on(p);
     let email = unique_email("csrf");
     s.signup("Csrf", &email, PW, None);
     let (_, _, cookies) = s.login(&email, PW);
@@ -508,9 +508,9 @@ fn refresh_from_the_cookie_needs_the_matching_csrf_header() {
     ensure!(s, rt2.value != rt.value, "a NEW refresh_token cookie after a cookie refresh");
 }
 
-#[test]
-fn logout_revokes_the_refresh_token_and_clears_both_cookies() {
-    let s = Server::start_api();
+both!(logout_revokes_the_refresh_token_and_clears_both_cookies);
+fn logout_revokes_the_refresh_token_and_clears_both_cookies(p: Proto) {
+    let s = Server::start_api().on(p);
     let email = unique_email("bye");
     s.signup("Bye", &email, PW, None);
     let (_, r1, _) = s.login(&email, PW);
@@ -536,9 +536,9 @@ fn logout_revokes_the_refresh_token_and_clears_both_cookies() {
 // The signing secret: shared by workers; production needs a real one
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn generated_secret_is_shared_by_both_workers() {
-    let s = Server::builder().workers(2).fast_argon2().no_rate_limit().start();
+both!(generated_secret_is_shared_by_both_workers);
+fn generated_secret_is_shared_by_both_workers(p: Proto) {
+    let s = Server::builder().workers(2).fast_argon2().no_rate_limit().start().on(p);
     let workers = s.wait_workers(2, Duration::from_secs(10));
     let email = unique_email("shared");
     s.signup("Shared", &email, PW, None);
@@ -581,8 +581,8 @@ fn production_without_a_secret_fails_check_config_with_exit_2() {
     assert!(out.stderr.contains("jwt_secret"), "the message must name auth.jwt_secret: {out:?}");
 }
 
-#[test]
-fn production_with_a_40_byte_secret_file_starts_and_login_works() {
+both!(production_with_a_40_byte_secret_file_starts_and_login_works);
+fn production_with_a_40_byte_secret_file_starts_and_login_works(p: Proto) {
     let keep = tempfile::Builder::new().prefix("forkd-secret-").tempdir().unwrap();
     let secret = "prod#secret!forty-bytes*0123456789abcdef";
     assert_eq!(secret.len(), 40);
@@ -594,7 +594,8 @@ fn production_with_a_40_byte_secret_file_starts_and_login_works() {
         .fast_argon2()
         .no_rate_limit()
         .set("auth", &format!("jwt_secret_file = \"{}\"", file.display()))
-        .start();
+        .start()
+        .on(p);
     let email = unique_email("prod");
     s.create_user(&email, "Prod Admin", "admin", "prod-password-1");
     let (t, _, _) = s.login(&email, "prod-password-1");

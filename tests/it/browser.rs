@@ -3,7 +3,11 @@
 //! notifications on load and a live one posted by an admin, chat between two pages with the
 //! senders' names, the error box (a wrong password, 429 with its wait), a rate-limited event
 //! stream told from an offline one, the layout at 1280 and 375 px, and no console error, no
-//! CSP violation and no failing request of the page's own.
+//! CSP violation and no failing request of the page's own. Twice: over HTTP/1.1 in clear
+//! text, and over https on `tls.listen`, where the document, the API calls and the event
+//! stream must go over HTTP/2 (the page's `nextHopProtocol`, the DevTools network events);
+//! Chromium trusts the test certificate by its key (`--ignore-certificate-errors-spki-list`),
+//! Node's own requests by the test CA (`NODE_EXTRA_CA_CERTS`).
 //!
 //! Needs `/usr/bin/chromium`, `node` and `tests/browser/node_modules`
 //! (`bin/install-test-deps` installs them); without them the test says why and passes,
@@ -96,10 +100,11 @@ fn missing(root: &Path) -> Option<String> {
 
 /// Starts Chromium with a fresh profile in `profile` and returns it with its DevTools
 /// WebSocket URL (read from the `DevToolsActivePort` file it writes once it listens).
-fn start_chromium(profile: &Path, log: &Path) -> (Owned, String) {
+fn start_chromium(profile: &Path, log: &Path, extra: &[String]) -> (Owned, String) {
     let stderr = fs::File::create(log).expect("chromium log");
     let child = Command::new(CHROMIUM)
         .args(FLAGS)
+        .args(extra)
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg("--remote-debugging-address=127.0.0.1")
         .arg("--remote-debugging-port=0")
@@ -132,11 +137,12 @@ fn start_chromium(profile: &Path, log: &Path) -> (Owned, String) {
 }
 
 /// Runs the script (bounded by [`SCRIPT_TIMEOUT`]); returns its JSON report and its stderr.
-fn run_script(root: &Path, dir: &Path, args: &[String]) -> (Value, String) {
+fn run_script(root: &Path, dir: &Path, args: &[String], env: &[(String, String)]) -> (Value, String) {
     let err_path = dir.join("front.stderr");
     let child = Command::new("node")
         .arg(root.join("tests/browser/front.mjs"))
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(root.join("tests/browser"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -168,34 +174,98 @@ fn strings(v: &Value) -> Vec<String> {
 
 #[test]
 fn front_page_in_a_real_browser() {
+    front_page(false);
+}
+
+/// The same flow over https: the page, its API calls, its event stream and its chat go to
+/// `tls.listen`, where Chromium negotiates HTTP/2 by ALPN. The page's
+/// `performance.getEntries()` and the DevTools network events must say `h2` for the
+/// document, the API calls and the event stream; the WebSocket is whatever Chromium chose
+/// (RFC 8441 over the h2 connection, or a separate HTTP/1.1 upgrade), and is reported.
+#[test]
+fn front_page_in_a_real_browser_over_h2() {
+    front_page(true);
+}
+
+/// A server for the browser: the plain one (the origin is `http://{listen}`), or one with a
+/// TLS listener on a free port whose `https://127.0.0.1:PORT` is the origin the page uses.
+/// Returns the server and the base URL the browser loads.
+fn browser_server(b: ServerBuilder, tls: Option<&(PathBuf, PathBuf)>) -> (Server, String) {
+    match tls {
+        None => {
+            let s = b.top("public_origin = \"http://{listen}\"").start();
+            let url = format!("http://{}", s.addr());
+            (s, url)
+        }
+        Some((cert, key)) => {
+            let port = free_port();
+            let s = b
+                .top(&format!("public_origin = \"https://127.0.0.1:{port}\""))
+                .set(
+                    "tls",
+                    &format!(
+                        "listen = \"127.0.0.1:{port}\"\ncert_file = \"{}\"\nkey_file = \"{}\"",
+                        cert.display(),
+                        key.display()
+                    ),
+                )
+                .start();
+            (s, format!("https://127.0.0.1:{port}"))
+        }
+    }
+}
+
+/// The base64 SHA-256 of the server key's SubjectPublicKeyInfo: what
+/// `--ignore-certificate-errors-spki-list` takes, so that Chromium accepts this one test
+/// certificate (and no other certificate error).
+fn spki_hash(key_pem: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let key = rcgen::KeyPair::from_pem(key_pem).expect("test key");
+    base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(key.public_key_der()))
+}
+
+fn front_page(tls: bool) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     if let Some(why) = missing(&root) {
         eprintln!("skipped: {why}");
         return;
     }
+    let tmp = tempfile::Builder::new().prefix("forkd-browser-").tempdir().expect("tempdir");
+    // Over TLS: a test CA and a certificate for 127.0.0.1; Node's own requests (the admin's
+    // notifications, the rate-limit set-up) trust the CA, Chromium this certificate's key.
+    let pki = tls.then(crate::tls::Pki::new);
+    let files = pki.as_ref().map(|p| p.write(tmp.path()));
+    let ca_path = tmp.path().join("ca.pem");
+    let mut extra_flags = Vec::new();
+    let mut env = Vec::new();
+    if let Some(p) = &pki {
+        fs::write(&ca_path, &p.ca_pem).expect("write CA");
+        extra_flags.push(format!("--ignore-certificate-errors-spki-list={}", spki_hash(&p.key_pem)));
+        env.push(("NODE_EXTRA_CA_CERTS".to_string(), ca_path.display().to_string()));
+    }
     // Two workers, so that the chat and the notifications cross the bus. The browser sends
     // the server's own address as `Origin`: that is the public origin.
-    let origin = "public_origin = \"http://{listen}\"";
-    let s = Server::api_builder().workers(2).top(origin).start();
-    let limited = Server::builder()
-        .fast_argon2()
-        .top(origin)
-        .set("rate_limit", "max = 10\nwindow_secs = 60")
-        .set("auth", "access_ttl_secs = 20")
-        .start();
+    let (s, url) = browser_server(Server::api_builder().workers(2), files.as_ref());
+    let (_limited, limited_url) = browser_server(
+        Server::builder()
+            .fast_argon2()
+            .set("rate_limit", "max = 10\nwindow_secs = 60")
+            .set("auth", "access_ttl_secs = 20"),
+        files.as_ref(),
+    );
     let (_, admin) = s.admin();
 
-    let tmp = tempfile::Builder::new().prefix("forkd-browser-").tempdir().expect("tempdir");
     let profile = tmp.path().join("profile");
     fs::create_dir(&profile).expect("profile dir");
-    let (chromium, cdp) = start_chromium(&profile, &tmp.path().join("chromium.log"));
+    let (chromium, cdp) = start_chromium(&profile, &tmp.path().join("chromium.log"), &extra_flags);
     let args = [
         format!("--cdp={cdp}"),
-        format!("--url=http://{}", s.addr()),
-        format!("--limited=http://{}", limited.addr()),
+        format!("--url={url}"),
+        format!("--limited={limited_url}"),
         format!("--admin-token={admin}"),
     ];
-    let (r, log) = run_script(&root, tmp.path(), &args);
+    let (r, log) = run_script(&root, tmp.path(), &args, &env);
     drop(chromium);
     let show = format!("report: {r:#}\nscript log:\n{log}\nserver log:\n{}", s.log_tail());
     assert!(r["error"].is_null(), "the browser script failed: {}\n{show}", r["error"]);
@@ -283,6 +353,53 @@ fn front_page_in_a_real_browser() {
         assert!(strings(&r["main"][k]).is_empty(), "main flow: {k} must be empty\n{show}");
     }
     assert!(!s.logs().contains("/csp-report"), "no CSP report reached the server\n{show}");
+
+    // What the main flow's requests went over: HTTP/2 over TLS, HTTP/1.1 in clear text. The
+    // page's own resource timing for the document and every finished request (static files,
+    // API calls), and the DevTools network events for the event stream (still open, so not
+    // in resource timing) and every other response of the page's origin.
+    let want = if tls { "h2" } else { "http/1.1" };
+    for page in ["A", "B"] {
+        let p = &r["protocols"][page];
+        assert_eq!(p["navigation"], want, "page {page}: the document's nextHopProtocol\n{show}");
+        let own = |k: &str| -> Vec<Value> {
+            p[k].as_array().into_iter().flatten().filter(|e| e["origin"] == url.as_str()).cloned().collect()
+        };
+        let path_is = |e: &Value, f: &dyn Fn(&str) -> bool| e["path"].as_str().is_some_and(f);
+        let timed = own("resources");
+        assert!(
+            timed.iter().any(|e| path_is(e, &|x| x.starts_with("/api/v1/"))),
+            "page {page}: an API call among the resource timing entries\n{show}"
+        );
+        for e in &timed {
+            assert_eq!(e["protocol"], want, "page {page}: nextHopProtocol of {e}\n{show}");
+        }
+        let seen = own("responses");
+        assert!(seen.iter().any(|e| path_is(e, &|x| x == "/")), "page {page}: the document's response\n{show}");
+        assert!(
+            seen.iter().any(|e| path_is(e, &|x| x == "/api/events") && e["status"] == 200),
+            "page {page}: the event stream's response\n{show}"
+        );
+        for e in &seen {
+            assert_eq!(e["protocol"], want, "page {page}: the protocol of the response {e}\n{show}");
+        }
+        // The chat's WebSocket: over HTTP/1.1 an upgrade (101); over h2 Chromium may open it
+        // on the HTTP/2 connection (RFC 8441 extended CONNECT, answered 200) or on a
+        // connection of its own (101). Either way it connected (the chat steps above).
+        let ws: Vec<&Value> = p["websockets"].as_array().into_iter().flatten().collect();
+        assert!(!ws.is_empty(), "page {page}: the chat's WebSocket handshake\n{show}");
+        for w in &ws {
+            let how = match w["status"].as_i64() {
+                Some(101) => "HTTP/1.1 Upgrade (101)",
+                Some(200) => "HTTP/2 extended CONNECT (200)",
+                _ => panic!("page {page}: an unexpected WebSocket handshake {w}\n{show}"),
+            };
+            eprintln!("page {page} ({want}): WebSocket {} by {how}", w["path"]);
+            if !tls {
+                assert_eq!(w["status"], 101, "page {page}: over HTTP/1.1 the WebSocket is an upgrade\n{show}");
+            }
+        }
+    }
     // The failures of the error steps are the intended ones, and the CSP listener works: the
     // control (an image from another origin, added on purpose) is the only violation.
     assert!(strings(&r["limited"]["pageErrors"]).is_empty(), "error steps: no uncaught exception\n{show}");

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::h2util::{H2Client, H2Response};
 use crate::upstream::*;
 use crate::util::*;
 
@@ -72,10 +73,13 @@ fn streaming_upstream(contents: &[&str], gap: Duration) -> Upstream {
 // ---------------------------------------------------------------------------------------
 
 /// The response of a `POST /api/chat` read incrementally: the head, then SSE events as
-/// their bytes arrive (each stamped with the time of the read that completed it).
+/// their bytes arrive (each stamped with the time of the read that completed it). Over
+/// HTTP/1.1 a chunked body on a connection; over HTTP/2 the DATA of one stream.
 struct ChatStream {
-    conn: Conn,
+    src: Src,
     head: Response,
+    /// The body has an end of its own: chunked over HTTP/1.1, END_STREAM over HTTP/2 (not
+    /// delimited by the connection's close).
     chunked: bool,
     /// Bytes received, not yet de-chunked.
     raw: Vec<u8>,
@@ -88,12 +92,76 @@ struct ChatStream {
     ended: bool,
     eof: bool,
     last_read: Instant,
+    /// HTTP/2: the stream ended (END_STREAM), or why it failed.
+    h2_end: Option<Result<(), String>>,
+}
+
+enum Src {
+    H1(Conn),
+    H2(Box<(H2Client, h2::RecvStream)>),
 }
 
 impl ChatStream {
-    /// `POST /api/chat` with `body` on a fresh connection.
+    /// `POST /api/chat` with `body` on a fresh connection, in the server's protocol.
     fn open(s: &Server, body: &[u8]) -> Result<ChatStream, Response> {
-        Self::open_on(s.conn(), body)
+        match s.proto() {
+            Proto::H1 => Self::open_on(s.conn(), body),
+            Proto::H2c => Self::open_h2(s.h2c(), body),
+        }
+    }
+
+    /// `POST /api/chat` on a connection that already served a whole response.
+    fn open_in(session: Session, body: &[u8]) -> Result<ChatStream, Response> {
+        match session {
+            Session::H1(c) => Self::open_on(c, body),
+            Session::H2(c) => Self::open_h2(*c, body),
+        }
+    }
+
+    /// `POST /api/chat` as a new stream of `c`. `Err(the whole response)` unless it is a
+    /// 200 `text/event-stream`.
+    fn open_h2(mut c: H2Client, body: &[u8]) -> Result<ChatStream, Response> {
+        let req = c.build(
+            "POST",
+            "/api/chat",
+            &[("content-type", "application/json"), ("content-length", &body.len().to_string())],
+        );
+        let (mut rf, mut send) = c.start(req, false);
+        let _ = c.try_send_body(&mut send, body, Instant::now() + IO_TIMEOUT);
+        let resp = c.head(&mut rf).unwrap_or_else(|e| panic!("POST /api/chat over h2c: {e}"));
+        let (parts, recv) = resp.into_parts();
+        let head = h2_response(H2Response { status: parts.status.as_u16(), headers: parts.headers, body: Vec::new() });
+        let st = ChatStream {
+            src: Src::H2(Box::new((c, recv))),
+            head,
+            chunked: true,
+            raw: Vec::new(),
+            text: Vec::new(),
+            clean: 0,
+            ended: false,
+            eof: false,
+            last_read: Instant::now(),
+            h2_end: None,
+        };
+        let is_stream =
+            st.head.status == 200 && media_type(st.head.header("content-type")).as_deref() == Some("text/event-stream");
+        if !is_stream {
+            return Err(st.whole_response());
+        }
+        Ok(st)
+    }
+
+    fn is_h2(&self) -> bool {
+        matches!(self.src, Src::H2(_))
+    }
+
+    /// The client goes away: the connection under the stream is shut both ways.
+    fn cut(&self) {
+        let tcp = match &self.src {
+            Src::H1(c) => &c.stream,
+            Src::H2(b) => b.0.tcp(),
+        };
+        let _ = tcp.shutdown(std::net::Shutdown::Both);
     }
 
     /// `POST /api/chat` on `conn`. `Err(the whole response)` unless it is a 200
@@ -107,7 +175,7 @@ impl ChatStream {
             .map(|v| v.to_ascii_lowercase().split(',').any(|t| t.trim() == "chunked"))
             .unwrap_or(false);
         let st = ChatStream {
-            conn,
+            src: Src::H1(conn),
             head,
             chunked,
             raw,
@@ -116,6 +184,7 @@ impl ChatStream {
             ended: false,
             eof: false,
             last_read: Instant::now(),
+            h2_end: None,
         };
         let is_stream =
             st.head.status == 200 && media_type(st.head.header("content-type")).as_deref() == Some("text/event-stream");
@@ -151,11 +220,39 @@ impl ChatStream {
         if now >= deadline {
             return Err("timed out".into());
         }
-        self.conn.stream.set_read_timeout(Some(deadline - now)).unwrap();
+        let conn = match &mut self.src {
+            Src::H1(c) => c,
+            Src::H2(b) => {
+                let (c, recv) = &mut **b;
+                let had = self.raw.len();
+                loop {
+                    match c.body_now(recv, &mut self.raw) {
+                        Ok(true) => self.h2_end = Some(Ok(())),
+                        Ok(false) => {}
+                        Err(e) => self.h2_end = Some(Err(format!("the stream failed: {e}"))),
+                    }
+                    if self.raw.len() > had {
+                        self.last_read = Instant::now();
+                    }
+                    if self.raw.len() > had || self.h2_end.is_some() {
+                        return Ok(());
+                    }
+                    if c.eof {
+                        self.eof = true;
+                        return Ok(());
+                    }
+                    if Instant::now() >= deadline {
+                        return Err("timed out".into());
+                    }
+                    c.pump();
+                }
+            }
+        };
+        conn.stream.set_read_timeout(Some(deadline - now)).unwrap();
         let mut tmp = [0u8; 65536];
         use std::io::Read;
         loop {
-            match self.conn.stream.read(&mut tmp) {
+            match conn.stream.read(&mut tmp) {
                 Ok(0) => {
                     self.eof = true;
                     return Ok(());
@@ -178,6 +275,15 @@ impl ChatStream {
 
     /// Moves complete chunks from `raw` to `text`; notes the end of the body.
     fn dechunk(&mut self) -> Result<(), String> {
+        if self.is_h2() {
+            self.text.append(&mut self.raw);
+            match &self.h2_end {
+                Some(Ok(())) => self.ended = true,
+                Some(Err(e)) => return Err(e.clone()),
+                None => {}
+            }
+            return Ok(());
+        }
         if !self.chunked {
             self.text.append(&mut self.raw);
             if self.eof {
@@ -302,15 +408,20 @@ impl ChatStream {
 
     /// The connection after a complete response, for the next request. `Err` when bytes
     /// follow the end of the body.
-    fn into_conn(mut self) -> Result<Conn, String> {
+    fn into_session(self) -> Result<Session, String> {
         if !self.ended || self.eof {
             return Err(format!("the response has not ended cleanly (ended {}, EOF {})", self.ended, self.eof));
         }
         if !self.raw.is_empty() {
             return Err(format!("bytes after the end of the body: {:?}", String::from_utf8_lossy(&self.raw)));
         }
-        self.conn.set_timeout(IO_TIMEOUT);
-        Ok(self.conn)
+        Ok(match self.src {
+            Src::H1(mut c) => {
+                c.set_timeout(IO_TIMEOUT);
+                Session::H1(c)
+            }
+            Src::H2(b) => Session::H2(Box::new(b.0)),
+        })
     }
 }
 
@@ -346,7 +457,13 @@ fn check_stream_head(s: &Server, st: &ChatStream, what: &str) {
         "{what}: Content-Type: {h:?}"
     );
     ensure_eq!(s, h.header("cache-control"), Some("no-cache"), "{what}: Cache-Control: {h:?}");
-    ensure!(s, st.chunked, "{what}: the stream must be chunked: {h:?}");
+    if st.is_h2() {
+        for f in ["connection", "keep-alive", "transfer-encoding"] {
+            ensure!(s, h.header(f).is_none(), "{what}: no `{f}` over HTTP/2: {h:?}");
+        }
+    } else {
+        ensure!(s, st.chunked, "{what}: the stream must be chunked: {h:?}");
+    }
 }
 
 /// Reads the whole stream: asserts content events, then exactly one `[DONE]` last, then the
@@ -373,24 +490,19 @@ fn contents(v: &[(Instant, String)]) -> Vec<&str> {
 
 /// Asserts the connection of a finished stream serves a `GET /health`.
 fn check_keep_alive(s: &Server, st: ChatStream, what: &str) {
-    let mut c = st.into_conn().unwrap_or_else(|e| panic!("{what}: {e}\nlog:\n{}", s.log_tail()));
-    c.send(&request("GET", "/health", &[], b""));
-    let r = c.try_read_response(false);
-    ensure!(
-        s,
-        matches!(&r, Ok(r) if r.status == 200),
-        "{what}: GET /health on the same connection after the stream: {r:?}"
-    );
+    let mut c = st.into_session().unwrap_or_else(|e| panic!("{what}: {e}\nlog:\n{}", s.log_tail()));
+    let r = c.get("/health");
+    ensure!(s, r.status == 200, "{what}: GET /health on the same connection after the stream: {r:?}");
 }
 
 // ---------------------------------------------------------------------------------------
 // Validation
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn chat_rejects_a_body_that_is_not_json() {
+both!(chat_rejects_a_body_that_is_not_json);
+fn chat_rejects_a_body_that_is_not_json(p: Proto) {
     let up = streaming_upstream(&["never"], ZERO);
-    let s = relay_server(&up);
+    let s = relay_server(&up).on(p);
     let body = body_of(json!([user_msg("hi")]));
     for ct in ["text/plain", "application/x-www-form-urlencoded"] {
         let r = s.call("POST", "/api/chat", &[("Content-Type", ct)], &body);
@@ -402,10 +514,10 @@ fn chat_rejects_a_body_that_is_not_json() {
     s.assert_healthy();
 }
 
-#[test]
-fn chat_validates_messages_before_contacting_the_upstream() {
+both!(chat_validates_messages_before_contacting_the_upstream);
+fn chat_validates_messages_before_contacting_the_upstream(p: Proto) {
     let up = streaming_upstream(&["fine"], ZERO);
-    let s = relay_server(&up);
+    let s = relay_server(&up).on(p);
     let many = |n: usize| Value::Array((0..n).map(|i| user_msg(&format!("m{i}"))).collect());
     let cases: Vec<(Value, &str)> = vec![
         (json!({}), "messages"),
@@ -450,9 +562,9 @@ fn chat_validates_messages_before_contacting_the_upstream() {
 // Built-in echo
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn chat_echo_streams_the_last_user_message_word_by_word() {
-    let s = echo_server(20);
+both!(chat_echo_streams_the_last_user_message_word_by_word);
+fn chat_echo_streams_the_last_user_message_word_by_word(p: Proto) {
+    let s = echo_server(20).on(p);
     let msgs = json!([
         {"role": "system", "content": "you are an echo"},
         user_msg("not this one"),
@@ -471,9 +583,9 @@ fn chat_echo_streams_the_last_user_message_word_by_word() {
 
     // The same connection carries the next chat: the last message is the assistant's, so the
     // last *user* message is echoed.
-    let conn = st.into_conn().unwrap_or_else(|e| panic!("echo: {e}\nlog:\n{}", s.log_tail()));
+    let conn = st.into_session().unwrap_or_else(|e| panic!("echo: {e}\nlog:\n{}", s.log_tail()));
     let msgs = json!([user_msg("échos ünïcode 🌍"), {"role": "assistant", "content": "ignored words here"}]);
-    let mut st = ChatStream::open_on(conn, &body_of(msgs)).unwrap_or_else(|r| {
+    let mut st = ChatStream::open_in(conn, &body_of(msgs)).unwrap_or_else(|r| {
         panic!("a second chat on the same keep-alive connection: expected a stream, got {r:?}\nlog:\n{}", s.log_tail())
     });
     let got = read_complete(&s, &mut st, "second echo on the same connection");
@@ -487,9 +599,9 @@ fn chat_echo_streams_the_last_user_message_word_by_word() {
     check_keep_alive(&s, st, "after two echo streams");
 }
 
-#[test]
-fn chat_echo_chunks_are_streamed_not_buffered() {
-    let s = echo_server(150);
+both!(chat_echo_chunks_are_streamed_not_buffered);
+fn chat_echo_chunks_are_streamed_not_buffered(p: Proto) {
+    let s = echo_server(150).on(p);
     let t = Instant::now();
     let mut st = open_stream(&s, &body_of(json!([user_msg("one two three")])), "echo with echo_delay_ms = 150");
     let got = read_complete(&s, &mut st, "echo with echo_delay_ms = 150");
@@ -509,8 +621,8 @@ fn chat_echo_chunks_are_streamed_not_buffered() {
 // Relay to an OpenAI-compatible upstream
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn chat_relay_sends_model_stream_and_messages_and_forwards_deltas() {
+both!(chat_relay_sends_model_stream_and_messages_and_forwards_deltas);
+fn chat_relay_sends_model_stream_and_messages_and_forwards_deltas(p: Proto) {
     let up = Upstream::start(|_| {
         Behaviour::sse(
             vec![
@@ -523,7 +635,7 @@ fn chat_relay_sends_model_stream_and_messages_and_forwards_deltas() {
             After::Finish,
         )
     });
-    let s = relay_server(&up);
+    let s = relay_server(&up).on(p);
     let msgs = json!([{"role": "system", "content": "be nice"}, user_msg("Say hello"), {"role": "assistant", "content": "Hi"}, user_msg("Again")]);
     let mut st = open_stream(&s, &body_of(msgs.clone()), "relay");
     check_stream_head(&s, &st, "relay");
@@ -548,10 +660,10 @@ fn chat_relay_sends_model_stream_and_messages_and_forwards_deltas() {
     ensure_eq!(s, b["messages"], msgs, "`messages` of the upstream request, as given: {b}");
 }
 
-#[test]
-fn chat_relay_forwards_each_delta_as_it_arrives() {
+both!(chat_relay_forwards_each_delta_as_it_arrives);
+fn chat_relay_forwards_each_delta_as_it_arrives(p: Proto) {
     let up = streaming_upstream(&["one", " two", " three", " four"], Duration::from_millis(200));
-    let s = relay_server(&up);
+    let s = relay_server(&up).on(p);
     let mut st = open_stream(&s, &body_of(json!([user_msg("count")])), "relay of 4 deltas 200 ms apart");
     let (first_at, first) =
         st.next(Duration::from_secs(3)).unwrap_or_else(|e| panic!("first event: {e}\nlog:\n{}", s.log_tail()));
@@ -573,8 +685,8 @@ fn chat_relay_forwards_each_delta_as_it_arrives() {
     ensure!(s, gap >= Duration::from_millis(400), "deltas 200 ms apart arrived within {gap:?} of each other");
 }
 
-#[test]
-fn chat_relay_skips_deltas_without_content_and_reassembles_split_events() {
+both!(chat_relay_skips_deltas_without_content_and_reassembles_split_events);
+fn chat_relay_skips_deltas_without_content_and_reassembles_split_events(p: Proto) {
     // Events packed into one chunk, an event split across chunks (apart in time, so they
     // are separate reads), and deltas without content (role, empty delta, finish reason).
     let packed = format!("{ROLE_DELTA}{}{}", delta("A"), "data: {\"choices\":[{\"index\":0,\"delta\":{}}]}\n\n");
@@ -594,20 +706,20 @@ fn chat_relay_skips_deltas_without_content_and_reassembles_split_events() {
         (ZERO, UPSTREAM_DONE.to_string()),
     ];
     let up = Upstream::start(move |_| Behaviour::sse(pieces.clone(), After::Finish));
-    let s = relay_server(&up);
+    let s = relay_server(&up).on(p);
     let mut st = open_stream(&s, &body_of(json!([user_msg("go")])), "relay with packed and split events");
     let got = read_complete(&s, &mut st, "relay with packed and split events");
     ensure_eq!(s, contents(&got), vec!["A", "B and C", "D"], "only deltas with content, each once, in order");
 }
 
-#[test]
-fn chat_relay_forwards_a_burst_larger_than_one_read() {
+both!(chat_relay_forwards_a_burst_larger_than_one_read);
+fn chat_relay_forwards_a_burst_larger_than_one_read(p: Proto) {
     // 2 000 deltas in one ~1 MB chunk: many socket reads, many times the client's output
     // watermark (the relay pauses and resumes), all relayed, in order.
     let words: Vec<String> = (0..2000).map(|i| format!("w{i:04}{}", "x".repeat(400))).collect();
     let burst: String = words.iter().map(|w| delta(w)).collect::<String>() + UPSTREAM_DONE;
     let up = Upstream::start(move |_| Behaviour::sse(vec![(ZERO, burst.clone())], After::Finish));
-    let s = relay_server(&up);
+    let s = relay_server(&up).on(p);
     let mut st = open_stream(&s, &body_of(json!([user_msg("go")])), "relay of a 1 MB burst");
     let got = read_complete(&s, &mut st, "relay of a 1 MB burst");
     let want: Vec<&str> = words.iter().map(String::as_str).collect();
@@ -615,8 +727,8 @@ fn chat_relay_forwards_a_burst_larger_than_one_read() {
     check_keep_alive(&s, st, "after a 1 MB burst");
 }
 
-#[test]
-fn chat_relay_to_a_client_that_does_not_read_pauses_the_upstream() {
+both!(chat_relay_to_a_client_that_does_not_read_pauses_the_upstream);
+fn chat_relay_to_a_client_that_does_not_read_pauses_the_upstream(p: Proto) {
     // The upstream has ~64 MB to send at once; the client reads nothing. Back pressure must
     // stop forkd reading the upstream (so the upstream's writes stall once the kernel
     // buffers are full), and the worker must not buffer the stream in memory.
@@ -627,7 +739,7 @@ fn chat_relay_to_a_client_that_does_not_read_pauses_the_upstream() {
     let up = Upstream::start(move |_| Behaviour::sse(pieces.clone(), After::Finish));
     // The test upstream copies its 64 MB before it answers, which on a loaded machine takes
     // longer than the other tests' 400 ms: this test is about back pressure, not timeouts.
-    let s = relay_server_timeout(&format!("{}{UPSTREAM_PATH}", up.url()), 10_000);
+    let s = relay_server_timeout(&format!("{}{UPSTREAM_PATH}", up.url()), 10_000).on(p);
     let pid = s.wait_workers(1, START_TIMEOUT)[0];
     let before = vm_rss_kib(pid);
     let st = open_stream(&s, &body_of(json!([user_msg("a lot")])), "a relay nobody reads");
@@ -658,28 +770,28 @@ fn chat_relay_to_a_client_that_does_not_read_pauses_the_upstream() {
 // Upstream failures
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn chat_upstream_refused_gives_502() {
-    let s = relay_server_to(&format!("{}{UPSTREAM_PATH}", closed_url()));
+both!(chat_upstream_refused_gives_502);
+fn chat_upstream_refused_gives_502(p: Proto) {
+    let s = relay_server_to(&format!("{}{UPSTREAM_PATH}", closed_url())).on(p);
     let r = s.call("POST", "/api/chat", &[("Content-Type", "application/json")], &body_of(json!([user_msg("hi")])));
     s.expect_err(&r, 502, "UPSTREAM_UNAVAILABLE", "chat upstream refusing connections");
     s.assert_healthy();
 }
 
-#[test]
-fn chat_upstream_error_status_gives_502() {
+both!(chat_upstream_error_status_gives_502);
+fn chat_upstream_error_status_gives_502(p: Proto) {
     let up = Upstream::start(|_| Behaviour::json(500, &json!({"error": {"message": "model overloaded"}})));
-    let s = relay_server(&up);
+    let s = relay_server(&up).on(p);
     let r = s.call("POST", "/api/chat", &[("Content-Type", "application/json")], &body_of(json!([user_msg("hi")])));
     s.expect_err(&r, 502, "UPSTREAM_UNAVAILABLE", "chat upstream answering 500");
     ensure_eq!(s, up.total(), 1, "the upstream was asked once:\n{}", up.describe());
     s.assert_healthy();
 }
 
-#[test]
-fn chat_upstream_silence_gives_504() {
+both!(chat_upstream_silence_gives_504);
+fn chat_upstream_silence_gives_504(p: Proto) {
     let up = Upstream::start(|_| Behaviour::Hang);
-    let s = relay_server(&up);
+    let s = relay_server(&up).on(p);
     let t = Instant::now();
     let r = s.call("POST", "/api/chat", &[("Content-Type", "application/json")], &body_of(json!([user_msg("hi")])));
     let took = t.elapsed();
@@ -695,9 +807,9 @@ fn chat_upstream_silence_gives_504() {
 /// After a first delta, the upstream fails (`then`): the client must get that delta, then
 /// `event: error` with a message, then the end of the chunked body and no `[DONE]`.
 /// Returns the time from the delta to the error event.
-fn failure_after_first_chunk(then: After, what: &str) -> Duration {
+fn failure_after_first_chunk(p: Proto, then: After, what: &str) -> Duration {
     let up = Upstream::start(move |_| Behaviour::sse(vec![(ZERO, delta("partial"))], then));
-    let s = relay_server(&up);
+    let s = relay_server(&up).on(p);
     let mut st = open_stream(&s, &body_of(json!([user_msg("hi")])), what);
     let (t1, ev) = st
         .next(Duration::from_secs(3))
@@ -720,14 +832,14 @@ fn failure_after_first_chunk(then: After, what: &str) -> Duration {
     t2.saturating_duration_since(t1)
 }
 
-#[test]
-fn chat_upstream_closing_mid_stream_ends_with_an_error_event() {
-    failure_after_first_chunk(After::Close, "upstream closes after one delta");
+both!(chat_upstream_closing_mid_stream_ends_with_an_error_event);
+fn chat_upstream_closing_mid_stream_ends_with_an_error_event(p: Proto) {
+    failure_after_first_chunk(p, After::Close, "upstream closes after one delta");
 }
 
-#[test]
-fn chat_upstream_going_silent_mid_stream_ends_with_an_error_event() {
-    let gap = failure_after_first_chunk(After::Hang, "upstream silent after one delta (timeout_ms = 400)");
+both!(chat_upstream_going_silent_mid_stream_ends_with_an_error_event);
+fn chat_upstream_going_silent_mid_stream_ends_with_an_error_event(p: Proto) {
+    let gap = failure_after_first_chunk(p, After::Hang, "upstream silent after one delta (timeout_ms = 400)");
     assert!(
         gap >= Duration::from_millis(350) && gap < Duration::from_millis(2500),
         "the error event must come about timeout_ms = 400 ms after the last delta; it came after {gap:?}"
@@ -785,11 +897,11 @@ fn close_delimited_upstream(answer: String) -> (String, std::thread::JoinHandle<
     (url, h)
 }
 
+both!(chat_upstream_ending_cleanly_without_done_ends_the_stream_normally);
 /// Regression: an upstream stream that ended cleanly (last chunk, `Content-Length` reached,
 /// or the close that delimits its body) without `data: [DONE]` gave `event: error`. A clean
 /// end is a normal end: `data: [DONE]`, the end of the chunked body, keep-alive.
-#[test]
-fn chat_upstream_ending_cleanly_without_done_ends_the_stream_normally() {
+fn chat_upstream_ending_cleanly_without_done_ends_the_stream_normally(p: Proto) {
     let up = Upstream::start(|req| {
         let last = req.json().and_then(|b| b["messages"][0]["content"].as_str().map(str::to_string));
         let body = format!("{ROLE_DELTA}{}{}", delta("one"), delta(" two"));
@@ -800,7 +912,7 @@ fn chat_upstream_ending_cleanly_without_done_ends_the_stream_normally() {
             _ => Behaviour::sse(vec![(ZERO, delta("one")), (ZERO, delta(" two"))], After::Finish),
         }
     });
-    let s = relay_server(&up);
+    let s = relay_server(&up).on(p);
     for framing in ["chunked", "length"] {
         let what = format!("an upstream ending its {framing} body without [DONE]");
         let mut st = open_stream(&s, &body_of(json!([user_msg(framing)])), &what);
@@ -817,7 +929,7 @@ fn chat_upstream_ending_cleanly_without_done_ends_the_stream_normally() {
         delta(" four")
     );
     let (url, fake) = close_delimited_upstream(answer);
-    let s = relay_server_to(&format!("{url}{UPSTREAM_PATH}"));
+    let s = relay_server_to(&format!("{url}{UPSTREAM_PATH}")).on(p);
     let what = "an upstream closing its read-until-close body without [DONE]";
     let mut st = open_stream(&s, &body_of(json!([user_msg("close")])), what);
     let got = read_complete(&s, &mut st, what);
@@ -846,7 +958,7 @@ fn leave_mid_stream(s: &Server, mut st: ChatStream, up: &Upstream, context: &str
         .unwrap_or_else(|e| panic!("the first delta: {e}\n{context}\nlog:\n{}", s.log_tail()));
     ensure_eq!(s, content_of(&ev).as_deref(), Some("w0 "), "the first delta: {ev:?}");
     let conn_id = up.requests()[0].conn_id;
-    let _ = st.conn.stream.shutdown(std::net::Shutdown::Both);
+    st.cut();
     drop(st);
     let t = Instant::now();
     let closed = up.wait_peer_closed(conn_id, Duration::from_millis(2500));
@@ -865,10 +977,10 @@ fn leave_mid_stream(s: &Server, mut st: ChatStream, up: &Upstream, context: &str
     );
 }
 
-#[test]
-fn chat_client_disconnect_cancels_the_upstream_request() {
+both!(chat_client_disconnect_cancels_the_upstream_request);
+fn chat_client_disconnect_cancels_the_upstream_request(p: Proto) {
     let up = long_upstream();
-    let s = relay_server(&up);
+    let s = relay_server(&up).on(p);
     let st = open_stream(&s, &body_of(json!([user_msg("talk for 10 s")])), "a long relay");
     leave_mid_stream(&s, st, &up, "");
     s.assert_healthy();
@@ -889,11 +1001,11 @@ fn relay_server_https(front: &TlsFront, timeout_ms: u64) -> Server {
         .start()
 }
 
-#[test]
-fn chat_relay_over_https() {
+both!(chat_relay_over_https);
+fn chat_relay_over_https(p: Proto) {
     let up = streaming_upstream(&["Hel", "lo", " over", " TLS 🔒"], Duration::from_millis(50));
     let front = TlsFront::start(&up.url(), &["localhost"]);
-    let s = relay_server_https(&front, 2000);
+    let s = relay_server_https(&front, 2000).on(p);
     let msgs = json!([user_msg("Say hello securely")]);
     let mut st = ChatStream::open(&s, &body_of(msgs.clone())).unwrap_or_else(|r| {
         panic!(
@@ -934,11 +1046,11 @@ fn chat_relay_over_https() {
     );
 }
 
-#[test]
-fn chat_over_https_client_disconnect_cancels_the_upstream() {
+both!(chat_over_https_client_disconnect_cancels_the_upstream);
+fn chat_over_https_client_disconnect_cancels_the_upstream(p: Proto) {
     let up = long_upstream();
     let front = TlsFront::start(&up.url(), &["localhost"]);
-    let s = relay_server_https(&front, 2000);
+    let s = relay_server_https(&front, 2000).on(p);
     let st = ChatStream::open(&s, &body_of(json!([user_msg("talk for 10 s")]))).unwrap_or_else(|r| {
         panic!(
             "a long relay over https: expected a 200 text/event-stream, got {r:?}\n{}{}\nlog:\n{}",

@@ -26,9 +26,9 @@ fn tokens(r: &Response, name: &str) -> Vec<String> {
     r.header_all(name).iter().flat_map(|v| v.split(',')).map(|t| t.trim().to_ascii_lowercase()).collect()
 }
 
-#[test]
-fn unsafe_methods_from_a_foreign_origin_are_403() {
-    let s = start();
+both!(unsafe_methods_from_a_foreign_origin_are_403);
+fn unsafe_methods_from_a_foreign_origin_are_403(p: Proto) {
+    let s = start().on(p);
     let (admin_user, admin) = s.admin();
     let (victim, victim_token) = s.user("Victim");
     let vpath = format!("/api/v1/users/{}", victim["id"]);
@@ -72,9 +72,9 @@ fn unsafe_methods_from_a_foreign_origin_are_403() {
     ensure_eq!(s, g, victim, "the victim is unchanged");
 }
 
-#[test]
-fn unsafe_methods_from_our_own_an_allowed_or_no_origin_are_processed() {
-    let s = start();
+both!(unsafe_methods_from_our_own_an_allowed_or_no_origin_are_processed);
+fn unsafe_methods_from_our_own_an_allowed_or_no_origin_are_processed(p: Proto) {
+    let s = start().on(p);
     for origin in [Some(APP), Some(ALLOWED), None] {
         let extra: Vec<(&str, &str)> = origin.map(|o| vec![("Origin", o)]).unwrap_or_default();
         let what = format!("Origin: {origin:?}");
@@ -102,9 +102,9 @@ fn unsafe_methods_from_our_own_an_allowed_or_no_origin_are_processed() {
     }
 }
 
-#[test]
-fn allowed_origin_gets_cors_headers_with_credentials_and_vary() {
-    let s = start();
+both!(allowed_origin_gets_cors_headers_with_credentials_and_vary);
+fn allowed_origin_gets_cors_headers_with_credentials_and_vary(p: Proto) {
+    let s = start().on(p);
     let (_, admin) = s.admin();
     let r = s.api_h("GET", "/api/v1/users", Some(&admin), None, &[("Origin", ALLOWED)]);
     s.expect_data(&r, 200, "GET with the allowed Origin");
@@ -127,9 +127,9 @@ fn allowed_origin_gets_cors_headers_with_credentials_and_vary() {
     ensure_eq!(s, r.header("access-control-allow-origin"), Some(ALLOWED), "ACAO on a POST in {r:?}");
 }
 
-#[test]
-fn preflight_from_the_allowed_origin_is_204_with_methods_and_headers() {
-    let s = start();
+both!(preflight_from_the_allowed_origin_is_204_with_methods_and_headers);
+fn preflight_from_the_allowed_origin_is_204_with_methods_and_headers(p: Proto) {
+    let s = start().on(p);
     let r = s.expect_bodyless(
         "OPTIONS",
         "/api/v1/users",
@@ -152,9 +152,9 @@ fn preflight_from_the_allowed_origin_is_204_with_methods_and_headers() {
     ensure!(s, tokens(&r, "vary").iter().any(|t| t == "origin"), "preflight Vary must include Origin: {r:?}");
 }
 
-#[test]
-fn a_foreign_origin_gets_no_cors_header_at_all() {
-    let s = start();
+both!(a_foreign_origin_gets_no_cors_header_at_all);
+fn a_foreign_origin_gets_no_cors_header_at_all(p: Proto) {
+    let s = start().on(p);
     let (_, admin) = s.admin();
     let r = s.api_h("GET", "/api/v1/users", Some(&admin), None, &[("Origin", EVIL)]);
     s.expect_data(&r, 200, "GET (a safe method) with a foreign Origin is processed");
@@ -175,12 +175,12 @@ fn a_foreign_origin_gets_no_cors_header_at_all() {
     ensure!(s, r.status == 200 && cors_headers(&r).is_empty(), "GET /health from {EVIL}: no Access-Control-*: {r:?}");
 }
 
+both!(more_than_one_origin_line_is_403);
 /// Regression: only the first `Origin` line was checked, so a good origin first and a
 /// foreign one second passed. More than one `Origin` line on an unsafe method is 403, and so
 /// is it on the WebSocket upgrade.
-#[test]
-fn more_than_one_origin_line_is_403() {
-    let s = start();
+fn more_than_one_origin_line_is_403(p: Proto) {
+    let s = start().on(p);
     let (_, token) = s.user("Twice");
     let pairs = [(APP, EVIL), (ALLOWED, EVIL), (APP, APP), (EVIL, APP)];
     for (first, second) in pairs {

@@ -41,6 +41,12 @@ impl Dl {
         Dl { s, tmp, files }
     }
 
+    /// This server, spoken to over `p`.
+    fn on(mut self, p: Proto) -> Dl {
+        self.s.set_proto(p);
+        self
+    }
+
     /// Writes `files/<name>` (parents created).
     fn put(&self, name: &str, data: &[u8]) -> PathBuf {
         let p = self.files.join(name);
@@ -334,6 +340,13 @@ fn health_on(s: &Server, c: &mut Conn, what: &str) {
     ensure!(s, matches!(&h, Ok(h) if h.status == 200), "{what}: GET /health on the same connection: {h:?}");
 }
 
+/// Asserts a `GET /health` in `c` answers 200 (HTTP/1.1: the connection is still in sync;
+/// HTTP/2: the connection still serves streams).
+fn health_in(s: &Server, c: &mut Session, what: &str) {
+    let h = c.request("GET", "/health", &[], b"");
+    ensure!(s, h.status == 200, "{what}: GET /health on the same connection: {h:?}");
+}
+
 /// utime + stime of `pid`, in clock ticks.
 fn cpu_ticks(pid: i32) -> i64 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -373,9 +386,9 @@ fn read_body(c: &mut Conn, mut h: u64, n: usize, deadline: Instant) -> Result<(u
 // Full downloads, HEAD, conditional requests
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn full_download_head_and_byte_identical_body() {
-    let d = Dl::start(1);
+both!(full_download_head_and_byte_identical_body);
+fn full_download_head_and_byte_identical_body(p: Proto) {
+    let d = Dl::start(1).on(p);
     let data = pattern(3 * MIB, 1);
     let path = d.put("data.bin", &data);
     let r = d.get("/download/data.bin", &[]);
@@ -386,9 +399,9 @@ fn full_download_head_and_byte_identical_body() {
     ensure!(d.s, again.body == data, "second GET: {}", diff_at(&again.body, &data));
 }
 
-#[test]
-fn bare_download_serves_the_file_named_default() {
-    let d = Dl::start(1);
+both!(bare_download_serves_the_file_named_default);
+fn bare_download_serves_the_file_named_default(p: Proto) {
+    let d = Dl::start(1).on(p);
     // Not there yet: 404, and the server looks again on the next request.
     let r = d.get("/download", &[]);
     d.s.expect_err(&r, 404, "NOT_FOUND", "GET /download with no `default` file");
@@ -399,36 +412,39 @@ fn bare_download_serves_the_file_named_default() {
     check_full(&d.s, &r, "default", &path, &data, "GET /download (the file `default`)");
 }
 
-#[test]
-fn head_has_the_get_headers_and_no_body() {
-    let d = Dl::start(1);
+both!(head_has_the_get_headers_and_no_body);
+fn head_has_the_get_headers_and_no_body(p: Proto) {
+    let d = Dl::start(1).on(p);
     let data = pattern(3 * MIB, 3);
     let path = d.put("data.bin", &data);
     let g = d.get("/download/data.bin", &[]);
     check_full(&d.s, &g, "data.bin", &path, &data, "GET before HEAD");
 
-    let mut c = d.s.conn();
-    c.send(&request("HEAD", "/download/data.bin", &[], b""));
-    let h = c.read_head_response();
+    // Over HTTP/2 the stream must end with the head (no DATA: `request` reads to its end).
+    let mut c = d.s.session();
+    let h = c.request("HEAD", "/download/data.bin", &[], b"");
     ensure!(d.s, h.status == 200, "HEAD /download/data.bin: expected 200, got {h:?}");
+    ensure!(d.s, h.body.is_empty(), "HEAD /download/data.bin: no body: {h:?}");
     for name in ["content-type", "content-disposition", "content-length", "etag", "last-modified", "accept-ranges"] {
         ensure_eq!(d.s, h.header(name), g.header(name), "HEAD must carry the GET's {name}: HEAD {h:?}");
     }
     // No body byte followed: the connection parses a next response cleanly.
-    let stray = c.poll_readable(Duration::from_millis(200));
-    ensure!(
-        d.s,
-        !stray || c.pending().is_empty(),
-        "bytes after the HEAD response: {} bytes, starting {:?}",
-        c.pending().len(),
-        String::from_utf8_lossy(&c.pending()[..c.pending().len().min(64)])
-    );
-    health_on(&d.s, &mut c, "after HEAD");
+    if let Session::H1(c) = &mut c {
+        let stray = c.poll_readable(Duration::from_millis(200));
+        ensure!(
+            d.s,
+            !stray || c.pending().is_empty(),
+            "bytes after the HEAD response: {} bytes, starting {:?}",
+            c.pending().len(),
+            String::from_utf8_lossy(&c.pending()[..c.pending().len().min(64)])
+        );
+    }
+    health_in(&d.s, &mut c, "after HEAD");
 }
 
-#[test]
-fn if_none_match_with_the_etag_is_304_without_body() {
-    let d = Dl::start(1);
+both!(if_none_match_with_the_etag_is_304_without_body);
+fn if_none_match_with_the_etag_is_304_without_body(p: Proto) {
+    let d = Dl::start(1).on(p);
     let data = pattern(100_000, 4);
     let path = d.put("data.bin", &data);
     let r = d.get("/download/data.bin", &[]);
@@ -451,10 +467,10 @@ fn if_none_match_with_the_etag_is_304_without_body() {
     ensure!(d.s, r2.header("etag") != Some(etag.as_str()), "the ETag must change with the file: {}", head_of(&r2));
 }
 
-#[test]
-fn if_none_match_list_and_weak_comparison() {
+both!(if_none_match_list_and_weak_comparison);
+fn if_none_match_list_and_weak_comparison(p: Proto) {
     // RFC 9110 §13.1.2: a list of tags; weak comparison (W/ prefix ignored).
-    let d = Dl::start(1);
+    let d = Dl::start(1).on(p);
     let data = pattern(10_000, 6);
     d.put("data.bin", &data);
     let etag = d.get("/download/data.bin", &[]).header("etag").unwrap_or("\"?\"").to_string();
@@ -471,9 +487,9 @@ fn if_none_match_list_and_weak_comparison() {
     d.s.expect_bodyless("GET", "/download/data.bin", &[("If-None-Match", "*")], 304, "If-None-Match: *");
 }
 
-#[test]
-fn non_ascii_name_gets_filename_star_and_an_ascii_fallback() {
-    let d = Dl::start(1);
+both!(non_ascii_name_gets_filename_star_and_an_ascii_fallback);
+fn non_ascii_name_gets_filename_star_and_an_ascii_fallback(p: Proto) {
+    let d = Dl::start(1).on(p);
     let data = pattern(5000, 7);
     let path = d.put("résumé.bin", &data);
     let r = d.get("/download/r%C3%A9sum%C3%A9.bin", &[]);
@@ -496,9 +512,9 @@ fn non_ascii_name_gets_filename_star_and_an_ascii_fallback() {
 // Ranges
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn single_ranges_give_206_with_exact_bytes() {
-    let d = Dl::start(1);
+both!(single_ranges_give_206_with_exact_bytes);
+fn single_ranges_give_206_with_exact_bytes(p: Proto) {
+    let d = Dl::start(1).on(p);
     let data = pattern(3 * MIB, 9);
     let n = data.len();
     d.put("data.bin", &data);
@@ -516,9 +532,9 @@ fn single_ranges_give_206_with_exact_bytes() {
     }
 }
 
-#[test]
-fn range_edge_cases_per_rfc9110() {
-    let d = Dl::start(1);
+both!(range_edge_cases_per_rfc9110);
+fn range_edge_cases_per_rfc9110(p: Proto) {
+    let d = Dl::start(1).on(p);
     let data = pattern(1000, 10);
     d.put("data.bin", &data);
     // A suffix longer than the file selects the whole file (RFC 9110 §14.1.2).
@@ -530,11 +546,11 @@ fn range_edge_cases_per_rfc9110() {
     check_206(&d.s, &r, &data, 0, 999, "Range: bytes=0-");
 }
 
-#[test]
-fn if_range_applies_the_range_only_for_the_current_etag() {
+both!(if_range_applies_the_range_only_for_the_current_etag);
+fn if_range_applies_the_range_only_for_the_current_etag(p: Proto) {
     // RFC 9110 §13.1.5: If-Range with the current strong ETag → the range (206); with any
     // other tag → the whole file (200).
-    let d = Dl::start(1);
+    let d = Dl::start(1).on(p);
     let data = pattern(10_000, 20);
     let path = d.put("data.bin", &data);
     let etag = d.get("/download/data.bin", &[]).header("etag").unwrap_or("\"?\"").to_string();
@@ -544,9 +560,9 @@ fn if_range_applies_the_range_only_for_the_current_etag() {
     check_full(&d.s, &r, "data.bin", &path, &data, "Range with If-Range: <stale etag> → 200 full");
 }
 
-#[test]
-fn unsatisfiable_range_is_416_with_star_content_range() {
-    let d = Dl::start(1);
+both!(unsatisfiable_range_is_416_with_star_content_range);
+fn unsatisfiable_range_is_416_with_star_content_range(p: Proto) {
+    let d = Dl::start(1).on(p);
     let data = pattern(3 * MIB, 11);
     let n = data.len();
     d.put("data.bin", &data);
@@ -557,15 +573,14 @@ fn unsatisfiable_range_is_416_with_star_content_range() {
         ("/download/empty.bin", "bytes=0-0".to_string(), 0),
     ] {
         let what = format!("GET {path} Range: {range}");
-        let mut c = d.s.conn();
-        c.send(&request("GET", path, &[("Range", &range)], b""));
-        let r = c.read_response();
+        let mut c = d.s.session();
+        let r = c.request("GET", path, &[("Range", &range)], b"");
         ensure!(d.s, r.status == 416, "{what}: expected 416, got {}", head_of(&r));
         let want = format!("bytes */{size}");
         ensure_eq!(d.s, r.header("content-range"), Some(want.as_str()), "{what}: Content-Range of {}", head_of(&r));
         ensure!(d.s, r.body.len() < 1000, "{what}: a 416 must not carry the file: {}", head_of(&r));
         if !r.closes() {
-            health_on(&d.s, &mut c, &what);
+            health_in(&d.s, &mut c, &what);
         }
     }
     // The empty file itself is a 200 with Content-Length: 0.
@@ -573,9 +588,9 @@ fn unsatisfiable_range_is_416_with_star_content_range() {
     check_full(&d.s, &r, "empty.bin", &d.files.join("empty.bin"), b"", "GET /download/empty.bin");
 }
 
-#[test]
-fn malformed_or_multiple_ranges_are_ignored() {
-    let d = Dl::start(1);
+both!(malformed_or_multiple_ranges_are_ignored);
+fn malformed_or_multiple_ranges_are_ignored(p: Proto) {
+    let d = Dl::start(1).on(p);
     let data = pattern(100_000, 12);
     let path = d.put("data.bin", &data);
     for range in ["bytes=abc", "bytes=5-2", "bytes=0-1,5-6", "items=0-5", "bytes=", "bytes=--5", "bytes=1-2-3"] {
@@ -584,12 +599,12 @@ fn malformed_or_multiple_ranges_are_ignored() {
     }
 }
 
+both!(a_range_end_past_the_file_even_past_u64_is_clamped_to_the_last_byte);
 /// Regression: a Range end past the file was clamped only while it fitted in a u64; past it
 /// (`bytes=0-99999999999999999999999`) the header was ignored and the whole file sent with
 /// 200. RFC 9110 §14.1.2: an end past the file means its last byte → 206.
-#[test]
-fn a_range_end_past_the_file_even_past_u64_is_clamped_to_the_last_byte() {
-    let d = Dl::start(1);
+fn a_range_end_past_the_file_even_past_u64_is_clamped_to_the_last_byte(p: Proto) {
+    let d = Dl::start(1).on(p);
     let data = pattern(1000, 16);
     d.put("data.bin", &data);
     for (range, first) in [
@@ -612,9 +627,9 @@ fn a_range_end_past_the_file_even_past_u64_is_clamped_to_the_last_byte() {
 // Names that must not be served
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn traversal_and_unservable_names_are_404() {
-    let d = Dl::start(1);
+both!(traversal_and_unservable_names_are_404);
+fn traversal_and_unservable_names_are_404(p: Proto) {
+    let d = Dl::start(1).on(p);
     let ok = pattern(1000, 13);
     let ok_path = d.put("ok.bin", &ok);
     d.put(".hidden", b"HIDDEN-DOTFILE-CONTENT");
@@ -658,9 +673,7 @@ fn traversal_and_unservable_names_are_404() {
     ];
     let mut failures = Vec::new();
     for p in &paths {
-        let mut c = d.s.conn();
-        c.send(&request("GET", p, &[], b""));
-        let r = match c.try_read_response(false) {
+        let r = match d.s.try_call("GET", p, &[], b"", IO_TIMEOUT) {
             Ok(r) => r,
             Err(e) => {
                 failures.push(format!("GET {p}: no response: {e}"));
@@ -688,14 +701,14 @@ fn traversal_and_unservable_names_are_404() {
     d.s.assert_healthy();
 }
 
+both!(a_fifo_a_directory_or_a_socket_is_404_at_once_and_the_loop_keeps_serving);
 /// Regression: `open()` of a FIFO blocks until a writer appears, so a FIFO in the download
 /// directory stalled the worker's loop until the watchdog killed it. Anything that is not a
 /// regular file (FIFO, directory, symlink to a directory, socket) is 404 at once, and the
 /// worker keeps serving.
-#[test]
-fn a_fifo_a_directory_or_a_socket_is_404_at_once_and_the_loop_keeps_serving() {
+fn a_fifo_a_directory_or_a_socket_is_404_at_once_and_the_loop_keeps_serving(p: Proto) {
     use nix::sys::stat::Mode;
-    let d = Dl::start(1);
+    let d = Dl::start(1).on(p);
     nix::unistd::mkfifo(&d.files.join("pipe"), Mode::S_IRUSR | Mode::S_IWUSR).expect("mkfifo pipe");
     nix::unistd::mkfifo(&d.files.join("default"), Mode::S_IRUSR | Mode::S_IWUSR).expect("mkfifo default");
     fs::create_dir_all(d.files.join("adir")).unwrap();
@@ -710,11 +723,8 @@ fn a_fifo_a_directory_or_a_socket_is_404_at_once_and_the_loop_keeps_serving() {
         ("GET", "/download/sock"),
     ] {
         let what = format!("{method} {path}");
-        let mut c = d.s.conn();
-        c.set_timeout(Duration::from_secs(3));
         let t = Instant::now();
-        c.send(&request(method, path, &[], b""));
-        let r = c.try_read_response(method == "HEAD");
+        let r = d.s.try_call(method, path, &[], b"", Duration::from_secs(3));
         ensure!(d.s, matches!(&r, Ok(r) if r.status == 404), "{what}: expected 404 within 3 s, got {r:?}");
         if method == "GET" {
             if let Ok(r) = &r {

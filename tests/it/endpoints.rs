@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use crate::util::*;
 
-#[test]
-fn health_returns_ok_json() {
-    let server = Server::start("");
+both!(health_returns_ok_json);
+fn health_returns_ok_json(p: Proto) {
+    let server = Server::start("").on(p);
     let r = server.get("/health");
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.body_str(), r#"{"status":"ok"}"#, "{r:?}");
@@ -15,18 +15,18 @@ fn health_returns_ok_json() {
     assert_eq!(r.header("content-length"), Some("15"), "{r:?}");
 }
 
-#[test]
-fn health_ready_returns_ok() {
-    let server = Server::start("");
+both!(health_ready_returns_ok);
+fn health_ready_returns_ok(p: Proto) {
+    let server = Server::start("").on(p);
     let r = server.get("/health/ready");
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json(), serde_json::json!({"status": "ok"}), "{r:?}");
     assert_eq!(media_type(r.header("content-type")).as_deref(), Some("application/json"), "{r:?}");
 }
 
-#[test]
-fn api_config_returns_envelope_with_cache_headers() {
-    let server = Server::start("");
+both!(api_config_returns_envelope_with_cache_headers);
+fn api_config_returns_envelope_with_cache_headers(p: Proto) {
+    let server = Server::start("").on(p);
     let r = server.get("/api/config");
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(media_type(r.header("content-type")).as_deref(), Some("application/json"), "{r:?}");
@@ -45,10 +45,12 @@ fn api_config_returns_envelope_with_cache_headers() {
     assert_eq!(r2.header("etag"), Some(etag), "ETag changed between two requests: {r2:?}");
 }
 
-#[test]
-fn api_config_does_not_leak_secrets() {
-    let server =
-        Server::builder().set("auth", &format!("jwt_secret = \"{}\"", "S3cr3tValueForTests-0123456789abcdef")).start();
+both!(api_config_does_not_leak_secrets);
+fn api_config_does_not_leak_secrets(p: Proto) {
+    let server = Server::builder()
+        .set("auth", &format!("jwt_secret = \"{}\"", "S3cr3tValueForTests-0123456789abcdef"))
+        .start()
+        .on(p);
     let r = server.get("/api/config");
     assert_eq!(r.status, 200, "{r:?}");
     let b = r.body_str();
@@ -62,9 +64,8 @@ fn config_etag(server: &Server) -> String {
 }
 
 fn assert_304(server: &Server, inm: &str, etag: &str) {
-    let mut c = server.conn();
-    c.send(&request("GET", "/api/config", &[("If-None-Match", inm)], b""));
-    let r = c.read_response();
+    let mut c = server.session();
+    let r = c.request("GET", "/api/config", &[("If-None-Match", inm)], b"");
     assert_eq!(r.status, 304, "If-None-Match: {inm}: {r:?}");
     assert_eq!(r.header("etag"), Some(etag), "304 must repeat the ETag: {r:?}");
     // No body: the next response on this connection must parse cleanly.
@@ -72,76 +73,74 @@ fn assert_304(server: &Server, inm: &str, etag: &str) {
     assert_eq!(next.status, 200, "request after a 304 (a stray body would break it): {next:?}");
 }
 
-#[test]
-fn api_config_if_none_match_exact_gives_304() {
-    let server = Server::start("");
+both!(api_config_if_none_match_exact_gives_304);
+fn api_config_if_none_match_exact_gives_304(p: Proto) {
+    let server = Server::start("").on(p);
     let etag = config_etag(&server);
     assert_304(&server, &etag, &etag);
 }
 
-#[test]
-fn api_config_if_none_match_in_a_list_gives_304() {
-    let server = Server::start("");
+both!(api_config_if_none_match_in_a_list_gives_304);
+fn api_config_if_none_match_in_a_list_gives_304(p: Proto) {
+    let server = Server::start("").on(p);
     let etag = config_etag(&server);
     assert_304(&server, &format!("\"other\", {etag}, \"x\""), &etag);
 }
 
-#[test]
-fn api_config_if_none_match_star_gives_304() {
-    let server = Server::start("");
+both!(api_config_if_none_match_star_gives_304);
+fn api_config_if_none_match_star_gives_304(p: Proto) {
+    let server = Server::start("").on(p);
     let etag = config_etag(&server);
     assert_304(&server, "*", &etag);
 }
 
-#[test]
-fn api_config_if_none_match_mismatch_gives_200() {
-    let server = Server::start("");
+both!(api_config_if_none_match_mismatch_gives_200);
+fn api_config_if_none_match_mismatch_gives_200(p: Proto) {
+    let server = Server::start("").on(p);
     let r = server.get_with("/api/config", &[("If-None-Match", "\"definitely-not-it\"")]);
     assert_eq!(r.status, 200, "{r:?}");
     assert!(r.json()["data"].is_object(), "{r:?}");
 }
 
-#[test]
-fn unknown_path_is_404_json() {
-    let server = Server::start("");
+both!(unknown_path_is_404_json);
+fn unknown_path_is_404_json(p: Proto) {
+    let server = Server::start("").on(p);
     let r = server.get("/no/such/thing");
     assert_json_error(&r, 404, Some("NOT_FOUND"), "GET /no/such/thing");
     assert_eq!(r.json()["message"], "resource not found", "{r:?}");
 }
 
-#[test]
-fn known_path_with_wrong_method_is_405_with_allow() {
-    let server = Server::start("");
-    let mut c = server.conn();
-    c.send(&request("POST", "/health", &[("Content-Length", "0")], b""));
-    let r = c.read_response();
+both!(known_path_with_wrong_method_is_405_with_allow);
+fn known_path_with_wrong_method_is_405_with_allow(p: Proto) {
+    let server = Server::start("").on(p);
+    let mut c = server.session();
+    let r = c.request("POST", "/health", &[("Content-Length", "0")], b"");
     assert_json_error(&r, 405, Some("METHOD_NOT_ALLOWED"), "POST /health");
     assert_eq!(r.header("allow"), Some("GET, HEAD"), "{r:?}");
-    c.send(&request("DELETE", "/health", &[], b""));
-    let r = c.read_response();
+    let r = c.request("DELETE", "/health", &[], b"");
     assert_json_error(&r, 405, Some("METHOD_NOT_ALLOWED"), "DELETE /health");
 }
 
-#[test]
-fn debug_pid_reports_a_worker_pid() {
-    let server = Server::start("");
+both!(debug_pid_reports_a_worker_pid);
+fn debug_pid_reports_a_worker_pid(p: Proto) {
+    let server = Server::start("").on(p);
     let pid = server.debug_pid();
     let workers = server.wait_workers(1, Duration::from_secs(5));
     assert_eq!(workers, vec![pid], "/_debug/pid must be the worker, a child of the supervisor {}", server.pid());
 }
 
-#[test]
-fn debug_big_body_arrives_whole() {
-    let server = Server::start("");
+both!(debug_big_body_arrives_whole);
+fn debug_big_body_arrives_whole(p: Proto) {
+    let server = Server::start("").on(p);
     let r = server.get("/_debug/big?kb=2048");
     assert_eq!(r.status, 200, "{:?}", r.headers);
     assert_eq!(r.body.len(), 2048 * 1024, "{:?}", r.headers);
     assert!(r.body.iter().all(|&b| b == b'x'), "body is not all 'x'");
 }
 
-#[test]
-fn debug_sleep_answers_after_sleeping() {
-    let server = Server::start("");
+both!(debug_sleep_answers_after_sleeping);
+fn debug_sleep_answers_after_sleeping(p: Proto) {
+    let server = Server::start("").on(p);
     let t = std::time::Instant::now();
     let r = server.get("/_debug/sleep?ms=200");
     assert_eq!(r.status, 200, "{r:?}");
@@ -149,9 +148,9 @@ fn debug_sleep_answers_after_sleeping() {
     assert!(t.elapsed() >= Duration::from_millis(190), "answered too soon: {:?}", t.elapsed());
 }
 
-#[test]
-fn debug_block_answers_after_blocking() {
-    let server = Server::start("");
+both!(debug_block_answers_after_blocking);
+fn debug_block_answers_after_blocking(p: Proto) {
+    let server = Server::start("").on(p);
     let t = std::time::Instant::now();
     let r = server.get("/_debug/block?ms=150");
     assert_eq!(r.status, 200, "{r:?}");
@@ -159,13 +158,12 @@ fn debug_block_answers_after_blocking() {
     server.assert_healthy();
 }
 
-#[test]
-fn head_and_get_health_send_the_same_header_names() {
-    let server = Server::start("");
-    let mut c = server.conn();
+both!(head_and_get_health_send_the_same_header_names);
+fn head_and_get_health_send_the_same_header_names(p: Proto) {
+    let server = Server::start("").on(p);
+    let mut c = server.session();
     let get = c.get("/health");
-    c.send(&request("HEAD", "/health", &[], b""));
-    let head = c.read_head_response();
+    let head = c.request("HEAD", "/health", &[], b"");
     let names = |r: &Response| {
         let mut v: Vec<String> = r.headers.iter().map(|(k, _)| k.clone()).collect();
         v.sort();
@@ -177,18 +175,18 @@ fn head_and_get_health_send_the_same_header_names() {
     }
 }
 
-#[test]
-fn debug_routes_absent_when_disabled() {
-    let server = Server::start("[debug]\nroutes = false");
+both!(debug_routes_absent_when_disabled);
+fn debug_routes_absent_when_disabled(p: Proto) {
+    let server = Server::start("[debug]\nroutes = false").on(p);
     for path in ["/_debug/pid", "/_debug/panic", "/_debug/sleep?ms=1"] {
         let r = server.get(path);
         assert_json_error(&r, 404, Some("NOT_FOUND"), &format!("{path} with debug routes off"));
     }
 }
 
-#[test]
-fn handler_panic_is_500_and_worker_survives() {
-    let server = Server::start("");
+both!(handler_panic_is_500_and_worker_survives);
+fn handler_panic_is_500_and_worker_survives(p: Proto) {
+    let server = Server::start("").on(p);
     let before = server.debug_pid();
     let r = server.get("/_debug/panic");
     assert_json_error(&r, 500, Some("INTERNAL_ERROR"), "GET /_debug/panic");
@@ -198,9 +196,9 @@ fn handler_panic_is_500_and_worker_survives() {
     assert_eq!(server.debug_pid(), before, "the worker was replaced after a handler panic");
 }
 
-#[test]
-fn pool_job_panic_is_500_and_worker_survives() {
-    let server = Server::start("");
+both!(pool_job_panic_is_500_and_worker_survives);
+fn pool_job_panic_is_500_and_worker_survives(p: Proto) {
+    let server = Server::start("").on(p);
     let before = server.debug_pid();
     let r = server.get("/_debug/pool-panic");
     assert_json_error(&r, 500, Some("INTERNAL_ERROR"), "GET /_debug/pool-panic");
@@ -211,10 +209,10 @@ fn pool_job_panic_is_500_and_worker_survives() {
     assert_eq!(r.status, 200, "pool after a panicking job: {r:?}");
 }
 
-#[test]
-fn panic_keeps_the_connection_usable() {
-    let server = Server::start("");
-    let mut c = server.conn();
+both!(panic_keeps_the_connection_usable);
+fn panic_keeps_the_connection_usable(p: Proto) {
+    let server = Server::start("").on(p);
+    let mut c = server.session();
     let r = c.get("/_debug/panic");
     assert_eq!(r.status, 500, "{r:?}");
     if !r.closes() {

@@ -245,7 +245,7 @@ fn a_peer_that_closes_is_closed_in_every_state() {
         ticker.send(&request("POST", "/api/chat", &[("Content-Type", "application/json")], chat));
         let head_seen = ticker.read_head_response();
         assert_eq!(head_seen.status, 200, "chat stream: {head_seen:?}");
-        for c in [&idle.stream, &head.stream, &body.stream, &job.stream, &sse.conn.stream, &ws.stream, &ticker.stream] {
+        for c in [&idle.stream, &head.stream, &body.stream, &job.stream, sse.tcp(), &ws.stream, &ticker.stream] {
             half_close(c);
             keep.push(c.try_clone().expect("clone"));
         }

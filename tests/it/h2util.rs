@@ -265,6 +265,90 @@ impl H2Client {
         H2Response { status: parts.status.as_u16(), headers: parts.headers, body }
     }
 
+    /// Sends `data` as the request body, ending the stream, until the stream is closed or
+    /// `deadline`; `Err` says why it stopped short.
+    pub fn try_send_body(
+        &mut self,
+        send: &mut SendStream<Bytes>,
+        data: &[u8],
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let mut at = 0;
+        while at < data.len() {
+            send.reserve_capacity(data.len() - at);
+            let n = loop {
+                match send.poll_capacity(&mut cx()) {
+                    Poll::Ready(Some(Ok(n))) if n > 0 => break n,
+                    Poll::Ready(Some(Ok(_))) | Poll::Pending => {}
+                    Poll::Ready(Some(Err(e))) => return Err(format!("after {at} bytes: {e}")),
+                    Poll::Ready(None) => return Err(format!("stream closed after {at} bytes")),
+                }
+                if Instant::now() >= deadline || self.eof {
+                    return Err(format!("no send capacity after {at} bytes"));
+                }
+                self.pump();
+            };
+            let n = n.min(data.len() - at);
+            send.send_data(Bytes::copy_from_slice(&data[at..at + n]), at + n == data.len())
+                .map_err(|e| format!("after {at} bytes: {e}"))?;
+            at += n;
+        }
+        self.pump();
+        Ok(())
+    }
+
+    /// One whole exchange, every wait bounded by `timeout`; the body is read to its end
+    /// for every method (a HEAD response must end without DATA). `Err` when the stream or
+    /// the connection fails, or the time runs out.
+    pub fn exchange(&mut self, req: http::Request<()>, body: &[u8], timeout: Duration) -> Result<H2Response, String> {
+        let deadline = Instant::now() + timeout;
+        let what = format!("{} {}", req.method(), req.uri());
+        let (mut rf, mut send) = self.start(req, body.is_empty());
+        if !body.is_empty() {
+            // The server may answer before the body is all sent (413 from Content-Length) and
+            // end the stream (RST_STREAM NO_ERROR): then the answer is what counts.
+            let _ = self.try_send_body(&mut send, body, deadline);
+        }
+        let resp = loop {
+            match Pin::new(&mut rf).poll(&mut cx()) {
+                Poll::Ready(r) => break r.map_err(|e| format!("{what}: {e}"))?,
+                Poll::Pending if self.ended.is_some() || self.eof => {
+                    return Err(format!("{what}: the connection ended before the response ({:?})", self.ended))
+                }
+                Poll::Pending if Instant::now() >= deadline => {
+                    return Err(format!("{what}: no response head within {timeout:?}"))
+                }
+                Poll::Pending => {
+                    self.pump();
+                }
+            }
+        };
+        let (parts, mut recv) = resp.into_parts();
+        let mut into = Vec::new();
+        loop {
+            match self.body_now(&mut recv, &mut into) {
+                Ok(true) => break,
+                Ok(false) if Instant::now() >= deadline => {
+                    return Err(format!("{what}: the body did not end within {timeout:?} ({} bytes)", into.len()))
+                }
+                Ok(false) if self.eof => return Err(format!("{what}: EOF inside the body ({} bytes)", into.len())),
+                Ok(false) => {
+                    self.pump();
+                }
+                Err(e) => return Err(format!("{what}: body error after {} bytes: {e}", into.len())),
+            }
+        }
+        Ok(H2Response { status: parts.status.as_u16(), headers: parts.headers, body: into })
+    }
+
+    /// The TCP socket under the connection (h2c only).
+    pub fn tcp(&self) -> &TcpStream {
+        match &self.wire {
+            Wire::Plain(s) => s,
+            Wire::Tls(s) => &s.sock,
+        }
+    }
+
     /// `GET path`.
     pub fn get(&mut self, path: &str) -> H2Response {
         self.request("GET", path, &[], None)

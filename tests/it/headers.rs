@@ -98,10 +98,10 @@ fn assert_no_store(r: &Response, what: &str) {
     assert_eq!(r.header("cache-control"), Some("no-store"), "{what}: expected Cache-Control: no-store, got {r:?}");
 }
 
-#[test]
-fn security_headers_on_success_responses() {
-    let server = Server::start("");
-    let mut c = server.conn();
+both!(security_headers_on_success_responses);
+fn security_headers_on_success_responses(p: Proto) {
+    let server = Server::start("").on(p);
+    let mut c = server.session();
     let r = c.get("/health");
     assert_security_headers(&r, "GET /health");
     assert_no_store(&r, "GET /health");
@@ -109,28 +109,24 @@ fn security_headers_on_success_responses() {
     assert_security_headers(&r, "GET /health/ready");
     let r = c.get("/api/config");
     assert_security_headers(&r, "GET /api/config");
-    c.send(&request("HEAD", "/health", &[], b""));
-    let r = c.read_head_response();
+    let r = c.request("HEAD", "/health", &[], b"");
     assert_security_headers(&r, "HEAD /health");
     let etag = c.get("/api/config").header("etag").unwrap_or("\"x\"").to_string();
-    c.send(&request("GET", "/api/config", &[("If-None-Match", &etag)], b""));
-    let r = c.read_response();
+    let r = c.request("GET", "/api/config", &[("If-None-Match", &etag)], b"");
     assert_security_headers(&r, "304 from /api/config");
-    c.send(&request("POST", "/_debug/echo", &[], b"abc"));
-    let r = c.read_response();
+    let r = c.request("POST", "/_debug/echo", &[], b"abc");
     assert_security_headers(&r, "POST /_debug/echo");
 }
 
-#[test]
-fn security_headers_on_404_and_405() {
-    let server = Server::start("");
-    let mut c = server.conn();
+both!(security_headers_on_404_and_405);
+fn security_headers_on_404_and_405(p: Proto) {
+    let server = Server::start("").on(p);
+    let mut c = server.session();
     let r = c.get("/no/such/path");
     assert_json_error(&r, 404, Some("NOT_FOUND"), "unknown path");
     assert_security_headers(&r, "404");
     assert_no_store(&r, "404");
-    c.send(&request("POST", "/health", &[("Content-Length", "0")], b""));
-    let r = c.read_response();
+    let r = c.request("POST", "/health", &[("Content-Length", "0")], b"");
     assert_json_error(&r, 405, Some("METHOD_NOT_ALLOWED"), "POST /health");
     assert_security_headers(&r, "405");
     assert_no_store(&r, "405");
@@ -175,19 +171,19 @@ fn security_headers_on_408() {
     assert_no_store(&r, "408");
 }
 
-#[test]
-fn security_headers_on_500() {
-    let server = Server::start("");
+both!(security_headers_on_500);
+fn security_headers_on_500(p: Proto) {
+    let server = Server::start("").on(p);
     let r = server.get("/_debug/panic");
     assert_json_error(&r, 500, Some("INTERNAL_ERROR"), "GET /_debug/panic");
     assert_security_headers(&r, "500");
     assert_no_store(&r, "500");
 }
 
-#[test]
-fn csp_nonce_is_fresh_on_every_response() {
-    let server = Server::start("");
-    let mut c = server.conn();
+both!(csp_nonce_is_fresh_on_every_response);
+fn csp_nonce_is_fresh_on_every_response(p: Proto) {
+    let server = Server::start("").on(p);
+    let mut c = server.session();
     let r1 = c.get("/health");
     let r2 = c.get("/health");
     let r3 = server.get("/nope");
@@ -200,9 +196,9 @@ fn csp_nonce_is_fresh_on_every_response() {
     assert_ne!(n[0], n[2], "two responses share a CSP nonce");
 }
 
-#[test]
-fn csp_report_only_option_renames_the_header() {
-    let server = Server::start("csp_report_only = true");
+both!(csp_report_only_option_renames_the_header);
+fn csp_report_only_option_renames_the_header(p: Proto) {
+    let server = Server::start("csp_report_only = true").on(p);
     let r = server.get("/health");
     let p = security_header_problems(&r, true);
     assert!(p.is_empty(), "with csp_report_only = true:\n  {}\n{r:?}", p.join("\n  "));
@@ -211,18 +207,18 @@ fn csp_report_only_option_renames_the_header() {
     assert!(p.is_empty(), "404 with csp_report_only = true:\n  {}\n{r:?}", p.join("\n  "));
 }
 
-#[test]
-fn date_header_is_a_current_imf_fixdate() {
-    let server = Server::start("");
+both!(date_header_is_a_current_imf_fixdate);
+fn date_header_is_a_current_imf_fixdate(p: Proto) {
+    let server = Server::start("").on(p);
     let r = server.get("/health");
     let d = r.header("date").unwrap_or_else(|| panic!("no Date: {r:?}"));
     let t = parse_imf_fixdate(d).unwrap_or_else(|| panic!("Date {d:?} is not an IMF-fixdate"));
     assert!((t - now_unix()).abs() <= 5, "Date {d:?} is {}s away from now", t - now_unix());
 }
 
-#[test]
-fn server_header_carries_no_version() {
-    let server = Server::start("");
+both!(server_header_carries_no_version);
+fn server_header_carries_no_version(p: Proto) {
+    let server = Server::start("").on(p);
     for path in ["/health", "/nope"] {
         let r = server.get(path);
         let s = r.header("server").unwrap_or("");
@@ -232,9 +228,9 @@ fn server_header_carries_no_version() {
     }
 }
 
-#[test]
-fn request_id_is_echoed_when_valid() {
-    let server = Server::start("");
+both!(request_id_is_echoed_when_valid);
+fn request_id_is_echoed_when_valid(p: Proto) {
+    let server = Server::start("").on(p);
     let max = "a".repeat(128);
     for id in ["abc-123._X", "Z", "0123456789", max.as_str()] {
         let r = server.get_with("/health", &[("X-Request-Id", id)]);
@@ -245,25 +241,22 @@ fn request_id_is_echoed_when_valid() {
     assert_eq!(r.header("x-request-id"), Some("err-id-1"), "{r:?}");
 }
 
-#[test]
-fn request_id_is_replaced_by_a_uuid_when_invalid() {
-    let server = Server::start("");
+both!(request_id_is_replaced_by_a_uuid_when_invalid);
+fn request_id_is_replaced_by_a_uuid_when_invalid(p: Proto) {
+    let server = Server::start("").on(p);
     let too_long = "a".repeat(129);
     for id in [too_long.as_str(), "a b", "<x>", "", "a/b"] {
-        let mut c = server.conn();
-        let raw = format!("GET /health HTTP/1.1\r\nHost: x\r\nX-Request-Id: {id}\r\n\r\n");
-        c.send(raw.as_bytes());
-        let r = c.read_response();
+        let r = server.get_with("/health", &[("X-Request-Id", id)]);
         assert_eq!(r.status, 200, "request with x-request-id {id:?}: {r:?}");
         let got = r.header("x-request-id").unwrap_or("");
         assert!(is_uuid_v4(got), "invalid id {id:?}: expected a fresh lower-case UUID v4, got {got:?}");
     }
 }
 
-#[test]
-fn request_ids_are_fresh_uuids_when_absent() {
-    let server = Server::start("");
-    let mut c = server.conn();
+both!(request_ids_are_fresh_uuids_when_absent);
+fn request_ids_are_fresh_uuids_when_absent(p: Proto) {
+    let server = Server::start("").on(p);
+    let mut c = server.session();
     let a = c.get("/health");
     let b = c.get("/health");
     let (a, b) = (a.header("x-request-id").unwrap_or(""), b.header("x-request-id").unwrap_or(""));
@@ -272,9 +265,9 @@ fn request_ids_are_fresh_uuids_when_absent() {
     assert_ne!(a, b, "two requests without an id got the same one");
 }
 
-#[test]
-fn api_config_is_cacheable_not_no_store() {
-    let server = Server::start("");
+both!(api_config_is_cacheable_not_no_store);
+fn api_config_is_cacheable_not_no_store(p: Proto) {
+    let server = Server::start("").on(p);
     let r = server.get("/api/config");
     assert_eq!(r.header("cache-control"), Some("public, max-age=3600"), "{r:?}");
 }

@@ -121,6 +121,12 @@ struct Home {
 }
 
 impl Home {
+    /// This server, spoken to over `p`.
+    fn on(mut self, p: Proto) -> Home {
+        self.s.set_proto(p);
+        self
+    }
+
     fn start(workers: usize, upstream_extra: &str, refused: &[&str]) -> Home {
         let users = PerUser::start("", |id| Behaviour::json(200, &users_answer(id)));
         let orders = PerUser::start("/orders", |id| Behaviour::json(200, &orders_answer(id)));
@@ -219,9 +225,9 @@ impl Home {
 // Authentication, mapping, parallelism
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn homepage_requires_a_bearer_token() {
-    let h = Home::start(1, "", &[]);
+both!(homepage_requires_a_bearer_token);
+fn homepage_requires_a_bearer_token(p: Proto) {
+    let h = Home::start(1, "", &[]).on(p);
     let r = h.s.api("GET", "/api/homepage", None, None);
     let v = h.s.expect_err(&r, 401, "UNAUTHORIZED", "GET /api/homepage without a token");
     ensure_eq!(h.s, v["message"].as_str(), Some("token required"), "401 message without a credential");
@@ -241,9 +247,9 @@ fn homepage_requires_a_bearer_token() {
     );
 }
 
-#[test]
-fn homepage_combines_the_three_upstream_answers() {
-    let h = Home::start(1, "", &[]);
+both!(homepage_combines_the_three_upstream_answers);
+fn homepage_combines_the_three_upstream_answers(p: Proto) {
+    let h = Home::start(1, "", &[]).on(p);
     let (id, token) = h.user("Home Owner");
     let r = h.get(&token);
     let data = h.s.expect_data(&r, 200, "GET /api/homepage");
@@ -266,9 +272,9 @@ fn homepage_combines_the_three_upstream_answers() {
     }
 }
 
-#[test]
-fn homepage_accepts_items_objects_and_a_missing_user_field() {
-    let h = Home::start(1, "", &[]);
+both!(homepage_accepts_items_objects_and_a_missing_user_field);
+fn homepage_accepts_items_objects_and_a_missing_user_field(p: Proto) {
+    let h = Home::start(1, "", &[]).on(p);
     let (id, token) = h.user("Items User");
     h.users.script(id, Behaviour::json(200, &json!({"id": id, "name": "No Avatar"})));
     h.orders.script(id, Behaviour::json(200, &json!({"items": orders_answer(id), "total": 2})));
@@ -294,9 +300,9 @@ fn homepage_accepts_items_objects_and_a_missing_user_field() {
     ensure!(h.s, data.get("degraded").is_none(), "empty lists from the upstream are not failures: {data}");
 }
 
-#[test]
-fn homepage_calls_the_three_upstreams_in_parallel() {
-    let h = Home::start(1, "", &[]);
+both!(homepage_calls_the_three_upstreams_in_parallel);
+fn homepage_calls_the_three_upstreams_in_parallel(p: Proto) {
+    let h = Home::start(1, "", &[]).on(p);
     let (id, token) = h.user("Parallel User");
     let d = Duration::from_millis(300);
     h.users.script(id, Behaviour::json(200, &users_answer(id)).after(d));
@@ -328,18 +334,18 @@ fn homepage_calls_the_three_upstreams_in_parallel() {
 // The users upstream failing: 502 / 504
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn homepage_users_upstream_refused_gives_502() {
-    let h = Home::start(1, "", &["users"]);
+both!(homepage_users_upstream_refused_gives_502);
+fn homepage_users_upstream_refused_gives_502(p: Proto) {
+    let h = Home::start(1, "", &["users"]).on(p);
     let (_, token) = h.user("Refused User");
     let r = h.get(&token);
     h.s.expect_err(&r, 502, "UPSTREAM_UNAVAILABLE", "GET /api/homepage with the users upstream refusing connections");
     h.s.assert_healthy();
 }
 
-#[test]
-fn homepage_users_upstream_bad_answers_give_502() {
-    let h = Home::start(1, "", &[]);
+both!(homepage_users_upstream_bad_answers_give_502);
+fn homepage_users_upstream_bad_answers_give_502(p: Proto) {
+    let h = Home::start(1, "", &[]).on(p);
     let cases: Vec<(&str, Behaviour)> = vec![
         ("status 500", Behaviour::json(500, &json!({"error": "boom"}))),
         ("status 404", Behaviour::json(404, &json!({"error": "no such user"}))),
@@ -358,9 +364,9 @@ fn homepage_users_upstream_bad_answers_give_502() {
     h.s.assert_healthy();
 }
 
-#[test]
-fn homepage_users_upstream_timeout_gives_504() {
-    let h = Home::start(1, "timeout_ms = 400", &[]);
+both!(homepage_users_upstream_timeout_gives_504);
+fn homepage_users_upstream_timeout_gives_504(p: Proto) {
+    let h = Home::start(1, "timeout_ms = 400", &[]).on(p);
     let (id, token) = h.user("Slow Users");
     h.users.script(id, Behaviour::Hang);
     let t = Instant::now();
@@ -393,9 +399,9 @@ fn list_failures() -> Vec<(&'static str, Behaviour)> {
     ]
 }
 
-#[test]
-fn homepage_orders_failures_degrade_to_an_empty_list() {
-    let h = Home::start(1, "timeout_ms = 400", &[]);
+both!(homepage_orders_failures_degrade_to_an_empty_list);
+fn homepage_orders_failures_degrade_to_an_empty_list(p: Proto) {
+    let h = Home::start(1, "timeout_ms = 400", &[]).on(p);
     for (what, b) in list_failures() {
         let (id, token) = h.user("Orders Fail");
         h.orders.script(id, b);
@@ -412,9 +418,9 @@ fn homepage_orders_failures_degrade_to_an_empty_list() {
     h.s.assert_healthy();
 }
 
-#[test]
-fn homepage_recommendations_failures_degrade_to_an_empty_list() {
-    let h = Home::start(1, "timeout_ms = 400", &[]);
+both!(homepage_recommendations_failures_degrade_to_an_empty_list);
+fn homepage_recommendations_failures_degrade_to_an_empty_list(p: Proto) {
+    let h = Home::start(1, "timeout_ms = 400", &[]).on(p);
     for (what, b) in list_failures() {
         let (id, token) = h.user("Recs Fail");
         h.recs.script(id, b);
@@ -430,9 +436,9 @@ fn homepage_recommendations_failures_degrade_to_an_empty_list() {
     h.s.assert_healthy();
 }
 
-#[test]
-fn homepage_refused_lists_degrade_both() {
-    let h = Home::start(1, "", &["orders", "recommendations"]);
+both!(homepage_refused_lists_degrade_both);
+fn homepage_refused_lists_degrade_both(p: Proto) {
+    let h = Home::start(1, "", &["orders", "recommendations"]).on(p);
     let (id, token) = h.user("Refused Lists");
     let data = h.data(&token, "orders and recommendations upstreams refuse connections");
     h.check_degraded(&data, id, &["recentOrders", "recommendations"], "both list upstreams refused");
@@ -443,9 +449,9 @@ fn homepage_refused_lists_degrade_both() {
 // Caching
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn homepage_caches_upstream_answers_per_user() {
-    let h = Home::start(1, "", &[]);
+both!(homepage_caches_upstream_answers_per_user);
+fn homepage_caches_upstream_answers_per_user(p: Proto) {
+    let h = Home::start(1, "", &[]).on(p);
     let (a, ta) = h.user("Cached A");
     let (b, tb) = h.user("Cached B");
     for i in 0..5 {
@@ -471,9 +477,9 @@ fn homepage_caches_upstream_answers_per_user() {
     }
 }
 
-#[test]
-fn homepage_cache_expires_after_the_ttl() {
-    let h = Home::start(1, "cache_ttl_secs = 1", &[]);
+both!(homepage_cache_expires_after_the_ttl);
+fn homepage_cache_expires_after_the_ttl(p: Proto) {
+    let h = Home::start(1, "cache_ttl_secs = 1", &[]).on(p);
     let (id, token) = h.user("Short TTL");
     h.data(&token, "first request");
     ensure_eq!(h.s, h.users.count(id), 1, "first request: one users request");
@@ -492,9 +498,9 @@ fn homepage_cache_expires_after_the_ttl() {
     }
 }
 
-#[test]
-fn homepage_failed_upstream_answers_are_not_cached() {
-    let h = Home::start(1, "", &[]);
+both!(homepage_failed_upstream_answers_are_not_cached);
+fn homepage_failed_upstream_answers_are_not_cached(p: Proto) {
+    let h = Home::start(1, "", &[]).on(p);
     // Users upstream failing, then well: the second homepage asks again.
     let (a, ta) = h.user("Fails Then Works");
     h.users.script(a, Behaviour::json(500, &json!({"error": "boom"})));
@@ -562,9 +568,9 @@ fn homepage_cache_is_shared_by_all_workers() {
 // Connections towards the upstreams
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn homepage_reuses_keep_alive_connections_to_the_upstreams() {
-    let h = Home::start(1, "", &[]);
+both!(homepage_reuses_keep_alive_connections_to_the_upstreams);
+fn homepage_reuses_keep_alive_connections_to_the_upstreams(p: Proto) {
+    let h = Home::start(1, "", &[]).on(p);
     let users: Vec<(i64, String)> = (0..3).map(|_| h.user("Keep Alive")).collect();
     for (id, token) in &users {
         let data = h.data(token, &format!("user {id}"));
@@ -619,9 +625,9 @@ fn homepage_client_disconnect_cancels_the_upstream_requests() {
 // Built-in demo upstreams
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn homepage_without_configured_upstreams_uses_the_builtin_demo() {
-    let s = Server::api_builder().start();
+both!(homepage_without_configured_upstreams_uses_the_builtin_demo);
+fn homepage_without_configured_upstreams_uses_the_builtin_demo(p: Proto) {
+    let s = Server::api_builder().start().on(p);
     let (_, token) = s.user("Demo User");
     let r = s.api("GET", "/api/homepage", Some(&token), None);
     let data = s.expect_data(&r, 200, "GET /api/homepage with the built-in demo upstreams");
@@ -659,10 +665,10 @@ fn chunked_padded_orders(total: usize) -> Behaviour {
     }
 }
 
-#[test]
-fn homepage_reads_large_upstream_answers_to_the_end() {
+both!(homepage_reads_large_upstream_answers_to_the_end);
+fn homepage_reads_large_upstream_answers_to_the_end(p: Proto) {
     // Answers under the 1 MiB cap but far over one socket read: read to the end, on time.
-    let h = Home::start(1, "timeout_ms = 2000", &[]);
+    let h = Home::start(1, "timeout_ms = 2000", &[]).on(p);
     let big_order = json!([{"id": "big", "status": "x", "total": 1.5}]);
     for (what, b) in [
         ("900 KB with Content-Length", Behaviour::padded_json_array(900 * 1024)),

@@ -84,9 +84,9 @@ fn reach_both_workers(s: &Server) -> usize {
     sent
 }
 
-#[test]
-fn requests_are_counted_by_route_pattern_and_status() {
-    let s = Server::api_builder().start();
+both!(requests_are_counted_by_route_pattern_and_status);
+fn requests_are_counted_by_route_pattern_and_status(p: Proto) {
+    let s = Server::api_builder().start().on(p);
     let before = scrape(&s);
     let users: Vec<u16> = (1..=3).map(|id| s.get(&format!("/api/v1/users/{id}")).status).collect();
     ensure!(s, users.iter().all(|st| *st == users[0]), "GET /api/v1/users/N answered {users:?}");
@@ -96,9 +96,7 @@ fn requests_are_counted_by_route_pattern_and_status() {
     for path in ["/no/such/path", "/nope", "/api/v1/users/1/x/y"] {
         ensure_eq!(s, s.get(path).status, 404, "GET {path}");
     }
-    let mut c = s.conn();
-    c.send(&request("DELETE", "/health", &[], b""));
-    ensure_eq!(s, c.read_response().status, 405, "DELETE /health");
+    ensure_eq!(s, s.call("DELETE", "/health", &[], b"").status, 405, "DELETE /health");
 
     let m = scrape(&s);
     let status = users[0].to_string();
@@ -130,9 +128,9 @@ fn requests_are_counted_by_route_pattern_and_status() {
     ensure!(s, m.get("forkd_open_connections") >= 1.0, "the scrape's own connection is open\n{}", m.text);
 }
 
-#[test]
-fn histogram_is_cumulative_and_its_count_is_the_requests_counted() {
-    let s = Server::api_builder().start();
+both!(histogram_is_cumulative_and_its_count_is_the_requests_counted);
+fn histogram_is_cumulative_and_its_count_is_the_requests_counted(p: Proto) {
+    let s = Server::api_builder().start().on(p);
     ensure_eq!(s, s.get("/_debug/sleep?ms=300").status, 200, "a slow pool request");
     for _ in 0..5 {
         s.assert_healthy();
@@ -152,9 +150,9 @@ fn histogram_is_cumulative_and_its_count_is_the_requests_counted() {
     ensure!(s, m.get("forkd_http_request_duration_seconds_sum") >= 0.3, "_sum in seconds\n{}", m.text);
 }
 
-#[test]
-fn counts_are_summed_over_workers() {
-    let s = Server::api_builder().workers(2).start();
+both!(counts_are_summed_over_workers);
+fn counts_are_summed_over_workers(p: Proto) {
+    let s = Server::api_builder().workers(2).start().on(p);
     s.wait_workers(2, Duration::from_secs(10));
     let sent = reach_both_workers(&s);
     // Fresh connections land on either worker; every one of them sees the same sums.
@@ -165,9 +163,9 @@ fn counts_are_summed_over_workers() {
     }
 }
 
-#[test]
-fn counts_survive_a_killed_worker() {
-    let s = Server::api_builder().workers(2).start();
+both!(counts_survive_a_killed_worker);
+fn counts_survive_a_killed_worker(p: Proto) {
+    let s = Server::api_builder().workers(2).start().on(p);
     let before_workers = s.wait_workers(2, Duration::from_secs(10));
     let sent = reach_both_workers(&s);
     let before = scrape(&s);

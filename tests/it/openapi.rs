@@ -4,9 +4,9 @@
 
 use crate::util::*;
 
-#[test]
-fn openapi_document_is_public_cacheable_json_of_openapi_3_1() {
-    let server = Server::start("");
+both!(openapi_document_is_public_cacheable_json_of_openapi_3_1);
+fn openapi_document_is_public_cacheable_json_of_openapi_3_1(p: Proto) {
+    let server = Server::start("").on(p);
     let r = server.get("/api/openapi.json");
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(media_type(r.header("content-type")).as_deref(), Some("application/json"), "{r:?}");
@@ -36,13 +36,14 @@ fn openapi_document_is_public_cacheable_json_of_openapi_3_1() {
     assert_eq!(again.body, r.body);
 }
 
-#[test]
-fn openapi_document_follows_the_configuration() {
+both!(openapi_document_follows_the_configuration);
+fn openapi_document_follows_the_configuration(p: Proto) {
     let server = Server::builder()
         .set("websocket", "echo = true")
         .set("rate_limit", "enabled = false")
         .top("csp_report_only = true")
-        .start();
+        .start()
+        .on(p);
     let r = server.get("/api/openapi.json");
     assert_eq!(r.status, 200, "{r:?}");
     let doc = r.json();
@@ -53,9 +54,9 @@ fn openapi_document_follows_the_configuration() {
     assert!(doc["paths"]["/api/v1/users"]["get"]["responses"].get("429").is_none(), "no 429 without a limiter");
 }
 
-#[test]
-fn openapi_document_is_rate_limited_like_every_api_route() {
-    let server = Server::builder().set("rate_limit", "max = 2\nwindow_secs = 60").start();
+both!(openapi_document_is_rate_limited_like_every_api_route);
+fn openapi_document_is_rate_limited_like_every_api_route(p: Proto) {
+    let server = Server::builder().set("rate_limit", "max = 2\nwindow_secs = 60").start().on(p);
     for _ in 0..2 {
         assert_eq!(server.get("/api/openapi.json").status, 200);
     }
@@ -65,12 +66,11 @@ fn openapi_document_is_rate_limited_like_every_api_route() {
     assert!(r.header("retry-after").is_some(), "{r:?}");
 }
 
-#[test]
-fn openapi_document_answers_head_without_a_body() {
-    let server = Server::start("");
-    let mut c = server.conn();
-    c.send(&request("HEAD", "/api/openapi.json", &[], b""));
-    let r = c.read_head_response();
+both!(openapi_document_answers_head_without_a_body);
+fn openapi_document_answers_head_without_a_body(p: Proto) {
+    let server = Server::start("").on(p);
+    let mut c = server.session();
+    let r = c.request("HEAD", "/api/openapi.json", &[], b"");
     assert_eq!(r.status, 200, "{r:?}");
     assert!(r.body.is_empty(), "{r:?}");
     assert!(r.header("content-length").is_some_and(|n| n != "0"), "{r:?}");

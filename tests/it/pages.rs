@@ -32,9 +32,9 @@ fn post_report(s: &Server, ct: &str, body: &[u8], marker: &str, what: &str) {
     ensure!(s, logged, "{what}: a log line naming the violated directive {marker:?} must appear");
 }
 
-#[test]
-fn csp_report_accepts_the_three_formats_and_logs_the_directive() {
-    let s = Server::builder().start();
+both!(csp_report_accepts_the_three_formats_and_logs_the_directive);
+fn csp_report_accepts_the_three_formats_and_logs_the_directive(p: Proto) {
+    let s = Server::builder().start().on(p);
     post_report(
         &s,
         "application/csp-report",
@@ -74,9 +74,9 @@ fn csp_report_accepts_the_three_formats_and_logs_the_directive() {
     s.assert_healthy();
 }
 
-#[test]
-fn csp_report_is_rate_limited() {
-    let s = Server::builder().set("rate_limit", "enabled = true\nmax = 3\nwindow_secs = 900").start();
+both!(csp_report_is_rate_limited);
+fn csp_report_is_rate_limited(p: Proto) {
+    let s = Server::builder().set("rate_limit", "enabled = true\nmax = 3\nwindow_secs = 900").start().on(p);
     let body = csp_report_body("img-src");
     for i in 0..3 {
         let r = s.call("POST", "/csp-report", &[("Content-Type", "application/csp-report")], &body);
@@ -88,9 +88,9 @@ fn csp_report_is_rate_limited() {
     ensure!(s, r.header("retry-after").and_then(|v| v.parse::<u64>().ok()).is_some(), "Retry-After on 429: {r:?}");
 }
 
-#[test]
-fn redirect_allows_local_paths_and_listed_hosts_only() {
-    let s = Server::builder().set("redirect", "allowed_hosts = [\"allowed.example\"]").start();
+both!(redirect_allows_local_paths_and_listed_hosts_only);
+fn redirect_allows_local_paths_and_listed_hosts_only(p: Proto) {
+    let s = Server::builder().set("redirect", "allowed_hosts = [\"allowed.example\"]").start().on(p);
     let r = s.get("/redirect?path=/x");
     ensure!(s, r.status == 302, "path=/x: expected 302, got {r:?}");
     ensure_eq!(s, r.header("location"), Some("/x"), "Location for path=/x");
@@ -124,13 +124,13 @@ fn redirect_allows_local_paths_and_listed_hosts_only() {
     }
 }
 
+both!(redirect_location_is_a_valid_uri_and_only_https_urls_redirect);
 /// Regression: `/redirect` copied characters that are not allowed in a URI (`"`, `<`, `>`,
 /// `^`, backtick, `{`, `|`, `}`) into `Location`; they are percent-encoded now, and escapes
 /// already there are kept as they are (never encoded twice). And `url=http://<allowed>`
 /// redirected: only `https://` may.
-#[test]
-fn redirect_location_is_a_valid_uri_and_only_https_urls_redirect() {
-    let s = Server::builder().set("redirect", "allowed_hosts = [\"allowed.example\"]").start();
+fn redirect_location_is_a_valid_uri_and_only_https_urls_redirect(p: Proto) {
+    let s = Server::builder().set("redirect", "allowed_hosts = [\"allowed.example\"]").start().on(p);
     for (target, want) in [
         ("/a\"b<c>d^e`f{g|h}", "/a%22b%3Cc%3Ed%5Ee%60f%7Bg%7Ch%7D"),
         ("/p?q=<x>#frag#more", "/p?q=%3Cx%3E#frag%23more"),
@@ -196,9 +196,9 @@ fn csp_nonce(csp: &str, directive: &str) -> Option<String> {
     d.split_whitespace().find_map(|t| t.strip_prefix("'nonce-").and_then(|n| n.strip_suffix('\'')).map(str::to_string))
 }
 
-#[test]
-fn index_page_nonce_favicon_and_static() {
-    let s = Server::builder().start();
+both!(index_page_nonce_favicon_and_static);
+fn index_page_nonce_favicon_and_static(p: Proto) {
+    let s = Server::builder().start().on(p);
     let page = |what: &str| -> (Response, String, String) {
         let r = s.get("/");
         ensure!(s, r.status == 200, "{what}: GET / → 200, got {r:?}");

@@ -24,9 +24,9 @@ fn post_count(s: &Server, token: &str, user_id: i64) -> i64 {
     s.expect_data(&r, 200, "list posts")["total"].as_i64().unwrap_or_else(|| panic!("no total in {r:?}"))
 }
 
-#[test]
-fn owner_creates_a_post_201_with_location_and_fields() {
-    let s = Server::start_api();
+both!(owner_creates_a_post_201_with_location_and_fields);
+fn owner_creates_a_post_201_with_location_and_fields(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Writer");
     let uid = id_of(&u);
     let r = s.api(
@@ -55,9 +55,9 @@ fn owner_creates_a_post_201_with_location_and_fields() {
     ensure_eq!(s, id_of(&g), pid, "any bearer may read a post");
 }
 
-#[test]
-fn only_the_owner_may_post_and_an_unknown_user_is_404() {
-    let s = Server::start_api();
+both!(only_the_owner_may_post_and_an_unknown_user_is_404);
+fn only_the_owner_may_post_and_an_unknown_user_is_404(p: Proto) {
+    let s = Server::start_api().on(p);
     let (owner, owner_token) = s.user("Owner");
     let (_, other) = s.user("Intruder");
     let uid = id_of(&owner);
@@ -105,9 +105,9 @@ fn only_the_owner_may_post_and_an_unknown_user_is_404() {
     s.expect_err(&r, 404, "NOT_FOUND", "GET posts of a non-numeric user id");
 }
 
-#[test]
-fn post_validation_boundaries() {
-    let s = Server::start_api();
+both!(post_validation_boundaries);
+fn post_validation_boundaries(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Validator");
     let uid = id_of(&u);
     let path = format!("/api/v1/users/{uid}/posts");
@@ -152,9 +152,9 @@ fn post_validation_boundaries() {
     s.expect_err(&r, 415, "UNSUPPORTED_MEDIA_TYPE", "post as text/plain");
 }
 
-#[test]
-fn user_posts_are_paginated_newest_first() {
-    let s = Server::start_api();
+both!(user_posts_are_paginated_newest_first);
+fn user_posts_are_paginated_newest_first(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Blogger");
     let (other, other_token) = s.user("Neighbour");
     let uid = id_of(&u);
@@ -198,9 +198,9 @@ fn user_posts_are_paginated_newest_first() {
     }
 }
 
-#[test]
-fn post_writes_by_owner_or_admin_others_403() {
-    let s = Server::start_api();
+both!(post_writes_by_owner_or_admin_others_403);
+fn post_writes_by_owner_or_admin_others_403(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Author");
     let (_, other) = s.user("Vandal");
     let (_, admin) = s.admin();
@@ -241,9 +241,9 @@ fn post_writes_by_owner_or_admin_others_403() {
     s.expect_err(&r, 404, "NOT_FOUND", "GET a post deleted by an admin");
 }
 
-#[test]
-fn unknown_post_is_404_and_posts_need_a_bearer() {
-    let s = Server::start_api();
+both!(unknown_post_is_404_and_posts_need_a_bearer);
+fn unknown_post_is_404_and_posts_need_a_bearer(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Someone");
     let p = create_post(&s, &token, id_of(&u), "t", "b");
     for path in ["/api/v1/posts/999999", "/api/v1/posts/abc"] {

@@ -40,9 +40,9 @@ fn assert_429(s: &Server, r: &Response, what: &str) {
     assert_no_x_ratelimit(s, r, what);
 }
 
-#[test]
-fn one_count_across_two_workers_remaining_counts_down_then_429_everywhere() {
-    let s = limited(2, "enabled = true\nmax = 100\nwindow_secs = 900");
+both!(one_count_across_two_workers_remaining_counts_down_then_429_everywhere);
+fn one_count_across_two_workers_remaining_counts_down_then_429_everywhere(p: Proto) {
+    let s = limited(2, "enabled = true\nmax = 100\nwindow_secs = 900").on(p);
     s.wait_workers(2, Duration::from_secs(10));
     let mut remaining: Vec<i64> = Vec::new();
     let mut by_pid: BTreeMap<i32, usize> = BTreeMap::new();
@@ -101,9 +101,9 @@ fn one_count_across_two_workers_remaining_counts_down_then_429_everywhere() {
     ensure!(s, r.header("ratelimit-limit").is_none(), "GET / must carry no RateLimit headers: {r:?}");
 }
 
-#[test]
-fn a_short_window_resets_the_count() {
-    let s = limited(2, "enabled = true\nmax = 3\nwindow_secs = 1");
+both!(a_short_window_resets_the_count);
+fn a_short_window_resets_the_count(p: Proto) {
+    let s = limited(2, "enabled = true\nmax = 3\nwindow_secs = 1").on(p);
     // The window may start at any point of a second: spend it, see the 429, then wait for
     // the reset (bounded by the window and Retry-After).
     let mut got_429 = None;
@@ -136,9 +136,9 @@ fn a_short_window_resets_the_count() {
     ensure!(s, ok, "the count must reset after the 1 s window (waited {:?})", t.elapsed());
 }
 
-#[test]
-fn csp_report_is_counted_with_api_routes() {
-    let s = limited(2, "enabled = true\nmax = 4\nwindow_secs = 900");
+both!(csp_report_is_counted_with_api_routes);
+fn csp_report_is_counted_with_api_routes(p: Proto) {
+    let s = limited(2, "enabled = true\nmax = 4\nwindow_secs = 900").on(p);
     let report = serde_json::to_vec(&json!({"csp-report": {
         "document-uri": "http://127.0.0.1:8080/", "violated-directive": "img-src",
         "blocked-uri": "http://evil.example/x.png", "original-policy": "default-src 'none'"}}))
@@ -255,11 +255,11 @@ fn concurrent_wrong_logins_check_at_most_login_max_failures_passwords() {
     assert_429(&s, &r, "the right password after the failures are spent");
 }
 
+both!(a_right_password_after_failures_logs_in_and_gives_its_slot_back);
 /// A right password takes a slot like any attempt and gives it back: failures before it
 /// still count (they are not forgotten), the success itself does not.
-#[test]
-fn a_right_password_after_failures_logs_in_and_gives_its_slot_back() {
-    let s = limited(1, "enabled = true\nmax = 1000\nwindow_secs = 900\nlogin_max_failures = 3");
+fn a_right_password_after_failures_logs_in_and_gives_its_slot_back(p: Proto) {
+    let s = limited(1, "enabled = true\nmax = 1000\nwindow_secs = 900\nlogin_max_failures = 3").on(p);
     let email = unique_email("typo");
     s.create_user(&email, "Typo", "user", "right-password-1");
     let login = |pw: &str| -> Response {
@@ -280,9 +280,9 @@ fn explanations(s: &Server) -> Vec<String> {
     s.logs().lines().filter(|l| l.contains("rate limit: a client went over")).map(str::to_string).collect()
 }
 
-#[test]
-fn in_development_the_first_refusal_logs_which_limit_and_how_to_change_it_once() {
-    let s = limited(1, "enabled = true\nmax = 2\nwindow_secs = 900");
+both!(in_development_the_first_refusal_logs_which_limit_and_how_to_change_it_once);
+fn in_development_the_first_refusal_logs_which_limit_and_how_to_change_it_once(p: Proto) {
+    let s = limited(1, "enabled = true\nmax = 2\nwindow_secs = 900").on(p);
     for i in 0..6 {
         let r = s.get("/api/config");
         let want = if i < 2 { 200 } else { 429 };
@@ -296,15 +296,16 @@ fn in_development_the_first_refusal_logs_which_limit_and_how_to_change_it_once()
     }
 }
 
-#[test]
-fn in_production_a_refusal_is_not_explained_in_the_log() {
+both!(in_production_a_refusal_is_not_explained_in_the_log);
+fn in_production_a_refusal_is_not_explained_in_the_log(p: Proto) {
     let s = Server::builder()
         .top("environment = \"production\"")
         .jwt_secret(TEST_JWT_SECRET)
         .fast_argon2()
         .set("rate_limit", "enabled = true\nmax = 1\nwindow_secs = 900")
         .set("debug", "routes = false")
-        .start();
+        .start()
+        .on(p);
     assert_eq!(s.get("/api/config").status, 200);
     let r = s.get("/api/config");
     ensure!(s, r.status == 429, "over the limit: {r:?}");

@@ -34,23 +34,30 @@ fn check_is(s: &Server, ev: &SseEvent, n: &Value, what: &str) {
     ensure_eq!(s, d.unwrap(), n.clone(), "{what}: data of the notification event");
 }
 
-#[test]
-fn stream_head_preamble_and_heartbeats() {
-    let s = sse_server(1, "");
+both!(stream_head_preamble_and_heartbeats);
+fn stream_head_preamble_and_heartbeats(p: Proto) {
+    let s = sse_server(1, "").on(p);
     let mut st = s.sse(&[]);
     let h = &st.head;
     ensure_eq!(s, media_type(h.header("content-type")).as_deref(), Some("text/event-stream"), "Content-Type: {h:?}");
     ensure_eq!(s, h.header("cache-control"), Some("no-cache"), "Cache-Control: {h:?}");
-    ensure!(
-        s,
-        h.header("connection").map(|v| v.eq_ignore_ascii_case("keep-alive")).unwrap_or(false),
-        "Connection: keep-alive expected: {h:?}"
-    );
-    ensure!(
-        s,
-        h.header("transfer-encoding").map(|v| v.eq_ignore_ascii_case("chunked")).unwrap_or(false),
-        "the stream must be chunked: {h:?}"
-    );
+    if p == Proto::H1 {
+        ensure!(
+            s,
+            h.header("connection").map(|v| v.eq_ignore_ascii_case("keep-alive")).unwrap_or(false),
+            "Connection: keep-alive expected: {h:?}"
+        );
+        ensure!(
+            s,
+            h.header("transfer-encoding").map(|v| v.eq_ignore_ascii_case("chunked")).unwrap_or(false),
+            "the stream must be chunked: {h:?}"
+        );
+    } else {
+        // HTTP/2: DATA frames of one stream, no connection-specific fields (CONTRACT §11).
+        for f in ["connection", "keep-alive", "transfer-encoding"] {
+            ensure!(s, h.header(f).is_none(), "no `{f}` over HTTP/2: {h:?}");
+        }
+    }
     let retry = st.expect_preamble().unwrap_or_else(|e| panic!("{e}\nlog:\n{}", s.log_tail()));
     ensure_eq!(s, retry.as_str(), "3000", "retry: sse.retry_ms");
     // Heartbeats about every 300 ms.
@@ -79,9 +86,9 @@ fn stream_head_preamble_and_heartbeats() {
     ensure!(s, times.windows(2).all(|w| w[1].1 >= w[0].1), "heartbeat times must not go back: {times:?}");
 }
 
-#[test]
-fn notifications_api_auth_and_validation() {
-    let s = sse_server(1, "");
+both!(notifications_api_auth_and_validation);
+fn notifications_api_auth_and_validation(p: Proto) {
+    let s = sse_server(1, "").on(p);
     let (_, admin) = s.admin();
     let (_, user) = s.user("Plain User");
     let r = s.api("POST", "/api/v1/notifications", Some(&admin), Some(&json!({"title": "Hello", "body": "World"})));
@@ -117,9 +124,9 @@ fn notifications_api_auth_and_validation() {
     s.expect_data(&r, 201, "title of 200 and body of 2000 characters");
 }
 
-#[test]
-fn a_notification_reaches_every_stream_on_both_workers() {
-    let s = sse_server(2, "");
+both!(a_notification_reaches_every_stream_on_both_workers);
+fn a_notification_reaches_every_stream_on_both_workers(p: Proto) {
+    let s = sse_server(2, "").on(p);
     s.wait_workers(2, Duration::from_secs(10));
     let (_, admin) = s.admin();
     let mut streams = Vec::new();
@@ -155,9 +162,9 @@ fn a_notification_reaches_every_stream_on_both_workers() {
     }
 }
 
-#[test]
-fn last_event_id_replays_missed_notifications_before_live_ones() {
-    let s = sse_server(2, "");
+both!(last_event_id_replays_missed_notifications_before_live_ones);
+fn last_event_id_replays_missed_notifications_before_live_ones(p: Proto) {
+    let s = sse_server(2, "").on(p);
     let (_, admin) = s.admin();
     let ns: Vec<Value> = (1..=4).map(|i| s.notify(&admin, &format!("n{i}"), "")).collect();
     let after = ns[1]["id"].as_i64().unwrap().to_string();
@@ -171,9 +178,9 @@ fn last_event_id_replays_missed_notifications_before_live_ones() {
     check_is(&s, &ev, &live, "live after replay");
 }
 
-#[test]
-fn replay_limit_keeps_the_newest_oldest_first() {
-    let s = sse_server(1, "replay_limit = 2");
+both!(replay_limit_keeps_the_newest_oldest_first);
+fn replay_limit_keeps_the_newest_oldest_first(p: Proto) {
+    let s = sse_server(1, "replay_limit = 2").on(p);
     let (_, admin) = s.admin();
     let ns: Vec<Value> = (1..=5).map(|i| s.notify(&admin, &format!("n{i}"), "")).collect();
     let first_id = ns[0]["id"].as_i64().unwrap();
@@ -188,16 +195,16 @@ fn replay_limit_keeps_the_newest_oldest_first() {
     check_is(&s, &ev, &live, "nothing but the newest two is replayed");
 }
 
-#[test]
-fn hostile_last_event_id_is_treated_as_absent() {
-    let s = sse_server(1, "");
+both!(hostile_last_event_id_is_treated_as_absent);
+fn hostile_last_event_id_is_treated_as_absent(p: Proto) {
+    let s = sse_server(1, "").on(p);
     let (_, admin) = s.admin();
     s.notify(&admin, "old 1", "");
     s.notify(&admin, "old 2", "");
     let big = "9".repeat(10_000);
     for v in ["abc", "-5", big.as_str(), "1e3", " ", "0x1"] {
         let shown = if v.len() > 20 { format!("<{} bytes>", v.len()) } else { format!("{v:?}") };
-        let mut st = match SseStream::open_on(s.conn(), "/api/events", &[("Last-Event-ID", v)]) {
+        let mut st = match s.sse_at("/api/events", &[("Last-Event-ID", v)]) {
             Ok(st) => st,
             Err(r) => panic!("Last-Event-ID {shown}: expected a 200 stream, got {r:?}\nlog:\n{}", s.log_tail()),
         };
@@ -209,9 +216,9 @@ fn hostile_last_event_id_is_treated_as_absent() {
     s.assert_healthy();
 }
 
-#[test]
-fn disconnect_frees_streams_on_both_workers_at_once() {
-    let s = sse_server(2, "");
+both!(disconnect_frees_streams_on_both_workers_at_once);
+fn disconnect_frees_streams_on_both_workers_at_once(p: Proto) {
+    let s = sse_server(2, "").on(p);
     s.wait_workers(2, Duration::from_secs(10));
     let mut streams = Vec::new();
     let mut snap = Default::default();
@@ -233,28 +240,47 @@ fn disconnect_frees_streams_on_both_workers_at_once() {
     let _ = t;
 }
 
-#[test]
-fn head_on_the_stream_is_the_head_only_and_the_connection_carries_on() {
-    let s = sse_server(1, "");
-    let mut c = s.conn();
-    c.send(&request("HEAD", "/api/events", &[], b""));
-    let h = c.read_head_response();
+both!(head_on_the_stream_is_the_head_only_and_the_connection_carries_on);
+fn head_on_the_stream_is_the_head_only_and_the_connection_carries_on(p: Proto) {
+    let s = sse_server(1, "").on(p);
+    let mut h2 = None;
+    let h = match p {
+        Proto::H1 => {
+            let mut c = s.conn();
+            c.send(&request("HEAD", "/api/events", &[], b""));
+            let h = c.read_head_response();
+            ensure!(
+                s,
+                h.header("transfer-encoding").map(|v| v.eq_ignore_ascii_case("chunked")).unwrap_or(false),
+                "the head GET gets (chunked): {h:?}"
+            );
+            // Longer than a heartbeat (300 ms): neither the preamble nor a heartbeat follows.
+            let stray = c.poll_readable(Duration::from_millis(700));
+            ensure!(
+                s,
+                !stray || c.pending().is_empty(),
+                "bytes after the HEAD response: {:?}",
+                String::from_utf8_lossy(&c.pending()[..c.pending().len().min(64)])
+            );
+            c.send(&request("GET", "/health", &[], b""));
+            let r = c.try_read_response(false);
+            ensure!(s, matches!(&r, Ok(r) if r.status == 200), "GET /health on the same connection: {r:?}");
+            h
+        }
+        Proto::H2c => {
+            // The stream ends with the head (END_STREAM, no DATA: no preamble, no heartbeat).
+            let mut c = s.h2c();
+            let h = h2_exchange(&mut c, "HEAD", "/api/events", &[], b"", Duration::from_millis(700))
+                .unwrap_or_else(|e| panic!("HEAD /api/events must end with its head: {e}\n{}", s.log_tail()));
+            ensure!(s, h.body.is_empty(), "HEAD /api/events: no DATA: {h:?}");
+            h2 = Some(c);
+            h
+        }
+    };
     ensure_eq!(s, h.status, 200, "HEAD /api/events: {h:?}");
     ensure_eq!(s, media_type(h.header("content-type")).as_deref(), Some("text/event-stream"), "Content-Type: {h:?}");
-    ensure!(
-        s,
-        h.header("transfer-encoding").map(|v| v.eq_ignore_ascii_case("chunked")).unwrap_or(false),
-        "the head GET gets (chunked): {h:?}"
-    );
-    // Longer than a heartbeat (300 ms): neither the preamble nor a heartbeat follows.
-    let stray = c.poll_readable(Duration::from_millis(700));
-    ensure!(
-        s,
-        !stray || c.pending().is_empty(),
-        "bytes after the HEAD response: {:?}",
-        String::from_utf8_lossy(&c.pending()[..c.pending().len().min(64)])
-    );
-    c.send(&request("GET", "/health", &[], b""));
-    let r = c.try_read_response(false);
-    ensure!(s, matches!(&r, Ok(r) if r.status == 200), "GET /health on the same connection: {r:?}");
+    if let Some(mut c) = h2 {
+        let r = h2_exchange(&mut c, "GET", "/health", &[], b"", IO_TIMEOUT);
+        ensure!(s, matches!(&r, Ok(r) if r.status == 200), "GET /health on the same connection: {r:?}");
+    }
 }

@@ -12,9 +12,9 @@ use serde_json::json;
 
 use crate::util::*;
 
-#[test]
-fn user_create_prints_the_user_and_works_while_the_server_runs() {
-    let s = Server::start_api();
+both!(user_create_prints_the_user_and_works_while_the_server_runs);
+fn user_create_prints_the_user_and_works_while_the_server_runs(p: Proto) {
+    let s = Server::start_api().on(p);
     let email = unique_email("boot");
     let u = s.create_user(&email, "Boot Admin", "admin", "boot-password-1");
     ensure_eq!(
@@ -46,9 +46,9 @@ fn user_create_prints_the_user_and_works_while_the_server_runs() {
     ensure_eq!(s, g, u2, "GET returns what the CLI printed");
 }
 
-#[test]
-fn user_create_with_a_duplicate_email_exits_nonzero() {
-    let s = Server::start_api();
+both!(user_create_with_a_duplicate_email_exits_nonzero);
+fn user_create_with_a_duplicate_email_exits_nonzero(p: Proto) {
+    let s = Server::start_api().on(p);
     let email = unique_email("twice");
     s.create_user(&email, "Once", "admin", "twice-password-1");
     let out = s.user_create_cli(
@@ -67,9 +67,9 @@ fn user_create_with_a_duplicate_email_exits_nonzero() {
     s.expect_err(&r, 409, "CONFLICT", "sign-up with the CLI user's e-mail");
 }
 
-#[test]
-fn user_create_with_bad_input_exits_2_and_creates_nothing() {
-    let s = Server::start_api();
+both!(user_create_with_bad_input_exits_2_and_creates_nothing);
+fn user_create_with_bad_input_exits_2_and_creates_nothing(p: Proto) {
+    let s = Server::start_api().on(p);
     let admin_email = unique_email("adm");
     s.create_user(&admin_email, "Admin", "admin", "admin-password-1");
     let (t, _, _) = s.login(&admin_email, "admin-password-1");
@@ -95,9 +95,9 @@ fn user_create_with_bad_input_exits_2_and_creates_nothing() {
     ensure_eq!(s, s.user_total(&t, ""), 1, "bad input creates nobody");
 }
 
-#[test]
-fn health_ready_is_200_when_the_database_answers() {
-    let s = Server::start_api();
+both!(health_ready_is_200_when_the_database_answers);
+fn health_ready_is_200_when_the_database_answers(p: Proto) {
+    let s = Server::start_api().on(p);
     let r = s.get("/health/ready");
     ensure_eq!(s, r.status, 200, "GET /health/ready: {r:?}");
     // And the database really answers: a write and a read.
@@ -195,11 +195,11 @@ fn sign_ups_acknowledged_before_sigterm_survive_a_restart() {
     }
 }
 
-#[test]
-fn expired_refresh_token_families_are_deleted_when_a_worker_starts() {
+both!(expired_refresh_token_families_are_deleted_when_a_worker_starts);
+fn expired_refresh_token_families_are_deleted_when_a_worker_starts(p: Proto) {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().join("data");
-    let mut s = Server::api_builder().data_dir(&data).start();
+    let mut s = Server::api_builder().data_dir(&data).start().on(p);
     s.user("Keeper");
     s.signal(Signal::SIGTERM);
     ensure!(s, s.wait_exit(Duration::from_secs(30)).is_some_and(|st| st.success()), "the first server must stop");
@@ -220,7 +220,7 @@ fn expired_refresh_token_families_are_deleted_when_a_worker_starts() {
         db.query_row("SELECT count(*) FROM refresh_tokens WHERE family = ?1", [family], |r| r.get(0)).expect("count")
     };
     assert_eq!((count("dead-family"), count("live-family")), (1, 1));
-    let s2 = Server::api_builder().data_dir(&data).start();
+    let s2 = Server::api_builder().data_dir(&data).start().on(p);
     let purged = eventually(Duration::from_secs(10), || count("dead-family") == 0);
     ensure!(s2, purged, "the expired family is still there 10 s after the start");
     ensure_eq!(s2, count("live-family"), 1, "the live family is kept");

@@ -41,9 +41,9 @@ fn ts_key(s: &str) -> (String, String) {
 // Sign-up
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn signup_returns_201_location_and_the_user_without_any_secret() {
-    let s = Server::start_api();
+both!(signup_returns_201_location_and_the_user_without_any_secret);
+fn signup_returns_201_location_and_the_user_without_any_secret(p: Proto) {
+    let s = Server::start_api().on(p);
     let email = unique_email("ann");
     let r =
         s.api("POST", "/api/v1/users", None, Some(&json!({"name": "Ann", "email": email, "password": PW, "age": 33})));
@@ -82,9 +82,9 @@ fn signup_returns_201_location_and_the_user_without_any_secret() {
     );
 }
 
-#[test]
-fn signup_validation_lists_every_bad_field_at_once_and_stores_nothing() {
-    let s = Server::start_api();
+both!(signup_validation_lists_every_bad_field_at_once_and_stores_nothing);
+fn signup_validation_lists_every_bad_field_at_once_and_stores_nothing(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     let before = s.user_total(&admin, "");
     let r = s.api(
@@ -104,9 +104,9 @@ fn signup_validation_lists_every_bad_field_at_once_and_stores_nothing() {
     ensure_eq!(s, s.user_total(&admin, ""), before, "a 422 must store nothing");
 }
 
-#[test]
-fn signup_field_boundaries() {
-    let s = Server::start_api();
+both!(signup_field_boundaries);
+fn signup_field_boundaries(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     let before = s.user_total(&admin, "");
     let long_local = "a".repeat(64);
@@ -170,11 +170,11 @@ fn signup_field_boundaries() {
     ensure_eq!(s, s.user_total(&admin, ""), before + good.len() as i64, "every good sign-up stored once");
 }
 
+both!(age_written_as_a_whole_float_is_that_integer);
 /// Found by Schemathesis: `30.0` is an integer to JSON Schema (and to any
 /// JavaScript client), so the documented `age` accepts it as 30; `30.5` stays 422.
-#[test]
-fn age_written_as_a_whole_float_is_that_integer() {
-    let s = Server::start_api();
+fn age_written_as_a_whole_float_is_that_integer(p: Proto) {
+    let s = Server::start_api().on(p);
     let mut b = signup_body("Floaty", &unique_email("float"));
     b["age"] = json!(30.0);
     let r = s.api("POST", "/api/v1/users", None, Some(&b));
@@ -186,9 +186,9 @@ fn age_written_as_a_whole_float_is_that_integer() {
     s.expect_invalid(&r, &["age"], "age 30.5");
 }
 
-#[test]
-fn unknown_keys_including_prototype_pollution_names_are_422_and_store_nothing() {
-    let s = Server::start_api();
+both!(unknown_keys_including_prototype_pollution_names_are_422_and_store_nothing);
+fn unknown_keys_including_prototype_pollution_names_are_422_and_store_nothing(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     let before = s.user_total(&admin, "");
     let mut emails = Vec::new();
@@ -215,9 +215,9 @@ fn unknown_keys_including_prototype_pollution_names_are_422_and_store_nothing() 
     }
 }
 
-#[test]
-fn role_admin_at_signup_needs_an_admin_bearer() {
-    let s = Server::start_api();
+both!(role_admin_at_signup_needs_an_admin_bearer);
+fn role_admin_at_signup_needs_an_admin_bearer(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     let (_, user_token) = s.user("Plain User");
     let before = s.user_total(&admin, "");
@@ -236,9 +236,9 @@ fn role_admin_at_signup_needs_an_admin_bearer() {
     ensure_eq!(s, claims["role"].as_str(), Some("admin"), "the new admin's token role");
 }
 
-#[test]
-fn duplicate_email_in_any_letter_case_is_409() {
-    let s = Server::start_api();
+both!(duplicate_email_in_any_letter_case_is_409);
+fn duplicate_email_in_any_letter_case_is_409(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     let email = unique_email("dup");
     s.signup("First", &email, PW, None);
@@ -258,27 +258,27 @@ fn duplicate_email_in_any_letter_case_is_409() {
 // Hostile bodies
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn malformed_json_is_400() {
-    let s = Server::start_api();
+both!(malformed_json_is_400);
+fn malformed_json_is_400(p: Proto) {
+    let s = Server::start_api().on(p);
     for body in [&b"{\"name\":"[..], b"{name: \"x\"}", b"{\"a\":1,}", b"{\"name\":\"x\"} trailing", b"nul"] {
         let r = s.call("POST", "/api/v1/users", &[("Content-Type", "application/json")], body);
         s.expect_err(&r, 400, "BAD_REQUEST", &format!("malformed JSON {:?}", String::from_utf8_lossy(body)));
     }
 }
 
-#[test]
-fn json_that_is_not_an_object_is_422() {
-    let s = Server::start_api();
+both!(json_that_is_not_an_object_is_422);
+fn json_that_is_not_an_object_is_422(p: Proto) {
+    let s = Server::start_api().on(p);
     for body in ["[]", "\"x\"", "42", "[{\"name\":\"a\"}]"] {
         let r = s.call("POST", "/api/v1/users", &[("Content-Type", "application/json")], body.as_bytes());
         s.expect_err(&r, 422, "VALIDATION_ERROR", &format!("JSON {body} is not an object"));
     }
 }
 
-#[test]
-fn body_that_is_not_application_json_is_415() {
-    let s = Server::start_api();
+both!(body_that_is_not_application_json_is_415);
+fn body_that_is_not_application_json_is_415(p: Proto) {
+    let s = Server::start_api().on(p);
     let body = serde_json::to_vec(&signup_body("Tex", &unique_email("tex"))).unwrap();
     for ct in ["text/plain", "application/x-www-form-urlencoded", "application/jsonx"] {
         let r = s.call("POST", "/api/v1/users", &[("Content-Type", ct)], &body);
@@ -293,9 +293,9 @@ fn body_that_is_not_application_json_is_415() {
     s.expect_data(&r, 201, "Content-Type: application/json; charset=utf-8 is JSON");
 }
 
-#[test]
-fn body_one_byte_over_json_body_bytes_is_413_and_at_the_limit_is_accepted() {
-    let s = Server::start_api();
+both!(body_one_byte_over_json_body_bytes_is_413_and_at_the_limit_is_accepted);
+fn body_one_byte_over_json_body_bytes_is_413_and_at_the_limit_is_accepted(p: Proto) {
+    let s = Server::start_api().on(p);
     let pad = |email: &str, n: usize| {
         let mut b = serde_json::to_vec(&signup_body("Big", email)).unwrap();
         assert!(b.len() <= n);
@@ -309,9 +309,9 @@ fn body_one_byte_over_json_body_bytes_is_413_and_at_the_limit_is_accepted() {
     s.assert_healthy();
 }
 
-#[test]
-fn invalid_utf8_inside_a_json_string_is_400() {
-    let s = Server::start_api();
+both!(invalid_utf8_inside_a_json_string_is_400);
+fn invalid_utf8_inside_a_json_string_is_400(p: Proto) {
+    let s = Server::start_api().on(p);
     let mut body = b"{\"name\":\"bad \xff\xfe here\",\"email\":\"".to_vec();
     body.extend_from_slice(unique_email("utf").as_bytes());
     body.extend_from_slice(b"\",\"password\":\"user-password-1\"}");
@@ -324,9 +324,9 @@ fn invalid_utf8_inside_a_json_string_is_400() {
     s.assert_healthy();
 }
 
-#[test]
-fn ten_thousand_deep_nested_arrays_are_400_and_the_worker_survives() {
-    let s = Server::api_builder().set("limits", "json_body_bytes = 65536").start();
+both!(ten_thousand_deep_nested_arrays_are_400_and_the_worker_survives);
+fn ten_thousand_deep_nested_arrays_are_400_and_the_worker_survives(p: Proto) {
+    let s = Server::api_builder().set("limits", "json_body_bytes = 65536").start().on(p);
     let pid = s.debug_pid();
     let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
     let r = s.call("POST", "/api/v1/users", &[("Content-Type", "application/json")], deep.as_bytes());
@@ -341,9 +341,9 @@ fn ten_thousand_deep_nested_arrays_are_400_and_the_worker_survives() {
     s.signup("After", &unique_email("after"), PW, None);
 }
 
-#[test]
-fn sql_metacharacters_are_data_in_bodies_and_query_parameters() {
-    let s = Server::start_api();
+both!(sql_metacharacters_are_data_in_bodies_and_query_parameters);
+fn sql_metacharacters_are_data_in_bodies_and_query_parameters(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     let hostile_names = [
         "'; DROP TABLE users; --",
@@ -423,9 +423,9 @@ fn sql_metacharacters_are_data_in_bodies_and_query_parameters() {
 // List
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn list_filters_by_role_and_by_name_substring_case_insensitively() {
-    let s = Server::start_api();
+both!(list_filters_by_role_and_by_name_substring_case_insensitively);
+fn list_filters_by_role_and_by_name_substring_case_insensitively(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     for n in ["Alice Smith", "ALICIA Keys", "Bob", "Malice"] {
         s.signup(n, &unique_email("f"), PW, None);
@@ -449,9 +449,9 @@ fn list_filters_by_role_and_by_name_substring_case_insensitively() {
     ensure_eq!(s, d["total"].as_i64(), Some(0), "role=admin&q=bob");
 }
 
-#[test]
-fn list_sorts_by_each_field_and_descending_with_a_minus() {
-    let s = Server::start_api();
+both!(list_sorts_by_each_field_and_descending_with_a_minus);
+fn list_sorts_by_each_field_and_descending_with_a_minus(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     let mut created = Vec::new();
     for (n, age) in [("Carol", 30), ("Alice", 25), ("Bob", 30), ("Dave", 20)] {
@@ -486,9 +486,9 @@ fn list_sorts_by_each_field_and_descending_with_a_minus() {
     }
 }
 
-#[test]
-fn list_paginates_with_total_and_total_pages_at_the_edges() {
-    let s = Server::start_api();
+both!(list_paginates_with_total_and_total_pages_at_the_edges);
+fn list_paginates_with_total_and_total_pages_at_the_edges(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     let d = list(&s, &admin, "q=zz-no-such-name");
     ensure_eq!(
@@ -554,9 +554,9 @@ fn list_paginates_with_total_and_total_pages_at_the_edges() {
     ensure_eq!(s, d["totalPages"].as_i64(), Some(3), "21 users / 7 per page");
 }
 
-#[test]
-fn list_rejects_bad_query_parameters_with_400_and_errors() {
-    let s = Server::start_api();
+both!(list_rejects_bad_query_parameters_with_400_and_errors);
+fn list_rejects_bad_query_parameters_with_400_and_errors(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     for (param, v) in [
         ("sort", "password"),
@@ -589,9 +589,9 @@ fn list_rejects_bad_query_parameters_with_400_and_errors() {
 // One user: GET / ETag, PUT, PATCH, DELETE
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn get_user_has_a_strong_etag_and_if_none_match_gives_304() {
-    let s = Server::start_api();
+both!(get_user_has_a_strong_etag_and_if_none_match_gives_304);
+fn get_user_has_a_strong_etag_and_if_none_match_gives_304(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Etta");
     let path = format!("/api/v1/users/{}", id_of(&u));
     let r = s.api("GET", &path, Some(&token), None);
@@ -622,9 +622,9 @@ fn get_user_has_a_strong_etag_and_if_none_match_gives_304() {
     ensure!(s, r.header("etag").is_some_and(|e| e != etag), "new ETag after a change: {r:?}");
 }
 
-#[test]
-fn unknown_or_non_numeric_user_id_is_404() {
-    let s = Server::start_api();
+both!(unknown_or_non_numeric_user_id_is_404);
+fn unknown_or_non_numeric_user_id_is_404(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, token) = s.user("Finder");
     for p in ["/api/v1/users/999999", "/api/v1/users/abc", "/api/v1/users/0", "/api/v1/users/1abc"] {
         let r = s.api("GET", p, Some(&token), None);
@@ -641,9 +641,9 @@ fn unknown_or_non_numeric_user_id_is_404() {
     s.expect_err(&r, 404, "NOT_FOUND", "DELETE unknown id as admin");
 }
 
-#[test]
-fn put_replaces_name_email_age_for_self_and_admin() {
-    let s = Server::start_api();
+both!(put_replaces_name_email_age_for_self_and_admin);
+fn put_replaces_name_email_age_for_self_and_admin(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Put Self");
     let (_, admin) = s.admin();
     let path = format!("/api/v1/users/{}", id_of(&u));
@@ -686,9 +686,9 @@ fn put_replaces_name_email_age_for_self_and_admin() {
     ensure_eq!(s, (d["name"].as_str(), d["age"].as_i64()), (Some("By Admin"), Some(45)), "admin PUT result");
 }
 
-#[test]
-fn patch_changes_a_subset_and_honours_if_match() {
-    let s = Server::start_api();
+both!(patch_changes_a_subset_and_honours_if_match);
+fn patch_changes_a_subset_and_honours_if_match(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Pat");
     let (other, _) = s.user("Other Pat");
     let path = format!("/api/v1/users/{}", id_of(&u));
@@ -729,9 +729,9 @@ fn patch_changes_a_subset_and_honours_if_match() {
     s.expect_err(&r, 409, "CONFLICT", "PATCH to another user's e-mail (other case)");
 }
 
-#[test]
-fn role_in_put_or_patch_needs_an_admin() {
-    let s = Server::start_api();
+both!(role_in_put_or_patch_needs_an_admin);
+fn role_in_put_or_patch_needs_an_admin(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Climber");
     let (_, admin) = s.admin();
     let path = format!("/api/v1/users/{}", id_of(&u));
@@ -761,9 +761,9 @@ fn role_in_put_or_patch_needs_an_admin() {
     s.expect_invalid(&r, &["role"], "PATCH role root by an admin");
 }
 
-#[test]
-fn another_users_put_patch_delete_are_403() {
-    let s = Server::start_api();
+both!(another_users_put_patch_delete_are_403);
+fn another_users_put_patch_delete_are_403(p: Proto) {
+    let s = Server::start_api().on(p);
     let (victim, _) = s.user("Victim");
     let (_, mallory) = s.user("Mallory");
     let path = format!("/api/v1/users/{}", id_of(&victim));
@@ -778,9 +778,9 @@ fn another_users_put_patch_delete_are_403() {
     ensure_eq!(s, g, victim, "the victim is unchanged");
 }
 
-#[test]
-fn delete_user_is_204_then_404_and_their_posts_are_gone() {
-    let s = Server::start_api();
+both!(delete_user_is_204_then_404_and_their_posts_are_gone);
+fn delete_user_is_204_then_404_and_their_posts_are_gone(p: Proto) {
+    let s = Server::start_api().on(p);
     let (u, token) = s.user("Leaver");
     let (_, admin) = s.admin();
     let id = id_of(&u);

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::h2util::{H2Client, H2Response};
+
 /// Default bound for one connect / one read.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound for the server to answer `/health` after spawn.
@@ -196,6 +198,8 @@ pub struct Server {
     dir: tempfile::TempDir,
     log_path: PathBuf,
     pub config_text: String,
+    /// What [`Server::call`] and the helpers built on it speak (HTTP/1.1 unless set).
+    proto: Proto,
 }
 
 impl Server {
@@ -256,7 +260,15 @@ impl Server {
         }
         let child = cmd.spawn().expect("spawn forkd");
         let pid = child.id() as i32;
-        let mut server = Server { child: Some(child), pid, addr: listen.parse().unwrap(), dir, log_path, config_text };
+        let mut server = Server {
+            child: Some(child),
+            pid,
+            addr: listen.parse().unwrap(),
+            dir,
+            log_path,
+            config_text,
+            proto: Proto::H1,
+        };
 
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -339,6 +351,9 @@ impl Server {
     }
 
     pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        if self.proto == Proto::H2c {
+            return self.call("GET", path, headers, b"");
+        }
         let mut c = self.conn();
         c.send(&request("GET", path, headers, b""));
         c.read_response()
@@ -347,6 +362,11 @@ impl Server {
     /// `GET path` on a fresh connection with a read timeout, returning errors instead of
     /// panicking (for probes that may legitimately fail, e.g. while a worker is killed).
     pub fn try_get(&self, path: &str, timeout: Duration) -> io::Result<Response> {
+        if self.proto == Proto::H2c {
+            TcpStream::connect_timeout(&self.addr, IO_TIMEOUT)?; // refused → Err, as over HTTP/1.1
+            let mut c = H2Client::h2c(self.addr);
+            return h2_exchange(&mut c, "GET", path, &[], b"", timeout).map_err(io::Error::other);
+        }
         let s = TcpStream::connect_timeout(&self.addr, IO_TIMEOUT)?;
         let mut c = Conn::from_stream(s, None);
         c.set_timeout(timeout);
@@ -1305,6 +1325,11 @@ impl Server {
         body: &[u8],
         timeout: Duration,
     ) -> Response {
+        if self.proto == Proto::H2c {
+            let mut c = self.h2c();
+            return h2_exchange(&mut c, method, path, headers, body, timeout)
+                .unwrap_or_else(|e| panic!("h2c {e}\n--- server log (tail) ---\n{}", self.log_tail()));
+        }
         let mut c = self.conn();
         c.set_timeout(timeout);
         c.send(&request(method, path, headers, body));
@@ -1312,6 +1337,28 @@ impl Server {
             c.read_head_response()
         } else {
             c.read_response()
+        }
+    }
+
+    /// One request on a fresh connection, in this server's protocol, without panicking:
+    /// `Err` when no whole response came within `timeout` (or the stream was reset).
+    pub fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Response, String> {
+        match self.proto {
+            Proto::H1 => {
+                let s = TcpStream::connect_timeout(&self.addr, IO_TIMEOUT).map_err(|e| format!("connect: {e}"))?;
+                let mut c = Conn::from_stream(s, None);
+                c.set_timeout(timeout);
+                c.try_write(&request(method, path, headers, body)).map_err(|e| format!("write: {e}"))?;
+                c.try_read_response(method == "HEAD").map_err(|e| e.to_string())
+            }
+            Proto::H2c => h2_exchange(&mut self.h2c(), method, path, headers, body, timeout),
         }
     }
 
@@ -1357,6 +1404,25 @@ impl Server {
         status: u16,
         what: &str,
     ) -> Response {
+        if self.proto == Proto::H2c {
+            // The stream ends with no DATA; the connection carries on.
+            let mut c = self.h2c();
+            let r = h2_exchange(&mut c, method, path, headers, b"", IO_TIMEOUT)
+                .unwrap_or_else(|e| panic!("{what}: h2c {e}\n{}", self.log_tail()));
+            ensure!(self, r.status == status, "{what}: expected status {status}, got {}:\n{r:?}", r.status);
+            ensure!(
+                self,
+                r.body.is_empty() && r.header("content-length").is_none_or(|v| v == "0"),
+                "{what}: a {status} must have no body: {r:?}"
+            );
+            let h = h2_exchange(&mut c, "GET", "/health", &[], b"", IO_TIMEOUT);
+            ensure!(
+                self,
+                matches!(&h, Ok(h) if h.status == 200),
+                "{what}: the connection is unusable after the {status}: {h:?}"
+            );
+            return r;
+        }
         let mut c = self.conn();
         c.send(&request(method, path, headers, b""));
         let r = c.read_response();
@@ -1888,6 +1954,164 @@ pub fn count_of(v: &Value, key: &str) -> i64 {
     v[key].as_i64().unwrap_or(0)
 }
 
+// ---- One client, two protocols ----
+
+/// The protocol a test speaks to the server: HTTP/1.1, or HTTP/2 in clear text with prior
+/// knowledge (h2c). [`Server::call`] (and `api`, `get`, `login`, `signup`, `expect_bodyless`,
+/// `try_get`, `sse`, …) speak the server's [`Server::proto`]; every request of an h2c server
+/// goes on a fresh HTTP/2 connection, as every HTTP/1.1 one goes on a fresh TCP connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    H1,
+    H2c,
+}
+
+impl Server {
+    /// This server, spoken to over `p` by the helpers.
+    pub fn on(mut self, p: Proto) -> Server {
+        self.proto = p;
+        self
+    }
+
+    pub fn set_proto(&mut self, p: Proto) {
+        self.proto = p;
+    }
+
+    pub fn proto(&self) -> Proto {
+        self.proto
+    }
+
+    /// A fresh h2c connection (prior knowledge) to this server.
+    pub fn h2c(&self) -> H2Client {
+        H2Client::h2c(self.addr)
+    }
+}
+
+/// One connection for several requests in turn: an HTTP/1.1 keep-alive connection, or one
+/// HTTP/2 connection (a stream per request), as the server's [`Proto`] says.
+pub enum Session {
+    H1(Conn),
+    H2(Box<H2Client>),
+}
+
+impl Session {
+    /// One request and its whole response (HEAD: no body read over HTTP/1.1; over HTTP/2
+    /// the stream must end without DATA).
+    pub fn request(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+        match self {
+            Session::H1(c) => {
+                c.send(&request(method, path, headers, body));
+                if method == "HEAD" {
+                    c.read_head_response()
+                } else {
+                    c.read_response()
+                }
+            }
+            Session::H2(c) => {
+                h2_exchange(c, method, path, headers, body, IO_TIMEOUT).unwrap_or_else(|e| panic!("h2c {e}"))
+            }
+        }
+    }
+
+    pub fn get(&mut self, path: &str) -> Response {
+        self.request("GET", path, &[], b"")
+    }
+}
+
+impl Server {
+    /// A new connection for several requests, in this server's protocol.
+    pub fn session(&self) -> Session {
+        match self.proto {
+            Proto::H1 => Session::H1(self.conn()),
+            Proto::H2c => Session::H2(Box::new(self.h2c())),
+        }
+    }
+}
+
+/// Headers that HTTP/2 forbids (RFC 9113 §8.2.2) or expresses as pseudo-headers: not sent.
+const H2_DROPPED: &[&str] = &["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"];
+
+/// One exchange on `c` as a [`Response`] (`version` "HTTP/2", no reason phrase, header
+/// names lower-case as HTTP/2 has them): `headers` as given but for the connection-specific
+/// ones (a `Host` becomes `:authority`), `Content-Length` added for a body as the HTTP/1.1
+/// [`request`] does. `Err` when the stream or the connection fails or `timeout` runs out.
+pub fn h2_exchange(
+    c: &mut H2Client,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> Result<Response, String> {
+    let authority = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+        .map_or_else(|| c.addr.to_string(), |(_, v)| v.to_string());
+    let mut b = http::Request::builder().method(method).uri(format!("http://{authority}{path}"));
+    let mut has_length = false;
+    for (k, v) in headers {
+        if H2_DROPPED.iter().any(|d| k.eq_ignore_ascii_case(d)) {
+            continue;
+        }
+        has_length |= k.eq_ignore_ascii_case("content-length");
+        b = b.header(*k, *v);
+    }
+    if !body.is_empty() && !has_length {
+        b = b.header("content-length", body.len());
+    }
+    let req = b.body(()).map_err(|e| format!("{method} {path}: not a valid HTTP/2 request: {e}"))?;
+    let r = c.exchange(req, body, timeout)?;
+    Ok(h2_response(r))
+}
+
+/// An HTTP/2 response in the shape of an HTTP/1.1 [`Response`].
+pub fn h2_response(r: H2Response) -> Response {
+    let headers = r
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    Response {
+        version: "HTTP/2".into(),
+        status: r.status,
+        reason: String::new(),
+        headers,
+        body: r.body,
+        interim: Box::new([]),
+    }
+}
+
+/// `both!(name)` runs `fn name(p: Proto)` as two tests, `name::h1` and `name::h2c`;
+/// `both!(name, h2c_ignore = "why")` marks the h2c one `#[ignore]` (a known forkd bug).
+macro_rules! both {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn h1() {
+                super::$name($crate::util::Proto::H1)
+            }
+            #[test]
+            fn h2c() {
+                super::$name($crate::util::Proto::H2c)
+            }
+        }
+    };
+    ($name:ident, h2c_ignore = $why:literal) => {
+        mod $name {
+            #[test]
+            fn h1() {
+                super::$name($crate::util::Proto::H1)
+            }
+            #[test]
+            #[ignore = $why]
+            fn h2c() {
+                super::$name($crate::util::Proto::H2c)
+            }
+        }
+    };
+}
+pub(crate) use both;
+
 // ---- Server-sent events ----
 
 /// One SSE event: the fields in order of arrival, plus the usual accessors.
@@ -1932,13 +2156,19 @@ impl SseEvent {
     }
 }
 
-/// An open `text/event-stream` response, de-chunked and parsed incrementally.
+/// An open `text/event-stream` response, de-chunked and parsed incrementally: on an
+/// HTTP/1.1 connection, or one stream of an HTTP/2 connection (its DATA frames).
 pub struct SseStream {
-    pub conn: Conn,
+    src: SseSrc,
     pub head: Response,
     text: Vec<u8>,
     chunked: bool,
     ended: bool,
+}
+
+enum SseSrc {
+    H1(Conn),
+    H2(Box<(H2Client, h2::RecvStream)>),
 }
 
 impl SseStream {
@@ -1964,25 +2194,108 @@ impl SseStream {
             }
             return Err(head);
         }
-        Ok(SseStream { conn, head, text: Vec::new(), chunked, ended: false })
+        Ok(SseStream { src: SseSrc::H1(conn), head, text: Vec::new(), chunked, ended: false })
+    }
+
+    /// Sends `GET path` with `headers` as a new stream of `c` and waits for the response
+    /// head. `Err(resp)` (the whole response) when it is not a 200 stream.
+    pub fn open_h2(mut c: H2Client, path: &str, headers: &[(&str, &str)]) -> Result<SseStream, Response> {
+        let mut b = http::Request::builder().method("GET").uri(format!("http://{}{path}", c.addr));
+        for (k, v) in headers.iter().filter(|(k, _)| !H2_DROPPED.iter().any(|d| k.eq_ignore_ascii_case(d))) {
+            b = b.header(*k, *v);
+        }
+        let req = b.body(()).unwrap_or_else(|e| panic!("GET {path}: not a valid HTTP/2 request: {e}"));
+        let (mut rf, _send) = c.start(req, true);
+        let resp = c.head(&mut rf).unwrap_or_else(|e| panic!("GET {path} over h2c: {e}"));
+        let (parts, mut recv) = resp.into_parts();
+        let mut head =
+            h2_response(H2Response { status: parts.status.as_u16(), headers: parts.headers, body: Vec::new() });
+        let is_stream =
+            head.status == 200 && media_type(head.header("content-type")).as_deref() == Some("text/event-stream");
+        if !is_stream {
+            head.body = c.body(&mut recv);
+            return Err(head);
+        }
+        Ok(SseStream { src: SseSrc::H2(Box::new((c, recv))), head, text: Vec::new(), chunked: false, ended: false })
+    }
+
+    /// The HTTP/1.1 connection under the stream (panics for an HTTP/2 one).
+    pub fn h1_conn(&mut self) -> &mut Conn {
+        match &mut self.src {
+            SseSrc::H1(c) => c,
+            SseSrc::H2(_) => panic!("an HTTP/2 event stream has no HTTP/1.1 connection"),
+        }
+    }
+
+    /// The TCP socket the stream arrives on.
+    pub fn tcp(&self) -> &TcpStream {
+        match &self.src {
+            SseSrc::H1(c) => &c.stream,
+            SseSrc::H2(b) => b.0.tcp(),
+        }
+    }
+
+    /// Cuts the connection under the stream (both directions), as a client that goes away.
+    pub fn shutdown(&self) {
+        let _ = self.tcp().shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Reads what arrives within `wait` into `text` (HTTP/2: the stream's DATA).
+    fn fill_for(&mut self, wait: Duration) -> Result<(), String> {
+        match &mut self.src {
+            SseSrc::H1(conn) => {
+                conn.stream.set_read_timeout(Some(wait.max(Duration::from_millis(1)))).unwrap();
+                let r = conn.fill();
+                conn.stream.set_read_timeout(Some(conn.timeout)).unwrap();
+                match r {
+                    Ok(_) => Ok(()),
+                    Err(e) if is_timeout(&e) => Ok(()),
+                    Err(e) => Err(format!("read error: {e}")),
+                }
+            }
+            SseSrc::H2(b) => {
+                let (c, recv) = &mut **b;
+                let until = Instant::now() + wait;
+                let had = self.text.len();
+                loop {
+                    match c.body_now(recv, &mut self.text) {
+                        Ok(true) => {
+                            self.ended = true;
+                            return Ok(());
+                        }
+                        Ok(false) => {}
+                        Err(e) => return Err(format!("stream error: {e}")),
+                    }
+                    if c.eof {
+                        self.ended = true;
+                        return Ok(());
+                    }
+                    if self.text.len() > had || Instant::now() >= until {
+                        return Ok(());
+                    }
+                    c.pump();
+                }
+            }
+        }
     }
 
     /// Moves de-chunked bytes from the connection buffer into `text`. Ok(false) when the
     /// body has ended (last chunk or EOF).
     fn dechunk(&mut self) -> Result<(), String> {
+        let SseSrc::H1(conn) = &mut self.src else { return Ok(()) };
         if !self.chunked {
-            self.text.append(&mut self.conn.buf);
+            self.text.append(&mut conn.buf);
             return Ok(());
         }
         loop {
-            let buf = &self.conn.buf;
+            let buf = &conn.buf;
             let Some(le) = find(buf, b"\r\n") else { return Ok(()) };
             let line = String::from_utf8_lossy(&buf[..le]).into_owned();
             let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16)
                 .map_err(|_| format!("bad chunk size line {line:?}"))?;
             if size == 0 {
                 self.ended = true;
-                self.conn.buf.clear();
+                conn.buf.clear();
                 return Ok(());
             }
             if buf.len() < le + 2 + size + 2 {
@@ -1992,7 +2305,7 @@ impl SseStream {
                 return Err(format!("chunk of {size} bytes not followed by CRLF"));
             }
             self.text.extend_from_slice(&buf[le + 2..le + 2 + size]);
-            self.conn.buf.drain(..le + 2 + size + 2);
+            conn.buf.drain(..le + 2 + size + 2);
         }
     }
 
@@ -2028,7 +2341,8 @@ impl SseStream {
             if let Some(ev) = self.take_event() {
                 return Ok(ev);
             }
-            if self.ended || self.conn.eof {
+            let eof = matches!(&self.src, SseSrc::H1(c) if c.eof);
+            if self.ended || eof {
                 return Err(format!(
                     "stream ended; unparsed: {:?}",
                     String::from_utf8_lossy(tail_bytes(&self.text, 400))
@@ -2041,14 +2355,7 @@ impl SseStream {
                     String::from_utf8_lossy(tail_bytes(&self.text, 400))
                 ));
             }
-            self.conn.stream.set_read_timeout(Some((deadline - now).max(Duration::from_millis(1)))).unwrap();
-            let r = self.conn.fill();
-            self.conn.stream.set_read_timeout(Some(self.conn.timeout)).unwrap();
-            match r {
-                Ok(_) => {}
-                Err(e) if is_timeout(&e) => {}
-                Err(e) => return Err(format!("read error: {e}")),
-            }
+            self.fill_for(deadline - now)?;
         }
     }
 
@@ -2087,10 +2394,19 @@ impl SseStream {
 }
 
 impl Server {
+    /// `GET path` (with `headers`) as an event stream on a fresh connection, in this server's
+    /// protocol. `Err(the whole response)` unless it is a 200 `text/event-stream`.
+    pub fn sse_at(&self, path: &str, headers: &[(&str, &str)]) -> Result<SseStream, Response> {
+        match self.proto {
+            Proto::H1 => SseStream::open_on(self.conn(), path, headers),
+            Proto::H2c => SseStream::open_h2(self.h2c(), path, headers),
+        }
+    }
+
     /// Opens `GET /api/events` (with `headers`) on a fresh connection; panics unless 200
     /// `text/event-stream`. The preamble is not read.
     pub fn sse(&self, headers: &[(&str, &str)]) -> SseStream {
-        match SseStream::open_on(self.conn(), "/api/events", headers) {
+        match self.sse_at("/api/events", headers) {
             Ok(s) => s,
             Err(r) => panic!("GET /api/events: expected a 200 text/event-stream, got {r:?}\nlog:\n{}", self.log_tail()),
         }

@@ -8,9 +8,9 @@ use crate::util::*;
 
 const PW: &str = "user-password-1";
 
-#[test]
-fn unversioned_api_paths_behave_as_v1() {
-    let s = Server::start_api();
+both!(unversioned_api_paths_behave_as_v1);
+fn unversioned_api_paths_behave_as_v1(p: Proto) {
+    let s = Server::start_api().on(p);
     let email = unique_email("unver");
     let r = s.api("POST", "/api/users", None, Some(&json!({"name": "Unversioned", "email": email, "password": PW})));
     let u = s.expect_data(&r, 201, "POST /api/users (sign-up)");
@@ -32,9 +32,9 @@ fn unversioned_api_paths_behave_as_v1() {
     s.expect_err(&r, 401, "UNAUTHORIZED", "GET /api/users without a token");
 }
 
-#[test]
-fn version_query_parameter_1_is_accepted_and_others_are_400() {
-    let s = Server::start_api();
+both!(version_query_parameter_1_is_accepted_and_others_are_400);
+fn version_query_parameter_1_is_accepted_and_others_are_400(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     let d = s.expect_data(&s.api("GET", "/api/users?version=1", Some(&admin), None), 200, "GET /api/users?version=1");
     ensure!(s, d["items"].is_array(), "paginated list: {d}");
@@ -58,9 +58,9 @@ fn version_query_parameter_1_is_accepted_and_others_are_400() {
     ensure_eq!(s, s.user_total(&admin, ""), before, "an unsupported version stores nothing");
 }
 
-#[test]
-fn accept_header_version_1_is_accepted_and_2_is_400() {
-    let s = Server::start_api();
+both!(accept_header_version_1_is_accepted_and_2_is_400);
+fn accept_header_version_1_is_accepted_and_2_is_400(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     let auth = format!("Bearer {admin}");
     let r = s.call(
@@ -82,9 +82,9 @@ fn accept_header_version_1_is_accepted_and_2_is_400() {
     s.expect_data(&r, 200, "Accept: application/json (default version 1)");
 }
 
-#[test]
-fn v2_paths_do_not_exist() {
-    let s = Server::start_api();
+both!(v2_paths_do_not_exist);
+fn v2_paths_do_not_exist(p: Proto) {
+    let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
     let r = s.api("GET", "/api/v2/users", Some(&admin), None);
     s.expect_err(&r, 404, "NOT_FOUND", "GET /api/v2/users");
