@@ -390,3 +390,26 @@ pub fn h2_tls_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Arc::new(config)
 }
+
+/// A WebSocket over HTTP/2 (RFC 8441): a fresh h2c connection to `addr`, the server's
+/// SETTINGS_ENABLE_CONNECT_PROTOCOL awaited, then `CONNECT /ws?token=…` with
+/// `:protocol = websocket`. Returns the client, the response head and the stream's sender.
+pub fn ws_connect(
+    addr: std::net::SocketAddr,
+    token: &str,
+) -> (H2Client, http::Response<h2::RecvStream>, SendStream<Bytes>) {
+    let mut c = H2Client::h2c(addr);
+    c.until(IO_TIMEOUT, "SETTINGS_ENABLE_CONNECT_PROTOCOL", |c| {
+        c.send.is_extended_connect_protocol_enabled().then_some(())
+    });
+    let mut req = http::Request::builder()
+        .method("CONNECT")
+        .uri(format!("http://{addr}/ws?token={}", crate::util::urlencode(token)))
+        .header("sec-websocket-version", "13")
+        .body(())
+        .expect("request");
+    req.extensions_mut().insert(h2::ext::Protocol::from_static("websocket"));
+    let (mut rf, send) = c.start(req, false);
+    let resp = c.head(&mut rf).expect("head");
+    (c, resp, send)
+}

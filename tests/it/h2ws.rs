@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::h2util::H2Client;
 use crate::http2::{ws_frames, ws_recv_until, ws_text_frame};
-use crate::util::{urlencode, Server, IO_TIMEOUT};
+use crate::util::{Server, IO_TIMEOUT};
 
 fn status_kib(pid: i32, field: &str) -> i64 {
     let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -46,19 +46,7 @@ fn a_websocket_flood_over_h2_closes_the_senders_window_instead_of_buffering() {
     b.send_json(&json!({"type": "chat", "roomId": "r", "content": "bob-marker"}));
     while b.recv_json(IO_TIMEOUT).expect("bob's marker")["content"] != json!("bob-marker") {}
 
-    let mut c = H2Client::h2c(s.addr());
-    c.until(IO_TIMEOUT, "SETTINGS_ENABLE_CONNECT_PROTOCOL", |c| {
-        c.send.is_extended_connect_protocol_enabled().then_some(())
-    });
-    let mut req = http::Request::builder()
-        .method("CONNECT")
-        .uri(format!("http://{}/ws?token={}", s.addr(), urlencode(&ta)))
-        .header("sec-websocket-version", "13")
-        .body(())
-        .expect("request");
-    req.extensions_mut().insert(h2::ext::Protocol::from_static("websocket"));
-    let (mut rf, mut send) = c.start(req, false);
-    let resp = c.head(&mut rf).expect("head");
+    let (mut c, resp, mut send) = crate::h2util::ws_connect(s.addr(), &ta);
     assert_eq!(resp.status(), 200, "{resp:?}");
     let mut body = resp.into_body();
     let mut buf = Vec::new();

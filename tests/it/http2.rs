@@ -570,19 +570,7 @@ fn websocket_chat_by_extended_connect_meets_an_http1_member() {
     let (ua, ta) = s.user("Alice");
     let (ub, tb) = s.user("Bob");
     let (a_id, b_id) = (ua["id"].as_i64().expect("id"), ub["id"].as_i64().expect("id"));
-    let mut c = H2Client::h2c(s.addr());
-    c.until(IO_TIMEOUT, "SETTINGS_ENABLE_CONNECT_PROTOCOL", |c| {
-        c.send.is_extended_connect_protocol_enabled().then_some(())
-    });
-    let mut req = http::Request::builder()
-        .method("CONNECT")
-        .uri(format!("http://{}/ws?token={}", s.addr(), urlencode(&ta)))
-        .header("sec-websocket-version", "13")
-        .body(())
-        .expect("request");
-    req.extensions_mut().insert(h2::ext::Protocol::from_static("websocket"));
-    let (mut rf, mut send) = c.start(req, false);
-    let resp = c.head(&mut rf).expect("head");
+    let (mut c, resp, mut send) = crate::h2util::ws_connect(s.addr(), &ta);
     assert_eq!(resp.status(), 200, "{resp:?}\n{}", s.log_tail());
     assert!(resp.headers().get("sec-websocket-accept").is_none());
     let mut body = resp.into_body();
