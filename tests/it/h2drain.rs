@@ -46,20 +46,7 @@ const CHANGE_TIMEOUT: Duration = Duration::from_secs(20);
 /// One read's wait.
 const TICK: Duration = Duration::from_millis(10);
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const WINDOW_UPDATE: u8 = 0x8;
-const END_STREAM: u8 = 0x1;
-const ACK: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
-const REFUSED_STREAM: u32 = 0x7;
+use crate::h2util::wire::*;
 
 /// What the load counted.
 #[derive(Default)]

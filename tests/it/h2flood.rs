@@ -12,22 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const WINDOW_UPDATE: u8 = 0x8;
-const CONTINUATION: u8 = 0x9;
-
-const END_STREAM: u8 = 0x1;
-const ACK: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-
-const FLOW_CONTROL_ERROR: u32 = 0x3;
+use crate::h2util::wire::*;
 
 /// The most the worker's peak RSS may grow during one attack.
 const RSS_BOUND_KIB: i64 = 16 * 1024;

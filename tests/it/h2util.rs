@@ -413,3 +413,27 @@ pub fn ws_connect(
     let resp = c.head(&mut rf).expect("head");
     (c, resp, send)
 }
+
+/// RFC 9113 wire constants for the tests that write frames by hand (floods, the drain load).
+#[allow(dead_code)]
+pub mod wire {
+    pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    // Frame types.
+    pub const DATA: u8 = 0x0;
+    pub const HEADERS: u8 = 0x1;
+    pub const RST_STREAM: u8 = 0x3;
+    pub const SETTINGS: u8 = 0x4;
+    pub const PING: u8 = 0x6;
+    pub const GOAWAY: u8 = 0x7;
+    pub const WINDOW_UPDATE: u8 = 0x8;
+    pub const CONTINUATION: u8 = 0x9;
+    // Flags.
+    pub const END_STREAM: u8 = 0x1;
+    pub const ACK: u8 = 0x1;
+    pub const END_HEADERS: u8 = 0x4;
+    pub const PADDED: u8 = 0x8;
+    pub const PRIORITY: u8 = 0x20;
+    // Error codes.
+    pub const FLOW_CONTROL_ERROR: u32 = 0x3;
+    pub const REFUSED_STREAM: u32 = 0x7;
+}
