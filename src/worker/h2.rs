@@ -30,11 +30,11 @@ use super::upstream::CallState;
 use super::{flush, read_into, Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
 use crate::app::{Body, Producer, Services, WebSocket};
 use crate::error::Error;
-use crate::http::conn::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http::headers::valid_request_id;
 use crate::http::reply::{FileRange, Upstream};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
+use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http2::{Event, H2Conn, H2Settings, Head, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId};
 
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
@@ -508,10 +508,10 @@ impl H2Session {
                 }
             }
             let hosts: Vec<&[u8]> = headers.iter().filter(|h| h.name == "host").map(|h| h.value).collect();
-            if hosts.len() != 1 || !crate::http::parse::valid_host(hosts[0]) {
+            if hosts.len() != 1 || !crate::http::target::valid_host(hosts[0]) {
                 Err(Error::bad_request("missing or repeated Host"))
             } else {
-                let (path, query) = crate::http::parse::split_target(&ex.target);
+                let (path, query) = crate::http::target::split_target(&ex.target);
                 let req = Request {
                     method: if ex.connect_ws { Method::Get } else { ex.method },
                     path,
