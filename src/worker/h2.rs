@@ -23,11 +23,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::conn::{flush, read_into, ConnState};
 use super::panics::guard;
 use super::pool::{Completion, ExchangeId, Pool, Work, REPLAY_PANICKED};
 use super::streams::{Todo, Ws, MAX_BACKLOG, WS_PING_EVERY};
 use super::upstream::CallState;
-use super::{flush, read_into, Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
+use super::{Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
 use crate::app::{Body, Producer, Services, WebSocket};
 use crate::error::Error;
 use crate::http::headers::valid_request_id;
@@ -1012,7 +1013,7 @@ impl Worker {
         if self.env.draining {
             sess.shut_down(Instant::now() + cut_after(self.config.shutdown_timeout));
         }
-        c.h2 = Some(Box::new(sess));
+        c.state = ConnState::Http2(Box::new(sess));
         self.drive_h2(idx);
     }
 
@@ -1026,7 +1027,7 @@ impl Worker {
         let mut end = false;
         let mut again = false;
         for _ in 0..MAX_ROUNDS {
-            let Some(sess) = c.h2.as_mut() else { return };
+            let ConnState::Http2(sess) = &mut c.state else { return };
             let mut full = false;
             let backlog = c.out.len() - c.out_pos;
             if !c.eof && sess.conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
@@ -1081,8 +1082,8 @@ impl Worker {
             }
         }
         let generation = c.generation;
-        let (starts, cancelled, relays, todo, left) = match c.h2.as_mut() {
-            Some(sess) => {
+        let (starts, cancelled, relays, todo, left) = match &mut c.state {
+            ConnState::Http2(sess) => {
                 let relays: Vec<u32> = sess
                     .exchanges
                     .iter()
@@ -1097,7 +1098,7 @@ impl Worker {
                     std::mem::take(&mut sess.left),
                 )
             }
-            None => Default::default(),
+            _ => Default::default(),
         };
         for (stream, t) in todo {
             self.ws_todo(ExchangeId { conn: idx, stream, generation }, t);
@@ -1145,7 +1146,7 @@ impl Worker {
         if c.generation != id.generation {
             return;
         }
-        let Some(sess) = c.h2.as_mut() else { return };
+        let ConnState::Http2(sess) = &mut c.state else { return };
         let stream = StreamId(id.stream);
         match result {
             Completion::Response(result) => {
@@ -1169,7 +1170,7 @@ impl Worker {
         if c.generation != id.generation {
             return;
         }
-        let Some(sess) = c.h2.as_mut() else { return };
+        let ConnState::Http2(sess) = &mut c.state else { return };
         sess.event(StreamId(id.stream), event_id, event);
         self.drained.push((id.conn, id.generation));
     }
@@ -1180,7 +1181,7 @@ impl Worker {
         if c.generation != id.generation {
             return;
         }
-        let Some(sess) = c.h2.as_mut() else { return };
+        let ConnState::Http2(sess) = &mut c.state else { return };
         if let Some(i) = sess.find(StreamId(id.stream)) {
             let ex = &mut sess.exchanges[i];
             ex.produce = None;
@@ -1248,7 +1249,10 @@ impl Worker {
         if c.generation != id.generation {
             return None;
         }
-        c.h2.as_deref_mut()
+        match &mut c.state {
+            ConnState::Http2(sess) => Some(sess),
+            _ => None,
+        }
     }
 
     /// Answer an HTTP/2 exchange that waited on upstreams (`stream`: its
@@ -1259,7 +1263,7 @@ impl Worker {
         if c.generation != id.generation {
             return false;
         }
-        let Some(sess) = c.h2.as_mut() else { return false };
+        let ConnState::Http2(sess) = &mut c.state else { return false };
         let Some(i) = sess.find(StreamId(id.stream)) else { return false };
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         let mut cx = cx!(self, &mut glue, id.conn, id.generation);
@@ -1329,7 +1333,7 @@ impl Worker {
     /// late, GOAWAY when idle, the cut after a GOAWAY's deadline.
     pub(super) fn h2_timer(&mut self, idx: usize, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let Some(sess) = c.h2.as_mut() else { return };
+        let ConnState::Http2(sess) = &mut c.state else { return };
         if sess.cut_at.is_some_and(|t| t <= now) {
             sess.cut_at = None;
             sess.conn.abort(Reason::NO_ERROR);

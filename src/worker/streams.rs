@@ -16,9 +16,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::conn::{flush, read_into, Conn, ConnState, H1};
 use super::panics::guard;
 use super::pool::{ExchangeId, REPLAY_PANICKED};
-use super::{flush, read_into, Worker, READ_AHEAD};
+use super::{Worker, READ_AHEAD};
 use crate::app::handlers::ws::{self, Action};
 use crate::app::{Producer, WebSocket};
 use crate::bus::{self, Topic};
@@ -182,17 +183,16 @@ impl Ws {
 
 /// The WebSocket state and output buffer of exchange `id` (an HTTP/1.1
 /// connection's, or an HTTP/2 stream's), and its unsent output's length.
-fn ws_of(conns: &mut [Option<super::Conn>], id: ExchangeId) -> Option<(&mut Ws, &mut Vec<u8>, usize)> {
+fn ws_of(conns: &mut [Option<Conn>], id: ExchangeId) -> Option<(&mut Ws, &mut Vec<u8>, usize)> {
     let c = conns.get_mut(id.conn)?.as_mut()?;
     if c.generation != id.generation {
         return None;
     }
-    if id.stream == 0 {
-        let Some(Stream::Ws(w)) = &mut c.stream else { return None };
-        let backlog = c.out.len() - c.out_pos;
-        Some((w, &mut c.out, backlog))
-    } else {
-        c.h2.as_mut()?.ws_of(id.stream)
+    let backlog = c.backlog();
+    match &mut c.state {
+        ConnState::Http1(H1 { stream: Some(Stream::Ws(w)), .. }) if id.stream == 0 => Some((w, &mut c.out, backlog)),
+        ConnState::Http2(sess) if id.stream != 0 => sess.ws_of(id.stream),
+        _ => None,
     }
 }
 
@@ -263,8 +263,8 @@ impl Rooms {
 /// the connection's largest burst so far, so 2 500 of them crept up ~0.7 MB
 /// over a 30-minute soak (nginx likewise frees an idle connection's buffers).
 /// Downloads keep theirs: the output is a recycled slice buffer.
-fn shed_buffers(c: &mut super::Conn) {
-    if matches!(c.stream, Some(Stream::Sse(_) | Stream::Ws(_))) {
+fn shed_buffers(c: &mut Conn) {
+    if matches!(c.state, ConnState::Http1(H1 { stream: Some(Stream::Sse(_) | Stream::Ws(_)), .. })) {
         // `flush` clears the output once all of it is written.
         if c.out.is_empty() && c.out.capacity() > 0 {
             c.out = Vec::new();
@@ -279,6 +279,7 @@ impl Worker {
     /// Connection `idx` got a streamed reply; its head is in the output already.
     pub(super) fn start_producer(&mut self, idx: usize, p: Producer, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
         match p {
             Producer::Events { last_event_id } => {
                 let app = &self.app;
@@ -287,13 +288,13 @@ impl Worker {
                 });
                 let Ok((preamble, every, replay)) = start else {
                     // The head went out: end the body at once.
-                    c.stream =
+                    h.stream =
                         Some(Stream::Sse(Sse { replaying: false, last_id: 0, held: Vec::new(), next_beat: now }));
                     self.abort_stream(idx);
                     return;
                 };
-                c.http.data(&mut c.out, &preamble);
-                c.stream = Some(Stream::Sse(Sse {
+                h.codec.data(&mut c.out, &preamble);
+                h.stream = Some(Stream::Sse(Sse {
                     replaying: last_event_id.is_some(),
                     last_id: last_event_id.unwrap_or(0),
                     held: Vec::new(),
@@ -308,7 +309,7 @@ impl Worker {
                 }
             }
             Producer::Ticker(ticker) => {
-                c.stream = Some(Stream::Ticker(Ticking { ticker, next: now }));
+                h.stream = Some(Stream::Ticker(Ticking { ticker, next: now }));
                 self.stream_timer(idx, now);
                 return;
             }
@@ -319,12 +320,13 @@ impl Worker {
     /// Connection `idx` got a file reply; its head is in the output already.
     pub(super) fn start_download(&mut self, idx: usize, f: FileRange) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
         let FileRange { file, offset, len } = f;
         let end = offset.saturating_add(len);
         // Plain HTTP/1.1 with a sized body: the bytes go to the socket as they are, so the
         // kernel can move them from the page cache (TLS encrypts in user space; chunked or
         // HEAD framing is not pass-through).
-        let direct = c.tls.is_none() && len > 0 && c.http.passthrough(len) == len;
+        let direct = c.tls.is_none() && len > 0 && h.codec.passthrough(len) == len;
         let d = Download {
             file,
             sent: offset,
@@ -336,13 +338,14 @@ impl Worker {
             direct,
             advised: offset,
         };
-        c.stream = Some(Stream::Download(d));
+        h.stream = Some(Stream::Download(d));
         self.drive_stream(idx);
     }
 
     /// Connection `idx` switched to WebSocket; the codec's `101` is in the output already.
     pub(super) fn start_websocket(&mut self, idx: usize, w: WebSocket, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
         let WebSocket { user_id, name, .. } = w;
         let mut conn = WsConn::new(self.config.websocket.max_message_bytes);
         let hello = user_id.map(|uid| guard("WebSocket greeting", || ws::connected(uid)));
@@ -350,7 +353,7 @@ impl Worker {
         if let Some(Ok(hello)) = hello {
             conn.send_text(&hello, &mut c.out);
         }
-        c.stream = Some(Stream::Ws(Box::new(Ws::new(conn, user_id, name, now))));
+        h.stream = Some(Stream::Ws(Box::new(Ws::new(conn, user_id, name, now))));
         let ws = self.svc.stats.ws.fetch_add(1, Relaxed) + 1;
         self.metrics.set_websocket_clients(ws);
         if panicked {
@@ -364,17 +367,18 @@ impl Worker {
     pub(super) fn drive_stream(&mut self, idx: usize) {
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
         let mut close = false;
         let mut panicked = false;
         let mut todo = Vec::new();
         // Edge-triggered: keep reading until the socket is empty, in slices of
         // READ_AHEAD, unless our own output backs up (then whatever drains it resumes).
-        let download = matches!(c.stream, Some(Stream::Download(_)));
+        let download = matches!(h.stream, Some(Stream::Download(_)));
         // A response that ends returns to HTTP/1.1: input meanwhile is a pipelined request.
-        let ends = download || matches!(c.stream, Some(Stream::Relay | Stream::Ticker(_)));
+        let ends = download || matches!(h.stream, Some(Stream::Relay | Stream::Ticker(_)));
         // A WebSocket's messages make replies: above the watermark it reads nothing more
         // until the peer has taken some.
-        let ws = matches!(c.stream, Some(Stream::Ws(_)));
+        let ws = matches!(h.stream, Some(Stream::Ws(_)));
         c.paused = false;
         loop {
             let mut more = false;
@@ -392,7 +396,7 @@ impl Worker {
                     Err(_) => close = true,
                 }
             }
-            match &mut c.stream {
+            match &mut h.stream {
                 // A stream's client has nothing to say; an aborted one is only being flushed.
                 Some(Stream::Sse(_) | Stream::Aborted) => c.inbuf.clear(),
                 Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_)) => {}
@@ -404,11 +408,11 @@ impl Worker {
                         }
                         Err(()) => panicked = true,
                     }
-                    c.closing |= closed;
+                    h.closing |= closed;
                 }
                 None => {}
             }
-            if close || panicked || c.eof || c.closing {
+            if close || panicked || c.eof || h.closing {
                 break;
             }
             if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
@@ -441,18 +445,19 @@ impl Worker {
         }
         let pending = c.pending_out();
         c.send_deadline = if pending { c.send_deadline.or(Some(now + super::SEND_TIMEOUT)) } else { None };
+        let ConnState::Http1(h) = &mut c.state else { return };
         // A WebSocket peer that half-closed sends nothing more: the replies already
         // queued go out (bounded by the send timeout), then the connection closes.
         if c.eof && ws {
-            c.closing = true;
+            h.closing = true;
         }
         // A download ends on a write error or the send timeout, not on the peer's
         // half-close: the request was complete when it started.
-        if close || (c.eof && !download && !ws) || (c.closing && !pending) {
+        if close || (c.eof && !download && !ws) || (h.closing && !pending) {
             self.close(idx);
             return;
         }
-        let relay = matches!(c.stream, Some(Stream::Relay));
+        let relay = matches!(h.stream, Some(Stream::Relay));
         let generation = c.generation;
         shed_buffers(c);
         self.arm(idx);
@@ -550,7 +555,7 @@ impl Worker {
         }
         let pending = c.pending_out();
         c.send_deadline = if pending { c.send_deadline.or(Some(Instant::now() + super::SEND_TIMEOUT)) } else { None };
-        if c.closing && !pending {
+        if matches!(&c.state, ConnState::Http1(h) if h.closing) && !pending {
             self.close(idx);
             return;
         }
@@ -567,12 +572,13 @@ impl Worker {
     /// A detached connection's timer fired.
     pub(super) fn stream_timer(&mut self, idx: usize, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
         let app = &self.app;
-        match &mut c.stream {
+        match &mut h.stream {
             Some(Stream::Sse(s)) if s.next_beat <= now => {
                 match guard("SSE heartbeat", || (app.sse_heartbeat(), app.sse_heartbeat_every())) {
                     Ok((beat, every)) => {
-                        c.http.data(&mut c.out, &beat);
+                        h.codec.data(&mut c.out, &beat);
                         s.next_beat = now + every;
                     }
                     Err(_) => {
@@ -605,7 +611,7 @@ impl Worker {
                         self.abort_stream(idx);
                         return;
                     };
-                    c.http.data(&mut c.out, &event);
+                    h.codec.data(&mut c.out, &event);
                     match next {
                         Some(delay) => t.next = now + delay,
                         None => {
@@ -624,7 +630,8 @@ impl Worker {
     /// at most `READS_AHEAD` buffers per download, counting the one being written.
     fn pump(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let Some(Stream::Download(d)) = &mut c.stream else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let Some(Stream::Download(d)) = &mut h.stream else { return };
         let writing = usize::from(c.out.len() > c.out_pos);
         while d.next_read < d.end && writing + d.ready.len() + d.in_flight < READS_AHEAD {
             let len = (d.end - d.next_read).min(SLICE) as usize;
@@ -643,7 +650,8 @@ impl Worker {
         }
         loop {
             let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-            let Some(Stream::Download(d)) = &mut c.stream else { return };
+            let ConnState::Http1(h) = &mut c.state else { return };
+            let Some(Stream::Download(d)) = &mut h.stream else { return };
             if c.out.len() > c.out_pos {
                 break;
             }
@@ -653,16 +661,16 @@ impl Worker {
             // All of the output is written: the slice becomes the output (no copy).
             c.out.clear();
             c.out_pos = 0;
-            let mut spare = c.http.data_owned(&mut c.out, bytes);
+            let mut spare = h.codec.data_owned(&mut c.out, bytes);
             if spare.capacity() >= SLICE as usize && spare.capacity() <= 2 * SLICE as usize {
                 spare.clear();
                 d.spare = Some(spare);
             }
             if d.sent >= d.end {
-                c.stream = None;
+                h.stream = None;
                 // Back to HTTP/1.1: flush, then serve what was pipelined meanwhile.
-                if !c.http.end_body(&mut c.out, &self.env, Instant::now()) {
-                    c.closing = true;
+                if !h.codec.end_body(&mut c.out, &self.env, Instant::now()) {
+                    h.closing = true;
                 }
                 self.drive(idx);
                 return;
@@ -687,7 +695,8 @@ impl Worker {
     fn send_direct(&mut self, idx: usize) -> bool {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return true };
         let pending = c.pending_out();
-        let Some(Stream::Download(d)) = &mut c.stream else { return true };
+        let ConnState::Http1(h) = &mut c.state else { return true };
+        let Some(Stream::Download(d)) = &mut h.stream else { return true };
         if !d.direct {
             return false;
         }
@@ -703,7 +712,7 @@ impl Worker {
                 d.advised += len;
                 self.pool.chore(Box::new(move || advise(&file, from, len)));
             }
-            let want = c.http.passthrough(turn_end - d.sent);
+            let want = h.codec.passthrough(turn_end - d.sent);
             let Ok(mut off) = i64::try_from(d.sent) else { break };
             match nix::sys::sendfile::sendfile64(&c.sock, &*d.file, Some(&mut off), want as usize) {
                 Ok(0) => {
@@ -714,7 +723,7 @@ impl Worker {
                 }
                 Ok(n) => {
                     d.sent += n as u64;
-                    c.http.passed(n as u64);
+                    h.codec.passed(n as u64);
                 }
                 Err(nix::errno::Errno::EAGAIN) => {
                     c.send_deadline = c.send_deadline.or(Some(Instant::now() + super::SEND_TIMEOUT));
@@ -734,10 +743,10 @@ impl Worker {
             self.drained.push((idx, c.generation));
             return true;
         }
-        c.stream = None;
+        h.stream = None;
         // Back to HTTP/1.1: flush, then serve what was pipelined meanwhile.
-        if !c.http.end_body(&mut c.out, &self.env, Instant::now()) {
-            c.closing = true;
+        if !h.codec.end_body(&mut c.out, &self.env, Instant::now()) {
+            h.closing = true;
         }
         self.drive(idx);
         true
@@ -746,7 +755,8 @@ impl Worker {
     /// A slice of a download arrived from the pool (slices may complete out of order).
     pub(super) fn chunk_arrived(&mut self, idx: usize, offset: u64, bytes: Vec<u8>) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let Some(Stream::Download(d)) = &mut c.stream else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let Some(Stream::Download(d)) = &mut h.stream else { return };
         d.in_flight = d.in_flight.saturating_sub(1);
         if bytes.is_empty() {
             // The file shrank or failed: the promised length cannot be sent.
@@ -761,17 +771,18 @@ impl Worker {
     /// A `Last-Event-ID` replay finished: send it, then what arrived meanwhile.
     pub(super) fn replayed(&mut self, idx: usize, bytes: Vec<u8>, last: i64) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let Some(Stream::Sse(s)) = &mut c.stream else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let Some(Stream::Sse(s)) = &mut h.stream else { return };
         if last == REPLAY_PANICKED {
             self.abort_stream(idx);
             return;
         }
-        c.http.data(&mut c.out, &bytes);
+        h.codec.data(&mut c.out, &bytes);
         s.last_id = s.last_id.max(last);
         s.replaying = false;
         for (id, event) in s.held.drain(..) {
             if id > s.last_id {
-                c.http.data(&mut c.out, &event);
+                h.codec.data(&mut c.out, &event);
                 s.last_id = id;
             }
         }
@@ -854,7 +865,8 @@ impl Worker {
                     }
                     let idx = sub.conn;
                     let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
-                    let Some(Stream::Sse(s)) = &mut c.stream else { continue };
+                    let ConnState::Http1(h) = &mut c.state else { continue };
+                    let Some(Stream::Sse(s)) = &mut h.stream else { continue };
                     if s.replaying {
                         s.held.push((id, event.clone()));
                         continue;
@@ -868,7 +880,7 @@ impl Worker {
                         continue;
                     }
                     s.last_id = id;
-                    c.http.data(&mut c.out, &event);
+                    h.codec.data(&mut c.out, &event);
                     self.flush_conn(idx);
                 }
             }
@@ -883,16 +895,17 @@ impl Worker {
     /// its registries and upstream calls are dropped now.
     pub(super) fn abort_stream(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let mut old = c.stream.replace(Stream::Aborted);
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let mut old = h.stream.replace(Stream::Aborted);
         match &mut old {
             Some(Stream::Sse(_)) => {
-                c.http.end_body(&mut c.out, &self.env, Instant::now());
+                h.codec.end_body(&mut c.out, &self.env, Instant::now());
             }
             Some(Stream::Ws(w)) => w.conn.close(1011, "internal error", &mut c.out),
             _ => {}
         }
-        c.closing = true;
-        let call = c.call.take();
+        h.closing = true;
+        let call = h.call.take();
         let generation = c.generation;
         if let Some(s) = old {
             self.forget_stream(idx, generation, s);
@@ -908,23 +921,27 @@ impl Worker {
     pub(super) fn end_streams(&mut self) {
         for idx in 0..self.conns.len() {
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
-            if let Some(sess) = c.h2.as_mut() {
-                let ended = sess.end_event_streams();
-                for stream in ended {
-                    self.sse.remove(&ExchangeId { conn: idx, stream, generation: c.generation });
+            let h = match &mut c.state {
+                ConnState::Http2(sess) => {
+                    let ended = sess.end_event_streams();
+                    for stream in ended {
+                        self.sse.remove(&ExchangeId { conn: idx, stream, generation: c.generation });
+                    }
+                    self.sse_count_changed();
+                    continue;
                 }
-                self.sse_count_changed();
-                continue;
-            }
-            match &mut c.stream {
+                ConnState::Http1(h) => h,
+                ConnState::Lingering(_) => continue,
+            };
+            match &mut h.stream {
                 Some(Stream::Sse(_)) => {
-                    c.http.end_body(&mut c.out, &self.env, Instant::now());
+                    h.codec.end_body(&mut c.out, &self.env, Instant::now());
                 }
                 Some(Stream::Ws(w)) => w.conn.close(1001, "server shutting down", &mut c.out),
                 // A download in flight finishes (the drain deadline bounds it).
                 Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted) | None => continue,
             }
-            c.closing = true;
+            h.closing = true;
             self.flush_conn(idx);
         }
     }
