@@ -99,7 +99,7 @@ impl Response {
 pub enum Delimit {
     /// `Content-Length` and the whole body now.
     Length,
-    /// `Transfer-Encoding: chunked`; the body follows later as chunks ([`BodyWriter::Chunked`]).
+    /// `Transfer-Encoding: chunked`; the body follows later as chunks (`http1::writer::BodyWriter::Chunked`).
     Chunked,
     /// `101 Switching Protocols`: no body framing; another protocol follows.
     Upgrade,

@@ -33,11 +33,14 @@ use std::time::Instant;
 
 use mio::net::TcpStream;
 
-use super::h2::H2Session;
+use super::h2::{self, H2Session};
+use super::pool::{ExchangeId, Work};
 use super::streams::Stream;
 use super::upstream::CallState;
+use super::{Glue, Worker, LINGER, READ_AHEAD, SEND_TIMEOUT};
+use crate::app::Body;
 use crate::http::service::HIGH_WATERMARK;
-use crate::http1::codec::Http1;
+use crate::http1::codec::{Http1, Phase, Progress};
 use crate::net::{read_plain, write_some};
 
 /// A client connection: transport plus protocol state.
@@ -67,6 +70,13 @@ pub(super) struct Conn {
 /// with [`H1::sniff`] set; its first bytes (or the TLS handshake's ALPN) may
 /// turn it into [`ConnState::Http2`]. Either ends in [`ConnState::Lingering`]
 /// when its last response is sent, or is closed outright.
+///
+/// [`H1`] stays inline although it is much larger than the other variants:
+/// nearly every connection is HTTP/1.1, and the state lives in the slab
+/// entry it would otherwise take just as much room in (as it did before
+/// this enum). Boxing it would cost an allocation per connection and a
+/// pointer chase on every HTTP/1.1 request.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum ConnState {
     /// HTTP/1.1 (also while the protocol is not decided yet).
     Http1(H1),
@@ -243,4 +253,184 @@ fn flush_plain(sock: &mut TcpStream, out: &mut Vec<u8>, pos: &mut usize) -> io::
         out.shrink_to(HIGH_WATERMARK);
     }
     Ok(())
+}
+
+impl Worker {
+    /// [`Worker::drive`] for an HTTP/1.1 connection between streams: read, run the codec
+    /// (which may find the HTTP/2 preface first), write; then start what the reply's body
+    /// needs from the loop (a pool job, upstreams, a stream, a download, a WebSocket).
+    pub(super) fn drive_h1(&mut self, idx: usize) {
+        let now = Instant::now();
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+        let mut close = false;
+        // The response ended the connection and is all sent: close it gracefully.
+        let mut end = false;
+        loop {
+            let phase = h.codec.phase();
+            let hold = phase == Phase::Waiting || c.out.len() - c.out_pos > HIGH_WATERMARK;
+            if !c.eof && phase != Phase::Closing && !(hold && c.inbuf.len() >= READ_AHEAD) {
+                match read_into(
+                    &mut c.sock,
+                    &mut c.tls,
+                    &mut c.inbuf,
+                    &mut self.scratch,
+                    if hold { READ_AHEAD } else { usize::MAX },
+                ) {
+                    Ok(eof) => c.eof = eof,
+                    Err(_) => {
+                        close = true;
+                        break;
+                    }
+                }
+            }
+            if h.sniff {
+                let alpn = c.tls.as_ref().map(|t| if t.is_handshaking() { None } else { Some(t.alpn_protocol()) });
+                match h2::sniff(&c.inbuf, alpn.map(|a| a.map(|p| p.unwrap_or(b"")))) {
+                    h2::Sniff::H1 => h.sniff = false,
+                    h2::Sniff::H2 => {
+                        self.start_h2(idx);
+                        return;
+                    }
+                    h2::Sniff::Wait if c.eof => {
+                        close = true;
+                        break;
+                    }
+                    h2::Sniff::Wait if c.tls.is_none() && !c.inbuf.is_empty() => {
+                        // A prefix of the preface: wait for the rest (the header timer runs).
+                        if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
+                            close = true;
+                        }
+                        break;
+                    }
+                    h2::Sniff::Wait => {}
+                }
+            }
+            let progress = h.codec.advance(&mut c.inbuf, &mut c.out, &mut glue, &mut self.env, now);
+            match flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos) {
+                Ok(()) => {}
+                Err(_) => {
+                    close = true;
+                    break;
+                }
+            }
+            if h.sniff && c.tls.as_ref().is_some_and(|t| !t.is_handshaking()) {
+                // The handshake finished in this flush: decide by ALPN now.
+                continue;
+            }
+            let pending_out = pending(&c.out, c.out_pos, &c.tls);
+            c.send_deadline = if pending_out { c.send_deadline.or(Some(now + SEND_TIMEOUT)) } else { None };
+            match progress {
+                Progress::Close => {
+                    end = !pending_out;
+                    break;
+                }
+                Progress::Paused if !pending_out => continue,
+                Progress::Detached => break,
+                Progress::NeedInput if c.eof => {
+                    // The peer finished sending: nothing more can complete.
+                    close = !pending_out;
+                    break;
+                }
+                _ => break,
+            }
+        }
+        // What the reply's body needs from the loop, if anything. The codec
+        // decided already: `HEAD` got the head only, and no body comes here.
+        let generation = c.generation;
+        let body = match h.codec.take_body() {
+            // A request that reached its handler runs to its end, whatever
+            // becomes of the connection meanwhile (its answer is then dropped).
+            Some(Body::Job(job)) => {
+                self.pool.submit(ExchangeId::h1(idx, c.generation), Work::Request(job));
+                None
+            }
+            other => other,
+        };
+        // The client left while its request waits on upstreams: cancel them.
+        if c.eof && h.call.is_some() {
+            close = true;
+        }
+        if close {
+            self.close(idx);
+            return;
+        }
+        if end {
+            self.end(idx);
+            return;
+        }
+        match body {
+            None | Some(Body::Full | Body::Job(_)) => {}
+            Some(Body::Upstream(up)) => {
+                self.start_call(ExchangeId::h1(idx, generation), up);
+                self.arm(idx);
+                return;
+            }
+            Some(Body::Producer(p)) => {
+                self.start_producer(idx, p, now);
+                return;
+            }
+            Some(Body::File(f)) => {
+                self.start_download(idx, f);
+                return;
+            }
+            Some(Body::WebSocket(ws)) => {
+                self.start_websocket(idx, ws, now);
+                return;
+            }
+        }
+        self.arm(idx);
+    }
+
+    /// Close a connection whose last response is sent, the way RFC 9112 §9.6
+    /// asks: shut our sending side (the peer reads our FIN after the whole
+    /// response), then read and discard what it still sends until its FIN or
+    /// [`LINGER`]. Closing at once with unread input would reset the
+    /// connection, and a reset can destroy the response before the client
+    /// reads it (a 413 sent while the body is still arriving, a
+    /// `Connection: close` answer to a pipelining client).
+    pub(super) fn end(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        if let Some(tls) = c.tls.as_mut().filter(|t| !c.eof && !t.is_handshaking()) {
+            // TLS ends with close_notify before the FIN (best effort: it is one small record).
+            tls.send_close_notify();
+            while tls.wants_write() {
+                if !matches!(tls.write_tls(&mut c.sock), Ok(n) if n > 0) {
+                    break;
+                }
+            }
+        }
+        if c.eof || c.sock.shutdown(std::net::Shutdown::Write).is_err() {
+            self.close(idx);
+            return;
+        }
+        let state = std::mem::replace(&mut c.state, ConnState::Lingering(Instant::now() + LINGER));
+        c.tls = None;
+        c.inbuf = Vec::new();
+        c.out = Vec::new();
+        c.out_pos = 0;
+        c.send_deadline = None;
+        let generation = c.generation;
+        self.release(idx, generation, state);
+        self.linger(idx);
+    }
+
+    /// Discard a lingering connection's input; close at its FIN or an error.
+    pub(super) fn linger(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        loop {
+            match c.sock.read(&mut self.scratch) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.arm(idx);
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        self.close(idx);
+    }
 }

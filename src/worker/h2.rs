@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::conn::{flush, read_into, ConnState};
+use super::fanout::{Todo, Ws, MAX_BACKLOG, WS_PING_EVERY};
 use super::panics::guard;
 use super::pool::{Completion, ExchangeId, Pool, Work, REPLAY_PANICKED};
-use super::streams::{Todo, Ws, MAX_BACKLOG, WS_PING_EVERY};
 use super::upstream::CallState;
 use super::{Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
 use crate::app::{Body, Producer, Services, WebSocket};

@@ -1,13 +1,28 @@
 //! A worker process: one thread, one `mio::Poll`, plus a small thread pool.
 //!
-//! The loop owns the slot's listening socket, every client connection (a
-//! slab indexed by token), the pool's waker and the signal pipe. It moves
-//! bytes between sockets and each connection's [`Http1`] state machine, keeps
-//! the timers, stamps the heartbeat in shared memory every turn and drains
+//! This file is the loop: it owns the slot's listening sockets, the slab of
+//! client connections, the pool's waker, the bus socket and the signal pipe;
+//! it polls, accepts, dispatches each event by its typed token
+//! (`token::Tok`), fires the timers, stamps the heartbeat in shared memory
+//! every turn, routes pool completions to their exchange, and drains
 //! gracefully on SIGTERM. It never looks at a route: requests go to
 //! [`App::handle`] through the [`Glue`] service.
+//!
+//! The rest, by seam:
+//! * `conn.rs`: a connection (`Conn`: transport + one `ConnState`), its
+//!   socket I/O through TLS or not, and the driving of HTTP/1.1.
+//! * `h2.rs`: the HTTP/2 session glue and its exchanges.
+//! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event
+//!   streams, tickers, WebSockets, relays); `download.rs`: file bodies.
+//! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
+//! * `upstream.rs`: which exchange waits on which upstream connection.
+//! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
+//!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens.
 
 mod conn;
+mod download;
+mod fanout;
+mod glue;
 mod h2;
 mod panics;
 mod pool;
@@ -16,7 +31,7 @@ mod timers;
 mod token;
 mod upstream;
 
-use std::io::{self, Read};
+use std::io;
 use std::net::TcpListener as StdListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -24,21 +39,21 @@ use std::time::{Duration, Instant, SystemTime};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Waker};
 
-use crate::app::{App, Body, Reply, Services};
+use crate::app::{App, Services};
 use crate::auth::{jwt::Jwt, password::Passwords};
 use crate::bus::Endpoint;
 use crate::config::Config;
 use crate::http::headers::Common;
-use crate::http::request::Request;
-use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
-use crate::http1::codec::{Http1, Phase, Progress};
+use crate::http::service::{Env, HIGH_WATERMARK};
+use crate::http1::codec::Http1;
 use crate::shm::metrics::ProcMetrics;
 use crate::shm::{ProcRecord, Region, WorkerState};
 use crate::store::Store;
 use crate::sys::signals::SignalSet;
 
-use conn::{flush, read_into, Conn, ConnState, H1};
-use pool::{Completion, ExchangeId, Pool, Work};
+use conn::{Conn, ConnState, H1};
+use glue::Glue;
+use pool::{Completion, ExchangeId, Pool};
 use timers::Timers;
 use token::Tok;
 
@@ -168,7 +183,7 @@ struct Worker {
     published: crossbeam_channel::Receiver<crate::app::Publish>,
     /// Event-stream subscribers, by exchange (HTTP/1.1 connections and HTTP/2 streams).
     sse: std::collections::HashSet<ExchangeId>,
-    rooms: streams::Rooms,
+    rooms: fanout::Rooms,
     up: crate::upstream::conn::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,
     /// generation): driven again after the turn's events.
@@ -546,57 +561,6 @@ impl Worker {
         }
     }
 
-    /// Close a connection whose last response is sent, the way RFC 9112 §9.6
-    /// asks: shut our sending side (the peer reads our FIN after the whole
-    /// response), then read and discard what it still sends until its FIN or
-    /// [`LINGER`]. Closing at once with unread input would reset the
-    /// connection, and a reset can destroy the response before the client
-    /// reads it (a 413 sent while the body is still arriving, a
-    /// `Connection: close` answer to a pipelining client).
-    fn end(&mut self, idx: usize) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        if let Some(tls) = c.tls.as_mut().filter(|t| !c.eof && !t.is_handshaking()) {
-            // TLS ends with close_notify before the FIN (best effort: it is one small record).
-            tls.send_close_notify();
-            while tls.wants_write() {
-                if !matches!(tls.write_tls(&mut c.sock), Ok(n) if n > 0) {
-                    break;
-                }
-            }
-        }
-        if c.eof || c.sock.shutdown(std::net::Shutdown::Write).is_err() {
-            self.close(idx);
-            return;
-        }
-        let state = std::mem::replace(&mut c.state, ConnState::Lingering(Instant::now() + LINGER));
-        c.tls = None;
-        c.inbuf = Vec::new();
-        c.out = Vec::new();
-        c.out_pos = 0;
-        c.send_deadline = None;
-        let generation = c.generation;
-        self.release(idx, generation, state);
-        self.linger(idx);
-    }
-
-    /// Discard a lingering connection's input; close at its FIN or an error.
-    fn linger(&mut self, idx: usize) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        loop {
-            match c.sock.read(&mut self.scratch) {
-                Ok(0) => break,
-                Ok(_) => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.arm(idx);
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
-        self.close(idx);
-    }
-
     fn completions(&mut self) {
         // Messages jobs published (a stored notification) go out first.
         while let Ok((topic, payload)) = self.published.try_recv() {
@@ -636,141 +600,13 @@ impl Worker {
 
     /// Read, process and write until nothing more can happen without an event.
     fn drive(&mut self, idx: usize) {
-        let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let h = match &mut c.state {
-            ConnState::Lingering(_) => {
-                self.linger(idx);
-                return;
-            }
-            ConnState::Http2(_) => {
-                self.drive_h2(idx);
-                return;
-            }
-            ConnState::Http1(h) if h.stream.is_some() => {
-                self.drive_stream(idx);
-                return;
-            }
-            ConnState::Http1(h) => h,
-        };
-        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        let mut close = false;
-        // The response ended the connection and is all sent: close it gracefully.
-        let mut end = false;
-        loop {
-            let phase = h.codec.phase();
-            let hold = phase == Phase::Waiting || c.out.len() - c.out_pos > HIGH_WATERMARK;
-            if !c.eof && phase != Phase::Closing && !(hold && c.inbuf.len() >= READ_AHEAD) {
-                match read_into(
-                    &mut c.sock,
-                    &mut c.tls,
-                    &mut c.inbuf,
-                    &mut self.scratch,
-                    if hold { READ_AHEAD } else { usize::MAX },
-                ) {
-                    Ok(eof) => c.eof = eof,
-                    Err(_) => {
-                        close = true;
-                        break;
-                    }
-                }
-            }
-            if h.sniff {
-                let alpn = c.tls.as_ref().map(|t| if t.is_handshaking() { None } else { Some(t.alpn_protocol()) });
-                match h2::sniff(&c.inbuf, alpn.map(|a| a.map(|p| p.unwrap_or(b"")))) {
-                    h2::Sniff::H1 => h.sniff = false,
-                    h2::Sniff::H2 => {
-                        self.start_h2(idx);
-                        return;
-                    }
-                    h2::Sniff::Wait if c.eof => {
-                        close = true;
-                        break;
-                    }
-                    h2::Sniff::Wait if c.tls.is_none() && !c.inbuf.is_empty() => {
-                        // A prefix of the preface: wait for the rest (the header timer runs).
-                        if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
-                            close = true;
-                        }
-                        break;
-                    }
-                    h2::Sniff::Wait => {}
-                }
-            }
-            let progress = h.codec.advance(&mut c.inbuf, &mut c.out, &mut glue, &mut self.env, now);
-            match flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos) {
-                Ok(()) => {}
-                Err(_) => {
-                    close = true;
-                    break;
-                }
-            }
-            if h.sniff && c.tls.as_ref().is_some_and(|t| !t.is_handshaking()) {
-                // The handshake finished in this flush: decide by ALPN now.
-                continue;
-            }
-            let pending_out = conn::pending(&c.out, c.out_pos, &c.tls);
-            c.send_deadline = if pending_out { c.send_deadline.or(Some(now + SEND_TIMEOUT)) } else { None };
-            match progress {
-                Progress::Close => {
-                    end = !pending_out;
-                    break;
-                }
-                Progress::Paused if !pending_out => continue,
-                Progress::Detached => break,
-                Progress::NeedInput if c.eof => {
-                    // The peer finished sending: nothing more can complete.
-                    close = !pending_out;
-                    break;
-                }
-                _ => break,
-            }
+        match &c.state {
+            ConnState::Http1(H1 { stream: None, .. }) => self.drive_h1(idx),
+            ConnState::Http1(H1 { stream: Some(_), .. }) => self.drive_stream(idx),
+            ConnState::Http2(_) => self.drive_h2(idx),
+            ConnState::Lingering(_) => self.linger(idx),
         }
-        // What the reply's body needs from the loop, if anything. The codec
-        // decided already: `HEAD` got the head only, and no body comes here.
-        let generation = c.generation;
-        let body = match h.codec.take_body() {
-            // A request that reached its handler runs to its end, whatever
-            // becomes of the connection meanwhile (its answer is then dropped).
-            Some(Body::Job(job)) => {
-                self.pool.submit(ExchangeId::h1(idx, c.generation), Work::Request(job));
-                None
-            }
-            other => other,
-        };
-        // The client left while its request waits on upstreams: cancel them.
-        if c.eof && h.call.is_some() {
-            close = true;
-        }
-        if close {
-            self.close(idx);
-            return;
-        }
-        if end {
-            self.end(idx);
-            return;
-        }
-        match body {
-            None | Some(Body::Full | Body::Job(_)) => {}
-            Some(Body::Upstream(up)) => {
-                self.start_call(ExchangeId::h1(idx, generation), up);
-                self.arm(idx);
-                return;
-            }
-            Some(Body::Producer(p)) => {
-                self.start_producer(idx, p, now);
-                return;
-            }
-            Some(Body::File(f)) => {
-                self.start_download(idx, f);
-                return;
-            }
-            Some(Body::WebSocket(ws)) => {
-                self.start_websocket(idx, ws, now);
-                return;
-            }
-        }
-        self.arm(idx);
     }
 
     /// Read again on connections paused by their output once it drained elsewhere
@@ -840,46 +676,5 @@ impl Worker {
                 ConnState::Lingering(_) => self.arm(idx),
             }
         }
-    }
-}
-
-/// The bridge from a connection to the app: runs handlers (catching panics),
-/// counts finished requests in shared memory and writes the access log. The
-/// reply goes to the codec whole; what its body needs from the loop (a pool
-/// job, upstreams, a stream) the worker takes from the codec afterwards
-/// ([`Http1::take_body`]).
-struct Glue<'g> {
-    app: &'g App,
-    config: &'g Config,
-    record: &'static ProcRecord,
-    metrics: &'static ProcMetrics,
-    /// The `/metrics` route slot of the request [`Service::call`] answered last.
-    route: u16,
-}
-
-impl<'g> Glue<'g> {
-    fn new(app: &'g App, config: &'g Config, record: &'static ProcRecord, metrics: &'static ProcMetrics) -> Self {
-        Glue { app, config, record, metrics, route: crate::shm::metrics::ROUTE_OTHER }
-    }
-}
-
-impl Service for Glue<'_> {
-    fn call(&mut self, req: &Request<'_>) -> Reply {
-        let draining = self.record.state() == WorkerState::Draining;
-        let dev = self.config.is_development();
-        let (app, route) = (self.app, &mut self.route);
-        *route = crate::shm::metrics::ROUTE_OTHER;
-        panics::guard("request handler", || app.handle(req, draining, route))
-            .unwrap_or_else(|p| Reply::full(p.into_response(dev)))
-    }
-
-    fn label(&self) -> u16 {
-        self.route
-    }
-
-    fn finished(&mut self, done: &Finished<'_>) {
-        self.record.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.metrics.record(done.label, done.status, done.elapsed);
-        crate::logging::access(done);
     }
 }
