@@ -39,7 +39,7 @@ use super::streams::Stream;
 use super::upstream::CallState;
 use super::{Glue, Worker, LINGER, READ_AHEAD, SEND_TIMEOUT};
 use crate::app::Body;
-use crate::http::service::HIGH_WATERMARK;
+use crate::http::service::{Env, HIGH_WATERMARK};
 use crate::http1::codec::{Http1, Phase, Progress};
 use crate::net::{read_plain, write_some};
 
@@ -85,6 +85,20 @@ pub(super) enum ConnState {
     /// Our side is shut: input is read and discarded until the peer's FIN or
     /// this deadline (a lingering close, RFC 9112 §9.6). Nothing is sent.
     Lingering(Instant),
+}
+
+impl ConnState {
+    /// When the protocol state next needs the loop (the connection's timer): the
+    /// codec's header, body or keep-alive deadline; a stream's heartbeat, ping or
+    /// tick; the HTTP/2 session's; the end of a lingering close.
+    pub(super) fn deadline(&self, env: &Env) -> Option<Instant> {
+        match self {
+            ConnState::Http1(H1 { stream: Some(s), .. }) => s.deadline(),
+            ConnState::Http1(h) => h.codec.deadline().map(|d| d.0),
+            ConnState::Http2(sess) => sess.deadline(env),
+            ConnState::Lingering(until) => Some(*until),
+        }
+    }
 }
 
 /// An HTTP/1.1 connection: the codec, and what its one exchange in progress
@@ -432,5 +446,43 @@ impl Worker {
             }
         }
         self.close(idx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::http::headers::Common;
+
+    fn env() -> Env {
+        Env {
+            common: Common::new(false),
+            max_head: 1024,
+            max_body: 16,
+            header_timeout: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(3),
+            keepalive_timeout: Duration::from_secs(5),
+            development: false,
+            draining: false,
+        }
+    }
+
+    const PEER: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+    #[test]
+    fn each_state_answers_for_its_own_deadline() {
+        let (env, now) = (env(), Instant::now());
+        let fresh = ConnState::Http1(H1::new(Http1::new(PEER, false, &env, now)));
+        assert_eq!(fresh.deadline(&env), Some(now + env.header_timeout), "a new connection owes a head");
+        let mut relaying = H1::new(Http1::new(PEER, false, &env, now));
+        relaying.stream = Some(Stream::Relay);
+        assert_eq!(ConnState::Http1(relaying).deadline(&env), None, "a relay's upstream has the timer, not the codec");
+        let until = now + Duration::from_secs(2);
+        assert_eq!(ConnState::Lingering(until).deadline(&env), Some(until));
+        let h2 = ConnState::Http2(Box::new(H2Session::new(&env, PEER, false, now)));
+        assert_eq!(h2.deadline(&env), Some(now + env.keepalive_timeout), "a session with no stream idles out");
     }
 }

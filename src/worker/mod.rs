@@ -622,13 +622,7 @@ impl Worker {
     /// Queue the connection's earliest deadline (protocol, send, stream).
     fn arm(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let protocol = match &c.state {
-            ConnState::Http1(H1 { stream: Some(s), .. }) => s.deadline(),
-            ConnState::Http1(h) => h.codec.deadline().map(|d| d.0),
-            ConnState::Http2(sess) => sess.deadline(&self.env),
-            ConnState::Lingering(until) => Some(*until),
-        };
-        let want = [protocol, c.send_deadline].into_iter().flatten().min();
+        let want = [c.state.deadline(&self.env), c.send_deadline].into_iter().flatten().min();
         if let Some(at) = want {
             if c.timer_at.is_none_or(|t| at < t) {
                 c.timer_at = Some(at);
