@@ -5,8 +5,10 @@
 //! (or passes through) every byte; the download ends by handing the
 //! connection back to the codec (keep-alive, then the pipelined requests).
 //!
-//! HTTP/2 downloads are the session's (`h2.rs`, `Produce::Download`). This
-//! file must not write HTTP framing or know a route.
+//! An HTTP/2 download keeps the same [`Download`] in its exchange (`h2.rs`,
+//! `Produce::Download`) and moves its slices into the stream's unsent bytes
+//! as its flow control allows; it never uses `sendfile`. This file must not
+//! write HTTP framing or know a route.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -42,7 +44,7 @@ pub struct Download {
 
 impl Download {
     /// `len` bytes of `file` from `offset`; `direct`: sent with `sendfile(2)`.
-    fn new(file: Arc<std::fs::File>, offset: u64, len: u64, direct: bool) -> Download {
+    pub(super) fn new(file: Arc<std::fs::File>, offset: u64, len: u64, direct: bool) -> Download {
         Download {
             file,
             sent: offset,
@@ -60,13 +62,13 @@ impl Download {
     /// the download holds fewer than [`READS_AHEAD`] slices, counting the one being
     /// written (`writing`) and the reads in flight; `None` once the client must catch up
     /// or every slice is asked for.
-    fn next_slice(&mut self, writing: bool) -> Option<(u64, usize, Vec<u8>)> {
+    pub(super) fn next_slice(&mut self, writing: bool) -> Option<(u64, usize, Vec<u8>)> {
         if self.next_read >= self.end || usize::from(writing) + self.ready.len() + self.in_flight >= READS_AHEAD {
             return None;
         }
         let at = self.next_read;
         let len = (self.end - at).min(SLICE) as usize;
-        let buf = self.spare.take().unwrap_or_else(|| Vec::with_capacity(SLICE as usize));
+        let buf = self.spare.take().unwrap_or_else(|| Vec::with_capacity(len));
         self.next_read += len as u64;
         self.in_flight += 1;
         Some((at, len, buf))
@@ -75,7 +77,7 @@ impl Download {
     /// The read at `offset` completed with `bytes` (reads may complete out of order).
     /// `false`: the read failed or the file shrank (no bytes), so the promised length
     /// cannot be sent.
-    fn arrived(&mut self, offset: u64, bytes: Vec<u8>) -> bool {
+    pub(super) fn arrived(&mut self, offset: u64, bytes: Vec<u8>) -> bool {
         self.in_flight = self.in_flight.saturating_sub(1);
         if bytes.is_empty() {
             return false;
@@ -85,7 +87,7 @@ impl Download {
     }
 
     /// The next slice in file order, if it has arrived: it is sent from now on.
-    fn take_next(&mut self) -> Option<Vec<u8>> {
+    pub(super) fn take_next(&mut self) -> Option<Vec<u8>> {
         let pos = self.ready.iter().position(|(o, _)| *o == self.sent)?;
         let (_, bytes) = self.ready.swap_remove(pos);
         self.sent += bytes.len() as u64;
@@ -93,15 +95,26 @@ impl Download {
     }
 
     /// A written slice's buffer, kept for the next read when it is slice-sized.
-    fn recycle(&mut self, mut spare: Vec<u8>) {
+    pub(super) fn recycle(&mut self, mut spare: Vec<u8>) {
         if spare.capacity() >= SLICE as usize && spare.capacity() <= 2 * SLICE as usize {
             spare.clear();
             self.spare = Some(spare);
         }
     }
 
+    /// The file being sent.
+    pub(super) fn file(&self) -> &Arc<std::fs::File> {
+        &self.file
+    }
+
+    /// Reads are on the pool, or slices read and not yet taken: more comes
+    /// without the client's help.
+    pub(super) fn reading(&self) -> bool {
+        self.in_flight > 0 || !self.ready.is_empty()
+    }
+
     /// Every byte is sent (or handed to the output).
-    fn done(&self) -> bool {
+    pub(super) fn done(&self) -> bool {
         self.sent >= self.end
     }
 }
@@ -309,6 +322,7 @@ mod tests {
         let (a, _, _) = d.next_slice(false).expect("first");
         let (b, len_b, _) = d.next_slice(false).expect("second");
         assert_eq!(len_b, 3, "the last slice is what is left");
+        assert!(d.reading(), "reads on the pool");
         assert!(d.arrived(b, vec![2; 3]));
         assert!(d.take_next().is_none(), "the second slice waits for the first");
         assert!(d.arrived(a, vec![1; SLICE as usize]));
@@ -317,6 +331,7 @@ mod tests {
         assert_eq!(d.take_next(), Some(vec![2; 3]));
         assert!(d.done());
         assert!(d.next_slice(false).is_none(), "nothing more to read");
+        assert!(!d.reading());
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::conn::{flush, read_into, ConnState};
+use super::download::Download;
 use super::fanout::{Todo, Ws, MAX_BACKLOG, WS_PING_EVERY};
 use super::panics::guard;
 use super::pool::{Completion, ExchangeId, Pool, Work, REPLAY_PANICKED};
@@ -56,8 +57,6 @@ const MAX_ROUNDS: usize = 32;
 
 /// Bytes read from disk per pool job for a download (as over HTTP/1.1).
 const SLICE: usize = 64 * 1024;
-/// Download reads in flight or read and unsent, per stream.
-const READS_AHEAD: usize = 2;
 /// While a stream's unsent bytes pass this, its timer-driven producer waits.
 const TICK_BACKOFF: Duration = Duration::from_millis(50);
 /// Body bytes handed to h2 per stream per scheduling pass (one default-size
@@ -141,18 +140,10 @@ enum Produce {
         /// The peer ended its side of the stream.
         peer_ended: bool,
     },
-    /// A byte range of a file, read on the pool slice by slice.
-    Download {
-        file: Arc<std::fs::File>,
-        /// Next byte to move into the stream's unsent bytes.
-        sent: u64,
-        /// Next byte to ask the pool for.
-        next_read: u64,
-        end: u64,
-        in_flight: usize,
-        /// Slices read, not yet moved (they may complete out of order).
-        ready: Vec<(u64, Vec<u8>)>,
-    },
+    /// A byte range of a file, read on the pool slice by slice (the same
+    /// bookkeeping as an HTTP/1.1 download; `sent` counts bytes moved into the
+    /// stream's unsent bytes).
+    Download(Download),
 }
 
 impl Produce {
@@ -161,7 +152,7 @@ impl Produce {
             Produce::Events { next_beat, .. } => Some(*next_beat),
             Produce::Ticker { next, .. } => Some(*next),
             Produce::Ws { ws, .. } => Some(ws.next_ping),
-            Produce::Download { .. } => None,
+            Produce::Download(_) => None,
         }
     }
 }
@@ -204,17 +195,15 @@ impl Exchange {
     /// A download whose next bytes are being read from disk (or are read,
     /// not yet moved into `unsent`): more comes without the peer's help.
     fn reading(&self) -> bool {
-        matches!(&self.produce, Some(Produce::Download { in_flight, ready, .. }) if *in_flight > 0 || !ready.is_empty())
+        matches!(&self.produce, Some(Produce::Download(d)) if d.reading())
     }
 
     /// Move a download's next slice, if it is read, into `unsent`; whether
     /// one was.
     fn refill(&mut self) -> bool {
-        let Some(Produce::Download { sent, end, ready, .. }) = &mut self.produce else { return false };
-        let Some(pos) = ready.iter().position(|(o, _)| o == sent) else { return false };
-        let (_, bytes) = ready.swap_remove(pos);
-        *sent += bytes.len() as u64;
-        if *sent >= *end {
+        let Some(Produce::Download(d)) = &mut self.produce else { return false };
+        let Some(bytes) = d.take_next() else { return false };
+        if d.done() {
             self.done = true;
         }
         if self.unsent.is_empty() {
@@ -552,16 +541,8 @@ impl H2Session {
                 let len = f.len;
                 if self.answer(i, reply.head, Delimit::Sized(len), cx, now) {
                     let FileRange { file, offset, len } = f;
-                    let end = offset.saturating_add(len);
                     let ex = &mut self.exchanges[i];
-                    ex.produce = Some(Produce::Download {
-                        file,
-                        sent: offset,
-                        next_read: offset,
-                        end,
-                        in_flight: 0,
-                        ready: Vec::new(),
-                    });
+                    ex.produce = Some(Produce::Download(Download::new(file, offset, len, false)));
                     ex.done = len == 0;
                 }
             }
@@ -735,26 +716,22 @@ impl H2Session {
                 queued = true;
             }
             let ex = &mut self.exchanges[i];
-            if let Some(Produce::Download { file, sent, next_read, end, in_flight, ready }) = &mut ex.produce {
+            if let Some(Produce::Download(d)) = &mut ex.produce {
                 // Slices in order into the unsent bytes, one slice ahead at most.
                 while ex.unsent.len() < SLICE {
-                    let Some(pos) = ready.iter().position(|(o, _)| o == sent) else { break };
-                    let (_, bytes) = ready.swap_remove(pos);
-                    *sent += bytes.len() as u64;
+                    let Some(bytes) = d.take_next() else { break };
                     if ex.unsent.is_empty() {
                         ex.unsent = bytes;
                     } else {
                         ex.unsent.extend_from_slice(&bytes);
                     }
                 }
-                while *next_read < *end && ex.unsent.len() < SLICE && *in_flight + ready.len() < READS_AHEAD {
-                    let len = (*end - *next_read).min(SLICE as u64) as usize;
+                while ex.unsent.len() < SLICE {
+                    let Some((at, len, buf)) = d.next_slice(false) else { break };
                     let id = ExchangeId { conn: cx.conn, stream: ex.stream.0, generation: cx.generation };
-                    cx.pool.submit(id, Work::Read(Arc::clone(file), *next_read, len, Vec::with_capacity(len)));
-                    *next_read += len as u64;
-                    *in_flight += 1;
+                    cx.pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
                 }
-                if *sent >= *end {
+                if d.done() {
                     ex.done = true;
                 }
             }
@@ -894,17 +871,15 @@ impl H2Session {
                     }
                 }
             }
-            (Completion::Chunk(offset, bytes), Some(Produce::Download { in_flight, ready, .. })) => {
-                *in_flight = in_flight.saturating_sub(1);
-                if bytes.is_empty() {
-                    // The file shrank or failed: the promised length cannot be sent.
-                    log::warn!("download read failed; resetting the stream");
-                    ex.produce = None;
-                    let _ = self.conn.reset(stream, Reason::INTERNAL_ERROR);
-                    self.exchanges.swap_remove(i);
+            (Completion::Chunk(offset, bytes), Some(Produce::Download(d))) => {
+                if d.arrived(offset, bytes) {
                     return;
                 }
-                ready.push((offset, bytes));
+                // The file shrank or failed: the promised length cannot be sent.
+                log::warn!("download read failed; resetting the stream");
+                ex.produce = None;
+                let _ = self.conn.reset(stream, Reason::INTERNAL_ERROR);
+                self.exchanges.swap_remove(i);
             }
             _ => {}
         }
