@@ -10,9 +10,10 @@
 use crate::app::handlers::{auth, chat, download, events, posts, redirect as redirect_check, users};
 use crate::app::validate;
 use crate::error::Error;
-use crate::http::body::Chunked;
-use crate::http::parse::{self, Framing, MAX_HEADERS};
 use crate::http::request::Method;
+use crate::http::target::split_target;
+use crate::http1::body::Chunked;
+use crate::http1::parse::{self, Framing, MAX_HEADERS};
 use crate::proto::ws::{Event, Message, WsConn};
 
 /// A fuzz target's entry function.
@@ -51,7 +52,7 @@ fn pieces(seed: u8, len: usize) -> Vec<usize> {
 // ------------------------------------------------------------ request head
 
 /// The request head parser ([`parse::parse`]) with a large and a small
-/// head limit, and [`parse::split_target`] on the target and on the input.
+/// head limit, and [`split_target`] on the target and on the input.
 pub fn http_head(data: &[u8]) {
     for max_head in [16 * 1024, 256] {
         if let Some(len) = head_once(data, max_head) {
@@ -65,7 +66,7 @@ pub fn http_head(data: &[u8]) {
         }
     }
     let text = String::from_utf8_lossy(data);
-    let (path, query) = parse::split_target(&text);
+    let (path, query) = split_target(&text);
     assert!(path.len() + query.len() <= text.len());
 }
 
@@ -80,7 +81,7 @@ fn head_once(data: &[u8], max_head: usize) -> Option<usize> {
         Ok(Some((head, req))) => {
             assert!(head.len > 0 && head.len <= data.len() && head.len <= max_head);
             let target = req.path.unwrap_or("");
-            let (path, query) = parse::split_target(target);
+            let (path, query) = split_target(target);
             assert!(path.starts_with('/') || (target == "*" && head.method == Method::Options), "{target:?}");
             assert!(path.len() + query.len() <= target.len());
             let named = |name: &str| req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case(name)).count();

@@ -20,6 +20,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod http1;
 pub mod http2;
 pub mod logging;
 pub mod net;

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::config::LogFormat;
-use crate::http::conn::Finished;
+use crate::http::service::Finished;
 
 static JSON: AtomicBool = AtomicBool::new(false);
 

@@ -1,19 +1,19 @@
-//! HTTP: the protocol-neutral request and reply ([`request`], [`reply`],
-//! [`response`]'s `Response`), and the HTTP/1.1 codec: parsing, bodies, the
-//! per-connection state machine ([`conn`]), response writing and all body
-//! framing, and the headers every response carries.
+//! HTTP, protocol-neutral: the request handlers see ([`request`]), the
+//! reply they return ([`reply`], [`response`]), the key of one exchange
+//! ([`exchange`]), the service every codec hands requests to ([`service`]),
+//! the target and `Host` rules ([`target`]), the headers every response
+//! carries ([`headers`], [`hints`]) and event-stream framing ([`sse`]).
 //!
-//! This layer turns bytes into [`request::Request`]s and
-//! [`reply::Reply`]s into bytes. It never touches a socket, a poll or
-//! a route: the worker moves the bytes, the app answers the requests.
+//! The codecs that put these on the wire are `crate::http1` (HTTP/1.1) and
+//! `crate::http2`. Nothing here writes protocol framing, touches a socket, a
+//! poll or a route.
 
-pub mod body;
-pub mod conn;
 pub mod exchange;
 pub mod headers;
 pub mod hints;
-pub mod parse;
 pub mod reply;
 pub mod request;
 pub mod response;
+pub mod service;
 pub mod sse;
+pub mod target;

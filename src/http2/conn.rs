@@ -106,7 +106,7 @@ impl H2Settings {
             // One window's worth (h2's default is ~400 KB): with 128 streams
             // at most 8 MiB of response data is buffered per connection.
             max_send_buffer_size: 64 * 1024,
-            output_high_watermark: crate::http::conn::HIGH_WATERMARK,
+            output_high_watermark: crate::http::service::HIGH_WATERMARK,
         }
     }
 }

@@ -209,7 +209,7 @@ fn static_value(s: &'static str) -> Result<HeaderValue, H2Error> {
 mod tests {
     use super::*;
     use crate::http::hints::EarlyHints;
-    use crate::http::response::write_response;
+    use crate::http1::writer::write_response;
     use std::sync::OnceLock;
 
     fn hints() -> &'static EarlyHints {

@@ -8,14 +8,14 @@
 //! `Content-Length` / chunked / read-until-close bodies, a size cap). It must
 //! not touch a socket, a poll or a timer: the worker's `upstream` module moves
 //! the bytes and keeps the connection pool; the app decides what a response
-//! means. Like `http::conn`, everything here is testable from byte slices.
+//! means. Like `http1::codec`, everything here is testable from byte slices.
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::http::body::Chunked;
+use crate::http1::body::Chunked;
 
 /// Longest response head accepted from an upstream.
 pub const MAX_HEAD: usize = 16 * 1024;

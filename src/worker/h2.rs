@@ -23,18 +23,20 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::conn::{flush, read_into, ConnState};
+use super::download::Download;
+use super::fanout::{Todo, Ws, MAX_BACKLOG, WS_PING_EVERY};
 use super::panics::guard;
 use super::pool::{Completion, ExchangeId, Pool, Work, REPLAY_PANICKED};
-use super::streams::{Todo, Ws, MAX_BACKLOG, WS_PING_EVERY};
 use super::upstream::CallState;
-use super::{flush, read_into, Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
+use super::{Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
 use crate::app::{Body, Producer, Services, WebSocket};
 use crate::error::Error;
-use crate::http::conn::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http::headers::valid_request_id;
 use crate::http::reply::{FileRange, Upstream};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
+use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http2::{Event, H2Conn, H2Settings, Head, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId};
 
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
@@ -55,8 +57,6 @@ const MAX_ROUNDS: usize = 32;
 
 /// Bytes read from disk per pool job for a download (as over HTTP/1.1).
 const SLICE: usize = 64 * 1024;
-/// Download reads in flight or read and unsent, per stream.
-const READS_AHEAD: usize = 2;
 /// While a stream's unsent bytes pass this, its timer-driven producer waits.
 const TICK_BACKOFF: Duration = Duration::from_millis(50);
 /// Body bytes handed to h2 per stream per scheduling pass (one default-size
@@ -140,18 +140,10 @@ enum Produce {
         /// The peer ended its side of the stream.
         peer_ended: bool,
     },
-    /// A byte range of a file, read on the pool slice by slice.
-    Download {
-        file: Arc<std::fs::File>,
-        /// Next byte to move into the stream's unsent bytes.
-        sent: u64,
-        /// Next byte to ask the pool for.
-        next_read: u64,
-        end: u64,
-        in_flight: usize,
-        /// Slices read, not yet moved (they may complete out of order).
-        ready: Vec<(u64, Vec<u8>)>,
-    },
+    /// A byte range of a file, read on the pool slice by slice (the same
+    /// bookkeeping as an HTTP/1.1 download; `sent` counts bytes moved into the
+    /// stream's unsent bytes).
+    Download(Download),
 }
 
 impl Produce {
@@ -160,7 +152,7 @@ impl Produce {
             Produce::Events { next_beat, .. } => Some(*next_beat),
             Produce::Ticker { next, .. } => Some(*next),
             Produce::Ws { ws, .. } => Some(ws.next_ping),
-            Produce::Download { .. } => None,
+            Produce::Download(_) => None,
         }
     }
 }
@@ -203,17 +195,15 @@ impl Exchange {
     /// A download whose next bytes are being read from disk (or are read,
     /// not yet moved into `unsent`): more comes without the peer's help.
     fn reading(&self) -> bool {
-        matches!(&self.produce, Some(Produce::Download { in_flight, ready, .. }) if *in_flight > 0 || !ready.is_empty())
+        matches!(&self.produce, Some(Produce::Download(d)) if d.reading())
     }
 
     /// Move a download's next slice, if it is read, into `unsent`; whether
     /// one was.
     fn refill(&mut self) -> bool {
-        let Some(Produce::Download { sent, end, ready, .. }) = &mut self.produce else { return false };
-        let Some(pos) = ready.iter().position(|(o, _)| o == sent) else { return false };
-        let (_, bytes) = ready.swap_remove(pos);
-        *sent += bytes.len() as u64;
-        if *sent >= *end {
+        let Some(Produce::Download(d)) = &mut self.produce else { return false };
+        let Some(bytes) = d.take_next() else { return false };
+        if d.done() {
             self.done = true;
         }
         if self.unsent.is_empty() {
@@ -508,10 +498,10 @@ impl H2Session {
                 }
             }
             let hosts: Vec<&[u8]> = headers.iter().filter(|h| h.name == "host").map(|h| h.value).collect();
-            if hosts.len() != 1 || !crate::http::parse::valid_host(hosts[0]) {
+            if hosts.len() != 1 || !crate::http::target::valid_host(hosts[0]) {
                 Err(Error::bad_request("missing or repeated Host"))
             } else {
-                let (path, query) = crate::http::parse::split_target(&ex.target);
+                let (path, query) = crate::http::target::split_target(&ex.target);
                 let req = Request {
                     method: if ex.connect_ws { Method::Get } else { ex.method },
                     path,
@@ -551,16 +541,8 @@ impl H2Session {
                 let len = f.len;
                 if self.answer(i, reply.head, Delimit::Sized(len), cx, now) {
                     let FileRange { file, offset, len } = f;
-                    let end = offset.saturating_add(len);
                     let ex = &mut self.exchanges[i];
-                    ex.produce = Some(Produce::Download {
-                        file,
-                        sent: offset,
-                        next_read: offset,
-                        end,
-                        in_flight: 0,
-                        ready: Vec::new(),
-                    });
+                    ex.produce = Some(Produce::Download(Download::new(file, offset, len, false)));
                     ex.done = len == 0;
                 }
             }
@@ -734,26 +716,22 @@ impl H2Session {
                 queued = true;
             }
             let ex = &mut self.exchanges[i];
-            if let Some(Produce::Download { file, sent, next_read, end, in_flight, ready }) = &mut ex.produce {
+            if let Some(Produce::Download(d)) = &mut ex.produce {
                 // Slices in order into the unsent bytes, one slice ahead at most.
                 while ex.unsent.len() < SLICE {
-                    let Some(pos) = ready.iter().position(|(o, _)| o == sent) else { break };
-                    let (_, bytes) = ready.swap_remove(pos);
-                    *sent += bytes.len() as u64;
+                    let Some(bytes) = d.take_next() else { break };
                     if ex.unsent.is_empty() {
                         ex.unsent = bytes;
                     } else {
                         ex.unsent.extend_from_slice(&bytes);
                     }
                 }
-                while *next_read < *end && ex.unsent.len() < SLICE && *in_flight + ready.len() < READS_AHEAD {
-                    let len = (*end - *next_read).min(SLICE as u64) as usize;
+                while ex.unsent.len() < SLICE {
+                    let Some((at, len, buf)) = d.next_slice(false) else { break };
                     let id = ExchangeId { conn: cx.conn, stream: ex.stream.0, generation: cx.generation };
-                    cx.pool.submit(id, Work::Read(Arc::clone(file), *next_read, len, Vec::with_capacity(len)));
-                    *next_read += len as u64;
-                    *in_flight += 1;
+                    cx.pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
                 }
-                if *sent >= *end {
+                if d.done() {
                     ex.done = true;
                 }
             }
@@ -893,17 +871,15 @@ impl H2Session {
                     }
                 }
             }
-            (Completion::Chunk(offset, bytes), Some(Produce::Download { in_flight, ready, .. })) => {
-                *in_flight = in_flight.saturating_sub(1);
-                if bytes.is_empty() {
-                    // The file shrank or failed: the promised length cannot be sent.
-                    log::warn!("download read failed; resetting the stream");
-                    ex.produce = None;
-                    let _ = self.conn.reset(stream, Reason::INTERNAL_ERROR);
-                    self.exchanges.swap_remove(i);
+            (Completion::Chunk(offset, bytes), Some(Produce::Download(d))) => {
+                if d.arrived(offset, bytes) {
                     return;
                 }
-                ready.push((offset, bytes));
+                // The file shrank or failed: the promised length cannot be sent.
+                log::warn!("download read failed; resetting the stream");
+                ex.produce = None;
+                let _ = self.conn.reset(stream, Reason::INTERNAL_ERROR);
+                self.exchanges.swap_remove(i);
             }
             _ => {}
         }
@@ -1012,7 +988,7 @@ impl Worker {
         if self.env.draining {
             sess.shut_down(Instant::now() + cut_after(self.config.shutdown_timeout));
         }
-        c.h2 = Some(Box::new(sess));
+        c.state = ConnState::Http2(Box::new(sess));
         self.drive_h2(idx);
     }
 
@@ -1026,7 +1002,7 @@ impl Worker {
         let mut end = false;
         let mut again = false;
         for _ in 0..MAX_ROUNDS {
-            let Some(sess) = c.h2.as_mut() else { return };
+            let ConnState::Http2(sess) = &mut c.state else { return };
             let mut full = false;
             let backlog = c.out.len() - c.out_pos;
             if !c.eof && sess.conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
@@ -1081,8 +1057,8 @@ impl Worker {
             }
         }
         let generation = c.generation;
-        let (starts, cancelled, relays, todo, left) = match c.h2.as_mut() {
-            Some(sess) => {
+        let (starts, cancelled, relays, todo, left) = match &mut c.state {
+            ConnState::Http2(sess) => {
                 let relays: Vec<u32> = sess
                     .exchanges
                     .iter()
@@ -1097,7 +1073,7 @@ impl Worker {
                     std::mem::take(&mut sess.left),
                 )
             }
-            None => Default::default(),
+            _ => Default::default(),
         };
         for (stream, t) in todo {
             self.ws_todo(ExchangeId { conn: idx, stream, generation }, t);
@@ -1145,7 +1121,7 @@ impl Worker {
         if c.generation != id.generation {
             return;
         }
-        let Some(sess) = c.h2.as_mut() else { return };
+        let ConnState::Http2(sess) = &mut c.state else { return };
         let stream = StreamId(id.stream);
         match result {
             Completion::Response(result) => {
@@ -1169,7 +1145,7 @@ impl Worker {
         if c.generation != id.generation {
             return;
         }
-        let Some(sess) = c.h2.as_mut() else { return };
+        let ConnState::Http2(sess) = &mut c.state else { return };
         sess.event(StreamId(id.stream), event_id, event);
         self.drained.push((id.conn, id.generation));
     }
@@ -1180,7 +1156,7 @@ impl Worker {
         if c.generation != id.generation {
             return;
         }
-        let Some(sess) = c.h2.as_mut() else { return };
+        let ConnState::Http2(sess) = &mut c.state else { return };
         if let Some(i) = sess.find(StreamId(id.stream)) {
             let ex = &mut sess.exchanges[i];
             ex.produce = None;
@@ -1248,7 +1224,10 @@ impl Worker {
         if c.generation != id.generation {
             return None;
         }
-        c.h2.as_deref_mut()
+        match &mut c.state {
+            ConnState::Http2(sess) => Some(sess),
+            _ => None,
+        }
     }
 
     /// Answer an HTTP/2 exchange that waited on upstreams (`stream`: its
@@ -1259,7 +1238,7 @@ impl Worker {
         if c.generation != id.generation {
             return false;
         }
-        let Some(sess) = c.h2.as_mut() else { return false };
+        let ConnState::Http2(sess) = &mut c.state else { return false };
         let Some(i) = sess.find(StreamId(id.stream)) else { return false };
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         let mut cx = cx!(self, &mut glue, id.conn, id.generation);
@@ -1329,7 +1308,7 @@ impl Worker {
     /// late, GOAWAY when idle, the cut after a GOAWAY's deadline.
     pub(super) fn h2_timer(&mut self, idx: usize, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let Some(sess) = c.h2.as_mut() else { return };
+        let ConnState::Http2(sess) = &mut c.state else { return };
         if sess.cut_at.is_some_and(|t| t <= now) {
             sess.cut_at = None;
             sess.conn.abort(Reason::NO_ERROR);

@@ -1,12 +1,28 @@
 //! A worker process: one thread, one `mio::Poll`, plus a small thread pool.
 //!
-//! The loop owns the slot's listening socket, every client connection (a
-//! slab indexed by token), the pool's waker and the signal pipe. It moves
-//! bytes between sockets and each connection's [`Http1`] state machine, keeps
-//! the timers, stamps the heartbeat in shared memory every turn and drains
+//! This file is the loop: it owns the slot's listening sockets, the slab of
+//! client connections, the pool's waker, the bus socket and the signal pipe;
+//! it polls, accepts, dispatches each event by its typed token
+//! (`token::Tok`), fires the timers, stamps the heartbeat in shared memory
+//! every turn, routes pool completions to their exchange, and drains
 //! gracefully on SIGTERM. It never looks at a route: requests go to
 //! [`App::handle`] through the [`Glue`] service.
+//!
+//! The rest, by seam:
+//! * `conn.rs`: a connection (`Conn`: transport + one `ConnState`), its
+//!   socket I/O through TLS or not, and the driving of HTTP/1.1.
+//! * `h2.rs`: the HTTP/2 session glue and its exchanges.
+//! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event
+//!   streams, tickers, WebSockets, relays); `download.rs`: file bodies.
+//! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
+//! * `upstream.rs`: which exchange waits on which upstream connection.
+//! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
+//!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens.
 
+mod conn;
+mod download;
+mod fanout;
+mod glue;
 mod h2;
 mod panics;
 mod pool;
@@ -15,7 +31,7 @@ mod timers;
 mod token;
 mod upstream;
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::TcpListener as StdListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -23,21 +39,21 @@ use std::time::{Duration, Instant, SystemTime};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Waker};
 
-use crate::app::{App, Body, Reply, Services};
+use crate::app::{App, Services};
 use crate::auth::{jwt::Jwt, password::Passwords};
 use crate::bus::Endpoint;
 use crate::config::Config;
-use crate::http::conn::{Env, Finished, Http1, Phase, Progress, Service, HIGH_WATERMARK};
 use crate::http::headers::Common;
-use crate::http::request::Request;
-use crate::net::{read_plain, write_some};
+use crate::http::service::{Env, HIGH_WATERMARK};
+use crate::http1::codec::Http1;
 use crate::shm::metrics::ProcMetrics;
 use crate::shm::{ProcRecord, Region, WorkerState};
 use crate::store::Store;
 use crate::sys::signals::SignalSet;
 
-use pool::{Completion, ExchangeId, Pool, Work};
-use streams::Stream;
+use conn::{Conn, ConnState, H1};
+use glue::Glue;
+use pool::{Completion, ExchangeId, Pool};
 use timers::Timers;
 use token::Tok;
 
@@ -97,43 +113,6 @@ pub struct WorkerTls {
     pub listener: StdListener,
     /// Built by the worker after fork.
     pub config: Arc<rustls::ServerConfig>,
-}
-
-struct Conn {
-    sock: TcpStream,
-    /// The client's address.
-    peer: std::net::IpAddr,
-    /// The TLS session of a connection accepted on `tls.listen`; `None`: plain bytes. All of
-    /// the connection's input and output goes through it ([`read_into`], [`flush`]).
-    tls: Option<Box<rustls::ServerConnection>>,
-    /// The HTTP/1.1 codec; unused once the connection is HTTP/2 (`h2`).
-    http: Http1,
-    /// The HTTP/2 session, once the connection turned out to speak HTTP/2
-    /// (the preface on a plain connection, ALPN `h2` over TLS).
-    h2: Option<Box<h2::H2Session>>,
-    /// The protocol is not decided yet: the first bytes (or the TLS
-    /// handshake's ALPN) decide it.
-    sniff: bool,
-    inbuf: Vec<u8>,
-    out: Vec<u8>,
-    out_pos: usize,
-    generation: u32,
-    eof: bool,
-    timer_at: Option<Instant>,
-    send_deadline: Option<Instant>,
-    /// Set once the connection left request processing (SSE, WebSocket).
-    stream: Option<Stream>,
-    /// Close as soon as the output is flushed.
-    closing: bool,
-    /// Upstream requests this connection's request waits on.
-    call: Option<upstream::CallState>,
-    /// Our side is shut: input is read and discarded until the peer's FIN or
-    /// this deadline (a lingering close).
-    linger: Option<Instant>,
-    /// Its reading (or its relay's upstream) stopped because the output passed the
-    /// high-watermark: input may be waiting that no new edge will announce, so the
-    /// flush that drains the output resumes it.
-    paused: bool,
 }
 
 /// The exit code of a worker that died of a panic (Rust's own for a panicking `main`).
@@ -204,7 +183,7 @@ struct Worker {
     published: crossbeam_channel::Receiver<crate::app::Publish>,
     /// Event-stream subscribers, by exchange (HTTP/1.1 connections and HTTP/2 streams).
     sse: std::collections::HashSet<ExchangeId>,
-    rooms: streams::Rooms,
+    rooms: fanout::Rooms,
     up: crate::upstream::conn::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,
     /// generation): driven again after the turn's events.
@@ -436,11 +415,11 @@ impl Worker {
         let now = Instant::now();
         for i in 0..self.conns.len() {
             if let Some(Some(c)) = self.conns.get_mut(i) {
-                if let Some(sess) = c.h2.as_mut() {
+                match &mut c.state {
                     // GOAWAY: open streams finish; the drain deadline cuts the rest.
-                    sess.shut_down(now + h2::cut_after(self.config.shutdown_timeout));
-                } else if c.stream.is_none() && c.linger.is_none() {
-                    c.http.drain(now);
+                    ConnState::Http2(sess) => sess.shut_down(now + h2::cut_after(self.config.shutdown_timeout)),
+                    ConnState::Http1(h) if h.stream.is_none() => h.codec.drain(now),
+                    ConnState::Http1(_) | ConnState::Lingering(_) => {}
                 }
             }
             self.drive(i);
@@ -534,9 +513,6 @@ impl Worker {
             sock,
             peer,
             tls,
-            http: Http1::new(peer, secure, &self.env, now),
-            h2: None,
-            sniff: true,
             inbuf: Vec::new(),
             out: Vec::new(),
             out_pos: 0,
@@ -544,11 +520,8 @@ impl Worker {
             eof: false,
             timer_at: None,
             send_deadline: None,
-            stream: None,
-            closing: false,
-            call: None,
-            linger: None,
             paused: false,
+            state: ConnState::Http1(H1::new(Http1::new(peer, secure, &self.env, now))),
         });
         self.live += 1;
         self.peak = self.peak.max(self.live);
@@ -560,15 +533,7 @@ impl Worker {
     fn close(&mut self, idx: usize) {
         if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut c.sock);
-            if let Some(s) = c.stream.take() {
-                self.forget_stream(idx, c.generation, s);
-            }
-            if let Some(call) = c.call.take() {
-                self.cancel_call(ExchangeId::h1(idx, c.generation), call);
-            }
-            if let Some(sess) = c.h2.take() {
-                self.forget_h2(idx, c.generation, *sess);
-            }
+            self.release(idx, c.generation, c.state);
             self.free.push(idx);
             self.live -= 1;
             self.record.connections.store(self.live as u64, std::sync::atomic::Ordering::Relaxed);
@@ -578,53 +543,22 @@ impl Worker {
         }
     }
 
-    /// Close a connection whose last response is sent, the way RFC 9112 §9.6
-    /// asks: shut our sending side (the peer reads our FIN after the whole
-    /// response), then read and discard what it still sends until its FIN or
-    /// [`LINGER`]. Closing at once with unread input would reset the
-    /// connection, and a reset can destroy the response before the client
-    /// reads it (a 413 sent while the body is still arriving, a
-    /// `Connection: close` answer to a pipelining client).
-    fn end(&mut self, idx: usize) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        if let Some(tls) = c.tls.as_mut().filter(|t| !c.eof && !t.is_handshaking()) {
-            // TLS ends with close_notify before the FIN (best effort: it is one small record).
-            tls.send_close_notify();
-            while tls.wants_write() {
-                if !matches!(tls.write_tls(&mut c.sock), Ok(n) if n > 0) {
-                    break;
+    /// The protocol state of connection `idx` (generation `generation`) is gone
+    /// (the connection closed or lingers): its exchanges leave every registry
+    /// and their upstream calls are cancelled.
+    fn release(&mut self, idx: usize, generation: u32, state: ConnState) {
+        match state {
+            ConnState::Http1(h) => {
+                if let Some(s) = h.stream {
+                    self.forget_stream(idx, generation, s);
+                }
+                if let Some(call) = h.call {
+                    self.cancel_call(ExchangeId::h1(idx, generation), call);
                 }
             }
+            ConnState::Http2(sess) => self.forget_h2(idx, generation, *sess),
+            ConnState::Lingering(_) => {}
         }
-        if c.eof || c.sock.shutdown(std::net::Shutdown::Write).is_err() {
-            self.close(idx);
-            return;
-        }
-        c.linger = Some(Instant::now() + LINGER);
-        c.tls = None;
-        c.inbuf = Vec::new();
-        c.out = Vec::new();
-        c.out_pos = 0;
-        c.send_deadline = None;
-        self.linger(idx);
-    }
-
-    /// Discard a lingering connection's input; close at its FIN or an error.
-    fn linger(&mut self, idx: usize) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        loop {
-            match c.sock.read(&mut self.scratch) {
-                Ok(0) => break,
-                Ok(_) => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.arm(idx);
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
-        self.close(idx);
     }
 
     fn completions(&mut self) {
@@ -657,147 +591,22 @@ impl Worker {
             };
             // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
             let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
+            let ConnState::Http1(h) = &mut c.state else { continue };
             let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-            c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
+            h.codec.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(idx);
         }
     }
 
     /// Read, process and write until nothing more can happen without an event.
     fn drive(&mut self, idx: usize) {
-        let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        if c.linger.is_some() {
-            self.linger(idx);
-            return;
+        match &c.state {
+            ConnState::Http1(H1 { stream: None, .. }) => self.drive_h1(idx),
+            ConnState::Http1(H1 { stream: Some(_), .. }) => self.drive_stream(idx),
+            ConnState::Http2(_) => self.drive_h2(idx),
+            ConnState::Lingering(_) => self.linger(idx),
         }
-        if c.stream.is_some() {
-            self.drive_stream(idx);
-            return;
-        }
-        if c.h2.is_some() {
-            self.drive_h2(idx);
-            return;
-        }
-        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        let mut close = false;
-        // The response ended the connection and is all sent: close it gracefully.
-        let mut end = false;
-        loop {
-            let phase = c.http.phase();
-            let hold = phase == Phase::Waiting || c.out.len() - c.out_pos > HIGH_WATERMARK;
-            if !c.eof && phase != Phase::Closing && !(hold && c.inbuf.len() >= READ_AHEAD) {
-                match read_into(
-                    &mut c.sock,
-                    &mut c.tls,
-                    &mut c.inbuf,
-                    &mut self.scratch,
-                    if hold { READ_AHEAD } else { usize::MAX },
-                ) {
-                    Ok(eof) => c.eof = eof,
-                    Err(_) => {
-                        close = true;
-                        break;
-                    }
-                }
-            }
-            if c.sniff {
-                let alpn = c.tls.as_ref().map(|t| if t.is_handshaking() { None } else { Some(t.alpn_protocol()) });
-                match h2::sniff(&c.inbuf, alpn.map(|a| a.map(|p| p.unwrap_or(b"")))) {
-                    h2::Sniff::H1 => c.sniff = false,
-                    h2::Sniff::H2 => {
-                        c.sniff = false;
-                        self.start_h2(idx);
-                        return;
-                    }
-                    h2::Sniff::Wait if c.eof => {
-                        close = true;
-                        break;
-                    }
-                    h2::Sniff::Wait if c.tls.is_none() && !c.inbuf.is_empty() => {
-                        // A prefix of the preface: wait for the rest (the header timer runs).
-                        if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
-                            close = true;
-                        }
-                        break;
-                    }
-                    h2::Sniff::Wait => {}
-                }
-            }
-            let progress = c.http.advance(&mut c.inbuf, &mut c.out, &mut glue, &mut self.env, now);
-            match flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos) {
-                Ok(()) => {}
-                Err(_) => {
-                    close = true;
-                    break;
-                }
-            }
-            if c.sniff && c.tls.as_ref().is_some_and(|t| !t.is_handshaking()) {
-                // The handshake finished in this flush: decide by ALPN now.
-                continue;
-            }
-            let pending_out = c.pending_out();
-            c.send_deadline = if pending_out { c.send_deadline.or(Some(now + SEND_TIMEOUT)) } else { None };
-            match progress {
-                Progress::Close => {
-                    end = !pending_out;
-                    break;
-                }
-                Progress::Paused if !pending_out => continue,
-                Progress::Detached => break,
-                Progress::NeedInput if c.eof => {
-                    // The peer finished sending: nothing more can complete.
-                    close = !pending_out;
-                    break;
-                }
-                _ => break,
-            }
-        }
-        // What the reply's body needs from the loop, if anything. The codec
-        // decided already: `HEAD` got the head only, and no body comes here.
-        let generation = c.generation;
-        let body = match c.http.take_body() {
-            // A request that reached its handler runs to its end, whatever
-            // becomes of the connection meanwhile (its answer is then dropped).
-            Some(Body::Job(job)) => {
-                self.pool.submit(ExchangeId::h1(idx, c.generation), Work::Request(job));
-                None
-            }
-            other => other,
-        };
-        // The client left while its request waits on upstreams: cancel them.
-        if c.eof && c.call.is_some() {
-            close = true;
-        }
-        if close {
-            self.close(idx);
-            return;
-        }
-        if end {
-            self.end(idx);
-            return;
-        }
-        match body {
-            None | Some(Body::Full | Body::Job(_)) => {}
-            Some(Body::Upstream(up)) => {
-                self.start_call(ExchangeId::h1(idx, generation), up);
-                self.arm(idx);
-                return;
-            }
-            Some(Body::Producer(p)) => {
-                self.start_producer(idx, p, now);
-                return;
-            }
-            Some(Body::File(f)) => {
-                self.start_download(idx, f);
-                return;
-            }
-            Some(Body::WebSocket(ws)) => {
-                self.start_websocket(idx, ws, now);
-                return;
-            }
-        }
-        self.arm(idx);
     }
 
     /// Read again on connections paused by their output once it drained elsewhere
@@ -813,13 +622,7 @@ impl Worker {
     /// Queue the connection's earliest deadline (protocol, send, stream).
     fn arm(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let http = match &c.h2 {
-            Some(sess) => sess.deadline(&self.env),
-            None if c.stream.is_none() => c.http.deadline().map(|d| d.0),
-            None => None,
-        };
-        let stream = c.stream.as_ref().and_then(Stream::deadline);
-        let want = [http, c.send_deadline, stream, c.linger].into_iter().flatten().min();
+        let want = [c.state.deadline(&self.env), c.send_deadline].into_iter().flatten().min();
         if let Some(at) = want {
             if c.timer_at.is_none_or(|t| at < t) {
                 c.timer_at = Some(at);
@@ -848,197 +651,24 @@ impl Worker {
                 continue;
             }
             c.timer_at = None;
-            if c.send_deadline.is_some_and(|t| t <= now) || c.linger.is_some_and(|t| t <= now) {
+            let lingered = matches!(c.state, ConnState::Lingering(until) if until <= now);
+            if lingered || c.send_deadline.is_some_and(|t| t <= now) {
                 self.close(idx);
                 continue;
             }
-            if c.stream.is_some() {
-                self.stream_timer(idx, now);
-                continue;
-            }
-            if c.h2.is_some() {
-                self.h2_timer(idx, now);
-                continue;
-            }
-            let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-            // `Close` (an idle keep-alive, or a 408 queued): `drive` flushes
-            // and ends the connection; otherwise the deadline moved later and
-            // `drive` re-arms it.
-            c.http.on_timeout(&mut c.out, &mut glue, &mut self.env, now);
-            self.drive(idx);
-        }
-    }
-}
-
-impl Conn {
-    /// Output not yet on the wire: queued bytes, or TLS records rustls still holds.
-    fn pending_out(&self) -> bool {
-        self.out.len() > self.out_pos || self.tls.as_ref().is_some_and(|t| t.wants_write())
-    }
-}
-
-/// Read until `WouldBlock`, EOF or `cap` bytes buffered (plaintext, through the TLS session
-/// when there is one). `Ok(true)` on EOF.
-fn read_into(
-    sock: &mut TcpStream,
-    tls: &mut Option<Box<rustls::ServerConnection>>,
-    inbuf: &mut Vec<u8>,
-    scratch: &mut [u8],
-    cap: usize,
-) -> io::Result<bool> {
-    match tls {
-        None => read_plain(sock, inbuf, scratch, cap),
-        Some(tls) => read_tls(sock, tls, inbuf, scratch, cap),
-    }
-}
-
-/// [`read_into`] through TLS: the plaintext rustls already decrypted first, then records
-/// from the socket. A TLS error (a failed handshake, a bad record) sends rustls' alert if
-/// the socket takes it and fails the connection; it is logged at debug level only, since
-/// any client (a scanner, a plain-HTTP request on the HTTPS port) can cause one.
-fn read_tls(
-    sock: &mut TcpStream,
-    tls: &mut rustls::ServerConnection,
-    inbuf: &mut Vec<u8>,
-    scratch: &mut [u8],
-    cap: usize,
-) -> io::Result<bool> {
-    loop {
-        loop {
-            if inbuf.len() >= cap {
-                return Ok(false);
-            }
-            match tls.reader().read(scratch) {
-                // The peer's close_notify.
-                Ok(0) => return Ok(true),
-                Ok(n) => inbuf.extend_from_slice(&scratch[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                // The TCP end without close_notify: the end all the same.
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(true),
-                Err(e) => return Err(e),
-            }
-        }
-        match tls.read_tls(sock) {
-            Ok(_) => {
-                if let Err(e) = tls.process_new_packets() {
-                    log::debug!("TLS: {e}");
-                    let _ = tls.write_tls(sock);
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            match &mut c.state {
+                ConnState::Http1(H1 { stream: Some(_), .. }) => self.stream_timer(idx, now),
+                ConnState::Http1(h) => {
+                    let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+                    // `Close` (an idle keep-alive, or a 408 queued): `drive` flushes
+                    // and ends the connection; otherwise the deadline moved later and
+                    // `drive` re-arms it.
+                    h.codec.on_timeout(&mut c.out, &mut glue, &mut self.env, now);
+                    self.drive(idx);
                 }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Write queued output until done or `WouldBlock`, through the TLS session when there is
-/// one (then records rustls holds may remain: [`Conn::pending_out`]).
-fn flush(
-    sock: &mut TcpStream,
-    tls: &mut Option<Box<rustls::ServerConnection>>,
-    out: &mut Vec<u8>,
-    pos: &mut usize,
-) -> io::Result<()> {
-    match tls {
-        None => flush_plain(sock, out, pos),
-        Some(tls) => flush_tls(sock, tls, out, pos),
-    }
-}
-
-/// [`flush`] through TLS: plaintext into rustls (up to its buffer limit; during the handshake
-/// it waits there), records out to the socket, until both are done or the socket is full.
-fn flush_tls(
-    sock: &mut TcpStream,
-    tls: &mut rustls::ServerConnection,
-    out: &mut Vec<u8>,
-    pos: &mut usize,
-) -> io::Result<()> {
-    loop {
-        while *pos < out.len() {
-            match tls.writer().write(&out[*pos..])? {
-                0 => break,
-                n => *pos += n,
+                ConnState::Http2(_) => self.h2_timer(idx, now),
+                ConnState::Lingering(_) => self.arm(idx),
             }
         }
-        if !tls.wants_write() {
-            break;
-        }
-        while tls.wants_write() {
-            match tls.write_tls(sock) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if *pos >= out.len() {
-            break;
-        }
-    }
-    if *pos >= out.len() {
-        out.clear();
-        *pos = 0;
-        if out.capacity() > 4 * HIGH_WATERMARK {
-            out.shrink_to(HIGH_WATERMARK);
-        }
-    }
-    Ok(())
-}
-
-/// Write queued plain output until done or `WouldBlock`.
-fn flush_plain(sock: &mut TcpStream, out: &mut Vec<u8>, pos: &mut usize) -> io::Result<()> {
-    write_some(sock, out, pos)?;
-    if *pos < out.len() {
-        return Ok(());
-    }
-    out.clear();
-    *pos = 0;
-    if out.capacity() > 4 * HIGH_WATERMARK {
-        out.shrink_to(HIGH_WATERMARK);
-    }
-    Ok(())
-}
-
-/// The bridge from a connection to the app: runs handlers (catching panics),
-/// counts finished requests in shared memory and writes the access log. The
-/// reply goes to the codec whole; what its body needs from the loop (a pool
-/// job, upstreams, a stream) the worker takes from the codec afterwards
-/// ([`Http1::take_body`]).
-struct Glue<'g> {
-    app: &'g App,
-    config: &'g Config,
-    record: &'static ProcRecord,
-    metrics: &'static ProcMetrics,
-    /// The `/metrics` route slot of the request [`Service::call`] answered last.
-    route: u16,
-}
-
-impl<'g> Glue<'g> {
-    fn new(app: &'g App, config: &'g Config, record: &'static ProcRecord, metrics: &'static ProcMetrics) -> Self {
-        Glue { app, config, record, metrics, route: crate::shm::metrics::ROUTE_OTHER }
-    }
-}
-
-impl Service for Glue<'_> {
-    fn call(&mut self, req: &Request<'_>) -> Reply {
-        let draining = self.record.state() == WorkerState::Draining;
-        let dev = self.config.is_development();
-        let (app, route) = (self.app, &mut self.route);
-        *route = crate::shm::metrics::ROUTE_OTHER;
-        panics::guard("request handler", || app.handle(req, draining, route))
-            .unwrap_or_else(|p| Reply::full(p.into_response(dev)))
-    }
-
-    fn label(&self) -> u16 {
-        self.route
-    }
-
-    fn finished(&mut self, done: &Finished<'_>) {
-        self.record.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.metrics.record(done.label, done.status, done.elapsed);
-        crate::logging::access(done);
     }
 }

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use mio::Interest;
 
+use super::conn::{Conn, ConnState};
 use super::panics::{guard, Panicked};
 use super::pool::ExchangeId;
 use super::streams::Stream;
 use super::token::Tok;
-use super::{Conn, Glue, Worker, HIGH_WATERMARK};
+use super::{Glue, Worker, HIGH_WATERMARK};
 use crate::app::{Fetched, RelaySink};
 use crate::error::Error;
 use crate::http::reply::Upstream;
@@ -41,10 +42,10 @@ fn call_of(conns: &mut [Option<Conn>], id: ExchangeId) -> Option<&mut Option<Cal
     if c.generation != id.generation {
         return None;
     }
-    if id.stream == 0 {
-        Some(&mut c.call)
-    } else {
-        c.h2.as_mut()?.call_slot(id.stream)
+    match &mut c.state {
+        ConnState::Http1(h) if id.stream == 0 => Some(&mut h.call),
+        ConnState::Http2(sess) if id.stream != 0 => sess.call_slot(id.stream),
+        _ => None,
     }
 }
 
@@ -525,11 +526,12 @@ impl Worker {
         let idx = id.conn;
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
+        let ConnState::Http1(h) = &mut c.state else { return false };
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         if stream {
-            c.http.complete_stream(resp, &mut c.out, &mut glue, &mut self.env, now)
+            h.codec.complete_stream(resp, &mut c.out, &mut glue, &mut self.env, now)
         } else {
-            c.http.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
+            h.codec.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(idx);
             false
         }
@@ -587,7 +589,8 @@ impl Worker {
             }
             if id.stream == 0 {
                 let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
-                c.stream = Some(Stream::Relay);
+                let ConnState::Http1(h) = &mut c.state else { return };
+                h.stream = Some(Stream::Relay);
             }
         }
         match outcome {
@@ -667,7 +670,9 @@ impl Worker {
         if id.stream != 0 {
             self.h2_relay_data(id, events);
         } else if let Some(Some(c)) = self.conns.get_mut(id.conn) {
-            c.http.data(&mut c.out, events);
+            if let ConnState::Http1(h) = &mut c.state {
+                h.codec.data(&mut c.out, events);
+            }
         }
     }
 
@@ -709,15 +714,16 @@ impl Worker {
     /// connection to HTTP/1.1 (keep-alive).
     pub(super) fn stream_done(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let keep_alive = c.http.end_body(&mut c.out, &self.env, Instant::now());
-        c.call = None;
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let keep_alive = h.codec.end_body(&mut c.out, &self.env, Instant::now());
+        h.call = None;
         let generation = c.generation;
-        if let Some(s) = c.stream.take() {
+        if let Some(s) = h.stream.take() {
             self.forget_stream(idx, generation, s);
         }
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        if !keep_alive {
-            c.closing = true;
+        if let ConnState::Http1(h) = &mut c.state {
+            h.closing |= !keep_alive;
         }
         self.drive(idx);
     }

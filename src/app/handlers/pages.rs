@@ -148,7 +148,8 @@ pub fn serve(name: &str) -> Option<Response> {
 mod tests {
     use super::*;
     use crate::http::headers::Common;
-    use crate::http::response::{write_response, Delimit, RequestMeta};
+    use crate::http::response::{Delimit, RequestMeta};
+    use crate::http1::writer::write_response;
 
     fn page_text() -> &'static str {
         std::str::from_utf8(index_page()).expect("utf-8 page")

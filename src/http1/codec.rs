@@ -26,68 +26,16 @@ use std::time::{Duration, Instant};
 
 use crate::error::Error;
 
+use crate::http::headers::valid_request_id;
+use crate::http::reply::{Body, Reply};
+use crate::http::request::{Method, Request};
+use crate::http::response::{Delimit, RequestMeta, Response};
+use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
+use crate::http::target::split_target;
+
 use super::body::Chunked;
-use super::headers::{valid_request_id, Common};
 use super::parse::{self, Framing, Head, MAX_HEADERS};
-use super::reply::{Body, Reply};
-use super::request::{Method, Request};
-use super::response::{write_response, BodyWriter, Delimit, RequestMeta, Response};
-
-/// Above this many queued output bytes the connection stops producing.
-pub const HIGH_WATERMARK: usize = 64 * 1024;
-
-/// The application side, as seen by the connection.
-pub trait Service {
-    /// Answer one request.
-    fn call(&mut self, req: &Request<'_>) -> Reply;
-    /// A small label for the request [`Service::call`] just answered (the
-    /// app's route slot, for metrics); the connection keeps it and hands it
-    /// back in [`Finished::label`]. A request that never reached `call` (a
-    /// protocol error) is labelled 0.
-    fn label(&self) -> u16 {
-        0
-    }
-    /// One request/response exchange finished (the access log).
-    fn finished(&mut self, done: &Finished<'_>);
-}
-
-/// A finished exchange, for the access log.
-pub struct Finished<'a> {
-    /// Method name (`-` when the request line was unreadable).
-    pub method: &'a str,
-    /// Request target as received.
-    pub target: &'a [u8],
-    /// Status sent.
-    pub status: u16,
-    /// Body bytes sent.
-    pub bytes: usize,
-    /// Time from the first byte of the head to the response.
-    pub elapsed: Duration,
-    /// The request id sent.
-    pub request_id: &'a [u8],
-    /// What [`Service::label`] said for this request (0 when not called).
-    pub label: u16,
-}
-
-/// Per-worker settings and header state every connection shares.
-pub struct Env {
-    /// Common headers (Date, CSP nonce, security block).
-    pub common: Common,
-    /// `limits.max_header_bytes`.
-    pub max_head: usize,
-    /// `limits.json_body_bytes`: every request body's limit.
-    pub max_body: u64,
-    /// `limits.header_timeout_ms`: the whole head, from its first byte.
-    pub header_timeout: Duration,
-    /// `limits.body_timeout_ms`: the whole body, from the end of the head.
-    pub body_timeout: Duration,
-    /// `limits.keepalive_timeout_ms`.
-    pub keepalive_timeout: Duration,
-    /// Development mode (`stack` in 500s).
-    pub development: bool,
-    /// The worker is draining: every response closes its connection.
-    pub draining: bool,
-}
+use super::writer::{write_response, BodyWriter};
 
 /// The `101` head switching to `protocol`, whose handshake `accept` answers.
 fn switch_head(protocol: &'static str, accept: String) -> Response {
@@ -465,7 +413,7 @@ impl Http1 {
                 cur.rid_len = 36;
             }
         }
-        let (path, query) = parse::split_target(target);
+        let (path, query) = split_target(target);
         let request_id = std::str::from_utf8(&cur.rid[..cur.rid_len]).unwrap_or("");
         let req = Request {
             method: head.method,
@@ -585,6 +533,7 @@ impl Http1 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::headers::Common;
     use crate::http::reply::{Producer, WebSocket};
     use crate::http::response::Body as Bytes;
 

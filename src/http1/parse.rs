@@ -8,7 +8,8 @@
 
 use crate::error::Error;
 
-use super::request::Method;
+use crate::http::request::Method;
+use crate::http::target::{split_target, valid_host};
 
 /// At most this many header fields; more is answered 431.
 pub const MAX_HEADERS: usize = 100;
@@ -144,56 +145,6 @@ fn validate(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, Error> 
     })
 }
 
-/// Whether a `Host` value is `host [ ":" port ]` (RFC 9112 §3.2, RFC 3986
-/// §3.2.2). `host` is an IP literal `[IPv6]` or a non-empty reg-name
-/// (`unreserved / pct-encoded / sub-delims`, which covers dotted IPv4 and
-/// the underscores found in real names); `port`, when a colon is there, is
-/// 1 to 5 digits up to 65535. RFC 3986 allows an empty host and an empty
-/// port; neither names anything here, so both are refused (as nginx does
-/// for the host). `IPvFuture` literals and zone ids are refused too.
-pub(crate) fn valid_host(v: &[u8]) -> bool {
-    let (host_ok, rest) = match v.strip_prefix(b"[") {
-        Some(inner) => match inner.iter().position(|&c| c == b']') {
-            Some(end) => (ipv6_literal(&inner[..end]), &inner[end + 1..]),
-            None => return false,
-        },
-        None => {
-            let end = v.iter().position(|&c| c == b':').unwrap_or(v.len());
-            (reg_name(&v[..end]), &v[end..])
-        }
-    };
-    host_ok && (rest.is_empty() || rest.strip_prefix(b":").is_some_and(valid_port))
-}
-
-fn ipv6_literal(v: &[u8]) -> bool {
-    std::str::from_utf8(v).is_ok_and(|s| s.parse::<std::net::Ipv6Addr>().is_ok())
-}
-
-/// RFC 3986 `reg-name`, not empty.
-fn reg_name(v: &[u8]) -> bool {
-    let mut i = 0;
-    while i < v.len() {
-        match v[i] {
-            b'%' => {
-                let hex = |j: usize| v.get(j).is_some_and(u8::is_ascii_hexdigit);
-                if !(hex(i + 1) && hex(i + 2)) {
-                    return false;
-                }
-                i += 3;
-            }
-            c if c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&c) => i += 1,
-            _ => return false,
-        }
-    }
-    !v.is_empty()
-}
-
-fn valid_port(v: &[u8]) -> bool {
-    (1..=5).contains(&v.len())
-        && v.iter().all(u8::is_ascii_digit)
-        && v.iter().fold(0u32, |acc, d| acc * 10 + u32::from(d - b'0')) <= 65_535
-}
-
 fn parse_length(v: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
         return None;
@@ -205,19 +156,6 @@ fn trim(v: &[u8]) -> &[u8] {
     let start = v.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(v.len());
     let end = v.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(start, |e| e + 1);
     &v[start..end]
-}
-
-/// Split a request target into path and query. An absolute-form target
-/// (`http://host/p?q`, RFC 9112 §3.2.2) is reduced to its path and query.
-pub fn split_target(target: &str) -> (&str, &str) {
-    let target = match target.strip_prefix("http://").or_else(|| target.strip_prefix("https://")) {
-        Some(rest) => rest.find('/').map_or("", |i| &rest[i..]),
-        None => target,
-    };
-    match target.split_once('?') {
-        Some((p, q)) => (p, q),
-        None => (target, ""),
-    }
 }
 
 #[cfg(test)]
@@ -338,8 +276,6 @@ mod tests {
     #[test]
     fn absolute_form_is_reduced_to_its_path() {
         assert!(head("GET http://a/x?y=1 HTTP/1.1\r\nHost: a\r\n\r\n").expect("ok").is_some());
-        assert_eq!(split_target("http://a/x?y=1"), ("/x", "y=1"));
-        assert_eq!(split_target("/p"), ("/p", ""));
         assert_eq!(status("GET http://a HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
     }
 

@@ -1,0 +1,67 @@
+//! What every codec (HTTP/1.1, HTTP/2) shares with the worker: the
+//! [`Service`] a connection hands complete requests to, the [`Finished`]
+//! record of an answered exchange (access log, metrics), the per-worker
+//! [`Env`] (limits, timeouts, common headers, draining) and the output
+//! [`HIGH_WATERMARK`]. No framing lives here, and nothing touches a socket.
+
+use std::time::Duration;
+
+use super::headers::Common;
+use super::reply::Reply;
+use super::request::Request;
+
+/// Above this many queued output bytes the connection stops producing.
+pub const HIGH_WATERMARK: usize = 64 * 1024;
+
+/// The application side, as seen by the connection.
+pub trait Service {
+    /// Answer one request.
+    fn call(&mut self, req: &Request<'_>) -> Reply;
+    /// A small label for the request [`Service::call`] just answered (the
+    /// app's route slot, for metrics); the connection keeps it and hands it
+    /// back in [`Finished::label`]. A request that never reached `call` (a
+    /// protocol error) is labelled 0.
+    fn label(&self) -> u16 {
+        0
+    }
+    /// One request/response exchange finished (the access log).
+    fn finished(&mut self, done: &Finished<'_>);
+}
+
+/// A finished exchange, for the access log.
+pub struct Finished<'a> {
+    /// Method name (`-` when the request line was unreadable).
+    pub method: &'a str,
+    /// Request target as received.
+    pub target: &'a [u8],
+    /// Status sent.
+    pub status: u16,
+    /// Body bytes sent.
+    pub bytes: usize,
+    /// Time from the first byte of the head to the response.
+    pub elapsed: Duration,
+    /// The request id sent.
+    pub request_id: &'a [u8],
+    /// What [`Service::label`] said for this request (0 when not called).
+    pub label: u16,
+}
+
+/// Per-worker settings and header state every connection shares.
+pub struct Env {
+    /// Common headers (Date, CSP nonce, security block).
+    pub common: Common,
+    /// `limits.max_header_bytes`.
+    pub max_head: usize,
+    /// `limits.json_body_bytes`: every request body's limit.
+    pub max_body: u64,
+    /// `limits.header_timeout_ms`: the whole head, from its first byte.
+    pub header_timeout: Duration,
+    /// `limits.body_timeout_ms`: the whole body, from the end of the head.
+    pub body_timeout: Duration,
+    /// `limits.keepalive_timeout_ms`.
+    pub keepalive_timeout: Duration,
+    /// Development mode (`stack` in 500s).
+    pub development: bool,
+    /// The worker is draining: every response closes its connection.
+    pub draining: bool,
+}

@@ -1,0 +1,459 @@
+//! Fan-out: who receives what. The per-worker registries of event-stream
+//! subscribers and WebSocket members (by exchange, HTTP/1.1 connection or
+//! HTTP/2 stream alike), their per-exchange state ([`Sse`]: replay and
+//! held events; [`Ws`]: the codec, rooms, pings), WebSocket rooms, and the
+//! bus: publishing, receiving, and delivering a message to every local
+//! subscriber with back pressure (a subscriber whose unsent output passes
+//! [`MAX_BACKLOG`] is dropped rather than buffered without bound).
+//!
+//! What the bytes mean comes from the app (`App::sse_*`, the WebSocket
+//! handlers) behind the panic guard; HTTP framing is the codecs'. This file
+//! must not touch a socket (it queues output and asks for a flush) or know a
+//! route.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::conn::{Conn, ConnState, H1};
+use super::panics::guard;
+use super::pool::{ExchangeId, REPLAY_PANICKED};
+use super::streams::Stream;
+use super::Worker;
+use crate::app::handlers::ws::{self, Action};
+use crate::bus::{self, Topic};
+use crate::proto::ws::{Event, Message, WsConn};
+
+/// Unsent bytes one subscriber may accumulate before it is dropped.
+pub const MAX_BACKLOG: usize = 1 << 20;
+
+/// How often an idle WebSocket is pinged; a peer that has not answered the
+/// previous ping by the next one is dropped.
+pub(super) const WS_PING_EVERY: Duration = Duration::from_secs(30);
+
+/// State of one WebSocket.
+pub struct Ws {
+    pub(super) conn: WsConn,
+    /// The authenticated user; `None` on the echo endpoint.
+    pub(super) user_id: Option<i64>,
+    /// That user's display name, when the token carried one.
+    pub(super) name: Option<String>,
+    /// Rooms this client is in.
+    pub(super) rooms: Vec<String>,
+    pub(super) next_ping: Instant,
+    pub(super) awaiting_pong: bool,
+}
+
+impl Ws {
+    /// A WebSocket of `user_id` (`None`: the echo endpoint), pinged from `now`.
+    pub(super) fn new(conn: WsConn, user_id: Option<i64>, name: Option<String>, now: Instant) -> Ws {
+        Ws { conn, user_id, name, rooms: Vec::new(), next_ping: now + WS_PING_EVERY, awaiting_pong: false }
+    }
+
+    /// Read `input` (complete messages only; returns the bytes used): control
+    /// frames are answered into `out`, echo messages echoed, chat messages
+    /// turned into replies (into `out`) and [`Todo`]s. `Err` if app code
+    /// panicked (what came before it stands). `closed`: the peer's close arrived.
+    pub(super) fn read(
+        &mut self,
+        app: &crate::app::App,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        todo: &mut Vec<Todo>,
+        closed: &mut bool,
+    ) -> Result<usize, ()> {
+        let mut events = Vec::new();
+        let mut at = 0;
+        while at < input.len() {
+            let used = self.conn.read(&input[at..], out, &mut events);
+            at += used;
+            for ev in events.drain(..) {
+                let m = match ev {
+                    Event::Closed { .. } => {
+                        *closed = true;
+                        continue;
+                    }
+                    Event::Message(m) => m,
+                };
+                let action = match (self.user_id, m) {
+                    (None, Message::Text(t)) => {
+                        self.conn.send_text(&t, out);
+                        continue;
+                    }
+                    (None, Message::Binary(b)) => {
+                        self.conn.send_binary(&b, out);
+                        continue;
+                    }
+                    (Some(_), Message::Binary(_)) => guard("WebSocket message", || {
+                        Action::Reply(ws::error_message("binary messages are not supported"))
+                    }),
+                    (Some(uid), Message::Text(t)) => {
+                        guard("WebSocket message", || app.ws_text(uid, self.name.as_deref(), &t))
+                    }
+                };
+                let uid = self.user_id;
+                match action {
+                    Ok(Action::Reply(r)) => self.conn.send_text(&r, out),
+                    Ok(Action::Join(room)) => todo.push(Todo::Join(room)),
+                    Ok(Action::Leave(room)) => todo.push(Todo::Leave(room)),
+                    Ok(Action::Room { room, message, skip_sender }) => {
+                        todo.push(Todo::Join(room.clone()));
+                        todo.push(Todo::Room { room, message, skip_user: uid.filter(|_| skip_sender) });
+                    }
+                    Err(_) => return Err(()),
+                }
+            }
+            if used == 0 {
+                break;
+            }
+        }
+        if self.conn.take_pong() {
+            self.awaiting_pong = false;
+        }
+        Ok(at)
+    }
+}
+
+/// The WebSocket state and output buffer of exchange `id` (an HTTP/1.1
+/// connection's, or an HTTP/2 stream's), and its unsent output's length.
+fn ws_of(conns: &mut [Option<Conn>], id: ExchangeId) -> Option<(&mut Ws, &mut Vec<u8>, usize)> {
+    let c = conns.get_mut(id.conn)?.as_mut()?;
+    if c.generation != id.generation {
+        return None;
+    }
+    let backlog = c.backlog();
+    match &mut c.state {
+        ConnState::Http1(H1 { stream: Some(Stream::Ws(w)), .. }) if id.stream == 0 => Some((w, &mut c.out, backlog)),
+        ConnState::Http2(sess) if id.stream != 0 => sess.ws_of(id.stream),
+        _ => None,
+    }
+}
+
+/// Work a WebSocket message asks for, done once the connection is released.
+pub(super) enum Todo {
+    Join(String),
+    Leave(String),
+    Room { room: String, message: String, skip_user: Option<i64> },
+}
+
+/// State of one SSE stream.
+pub struct Sse {
+    /// A `Last-Event-ID` replay is running on the pool.
+    replaying: bool,
+    /// The last notification id sent (live events at or below it are skipped).
+    last_id: i64,
+    /// Live events that arrived during the replay.
+    held: Vec<(i64, Arc<[u8]>)>,
+    /// When the next heartbeat is due.
+    pub(super) next_beat: Instant,
+}
+
+impl Sse {
+    /// A subscriber that has seen every event up to `last_event_id` (then a
+    /// replay of what follows it runs on the pool), or none; heartbeat due at `next_beat`.
+    pub(super) fn new(last_event_id: Option<i64>, next_beat: Instant) -> Sse {
+        Sse { replaying: last_event_id.is_some(), last_id: last_event_id.unwrap_or(0), held: Vec::new(), next_beat }
+    }
+
+    /// A live event `id`: whether to send it now. During a replay it is held
+    /// (sent after the replay, unless the replay covered it); an event at or
+    /// below the last one sent is a duplicate.
+    pub(super) fn live(&mut self, id: i64, event: &Arc<[u8]>) -> bool {
+        if self.replaying {
+            self.held.push((id, Arc::clone(event)));
+            return false;
+        }
+        if id <= self.last_id {
+            return false;
+        }
+        self.last_id = id;
+        true
+    }
+
+    /// The replay, up to event `last`, has been sent: `send` gets the held
+    /// events it did not cover, in order of arrival; live events go out at once from now on.
+    pub(super) fn replayed(&mut self, last: i64, mut send: impl FnMut(&[u8])) {
+        self.last_id = self.last_id.max(last);
+        self.replaying = false;
+        for (id, event) in self.held.drain(..) {
+            if id > self.last_id {
+                send(&event);
+                self.last_id = id;
+            }
+        }
+    }
+}
+
+/// WebSocket rooms of this worker: room → member connections (slab indexes).
+#[derive(Default)]
+pub struct Rooms {
+    members: HashMap<String, Vec<ExchangeId>>,
+}
+
+impl Rooms {
+    fn join(&mut self, room: &str, id: ExchangeId) -> bool {
+        let list = self.members.entry(room.to_owned()).or_default();
+        if list.contains(&id) {
+            return false;
+        }
+        list.push(id);
+        true
+    }
+
+    pub(super) fn leave(&mut self, room: &str, id: ExchangeId) -> bool {
+        let Some(list) = self.members.get_mut(room) else { return false };
+        let Some(pos) = list.iter().position(|&m| m == id) else { return false };
+        list.swap_remove(pos);
+        if list.is_empty() {
+            self.members.remove(room);
+            // Give the table's memory back once most of its rooms are gone.
+            if self.members.capacity() > 64 && self.members.len() * 4 < self.members.capacity() {
+                self.members.shrink_to(self.members.len() * 2);
+            }
+        }
+        true
+    }
+}
+
+impl Worker {
+    /// What a WebSocket message of exchange `id` asked for: join, leave, publish to a room.
+    pub(super) fn ws_todo(&mut self, id: ExchangeId, t: Todo) {
+        match t {
+            Todo::Join(room) => {
+                let max = self.config.websocket.max_rooms_per_connection;
+                let Some((w, out, _)) = ws_of(&mut self.conns, id) else { return };
+                if w.rooms.contains(&room) {
+                    return;
+                }
+                if w.rooms.len() >= max {
+                    w.conn.send_text(&ws::too_many_rooms(max), out);
+                    self.ws_flush(id);
+                    return;
+                }
+                if self.rooms.join(&room, id) {
+                    w.rooms.push(room);
+                    self.svc.stats.members.fetch_add(1, Relaxed);
+                }
+            }
+            Todo::Leave(room) => {
+                let Some((w, _, _)) = ws_of(&mut self.conns, id) else { return };
+                if self.rooms.leave(&room, id) {
+                    w.rooms.retain(|r| *r != room);
+                    self.svc.stats.members.fetch_sub(1, Relaxed);
+                }
+            }
+            Todo::Room { room, message, skip_user } => {
+                // Sending joins first; a join refused (over the cap) sends nothing.
+                let member = ws_of(&mut self.conns, id).is_some_and(|(w, _, _)| w.rooms.contains(&room));
+                if !member {
+                    return;
+                }
+                let payload = serde_json::json!({"room": room, "skipUser": skip_user, "message": message});
+                let payload = serde_json::to_vec(&payload).unwrap_or_default();
+                self.publish(Topic::Room, &payload);
+            }
+        }
+    }
+
+    /// Output was queued for WebSocket exchange `id`: send it.
+    fn ws_flush(&mut self, id: ExchangeId) {
+        if id.stream == 0 {
+            self.flush_conn(id.conn);
+        } else {
+            self.drained.push((id.conn, id.generation));
+        }
+    }
+
+    /// Deliver a room message to this worker's members of the room.
+    fn deliver_room(&mut self, payload: &[u8]) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else { return };
+        let (Some(room), Some(message)) = (v["room"].as_str(), v["message"].as_str()) else { return };
+        let skip = v["skipUser"].as_i64();
+        let members = self.rooms.members.get(room).cloned().unwrap_or_default();
+        for id in members {
+            let Some((w, out, backlog)) = ws_of(&mut self.conns, id) else { continue };
+            if skip.is_some() && w.user_id == skip {
+                continue;
+            }
+            if backlog > MAX_BACKLOG {
+                log::warn!("WebSocket member is not reading; dropping it");
+                if id.stream == 0 {
+                    self.close(id.conn);
+                } else {
+                    self.h2_drop_exchange(id);
+                }
+                continue;
+            }
+            w.conn.send_text(message, out);
+            self.ws_flush(id);
+        }
+    }
+
+    /// A `Last-Event-ID` replay finished: send it, then what arrived meanwhile.
+    pub(super) fn replayed(&mut self, idx: usize, bytes: Vec<u8>, last: i64) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let Some(Stream::Sse(s)) = &mut h.stream else { return };
+        if last == REPLAY_PANICKED {
+            self.abort_stream(idx);
+            return;
+        }
+        h.codec.data(&mut c.out, &bytes);
+        s.replayed(last, |event| h.codec.data(&mut c.out, event));
+        self.drive_stream(idx);
+    }
+
+    /// A detached connection closed: drop it from every registry at once.
+    pub(super) fn forget_stream(&mut self, idx: usize, generation: u32, s: Stream) {
+        match s {
+            Stream::Sse(_) => {
+                self.sse.remove(&ExchangeId::h1(idx, generation));
+                self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
+                self.metrics.set_sse_streams(self.sse.len());
+            }
+            Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted => {}
+            Stream::Ws(w) => {
+                for room in &w.rooms {
+                    if self.rooms.leave(room, ExchangeId::h1(idx, generation)) {
+                        self.svc.stats.members.fetch_sub(1, Relaxed);
+                    }
+                }
+                let ws = self.svc.stats.ws.fetch_sub(1, Relaxed).saturating_sub(1);
+                self.metrics.set_websocket_clients(ws);
+            }
+        }
+    }
+
+    /// Publish on the bus: local subscribers now, the other workers through the supervisor.
+    pub(super) fn publish(&mut self, topic: Topic, payload: &[u8]) {
+        self.bus_seq += 1;
+        self.bus.send(bus::encode(topic, std::process::id(), self.bus_seq, payload));
+        self.deliver(topic, payload);
+    }
+
+    /// The bus socket is readable or writable.
+    pub(super) fn on_bus(&mut self) {
+        self.bus.flush();
+        loop {
+            let n = match self.bus.recv(&mut self.scratch) {
+                Ok(Some(n)) => n,
+                Ok(None) => return,
+                Err(e) => {
+                    log::warn!("bus: {e}");
+                    return;
+                }
+            };
+            let Some(msg) = bus::decode(&self.scratch[..n]) else { continue };
+            let (topic, payload) = (msg.topic, msg.payload.to_vec());
+            self.deliver(topic, &payload);
+        }
+    }
+
+    /// Hand a bus message to this worker's subscribers.
+    fn deliver(&mut self, topic: Topic, payload: &[u8]) {
+        match topic {
+            Topic::Notification => {
+                let app = &self.app;
+                let Ok(rendered) = guard("SSE notification", || app.sse_notification(payload)) else {
+                    // The event is rendered once for every subscriber: none of them can
+                    // have it. Their streams end (cleanly); each client reconnects with
+                    // `Last-Event-ID` and gets it from the store's replay.
+                    let subscribers: Vec<ExchangeId> = self.sse.iter().copied().collect();
+                    for id in subscribers {
+                        if id.stream != 0 {
+                            self.h2_abort_exchange(id);
+                        } else {
+                            self.abort_stream(id.conn);
+                        }
+                    }
+                    return;
+                };
+                let Some((id, event)) = rendered else { return };
+                // Rendered once; each subscriber's codec frames it.
+                let event: Arc<[u8]> = event.into();
+                let subscribers: Vec<ExchangeId> = self.sse.iter().copied().collect();
+                for sub in subscribers {
+                    if sub.stream != 0 {
+                        self.h2_event(sub, id, &event);
+                        continue;
+                    }
+                    let idx = sub.conn;
+                    let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
+                    let ConnState::Http1(h) = &mut c.state else { continue };
+                    let Some(Stream::Sse(s)) = &mut h.stream else { continue };
+                    if !s.live(id, &event) {
+                        continue;
+                    }
+                    if c.out.len() - c.out_pos > MAX_BACKLOG {
+                        log::warn!("SSE subscriber is not reading; dropping it");
+                        self.close(idx);
+                        continue;
+                    }
+                    h.codec.data(&mut c.out, &event);
+                    self.flush_conn(idx);
+                }
+            }
+            Topic::Room => self.deliver_room(payload),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(text: &str) -> Arc<[u8]> {
+        Arc::from(text.as_bytes())
+    }
+
+    #[test]
+    fn live_events_are_sent_once_in_order() {
+        let mut s = Sse::new(None, Instant::now());
+        assert!(s.live(1, &event("a")));
+        assert!(s.live(3, &event("c")));
+        assert!(!s.live(3, &event("c")), "a duplicate (another worker's copy) is skipped");
+        assert!(!s.live(2, &event("b")), "an older id than the last sent is skipped");
+    }
+
+    #[test]
+    fn events_during_a_replay_are_held_and_sent_after_it_unless_it_covered_them() {
+        let mut s = Sse::new(Some(10), Instant::now());
+        for (id, text) in [(12, "twelve"), (15, "fifteen"), (11, "eleven")] {
+            assert!(!s.live(id, &event(text)), "held while the replay runs");
+        }
+        // The replay sent 11..=12 (the store had them).
+        let mut sent = Vec::new();
+        s.replayed(12, |e| sent.push(String::from_utf8_lossy(e).into_owned()));
+        assert_eq!(sent, ["fifteen"], "only what the replay did not cover, once");
+        assert!(!s.live(15, &event("fifteen")), "sent already");
+        assert!(s.live(16, &event("sixteen")), "live again after the replay");
+    }
+
+    #[test]
+    fn a_replay_that_found_nothing_keeps_the_last_event_id() {
+        let mut s = Sse::new(Some(7), Instant::now());
+        assert!(!s.live(5, &event("old")));
+        let mut sent = 0;
+        s.replayed(0, |_| sent += 1);
+        assert_eq!(sent, 0, "an event at or below Last-Event-ID is not sent again");
+        assert!(!s.live(7, &event("seven")));
+        assert!(s.live(8, &event("eight")));
+    }
+
+    #[test]
+    fn rooms_list_each_member_once_and_forget_empty_rooms() {
+        let mut rooms = Rooms::default();
+        let a = ExchangeId::h1(1, 1);
+        let b = ExchangeId { conn: 2, stream: 5, generation: 9 };
+        assert!(rooms.join("r", a));
+        assert!(!rooms.join("r", a), "already a member");
+        assert!(rooms.join("r", b));
+        assert_eq!(rooms.members["r"], [a, b]);
+        assert!(rooms.leave("r", a));
+        assert!(!rooms.leave("r", a), "not a member any more");
+        assert!(!rooms.leave("nowhere", b));
+        assert!(rooms.leave("r", b));
+        assert!(!rooms.members.contains_key("r"), "an empty room is dropped");
+    }
+}

@@ -1,0 +1,60 @@
+//! The bridge from a codec to the app: [`Glue`] is the [`Service`] every
+//! connection (HTTP/1.1 or HTTP/2) hands complete requests to. It runs
+//! handlers behind the panic boundary, counts finished requests in shared
+//! memory and writes the access log. The reply goes to the codec whole; what
+//! its body needs from the loop (a pool job, upstreams, a stream) the worker
+//! takes from the codec afterwards. It must not touch a socket or framing.
+
+use super::panics;
+use crate::app::{App, Reply};
+use crate::config::Config;
+use crate::http::request::Request;
+use crate::http::service::{Finished, Service};
+use crate::shm::metrics::ProcMetrics;
+use crate::shm::{ProcRecord, WorkerState};
+
+/// The bridge from a connection to the app: runs handlers (catching panics),
+/// counts finished requests in shared memory and writes the access log. The
+/// reply goes to the codec whole; what its body needs from the loop (a pool
+/// job, upstreams, a stream) the worker takes from the codec afterwards
+/// ([`Http1::take_body`]).
+pub(super) struct Glue<'g> {
+    pub(super) app: &'g App,
+    config: &'g Config,
+    record: &'static ProcRecord,
+    pub(super) metrics: &'static ProcMetrics,
+    /// The `/metrics` route slot of the request [`Service::call`] answered last.
+    route: u16,
+}
+
+impl<'g> Glue<'g> {
+    pub(super) fn new(
+        app: &'g App,
+        config: &'g Config,
+        record: &'static ProcRecord,
+        metrics: &'static ProcMetrics,
+    ) -> Self {
+        Glue { app, config, record, metrics, route: crate::shm::metrics::ROUTE_OTHER }
+    }
+}
+
+impl Service for Glue<'_> {
+    fn call(&mut self, req: &Request<'_>) -> Reply {
+        let draining = self.record.state() == WorkerState::Draining;
+        let dev = self.config.is_development();
+        let (app, route) = (self.app, &mut self.route);
+        *route = crate::shm::metrics::ROUTE_OTHER;
+        panics::guard("request handler", || app.handle(req, draining, route))
+            .unwrap_or_else(|p| Reply::full(p.into_response(dev)))
+    }
+
+    fn label(&self) -> u16 {
+        self.route
+    }
+
+    fn finished(&mut self, done: &Finished<'_>) {
+        self.record.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.record(done.label, done.status, done.elapsed);
+        crate::logging::access(done);
+    }
+}
