@@ -1,11 +1,14 @@
 //! The operating-system boundary: the only module allowed to use `unsafe`.
 //!
 //! It owns fork, the shared anonymous mapping, signal registration, the
-//! parent-death signal, process titles (`title`), closing inherited
+//! parent-death signal, process titles (`title`), the counting allocator of
+//! measurement builds (`alloc_count`, cargo feature `count-alloc`), closing inherited
 //! descriptors after fork and reading another process's memory from `/proc`. Everything above it gets safe
 //! functions with the obligations written in their docs. It must not know
 //! about HTTP, configuration or the process table.
 
+#[cfg(feature = "count-alloc")]
+pub mod alloc_count;
 pub mod signals;
 pub mod title;
 

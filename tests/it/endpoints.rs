@@ -184,6 +184,16 @@ fn debug_routes_absent_when_disabled(p: Proto) {
     }
 }
 
+/// The allocation counter exists only in a `count-alloc` build (bin/alloc-count): the
+/// binary the tests run is a normal one, whose allocator counts nothing.
+#[cfg(not(feature = "count-alloc"))]
+#[test]
+fn allocation_counts_are_not_served_by_a_normal_build() {
+    let server = Server::start("");
+    let r = server.get("/_debug/allocations");
+    assert_json_error(&r, 404, Some("NOT_FOUND"), "/_debug/allocations without the count-alloc feature");
+}
+
 both!(handler_panic_is_500_and_worker_survives);
 fn handler_panic_is_500_and_worker_survives(p: Proto) {
     let server = Server::start("").on(p);

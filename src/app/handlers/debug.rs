@@ -47,6 +47,8 @@ pub fn routes(r: &mut Router<Handler>) {
         .add(Method::Get, "/_debug/big", big)
         .add(Method::Post, "/_debug/echo", echo)
         .add(Method::Get, "/_debug/streams", streams);
+    #[cfg(feature = "count-alloc")]
+    r.add(Method::Get, "/_debug/allocations", allocations);
 }
 
 fn number(req: &Request<'_>, key: &str, max: u64) -> Result<u64, Error> {
@@ -120,6 +122,28 @@ fn streams(app: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         "members": s.members.load(Relaxed),
         "connections": app.svc.record.connections.load(Relaxed),
     }))))
+}
+
+/// `GET /_debug/allocations` (measurement builds only, cargo feature
+/// `count-alloc`): this worker process's allocator calls so far (its pool
+/// threads included). Reading them costs the same allocations every time, so
+/// two reads in a row measure that cost and a caller subtracts it.
+#[cfg(feature = "count-alloc")]
+fn allocations(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    let c = crate::sys::alloc_count::counts();
+    let mut r = Response::new(200);
+    r.body = Body::Bytes(
+        format!(
+            "{{\"pid\":{},\"allocs\":{},\"reallocs\":{},\"frees\":{},\"bytes\":{}}}",
+            std::process::id(),
+            c.allocs,
+            c.reallocs,
+            c.frees,
+            c.bytes
+        )
+        .into_bytes(),
+    );
+    Ok(Reply::full(r))
 }
 
 fn echo(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
