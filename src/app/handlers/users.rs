@@ -59,40 +59,73 @@ impl Write for Fnv {
 
 /// Write `u` as a compact JSON object: its fields in declaration order (as
 /// `serde_json` serialises a [`User`]), or `sorted` by name (as a
-/// `serde_json::Value` object holds them). Strings are escaped by `serde_json`.
-/// Writes into a `Vec` or an [`Fnv`] cannot fail, so their results are not looked at.
-fn write_user(w: &mut impl Write, u: UserRef<'_>, sorted: bool) {
-    let text = |w: &mut dyn Write, key: &str, value: &str| {
-        let _ = write!(w, ",\"{key}\":");
-        let _ = serde_json::to_writer(w, value);
+/// `serde_json::Value` object holds them). Strings are escaped by `serde_json`;
+/// keys and numbers are written as bytes (no formatting machinery). Writes
+/// into a `Vec` or an [`Fnv`] cannot fail, so their results are not looked at.
+fn write_user<W: Write>(w: &mut W, u: UserRef<'_>, sorted: bool) {
+    fn key<W: Write>(w: &mut W, first: bool, name: &[u8]) {
+        let _ = w.write_all(if first { b"{\"" } else { b",\"" });
+        let _ = w.write_all(name);
+        let _ = w.write_all(b"\":");
+    }
+    fn text<W: Write>(w: &mut W, name: &[u8], value: &str) {
+        key(w, false, name);
+        let _ = serde_json::to_writer(&mut *w, value);
+    }
+    let age = |w: &mut W, first: bool| {
+        key(w, first, b"age");
+        match u.age {
+            Some(age) => int(w, age),
+            None => {
+                let _ = w.write_all(b"null");
+            }
+        }
     };
-    let age = |w: &mut dyn Write| match u.age {
-        Some(age) => write!(w, ",\"age\":{age}"),
-        None => w.write_all(b",\"age\":null"),
+    let id = |w: &mut W, first: bool| {
+        key(w, first, b"id");
+        int(w, u.id);
     };
-    let role = |w: &mut dyn Write| write!(w, ",\"role\":\"{}\"", u.role.as_str());
+    let role = |w: &mut W| {
+        key(w, false, b"role");
+        let _ = w.write_all(if u.role == Role::Admin { b"\"admin\"" } else { b"\"user\"" });
+    };
     if sorted {
-        // `{"age":…` — the first field has no comma.
-        let _ = match u.age {
-            Some(age) => write!(w, "{{\"age\":{age}"),
-            None => w.write_all(b"{\"age\":null"),
-        };
-        text(w, "createdAt", u.created_at);
-        text(w, "email", u.email);
-        let _ = write!(w, ",\"id\":{}", u.id);
-        text(w, "name", u.name);
-        let _ = role(w);
-        text(w, "updatedAt", u.updated_at);
+        age(w, true);
+        text(w, b"createdAt", u.created_at);
+        text(w, b"email", u.email);
+        id(w, false);
+        text(w, b"name", u.name);
+        role(w);
+        text(w, b"updatedAt", u.updated_at);
     } else {
-        let _ = write!(w, "{{\"id\":{}", u.id);
-        text(w, "name", u.name);
-        text(w, "email", u.email);
-        let _ = age(w);
-        let _ = role(w);
-        text(w, "createdAt", u.created_at);
-        text(w, "updatedAt", u.updated_at);
+        id(w, true);
+        text(w, b"name", u.name);
+        text(w, b"email", u.email);
+        age(w, false);
+        role(w);
+        text(w, b"createdAt", u.created_at);
+        text(w, b"updatedAt", u.updated_at);
     }
     let _ = w.write_all(b"}");
+}
+
+/// `n` in decimal, as `serde_json` writes an integer.
+fn int<W: Write>(w: &mut W, n: i64) {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    let mut m = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        let _ = w.write_all(b"-");
+    }
+    let _ = w.write_all(&buf[at..]);
 }
 
 /// The envelope `{"code":status,"data":user,"message":"OK"|"Created"}` for
@@ -103,7 +136,9 @@ fn write_user(w: &mut impl Write, u: UserRef<'_>, sorted: bool) {
 /// keys): the envelope's keys and the user's fields in name order.
 pub fn user_envelope(status: u16, u: UserRef<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(200 + u.name.len() + u.email.len());
-    let _ = write!(out, "{{\"code\":{status},\"data\":");
+    out.extend_from_slice(b"{\"code\":");
+    int(&mut out, i64::from(status));
+    out.extend_from_slice(b",\"data\":");
     write_user(&mut out, u, true);
     out.extend_from_slice(if status == 201 { b",\"message\":\"Created\"}" } else { b",\"message\":\"OK\"}" });
     out
@@ -361,6 +396,7 @@ mod tests {
             user("Bob", "bob@example.com", None, Role::Admin),
             user("Ünïcödé \"quoted\" \\ back\nline\ttab\u{1}", "x+y@example.com", Some(0), Role::User),
             user("", "e@x", Some(i64::MAX), Role::Admin),
+            user("min", "m@x", Some(i64::MIN), Role::User),
             user("😀 </script>", "a@b", Some(-1), Role::User),
         ];
         for u in &users {
