@@ -95,7 +95,8 @@ impl Ctx<'_> {
     /// The response comes from `work`, run on the pool. Its error is rendered
     /// and the request's decoration (CORS, `RateLimit-*`) applied on the pool
     /// too, inside the same box: one allocation per job, not one for the work
-    /// and another for wrapping it.
+    /// and another for wrapping it. The handler returns the [`Reply`] it gets
+    /// (after this call, a job made otherwise would not be decorated).
     pub fn later<F>(&self, work: F) -> Reply
     where
         F: FnOnce() -> Result<Response, Error> + Send + 'static,
