@@ -23,8 +23,6 @@ use handlers::{
 };
 use phases::{cors, https, ratelimit, session, version};
 
-use std::borrow::Cow;
-
 use crate::auth::{jwt::Jwt, password::Passwords};
 use crate::config::Config;
 use crate::error::Error;
@@ -86,6 +84,31 @@ pub struct Ctx<'a> {
     pub draining: bool,
     /// Path parameters of the matched route.
     pub params: Params<'a>,
+    /// The request's decoration, for a response made later ([`Ctx::later`]).
+    decor: Decor<'a>,
+    config: &'static Config,
+    /// [`Ctx::later`] made a job that decorates its own response.
+    decorated: &'a std::cell::Cell<bool>,
+}
+
+impl Ctx<'_> {
+    /// The response comes from `work`, run on the pool. Its error is rendered
+    /// and the request's decoration (CORS, `RateLimit-*`) applied on the pool
+    /// too, inside the same box: one allocation per job, not one for the work
+    /// and another for wrapping it. The handler returns the [`Reply`] it gets
+    /// (after this call, a job made otherwise would not be decorated).
+    pub fn later<F>(&self, work: F) -> Reply
+    where
+        F: FnOnce() -> Result<Response, Error> + Send + 'static,
+    {
+        let decor = self.decor.to_owned();
+        let config = self.config;
+        self.decorated.set(true);
+        Reply::later(Box::new(move || {
+            let r = work().unwrap_or_else(|e| render(e, config.is_development()));
+            Ok(decor.apply(r, config))
+        }))
+    }
 }
 
 type Handler = fn(&App, &Request<'_>, &Ctx<'_>) -> Result<Reply, Error>;
@@ -142,13 +165,18 @@ impl App {
             return Reply::full(r);
         }
         let dev = config.is_development();
-        let mut decor = Decor { cors: cors::allowed_origin(config, req).map(str::to_owned), rate: None };
-        let reply = match cors::preflight(decor.cors.as_deref(), req) {
+        let mut decor = Decor { cors: cors::allowed_origin(config, req), rate: None };
+        let decorated = std::cell::Cell::new(false);
+        let reply = match cors::preflight(decor.cors, req) {
             Some(r) => Ok(r),
             None => match ratelimit::check(config, self.svc.rate, req) {
                 Ok(rate) => {
                     decor.rate = rate;
-                    self.route(req, found, draining)
+                    self.route(
+                        req,
+                        found,
+                        Ctx { draining, params: Params::default(), decor, config, decorated: &decorated },
+                    )
                 }
                 Err(e) => {
                     if let Error::TooManyRequests { decision, .. } = &e {
@@ -166,11 +194,17 @@ impl App {
             // The codec writes the protocol switch; nothing to decorate.
             Body::WebSocket(ws) => Reply::websocket(ws),
             Body::Full | Body::Producer(_) | Body::File(_) => Reply { head: decor.apply(head, config), body },
-            Body::Job(job) => Reply::later(Box::new(move || {
-                let r = job().unwrap_or_else(|e| render(e, dev));
-                Ok(decor.apply(r, config))
-            })),
+            // Made by `Ctx::later`: it decorates its own response.
+            Body::Job(job) if decorated.get() => Reply::later(job),
+            Body::Job(job) => {
+                let decor = decor.to_owned();
+                Reply::later(Box::new(move || {
+                    let r = job().unwrap_or_else(|e| render(e, dev));
+                    Ok(decor.apply(r, config))
+                }))
+            }
             Body::Upstream(Upstream::Call(call)) => {
+                let decor = decor.to_owned();
                 let finish = call.finish;
                 Reply::call(Call {
                     requests: call.requests,
@@ -182,7 +216,7 @@ impl App {
             }
             Body::Upstream(Upstream::Relay(relay)) => Reply::relay(Relay {
                 request: relay.request,
-                sink: Box::new(Decorated { inner: relay.sink, decor, config }),
+                sink: Box::new(Decorated { inner: relay.sink, decor: decor.to_owned(), config }),
             }),
         }
     }
@@ -217,11 +251,12 @@ impl App {
         self.svc.config.sse.heartbeat
     }
 
-    fn route(&self, req: &Request<'_>, found: Match<'_, '_, Handler>, draining: bool) -> Result<Reply, Error> {
+    /// Route to the handler; `ctx` comes with empty path parameters, filled here.
+    fn route<'r>(&self, req: &Request<'r>, found: Match<'_, 'r, Handler>, ctx: Ctx<'r>) -> Result<Reply, Error> {
         cors::check_origin(self.svc.config, req)?;
         version::check(req)?;
         match found {
-            Match::Found(h, params, _) => h(self, req, &Ctx { draining, params }),
+            Match::Found(h, params, _) => h(self, req, &Ctx { params, ..ctx }),
             Match::MethodNotAllowed(allow, _) if req.method == Method::Options => {
                 let mut r = Response::new(204);
                 r.header("Allow", allow);
@@ -269,7 +304,7 @@ fn routes(config: &Config) -> Router<Handler> {
 /// A relay whose responses (head or error) get the request's decoration.
 struct Decorated {
     inner: Box<dyn RelaySink>,
-    decor: Decor,
+    decor: OwnedDecor,
     config: &'static Config,
 }
 
@@ -294,21 +329,41 @@ impl RelaySink for Decorated {
     }
 }
 
-/// Headers every response of a request gets, whenever it is produced.
-struct Decor {
-    cors: Option<String>,
+/// Headers every response of a request gets, whenever it is produced: the
+/// allow-listed `Origin` (borrowed from the request) and the rate-limit decision.
+#[derive(Clone, Copy)]
+struct Decor<'r> {
+    cors: Option<&'r str>,
     rate: Option<crate::shm::ratelimit::Decision>,
 }
 
-impl Decor {
+impl Decor<'_> {
     fn apply(&self, mut r: Response, config: &Config) -> Response {
-        if let Some(origin) = &self.cors {
+        if let Some(origin) = self.cors {
             cors::decorate(&mut r, origin);
         }
         if let Some(d) = &self.rate {
             ratelimit::decorate(&mut r, config, d);
         }
         r
+    }
+
+    /// The decoration for a response made after the request is gone (a job,
+    /// upstream results): the origin copied, only when there is one.
+    fn to_owned(self) -> OwnedDecor {
+        OwnedDecor { cors: self.cors.map(str::to_owned), rate: self.rate }
+    }
+}
+
+/// [`Decor`] that outlives the request.
+struct OwnedDecor {
+    cors: Option<String>,
+    rate: Option<crate::shm::ratelimit::Decision>,
+}
+
+impl OwnedDecor {
+    fn apply(&self, r: Response, config: &Config) -> Response {
+        Decor { cors: self.cors.as_deref(), rate: self.rate }.apply(r, config)
     }
 }
 
@@ -324,7 +379,7 @@ pub fn render(e: Error, development: bool) -> Response {
 fn envelope_with(status: u16, data: &impl serde::Serialize, header: Option<(&'static str, String)>) -> Response {
     let mut r = Response::envelope(status, data);
     if let Some((k, v)) = header {
-        r.header(k, Cow::Owned(v));
+        r.header(k, v);
     }
     r
 }

@@ -32,6 +32,134 @@ impl Body {
     }
 }
 
+/// A header value: text that lives as long as the program, a short value held
+/// in place ([`Inline`]: an ETag, a number; no allocation), or owned text.
+#[derive(Clone)]
+pub enum Value {
+    /// Text that lives forever.
+    Static(&'static str),
+    /// Up to [`Inline::CAP`] bytes, in place.
+    Inline(Inline),
+    /// Owned text.
+    Owned(String),
+}
+
+impl Value {
+    /// `v` formatted: in place when it fits [`Inline::CAP`] bytes, else allocated.
+    pub fn display(v: impl std::fmt::Display) -> Value {
+        use std::fmt::Write;
+        let mut inline = Inline::default();
+        if write!(inline, "{v}").is_ok() {
+            Value::Inline(inline)
+        } else {
+            Value::Owned(v.to_string())
+        }
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Value::Static(s) => s,
+            Value::Inline(i) => i.as_str(),
+            Value::Owned(s) => s,
+        }
+    }
+}
+
+impl std::ops::Deref for Value {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for Value {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Value {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for Value {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl From<&'static str> for Value {
+    fn from(s: &'static str) -> Value {
+        Value::Static(s)
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Value {
+        Value::Owned(s)
+    }
+}
+
+impl From<Cow<'static, str>> for Value {
+    fn from(s: Cow<'static, str>) -> Value {
+        match s {
+            Cow::Borrowed(s) => Value::Static(s),
+            Cow::Owned(s) => Value::Owned(s),
+        }
+    }
+}
+
+impl From<Inline> for Value {
+    fn from(i: Inline) -> Value {
+        Value::Inline(i)
+    }
+}
+
+/// Up to [`Inline::CAP`] bytes of text held in place; written with `write!`
+/// (which fails, leaving what fitted, when the text is longer).
+#[derive(Clone, Copy, Default)]
+pub struct Inline {
+    len: u8,
+    buf: [u8; Inline::CAP],
+}
+
+impl Inline {
+    /// The longest text held in place: an ETag (18), a `u64` (20).
+    pub const CAP: usize = 22;
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Only whole `str`s are ever appended, so this is always UTF-8.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Write for Inline {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let at = usize::from(self.len);
+        let end = at + s.len();
+        let dest = self.buf.get_mut(at..end).ok_or(std::fmt::Error)?;
+        dest.copy_from_slice(s.as_bytes());
+        self.len = end as u8;
+        Ok(())
+    }
+}
+
 /// A response before serialisation.
 #[derive(Debug)]
 pub struct Response {
@@ -41,8 +169,9 @@ pub struct Response {
     pub content_type: &'static str,
     /// `Cache-Control`; `no-store` unless a route says otherwise (§4).
     pub cache_control: &'static str,
-    /// Further headers (name, value); static values cost no allocation.
-    pub headers: Vec<(&'static str, Cow<'static, str>)>,
+    /// Further headers (name, value); static and short values cost no
+    /// allocation, and the first one reserves room for [`HEADERS_RESERVED`].
+    pub headers: Vec<(&'static str, Value)>,
     /// The body.
     pub body: Body,
     /// Close the connection after this response.
@@ -88,11 +217,18 @@ impl Response {
     }
 
     /// Add a header.
-    pub fn header(&mut self, name: &'static str, value: impl Into<Cow<'static, str>>) -> &mut Response {
+    pub fn header(&mut self, name: &'static str, value: impl Into<Value>) -> &mut Response {
+        if self.headers.capacity() == 0 {
+            self.headers.reserve_exact(HEADERS_RESERVED);
+        }
         self.headers.push((name, value.into()));
         self
     }
 }
+
+/// Room the first [`Response::header`] makes: an API response's own header
+/// plus the decoration (`RateLimit-*`, CORS) fit without growing the vector.
+pub const HEADERS_RESERVED: usize = 8;
 
 /// How the response body is delimited on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,6 +334,29 @@ pub fn itoa_buf(mut n: usize) -> Digits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_header_values_are_held_in_place() {
+        let etag = Value::display(format_args!("\"{:016x}\"", u64::MAX));
+        assert!(matches!(etag, Value::Inline(_)), "{etag:?}");
+        assert_eq!(etag, "\"ffffffffffffffff\"");
+        let n = Value::display(u64::MAX);
+        assert!(matches!(n, Value::Inline(_)));
+        assert_eq!(n.as_str(), u64::MAX.to_string());
+        let long = Value::display("x".repeat(Inline::CAP + 1));
+        assert!(matches!(long, Value::Owned(_)), "too long to fit: allocated");
+        assert_eq!(long.len(), Inline::CAP + 1);
+        let fits = Value::display("é".repeat(Inline::CAP / 2));
+        assert!(matches!(fits, Value::Inline(_)) && fits == "é".repeat(Inline::CAP / 2).as_str());
+        let (fixed, owned) = (Value::from("static"), Value::from(String::from("owned")));
+        assert!(matches!(fixed, Value::Static(_)) && fixed == "static");
+        assert!(matches!(owned, Value::Owned(_)) && owned == "owned");
+        let mut r = Response::new(200);
+        for i in 0..HEADERS_RESERVED {
+            r.header("X-N", Value::display(i));
+        }
+        assert_eq!(r.headers.capacity(), HEADERS_RESERVED, "reserved once, never grown");
+    }
 
     #[test]
     fn digits() {

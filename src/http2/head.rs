@@ -135,10 +135,8 @@ impl Heads {
                 continue;
             }
             let value = match value {
-                std::borrow::Cow::Borrowed(s) => static_value(s)?,
-                std::borrow::Cow::Owned(s) => {
-                    HeaderValue::from_str(s).map_err(|_| H2Error::InvalidHead("header value"))?
-                }
+                crate::http::response::Value::Static(s) => static_value(s)?,
+                other => HeaderValue::from_str(other).map_err(|_| H2Error::InvalidHead("header value"))?,
             };
             fields.append(name, value);
         }

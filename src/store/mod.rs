@@ -42,7 +42,7 @@ pub use error::StoreError;
 pub use notifications::Notification;
 pub use posts::Post;
 pub use tokens::Rotation;
-pub use users::{NewUser, Role, User, UserChanges, UserQuery, UserSort};
+pub use users::{NewUser, Role, User, UserChanges, UserQuery, UserRef, UserSort};
 
 /// How long SQLite retries a locked database before a call fails with `Unavailable`.
 const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);

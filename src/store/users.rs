@@ -81,6 +81,40 @@ pub struct User {
     pub updated_at: String,
 }
 
+/// A [`User`] whose text borrows from elsewhere (a database row: [`Store::with_user`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UserRef<'a> {
+    /// Row id.
+    pub id: i64,
+    /// Display name.
+    pub name: &'a str,
+    /// E-mail.
+    pub email: &'a str,
+    /// Age in years, if known.
+    pub age: Option<i64>,
+    /// Role.
+    pub role: Role,
+    /// Creation time.
+    pub created_at: &'a str,
+    /// Last change.
+    pub updated_at: &'a str,
+}
+
+impl User {
+    /// This user, borrowed.
+    pub fn borrowed(&self) -> UserRef<'_> {
+        UserRef {
+            id: self.id,
+            name: &self.name,
+            email: &self.email,
+            age: self.age,
+            role: self.role,
+            created_at: &self.created_at,
+            updated_at: &self.updated_at,
+        }
+    }
+}
+
 /// The fields of a user to create (already validated; the password already hashed).
 pub struct NewUser<'a> {
     /// Display name.
@@ -185,6 +219,26 @@ impl Store {
         Ok(stmt.query_row([id], user_from_row).optional()?)
     }
 
+    /// The user with this id, if any, lent to `f` straight from the row: its text fields
+    /// borrow SQLite's buffers, nothing is copied. `f` runs while the connection is held:
+    /// it must only look at the user (render it), not call the store.
+    pub fn with_user<R>(&self, id: i64, f: impl FnOnce(UserRef<'_>) -> R) -> Result<Option<R>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(concat!("SELECT ", user_cols!(), " FROM users WHERE id = ?1"))?;
+        let mut rows = stmt.query([id])?;
+        let Some(row) = rows.next()? else { return Ok(None) };
+        let user = UserRef {
+            id: row.get(0)?,
+            name: text(row, 1)?,
+            email: text(row, 2)?,
+            age: row.get(3)?,
+            role: row.get(4)?,
+            created_at: text(row, 5)?,
+            updated_at: text(row, 6)?,
+        };
+        Ok(Some(f(user)))
+    }
+
     /// The user with this e-mail (any letter case) and their password hash, for login.
     pub fn user_by_email(&self, email: &str) -> Result<Option<(User, String)>, StoreError> {
         let conn = self.conn()?;
@@ -249,6 +303,12 @@ impl Store {
 }
 
 /// Map a row selected with `user_cols!()` (columns 0..=6).
+/// Text column `i` of `row`, borrowed.
+fn text<'r>(row: &'r Row<'_>, i: usize) -> rusqlite::Result<&'r str> {
+    let value = row.get_ref(i)?;
+    value.as_str().map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, value.data_type(), Box::new(e)))
+}
+
 fn user_from_row(row: &Row<'_>) -> rusqlite::Result<User> {
     Ok(User {
         id: row.get(0)?,
@@ -316,6 +376,9 @@ mod tests {
         assert!(alice.created_at.ends_with('Z') && alice.created_at.contains('T'));
 
         assert_eq!(store.get_user(alice.id).expect("get"), Some(alice.clone()));
+        let lent = store.with_user(alice.id, |u| u == alice.borrowed()).expect("with_user");
+        assert_eq!(lent, Some(true), "with_user lends what get_user returns");
+        assert_eq!(store.with_user(alice.id + 1, |_| ()).expect("with_user"), None);
         assert_eq!(store.get_user(alice.id + 1).expect("get"), None);
 
         let dup = store.create_user(&new_user("Other", "alice@EXAMPLE.COM", None, Role::User));

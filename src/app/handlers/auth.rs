@@ -45,12 +45,12 @@ pub fn refresh_body(map: Map<String, Value>) -> Result<Option<String>, Error> {
     Ok(token)
 }
 
-fn login(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+fn login(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let (email, password) = credentials(validate::json_object(req)?)?;
     // The attempt's slot is taken before any password is checked (429 when none is left).
     let slot = LoginGuard::new(app.svc.config, req.peer, &email).take(app.svc.rate)?;
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         let (user, hash) = match svc.store.user_by_email(&email)? {
             Some((user, hash)) => (Some(user), Some(hash)),
             None => (None, None),
@@ -73,7 +73,7 @@ fn login(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         drop(slot); // a success gives its slot back
         let family = tokens::new_family();
         issue(svc, user.id, user.role.as_str(), &user.name, &family)
-    })))
+    }))
 }
 
 /// Issue an access token and a new refresh token in `family`.
@@ -113,10 +113,10 @@ fn presented_token(req: &Request<'_>) -> Result<Option<String>, Error> {
     }
 }
 
-fn refresh(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+fn refresh(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let old = presented_token(req)?.ok_or(Error::Unauthorized("token required"))?;
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         let now = session::now_unix();
         let (refresh, new_hash) = tokens::new_refresh_token();
         let expires = (now + svc.config.auth.refresh_ttl.as_secs()) as i64;
@@ -132,27 +132,31 @@ fn refresh(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
             }
             Rotation::Invalid => Err(Error::Unauthorized("invalid token")),
         }
-    })))
+    }))
 }
 
-fn logout(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+fn logout(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let token = presented_token(req)?;
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         if let Some(t) = token {
             svc.store.revoke_family(&tokens::hash_token(&t))?;
         }
         let mut r = Response::new(204);
         session::clear_cookies(&mut r, svc.config);
         Ok(r)
-    })))
+    }))
 }
 
-fn me(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+fn me(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let Caller { user_id, .. } = session::require(app, req)?;
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
-        let user = svc.store.get_user(user_id)?.ok_or(Error::Unauthorized("invalid token"))?;
-        Ok(Response::envelope(200, &user))
-    })))
+    Ok(ctx.later(move || {
+        let rendered = svc.store.with_user(user_id, |user| {
+            let mut r = Response::new(200);
+            r.body = crate::http::response::Body::Bytes(crate::app::users::user_envelope(200, user));
+            r
+        })?;
+        rendered.ok_or(Error::Unauthorized("invalid token"))
+    }))
 }

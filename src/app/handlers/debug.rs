@@ -68,12 +68,12 @@ fn pid(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     Ok(Reply::full(json(serde_json::json!({"pid": std::process::id()}))))
 }
 
-fn sleep(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+fn sleep(_: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let ms = number(req, "ms", 600_000)?;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         std::thread::sleep(std::time::Duration::from_millis(ms));
         Ok(json(serde_json::json!({"slept": ms})))
-    })))
+    }))
 }
 
 fn block(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
@@ -87,8 +87,8 @@ fn panic(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     panic!("debug panic requested");
 }
 
-fn pool_panic(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    Ok(Reply::later(Box::new(|| panic!("debug pool panic requested"))))
+fn pool_panic(_: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
+    Ok(ctx.later(|| panic!("debug pool panic requested")))
 }
 
 fn alloc(_: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {

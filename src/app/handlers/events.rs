@@ -106,18 +106,18 @@ pub fn notification(map: Map<String, Value>) -> Result<(String, String), Error> 
     Ok((title, body.unwrap_or_default()))
 }
 
-fn create(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let caller = session::require(app, req)?;
     if !caller.admin {
         return Err(Error::Forbidden("only an admin can send notifications"));
     }
     let (title, body) = notification(validate::json_object(req)?)?;
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         let n = svc.store.create_notification(&title, &body)?;
         let json = serde_json::to_vec(&n).unwrap_or_default();
         // Stored first, then announced: the loop delivers it locally and on the bus.
         let _ = svc.publish.send((Topic::Notification, json));
         Ok(envelope_with(201, &n, None))
-    })))
+    }))
 }

@@ -17,10 +17,10 @@ pub fn ready(app: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> 
         return Err(Error::ServiceUnavailable("draining"));
     }
     let store = app.svc.store;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         store.ping().map_err(|_| Error::ServiceUnavailable("database unavailable"))?;
         Ok(Response::static_json(b"{\"status\":\"ok\"}"))
-    })))
+    }))
 }
 
 /// `GET /api/config`: public client settings, cacheable, with a strong ETag.

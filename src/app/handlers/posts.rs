@@ -52,10 +52,10 @@ fn list(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
         return Err(Error::BadParams(errors));
     }
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         svc.store.get_user(user_id)?.ok_or(Error::NotFound)?;
         Ok(Response::envelope(200, &svc.store.list_posts(user_id, page, limit)?))
-    })))
+    }))
 }
 
 fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
@@ -66,21 +66,21 @@ fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     }
     let (title, body) = new_post(validate::json_object(req)?)?;
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         svc.store.get_user(user_id)?.ok_or(Error::NotFound)?;
         let post = svc.store.create_post(user_id, &title, &body)?;
         Ok(envelope_with(201, &post, Some(("Location", format!("/api/v1/posts/{}", post.id)))))
-    })))
+    }))
 }
 
 fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     session::require(app, req)?;
     let id = path_id(ctx)?;
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         let post = svc.store.get_post(id)?.ok_or(Error::NotFound)?;
         Ok(Response::envelope(200, &post))
-    })))
+    }))
 }
 
 fn patch(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
@@ -88,26 +88,26 @@ fn patch(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let id = path_id(ctx)?;
     let (title, body) = post_changes(validate::json_object(req)?)?;
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         let post = svc.store.get_post(id)?.ok_or(Error::NotFound)?;
         if post.user_id != caller.user_id && !caller.admin {
             return Err(Error::Forbidden("not allowed to change this post"));
         }
         let post = svc.store.update_post(id, title.as_deref(), body.as_deref())?.ok_or(Error::NotFound)?;
         Ok(Response::envelope(200, &post))
-    })))
+    }))
 }
 
 fn delete(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let caller = session::require(app, req)?;
     let id = path_id(ctx)?;
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         let post = svc.store.get_post(id)?.ok_or(Error::NotFound)?;
         if post.user_id != caller.user_id && !caller.admin {
             return Err(Error::Forbidden("not allowed to delete this post"));
         }
         svc.store.delete_post(id)?;
         Ok(Response::new(204))
-    })))
+    }))
 }

@@ -2,17 +2,22 @@
 //! sort and paging, read with ETag, replace/patch (If-Match), delete.
 //! Permission: self or admin for writes; `role` only by an admin.
 
+use std::io::Write;
+
 use serde_json::{Map, Value};
 
+#[cfg(test)]
 use crate::app::health::fnv1a;
 use crate::app::router::Router;
 use crate::app::session::{self, Caller};
 use crate::app::validate::{self, Fields, Presence};
-use crate::app::{envelope_with, path_id, App, Ctx, Handler, Reply};
+use crate::app::{path_id, App, Ctx, Handler, Reply};
 use crate::error::{Error, FieldError};
 use crate::http::request::{Method, Request};
-use crate::http::response::Response;
-use crate::store::{NewUser, Role, User, UserChanges, UserQuery, UserSort};
+use crate::http::response::{self, Body, Response};
+#[cfg(test)]
+use crate::store::User;
+use crate::store::{NewUser, Role, UserChanges, UserQuery, UserRef, UserSort};
 
 /// Register the routes under `base`.
 pub fn routes(r: &mut Router<Handler>, base: &'static str) {
@@ -25,9 +30,126 @@ pub fn routes(r: &mut Router<Handler>, base: &'static str) {
         .add(Method::Delete, p("/users/{id}"), delete);
 }
 
-/// The strong ETag of a user's representation.
-pub fn etag(u: &User) -> String {
-    format!("\"{:016x}\"", fnv1a(&serde_json::to_vec(u).unwrap_or_default()))
+/// The strong ETag of a user's representation: FNV-1a of the user's compact
+/// JSON in field order (`{"id":…,"name":…,…}`, what `serde_json::to_vec`
+/// makes of a [`User`]), hashed as it is written, without a buffer.
+pub fn etag(u: UserRef<'_>) -> response::Value {
+    let mut h = Fnv(FNV_OFFSET);
+    write_user(&mut h, u, false);
+    // 18 bytes: held in place, not allocated.
+    response::Value::display(format_args!("\"{:016x}\"", h.0))
+}
+
+/// The FNV-1a offset basis (the hash of nothing), as in `health::fnv1a`.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// An `io::Write` that folds what is written into a 64-bit FNV-1a hash,
+/// equal to `health::fnv1a` of the concatenated bytes.
+struct Fnv(u64);
+
+impl Write for Fnv {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 = buf.iter().fold(self.0, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Write `u` as a compact JSON object: its fields in declaration order (as
+/// `serde_json` serialises a [`User`]), or `sorted` by name (as a
+/// `serde_json::Value` object holds them). Strings are escaped by `serde_json`;
+/// keys and numbers are written as bytes (no formatting machinery). Writes
+/// into a `Vec` or an [`Fnv`] cannot fail, so their results are not looked at.
+fn write_user<W: Write>(w: &mut W, u: UserRef<'_>, sorted: bool) {
+    fn key<W: Write>(w: &mut W, first: bool, name: &[u8]) {
+        let _ = w.write_all(if first { b"{\"" } else { b",\"" });
+        let _ = w.write_all(name);
+        let _ = w.write_all(b"\":");
+    }
+    fn text<W: Write>(w: &mut W, name: &[u8], value: &str) {
+        key(w, false, name);
+        let _ = serde_json::to_writer(&mut *w, value);
+    }
+    let age = |w: &mut W, first: bool| {
+        key(w, first, b"age");
+        match u.age {
+            Some(age) => int(w, age),
+            None => {
+                let _ = w.write_all(b"null");
+            }
+        }
+    };
+    let id = |w: &mut W, first: bool| {
+        key(w, first, b"id");
+        int(w, u.id);
+    };
+    let role = |w: &mut W| {
+        key(w, false, b"role");
+        let _ = w.write_all(if u.role == Role::Admin { b"\"admin\"" } else { b"\"user\"" });
+    };
+    if sorted {
+        age(w, true);
+        text(w, b"createdAt", u.created_at);
+        text(w, b"email", u.email);
+        id(w, false);
+        text(w, b"name", u.name);
+        role(w);
+        text(w, b"updatedAt", u.updated_at);
+    } else {
+        id(w, true);
+        text(w, b"name", u.name);
+        text(w, b"email", u.email);
+        age(w, false);
+        role(w);
+        text(w, b"createdAt", u.created_at);
+        text(w, b"updatedAt", u.updated_at);
+    }
+    let _ = w.write_all(b"}");
+}
+
+/// `n` in decimal, as `serde_json` writes an integer.
+fn int<W: Write>(w: &mut W, n: i64) {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    let mut m = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        let _ = w.write_all(b"-");
+    }
+    let _ = w.write_all(&buf[at..]);
+}
+
+/// The envelope `{"code":status,"data":user,"message":"OK"|"Created"}` for
+/// one user, written once into a buffer of the right size.
+///
+/// The bytes are exactly what [`Response::envelope`] makes of a [`User`]
+/// (it goes through a `serde_json::Value` tree, whose objects sort their
+/// keys): the envelope's keys and the user's fields in name order.
+pub fn user_envelope(status: u16, u: UserRef<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(200 + u.name.len() + u.email.len());
+    out.extend_from_slice(b"{\"code\":");
+    int(&mut out, i64::from(status));
+    out.extend_from_slice(b",\"data\":");
+    write_user(&mut out, u, true);
+    out.extend_from_slice(if status == 201 { b",\"message\":\"Created\"}" } else { b",\"message\":\"OK\"}" });
+    out
+}
+
+/// A user's response: its envelope and an extra header (`ETag`, `Location`).
+fn user_response(status: u16, u: UserRef<'_>, header: (&'static str, response::Value)) -> Response {
+    let mut r = Response::new(status);
+    r.body = Body::Bytes(user_envelope(status, u));
+    r.header(header.0, header.1);
+    r
 }
 
 /// `If-Match` (strong comparison, RFC 9110 §13.1.1): `*` or an exact tag.
@@ -130,29 +252,29 @@ pub fn sign_up(map: Map<String, Value>) -> Result<SignUp, Error> {
     Ok(SignUp { name, email, password, age, role })
 }
 
-fn create(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let caller = session::optional(app, req)?;
     let SignUp { name, email, password, age, role } = sign_up(validate::json_object(req)?)?;
     if role != Role::User && !caller.is_some_and(|c| c.admin) {
         return Err(Error::Forbidden("only an admin can assign a role"));
     }
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         let password_hash = svc
             .cpu
             .run(move || svc.passwords.hash(&password))
             .ok_or_else(|| Error::Internal("password hashing failed".into()))??;
         let user =
             svc.store.create_user(&NewUser { name: &name, email: &email, password_hash: &password_hash, age, role })?;
-        Ok(envelope_with(201, &user, Some(("Location", format!("/api/v1/users/{}", user.id)))))
-    })))
+        Ok(user_response(201, user.borrowed(), ("Location", format!("/api/v1/users/{}", user.id).into())))
+    }))
 }
 
-fn list(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+fn list(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     session::require(app, req)?;
     let query = list_query(req)?;
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || Ok(Response::envelope(200, &svc.store.list_users(&query)?)))))
+    Ok(ctx.later(move || Ok(Response::envelope(200, &svc.store.list_users(&query)?))))
 }
 
 fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
@@ -160,16 +282,19 @@ fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let id = path_id(ctx)?;
     let if_none_match = req.header("if-none-match").map(|v| v.to_vec());
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
-        let user = svc.store.get_user(id)?.ok_or(Error::NotFound)?;
-        let tag = etag(&user);
-        if if_none_match.is_some_and(|v| crate::app::health::etag_matches(&v, tag.as_bytes())) {
-            let mut r = Response::new(304);
-            r.header("ETag", tag);
-            return Ok(r);
-        }
-        Ok(envelope_with(200, &user, Some(("ETag", tag))))
-    })))
+    Ok(ctx.later(move || {
+        // Rendered straight from the row: no `User`, no copy of its text.
+        let rendered = svc.store.with_user(id, |user| {
+            let tag = etag(user);
+            if if_none_match.is_some_and(|v| crate::app::health::etag_matches(&v, tag.as_bytes())) {
+                let mut r = Response::new(304);
+                r.header("ETag", tag);
+                return r;
+            }
+            user_response(200, user, ("ETag", tag))
+        })?;
+        rendered.ok_or(Error::NotFound)
+    }))
 }
 
 /// Who may write user `id`; the caller.
@@ -206,17 +331,17 @@ fn changes(app: &App, req: &Request<'_>, ctx: &Ctx<'_>, full: bool) -> Result<Re
     }
     let wanted = req.header("if-match").and_then(|v| std::str::from_utf8(v).ok()).map(str::to_owned);
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         if let Some(wanted) = wanted {
             let current = svc.store.get_user(id)?.ok_or(Error::NotFound)?;
-            if !if_match(&wanted, &etag(&current)) {
+            if !if_match(&wanted, &etag(current.borrowed())) {
                 return Err(Error::PreconditionFailed);
             }
         }
         let user = svc.store.update_user(id, &changes)?.ok_or(Error::NotFound)?;
-        let tag = etag(&user);
-        Ok(envelope_with(200, &user, Some(("ETag", tag))))
-    })))
+        let tag = etag(user.borrowed());
+        Ok(user_response(200, user.borrowed(), ("ETag", tag)))
+    }))
 }
 
 fn replace(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
@@ -230,10 +355,60 @@ fn patch(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
 fn delete(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let (_, id) = writer(app, req, ctx)?;
     let svc = app.svc;
-    Ok(Reply::later(Box::new(move || {
+    Ok(ctx.later(move || {
         if !svc.store.delete_user(id)? {
             return Err(Error::NotFound);
         }
         Ok(Response::new(204))
-    })))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, email: &str, age: Option<i64>, role: Role) -> User {
+        User {
+            id: 42,
+            name: name.into(),
+            email: email.into(),
+            age,
+            role,
+            created_at: "2026-11-22T10:00:00.123Z".into(),
+            updated_at: "2026-11-23T11:30:00.456Z".into(),
+        }
+    }
+
+    /// What the envelope and the ETag were before they were written by hand:
+    /// a `serde_json::Value` tree, and FNV-1a of `serde_json::to_vec`.
+    fn old(status: u16, u: &User) -> (Vec<u8>, String) {
+        let message = if status == 201 { "Created" } else { "OK" };
+        let env = serde_json::json!({"code": status, "message": message, "data": u});
+        let body = serde_json::to_vec(&env).expect("json");
+        let tag = format!("\"{:016x}\"", fnv1a(&serde_json::to_vec(u).expect("json")));
+        (body, tag)
+    }
+
+    #[test]
+    fn the_envelope_and_etag_are_byte_for_byte_the_old_ones() {
+        let users = [
+            user("Alice", "alice@example.com", Some(30), Role::User),
+            user("Bob", "bob@example.com", None, Role::Admin),
+            user("Ünïcödé \"quoted\" \\ back\nline\ttab\u{1}", "x+y@example.com", Some(0), Role::User),
+            user("", "e@x", Some(i64::MAX), Role::Admin),
+            user("min", "m@x", Some(i64::MIN), Role::User),
+            user("😀 </script>", "a@b", Some(-1), Role::User),
+        ];
+        for u in &users {
+            for status in [200, 201] {
+                let (body, tag) = old(status, u);
+                assert_eq!(
+                    String::from_utf8(user_envelope(status, u.borrowed())).expect("utf8"),
+                    String::from_utf8(body).expect("utf8"),
+                    "{u:?}"
+                );
+                assert_eq!(etag(u.borrowed()), tag, "{u:?}");
+            }
+        }
+    }
 }

@@ -85,7 +85,7 @@ pub fn preflight(allowed: Option<&str>, req: &Request<'_>) -> Option<crate::app:
 
 /// Add the CORS response headers for an allow-listed `origin`.
 pub fn decorate(r: &mut Response, origin: &str) {
-    r.header("Access-Control-Allow-Origin", origin.to_owned())
+    r.header("Access-Control-Allow-Origin", crate::http::response::Value::display(origin))
         .header("Access-Control-Allow-Credentials", "true")
         .header("Vary", "Origin");
 }

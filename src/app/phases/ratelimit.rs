@@ -10,9 +10,8 @@
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::request::Request;
-use crate::http::response::Response;
+use crate::http::response::{Response, Value};
 use crate::shm::ratelimit::{Decision, RateTable, Slot};
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Count this request if its route is limited; `Err(429)` when over.
@@ -21,11 +20,19 @@ pub fn check(config: &Config, table: &RateTable, req: &Request<'_>) -> Result<Op
     if !rl.enabled || !(req.path.starts_with("/api/") || req.path == "/csp-report") {
         return Ok(None);
     }
-    let key = match req.peer {
-        std::net::IpAddr::V4(a) => a.octets().to_vec(),
-        std::net::IpAddr::V6(a) => a.octets().to_vec(),
+    // The client's address bytes, on the stack (4 for IPv4, 16 for IPv6).
+    let mut key = [0u8; 16];
+    let key: &[u8] = match req.peer {
+        std::net::IpAddr::V4(a) => {
+            key[..4].copy_from_slice(&a.octets());
+            &key[..4]
+        }
+        std::net::IpAddr::V6(a) => {
+            key = a.octets();
+            &key
+        }
     };
-    let d = table.hit(&key, crate::sys::monotonic_ms(), rl.window.as_millis() as u64, rl.max);
+    let d = table.hit(key, crate::sys::monotonic_ms(), rl.window.as_millis() as u64, rl.max);
     if d.allowed {
         Ok(Some(d))
     } else {
@@ -58,46 +65,13 @@ fn explain_once(done: &AtomicBool, line: impl FnOnce() -> String) {
     }
 }
 
-/// Add the `RateLimit-*` headers.
+/// Add the `RateLimit-*` headers: each value formatted in place, no allocation.
 pub fn decorate(r: &mut Response, config: &Config, d: &Decision) {
     let window = config.rate_limit.window.as_secs();
-    // The policy of the general limiter is the same on every response: rendered once.
-    static POLICY: std::sync::OnceLock<(u64, u64, &'static str)> = std::sync::OnceLock::new();
-    let &(limit, w, text) =
-        POLICY.get_or_init(|| (d.limit, window, Box::leak(format!("{};w={window}", d.limit).into_boxed_str())));
-    let policy = if (limit, w) == (d.limit, window) {
-        Cow::Borrowed(text)
-    } else {
-        Cow::Owned(format!("{};w={window}", d.limit))
-    };
-    r.header("RateLimit-Policy", policy)
-        .header("RateLimit-Limit", number(d.limit))
-        .header("RateLimit-Remaining", number(d.remaining))
-        .header("RateLimit-Reset", number(d.reset_secs));
-}
-
-/// Numbers below this are served from one static string of their decimal forms.
-const SMALL_NUMBERS: u64 = 10_000;
-
-/// `n` in decimal: a slice of a string built once (`"0123456789101112…9999"`)
-/// for the small numbers every response carries, an allocation only beyond.
-fn number(n: u64) -> Cow<'static, str> {
-    static DIGITS: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
-    if n >= SMALL_NUMBERS {
-        return Cow::Owned(n.to_string());
-    }
-    let all = DIGITS.get_or_init(|| {
-        let s: String = (0..SMALL_NUMBERS).map(|i| i.to_string()).collect();
-        Box::leak(s.into_boxed_str())
-    });
-    // Where `n` starts: the digits of every smaller number (1 digit below 10, 2 below 100, …).
-    let (start, len) = match n {
-        0..=9 => (n, 1),
-        10..=99 => (10 + 2 * (n - 10), 2),
-        100..=999 => (190 + 3 * (n - 100), 3),
-        _ => (2890 + 4 * (n - 1000), 4),
-    };
-    all.get(start as usize..(start + len) as usize).map_or_else(|| Cow::Owned(n.to_string()), Cow::Borrowed)
+    r.header("RateLimit-Policy", Value::display(format_args!("{};w={window}", d.limit)))
+        .header("RateLimit-Limit", Value::display(d.limit))
+        .header("RateLimit-Remaining", Value::display(d.remaining))
+        .header("RateLimit-Reset", Value::display(d.reset_secs));
 }
 
 fn login_key(req_peer: std::net::IpAddr, email: &str) -> Vec<u8> {
@@ -192,10 +166,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn numbers_are_their_decimal_forms() {
-        for n in (0..12_000u64).chain([u64::MAX, 123_456]) {
-            assert_eq!(number(n), n.to_string(), "{n}");
+    fn the_headers_are_the_decimal_forms_held_in_place() {
+        let config = crate::config::load(None, &[]).expect("the defaults are valid");
+        let window = config.rate_limit.window.as_secs();
+        for (limit, remaining, reset) in
+            [(100, 99, 60), (u64::MAX, 123_456, 0), (1_000_000_000_000, 999_999_999_999, 59)]
+        {
+            let mut r = Response::new(200);
+            decorate(&mut r, &config, &Decision { allowed: true, limit, remaining, reset_secs: reset });
+            let got: Vec<(&str, &str)> = r.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let policy = format!("{limit};w={window}");
+            let (limit, remaining, reset) = (limit.to_string(), remaining.to_string(), reset.to_string());
+            let want = [
+                ("RateLimit-Policy", policy.as_str()),
+                ("RateLimit-Limit", limit.as_str()),
+                ("RateLimit-Remaining", remaining.as_str()),
+                ("RateLimit-Reset", reset.as_str()),
+            ];
+            assert_eq!(got, want);
+            assert!(r.headers.iter().skip(1).all(|(_, v)| matches!(v, Value::Inline(_))), "{got:?}");
         }
-        assert!(matches!(number(9_999), Cow::Borrowed(_)));
     }
 }
