@@ -21,6 +21,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod http;
 pub mod http2;
+pub mod http3;
 pub mod logging;
 pub mod net;
 pub mod proto;

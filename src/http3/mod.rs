@@ -1,0 +1,9 @@
+//! HTTP/3 (RFC 9114) over QUIC (RFC 9000): placeholder doc, replaced below.
+
+pub mod error;
+pub mod frame;
+pub mod head;
+pub mod qpack;
+pub mod varint;
+
+pub use error::{Code, H3Error};
