@@ -85,7 +85,7 @@ impl Fields {
 
 /// Reads a prefixed integer (RFC 7541 §5.1) whose prefix is the low `bits` bits of
 /// `input[0]`; returns it and the bytes used. Values past 2^62 are refused.
-fn integer(input: &[u8], bits: u8) -> Result<(u64, usize), DecodeError> {
+pub(crate) fn integer(input: &[u8], bits: u8) -> Result<(u64, usize), DecodeError> {
     let truncated = DecodeError::Failed("truncated integer");
     let mask = (1u16 << bits) as u64 - 1;
     let first = u64::from(*input.first().ok_or(truncated)?) & mask;
