@@ -66,6 +66,7 @@ impl Response {
 }
 
 struct Pair {
+    client_config: ClientConfig,
     now: Instant,
     server: Server,
     client_ep: Endpoint,
@@ -81,10 +82,18 @@ struct Pair {
 
 impl Pair {
     fn new(under_load: bool) -> Pair {
+        Pair::with(under_load, false)
+    }
+
+    /// A pair whose server accepts 0-RTT (`early`: a session store, see `setup.rs`) and whose
+    /// client offers it.
+    fn with(under_load: bool, early: bool) -> Pair {
         let (key, root) = certificate();
         let keys = QuicKeys::derive(&SECRET);
         let limits = setup::Limits { max_field_section: 4096, ..setup::Limits::default() };
-        let config = setup::server_config(key, &keys, &limits, None).expect("server config");
+        let store: Option<Arc<dyn rustls::server::StoresServerSessions>> =
+            early.then(|| rustls::server::ServerSessionMemoryCache::new(64) as _);
+        let config = setup::server_config(key, &keys, &limits, store).expect("server config");
         let mut server = Server::new(setup::endpoint_config(&keys, 1), config, ConnLimits { max_field_section: 4096 });
         server.set_under_load(under_load);
 
@@ -96,11 +105,14 @@ impl Pair {
             .with_root_certificates(roots)
             .with_no_client_auth();
         tls.alpn_protocols = vec![b"h3".to_vec()];
+        tls.enable_early_data = early;
         let client_config = ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).expect("QUIC client")));
         let mut client_ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
         let now = Instant::now();
-        let (client_ch, client) = client_ep.connect(now, client_config, addr(SERVER), "localhost").expect("connect");
+        let (client_ch, client) =
+            client_ep.connect(now, client_config.clone(), addr(SERVER), "localhost").expect("connect");
         let mut pair = Pair {
+            client_config,
             now,
             server,
             client_ep,
@@ -115,6 +127,16 @@ impl Pair {
         assert!(pair.lost.is_none(), "handshake failed: {:?}", pair.lost);
         pair.open_client_control();
         pair
+    }
+
+    /// A new client connection (resuming the last session, with 0-RTT when offered), without
+    /// waiting for its handshake.
+    fn reconnect(&mut self) {
+        let (ch, conn) =
+            self.client_ep.connect(self.now, self.client_config.clone(), addr(SERVER), "localhost").expect("connect");
+        (self.client_ch, self.client) = (ch, conn);
+        self.streams.clear();
+        self.lost = None;
     }
 
     /// The client's control stream with its SETTINGS.
@@ -163,7 +185,7 @@ impl Pair {
     }
 
     /// Hands a datagram from the server to the client.
-    fn to_client(&mut self, bytes: &[u8]) {
+    fn deliver_to_client(&mut self, bytes: &[u8]) {
         let mut buf = Vec::new();
         if let Some(DatagramEvent::ConnectionEvent(_, event)) =
             self.client_ep.handle(self.now, addr(SERVER), None, None, BytesMut::from(bytes), &mut buf)
@@ -191,14 +213,14 @@ impl Pair {
             );
             for answer in answers {
                 self.endpoint_answers.push(answer.bytes[0]);
-                self.to_client(&answer.bytes[..answer.transmit.size]);
+                self.deliver_to_client(&answer.bytes[..answer.transmit.size]);
             }
             buf.clear();
         }
         for ch in self.server.handles() {
             while let Some(out) = self.server.poll_transmit(self.now, ch, 1) {
                 moved = true;
-                self.to_client(&out.bytes[..out.transmit.size]);
+                self.deliver_to_client(&out.bytes[..out.transmit.size]);
             }
             self.server.after_send(ch);
         }
@@ -591,7 +613,7 @@ fn another_worker_answers_a_stray_packet_with_a_stateless_reset() {
     assert_eq!(super::keys::slot_of(&stray[1..13]), Some(1), "the packet names slot 1");
     // The reset ends with the token the client was given for that CID: it resets the client.
     let reset = answers.remove(0);
-    p.to_client(&reset.bytes[..reset.transmit.size]);
+    p.deliver_to_client(&reset.bytes[..reset.transmit.size]);
     p.run_until(|p| p.lost.is_some());
     assert!(matches!(p.lost, Some(ConnectionError::Reset)), "{:?}", p.lost);
     // A packet with a CID no forkd worker issued gets nothing.
@@ -599,4 +621,44 @@ fn another_worker_answers_a_stray_packet_with_a_stateless_reset() {
     forged[5] ^= 0xff;
     other.handle_datagram(later, addr(CLIENT), None, None, BytesMut::from(&forged[..]), &mut answers);
     assert!(answers.is_empty(), "a forged CID is dropped");
+}
+
+#[test]
+fn zero_rtt_requests_are_marked_early() {
+    let mut p = Pair::with(false, true);
+    // Let the session ticket arrive, then leave.
+    let id = p.get("/");
+    p.watch(id);
+    p.run_until(|p| {
+        for (ch, event) in p.server_events() {
+            if let Event::Request { stream, head } = event {
+                assert!(!head.early, "a 1-RTT request");
+                let conn = p.server.conn(ch).expect("connection");
+                conn.send_head(stream, 204, []).expect("open");
+                conn.finish(stream).expect("open");
+            }
+        }
+        p.streams[&id].fin
+    });
+    p.reconnect();
+    assert!(p.client.has_0rtt(), "the client resumes with 0-RTT keys");
+    let get = p.get("/early");
+    let post = p.request(
+        &[(":method", "POST"), (":scheme", "https"), (":authority", "localhost"), (":path", "/x")],
+        b"",
+        true,
+    );
+    let mut early: HashMap<StreamId, (bool, bool)> = HashMap::new();
+    p.run_until(|p| {
+        for (_, event) in p.server_events() {
+            if let Event::Request { stream, head } = event {
+                early.insert(stream, (head.early, head.safe_for_early_data()));
+            }
+        }
+        early.len() == 2
+    });
+    assert_eq!(early[&get], (true, true), "GET from early data: served");
+    assert_eq!(early[&post], (true, false), "POST from early data: to be answered 425");
+    p.run_until(|p| !p.client.is_handshaking());
+    assert!(p.client.accepted_0rtt());
 }
