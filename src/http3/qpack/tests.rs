@@ -114,3 +114,70 @@ fn arbitrary_sections_never_panic() {
         assert!(fields.size() <= 512);
     }
 }
+
+/// Cost of the codec on typical heads: `cargo test --release --lib -- --ignored
+/// qpack_cost --nocapture` (reported in `http3/mod.rs`, not asserted).
+#[test]
+#[ignore]
+fn qpack_cost() {
+    use crate::http3::head::{write_response_head, RequestHead};
+    let request: [(&str, &str); 12] = [
+        (":method", "GET"),
+        (":scheme", "https"),
+        (":authority", "api.example.com"),
+        (":path", "/api/posts?page=2&pageSize=20"),
+        ("accept", "application/json"),
+        ("accept-encoding", "gzip, deflate, br"),
+        ("accept-language", "en-US,en;q=0.9"),
+        (
+            "user-agent",
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36",
+        ),
+        ("authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NSJ9.c2lnbmF0dXJlc2lnbmF0dXJl"),
+        ("origin", "https://app.example.com"),
+        ("referer", "https://app.example.com/posts"),
+        ("priority", "u=1, i"),
+    ];
+    let mut block = Vec::new();
+    Encoder.begin(&mut block);
+    for (n, v) in request {
+        Encoder.field(n.as_bytes(), v.as_bytes(), &mut block);
+    }
+    let response: [(&[u8], &[u8]); 14] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"1834"),
+        (b"date", b"Mon, 23 Nov 2026 17:00:00 GMT"),
+        (b"cache-control", b"no-store"),
+        (b"x-request-id", b"01HZX3K4M5N6P7Q8R9S0T1V2W3"),
+        (b"x-content-type-options", b"nosniff"),
+        (b"x-frame-options", b"DENY"),
+        (b"referrer-policy", b"no-referrer"),
+        (b"strict-transport-security", b"max-age=31536000; includeSubDomains"),
+        (b"cross-origin-opener-policy", b"same-origin"),
+        (b"cross-origin-resource-policy", b"same-origin"),
+        (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
+        (b"content-security-policy", b"default-src 'self'; script-src 'self' 'nonce-3q2+7w=='; object-src 'none'"),
+        (b"vary", b"origin"),
+    ];
+    const N: u32 = 200_000;
+    let mut fields = Fields::default();
+    let start = std::time::Instant::now();
+    for _ in 0..N {
+        decode(std::hint::black_box(&block), 16_384, &mut fields).expect("decodes");
+        let head = RequestHead::from_fields(std::mem::take(&mut fields), false).expect("valid");
+        std::hint::black_box(head.path());
+    }
+    let decode_ns = start.elapsed().as_nanos() / u128::from(N);
+    let mut out = Vec::with_capacity(1024);
+    let start = std::time::Instant::now();
+    for _ in 0..N {
+        out.clear();
+        write_response_head(200, std::hint::black_box(response), &mut out);
+    }
+    let encode_ns = start.elapsed().as_nanos() / u128::from(N);
+    println!(
+        "request head ({} bytes encoded): decode + checks {decode_ns} ns; response head ({} bytes): encode {encode_ns} ns",
+        block.len(),
+        out.len()
+    );
+}
