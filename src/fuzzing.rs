@@ -558,7 +558,8 @@ pub fn http3_frames(data: &[u8]) {
 fn h3_frames(input: &[u8], pieces: &[usize], limit: usize) -> Vec<(&'static str, Vec<u8>)> {
     use crate::http3::frame::{Frame, FrameReader};
     let mut reader = FrameReader::new(2 * limit);
-    let (mut buf, mut fed, mut out): (Vec<u8>, usize, Vec<(&'static str, Vec<u8>)>) = (Vec::new(), 0, Vec::new());
+    let (mut buf, mut fed) = (Vec::new(), 0);
+    let mut out: Vec<(&'static str, Vec<u8>)> = Vec::new();
     let mut pieces = pieces.iter();
     loop {
         let (drop, frame) = match reader.next(&buf) {

@@ -18,28 +18,19 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use quinn_proto::{
     Connection, ConnectionEvent, Dir, EndpointEvent, Event as QuicEvent, ReadError, StreamEvent, StreamId, Transmit,
     VarInt, WriteError,
 };
 
 use super::error::{Code, H3Error};
-use super::frame::{self, Frame, FrameReader};
+use super::frame;
 use super::head::{write_response_head, RequestHead};
-use super::qpack::{self, DecodeError, Fields};
+use super::stream::{uni, Input, Outbox, PeerStreams, Phase, Request, UniNext};
 use super::varint;
 
-/// Queued output per stream at which its producer is paused.
-pub const WATERMARK: usize = 64 * 1024;
-
-/// Stream types of unidirectional streams (RFC 9114 §6.2, RFC 9204 §4.2).
-mod uni {
-    pub const CONTROL: u64 = 0x00;
-    pub const PUSH: u64 = 0x01;
-    pub const ENCODER: u64 = 0x02;
-    pub const DECODER: u64 = 0x03;
-}
+pub use super::stream::WATERMARK;
 
 /// What the connection tells its owner.
 #[derive(Debug, PartialEq, Eq)]
@@ -89,72 +80,6 @@ pub enum Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamGone;
 
-/// The output side of one stream: frames waiting for flow control.
-#[derive(Debug, Default)]
-struct Outbox {
-    out: VecDeque<Bytes>,
-    queued: usize,
-    /// The owner finished: FIN once the queue is written.
-    fin: bool,
-    /// The producer was told to wait: tell it when the queue falls below the watermark.
-    paused: bool,
-    /// FIN written (or the stream reset): nothing more goes out.
-    done: bool,
-}
-
-impl Outbox {
-    fn push(&mut self, bytes: Bytes) {
-        if !bytes.is_empty() {
-            self.queued += bytes.len();
-            self.out.push_back(bytes);
-        }
-        if self.queued >= WATERMARK {
-            self.paused = true;
-        }
-    }
-}
-
-/// Where a request stream's input is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Waiting for the HEADERS frame.
-    Head,
-    /// Reading DATA (or trailers).
-    Body,
-    /// After trailers: nothing more may come.
-    Trailers,
-    /// The input ended (FIN, stopped, or refused).
-    Done,
-}
-
-/// One request stream.
-#[derive(Debug)]
-struct Request {
-    reader: FrameReader,
-    input: BytesMut,
-    phase: Phase,
-    /// The head was too large or refused: body bytes are dropped.
-    discard: bool,
-    body: u64,
-    content_length: Option<u64>,
-    outbox: Outbox,
-}
-
-/// A client's unidirectional stream.
-#[derive(Debug)]
-enum Uni {
-    /// Its type has not arrived yet.
-    Untyped(BytesMut),
-    /// The control stream; `settings` once SETTINGS arrived.
-    Control { reader: FrameReader, input: BytesMut, settings: bool },
-    /// The QPACK encoder stream (only `Set Dynamic Table Capacity 0` is acceptable).
-    Encoder(BytesMut),
-    /// The QPACK decoder stream (nothing to track: we never use a dynamic table).
-    Decoder,
-    /// An unknown or refused type: read and dropped.
-    Ignored,
-}
-
 /// Settings of an [`H3Conn`].
 #[derive(Debug, Clone, Copy)]
 pub struct ConnLimits {
@@ -169,10 +94,7 @@ pub struct H3Conn {
     limits: ConnLimits,
     control: Option<StreamId>,
     control_out: Outbox,
-    peer_settings: Option<frame::Settings>,
-    unis: HashMap<StreamId, Uni>,
-    /// Which of control, encoder, decoder the client has opened.
-    opened: [bool; 3],
+    peers: PeerStreams,
     requests: HashMap<StreamId, Request>,
     events: VecDeque<Event>,
     /// The highest request stream accepted.
@@ -190,9 +112,7 @@ impl H3Conn {
             limits,
             control: None,
             control_out: Outbox::default(),
-            peer_settings: None,
-            unis: HashMap::new(),
-            opened: [false; 3],
+            peers: PeerStreams::default(),
             requests: HashMap::new(),
             events: VecDeque::new(),
             last_request: None,
@@ -210,7 +130,7 @@ impl H3Conn {
 
     /// The peer's SETTINGS, once they arrived.
     pub fn peer_settings(&self) -> Option<frame::Settings> {
-        self.peer_settings
+        self.peers.settings
     }
 
     /// Hands quinn an event from the endpoint (a datagram for this connection), then
@@ -260,7 +180,7 @@ impl H3Conn {
     /// Whether a producer may add to `stream`'s output now (its queue is below
     /// [`WATERMARK`]); when not, [`Event::Writable`] says when.
     pub fn may_send(&self, stream: StreamId) -> bool {
-        self.requests.get(&stream).is_some_and(|r| !r.outbox.done && !r.outbox.fin && r.outbox.queued < WATERMARK)
+        self.requests.get(&stream).is_some_and(|r| r.outbox.open() && r.outbox.queued < WATERMARK)
     }
 
     /// Bytes waiting in `stream`'s queue.
@@ -373,7 +293,9 @@ impl H3Conn {
                     if Some(id) == self.control {
                         self.fail(now, None, H3Error::conn(Code::ClosedCriticalStream, "control stream stopped"));
                     } else if let Some(r) = self.requests.get_mut(&id) {
-                        r.outbox = Outbox { done: true, ..Outbox::default() };
+                        r.outbox.done = true;
+                        r.outbox.out.clear();
+                        r.outbox.queued = 0;
                         self.events.push_back(Event::Aborted { stream: id });
                         self.forget_if_done(now, id);
                     }
@@ -402,7 +324,7 @@ impl H3Conn {
     /// A stream the client opened.
     fn accept(&mut self, now: Instant, id: StreamId, dir: Dir) {
         if dir == Dir::Uni {
-            self.unis.insert(id, Uni::Untyped(BytesMut::new()));
+            self.peers.open(id);
             self.read(now, id);
             return;
         }
@@ -413,28 +335,18 @@ impl H3Conn {
             let _ = self.quic.send_stream(id).reset(code(Code::RequestRejected));
             return;
         }
-        let request = Request {
-            reader: FrameReader::new(2 * self.limits.max_field_section + 1024),
-            input: BytesMut::new(),
-            phase: Phase::Head,
-            discard: false,
-            body: 0,
-            content_length: None,
-            outbox: Outbox::default(),
-        };
-        self.requests.insert(id, request);
+        self.requests.insert(id, Request::new(self.limits.max_field_section));
         self.read(now, id);
     }
 
-    /// Reads what `id` has and handles it.
+    /// Reads what `id` has and hands it to the stream's state.
     fn read(&mut self, now: Instant, id: StreamId) {
-        let mut input = match (self.requests.get_mut(&id), self.unis.get_mut(&id)) {
-            (Some(r), _) if r.phase != Phase::Done => std::mem::take(&mut r.input),
-            (_, Some(Uni::Untyped(b) | Uni::Control { input: b, .. } | Uni::Encoder(b))) => std::mem::take(b),
-            (_, Some(Uni::Decoder | Uni::Ignored)) => BytesMut::new(),
-            _ => return,
+        let is_request = match self.requests.get(&id) {
+            Some(r) => r.phase != Phase::Done,
+            None if self.peers.has(id) => false,
+            None => return,
         };
-        let (mut fin, mut reset) = (false, false);
+        let (mut input, mut fin, mut reset) = (BytesMut::new(), false, false);
         if let Ok(mut chunks) = self.quic.recv_stream(id).read(true) {
             loop {
                 match chunks.next(usize::MAX) {
@@ -452,17 +364,25 @@ impl H3Conn {
             }
             let _ = chunks.finalize();
         }
-        let result = if self.requests.contains_key(&id) {
+        let result = if is_request {
             self.on_request(now, id, input, fin, reset)
         } else {
-            self.on_uni(id, input, fin || reset)
+            match self.peers.on_input(id, input, fin || reset) {
+                Ok(UniNext::Refuse) => {
+                    let _ = self.quic.recv_stream(id).stop(code(Code::StreamCreationError));
+                    Ok(())
+                }
+                Ok(UniNext::Read) => Ok(()),
+                Err(e) => Err(e),
+            }
         };
         if let Err(e) = result {
             self.fail(now, Some(id), e);
         }
     }
 
-    /// New bytes (and maybe the end) of request stream `id`.
+    /// New bytes (and maybe the end) of request stream `id`: its state says what they mean,
+    /// and each meaning becomes an [`Event`].
     fn on_request(
         &mut self,
         now: Instant,
@@ -472,203 +392,34 @@ impl H3Conn {
         reset: bool,
     ) -> Result<(), H3Error> {
         let early = self.quic.is_handshaking();
-        let max = self.limits.max_field_section;
         let Some(r) = self.requests.get_mut(&id) else { return Ok(()) };
-        r.input = input;
         if reset {
-            r.phase = Phase::Done;
-            r.outbox = Outbox { done: true, ..Outbox::default() };
+            r.abandon();
             let _ = self.quic.send_stream(id).reset(code(Code::RequestCancelled));
             self.events.push_back(Event::Aborted { stream: id });
             self.forget_if_done(now, id);
             return Ok(());
         }
-        loop {
-            let (drop, frame) = r.reader.next(&r.input)?;
-            r.input.advance(drop);
-            match frame {
-                None => break,
-                Some(Frame::Headers { len }) => {
-                    let block = r.input.split_to(len);
-                    match r.phase {
-                        Phase::Head => {
-                            r.phase = Phase::Body;
-                            let mut fields = Fields::default();
-                            match qpack::decode(&block, max, &mut fields) {
-                                Ok(()) => {
-                                    let head = RequestHead::from_fields(fields, early)?;
-                                    r.content_length = head.content_length;
-                                    self.events.push_back(Event::Request { stream: id, head: Box::new(head) });
-                                }
-                                Err(DecodeError::TooLarge) => {
-                                    r.discard = true;
-                                    self.events.push_back(Event::TooLarge { stream: id });
-                                }
-                                Err(DecodeError::Failed(why)) => {
-                                    return Err(H3Error::conn(Code::QpackDecompressionFailed, why));
-                                }
-                            }
-                        }
-                        Phase::Body => {
-                            // Trailers: decoded (the QPACK state must stay in step), then dropped.
-                            let mut fields = Fields::default();
-                            match qpack::decode(&block, max, &mut fields) {
-                                Err(DecodeError::Failed(why)) => {
-                                    return Err(H3Error::conn(Code::QpackDecompressionFailed, why))
-                                }
-                                _ if fields.iter().any(|(n, _)| n.starts_with(b":")) => {
-                                    return Err(H3Error::stream(Code::MessageError, "a pseudo-header in trailers"))
-                                }
-                                _ => r.phase = Phase::Trailers,
-                            }
-                        }
-                        Phase::Trailers | Phase::Done => {
-                            return Err(H3Error::conn(Code::FrameUnexpected, "HEADERS after trailers"));
-                        }
-                    }
-                }
-                Some(Frame::Data { len, .. }) => {
-                    if r.phase != Phase::Body {
-                        return Err(H3Error::conn(Code::FrameUnexpected, "DATA before HEADERS or after trailers"));
-                    }
-                    let data = r.input.split_to(len).freeze();
-                    r.body += len as u64;
-                    if r.content_length.is_some_and(|n| r.body > n) {
-                        return Err(H3Error::stream(Code::MessageError, "more body than content-length"));
-                    }
-                    if !r.discard && !data.is_empty() {
-                        self.events.push_back(Event::Data { stream: id, data });
-                    }
-                }
-                Some(_) => return Err(H3Error::conn(Code::FrameUnexpected, "a control frame on a request stream")),
-            }
+        let mut found = VecDeque::new();
+        let result = r.on_input(input, fin, early, self.limits.max_field_section, &mut found);
+        for input in found {
+            self.events.push_back(match input {
+                Input::Head(head) => Event::Request { stream: id, head },
+                Input::TooLarge => Event::TooLarge { stream: id },
+                Input::Data(data) => Event::Data { stream: id, data },
+                Input::End => Event::End { stream: id },
+            });
         }
+        result?;
         if fin {
-            if !r.reader.at_boundary() || !r.input.is_empty() {
-                return Err(H3Error::conn(Code::FrameError, "a request stream ended inside a frame"));
-            }
-            match r.phase {
-                Phase::Head => return Err(H3Error::stream(Code::RequestIncomplete, "no HEADERS before the end")),
-                _ if r.content_length.is_some_and(|n| n != r.body) => {
-                    return Err(H3Error::stream(Code::MessageError, "less body than content-length"));
-                }
-                _ => {}
-            }
-            r.phase = Phase::Done;
-            if !r.discard {
-                self.events.push_back(Event::End { stream: id });
-            }
             self.forget_if_done(now, id);
         }
         Ok(())
     }
 
-    /// New bytes (and maybe the end) of the client's unidirectional stream `id`.
-    fn on_uni(&mut self, id: StreamId, mut input: BytesMut, ended: bool) -> Result<(), H3Error> {
-        let critical = H3Error::conn(Code::ClosedCriticalStream, "a control or QPACK stream ended");
-        let Some(state) = self.unis.get_mut(&id) else { return Ok(()) };
-        if let Uni::Untyped(_) = state {
-            let Some((ty, used)) = varint::decode(&input) else {
-                *state = Uni::Untyped(input);
-                return Ok(());
-            };
-            input.advance(used);
-            let slot = match ty {
-                uni::CONTROL => Some(0),
-                uni::ENCODER => Some(1),
-                uni::DECODER => Some(2),
-                uni::PUSH => return Err(H3Error::conn(Code::StreamCreationError, "a push stream from a client")),
-                _ => None,
-            };
-            *state = match slot {
-                Some(i) if self.opened[i] => {
-                    return Err(H3Error::conn(Code::StreamCreationError, "a second control or QPACK stream"));
-                }
-                Some(0) => Uni::Control { reader: FrameReader::new(0), input: BytesMut::new(), settings: false },
-                Some(1) => Uni::Encoder(BytesMut::new()),
-                Some(_) => Uni::Decoder,
-                None => {
-                    let _ = self.quic.recv_stream(id).stop(code(Code::StreamCreationError));
-                    Uni::Ignored
-                }
-            };
-            if let Some(i) = slot {
-                self.opened[i] = true;
-            }
-        }
-        match state {
-            Uni::Untyped(_) | Uni::Ignored => Ok(()),
-            Uni::Decoder => {
-                if ended {
-                    Err(critical)
-                } else {
-                    Ok(())
-                }
-            }
-            Uni::Encoder(buf) => {
-                buf.extend_from_slice(&input);
-                // Only `Set Dynamic Table Capacity` (001xxxxx) to 0 fits a capacity of 0.
-                while let Some(&first) = buf.first() {
-                    if first & 0xe0 != 0x20 {
-                        return Err(H3Error::conn(
-                            Code::QpackEncoderStreamError,
-                            "an insertion into a table of capacity 0",
-                        ));
-                    }
-                    match qpack::integer(buf, 5) {
-                        Ok((0, used)) => buf.advance(used),
-                        Ok(_) => return Err(H3Error::conn(Code::QpackEncoderStreamError, "a table capacity above 0")),
-                        Err(_) if buf.len() < 10 => break,
-                        Err(_) => return Err(H3Error::conn(Code::QpackEncoderStreamError, "a bad capacity")),
-                    }
-                }
-                if ended {
-                    Err(critical)
-                } else {
-                    Ok(())
-                }
-            }
-            Uni::Control { reader, input: buf, settings } => {
-                buf.extend_from_slice(&input);
-                loop {
-                    let (drop, frame) = reader.next(buf)?;
-                    buf.advance(drop);
-                    let Some(frame) = frame else { break };
-                    match (frame, *settings) {
-                        (Frame::Settings(s), false) => {
-                            *settings = true;
-                            self.peer_settings = Some(s);
-                        }
-                        (_, false) => {
-                            return Err(H3Error::conn(
-                                Code::MissingSettings,
-                                "the control stream did not start with SETTINGS",
-                            ))
-                        }
-                        (Frame::Goaway(_) | Frame::MaxPushId(_), true) => {}
-                        (Frame::CancelPush(_), true) => {
-                            return Err(H3Error::conn(Code::IdError, "CANCEL_PUSH for a push never promised"))
-                        }
-                        (_, true) => {
-                            return Err(H3Error::conn(
-                                Code::FrameUnexpected,
-                                "a frame not allowed on the control stream",
-                            ))
-                        }
-                    }
-                }
-                if ended {
-                    Err(critical)
-                } else {
-                    Ok(())
-                }
-            }
-        }
-    }
-
     /// Adds `bytes` to `stream`'s queue and writes what flow control allows.
     fn queue(&mut self, stream: StreamId, bytes: Bytes) -> Result<(), StreamGone> {
-        let r = self.requests.get_mut(&stream).filter(|r| !r.outbox.done && !r.outbox.fin).ok_or(StreamGone)?;
+        let r = self.requests.get_mut(&stream).filter(|r| r.outbox.open()).ok_or(StreamGone)?;
         r.outbox.push(bytes);
         self.flush(stream);
         Ok(())
@@ -676,7 +427,7 @@ impl H3Conn {
 
     /// [`Self::queue`] for a frame head and its payload, kept as two chunks (no copy).
     fn queue_frame(&mut self, stream: StreamId, head: Bytes, payload: Bytes) -> Result<(), StreamGone> {
-        let r = self.requests.get_mut(&stream).filter(|r| !r.outbox.done && !r.outbox.fin).ok_or(StreamGone)?;
+        let r = self.requests.get_mut(&stream).filter(|r| r.outbox.open()).ok_or(StreamGone)?;
         r.outbox.push(head);
         r.outbox.push(payload);
         self.flush(stream);
@@ -729,7 +480,7 @@ impl H3Conn {
 
     /// Drops `id`'s state once both directions are over.
     fn forget_if_done(&mut self, now: Instant, id: StreamId) {
-        if self.requests.get(&id).is_some_and(|r| r.phase == Phase::Done && r.outbox.done) {
+        if self.requests.get(&id).is_some_and(Request::is_done) {
             self.requests.remove(&id);
         }
         self.close_if_done(now);

@@ -10,9 +10,12 @@
 //!   which RFC 9204 §2.1 makes conformant): decoder with the RFC 9114 size limit, encoder.
 //! - `head.rs`: request heads checked once (pseudo-headers, order, connection-specific
 //!   fields, `content-length`), response heads written as HEADERS frames.
-//! - `conn.rs`: [`conn::H3Conn`], one connection over a `quinn_proto::Connection`: control and
-//!   QPACK streams, request streams in, response frames out through a per-stream queue that
-//!   pauses its producer at a watermark (back pressure per exchange), GOAWAY, the error mapping.
+//! - `stream.rs`: what a stream's bytes mean, without quinn: a request stream's frames (head,
+//!   body, trailers, end, `content-length`), the client's control and QPACK streams, the
+//!   per-stream output queue.
+//! - `conn.rs`: [`conn::H3Conn`], one connection over a `quinn_proto::Connection`: reads and
+//!   writes its streams, response frames out through a per-stream queue that pauses its
+//!   producer at a watermark (back pressure per exchange), GOAWAY, the error mapping.
 //! - `server.rs`: [`server::Server`], one worker's quinn `Endpoint` and its connections:
 //!   datagrams in, datagrams out, timers; Retry under load; stateless resets.
 //! - `keys.rs`, `setup.rs`: the connection-ID, stateless-reset, Retry-token and ticket keys
@@ -65,6 +68,7 @@ pub mod keys;
 pub mod qpack;
 pub mod server;
 pub mod setup;
+mod stream;
 pub mod varint;
 
 pub use error::{Code, H3Error};
