@@ -488,6 +488,15 @@ impl Supervisor {
             );
             return;
         }
+        if new.http3.listen != self.config.http3.listen {
+            let show = |a: Option<SocketAddr>| a.map_or_else(|| "off".to_string(), |a| a.to_string());
+            log::error!(
+                "SIGHUP: reload refused: the HTTP/3 address changed ({} → {}); restart to change it",
+                show(self.config.http3.listen),
+                show(new.http3.listen)
+            );
+            return;
+        }
         // The certificate and key are read again; a bad pair keeps the old one serving.
         let tls_key = match load_tls(&new) {
             Ok(k) => k,

@@ -43,3 +43,16 @@ fn without_http3_the_udp_port_stays_free() {
     server.assert_healthy();
     assert!(!udp_bound(addr), "nothing binds UDP {addr} with HTTP/3 off");
 }
+
+#[test]
+fn hup_refuses_to_turn_http3_on() {
+    let (server, addr, _pki, _d) = tls_server(1, "", "[http3]\nenabled = false\n");
+    let before = server.wait_workers(1, Duration::from_secs(10));
+    let text = server.config_text.replace("enabled = false", "enabled = true");
+    std::fs::write(server.config_path(), text).expect("write config");
+    server.signal(Signal::SIGHUP);
+    let line = server.wait_log_line(Duration::from_secs(10), |l| l.contains("reload refused"));
+    assert!(line.contains("HTTP/3 address changed (off → "), "{line}");
+    assert_eq!(server.workers(), before, "the workers stay");
+    assert!(!udp_bound(addr));
+}
