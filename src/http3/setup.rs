@@ -54,6 +54,14 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The limits `config` sets: the field-section limit is `limits.max_header_bytes`; the rest
+    /// are the defaults above.
+    pub fn from_config(config: &crate::config::Config) -> Limits {
+        Limits { max_field_section: config.limits.max_header_bytes, ..Limits::default() }
+    }
+}
+
 /// The endpoint configuration of worker slot `slot`: its connection IDs, the shared reset key.
 pub fn endpoint_config(keys: &QuicKeys, slot: u16) -> Arc<EndpointConfig> {
     let mut config = EndpointConfig::new(keys.reset_key());
@@ -108,4 +116,19 @@ pub fn transport(limits: &Limits) -> TransportConfig {
     t.receive_window(VarInt::from_u32(limits.conn_window));
     t.send_window(limits.send_window);
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_follow_the_configuration() {
+        let mut config = crate::config::Config::default();
+        config.limits.max_header_bytes = 8192;
+        let limits = Limits::from_config(&config);
+        assert_eq!((limits.max_field_section, limits.max_streams), (8192, 128));
+        let t = transport(&limits);
+        assert!(format!("{t:?}").contains("max_concurrent_bidi_streams: 128"), "{t:?}");
+    }
 }
