@@ -72,7 +72,9 @@ pub enum Event {
         /// The request's stream.
         stream: StreamId,
     },
-    /// The connection is closed; once [`H3Conn::is_drained`], drop it.
+    /// The connection is closed (by the peer, a timeout, or a connection error): every
+    /// exchange on it is over (no [`Event::Aborted`] follows for each). Keep polling transmits
+    /// and timers until [`H3Conn::is_drained`], then drop it.
     Closed,
 }
 
