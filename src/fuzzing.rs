@@ -29,6 +29,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("redirect", redirect),
     ("range", range),
     ("config", config),
+    ("http3_frames", http3_frames),
 ];
 
 /// Split lengths for feeding `len` bytes in pieces, chosen by `seed`
@@ -506,6 +507,91 @@ pub fn config(data: &[u8]) {
             for p in &e.problems {
                 assert!(!p.is_empty() && !p.contains(['\n', '\r']), "{p:?}");
             }
+        }
+    }
+}
+
+// ------------------------------------------------------------ HTTP/3 frames and QPACK
+
+/// A request stream's bytes (after a first byte choosing the split and the field-section
+/// limit) to [`http3::frame::FrameReader`], whole and in pieces, and every HEADERS payload to
+/// [`http3::qpack::decode`] and [`http3::head::RequestHead::from_fields`].
+///
+/// Invariants: both feedings see the same frames; a decoded section is within the limit and
+/// decodes again at exactly its size; a valid request head re-encoded by our encoder decodes to
+/// the same fields.
+pub fn http3_frames(data: &[u8]) {
+    use crate::http3::qpack::{self, DecodeError, Encoder, Fields};
+    let Some((&seed, input)) = data.split_first() else { return };
+    let limit = [64, 1024, 16 * 1024][usize::from(seed % 3)];
+    let whole = h3_frames(input, &[input.len()], limit);
+    let split = h3_frames(input, &pieces(seed, input.len()), limit);
+    assert_eq!(whole, split, "whole and split input disagree");
+    for block in whole.iter().filter_map(|(kind, bytes)| (*kind == "headers").then_some(bytes)) {
+        let mut fields = Fields::default();
+        match qpack::decode(block, limit, &mut fields) {
+            Ok(()) => {
+                assert!(fields.size() <= limit);
+                let mut again = Fields::default();
+                assert_eq!(qpack::decode(block, fields.size(), &mut again), Ok(()));
+                if fields.size() > 0 {
+                    assert_eq!(qpack::decode(block, fields.size() - 1, &mut again), Err(DecodeError::TooLarge));
+                }
+                if let Ok(head) = crate::http3::head::RequestHead::from_fields(fields.clone(), false) {
+                    let _ = (head.method(), head.path(), head.authority(), head.fields().count());
+                    let mut out = Vec::new();
+                    Encoder.begin(&mut out);
+                    for (name, value) in fields.iter() {
+                        Encoder.field(name, value, &mut out);
+                    }
+                    let mut round = Fields::default();
+                    assert_eq!(qpack::decode(&out, usize::MAX, &mut round), Ok(()));
+                    assert_eq!(round, fields, "a valid head survives our encoder");
+                }
+            }
+            Err(DecodeError::TooLarge | DecodeError::Failed(_)) => {}
+        }
+    }
+}
+
+/// Frames of `input` fed in `pieces`: `(kind, payload)` each (DATA pieces joined per frame),
+/// then `("error", code)` if the reader failed.
+fn h3_frames(input: &[u8], pieces: &[usize], limit: usize) -> Vec<(&'static str, Vec<u8>)> {
+    use crate::http3::frame::{Frame, FrameReader};
+    let mut reader = FrameReader::new(2 * limit);
+    let (mut buf, mut fed) = (Vec::new(), 0);
+    let mut out: Vec<(&'static str, Vec<u8>)> = Vec::new();
+    let mut pieces = pieces.iter();
+    loop {
+        let (drop, frame) = match reader.next(&buf) {
+            Ok(step) => step,
+            Err(e) => {
+                out.push(("error", e.code().value().to_be_bytes().to_vec()));
+                return out;
+            }
+        };
+        assert!(drop <= buf.len(), "drops what it was given");
+        buf.drain(..drop);
+        match frame {
+            None => match pieces.next() {
+                Some(&n) => {
+                    buf.extend_from_slice(&input[fed..fed + n]);
+                    fed += n;
+                }
+                None => return out,
+            },
+            Some(Frame::Data { len, start }) => {
+                let bytes: Vec<u8> = buf.drain(..len).collect();
+                match out.last_mut() {
+                    Some(("data", joined)) if !start => joined.extend(bytes),
+                    _ => out.push(("data", bytes)),
+                }
+            }
+            Some(Frame::Headers { len }) => {
+                assert!(len <= 2 * limit, "a HEADERS payload within its bound");
+                out.push(("headers", buf.drain(..len).collect()));
+            }
+            Some(other) => out.push(("control", format!("{other:?}").into_bytes())),
         }
     }
 }

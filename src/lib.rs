@@ -3,7 +3,8 @@
 //! A supervisor ([`supervisor`]) binds one `SO_REUSEPORT` socket per worker
 //! slot and forks single-threaded workers ([`worker`]), each running one mio
 //! event loop plus a small thread pool. Bytes become requests in [`http`]
-//! (HTTP/2 framing, socket-free, in [`http2`]);
+//! (HTTP/2 framing, socket-free, in [`http2`]; HTTP/3 over QUIC, socket-free and not yet
+//! served, in [`http3`]);
 //! requests become responses in [`app`]; every error is rendered by
 //! [`error`]. State shared across workers lives in [`shm`]; every `unsafe`
 //! operation lives in [`sys`]. See `docs/architecture.md`.
@@ -22,6 +23,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod http1;
 pub mod http2;
+pub mod http3;
 pub mod logging;
 pub mod net;
 pub mod proto;

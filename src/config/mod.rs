@@ -73,6 +73,8 @@ pub struct Config {
     pub supervisor: Supervisor,
     /// `[tls]`
     pub tls: Tls,
+    /// `[http3]`
+    pub http3: Http3,
     /// `[debug]`
     pub debug: Debug,
 }
@@ -279,6 +281,25 @@ pub struct Tls {
     pub key_file: PathBuf,
     /// The plain listener answers 308 to https (except `/health` and `/metrics`).
     pub redirect_http: bool,
+}
+
+/// `[http3]`: resolved; `listen` is set exactly when HTTP/3 is enabled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Http3 {
+    /// The UDP address HTTP/3 is served on: `http3.listen`, or `tls.listen` when that is empty;
+    /// `None`: HTTP/3 is off.
+    pub listen: Option<SocketAddr>,
+    /// `ma=` of the `Alt-Svc` header, in seconds.
+    pub alt_svc_max_age: u64,
+    /// 0-RTT early data accepted (safe methods served from it, others 425).
+    pub early_data: bool,
+}
+
+impl Http3 {
+    /// Whether HTTP/3 is on.
+    pub fn enabled(&self) -> bool {
+        self.listen.is_some()
+    }
 }
 
 /// `[debug]`: test-only switches, never on in production.
@@ -643,6 +664,42 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
         assert_eq!(problems("[tls]\nredirect_http = 1\n", &[]), ["tls.redirect_http = 1: must be true or false"]);
         // Files without a listener are left alone (nothing reads them).
         assert!(load_str("[tls]\ncert_file = \"c.pem\"\n", &[]).is_ok());
+    }
+
+    #[test]
+    fn http3_section() {
+        let config = Config::default();
+        assert_eq!(config.http3, Http3 { listen: None, alt_svc_max_age: 86_400, early_data: true });
+        assert!(!config.http3.enabled());
+        let tls = "public_origin = \"https://a.example\"\n[tls]\nlisten = \"0.0.0.0:8443\"\n\
+                   cert_file = \"c.pem\"\nkey_file = \"k.pem\"\n";
+        // On, with no address of its own: the TLS listener's address and port (UDP).
+        let config = load_str(&format!("{tls}[http3]\nenabled = true\n"), &[]).expect("valid");
+        assert_eq!(config.http3.listen, Some("0.0.0.0:8443".parse().expect("literal")));
+        let text = format!(
+            "{tls}[http3]\nenabled = true\nlisten = \"127.0.0.1:9443\"\nalt_svc_max_age = 60\nearly_data = false\n"
+        );
+        let config = load_str(&text, &[]).expect("valid");
+        assert_eq!(
+            config.http3,
+            Http3 { listen: Some("127.0.0.1:9443".parse().expect("literal")), alt_svc_max_age: 60, early_data: false }
+        );
+        let config = load_str(tls, &[("FORKD_HTTP3__ENABLED", "true")]).expect("valid");
+        assert!(config.http3.enabled());
+        // Off: no address even when one is written.
+        let config = load_str(&format!("{tls}[http3]\nlisten = \"127.0.0.1:9443\"\n"), &[]).expect("valid");
+        assert_eq!(config.http3.listen, None);
+        assert_eq!(
+            problems("[http3]\nenabled = true\n", &[]),
+            ["http3.enabled = true needs [tls] (tls.listen, tls.cert_file, tls.key_file)"]
+        );
+        assert_eq!(
+            problems(&format!("{tls}[http3]\nenabled = true\nlisten = \"localhost:443\"\nalt_svc_max_age = -1\n"), &[]),
+            [
+                r#"http3.listen = "localhost:443": must be empty or an address ip:port (0.0.0.0:443)"#,
+                "http3.alt_svc_max_age = -1: must be between 0 and 315360000",
+            ]
+        );
     }
 
     #[test]

@@ -137,6 +137,9 @@ section! {
         supervisor: Supervisor = Supervisor::default(),
         /// HTTPS: a second listener speaking HTTP/1.1 over TLS.
         tls: Tls = Tls::default(),
+        /// HTTP/3 over QUIC (UDP) beside the TLS listener (in progress: configured and checked,
+        /// not yet served).
+        http3: Http3 = Http3::default(),
         /// Test-only switches; refused in production.
         debug: Debug = Debug::default(),
     }
@@ -321,6 +324,21 @@ section! {
         /// `true`: the plain listener answers every request but `/health` and `/metrics` with a
         /// 308 to the same path on https.
         redirect_http: bool = false,
+    }
+}
+
+section! {
+    /// `[http3]`: HTTP/3 over QUIC on UDP, with the certificate of `[tls]`.
+    Http3 {
+        /// `true`: HTTP/3 on UDP `listen` (needs `tls.listen` and its certificate).
+        enabled: bool = false,
+        /// UDP address `ip:port`; not set: the address and port of `tls.listen`.
+        listen: String = ""; example "0.0.0.0:443",
+        /// `ma=` of the `Alt-Svc: h3` header on responses over TCP, in seconds.
+        alt_svc_max_age: i64 = 86_400,
+        /// `true`: resumed clients may send 0-RTT early data; only GET, HEAD and OPTIONS are
+        /// served from it, anything else is answered 425 Too Early.
+        early_data: bool = true,
     }
 }
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 use super::env::Sources;
 use super::raw::RawConfig;
 use super::{
-    Auth, Chat, Config, Cors, Db, Debug, Download, Environment, Io, JwtSecret, Limits, LogFormat, RateLimit, Redirect,
-    Sse, Supervisor, Tls, Upstreams, WebSocket,
+    Auth, Chat, Config, Cors, Db, Debug, Download, Environment, Http3, Io, JwtSecret, Limits, LogFormat, RateLimit,
+    Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket,
 };
 
 const MIB: i64 = 1 << 20;
@@ -64,6 +64,7 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
         c.problem("debug.routes = true is not allowed in production");
     }
     let tls = c.tls(raw, listen, &raw.public_origin);
+    let http3 = c.http3(raw, tls.listen);
     let config = Config {
         environment,
         listen,
@@ -142,6 +143,7 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
             worker_timeout: c.ms("supervisor.worker_timeout_ms", s.worker_timeout_ms, 100, 3_600_000),
         },
         tls,
+        http3,
         debug: Debug { routes: raw.debug.routes },
     };
     (config, c.problems)
@@ -278,6 +280,27 @@ impl Check<'_> {
             cert_file: PathBuf::from(&t.cert_file),
             key_file: PathBuf::from(&t.key_file),
             redirect_http: t.redirect_http,
+        }
+    }
+
+    /// `[http3]`: off unless `enabled`; on, it needs a TLS listener (its certificate is the
+    /// one QUIC uses), and its UDP address is `http3.listen` or else `tls.listen`'s.
+    fn http3(&mut self, raw: &RawConfig, tls: Option<SocketAddr>) -> Http3 {
+        let h = &raw.http3;
+        let listen = (!h.listen.is_empty()).then(|| {
+            h.listen.parse::<SocketAddr>().unwrap_or_else(|_| {
+                self.fail("http3.listen", format!("{:?}", h.listen), "empty or an address ip:port (0.0.0.0:443)");
+                SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
+            })
+        });
+        let max_age = self.range("http3.alt_svc_max_age", h.alt_svc_max_age, 0, TEN_YEARS);
+        if h.enabled && tls.is_none() {
+            self.problem("http3.enabled = true needs [tls] (tls.listen, tls.cert_file, tls.key_file)");
+        }
+        Http3 {
+            listen: if h.enabled { listen.or(tls) } else { None },
+            alt_svc_max_age: max_age,
+            early_data: h.early_data,
         }
     }
 

@@ -12,7 +12,7 @@
 //! one named [`SECRET_FD_NAME`] with the generated signing secret.
 
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -28,6 +28,26 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     s.listen(BACKLOG)?;
     s.set_nonblocking(true)?;
     Ok(s.into())
+}
+
+/// Bind a non-blocking `SO_REUSEPORT` UDP socket on `addr`: one per slot for HTTP/3, kept
+/// by the supervisor like the TCP ones (not yet read by the workers).
+pub fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_port(true)?;
+    s.bind(&addr.into())?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// [`ensure_free`] for a UDP address: a probe without `SO_REUSEPORT` cannot bind while any
+/// socket is bound to it.
+pub fn ensure_free_udp(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    probe.bind(&addr.into())
 }
 
 /// Fail with [`io::ErrorKind::AddrInUse`] when another socket already

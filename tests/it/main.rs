@@ -48,6 +48,8 @@ mod upgrade;
 
 mod tls;
 
+mod http3;
+
 mod h2drain;
 mod h2flood;
 mod h2prio;

@@ -1,0 +1,522 @@
+//! One HTTP/3 connection over a `quinn_proto::Connection`: bytes of QUIC streams in, request
+//! heads and body pieces out; response heads and body chunks in, stream writes out. No socket,
+//! no clock of its own: the caller (the worker's loop, or a test) hands it quinn's
+//! `ConnectionEvent`s and the time, sends what [`H3Conn::poll_transmit`] gives, and calls
+//! [`H3Conn::handle_timeout`] at [`H3Conn::poll_timeout`].
+//!
+//! Per connection it owns: the server's control stream (SETTINGS first, GOAWAY later), the
+//! client's control and QPACK streams (checked, RFC 9114 §6.2 and RFC 9204 §4.2), and one
+//! [`Request`] state per request stream. Per request stream, the output is a queue of frames
+//! that quinn takes as its flow control allows; a producer may add to it while
+//! [`H3Conn::may_send`] says so, and gets [`Event::Writable`] when it may again. A stalled
+//! stream never holds up another.
+//!
+//! Errors are mapped in one place ([`H3Conn::fail`]): a stream error resets the stream (both
+//! directions), a connection error closes the connection with its code. This file must not
+//! touch sockets or handlers; what a request means is the caller's business.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use quinn_proto::{
+    Connection, ConnectionEvent, Dir, EndpointEvent, Event as QuicEvent, ReadError, StreamEvent, StreamId, Transmit,
+    VarInt, WriteError,
+};
+
+use super::error::{Code, H3Error};
+use super::frame;
+use super::head::{write_response_head, RequestHead};
+use super::stream::{uni, Input, Outbox, PeerStreams, Phase, Request, UniNext};
+use super::varint;
+
+pub use super::stream::WATERMARK;
+
+/// What the connection tells its owner.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A request head, checked. The body (if any) follows as [`Event::Data`], then
+    /// [`Event::End`].
+    Request {
+        /// The request's stream.
+        stream: StreamId,
+        /// Its head.
+        head: Box<RequestHead>,
+    },
+    /// A request whose field section passed `SETTINGS_MAX_FIELD_SECTION_SIZE`: answer 431
+    /// (its body is discarded).
+    TooLarge {
+        /// The request's stream.
+        stream: StreamId,
+    },
+    /// A piece of a request body.
+    Data {
+        /// The request's stream.
+        stream: StreamId,
+        /// The bytes.
+        data: Bytes,
+    },
+    /// The request body is complete.
+    End {
+        /// The request's stream.
+        stream: StreamId,
+    },
+    /// The stream is gone (reset or stopped by the peer, or a stream error): drop its
+    /// exchange; sending on it fails.
+    Aborted {
+        /// The request's stream.
+        stream: StreamId,
+    },
+    /// The stream's queue fell below [`WATERMARK`]: its producer may send again.
+    Writable {
+        /// The request's stream.
+        stream: StreamId,
+    },
+    /// The connection is closed (by the peer, a timeout, or a connection error): every
+    /// exchange on it is over (no [`Event::Aborted`] follows for each). Keep polling transmits
+    /// and timers until [`H3Conn::is_drained`], then drop it.
+    Closed,
+}
+
+/// Sending on a stream that is gone (see [`Event::Aborted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamGone;
+
+/// Settings of an [`H3Conn`].
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    /// Largest decoded field section (`limits.max_header_bytes`): beyond it, 431.
+    pub max_field_section: usize,
+}
+
+/// One HTTP/3 connection (see the module doc).
+#[derive(Debug)]
+pub struct H3Conn {
+    quic: Connection,
+    limits: ConnLimits,
+    control: Option<StreamId>,
+    control_out: Outbox,
+    peers: PeerStreams,
+    requests: HashMap<StreamId, Request>,
+    events: VecDeque<Event>,
+    /// The highest request stream accepted.
+    last_request: Option<StreamId>,
+    /// The GOAWAY sent: request streams from this ID on are refused.
+    goaway: Option<u64>,
+    closed: bool,
+}
+
+impl H3Conn {
+    /// An HTTP/3 connection over an accepted QUIC connection.
+    pub fn new(quic: Connection, limits: ConnLimits) -> H3Conn {
+        let mut conn = H3Conn {
+            quic,
+            limits,
+            control: None,
+            control_out: Outbox::default(),
+            peers: PeerStreams::default(),
+            requests: HashMap::new(),
+            events: VecDeque::new(),
+            last_request: None,
+            goaway: None,
+            closed: false,
+        };
+        conn.open_control();
+        conn
+    }
+
+    /// The QUIC connection (statistics, addresses, `close`).
+    pub fn quic(&self) -> &Connection {
+        &self.quic
+    }
+
+    /// The peer's SETTINGS, once they arrived.
+    pub fn peer_settings(&self) -> Option<frame::Settings> {
+        self.peers.settings
+    }
+
+    /// Hands quinn an event from the endpoint (a datagram for this connection), then
+    /// processes what it caused.
+    pub fn handle_event(&mut self, now: Instant, event: ConnectionEvent) {
+        self.quic.handle_event(event);
+        self.process(now);
+    }
+
+    /// Hands quinn an event the endpoint answered one of ours with (new CIDs).
+    pub fn quic_event(&mut self, event: ConnectionEvent) {
+        self.quic.handle_event(event);
+    }
+
+    /// Runs quinn's timers due at `now`, then processes what they caused.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.quic.handle_timeout(now);
+        self.process(now);
+    }
+
+    /// When [`Self::handle_timeout`] is next due.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.quic.poll_timeout()
+    }
+
+    /// The next datagram(s) to send (up to `max_datagrams` segments of one GSO batch), written
+    /// into `buf`.
+    pub fn poll_transmit(&mut self, now: Instant, max_datagrams: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
+        self.quic.poll_transmit(now, max_datagrams, buf)
+    }
+
+    /// An event for the endpoint (new CIDs, drained), to hand to `Endpoint::handle_event`.
+    pub fn poll_endpoint_event(&mut self) -> Option<EndpointEvent> {
+        self.quic.poll_endpoint_events()
+    }
+
+    /// The next event for the owner.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Whether quinn is done with the connection (drop it; the endpoint has been told).
+    pub fn is_drained(&self) -> bool {
+        self.quic.is_drained()
+    }
+
+    /// Whether a producer may add to `stream`'s output now (its queue is below
+    /// [`WATERMARK`]); when not, [`Event::Writable`] says when.
+    pub fn may_send(&self, stream: StreamId) -> bool {
+        self.requests.get(&stream).is_some_and(|r| r.outbox.open() && r.outbox.queued < WATERMARK)
+    }
+
+    /// Bytes waiting in `stream`'s queue.
+    pub fn queued(&self, stream: StreamId) -> usize {
+        self.requests.get(&stream).map_or(0, |r| r.outbox.queued)
+    }
+
+    /// Queues a response head (`:status` and `fields`; an informational status such as 103
+    /// may precede the final one).
+    pub fn send_head<'a>(
+        &mut self,
+        stream: StreamId,
+        status: u16,
+        fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<(), StreamGone> {
+        let mut out = Vec::with_capacity(256);
+        write_response_head(status, fields, &mut out);
+        self.queue(stream, Bytes::from(out))
+    }
+
+    /// Queues `data` as one DATA frame. Call while [`Self::may_send`]; the queue takes it
+    /// anyway (a producer's last chunk may pass the watermark).
+    pub fn send_data(&mut self, stream: StreamId, data: Bytes) -> Result<(), StreamGone> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut head = Vec::with_capacity(9);
+        frame::write_header(frame::ty::DATA, data.len() as u64, &mut head);
+        self.queue_frame(stream, Bytes::from(head), data)
+    }
+
+    /// Ends the response: FIN after the queue. A request body still arriving is refused with
+    /// `STOP_SENDING H3_NO_ERROR` (RFC 9114 §4.1: a complete response may precede it).
+    pub fn finish(&mut self, stream: StreamId) -> Result<(), StreamGone> {
+        let r = self.requests.get_mut(&stream).filter(|r| !r.outbox.done).ok_or(StreamGone)?;
+        r.outbox.fin = true;
+        if r.phase != Phase::Done {
+            r.phase = Phase::Done;
+            let _ = self.quic.recv_stream(stream).stop(VarInt::from_u64(Code::NoError.value()).unwrap_or(VarInt::MAX));
+        }
+        self.flush(stream);
+        Ok(())
+    }
+
+    /// Abandons `stream` with `code` (both directions).
+    pub fn reset(&mut self, now: Instant, stream: StreamId, code: Code) {
+        self.fail(now, Some(stream), H3Error::stream(code, "reset by the server"));
+    }
+
+    /// Sends GOAWAY: requests already accepted finish, new ones are refused with
+    /// `H3_REQUEST_REJECTED`, and the connection closes once no request is left.
+    pub fn go_away(&mut self, now: Instant) {
+        if self.goaway.is_some() || self.closed {
+            return;
+        }
+        let next = self.last_request.map_or(0, |id| VarInt::from(id).into_inner() + 4);
+        self.goaway = Some(next);
+        let mut out = Vec::with_capacity(9);
+        frame::write_goaway(next, &mut out);
+        self.control_out.push(Bytes::from(out));
+        self.flush_control();
+        self.close_if_done(now);
+    }
+
+    /// Opens the server's control stream with its SETTINGS (once; retried on `Connected` if
+    /// quinn cannot open it yet).
+    fn open_control(&mut self) {
+        if self.control.is_some() {
+            return;
+        }
+        let Some(id) = self.quic.streams().open(Dir::Uni) else { return };
+        self.control = Some(id);
+        let mut out = Vec::with_capacity(32);
+        varint::encode(uni::CONTROL, &mut out);
+        frame::write_settings(
+            &[
+                (frame::setting::MAX_FIELD_SECTION_SIZE, self.limits.max_field_section as u64),
+                (frame::setting::QPACK_MAX_TABLE_CAPACITY, 0),
+                (frame::setting::QPACK_BLOCKED_STREAMS, 0),
+            ],
+            &mut out,
+        );
+        let mut queued = std::mem::take(&mut self.control_out.out);
+        self.control_out.out.push_back(Bytes::from(out));
+        self.control_out.out.append(&mut queued);
+        self.control_out.queued = self.control_out.out.iter().map(Bytes::len).sum();
+        self.flush_control();
+    }
+
+    /// Drains quinn's events into ours.
+    fn process(&mut self, now: Instant) {
+        while let Some(event) = self.quic.poll() {
+            match event {
+                QuicEvent::Connected => self.open_control(),
+                QuicEvent::ConnectionLost { .. } => self.lost(),
+                QuicEvent::Stream(StreamEvent::Opened { dir }) => {
+                    while let Some(id) = self.quic.streams().accept(dir) {
+                        self.accept(now, id, dir);
+                    }
+                }
+                QuicEvent::Stream(StreamEvent::Readable { id }) => self.read(now, id),
+                QuicEvent::Stream(StreamEvent::Writable { id }) => {
+                    if Some(id) == self.control {
+                        self.flush_control();
+                    } else {
+                        self.flush(id);
+                    }
+                }
+                QuicEvent::Stream(StreamEvent::Stopped { id, .. }) => {
+                    if Some(id) == self.control {
+                        self.fail(now, None, H3Error::conn(Code::ClosedCriticalStream, "control stream stopped"));
+                    } else if let Some(r) = self.requests.get_mut(&id) {
+                        r.outbox.done = true;
+                        r.outbox.out.clear();
+                        r.outbox.queued = 0;
+                        self.events.push_back(Event::Aborted { stream: id });
+                        self.forget_if_done(now, id);
+                    }
+                }
+                QuicEvent::Stream(StreamEvent::Finished { id }) => self.forget_if_done(now, id),
+                QuicEvent::Stream(StreamEvent::Available { .. })
+                | QuicEvent::HandshakeDataReady
+                | QuicEvent::DatagramReceived
+                | QuicEvent::DatagramsUnblocked => {}
+            }
+        }
+        if self.quic.is_closed() {
+            self.lost();
+        }
+        self.close_if_done(now);
+    }
+
+    fn lost(&mut self) {
+        if !self.closed {
+            self.closed = true;
+            self.requests.clear();
+            self.events.push_back(Event::Closed);
+        }
+    }
+
+    /// A stream the client opened.
+    fn accept(&mut self, now: Instant, id: StreamId, dir: Dir) {
+        if dir == Dir::Uni {
+            self.peers.open(id);
+            self.read(now, id);
+            return;
+        }
+        let index = VarInt::from(id).into_inner();
+        self.last_request = self.last_request.max(Some(id));
+        if self.goaway.is_some_and(|limit| index >= limit) {
+            let _ = self.quic.recv_stream(id).stop(code(Code::RequestRejected));
+            let _ = self.quic.send_stream(id).reset(code(Code::RequestRejected));
+            return;
+        }
+        self.requests.insert(id, Request::new(self.limits.max_field_section));
+        self.read(now, id);
+    }
+
+    /// Reads what `id` has and hands it to the stream's state.
+    fn read(&mut self, now: Instant, id: StreamId) {
+        let is_request = match self.requests.get(&id) {
+            Some(r) => r.phase != Phase::Done,
+            None if self.peers.has(id) => false,
+            None => return,
+        };
+        let (mut input, mut fin, mut reset) = (BytesMut::new(), false, false);
+        if let Ok(mut chunks) = self.quic.recv_stream(id).read(true) {
+            loop {
+                match chunks.next(usize::MAX) {
+                    Ok(Some(chunk)) => input.extend_from_slice(&chunk.bytes),
+                    Ok(None) => {
+                        fin = true;
+                        break;
+                    }
+                    Err(ReadError::Blocked) => break,
+                    Err(ReadError::Reset(_)) => {
+                        reset = true;
+                        break;
+                    }
+                }
+            }
+            let _ = chunks.finalize();
+        }
+        let result = if is_request {
+            self.on_request(now, id, input, fin, reset)
+        } else {
+            match self.peers.on_input(id, input, fin || reset) {
+                Ok(UniNext::Refuse) => {
+                    let _ = self.quic.recv_stream(id).stop(code(Code::StreamCreationError));
+                    Ok(())
+                }
+                Ok(UniNext::Read) => Ok(()),
+                Err(e) => Err(e),
+            }
+        };
+        if let Err(e) = result {
+            self.fail(now, Some(id), e);
+        }
+    }
+
+    /// New bytes (and maybe the end) of request stream `id`: its state says what they mean,
+    /// and each meaning becomes an [`Event`].
+    fn on_request(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        input: BytesMut,
+        fin: bool,
+        reset: bool,
+    ) -> Result<(), H3Error> {
+        let early = self.quic.is_handshaking();
+        let Some(r) = self.requests.get_mut(&id) else { return Ok(()) };
+        if reset {
+            r.abandon();
+            let _ = self.quic.send_stream(id).reset(code(Code::RequestCancelled));
+            self.events.push_back(Event::Aborted { stream: id });
+            self.forget_if_done(now, id);
+            return Ok(());
+        }
+        let mut found = VecDeque::new();
+        let result = r.on_input(input, fin, early, self.limits.max_field_section, &mut found);
+        for input in found {
+            self.events.push_back(match input {
+                Input::Head(head) => Event::Request { stream: id, head },
+                Input::TooLarge => Event::TooLarge { stream: id },
+                Input::Data(data) => Event::Data { stream: id, data },
+                Input::End => Event::End { stream: id },
+            });
+        }
+        result?;
+        if fin {
+            self.forget_if_done(now, id);
+        }
+        Ok(())
+    }
+
+    /// Adds `bytes` to `stream`'s queue and writes what flow control allows.
+    fn queue(&mut self, stream: StreamId, bytes: Bytes) -> Result<(), StreamGone> {
+        let r = self.requests.get_mut(&stream).filter(|r| r.outbox.open()).ok_or(StreamGone)?;
+        r.outbox.push(bytes);
+        self.flush(stream);
+        Ok(())
+    }
+
+    /// [`Self::queue`] for a frame head and its payload, kept as two chunks (no copy).
+    fn queue_frame(&mut self, stream: StreamId, head: Bytes, payload: Bytes) -> Result<(), StreamGone> {
+        let r = self.requests.get_mut(&stream).filter(|r| r.outbox.open()).ok_or(StreamGone)?;
+        r.outbox.push(head);
+        r.outbox.push(payload);
+        self.flush(stream);
+        Ok(())
+    }
+
+    /// Writes `stream`'s queue into quinn as far as flow control allows; FIN when finished.
+    fn flush(&mut self, stream: StreamId) {
+        let Some(r) = self.requests.get_mut(&stream) else { return };
+        let ob = &mut r.outbox;
+        if ob.done {
+            return;
+        }
+        if !ob.out.is_empty() {
+            match self.quic.send_stream(stream).write_chunks(ob.out.make_contiguous()) {
+                Ok(written) => {
+                    ob.out.drain(..written.chunks);
+                    ob.queued -= written.bytes;
+                }
+                Err(WriteError::Blocked) => {}
+                Err(WriteError::Stopped(_) | WriteError::ClosedStream) => {
+                    *ob = Outbox { done: true, ..Outbox::default() };
+                    self.events.push_back(Event::Aborted { stream });
+                    return;
+                }
+            }
+        }
+        if ob.out.is_empty() && ob.fin {
+            let _ = self.quic.send_stream(stream).finish();
+            ob.done = true;
+        }
+        if ob.paused && ob.queued < WATERMARK && !ob.done {
+            ob.paused = false;
+            self.events.push_back(Event::Writable { stream });
+        }
+    }
+
+    /// Writes the control stream's queue.
+    fn flush_control(&mut self) {
+        let Some(id) = self.control else { return };
+        let ob = &mut self.control_out;
+        if ob.out.is_empty() {
+            return;
+        }
+        if let Ok(written) = self.quic.send_stream(id).write_chunks(ob.out.make_contiguous()) {
+            ob.out.drain(..written.chunks);
+            ob.queued -= written.bytes;
+        }
+    }
+
+    /// Drops `id`'s state once both directions are over.
+    fn forget_if_done(&mut self, now: Instant, id: StreamId) {
+        if self.requests.get(&id).is_some_and(Request::is_done) {
+            self.requests.remove(&id);
+        }
+        self.close_if_done(now);
+    }
+
+    /// After GOAWAY, closes the connection once no request is left.
+    fn close_if_done(&mut self, now: Instant) {
+        if self.goaway.is_some() && self.requests.is_empty() && !self.closed && self.control_out.out.is_empty() {
+            self.quic.close(now, code(Code::NoError), Bytes::new());
+        }
+    }
+
+    /// The one place an [`H3Error`] becomes wire action: a stream error resets `stream` both
+    /// ways and tells the owner; a connection error closes the connection with its code.
+    fn fail(&mut self, now: Instant, stream: Option<StreamId>, error: H3Error) {
+        match (error, stream) {
+            (H3Error::Stream { code: c, why }, Some(id)) if self.requests.contains_key(&id) => {
+                log::debug!("HTTP/3 stream {id}: {why}");
+                let _ = self.quic.recv_stream(id).stop(code(c));
+                let _ = self.quic.send_stream(id).reset(code(c));
+                self.requests.remove(&id);
+                self.events.push_back(Event::Aborted { stream: id });
+                self.close_if_done(now);
+            }
+            (error, _) => {
+                log::debug!("{error}");
+                self.quic.close(now, code(error.code()), Bytes::from_static(b""));
+                self.lost();
+            }
+        }
+    }
+}
+
+/// A code as quinn's `VarInt` (every HTTP/3 code fits).
+fn code(c: Code) -> VarInt {
+    VarInt::from_u64(c.value()).unwrap_or(VarInt::MAX)
+}

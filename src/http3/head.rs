@@ -1,0 +1,266 @@
+//! Request heads from decoded field sections (RFC 9114 §4.1–§4.3): the pseudo-header rules
+//! and the fields HTTP/3 forbids, checked once here; and response heads encoded for the wire.
+//!
+//! A request that breaks a rule is malformed: its stream is reset with `H3_MESSAGE_ERROR`
+//! (RFC 9114 §4.1.2); the connection lives on. This file knows nothing of quinn or streams.
+
+use super::error::{Code, H3Error};
+use super::frame;
+use super::qpack::{Encoder, Fields};
+
+/// Fields that are connection-specific in HTTP/1.1 and malformed in HTTP/3 (RFC 9114 §4.2).
+const CONNECTION_SPECIFIC: [&[u8]; 5] =
+    [b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"];
+
+/// A checked request head: the decoded fields and where the pseudo-headers are among them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    fields: Fields,
+    method: usize,
+    scheme: Option<usize>,
+    authority: Option<usize>,
+    path: Option<usize>,
+    /// The first regular field (pseudo-headers come before it).
+    regular: usize,
+    /// `content-length`, when sent.
+    pub content_length: Option<u64>,
+    /// The head arrived in 0-RTT early data (before the handshake completed): only safe
+    /// methods may be served from it (RFC 8470: anything else is answered 425).
+    pub early: bool,
+}
+
+fn malformed(why: &'static str) -> H3Error {
+    H3Error::stream(Code::MessageError, why)
+}
+
+/// Whether `name` is a valid lower-case field name (a token with no upper-case letter).
+fn valid_name(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name.iter().all(|&c| {
+            c.is_ascii_lowercase()
+                || c.is_ascii_digit()
+                || matches!(
+                    c,
+                    b'!' | b'#'
+                        | b'$'
+                        | b'%'
+                        | b'&'
+                        | b'\''
+                        | b'*'
+                        | b'+'
+                        | b'-'
+                        | b'.'
+                        | b'^'
+                        | b'_'
+                        | b'`'
+                        | b'|'
+                        | b'~'
+                )
+        })
+}
+
+/// Whether `value` may be a field value: no NUL, CR or LF, no leading or trailing white space.
+fn valid_value(value: &[u8]) -> bool {
+    !value.iter().any(|&c| c == 0 || c == b'\r' || c == b'\n')
+        && !value.first().is_some_and(|c| *c == b' ' || *c == b'\t')
+        && !value.last().is_some_and(|c| *c == b' ' || *c == b'\t')
+}
+
+impl RequestHead {
+    /// Checks `fields` as a request head: pseudo-headers (`:method`, `:scheme`, `:authority`,
+    /// `:path`) first, each at most once, no other; `:scheme` and a non-empty `:path` unless the
+    /// method is CONNECT; lower-case names; no connection-specific field; `te` only
+    /// `trailers`; `host` equal to `:authority` when both are sent; one valid `content-length`.
+    pub fn from_fields(fields: Fields, early: bool) -> Result<RequestHead, H3Error> {
+        let (mut method, mut scheme, mut authority, mut path) = (None, None, None, None);
+        let mut regular = fields.len();
+        let mut content_length = None;
+        for (i, (name, value)) in fields.iter().enumerate() {
+            if let Some(pseudo) = name.strip_prefix(b":") {
+                if regular < fields.len() {
+                    return Err(malformed("a pseudo-header after a regular field"));
+                }
+                let slot = match pseudo {
+                    b"method" => &mut method,
+                    b"scheme" => &mut scheme,
+                    b"authority" => &mut authority,
+                    b"path" => &mut path,
+                    _ => return Err(malformed("an unknown or response pseudo-header")),
+                };
+                if slot.replace(i).is_some() {
+                    return Err(malformed("a pseudo-header twice"));
+                }
+                if !value.iter().all(|c| c.is_ascii_graphic()) {
+                    return Err(malformed("a pseudo-header value that is not visible ASCII"));
+                }
+                continue;
+            }
+            regular = regular.min(i);
+            if !valid_name(name) {
+                return Err(malformed("a field name that is not a lower-case token"));
+            }
+            if !valid_value(value) {
+                return Err(malformed("a field value with NUL, CR, LF or surrounding space"));
+            }
+            if CONNECTION_SPECIFIC.contains(&name) || (name == b"te" && value != b"trailers") {
+                return Err(malformed("a connection-specific field"));
+            }
+            if name == b"content-length" {
+                let n = std::str::from_utf8(value)
+                    .ok()
+                    .filter(|s| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()))
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .ok_or(malformed("a bad content-length"))?;
+                if content_length.replace(n).is_some_and(|old| old != n) {
+                    return Err(malformed("conflicting content-length"));
+                }
+            }
+        }
+        let method = method.ok_or(malformed("no :method"))?;
+        let head = RequestHead { fields, method, scheme, authority, path, regular, content_length, early };
+        if head.method() == "CONNECT" {
+            if head.scheme.is_some() || head.path.is_some() || head.authority.is_none() {
+                return Err(malformed("CONNECT needs :authority and no :scheme or :path"));
+            }
+        } else if head.scheme.is_none() || head.path().is_empty() {
+            return Err(malformed("no :scheme or an empty :path"));
+        }
+        if let (Some(authority), Some(host)) = (head.authority(), head.fields.value(b"host")) {
+            if authority.as_bytes() != host {
+                return Err(malformed(":authority and host differ"));
+            }
+        }
+        Ok(head)
+    }
+
+    fn pseudo(&self, i: Option<usize>) -> Option<&str> {
+        // Checked visible ASCII in `from_fields`.
+        i.and_then(|i| self.fields.get(i)).and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+
+    /// `:method`.
+    pub fn method(&self) -> &str {
+        self.pseudo(Some(self.method)).unwrap_or("")
+    }
+
+    /// `:scheme`, when sent.
+    pub fn scheme(&self) -> Option<&str> {
+        self.pseudo(self.scheme)
+    }
+
+    /// `:authority`, when sent.
+    pub fn authority(&self) -> Option<&str> {
+        self.pseudo(self.authority)
+    }
+
+    /// `:path`: the path and query (`""` for CONNECT).
+    pub fn path(&self) -> &str {
+        self.pseudo(self.path).unwrap_or("")
+    }
+
+    /// The regular fields (no pseudo-headers), in order.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.fields.iter().skip(self.regular)
+    }
+
+    /// Whether the method may be served from 0-RTT early data (RFC 8470 §3 with the
+    /// contract's set: GET, HEAD and OPTIONS).
+    pub fn safe_for_early_data(&self) -> bool {
+        matches!(self.method(), "GET" | "HEAD" | "OPTIONS")
+    }
+}
+
+/// Appends a whole HEADERS frame for a response head: `:status`, then `fields` (names
+/// lower-cased on the way; connection-specific fields left out, RFC 9114 §4.2).
+pub fn write_response_head<'a>(status: u16, fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>, out: &mut Vec<u8>) {
+    let mut block = Vec::with_capacity(256);
+    Encoder.begin(&mut block);
+    Encoder.status(status, &mut block);
+    for (name, value) in fields {
+        if CONNECTION_SPECIFIC.iter().any(|c| c.eq_ignore_ascii_case(name)) {
+            continue;
+        }
+        Encoder.field(name, value, &mut block);
+    }
+    frame::write_header(frame::ty::HEADERS, block.len() as u64, out);
+    out.extend_from_slice(&block);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(list: &[(&str, &str)]) -> Fields {
+        let mut f = Fields::default();
+        for (n, v) in list {
+            f.push(n.as_bytes(), v.as_bytes());
+        }
+        f
+    }
+
+    const GET: [(&str, &str); 4] =
+        [(":method", "GET"), (":scheme", "https"), (":authority", "a.example"), (":path", "/x?y=1")];
+
+    #[test]
+    fn a_good_request() {
+        let mut list = GET.to_vec();
+        list.extend([("accept", "*/*"), ("host", "a.example"), ("te", "trailers"), ("content-length", "0")]);
+        let head = RequestHead::from_fields(fields(&list), true).expect("valid");
+        assert_eq!(
+            (head.method(), head.scheme(), head.authority(), head.path()),
+            ("GET", Some("https"), Some("a.example"), "/x?y=1")
+        );
+        assert_eq!(head.fields().count(), 4);
+        assert_eq!((head.content_length, head.early, head.safe_for_early_data()), (Some(0), true, true));
+        let connect = RequestHead::from_fields(fields(&[(":method", "CONNECT"), (":authority", "a:443")]), false);
+        assert_eq!(connect.map(|h| h.path().to_string()), Ok(String::new()));
+    }
+
+    #[test]
+    fn malformed_requests_are_message_errors() {
+        let with = |extra: &[(&str, &str)]| {
+            let mut list = GET.to_vec();
+            list.extend_from_slice(extra);
+            fields(&list)
+        };
+        let cases = [
+            fields(&GET[1..]),                                                  // no :method
+            fields(&[(":method", "GET"), (":authority", "a"), (":path", "/")]), // no :scheme
+            fields(&[(":method", "GET"), (":scheme", "https"), (":path", "")]), // empty :path
+            fields(&[(":method", "CONNECT"), (":authority", "a"), (":path", "/")]),
+            with(&[(":path", "/again")]),
+            with(&[("accept", "*/*"), (":status", "200")]),
+            with(&[(":protocol", "websocket")]),
+            with(&[("Accept", "*/*")]),
+            with(&[("connection", "close")]),
+            with(&[("transfer-encoding", "chunked")]),
+            with(&[("upgrade", "h2c")]),
+            with(&[("keep-alive", "5")]),
+            with(&[("te", "gzip")]),
+            with(&[("host", "b.example")]),
+            with(&[("content-length", "1x")]),
+            with(&[("content-length", "1"), ("content-length", "2")]),
+            with(&[("x-a", "a\r\nb")]),
+            with(&[("x-a", " padded")]),
+            fields(&[(":method", "GET"), (":scheme", "https"), (":path", "/a b")]),
+        ];
+        for (i, f) in cases.into_iter().enumerate() {
+            let err = RequestHead::from_fields(f, false).expect_err("malformed");
+            assert_eq!((i, err.code(), err.is_connection()), (i, Code::MessageError, false), "{err}");
+        }
+    }
+
+    #[test]
+    fn response_heads_leave_connection_fields_out() {
+        let mut out = Vec::new();
+        let fields: [(&[u8], &[u8]); 3] = [(b"Content-Type", b"text/plain"), (b"Connection", b"close"), (b"x-a", b"1")];
+        write_response_head(404, fields, &mut out);
+        let mut reader = frame::FrameReader::new(1024);
+        let (drop, f) = reader.next(&out).expect("frame");
+        let Some(frame::Frame::Headers { len }) = f else { panic!("{f:?}") };
+        let mut decoded = Fields::default();
+        super::super::qpack::decode(&out[drop..drop + len], 1024, &mut decoded).expect("decodes");
+        let got: Vec<(&[u8], &[u8])> = decoded.iter().collect();
+        assert_eq!(got, [(&b":status"[..], &b"404"[..]), (b"content-type", b"text/plain"), (b"x-a", b"1")]);
+    }
+}

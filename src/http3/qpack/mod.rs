@@ -1,0 +1,279 @@
+//! QPACK (RFC 9204) with the static table only: forkd advertises a dynamic table capacity of
+//! 0 and never inserts into the peer's, which RFC 9204 §2.1 allows and which makes every field
+//! section decodable on its own (no blocked streams, no encoder or decoder stream state).
+//!
+//! [`decode`] turns an encoded field section into [`Fields`] under a size limit (RFC 9114
+//! §4.2.2: name + value + 32 per field); any reference to a dynamic table is
+//! `QPACK_DECOMPRESSION_FAILED`. [`Encoder`] writes field sections: static-table indices where a
+//! field or its name is in the table, Huffman where it is shorter, literals otherwise.
+//! This module knows no HTTP semantics (pseudo-header rules are `head.rs`'s).
+
+pub mod huffman;
+mod table;
+
+pub use table::STATIC;
+
+/// Why a field section cannot be decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Malformed or refers to a dynamic table: a connection error (RFC 9204 §2.2.3).
+    Failed(&'static str),
+    /// Decodes, but its size passes the limit: the request is answered 431.
+    TooLarge,
+}
+
+/// A decoded field section: every name and value in one buffer. Reused between sections.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Fields {
+    buf: Vec<u8>,
+    /// Per field: where its name starts, where its value starts (= where its name ends), where
+    /// its value ends.
+    spans: Vec<(u32, u32, u32)>,
+    /// RFC 9114 size of the section so far.
+    size: usize,
+}
+
+impl Fields {
+    /// Empties it, keeping the allocations.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.spans.clear();
+        self.size = 0;
+    }
+
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Whether there is no field.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Field `i` as `(name, value)`.
+    pub fn get(&self, i: usize) -> Option<(&[u8], &[u8])> {
+        let &(n, v, e) = self.spans.get(i)?;
+        Some((&self.buf[n as usize..v as usize], &self.buf[v as usize..e as usize]))
+    }
+
+    /// Every field, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    /// The first value of `name`.
+    pub fn value(&self, name: &[u8]) -> Option<&[u8]> {
+        self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    /// The RFC 9114 size (name + value + 32 per field).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Adds a field (for tests and encoders' callers).
+    pub fn push(&mut self, name: &[u8], value: &[u8]) {
+        let n = self.buf.len() as u32;
+        self.buf.extend_from_slice(name);
+        let v = self.buf.len() as u32;
+        self.buf.extend_from_slice(value);
+        self.spans.push((n, v, self.buf.len() as u32));
+        self.size += name.len() + value.len() + 32;
+    }
+}
+
+/// Reads a prefixed integer (RFC 7541 §5.1) whose prefix is the low `bits` bits of
+/// `input[0]`; returns it and the bytes used. Values past 2^62 are refused.
+pub(crate) fn integer(input: &[u8], bits: u8) -> Result<(u64, usize), DecodeError> {
+    let truncated = DecodeError::Failed("truncated integer");
+    let mask = (1u16 << bits) as u64 - 1;
+    let first = u64::from(*input.first().ok_or(truncated)?) & mask;
+    if first < mask {
+        return Ok((first, 1));
+    }
+    let (mut value, mut shift) = (mask, 0u32);
+    for (i, &b) in input.iter().enumerate().skip(1) {
+        value += u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Ok((value, i + 1));
+        }
+        shift += 7;
+        if shift > 56 {
+            return Err(DecodeError::Failed("integer overflow"));
+        }
+    }
+    Err(truncated)
+}
+
+/// Appends `value` as a prefixed integer with a `bits`-bit prefix; `flags` are the bits of the
+/// first byte above the prefix.
+fn write_integer(value: u64, bits: u8, flags: u8, out: &mut Vec<u8>) {
+    let mask = (1u16 << bits) as u64 - 1;
+    if value < mask {
+        out.push(flags | value as u8);
+        return;
+    }
+    out.push(flags | mask as u8);
+    let mut rest = value - mask;
+    while rest >= 0x80 {
+        out.push(0x80 | (rest & 0x7f) as u8);
+        rest >>= 7;
+    }
+    out.push(rest as u8);
+}
+
+/// Reads a string literal whose length has a `bits`-bit prefix with the Huffman flag just above
+/// it; appends the (decoded) string to `out`; returns the bytes used. The input is one
+/// HEADERS payload, already bounded, and Huffman at most multiplies it by 8/5.
+fn string(input: &[u8], bits: u8, out: &mut Vec<u8>) -> Result<usize, DecodeError> {
+    let huffman = input.first().is_some_and(|b| b & (1 << bits) != 0);
+    let (len, used) = integer(input, bits)?;
+    let end = used.checked_add(usize::try_from(len).map_err(|_| DecodeError::Failed("string too long"))?);
+    let raw = end.and_then(|end| input.get(used..end)).ok_or(DecodeError::Failed("truncated string"))?;
+    if huffman {
+        huffman::decode(raw, out).map_err(|_| DecodeError::Failed("bad Huffman string"))?;
+    } else {
+        out.extend_from_slice(raw);
+    }
+    Ok(used + raw.len())
+}
+
+/// Decodes the field section `input` into `out` (cleared first). Fails with
+/// [`DecodeError::TooLarge`] as soon as the section's size passes `max_size`.
+pub fn decode(mut input: &[u8], max_size: usize, out: &mut Fields) -> Result<(), DecodeError> {
+    out.clear();
+    // Required Insert Count (8-bit prefix), then sign and Delta Base (7-bit prefix).
+    let (insert_count, used) = integer(input, 8)?;
+    if insert_count != 0 {
+        return Err(DecodeError::Failed("a dynamic table reference (Required Insert Count > 0)"));
+    }
+    input = &input[used..];
+    let (_, used) = integer(input, 7)?;
+    input = &input[used..];
+    while let Some(&first) = input.first() {
+        let name_at = out.buf.len();
+        let used = if first & 0x80 != 0 {
+            // Indexed field line: 1 T index(6).
+            if first & 0x40 == 0 {
+                return Err(DecodeError::Failed("dynamic table index"));
+            }
+            let (index, used) = integer(input, 6)?;
+            let (name, value) = static_entry(index)?;
+            out.buf.extend_from_slice(name.as_bytes());
+            let value_at = out.buf.len();
+            out.buf.extend_from_slice(value.as_bytes());
+            finish(out, name_at, value_at, max_size)?;
+            used
+        } else if first & 0x40 != 0 {
+            // Literal with name reference: 0 1 N T index(4), then the value.
+            if first & 0x10 == 0 {
+                return Err(DecodeError::Failed("dynamic table name reference"));
+            }
+            let (index, used) = integer(input, 4)?;
+            let (name, _) = static_entry(index)?;
+            out.buf.extend_from_slice(name.as_bytes());
+            let value_at = out.buf.len();
+            let value_used = string(&input[used..], 7, &mut out.buf)?;
+            finish(out, name_at, value_at, max_size)?;
+            used + value_used
+        } else if first & 0x20 != 0 {
+            // Literal with literal name: 0 0 1 N H length(3), name, then the value.
+            let name_used = string(input, 3, &mut out.buf)?;
+            let value_at = out.buf.len();
+            let value_used = string(&input[name_used..], 7, &mut out.buf)?;
+            finish(out, name_at, value_at, max_size)?;
+            name_used + value_used
+        } else {
+            // 0001: indexed post-base; 0000: literal with post-base name reference.
+            return Err(DecodeError::Failed("post-base (dynamic table) reference"));
+        };
+        input = &input[used..];
+    }
+    Ok(())
+}
+
+/// Static entry `index`.
+fn static_entry(index: u64) -> Result<(&'static str, &'static str), DecodeError> {
+    usize::try_from(index)
+        .ok()
+        .and_then(|i| STATIC.get(i))
+        .copied()
+        .ok_or(DecodeError::Failed("static table index out of range"))
+}
+
+/// Records the field just appended to `out.buf` and checks the size limit.
+fn finish(out: &mut Fields, name_at: usize, value_at: usize, max_size: usize) -> Result<(), DecodeError> {
+    let end = out.buf.len();
+    let size = out.size + end - name_at + 32;
+    if size > max_size {
+        return Err(DecodeError::TooLarge);
+    }
+    out.size = size;
+    out.spans.push((name_at as u32, value_at as u32, end as u32));
+    Ok(())
+}
+
+/// Writes field sections with the static table only. Stateless (one per connection or one
+/// shared: it is the same).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Encoder;
+
+impl Encoder {
+    /// Starts a section: Required Insert Count 0, Delta Base 0.
+    pub fn begin(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&[0, 0]);
+    }
+
+    /// Appends one field line. `name` may have upper-case letters (`Content-Type`): HTTP/3
+    /// sends names lower-case (RFC 9114 §4.2), so they are lowered here.
+    pub fn field(&self, name: &[u8], value: &[u8], out: &mut Vec<u8>) {
+        let mut lower = [0u8; 64];
+        let name = if name.iter().any(u8::is_ascii_uppercase) && name.len() <= lower.len() {
+            let lower = &mut lower[..name.len()];
+            lower.copy_from_slice(name);
+            lower.make_ascii_lowercase();
+            &*lower
+        } else {
+            name
+        };
+        match table::find(name, value) {
+            Some(table::Found::Exact(i)) => write_integer(i as u64, 6, 0xc0, out),
+            Some(table::Found::Name(i)) => {
+                write_integer(i as u64, 4, 0x50, out);
+                write_string(value, 7, 0, out);
+            }
+            None if name.iter().any(u8::is_ascii_uppercase) => {
+                let owned = name.to_ascii_lowercase();
+                write_string(&owned, 3, 0x20, out);
+                write_string(value, 7, 0, out);
+            }
+            None => {
+                write_string(name, 3, 0x20, out);
+                write_string(value, 7, 0, out);
+            }
+        }
+    }
+
+    /// Appends `:status` (an index when the table has the code).
+    pub fn status(&self, status: u16, out: &mut Vec<u8>) {
+        let digits = [b'0' + (status / 100 % 10) as u8, b'0' + (status / 10 % 10) as u8, b'0' + (status % 10) as u8];
+        self.field(b":status", &digits, out);
+    }
+}
+
+/// Appends a string literal with a `bits`-bit length prefix, Huffman-coded when that is
+/// shorter (the Huffman flag is the bit above the prefix); `flags` are the bits above that.
+fn write_string(s: &[u8], bits: u8, flags: u8, out: &mut Vec<u8>) {
+    let coded = huffman::encoded_len(s);
+    if coded < s.len() {
+        write_integer(coded as u64, bits, flags | (1 << bits), out);
+        huffman::encode(s, out);
+    } else {
+        write_integer(s.len() as u64, bits, flags, out);
+        out.extend_from_slice(s);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,187 @@
+//! The server side of one worker's QUIC endpoint: quinn's `Endpoint` (which routes datagrams
+//! to connections by CID) and the [`H3Conn`]s it accepted. Datagrams in, datagrams out,
+//! timers; no socket. The worker's loop will read the slot's UDP socket into
+//! [`Server::handle_datagram`], send what [`Server::poll_transmit`] and the returned
+//! responses hold, and call [`Server::handle_timeouts`] at [`Server::next_timeout`].
+//!
+//! Address validation: while the owner says it is under load ([`Server::set_under_load`]), a
+//! new connection whose address is not yet validated is answered with a Retry (its token
+//! sealed with the shared key, so any worker accepts it). A packet for a connection this
+//! endpoint does not know, whose CID forkd issued, is answered with a stateless reset (quinn
+//! does it, with the shared reset key). This file must not touch sockets or handlers.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint, Endpoint, EndpointConfig, ServerConfig, Transmit};
+
+use super::conn::{ConnLimits, H3Conn};
+
+/// A datagram for the socket: where to and what (`bytes[..transmit.size]`, in segments of
+/// `transmit.segment_size` when GSO batches several).
+#[derive(Debug)]
+pub struct Outgoing {
+    /// quinn's description of the datagram(s).
+    pub transmit: Transmit,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// One worker's QUIC endpoint and connections.
+pub struct Server {
+    endpoint: Endpoint,
+    conns: std::collections::HashMap<ConnectionHandle, H3Conn>,
+    limits: ConnLimits,
+    under_load: bool,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("connections", &self.conns.len()).field("under_load", &self.under_load).finish()
+    }
+}
+
+impl Server {
+    /// An endpoint with `endpoint` (this slot's CIDs, the shared reset key) serving with
+    /// `server`.
+    pub fn new(endpoint: Arc<EndpointConfig>, server: Arc<ServerConfig>, limits: ConnLimits) -> Server {
+        Server {
+            endpoint: Endpoint::new(endpoint, Some(server), false, None),
+            conns: std::collections::HashMap::new(),
+            limits,
+            under_load: false,
+        }
+    }
+
+    /// Under load, new clients must prove their address with a Retry round trip first.
+    pub fn set_under_load(&mut self, on: bool) {
+        self.under_load = on;
+    }
+
+    /// Open connections.
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether no connection is open.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// Connection `ch`.
+    pub fn conn(&mut self, ch: ConnectionHandle) -> Option<&mut H3Conn> {
+        self.conns.get_mut(&ch)
+    }
+
+    /// Every connection's handle.
+    pub fn handles(&self) -> Vec<ConnectionHandle> {
+        self.conns.keys().copied().collect()
+    }
+
+    /// One datagram from `remote` (to `local_ip`, when the socket reports it). Returns the
+    /// connection it went to (whose events to poll), and pushes onto `out` what the endpoint
+    /// answers by itself (Retry, stateless reset, version negotiation, refusal).
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        local_ip: Option<IpAddr>,
+        ecn: Option<EcnCodepoint>,
+        data: BytesMut,
+        out: &mut Vec<Outgoing>,
+    ) -> Option<ConnectionHandle> {
+        let mut buf = Vec::new();
+        let event = self.endpoint.handle(now, remote, local_ip, ecn, data, &mut buf)?;
+        let ch = match event {
+            DatagramEvent::ConnectionEvent(ch, event) => {
+                self.conns.get_mut(&ch)?.handle_event(now, event);
+                ch
+            }
+            DatagramEvent::Response(transmit) => {
+                out.push(Outgoing { transmit, bytes: buf });
+                return None;
+            }
+            DatagramEvent::NewConnection(incoming) => {
+                if self.under_load && !incoming.remote_address_validated() && incoming.may_retry() {
+                    match self.endpoint.retry(incoming, &mut buf) {
+                        Ok(transmit) => out.push(Outgoing { transmit, bytes: buf }),
+                        Err(e) => self.endpoint.ignore(e.into_incoming()),
+                    }
+                    return None;
+                }
+                match self.endpoint.accept(incoming, now, &mut buf, None) {
+                    Ok((ch, quic)) => {
+                        let mut conn = H3Conn::new(quic, self.limits);
+                        conn.handle_timeout(now);
+                        self.conns.insert(ch, conn);
+                        ch
+                    }
+                    Err(e) => {
+                        log::debug!("QUIC connection refused: {}", e.cause);
+                        if let Some(transmit) = e.response {
+                            out.push(Outgoing { transmit, bytes: buf });
+                        }
+                        return None;
+                    }
+                }
+            }
+        };
+        self.endpoint_events(ch);
+        Some(ch)
+    }
+
+    /// Passes `ch`'s events for the endpoint (new CIDs, retired CIDs, drained) and their
+    /// answers; forgets a drained connection.
+    fn endpoint_events(&mut self, ch: ConnectionHandle) {
+        let Some(conn) = self.conns.get_mut(&ch) else { return };
+        while let Some(event) = conn.poll_endpoint_event() {
+            if let Some(back) = self.endpoint.handle_event(ch, event) {
+                conn.quic_event(back);
+            }
+        }
+        if conn.is_drained() {
+            self.conns.remove(&ch);
+        }
+    }
+
+    /// The next datagram(s) of connection `ch`.
+    pub fn poll_transmit(&mut self, now: Instant, ch: ConnectionHandle, max_datagrams: usize) -> Option<Outgoing> {
+        let mut bytes = Vec::new();
+        let transmit = self.conns.get_mut(&ch)?.poll_transmit(now, max_datagrams, &mut bytes)?;
+        Some(Outgoing { transmit, bytes })
+    }
+
+    /// The earliest timer of any connection.
+    pub fn next_timeout(&mut self) -> Option<Instant> {
+        self.conns.values_mut().filter_map(H3Conn::poll_timeout).min()
+    }
+
+    /// Runs every timer due at `now`.
+    pub fn handle_timeouts(&mut self, now: Instant) {
+        for ch in self.handles() {
+            let Some(conn) = self.conns.get_mut(&ch) else { continue };
+            if conn.poll_timeout().is_some_and(|t| t <= now) {
+                conn.handle_timeout(now);
+            }
+            self.endpoint_events(ch);
+        }
+    }
+
+    /// After the owner acted on connection `ch` (sent, finished, went away): pass its
+    /// endpoint events on.
+    pub fn after_send(&mut self, ch: ConnectionHandle) {
+        self.endpoint_events(ch);
+    }
+
+    /// GOAWAY on every connection (graceful stop or replacement).
+    pub fn go_away(&mut self, now: Instant) {
+        for ch in self.handles() {
+            if let Some(conn) = self.conns.get_mut(&ch) {
+                conn.go_away(now);
+            }
+            self.endpoint_events(ch);
+        }
+    }
+}

@@ -1,0 +1,664 @@
+//! A quinn-proto client and this module's [`Server`] joined in memory: datagrams are handed
+//! from one to the other in a loop, time is simulated (advanced to the next timer when nothing
+//! moves), and the client speaks HTTP/3 with this module's own frames and QPACK. No socket, no
+//! sleep; every loop is bounded.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use quinn_proto::crypto::rustls::QuicClientConfig;
+use quinn_proto::{
+    ClientConfig, Connection, ConnectionError, ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig,
+    Event as QuicEvent, ReadError, StreamEvent, StreamId, VarInt,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+use super::conn::{ConnLimits, Event, H3Conn};
+use super::error::Code;
+use super::frame::{self, Frame, FrameReader};
+use super::keys::QuicKeys;
+use super::qpack::{self, Encoder, Fields};
+use super::server::{Outgoing, Server};
+use super::setup;
+use super::varint;
+
+const CLIENT: &str = "127.0.0.1:40000";
+const SERVER: &str = "127.0.0.1:4433";
+const SECRET: [u8; 32] = [9; 32];
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("literal address")
+}
+
+/// A certificate for `localhost`: the server's key and the client's trust root.
+fn certificate() -> (Arc<rustls::sign::CertifiedKey>, CertificateDer<'static>) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert =
+        rcgen::CertificateParams::new(vec!["localhost".into()]).expect("params").self_signed(&key).expect("cert");
+    let der = CertificateDer::from(cert.der().to_vec());
+    let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let signing = crate::tls::provider().key_provider.load_private_key(private).expect("key loads");
+    (Arc::new(rustls::sign::CertifiedKey::new(vec![der.clone()], signing)), der)
+}
+
+/// What the client has read of one stream.
+#[derive(Debug, Default)]
+struct Received {
+    bytes: Vec<u8>,
+    fin: bool,
+    reset: Option<u64>,
+}
+
+/// A parsed response: every head's `:status` and fields, the body.
+#[derive(Debug, Default)]
+struct Response {
+    heads: Vec<Fields>,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn status(&self) -> Option<&[u8]> {
+        self.heads.last().and_then(|f| f.value(b":status"))
+    }
+}
+
+struct Pair {
+    client_config: ClientConfig,
+    now: Instant,
+    server: Server,
+    client_ep: Endpoint,
+    client: Connection,
+    client_ch: ConnectionHandle,
+    streams: HashMap<StreamId, Received>,
+    /// Datagrams the endpoint answered by itself (Retry, reset), by first byte.
+    endpoint_answers: Vec<u8>,
+    /// Every datagram the client sent, for replay.
+    sent: Vec<Vec<u8>>,
+    lost: Option<ConnectionError>,
+}
+
+impl Pair {
+    fn new(under_load: bool) -> Pair {
+        Pair::with(under_load, false)
+    }
+
+    /// A pair whose server accepts 0-RTT (`early`: a session store, see `setup.rs`) and whose
+    /// client offers it.
+    fn with(under_load: bool, early: bool) -> Pair {
+        let (key, root) = certificate();
+        let keys = QuicKeys::derive(&SECRET);
+        let limits = setup::Limits { max_field_section: 4096, ..setup::Limits::default() };
+        let store: Option<Arc<dyn rustls::server::StoresServerSessions>> =
+            early.then(|| rustls::server::ServerSessionMemoryCache::new(64) as _);
+        let config = setup::server_config(key, &keys, &limits, store).expect("server config");
+        let mut server = Server::new(setup::endpoint_config(&keys, 1), config, ConnLimits { max_field_section: 4096 });
+        server.set_under_load(under_load);
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(root).expect("root");
+        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(crate::tls::provider()))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        tls.enable_early_data = early;
+        let client_config = ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).expect("QUIC client")));
+        let mut client_ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
+        let now = Instant::now();
+        let (client_ch, client) =
+            client_ep.connect(now, client_config.clone(), addr(SERVER), "localhost").expect("connect");
+        let mut pair = Pair {
+            client_config,
+            now,
+            server,
+            client_ep,
+            client,
+            client_ch,
+            streams: HashMap::new(),
+            endpoint_answers: Vec::new(),
+            sent: Vec::new(),
+            lost: None,
+        };
+        pair.run_until(|p| !p.client.is_handshaking());
+        assert!(pair.lost.is_none(), "handshake failed: {:?}", pair.lost);
+        pair.open_client_control();
+        pair
+    }
+
+    /// A new client connection (resuming the last session, with 0-RTT when offered), without
+    /// waiting for its handshake.
+    fn reconnect(&mut self) {
+        let (ch, conn) =
+            self.client_ep.connect(self.now, self.client_config.clone(), addr(SERVER), "localhost").expect("connect");
+        (self.client_ch, self.client) = (ch, conn);
+        self.streams.clear();
+        self.lost = None;
+    }
+
+    /// The client's control stream with its SETTINGS.
+    fn open_client_control(&mut self) {
+        let id = self.client.streams().open(Dir::Uni).expect("a uni stream");
+        let mut out = vec![0x00];
+        frame::write_settings(&[(frame::setting::MAX_FIELD_SECTION_SIZE, 8192)], &mut out);
+        self.client.send_stream(id).write(&out).expect("written");
+    }
+
+    /// Opens a request stream and writes `head` (name, value pairs, pseudo-headers first),
+    /// then `body` as one DATA frame; FIN when `fin`.
+    fn request(&mut self, head: &[(&str, &str)], body: &[u8], fin: bool) -> StreamId {
+        self.request_raw(head, &[], body, fin)
+    }
+
+    /// [`Self::request`] with `raw` field lines appended to the encoded section as they are.
+    fn request_raw(&mut self, head: &[(&str, &str)], raw: &[u8], body: &[u8], fin: bool) -> StreamId {
+        let id = self.client.streams().open(Dir::Bi).expect("a request stream");
+        let mut block = Vec::new();
+        Encoder.begin(&mut block);
+        for (n, v) in head {
+            Encoder.field(n.as_bytes(), v.as_bytes(), &mut block);
+        }
+        block.extend_from_slice(raw);
+        let mut out = Vec::new();
+        frame::write_header(frame::ty::HEADERS, block.len() as u64, &mut out);
+        out.extend_from_slice(&block);
+        if !body.is_empty() {
+            frame::write_header(frame::ty::DATA, body.len() as u64, &mut out);
+            out.extend_from_slice(body);
+        }
+        self.client.send_stream(id).write(&out).expect("written");
+        if fin {
+            self.client.send_stream(id).finish().expect("finished");
+        }
+        id
+    }
+
+    fn get(&mut self, path: &str) -> StreamId {
+        self.request(
+            &[(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", path)],
+            b"",
+            true,
+        )
+    }
+
+    /// Hands a datagram from the server to the client.
+    fn deliver_to_client(&mut self, bytes: &[u8]) {
+        let mut buf = Vec::new();
+        if let Some(DatagramEvent::ConnectionEvent(_, event)) =
+            self.client_ep.handle(self.now, addr(SERVER), None, None, BytesMut::from(bytes), &mut buf)
+        {
+            self.client.handle_event(event);
+        }
+    }
+
+    /// Moves every pending datagram both ways once; whether any moved.
+    fn pump(&mut self) -> bool {
+        let mut moved = false;
+        let mut buf = Vec::new();
+        while let Some(t) = self.client.poll_transmit(self.now, 1, &mut buf) {
+            moved = true;
+            let datagram = buf[..t.size].to_vec();
+            self.sent.push(datagram.clone());
+            let mut answers: Vec<Outgoing> = Vec::new();
+            self.server.handle_datagram(
+                self.now,
+                addr(CLIENT),
+                None,
+                None,
+                BytesMut::from(&datagram[..]),
+                &mut answers,
+            );
+            for answer in answers {
+                self.endpoint_answers.push(answer.bytes[0]);
+                self.deliver_to_client(&answer.bytes[..answer.transmit.size]);
+            }
+            buf.clear();
+        }
+        for ch in self.server.handles() {
+            while let Some(out) = self.server.poll_transmit(self.now, ch, 1) {
+                moved = true;
+                self.deliver_to_client(&out.bytes[..out.transmit.size]);
+            }
+            self.server.after_send(ch);
+        }
+        while let Some(event) = self.client.poll_endpoint_events() {
+            if let Some(back) = self.client_ep.handle_event(self.client_ch, event) {
+                self.client.handle_event(back);
+            }
+        }
+        while let Some(event) = self.client.poll() {
+            match event {
+                QuicEvent::ConnectionLost { reason } => self.lost = Some(reason),
+                QuicEvent::Stream(StreamEvent::Opened { dir }) => {
+                    while let Some(id) = self.client.streams().accept(dir) {
+                        self.streams.entry(id).or_default();
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.read_client_streams();
+        moved
+    }
+
+    /// Reads everything the client's streams have.
+    fn read_client_streams(&mut self) {
+        let ids: Vec<StreamId> = self.streams.keys().copied().collect();
+        for id in ids {
+            let mut recv = self.client.recv_stream(id);
+            let Ok(mut chunks) = recv.read(true) else { continue };
+            let got = self.streams.entry(id).or_default();
+            loop {
+                match chunks.next(usize::MAX) {
+                    Ok(Some(chunk)) => got.bytes.extend_from_slice(&chunk.bytes),
+                    Ok(None) => {
+                        got.fin = true;
+                        break;
+                    }
+                    Err(ReadError::Blocked) => break,
+                    Err(ReadError::Reset(code)) => {
+                        got.reset = Some(code.into_inner());
+                        break;
+                    }
+                }
+            }
+            let _ = chunks.finalize();
+        }
+    }
+
+    /// Pumps (advancing the clock to the next timer when nothing moves) until `done`, at most
+    /// 20 000 steps.
+    fn run_until(&mut self, mut done: impl FnMut(&mut Pair) -> bool) {
+        for _ in 0..20_000 {
+            if done(self) {
+                return;
+            }
+            if !self.pump() {
+                let next = [self.client.poll_timeout(), self.server.next_timeout()].into_iter().flatten().min();
+                let Some(next) = next else { panic!("nothing moves and no timer is set") };
+                self.now = self.now.max(next);
+                self.client.handle_timeout(self.now);
+                self.server.handle_timeouts(self.now);
+            }
+        }
+        panic!("not done after 20 000 steps");
+    }
+
+    /// Every server connection's events, in order.
+    fn server_events(&mut self) -> Vec<(ConnectionHandle, Event)> {
+        let mut events = Vec::new();
+        for ch in self.server.handles() {
+            let conn = self.server.conn(ch).expect("listed");
+            while let Some(e) = conn.poll_event() {
+                events.push((ch, e));
+            }
+        }
+        events
+    }
+
+    /// The one server connection.
+    fn conn(&mut self) -> &mut H3Conn {
+        let ch = self.server.handles()[0];
+        self.server.conn(ch).expect("a connection")
+    }
+
+    /// Tracks a stream the client opened (to read its answer).
+    fn watch(&mut self, id: StreamId) {
+        self.streams.entry(id).or_default();
+    }
+
+    /// The response on `id`, parsed with this module's frames and QPACK.
+    fn response(&self, id: StreamId) -> Response {
+        let bytes = &self.streams[&id].bytes;
+        let (mut reader, mut at, mut resp) = (FrameReader::new(1 << 20), 0, Response::default());
+        loop {
+            let (drop, frame) = reader.next(&bytes[at..]).expect("valid frames");
+            at += drop;
+            match frame {
+                None => return resp,
+                Some(Frame::Headers { len }) => {
+                    let mut fields = Fields::default();
+                    qpack::decode(&bytes[at..at + len], 1 << 20, &mut fields).expect("decodes");
+                    resp.heads.push(fields);
+                    at += len;
+                }
+                Some(Frame::Data { len, .. }) => {
+                    resp.body.extend_from_slice(&bytes[at..at + len]);
+                    at += len;
+                }
+                Some(other) => panic!("{other:?} on a request stream"),
+            }
+        }
+    }
+
+    /// The frames on the server's control stream so far (after its type byte).
+    fn server_control(&self) -> Vec<Frame> {
+        let Some(got) = self.streams.iter().find(|(id, _)| id.dir() == Dir::Uni).map(|(_, r)| r) else {
+            return Vec::new();
+        };
+        let (ty, used) = varint::decode(&got.bytes).expect("a stream type");
+        assert_eq!(ty, 0x00, "the server's uni stream is its control stream");
+        let (mut reader, mut at, mut frames) = (FrameReader::new(1024), used, Vec::new());
+        while let (drop, Some(frame)) = reader.next(&got.bytes[at..]).expect("valid frames") {
+            at += drop;
+            frames.push(frame);
+        }
+        frames
+    }
+}
+
+fn bytes_of(pattern_len: usize) -> Vec<u8> {
+    (0..pattern_len).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+#[test]
+fn a_get_and_a_post_are_answered() {
+    let mut p = Pair::new(false);
+    let get = p.get("/hello?x=1");
+    let body = bytes_of(3000);
+    let post = p.request(
+        &[
+            (":method", "POST"),
+            (":scheme", "https"),
+            (":authority", "localhost"),
+            (":path", "/echo"),
+            ("content-length", "3000"),
+        ],
+        &body,
+        true,
+    );
+    p.watch(get);
+    p.watch(post);
+    let mut received: HashMap<StreamId, Vec<u8>> = HashMap::new();
+    let mut answered = 0;
+    p.run_until(|p| {
+        for (ch, event) in p.server_events() {
+            let conn = p.server.conn(ch).expect("connection");
+            match event {
+                Event::Request { stream, head } => {
+                    assert!(!head.early);
+                    assert_eq!(head.authority(), Some("localhost"));
+                    if head.method() == "GET" {
+                        assert_eq!(head.path(), "/hello?x=1");
+                        let fields: [(&[u8], &[u8]); 1] = [(b"content-type", b"text/plain")];
+                        conn.send_head(stream, 200, fields).expect("open");
+                        conn.send_data(stream, Bytes::from_static(b"hello")).expect("open");
+                        conn.finish(stream).expect("open");
+                        answered += 1;
+                    } else {
+                        assert_eq!((head.method(), head.content_length), ("POST", Some(3000)));
+                        received.insert(stream, Vec::new());
+                    }
+                }
+                Event::Data { stream, data } => received.get_mut(&stream).expect("a POST").extend_from_slice(&data),
+                Event::End { stream } => {
+                    if let Some(body) = received.remove(&stream) {
+                        conn.send_head(stream, 201, []).expect("open");
+                        conn.send_data(stream, Bytes::from(body)).expect("open");
+                        conn.finish(stream).expect("open");
+                        answered += 1;
+                    }
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        answered == 2 && p.streams[&get].fin && p.streams[&post].fin
+    });
+    let resp = p.response(get);
+    assert_eq!((resp.status(), resp.body.as_slice()), (Some(&b"200"[..]), &b"hello"[..]));
+    assert_eq!(resp.heads[0].value(b"content-type"), Some(&b"text/plain"[..]));
+    let resp = p.response(post);
+    assert_eq!(resp.status(), Some(&b"201"[..]));
+    assert!(resp.body == body, "the body comes back byte for byte");
+    // The server's control stream opened with its SETTINGS.
+    let settings = frame::Settings { max_field_section_size: Some(4096), ..frame::Settings::default() };
+    assert_eq!(p.server_control().first(), Some(&Frame::Settings(settings)));
+    assert_eq!(p.conn().peer_settings().and_then(|s| s.max_field_section_size), Some(8192));
+}
+
+#[test]
+fn a_large_response_waits_for_flow_control() {
+    let mut p = Pair::new(false);
+    let id = p.get("/big");
+    p.watch(id);
+    const TOTAL: usize = 2 << 20;
+    const CHUNK: usize = 16 * 1024;
+    let body = Bytes::from(bytes_of(TOTAL));
+    let (mut sent, mut stream, mut pauses, mut writable) = (0usize, None, 0, 0);
+    p.run_until(|p| {
+        for (_, event) in p.server_events() {
+            match event {
+                Event::Request { stream: s, .. } => {
+                    stream = Some(s);
+                    p.conn().send_head(s, 200, []).expect("open");
+                }
+                Event::End { .. } => {}
+                Event::Writable { .. } => writable += 1,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        if let Some(s) = stream {
+            let conn = p.conn();
+            while sent < TOTAL && conn.may_send(s) {
+                conn.send_data(s, body.slice(sent..sent + CHUNK)).expect("open");
+                sent += CHUNK;
+            }
+            if sent < TOTAL {
+                pauses += 1;
+                assert!(conn.queued(s) <= super::conn::WATERMARK + CHUNK + 16, "the queue stays bounded");
+            } else if conn.may_send(s) {
+                conn.finish(s).expect("open");
+            }
+        }
+        p.streams[&id].fin
+    });
+    assert!(pauses > 0 && writable > 0, "the producer was paused ({pauses}) and resumed ({writable})");
+    let resp = p.response(id);
+    assert!(resp.body == body, "2 MiB arrive in order, byte for byte ({} bytes)", resp.body.len());
+}
+
+#[test]
+fn under_load_a_client_is_retried_then_served() {
+    let mut p = Pair::new(true);
+    assert!(
+        p.endpoint_answers.iter().any(|b| b & 0xf0 == 0xf0),
+        "a Retry packet (long header, type 3) was sent: {:02x?}",
+        p.endpoint_answers
+    );
+    let id = p.get("/");
+    p.watch(id);
+    p.run_until(|p| {
+        for (ch, event) in p.server_events() {
+            if let Event::Request { stream, .. } = event {
+                let conn = p.server.conn(ch).expect("connection");
+                conn.send_head(stream, 204, []).expect("open");
+                conn.finish(stream).expect("open");
+            }
+        }
+        p.streams[&id].fin
+    });
+    assert_eq!(p.response(id).status(), Some(&b"204"[..]));
+}
+
+#[test]
+fn goaway_finishes_open_requests_then_closes() {
+    let mut p = Pair::new(false);
+    let first = p.get("/slow");
+    p.watch(first);
+    let mut pending = None;
+    p.run_until(|p| {
+        for (_, event) in p.server_events() {
+            if let Event::Request { stream, .. } = event {
+                pending = Some(stream);
+            }
+        }
+        pending.is_some()
+    });
+    let now = p.now;
+    p.conn().go_away(now);
+    p.run_until(|p| p.server_control().iter().any(|f| matches!(f, Frame::Goaway(_))));
+    assert_eq!(p.server_control().last(), Some(&Frame::Goaway(4)), "the next request stream is refused");
+    // A request sent after GOAWAY is refused; the open one is still answered.
+    let late = p.get("/late");
+    p.watch(late);
+    p.run_until(|p| p.streams[&late].reset.is_some());
+    assert_eq!(p.streams[&late].reset, Some(Code::RequestRejected.value()));
+    let stream = pending.expect("a request");
+    p.conn().send_head(stream, 200, []).expect("still open");
+    p.conn().finish(stream).expect("still open");
+    p.run_until(|p| p.lost.is_some());
+    assert_eq!(p.response(first).status(), Some(&b"200"[..]));
+    match &p.lost {
+        Some(ConnectionError::ApplicationClosed(close)) => assert_eq!(close.error_code, VarInt::from_u32(0x100)),
+        other => panic!("closed with H3_NO_ERROR, not {other:?}"),
+    }
+}
+
+#[test]
+fn a_malformed_request_resets_its_stream_only() {
+    let mut p = Pair::new(false);
+    // A literal field line with the literal name `Upper` (the encoder would lower it).
+    let upper = [&[0x25u8][..], b"Upper", &[0x01, b'x']].concat();
+    let bad = p.request_raw(&[(":method", "GET"), (":scheme", "https"), (":path", "/")], &upper, b"", true);
+    let conn_specific =
+        p.request(&[(":method", "GET"), (":scheme", "https"), (":path", "/"), ("connection", "close")], b"", true);
+    let big = "v".repeat(5000);
+    let too_large = p.request(&[(":method", "GET"), (":scheme", "https"), (":path", "/"), ("x-big", &big)], b"", true);
+    for id in [bad, conn_specific, too_large] {
+        p.watch(id);
+    }
+    let mut large = 0;
+    p.run_until(|p| {
+        for (ch, event) in p.server_events() {
+            if let Event::TooLarge { stream } = event {
+                large += 1;
+                let conn = p.server.conn(ch).expect("connection");
+                conn.send_head(stream, 431, []).expect("open");
+                conn.finish(stream).expect("open");
+            }
+        }
+        p.streams[&bad].reset.is_some() && p.streams[&conn_specific].reset.is_some() && p.streams[&too_large].fin
+    });
+    assert_eq!(p.streams[&bad].reset, Some(Code::MessageError.value()));
+    assert_eq!(p.streams[&conn_specific].reset, Some(Code::MessageError.value()));
+    assert_eq!((large, p.response(too_large).status()), (1, Some(&b"431"[..])));
+    // The connection lives on.
+    let ok = p.get("/");
+    p.watch(ok);
+    p.run_until(|p| {
+        for (ch, event) in p.server_events() {
+            if let Event::Request { stream, .. } = event {
+                let conn = p.server.conn(ch).expect("connection");
+                conn.send_head(stream, 200, []).expect("open");
+                conn.finish(stream).expect("open");
+            }
+        }
+        p.streams[&ok].fin
+    });
+    assert!(p.lost.is_none());
+}
+
+#[test]
+fn a_control_stream_without_settings_closes_the_connection() {
+    let mut p = Pair::new(false);
+    // A second control stream: H3_STREAM_CREATION_ERROR.
+    let id = p.client.streams().open(Dir::Uni).expect("uni");
+    p.client.send_stream(id).write(&[0x00]).expect("written");
+    p.run_until(|p| p.lost.is_some());
+    match &p.lost {
+        Some(ConnectionError::ApplicationClosed(close)) => {
+            assert_eq!(close.error_code, VarInt::from_u64(Code::StreamCreationError.value()).expect("fits"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn another_worker_answers_a_stray_packet_with_a_stateless_reset() {
+    let mut p = Pair::new(false);
+    // Requests until the client sends a datagram of 1-RTT packets alone (early ones carry
+    // Handshake packets too).
+    for _ in 0..5 {
+        let id = p.get("/");
+        p.watch(id);
+        p.run_until(|p| {
+            for (ch, event) in p.server_events() {
+                if let Event::Request { stream, .. } = event {
+                    let conn = p.server.conn(ch).expect("connection");
+                    conn.send_head(stream, 204, []).expect("open");
+                    conn.finish(stream).expect("open");
+                }
+            }
+            p.streams[&id].fin
+        });
+        if p.sent.iter().any(|d| d[0] & 0x80 == 0) {
+            break;
+        }
+    }
+    // A 1-RTT packet for a CID of slot 1.
+    let stray = p.sent.iter().rev().find(|d| d[0] & 0x80 == 0).expect("a 1-RTT datagram").clone();
+    assert_eq!(stray[0] & 0x80, 0, "a short-header packet");
+    let (key, _) = certificate();
+    let keys = QuicKeys::derive(&SECRET);
+    let config = setup::server_config(key, &keys, &setup::Limits::default(), None).expect("config");
+    let mut other = Server::new(setup::endpoint_config(&keys, 2), config, ConnLimits { max_field_section: 4096 });
+    let mut answers = Vec::new();
+    let later = p.now + Duration::from_secs(1);
+    let padded = [&stray[..], &[0u8; 40][..]].concat();
+    other.handle_datagram(later, addr(CLIENT), None, None, BytesMut::from(&padded[..]), &mut answers);
+    assert_eq!(answers.len(), 1, "a stateless reset");
+    assert_eq!(super::keys::slot_of(&stray[1..13]), Some(1), "the packet names slot 1");
+    // The reset ends with the token the client was given for that CID: it resets the client.
+    let reset = answers.remove(0);
+    p.deliver_to_client(&reset.bytes[..reset.transmit.size]);
+    p.run_until(|p| p.lost.is_some());
+    assert!(matches!(p.lost, Some(ConnectionError::Reset)), "{:?}", p.lost);
+    // A packet with a CID no forkd worker issued gets nothing.
+    let mut forged = padded.clone();
+    forged[5] ^= 0xff;
+    other.handle_datagram(later, addr(CLIENT), None, None, BytesMut::from(&forged[..]), &mut answers);
+    assert!(answers.is_empty(), "a forged CID is dropped");
+}
+
+#[test]
+fn zero_rtt_requests_are_marked_early() {
+    let mut p = Pair::with(false, true);
+    // Let the session ticket arrive, then leave.
+    let id = p.get("/");
+    p.watch(id);
+    p.run_until(|p| {
+        for (ch, event) in p.server_events() {
+            if let Event::Request { stream, head } = event {
+                assert!(!head.early, "a 1-RTT request");
+                let conn = p.server.conn(ch).expect("connection");
+                conn.send_head(stream, 204, []).expect("open");
+                conn.finish(stream).expect("open");
+            }
+        }
+        p.streams[&id].fin
+    });
+    p.reconnect();
+    assert!(p.client.has_0rtt(), "the client resumes with 0-RTT keys");
+    let get = p.get("/early");
+    let post = p.request(
+        &[(":method", "POST"), (":scheme", "https"), (":authority", "localhost"), (":path", "/x")],
+        b"",
+        true,
+    );
+    let mut early: HashMap<StreamId, (bool, bool)> = HashMap::new();
+    p.run_until(|p| {
+        for (_, event) in p.server_events() {
+            if let Event::Request { stream, head } = event {
+                early.insert(stream, (head.early, head.safe_for_early_data()));
+            }
+        }
+        early.len() == 2
+    });
+    assert_eq!(early[&get], (true, true), "GET from early data: served");
+    assert_eq!(early[&post], (true, false), "POST from early data: to be answered 425");
+    p.run_until(|p| !p.client.is_handshaking());
+    assert!(p.client.accepted_0rtt());
+}
