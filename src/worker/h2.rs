@@ -37,6 +37,11 @@ use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http2::{Event, H2Conn, H2Settings, Head, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId};
 
+/// Request fields looked up by name (constants: no name parsing per lookup).
+const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+const PRIORITY: http::HeaderName = http::HeaderName::from_static("priority");
+const SEC_WEBSOCKET_KEY: http::HeaderName = http::header::SEC_WEBSOCKET_KEY;
+
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -178,7 +183,7 @@ impl RequestId {
     /// The client's `x-request-id` among `headers` if it is valid, else a
     /// fresh UUID from `common`.
     fn of(headers: &http::HeaderMap, common: &mut crate::http::headers::Common) -> RequestId {
-        match headers.get("x-request-id") {
+        match headers.get(X_REQUEST_ID) {
             Some(v) if valid_request_id(v.as_bytes()) => RequestId::Given(v.clone()),
             _ => {
                 let mut u = [0u8; 36];
@@ -484,7 +489,7 @@ impl H2Session {
         let connect_ws = head.method == http::Method::CONNECT && head.protocol() == Some("websocket");
         let declared =
             head.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-        let priority = Priority::from_fields(head.headers.get_all("priority").iter().map(|v| v.as_bytes()));
+        let priority = Priority::from_fields(head.headers.get_all(PRIORITY).iter().map(|v| v.as_bytes()));
         let end_stream = head.end_stream;
         let ex = Exchange {
             stream,
@@ -1016,10 +1021,12 @@ fn handler_fields(ex: &Exchange) -> impl Iterator<Item = httparse::Header<'_>> {
         .iter()
         .filter(move |(name, _)| authority.is_none() || *name != http::header::HOST)
         .map(|(name, value)| httparse::Header { name: name.as_str(), value: value.as_bytes() });
-    let ws: &[httparse::Header<'static>] = match (ex.connect_ws, ex.head.headers.contains_key("sec-websocket-key")) {
-        (false, _) => &[],
-        (true, true) => &WS_FIELDS[..2],
-        (true, false) => &WS_FIELDS,
+    let ws: &[httparse::Header<'static>] = if !ex.connect_ws {
+        &[]
+    } else if ex.head.headers.contains_key(SEC_WEBSOCKET_KEY) {
+        &WS_FIELDS[..2]
+    } else {
+        &WS_FIELDS
     };
     host.into_iter().chain(fields).chain(ws.iter().copied())
 }
