@@ -165,6 +165,10 @@ impl RequestHead {
 }
 
 /// What [`H2Conn::advance`] found.
+// `Request` is the large variant, and the common one: boxing its head would
+// cost an allocation per request, while events only pass through a vector
+// the session reuses.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Event {
     /// A new stream carries a request.
