@@ -1093,15 +1093,11 @@ impl Worker {
         let mut close = false;
         let mut end = false;
         let mut again = false;
-        // A read of this drive ended at `WouldBlock`: the socket is empty,
-        // and the readiness event of whatever arrives since is still to come
-        // (edge-triggered), so another read now would only cost a syscall.
-        let mut read_all = false;
         for _ in 0..MAX_ROUNDS {
             let Some(sess) = c.h2.as_mut() else { return };
             let mut full = false;
             let backlog = c.out.len() - c.out_pos;
-            if !c.eof && !read_all && sess.conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
+            if !c.eof && sess.conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
                 match read_into(&mut c.sock, &mut c.tls, &mut c.inbuf, &mut self.scratch, READ_AHEAD) {
                     Ok(eof) => c.eof = eof,
                     Err(_) => {
@@ -1110,7 +1106,6 @@ impl Worker {
                     }
                 }
                 full = c.inbuf.len() >= READ_AHEAD;
-                read_all = !full;
             }
             // Also what was read before the connection turned out to be HTTP/2.
             if !c.inbuf.is_empty() {
@@ -1123,13 +1118,11 @@ impl Worker {
             }
             let mut cx = cx!(self, &mut glue, idx, c.generation);
             again = sess.step(&mut cx, now);
-            // h2's output reached its cap during the step (it only grows
-            // until drained): h2 stopped writing and streams were refused
-            // window, so there is more to do once it is drained.
-            let stalled = sess.conn.output_len() >= sess.conn.settings().output_high_watermark;
+            let before = c.out.len();
             if c.out.len() - c.out_pos <= HIGH_WATERMARK {
                 sess.conn.drain_output(&mut c.out);
             }
+            let produced = c.out.len() > before;
             if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
                 close = true;
                 break;
@@ -1145,14 +1138,13 @@ impl Worker {
                 break;
             }
             // Go on while the socket had more to read, or while the socket
-            // took everything and h2 has output, or may make more now that
-            // there is room (a step otherwise runs until h2 goes quiet, so
-            // a round after one that was not stalled would find nothing). A
-            // drive that only flushed an older backlog (the socket's
-            // writable edge) leaves h2's output queued: no event would come
-            // for it, and the connection would stall until some unrelated one.
+            // took everything and h2 has output (or may make more, now that
+            // there is room). A drive that only flushed an older backlog
+            // (the socket's writable edge) leaves h2's output queued: no
+            // event would come for it, and the connection would stall until
+            // some unrelated one.
             let queued = sess.conn.output_len() > 0;
-            if !(full || (!pending && (queued || stalled))) {
+            if !(full || (!pending && (produced || queued))) {
                 break;
             }
         }
