@@ -26,16 +26,18 @@
 //! drops the body: h2 then sends `RST_STREAM(NO_ERROR)` after the response,
 //! as RFC 9113 §8.1 allows.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
+use h2::ext::Protocol;
 use h2::server::{self, Connection, Handshake, SendResponse};
 use h2::{Reason, RecvStream, SendStream};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Response, StatusCode};
+use http::{Method, Response, StatusCode, Uri};
 
 use super::head::HOP_BY_HOP;
 use super::io::Io;
@@ -119,30 +121,54 @@ impl Default for H2Settings {
     }
 }
 
-/// A request's head, as received.
+/// A request's head, as received: h2's own parts, not copied (the URI and
+/// the field values share the decoded header block).
 #[derive(Debug)]
 pub struct RequestHead {
     /// `:method`.
     pub method: Method,
-    /// `:scheme`, validated. Absent on a plain CONNECT, and when the
-    /// request has no `:authority` (h2 builds an `http::Uri`, which cannot
-    /// hold a scheme without an authority, and drops it).
-    pub scheme: Option<String>,
-    /// `:authority`.
-    pub authority: Option<String>,
-    /// `:path` with the query (empty on a plain CONNECT).
-    pub path: String,
+    /// `:scheme`, `:authority` and `:path` as h2 validated them (read
+    /// them with [`RequestHead::scheme`], [`RequestHead::authority`],
+    /// [`RequestHead::path`]).
+    pub uri: Uri,
     /// `:protocol` of an extended CONNECT (RFC 8441), e.g. `websocket`.
-    pub protocol: Option<String>,
-    /// The regular header fields, names lowercase; repeated names are
-    /// grouped together (h2 hands them over as an `http::HeaderMap`), each
-    /// name's values in the order received.
-    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub protocol: Option<Protocol>,
+    /// The regular header fields, names lowercase; iterating yields
+    /// repeated names together, each name's values in the order received.
+    pub headers: HeaderMap,
     /// The request has no body (END_STREAM on its HEADERS).
     pub end_stream: bool,
 }
 
+impl RequestHead {
+    /// `:scheme`. Absent on a plain CONNECT, and when the request has no
+    /// `:authority` (an `http::Uri` cannot hold a scheme without an
+    /// authority, so h2 drops it).
+    pub fn scheme(&self) -> Option<&str> {
+        self.uri.scheme_str()
+    }
+
+    /// `:authority`.
+    pub fn authority(&self) -> Option<&str> {
+        self.uri.authority().map(|a| a.as_str())
+    }
+
+    /// `:path` with the query (empty on a plain CONNECT).
+    pub fn path(&self) -> &str {
+        self.uri.path_and_query().map_or("", |p| p.as_str())
+    }
+
+    /// `:protocol`, e.g. `websocket`.
+    pub fn protocol(&self) -> Option<&str> {
+        self.protocol.as_ref().map(Protocol::as_str)
+    }
+}
+
 /// What [`H2Conn::advance`] found.
+// `Request` is the large variant, and the common one: boxing its head would
+// cost an allocation per request, while events only pass through a vector
+// the session reuses.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Event {
     /// A new stream carries a request.
@@ -273,8 +299,11 @@ const MAX_WINDOW_SIZE: u32 = (1 << 31) - 1;
 pub struct H2Conn {
     io: Io,
     state: State,
-    /// Open streams, ascending by id (≤ MAX_CONCURRENT_STREAMS of them).
-    streams: Vec<Stream>,
+    /// Open streams, ascending by id (≤ MAX_CONCURRENT_STREAMS of them). A
+    /// deque: streams mostly finish oldest first, and removing the front of
+    /// a `Vec` moved every later stream (with 128 open, a few KiB of memmove
+    /// per response).
+    streams: VecDeque<Stream>,
     settings: H2Settings,
     /// [`H2Conn::graceful_shutdown`] was asked before the handshake ended.
     shutdown_asked: bool,
@@ -312,7 +341,7 @@ impl H2Conn {
         H2Conn {
             io,
             state: State::Handshake(Box::pin(handshake)),
-            streams: Vec::new(),
+            streams: VecDeque::new(),
             settings,
             shutdown_asked: false,
         }
@@ -417,27 +446,13 @@ impl H2Conn {
                 }
                 Poll::Ready(Some(Ok((request, respond)))) => {
                     let id = StreamId(respond.stream_id().as_u32());
-                    let (parts, recv) = request.into_parts();
+                    let (mut parts, recv) = request.into_parts();
                     let end_stream = recv.is_end_stream();
-                    let protocol = parts.extensions.get::<h2::ext::Protocol>().map(|p| p.as_str().to_owned());
-                    let mut headers = Vec::with_capacity(parts.headers.len());
-                    let mut last: Option<HeaderName> = None;
-                    for (name, value) in parts.headers {
-                        // `None` repeats the previous name.
-                        if let Some(name) = name {
-                            last = Some(name);
-                        }
-                        if let Some(name) = &last {
-                            headers.push((name.clone(), value));
-                        }
-                    }
                     let head = RequestHead {
+                        protocol: parts.extensions.remove::<Protocol>(),
                         method: parts.method,
-                        scheme: parts.uri.scheme_str().map(str::to_owned),
-                        authority: parts.uri.authority().map(|a| a.as_str().to_owned()),
-                        path: parts.uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default(),
-                        protocol,
-                        headers,
+                        uri: parts.uri,
+                        headers: parts.headers,
                         end_stream,
                     };
                     // Client stream ids only grow, so this is the end; the
@@ -700,7 +715,9 @@ impl H2Conn {
     /// `INTERNAL_ERROR` after a failure mid-body). It is gone at once.
     pub fn reset(&mut self, stream: StreamId, reason: Reason) -> Result<(), H2Error> {
         let i = self.find(stream)?;
-        let s = self.streams.remove(i);
+        let Some(s) = self.streams.remove(i) else {
+            return Err(H2Error::UnknownStream(stream));
+        };
         if let Some(mut respond) = s.respond {
             respond.send_reset(reason);
         } else if let Some(mut send) = s.send {

@@ -75,6 +75,49 @@ pub struct Heads {
     arena: BytesMut,
     /// The `date` value and the second it was made for.
     date: Option<(u64, HeaderValue)>,
+    /// The fields every head of one [`Shape`] starts with, made on first
+    /// use: cloning one and setting the values that change costs a fraction
+    /// of inserting the fields one by one (each insert hashes its name).
+    templates: [Option<HeaderMap>; Shape::COUNT],
+}
+
+/// Which of the leading fields a head has; indexes [`Heads`]' templates.
+#[derive(Clone, Copy)]
+struct Shape {
+    content_type: bool,
+    content_length: bool,
+    report_only: bool,
+}
+
+impl Shape {
+    const COUNT: usize = 8;
+
+    fn index(self) -> usize {
+        usize::from(self.content_type) | usize::from(self.content_length) << 1 | usize::from(self.report_only) << 2
+    }
+
+    /// The leading fields in `write_response`'s order: `date`,
+    /// [`content-type`], [`content-length`], `cache-control`,
+    /// `x-request-id`, the CSP (empty values, set per head), then the fixed
+    /// security fields.
+    fn template(self) -> HeaderMap {
+        let empty = HeaderValue::from_static("");
+        let mut map = HeaderMap::with_capacity(16);
+        map.append(http::header::DATE, empty.clone());
+        if self.content_type {
+            map.append(http::header::CONTENT_TYPE, empty.clone());
+        }
+        if self.content_length {
+            map.append(http::header::CONTENT_LENGTH, empty.clone());
+        }
+        map.append(http::header::CACHE_CONTROL, empty.clone());
+        map.append(X_REQUEST_ID, empty.clone());
+        map.append(if self.report_only { CSP_REPORT_ONLY } else { CSP }, empty);
+        for (name, value) in SECURITY {
+            map.append(name, value);
+        }
+        map
+    }
 }
 
 impl Heads {
@@ -94,7 +137,6 @@ impl Heads {
         let body_len = resp.body.as_bytes().len();
         let bodyless = resp.status == 204 || resp.status == 304 || resp.status < 200 || meta.delimit != Delimit::Length;
         let links = resp.early_hints.map_or(&[][..], |h| h.links());
-        let mut fields = HeaderMap::with_capacity(16 + links.len() + resp.headers.len());
         let hints = match resp.early_hints {
             Some(_) if sends_early_hints(resp.status, meta) => {
                 let mut map = HeaderMap::with_capacity(links.len());
@@ -105,26 +147,32 @@ impl Heads {
             }
             _ => None,
         };
-        fields.append(http::header::DATE, self.date(common));
         let length = match meta.delimit {
             Delimit::Sized(n) => Some(n),
             Delimit::Length if !bodyless => Some(body_len as u64),
             _ => None,
         };
-        if length.is_some() || meta.delimit == Delimit::Chunked {
-            fields.append(http::header::CONTENT_TYPE, static_value(resp.content_type)?);
+        let shape = Shape {
+            content_type: length.is_some() || meta.delimit == Delimit::Chunked,
+            content_length: length.is_some(),
+            report_only: common.csp_field_name() == CSP_REPORT_ONLY.as_str(),
+        };
+        // The values in the template's order.
+        let mut leading = [const { None }; 6];
+        leading[0] = Some(self.date(common));
+        if shape.content_type {
+            leading[1] = Some(static_value(resp.content_type)?);
         }
         if let Some(n) = length {
             let mut digits = itoa_buf(n as usize);
-            fields.append(http::header::CONTENT_LENGTH, self.value(&[digits.as_slice()], false)?);
+            leading[2] = Some(self.value(&[digits.as_slice()], false)?);
         }
-        fields.append(http::header::CACHE_CONTROL, static_value(resp.cache_control)?);
-        fields.append(X_REQUEST_ID, self.value(&[meta.request_id], true)?);
-        let csp_name = if common.csp_field_name() == CSP_REPORT_ONLY.as_str() { CSP_REPORT_ONLY } else { CSP };
-        let csp = self.value(&common.fresh_csp(), true)?;
-        fields.append(csp_name, csp);
-        for (name, value) in SECURITY {
-            fields.append(name, value);
+        leading[3] = Some(static_value(resp.cache_control)?);
+        leading[4] = Some(self.value(&[meta.request_id], true)?);
+        leading[5] = Some(self.value(&common.fresh_csp(), true)?);
+        let mut fields = self.templates[shape.index()].get_or_insert_with(|| shape.template()).clone();
+        for (slot, value) in fields.values_mut().zip(leading.into_iter().flatten()) {
+            *slot = value;
         }
         for l in links {
             fields.append(http::header::LINK, HeaderValue::from_str(l).map_err(|_| H2Error::InvalidHead("link"))?);
@@ -282,10 +330,20 @@ mod tests {
     /// in the same order (HTTP/1.1's minus the connection fields), the same
     /// early hints and the same body, nonces aside (each build draws one).
     fn same_as_h1(make: impl Fn() -> Response, meta: &RequestMeta<'_>, report_only: bool) -> Head {
+        same_as_h1_with(&mut Heads::new(), make, meta, report_only)
+    }
+
+    /// [`same_as_h1`] with the builder `heads` (and the templates it made).
+    fn same_as_h1_with(
+        heads: &mut Heads,
+        make: impl Fn() -> Response,
+        meta: &RequestMeta<'_>,
+        report_only: bool,
+    ) -> Head {
         let mut common = Common::new(report_only);
         let (h1, h1_body) = render_h1(&make(), meta, &mut common);
         let mut resp = make();
-        let head = Heads::new().build(&mut resp, meta, &mut common).expect("builds");
+        let head = heads.build(&mut resp, meta, &mut common).expect("builds");
         let (status, h1_fields) = h1.last().cloned().expect("a final head");
         assert_eq!(head.status.as_u16(), status);
         let h1_nonce = nonce_of(&h1_fields);
@@ -375,6 +433,39 @@ mod tests {
         assert_eq!(head.fields["content-length"], "12345");
         let head = same_as_h1(|| Response::new(200), &meta(Delimit::Upgrade, false), false);
         assert!(!head.fields.contains_key("connection") && !head.fields.contains_key("content-type"));
+    }
+
+    #[test]
+    fn one_builder_serves_every_shape_from_its_templates() {
+        // Each shape (with or without a type and a length, either CSP name)
+        // has its own template, made once, then cloned: heads of shapes in
+        // turn from one builder stay field for field the HTTP/1.1 heads, with
+        // the values of their own response, never a previous one's.
+        let mut heads = Heads::new();
+        for round in 0..2u8 {
+            for report_only in [false, true] {
+                let body: &'static [u8] = if round == 0 { b"{}" } else { b"{\"round\":1}" };
+                let head = same_as_h1_with(
+                    &mut heads,
+                    || Response::static_json(body),
+                    &meta(Delimit::Length, false),
+                    report_only,
+                );
+                assert_eq!(head.fields["content-length"], body.len().to_string().as_str());
+                same_as_h1_with(&mut heads, || Response::new(204), &meta(Delimit::Length, false), report_only);
+                same_as_h1_with(&mut heads, || Response::new(200), &meta(Delimit::Chunked, false), report_only);
+                let len = 1000 + u64::from(round);
+                let head =
+                    same_as_h1_with(&mut heads, || Response::new(206), &meta(Delimit::Sized(len), false), report_only);
+                assert_eq!(head.fields["content-length"], len.to_string().as_str());
+                let mut cached = Response::static_json(b"{}");
+                cached.cache_control = "public, max-age=60";
+                let head = heads
+                    .build(&mut cached, &meta(Delimit::Length, false), &mut Common::new(report_only))
+                    .expect("builds");
+                assert_eq!(head.fields["cache-control"], "public, max-age=60");
+            }
+        }
     }
 
     #[test]

@@ -284,10 +284,10 @@ fn get_gets_a_response_with_headers_and_body() {
     let (stream, head) = pair.only_request();
     assert_eq!(stream, StreamId(1));
     assert_eq!(head.method, Method::GET);
-    assert_eq!(head.scheme.as_deref(), Some("https"));
-    assert_eq!(head.authority.as_deref(), Some("example.test"));
-    assert_eq!(head.path, "/hello?x=1");
-    assert_eq!(head.protocol, None);
+    assert_eq!(head.scheme(), Some("https"));
+    assert_eq!(head.authority(), Some("example.test"));
+    assert_eq!(head.path(), "/hello?x=1");
+    assert_eq!(head.protocol(), None);
     assert!(head.end_stream);
     assert!(head.headers.iter().any(|(n, v)| n == "x-trace" && v == "abc"));
 
@@ -354,7 +354,7 @@ fn many_streams_interleave_on_one_connection() {
         .events()
         .into_iter()
         .map(|e| match e {
-            Event::Request { stream, head } => (stream, head.path),
+            Event::Request { stream, head } => (stream, head.path().to_owned()),
             other => panic!("unexpected {other:?}"),
         })
         .collect();
@@ -535,8 +535,8 @@ fn extended_connect_carries_bytes_both_ways() {
     pair.pump();
     let (stream, head) = pair.only_request();
     assert_eq!(head.method, Method::CONNECT);
-    assert_eq!(head.protocol.as_deref(), Some("websocket"));
-    assert_eq!(head.path, "/chat");
+    assert_eq!(head.protocol(), Some("websocket"));
+    assert_eq!(head.path(), "/chat");
     assert!(!head.end_stream);
     pair.server.respond(stream, 200, &[] as &[(&str, &str)], false).expect("respond");
     pair.pump();

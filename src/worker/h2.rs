@@ -39,6 +39,11 @@ use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http2::{Event, H2Conn, H2Settings, Head, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId};
 
+/// Request fields looked up by name (constants: no name parsing per lookup).
+const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+const PRIORITY: http::HeaderName = http::HeaderName::from_static("priority");
+const SEC_WEBSOCKET_KEY: http::HeaderName = http::header::SEC_WEBSOCKET_KEY;
+
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -157,21 +162,56 @@ impl Produce {
     }
 }
 
+/// The id answered in `x-request-id`: the client's own when it is valid,
+/// else a fresh UUID; neither is a separate allocation.
+enum RequestId {
+    /// The client's `x-request-id` (checked by `valid_request_id`: ASCII).
+    Given(http::HeaderValue),
+    /// A fresh UUID v4.
+    Fresh([u8; 36]),
+}
+
+impl RequestId {
+    /// The client's `x-request-id` among `headers` if it is valid, else a
+    /// fresh UUID from `common`.
+    fn of(headers: &http::HeaderMap, common: &mut crate::http::headers::Common) -> RequestId {
+        match headers.get(X_REQUEST_ID) {
+            Some(v) if valid_request_id(v.as_bytes()) => RequestId::Given(v.clone()),
+            _ => {
+                let mut u = [0u8; 36];
+                common.uuid(&mut u);
+                RequestId::Fresh(u)
+            }
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            RequestId::Given(v) => v.as_bytes(),
+            RequestId::Fresh(u) => u,
+        }
+    }
+
+    /// Both kinds are ASCII, so the fallback never shows.
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+}
+
 /// One request/response exchange: one stream.
 struct Exchange {
     stream: StreamId,
     method: Method,
-    /// `:path` (with the query), for the handler and the access log.
-    target: String,
-    authority: Option<String>,
-    headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// The head as h2 received it: `:path` (see [`Exchange::target`]),
+    /// `:authority`, the fields. Kept whole, not copied field by field.
+    head: RequestHead,
     /// The request body so far.
     body: Vec<u8>,
     stage: Stage,
     started: Instant,
     /// The whole body within `limits.body_timeout_ms` of the head.
     deadline: Option<Instant>,
-    request_id: String,
+    request_id: RequestId,
     label: u16,
     /// The response head is sent and its body follows from `produce`.
     streaming: bool,
@@ -192,6 +232,15 @@ struct Exchange {
 }
 
 impl Exchange {
+    /// `:path` with the query, for the handler and the access log (`/` for
+    /// a plain CONNECT, which has none).
+    fn target(&self) -> &str {
+        match self.head.path() {
+            "" => "/",
+            path => path,
+        }
+    }
+
     /// A download whose next bytes are being read from disk (or are read,
     /// not yet moved into `unsent`): more comes without the peer's help.
     fn reading(&self) -> bool {
@@ -357,9 +406,12 @@ impl H2Session {
         for _ in 0..MAX_ROUNDS {
             self.conn.advance(&mut self.events);
             let quiet = self.events.is_empty();
-            for event in std::mem::take(&mut self.events) {
+            // Drained in place and put back: its allocation serves every round.
+            let mut events = std::mem::take(&mut self.events);
+            for event in events.drain(..) {
                 self.on_event(event, cx, now);
             }
+            self.events = events;
             if !self.service(cx, now) && quiet {
                 return false;
             }
@@ -422,34 +474,21 @@ impl H2Session {
     }
 
     fn on_request(&mut self, stream: StreamId, head: RequestHead, cx: &mut Cx<'_, '_>, now: Instant) {
-        let request_id = match head.headers.iter().find(|(n, _)| n.as_str() == "x-request-id") {
-            Some((_, v)) if valid_request_id(v.as_bytes()) => String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            _ => {
-                let mut u = [0u8; 36];
-                cx.env.common.uuid(&mut u);
-                String::from_utf8_lossy(&u).into_owned()
-            }
-        };
+        let request_id = RequestId::of(&head.headers, &mut cx.env.common);
         // RFC 8441: the stream is the tunnel; the request is complete with its head.
-        let connect_ws = head.method == http::Method::CONNECT && head.protocol.as_deref() == Some("websocket");
-        let declared = head
-            .headers
-            .iter()
-            .find(|(n, _)| n == http::header::CONTENT_LENGTH)
-            .and_then(|(_, v)| v.to_str().ok()?.trim().parse::<u64>().ok());
-        let priority = Priority::from_fields(
-            head.headers.iter().filter(|(n, _)| n.as_str() == "priority").map(|(_, v)| v.as_bytes()),
-        );
+        let connect_ws = head.method == http::Method::CONNECT && head.protocol() == Some("websocket");
+        let declared =
+            head.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+        let priority = Priority::from_fields(head.headers.get_all(PRIORITY).iter().map(|v| v.as_bytes()));
+        let end_stream = head.end_stream;
         let ex = Exchange {
             stream,
             method: Method::parse(head.method.as_str()),
-            target: if head.path.is_empty() { "/".to_owned() } else { head.path },
-            authority: head.authority,
-            headers: head.headers,
+            head,
             body: Vec::new(),
             stage: Stage::Receiving,
             started: now,
-            deadline: (!head.end_stream && !connect_ws).then(|| now + cx.env.body_timeout),
+            deadline: (!end_stream && !connect_ws).then(|| now + cx.env.body_timeout),
             request_id,
             label: 0,
             streaming: false,
@@ -467,7 +506,7 @@ impl H2Session {
         if declared.is_some_and(|n| n > cx.env.max_body) {
             return self.fail(i, Error::PayloadTooLarge, cx, now);
         }
-        if head.end_stream || connect_ws {
+        if end_stream || connect_ws {
             self.dispatch(i, cx, now);
         }
     }
@@ -477,44 +516,37 @@ impl H2Session {
         let ex = &mut self.exchanges[i];
         ex.deadline = None;
         let reply = {
-            let mut headers: Vec<httparse::Header<'_>> = Vec::with_capacity(ex.headers.len() + 1);
-            // `:authority` plays the role of `Host`; without it, the `host` field.
-            if let Some(a) = &ex.authority {
-                headers.push(httparse::Header { name: "host", value: a.as_bytes() });
-            }
-            for (name, value) in &ex.headers {
-                if ex.authority.is_some() && name == http::header::HOST {
-                    continue;
+            // The handlers' view of the fields, on the stack unless there are many.
+            let mut stack = [httparse::EMPTY_HEADER; STACK_FIELDS];
+            let heap: Vec<httparse::Header<'_>>;
+            let n = handler_fields(ex).count();
+            let headers: &[httparse::Header<'_>] = if n <= STACK_FIELDS {
+                for (slot, field) in stack.iter_mut().zip(handler_fields(ex)) {
+                    *slot = field;
                 }
-                headers.push(httparse::Header { name: name.as_str(), value: value.as_bytes() });
-            }
-            if ex.connect_ws {
-                // The handlers speak the HTTP/1.1 handshake: an extended CONNECT
-                // is that GET, whose key no one will check (RFC 8441 §5 has none).
-                headers.push(httparse::Header { name: "upgrade", value: b"websocket" });
-                headers.push(httparse::Header { name: "connection", value: b"upgrade" });
-                if !headers.iter().any(|h| h.name == "sec-websocket-key") {
-                    headers.push(httparse::Header { name: "sec-websocket-key", value: b"AAAAAAAAAAAAAAAAAAAAAA==" });
-                }
-            }
-            let hosts: Vec<&[u8]> = headers.iter().filter(|h| h.name == "host").map(|h| h.value).collect();
-            if hosts.len() != 1 || !crate::http::target::valid_host(hosts[0]) {
-                Err(Error::bad_request("missing or repeated Host"))
+                &stack[..n]
             } else {
-                let (path, query) = crate::http::target::split_target(&ex.target);
-                let req = Request {
-                    method: if ex.connect_ws { Method::Get } else { ex.method },
-                    path,
-                    query,
-                    http10: false,
-                    headers: &headers,
-                    body: &ex.body,
-                    request_id: &ex.request_id,
-                    peer: self.peer,
-                    secure: self.secure,
-                };
-                let reply = cx.glue.call(&req);
-                Ok(reply)
+                heap = handler_fields(ex).collect();
+                &heap
+            };
+            let mut hosts = headers.iter().filter(|h| h.name == "host");
+            match (hosts.next(), hosts.next()) {
+                (Some(host), None) if crate::http::target::valid_host(host.value) => {
+                    let (path, query) = crate::http::target::split_target(ex.target());
+                    let req = Request {
+                        method: if ex.connect_ws { Method::Get } else { ex.method },
+                        path,
+                        query,
+                        http10: false,
+                        headers,
+                        body: &ex.body,
+                        request_id: ex.request_id.as_str(),
+                        peer: self.peer,
+                        secure: self.secure,
+                    };
+                    Ok(cx.glue.call(&req))
+                }
+                _ => Err(Error::bad_request("missing or repeated Host")),
             }
         };
         let reply = match reply {
@@ -585,7 +617,7 @@ impl H2Session {
         };
         cx.glue.finished(&Finished {
             method: if ex.method == Method::Other { "OTHER" } else { ex.method.as_str() },
-            target: ex.target.as_bytes(),
+            target: ex.target().as_bytes(),
             status: resp.status,
             bytes,
             elapsed: ex.started.elapsed(),
@@ -945,6 +977,42 @@ fn send_head(conn: &mut H2Conn, stream: StreamId, head: Head, follows: bool) -> 
     }
     Ok(())
 }
+
+/// Request fields handed to the handlers from the stack ([`H2Session::dispatch`]);
+/// a request with more takes one allocation for them.
+const STACK_FIELDS: usize = 32;
+
+/// Exchange `ex`'s request fields as the handlers see them, the same
+/// `httparse::Header`s as over HTTP/1.1: `:authority` plays the role of
+/// `Host` (a `host` field is then dropped; without it the `host` field
+/// counts), and an extended CONNECT gets the HTTP/1.1 WebSocket handshake's
+/// fields, since that is what the handlers speak (its key is a placeholder
+/// no one checks: RFC 8441 §5 has none).
+fn handler_fields(ex: &Exchange) -> impl Iterator<Item = httparse::Header<'_>> {
+    let authority = ex.head.authority();
+    let host = authority.map(|a| httparse::Header { name: "host", value: a.as_bytes() });
+    let fields = ex
+        .head
+        .headers
+        .iter()
+        .filter(move |(name, _)| authority.is_none() || *name != http::header::HOST)
+        .map(|(name, value)| httparse::Header { name: name.as_str(), value: value.as_bytes() });
+    let ws: &[httparse::Header<'static>] = if !ex.connect_ws {
+        &[]
+    } else if ex.head.headers.contains_key(SEC_WEBSOCKET_KEY) {
+        &WS_FIELDS[..2]
+    } else {
+        &WS_FIELDS
+    };
+    host.into_iter().chain(fields).chain(ws.iter().copied())
+}
+
+/// What an extended CONNECT adds to become the HTTP/1.1 WebSocket handshake.
+const WS_FIELDS: [httparse::Header<'static>; 3] = [
+    httparse::Header { name: "upgrade", value: b"websocket" },
+    httparse::Header { name: "connection", value: b"upgrade" },
+    httparse::Header { name: "sec-websocket-key", value: b"AAAAAAAAAAAAAAAAAAAAAA==" },
+];
 
 /// The [`Cx`] of connection `conn`, built from the worker's fields one by one
 /// (so a session borrowed from `conns` can live beside it).
