@@ -17,8 +17,10 @@
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
 //! * `upstream.rs`: which exchange waits on which upstream connection.
 //! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
-//!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens.
+//!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens;
+//!   `bufs.rs`: the free list of connection buffers (idle ones hold none).
 
+mod bufs;
 mod conn;
 mod download;
 mod fanout;
@@ -188,6 +190,8 @@ struct Worker {
     /// Paused connections whose output drained outside their own `drive` (slab index,
     /// generation): driven again after the turn's events.
     drained: Vec<(usize, u32)>,
+    /// Connection buffers not in use: an idle connection holds none.
+    bufs: bufs::Bufs,
 }
 
 impl Worker {
@@ -292,6 +296,7 @@ impl Worker {
             rooms: Default::default(),
             up: Default::default(),
             drained: Vec::new(),
+            bufs: bufs::Bufs::default(),
         })
     }
 
@@ -533,6 +538,8 @@ impl Worker {
     fn close(&mut self, idx: usize) {
         if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut c.sock);
+            self.bufs.give(c.inbuf);
+            self.bufs.give(c.out);
             self.release(idx, c.generation, c.state);
             self.free.push(idx);
             self.live -= 1;
@@ -593,6 +600,7 @@ impl Worker {
             let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
             let ConnState::Http1(h) = &mut c.state else { continue };
             let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+            self.bufs.fill(&mut c.out);
             h.codec.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(idx);
         }
