@@ -192,6 +192,8 @@ struct Worker {
     drained: Vec<(usize, u32)>,
     /// Connection buffers not in use: an idle connection holds none.
     bufs: bufs::Bufs,
+    /// The pool's results of one wake-up (kept: no vector per wake-up).
+    done: Vec<pool::Done>,
 }
 
 impl Worker {
@@ -297,6 +299,7 @@ impl Worker {
             up: Default::default(),
             drained: Vec::new(),
             bufs: bufs::Bufs::default(),
+            done: Vec::new(),
         })
     }
 
@@ -573,8 +576,10 @@ impl Worker {
         while let Ok((topic, payload)) = self.published.try_recv() {
             self.publish(topic, &payload);
         }
-        let done: Vec<pool::Done> = self.pool.completions().collect();
-        for d in done {
+        // One vector for every wake-up: taken, filled, drained, put back.
+        let mut done = std::mem::take(&mut self.done);
+        done.extend(self.pool.completions());
+        for d in done.drain(..) {
             let now = Instant::now();
             let idx = d.id.conn;
             if d.id.stream != 0 {
@@ -604,6 +609,7 @@ impl Worker {
             h.codec.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(idx);
         }
+        self.done = done;
     }
 
     /// Read, process and write until nothing more can happen without an event.
