@@ -194,6 +194,10 @@ struct Worker {
     bufs: bufs::Bufs,
     /// The pool's results of one wake-up (kept: no vector per wake-up).
     done: Vec<pool::Done>,
+    /// A room message's frame, encoded once per worker (kept between messages).
+    room_frame: Vec<u8>,
+    /// The members a room message goes to (kept between messages).
+    room_members: Vec<ExchangeId>,
 }
 
 impl Worker {
@@ -300,6 +304,8 @@ impl Worker {
             drained: Vec::new(),
             bufs: bufs::Bufs::default(),
             done: Vec::new(),
+            room_frame: Vec::new(),
+            room_members: Vec::new(),
         })
     }
 
