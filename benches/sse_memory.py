@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Memory cost of idle SSE streams in one forkd worker (driven by bin/bench-sse-memory).
 
-Usage: sse_memory.py --port P --pid WORKER_PID [--n 10000] [--settle 5]
+Usage: sse_memory.py --port P --pid WORKER_PID [--n 10000] [--settle 5] [--keepalive]
+
+With --keepalive it holds N idle HTTP/1.1 keep-alive connections instead:
+each sends one `GET /health`, reads the whole response and stays open.
 
 Opens N idle `GET /api/events` streams from this one process (non-blocking
 sockets and a selector, at most --inflight connections being set up at a
@@ -39,20 +42,34 @@ def rss_bytes(pid):
 
 
 
-def wait_for_sse(port, want, timeout):
-    """Poll /_debug/streams until sse == want or the timeout; returns (answer, seconds)."""
+def wait_for_sse(port, want, timeout, key="sse"):
+    """Poll /_debug/streams until `key` == want or the timeout; returns (answer, seconds)."""
     t0 = time.monotonic()
     while True:
         s = debug_streams(port)
-        if s["sse"] == want or time.monotonic() - t0 > timeout:
+        if s[key] == want or time.monotonic() - t0 > timeout:
             return s, time.monotonic() - t0
         time.sleep(0.05)
 
 
-def open_streams(port, n, inflight, timeout):
-    """Open n SSE streams; returns (established sockets, failures, seconds)."""
-    request = (f"GET /api/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-               "Accept: text/event-stream\r\n\r\n").encode()
+def answered(buf):
+    """A whole `/health` response is in `buf`."""
+    head, sep, body = buf.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(body) >= int(line.split(b":", 1)[1])
+    return True
+
+
+def open_streams(port, n, inflight, timeout, keepalive=False):
+    """Open n SSE streams (or answered keep-alive connections); returns (sockets, failures, seconds)."""
+    if keepalive:
+        request = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    else:
+        request = (f"GET /api/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                   "Accept: text/event-stream\r\n\r\n").encode()
     sel = selectors.DefaultSelector()
     done, failed, started = [], 0, 0
     bufs = {}
@@ -91,7 +108,7 @@ def open_streams(port, n, inflight, timeout):
                 if not chunk:
                     raise OSError("closed before the preamble")
                 bufs[s] += chunk
-                if b"event: connected" in bufs[s]:
+                if (answered(bufs[s]) if keepalive else b"event: connected" in bufs[s]):
                     if not bufs[s].startswith(b"HTTP/1.1 200"):
                         raise OSError("not a 200: %r" % bufs[s][:40])
                     sel.unregister(s)
@@ -124,7 +141,10 @@ def main():
     ap.add_argument("--settle", type=float, default=5.0, help="seconds before the second RSS reading")
     ap.add_argument("--inflight", type=int, default=256, help="streams in set-up at once")
     ap.add_argument("--open-timeout", type=float, default=120.0)
+    ap.add_argument("--keepalive", action="store_true", help="idle keep-alive connections, not streams")
     a = ap.parse_args()
+    # Keep-alive connections are counted by `connections` (this check's own included).
+    key, want, what = ("connections", a.n + 1, "connections") if a.keepalive else ("sse", a.n, "streams")
 
     first = debug_streams(a.port)
     if first["pid"] != a.pid:
@@ -133,11 +153,11 @@ def main():
     rss0 = rss_bytes(a.pid)
     print(f"worker pid {a.pid}; before: sse = {first['sse']}, VmRSS {mb(rss0)}")
 
-    socks, failed, secs = open_streams(a.port, a.n, a.inflight, a.open_timeout)
-    print(f"opened {len(socks)} / {a.n} streams in {secs:.1f} s ({failed} failed)")
-    st, _ = wait_for_sse(a.port, len(socks), 10)
+    socks, failed, secs = open_streams(a.port, a.n, a.inflight, a.open_timeout, a.keepalive)
+    print(f"opened {len(socks)} / {a.n} {what} in {secs:.1f} s ({failed} failed)")
+    st, _ = wait_for_sse(a.port, len(socks) + (want - a.n), 10, key)
     rss1 = rss_bytes(a.pid)
-    ok = "OK" if st["sse"] == a.n else f"MISMATCH (expected {a.n})"
+    ok = "OK" if st[key] == want else f"MISMATCH (expected {key} = {want})"
     print(f"/_debug/streams: sse = {st['sse']} {ok}, connections = {st['connections']}")
     time.sleep(a.settle)
     rss2 = rss_bytes(a.pid)
@@ -147,7 +167,7 @@ def main():
     per = extra / max(len(socks), 1)
     budget = TARGET_BYTES_PER_10K / 10000  # bytes per stream
     print()
-    print(f"  streams (N)            {len(socks)}")
+    print(f"  {what + ' (N)':22} {len(socks)}")
     print(f"  VmRSS before           {mb(rss0)}  ({rss0} B)")
     print(f"  VmRSS after            {mb(rss1)}  ({rss1} B)")
     print(f"  VmRSS after {a.settle:g} s        {mb(rss2)}  ({rss2} B)   sse still {st2['sse']}")
@@ -161,7 +181,7 @@ def main():
     t0 = time.monotonic()
     for s in socks:
         s.close()
-    st3, secs = wait_for_sse(a.port, 0, 15)
+    st3, secs = wait_for_sse(a.port, want - a.n, 15, key)
     time.sleep(1)
     rss3 = rss_bytes(a.pid)
     print(f"closed all {len(socks)}: sse = {st3['sse']} after {secs:.2f} s,"

@@ -119,7 +119,9 @@ pub struct Http1 {
     chunked: Chunked,
     body: Vec<u8>,
     continue_sent: bool,
-    seen: usize,
+    /// Bytes of a chunked body decoded into `body` and still in the read
+    /// buffer (after its head).
+    chunk_used: usize,
     head_known: bool,
     cur: Current,
     deadline: Option<(Instant, Timeout)>,
@@ -141,7 +143,7 @@ impl Http1 {
             chunked: Chunked::default(),
             body: Vec::new(),
             continue_sent: false,
-            seen: 0,
+            chunk_used: 0,
             head_known: false,
             cur: Current {
                 method: Method::Other,
@@ -172,9 +174,33 @@ impl Http1 {
 
     /// Consume input, produce output; call after new bytes arrived, after
     /// output drained, and after [`Http1::complete`].
+    ///
+    /// Pipelined requests are parsed in place, one after the other, at a
+    /// cursor; the bytes they took leave `inbuf` once, when it returns (all
+    /// of them: a clear, no copy), so what is left starts at `inbuf[0]`.
     pub fn advance(
         &mut self,
         inbuf: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+        svc: &mut dyn Service,
+        env: &mut Env,
+        now: Instant,
+    ) -> Progress {
+        let mut pos = 0;
+        let progress = self.run(inbuf, &mut pos, out, svc, env, now);
+        if pos >= inbuf.len() {
+            inbuf.clear();
+        } else if pos > 0 {
+            inbuf.drain(..pos);
+        }
+        progress
+    }
+
+    /// [`Http1::advance`] from `*pos`, which it moves past each request it dispatches.
+    fn run(
+        &mut self,
+        inbuf: &mut Vec<u8>,
+        pos: &mut usize,
         out: &mut Vec<u8>,
         svc: &mut dyn Service,
         env: &mut Env,
@@ -190,15 +216,15 @@ impl Http1 {
             if out.len() > HIGH_WATERMARK {
                 return Progress::Paused;
             }
-            if inbuf.is_empty() && self.phase == Phase::Idle {
+            if *pos >= inbuf.len() && self.phase == Phase::Idle {
                 // Also while draining: an idle keep-alive connection is never
                 // closed here, as its next request may be on the way; see
                 // [`Http1::drain`].
                 return Progress::NeedInput;
             }
-            match self.step(inbuf, out, svc, env, now) {
-                Ok(true) => continue,
-                Ok(false) => return Progress::NeedInput,
+            match self.step(inbuf, *pos, out, svc, env, now) {
+                Ok(Some(used)) => *pos += used,
+                Ok(None) => return Progress::NeedInput,
                 Err(e) => {
                     self.fail(e, out, svc, env, now);
                     return Progress::Close;
@@ -309,15 +335,18 @@ impl Http1 {
         }
     }
 
-    /// Parse and, if possible, dispatch one request. `Ok(true)`: go on.
+    /// Parse the request at `inbuf[pos..]` once and, when its body is
+    /// complete, dispatch it: `Ok(Some(bytes it took))`. `Ok(None)`: more
+    /// input is needed (the partial request stays at `pos`).
     fn step(
         &mut self,
         inbuf: &mut Vec<u8>,
+        pos: usize,
         out: &mut Vec<u8>,
         svc: &mut dyn Service,
         env: &mut Env,
         now: Instant,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<usize>, Error> {
         if self.phase == Phase::Idle {
             self.phase = Phase::Head;
             self.fresh = false;
@@ -325,76 +354,77 @@ impl Http1 {
             self.deadline = Some((now + env.header_timeout, Timeout::Request));
         }
         let mut hdrs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let head = match parse::parse(inbuf, &mut hdrs, env.max_head)? {
+        let (head, parsed) = match parse::parse(&inbuf[pos..], &mut hdrs, env.max_head)? {
             Some((head, parsed)) => {
                 // Known from here on, so that a later 400/413/408 is logged with them.
                 self.cur.method = head.method;
                 self.cur.target.clear();
                 self.cur.target.extend_from_slice(parsed.path.unwrap_or("/").as_bytes());
                 self.head_known = true;
-                head
+                (head, parsed)
             }
-            None => {
-                self.seen = inbuf.len();
-                return Ok(false);
-            }
+            None => return Ok(None),
         };
+        let avail = inbuf.len() - pos;
         let body_ready = match head.framing {
             Framing::None => true,
             Framing::Length(n) => {
                 if n > env.max_body {
                     return Err(Error::PayloadTooLarge);
                 }
-                inbuf.len() as u64 >= head.len as u64 + n
+                avail as u64 >= head.len as u64 + n
             }
             Framing::Chunked => {
                 if self.phase != Phase::Body {
                     self.body.clear();
                     self.chunked = Chunked::default();
+                    self.chunk_used = 0;
                 }
-                let (used, done) = self.chunked.decode(&inbuf[head.len..], &mut self.body, env.max_body)?;
-                inbuf.drain(head.len..head.len + used);
+                let from = pos + head.len + self.chunk_used;
+                let (used, done) = self.chunked.decode(&inbuf[from..], &mut self.body, env.max_body)?;
+                self.chunk_used += used;
                 done
             }
         };
-        if !body_ready {
-            if self.phase != Phase::Body {
-                // The whole body within `body_timeout` of the end of the head,
-                // however it trickles in (a byte a second does not extend it).
-                self.phase = Phase::Body;
-                self.deadline = Some((now + env.body_timeout, Timeout::Request));
-            }
-            if head.expect_continue && !self.continue_sent {
-                self.continue_sent = true;
-                out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-            }
-            self.seen = inbuf.len();
-            return Ok(false);
+        if body_ready {
+            let used = self.dispatch(head, parsed, &inbuf[pos..], out, svc, env, now);
+            return Ok(Some(used));
         }
-        let consumed = self.dispatch(head, inbuf, out, svc, env, now);
-        inbuf.drain(..consumed);
-        self.seen = 0;
-        // The loop's top turns Waiting/Closing into the caller's Progress.
-        Ok(true)
+        if self.phase != Phase::Body {
+            // The whole body within `body_timeout` of the end of the head,
+            // however it trickles in (a byte a second does not extend it).
+            self.phase = Phase::Body;
+            self.deadline = Some((now + env.body_timeout, Timeout::Request));
+        }
+        if head.expect_continue && !self.continue_sent {
+            self.continue_sent = true;
+            out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        if self.chunk_used > 0 {
+            // The decoded part of a chunked body leaves the buffer (it is in
+            // `body`): the head stays, for the next parse, the rest follows it.
+            let from = pos + head.len;
+            inbuf.drain(from..from + self.chunk_used);
+            self.chunk_used = 0;
+        }
+        Ok(None)
     }
 
     /// Build the request, call the service, write or park. Returns bytes consumed.
+    #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &mut self,
         head: Head,
+        parsed: httparse::Request<'_, '_>,
         inbuf: &[u8],
         out: &mut Vec<u8>,
         svc: &mut dyn Service,
         env: &mut Env,
         now: Instant,
     ) -> usize {
-        let mut hdrs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let Ok(Some((_, parsed))) = parse::parse(inbuf, &mut hdrs, env.max_head) else {
-            return inbuf.len(); // unreachable: the same bytes parsed a moment ago
-        };
         let (body, consumed): (&[u8], usize) = match head.framing {
             Framing::Length(n) => (&inbuf[head.len..head.len + n as usize], head.len + n as usize),
-            Framing::Chunked => (&self.body, head.len),
+            Framing::Chunked => (&self.body, head.len + std::mem::take(&mut self.chunk_used)),
             Framing::None => (&[], head.len),
         };
         let target = parsed.path.unwrap_or("/");
@@ -915,5 +945,101 @@ mod tests {
         assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::Close);
         let text = String::from_utf8_lossy(&out);
         assert!(text.starts_with("HTTP/1.1 200") && text.contains("Connection: close"), "{text}");
+    }
+
+    /// A mixed pipeline: no body, a sized body, a chunked body, then a plain GET.
+    const MIXED: &[u8] = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n\
+POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nxyz\
+POST /e HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1;x=y\r\nc\r\n0\r\n\r\n\
+GET /z HTTP/1.1\r\nHost: x\r\n\r\n";
+    const MIXED_BODIES: [&str; 4] = ["/a", "/exyz", "/eabc", "/z"];
+
+    /// Feed `parts` one after another as separate reads; the responses, and
+    /// whether the read buffer ends empty.
+    fn feed(parts: &[&[u8]]) -> (String, bool) {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+        let mut svc = Echo { pending: false, log: Vec::new() };
+        let (mut inbuf, mut out) = (Vec::new(), Vec::new());
+        for part in parts {
+            inbuf.extend_from_slice(part);
+            assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        }
+        (String::from_utf8_lossy(&out).into_owned(), inbuf.is_empty())
+    }
+
+    #[test]
+    fn a_pipeline_split_at_every_byte_gives_the_same_answers() {
+        let (whole, empty) = feed(&[MIXED]);
+        assert_eq!(bodies(&whole), MIXED_BODIES);
+        assert!(empty, "every request consumed");
+        for at in 1..MIXED.len() {
+            let (text, empty) = feed(&[&MIXED[..at], &MIXED[at..]]);
+            assert_eq!(bodies(&text), MIXED_BODIES, "split at {at}");
+            assert!(empty, "split at {at}");
+        }
+        // And one byte per read.
+        let bytes: Vec<&[u8]> = MIXED.chunks(1).collect();
+        let (text, empty) = feed(&bytes);
+        assert_eq!(bodies(&text), MIXED_BODIES);
+        assert!(empty);
+    }
+
+    #[test]
+    fn the_partial_request_behind_a_pipeline_stays_at_the_front() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+        let mut svc = Echo { pending: false, log: Vec::new() };
+        let mut out = Vec::new();
+        let mut inbuf =
+            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\nHo".to_vec();
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        assert_eq!(inbuf, b"GET /c HTTP/1.1\r\nHo");
+        assert_eq!(h.phase(), Phase::Head);
+        // A chunked body arriving in parts: the decoded part leaves the buffer, the head stays.
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+        let head = b"POST /e HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let mut inbuf = [b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".as_slice(), head, b"2\r\nab\r\n1\r"].concat();
+        out.clear();
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        assert_eq!(inbuf, head, "the decoder took all it was given (it keeps its own state)");
+        inbuf.extend_from_slice(b"\nc\r\n0\r\n\r\nGET /z HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        assert_eq!(bodies(&String::from_utf8_lossy(&out)), ["/a", "/eabc", "/z"]);
+        assert!(inbuf.is_empty());
+    }
+
+    #[test]
+    fn a_full_buffer_without_a_head_end_is_431_after_a_pipeline() {
+        let mut input = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n".to_vec();
+        // The second head grows past `max_head` (1024) with no blank line.
+        while input.len() < 3000 {
+            input.extend_from_slice(b"X-Pad: 0123456789012345678901234567890123456789\r\n");
+        }
+        let (out, p, svc) = run(&input);
+        assert_eq!(p, Progress::Close);
+        assert_eq!(out.matches("HTTP/1.1 ").count(), 2, "{out}");
+        assert!(out.contains("HTTP/1.1 431"), "{out}");
+        assert_eq!(svc.log.iter().map(|l| l.1).collect::<Vec<_>>(), [200, 431]);
+    }
+
+    #[test]
+    fn a_waiting_request_keeps_exactly_the_requests_behind_it() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+        let mut svc = Echo { pending: true, log: Vec::new() };
+        let mut out = Vec::new();
+        let rest = b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhiGET /z HTTP/1.1\r\nHost: x\r\n\r\n";
+        let mut inbuf =
+            [b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n".as_slice(), rest].concat();
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::Waiting);
+        assert_eq!(inbuf, rest, "the answered and the pending request left; the rest is at the front");
+        h.complete(Response::new(204), &mut out, &mut svc, &mut e, now);
+        assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+        assert!(inbuf.is_empty());
+        assert_eq!(svc.log.iter().map(|l| l.0.as_str()).collect::<Vec<_>>(), ["/a", "/slow", "/e", "/z"]);
     }
 }

@@ -191,6 +191,11 @@ impl WsConn {
         }
     }
 
+    /// Whether messages may still be sent (the close handshake has not started).
+    pub fn is_open(&self) -> bool {
+        self.phase == Phase::Open
+    }
+
     /// Queue a binary message (one unmasked frame). Ignored once closing.
     pub fn send_binary(&mut self, data: &[u8], out: &mut Vec<u8>) {
         if self.phase == Phase::Open {
@@ -381,6 +386,12 @@ fn parse_close(payload: &[u8]) -> Result<u16, WsError> {
             Ok(code)
         }
     }
+}
+
+/// Append the text message `text` as one unmasked frame: the bytes
+/// [`WsConn::send_text`] queues, encoded once for many receivers.
+pub fn text_frame(out: &mut Vec<u8>, text: &str) {
+    write_frame(out, TEXT, text.as_bytes());
 }
 
 /// Append one unmasked, final frame.

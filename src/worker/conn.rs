@@ -285,6 +285,7 @@ impl Worker {
             let phase = h.codec.phase();
             let hold = phase == Phase::Waiting || c.out.len() - c.out_pos > HIGH_WATERMARK;
             if !c.eof && phase != Phase::Closing && !(hold && c.inbuf.len() >= READ_AHEAD) {
+                self.bufs.fill(&mut c.inbuf);
                 match read_into(
                     &mut c.sock,
                     &mut c.tls,
@@ -321,6 +322,7 @@ impl Worker {
                     h2::Sniff::Wait => {}
                 }
             }
+            self.bufs.fill(&mut c.out);
             let progress = h.codec.advance(&mut c.inbuf, &mut c.out, &mut glue, &mut self.env, now);
             match flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos) {
                 Ok(()) => {}
@@ -374,6 +376,10 @@ impl Worker {
             self.end(idx);
             return;
         }
+        if h.stream.is_none() {
+            // Between requests, or waiting on a job or upstreams: hold no empty buffer.
+            self.bufs.shed(&mut c.inbuf, &mut c.out);
+        }
         match body {
             None | Some(Body::Full | Body::Job(_)) => {}
             Some(Body::Upstream(up)) => {
@@ -421,8 +427,8 @@ impl Worker {
         }
         let state = std::mem::replace(&mut c.state, ConnState::Lingering(Instant::now() + LINGER));
         c.tls = None;
-        c.inbuf = Vec::new();
-        c.out = Vec::new();
+        self.bufs.give(std::mem::take(&mut c.inbuf));
+        self.bufs.give(std::mem::take(&mut c.out));
         c.out_pos = 0;
         c.send_deadline = None;
         let generation = c.generation;

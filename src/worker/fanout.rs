@@ -23,6 +23,7 @@ use super::streams::Stream;
 use super::Worker;
 use crate::app::handlers::ws::{self, Action};
 use crate::bus::{self, Topic};
+use crate::proto::ws as wire;
 use crate::proto::ws::{Event, Message, WsConn};
 
 /// Unsent bytes one subscriber may accumulate before it is dropped.
@@ -265,13 +266,24 @@ impl Worker {
         }
     }
 
-    /// Deliver a room message to this worker's members of the room.
+    /// Deliver a room message to this worker's members of the room. The
+    /// frame is encoded once (server frames are unmasked: every member gets
+    /// the same bytes); a plain HTTP/1.1 member with nothing queued gets it
+    /// written straight from there to its socket, with no copy and no
+    /// buffer, and only what its socket did not take is queued.
     fn deliver_room(&mut self, payload: &[u8]) {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else { return };
         let (Some(room), Some(message)) = (v["room"].as_str(), v["message"].as_str()) else { return };
         let skip = v["skipUser"].as_i64();
-        let members = self.rooms.members.get(room).cloned().unwrap_or_default();
-        for id in members {
+        let Some(list) = self.rooms.members.get(room) else { return };
+        // Members may leave while it runs (a dropped one): walk a copy, kept between messages.
+        let mut members = std::mem::take(&mut self.room_members);
+        members.clear();
+        members.extend_from_slice(list);
+        let mut frame = std::mem::take(&mut self.room_frame);
+        frame.clear();
+        wire::text_frame(&mut frame, message);
+        for &id in &members {
             let Some((w, out, backlog)) = ws_of(&mut self.conns, id) else { continue };
             if skip.is_some() && w.user_id == skip {
                 continue;
@@ -285,9 +297,39 @@ impl Worker {
                 }
                 continue;
             }
-            w.conn.send_text(message, out);
+            if !w.conn.is_open() {
+                continue;
+            }
+            if id.stream == 0 && backlog == 0 {
+                self.write_direct(id.conn, &frame);
+                continue;
+            }
+            out.extend_from_slice(&frame);
             self.ws_flush(id);
         }
+        self.room_frame = frame;
+        self.room_members = members;
+    }
+
+    /// Write `bytes` to the plain HTTP/1.1 connection `idx`, which has no
+    /// output queued, straight from the caller's buffer; queue only what
+    /// its socket does not take now (then flush as usual). Through TLS they
+    /// are queued and flushed.
+    fn write_direct(&mut self, idx: usize, bytes: &[u8]) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let mut pos = 0;
+        if c.tls.is_none() && c.out.is_empty() {
+            if crate::net::write_some(&mut c.sock, bytes, &mut pos).is_err() {
+                self.close(idx);
+                return;
+            }
+            if pos == bytes.len() {
+                return;
+            }
+        }
+        self.bufs.fill(&mut c.out);
+        c.out.extend_from_slice(&bytes[pos..]);
+        self.flush_conn(idx);
     }
 
     /// A `Last-Event-ID` replay finished: send it, then what arrived meanwhile.

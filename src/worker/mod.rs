@@ -17,8 +17,10 @@
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
 //! * `upstream.rs`: which exchange waits on which upstream connection.
 //! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
-//!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens.
+//!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens;
+//!   `bufs.rs`: the free list of connection buffers (idle ones hold none).
 
+mod bufs;
 mod conn;
 mod download;
 mod fanout;
@@ -188,6 +190,14 @@ struct Worker {
     /// Paused connections whose output drained outside their own `drive` (slab index,
     /// generation): driven again after the turn's events.
     drained: Vec<(usize, u32)>,
+    /// Connection buffers not in use: an idle connection holds none.
+    bufs: bufs::Bufs,
+    /// The pool's results of one wake-up (kept: no vector per wake-up).
+    done: Vec<pool::Done>,
+    /// A room message's frame, encoded once per worker (kept between messages).
+    room_frame: Vec<u8>,
+    /// The members a room message goes to (kept between messages).
+    room_members: Vec<ExchangeId>,
 }
 
 impl Worker {
@@ -292,6 +302,10 @@ impl Worker {
             rooms: Default::default(),
             up: Default::default(),
             drained: Vec::new(),
+            bufs: bufs::Bufs::default(),
+            done: Vec::new(),
+            room_frame: Vec::new(),
+            room_members: Vec::new(),
         })
     }
 
@@ -533,6 +547,8 @@ impl Worker {
     fn close(&mut self, idx: usize) {
         if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut c.sock);
+            self.bufs.give(c.inbuf);
+            self.bufs.give(c.out);
             self.release(idx, c.generation, c.state);
             self.free.push(idx);
             self.live -= 1;
@@ -566,8 +582,10 @@ impl Worker {
         while let Ok((topic, payload)) = self.published.try_recv() {
             self.publish(topic, &payload);
         }
-        let done: Vec<pool::Done> = self.pool.completions().collect();
-        for d in done {
+        // One vector for every wake-up: taken, filled, drained, put back.
+        let mut done = std::mem::take(&mut self.done);
+        done.extend(self.pool.completions());
+        for d in done.drain(..) {
             let now = Instant::now();
             let idx = d.id.conn;
             if d.id.stream != 0 {
@@ -593,9 +611,11 @@ impl Worker {
             let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
             let ConnState::Http1(h) = &mut c.state else { continue };
             let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+            self.bufs.fill(&mut c.out);
             h.codec.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
             self.drive(idx);
         }
+        self.done = done;
     }
 
     /// Read, process and write until nothing more can happen without an event.

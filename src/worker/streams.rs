@@ -14,6 +14,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
+use super::bufs::Bufs;
 use super::conn::{flush, read_into, Conn, ConnState, H1};
 use super::download::Download;
 use super::fanout::{Sse, Ws, WS_PING_EVERY};
@@ -67,15 +68,10 @@ impl Stream {
 /// the connection's largest burst so far, so 2 500 of them crept up ~0.7 MB
 /// over a 30-minute soak (nginx likewise frees an idle connection's buffers).
 /// Downloads keep theirs: the output is a recycled slice buffer.
-fn shed_buffers(c: &mut Conn) {
+/// They go back to the worker's free list ([`Bufs`]).
+fn shed_buffers(c: &mut Conn, bufs: &mut Bufs) {
     if matches!(c.state, ConnState::Http1(H1 { stream: Some(Stream::Sse(_) | Stream::Ws(_)), .. })) {
-        // `flush` clears the output once all of it is written.
-        if c.out.is_empty() && c.out.capacity() > 0 {
-            c.out = Vec::new();
-        }
-        if c.inbuf.is_empty() && c.inbuf.capacity() > 0 {
-            c.inbuf = Vec::new();
-        }
+        bufs.shed(&mut c.inbuf, &mut c.out);
     }
 }
 
@@ -232,7 +228,7 @@ impl Worker {
         }
         let relay = matches!(h.stream, Some(Stream::Relay));
         let generation = c.generation;
-        shed_buffers(c);
+        shed_buffers(c, &mut self.bufs);
         self.arm(idx);
         if download {
             self.feed(idx);
@@ -265,7 +261,7 @@ impl Worker {
             c.paused = false;
             self.drained.push((idx, c.generation));
         }
-        shed_buffers(c);
+        shed_buffers(c, &mut self.bufs);
         self.arm(idx);
     }
 

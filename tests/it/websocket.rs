@@ -559,3 +559,36 @@ fn max_rooms_per_connection_can_be_set_from_the_environment() {
     ws.send_json(&join_msg("c"));
     round_trip(&s, &mut ws, "c", uid, "after leaving one, another fits");
 }
+
+/// A room member that is not reading gets what its socket does not take queued behind it
+/// (room messages are written straight to a member's socket when nothing is queued): once it
+/// reads, every message arrives whole and in order, and so does the sender's own copy.
+#[test]
+fn a_member_that_reads_late_gets_every_room_message_whole_and_in_order() {
+    let s = Server::api_builder().start();
+    let (ua, ta) = s.user("Sender");
+    let (ub, tb) = s.user("Late Reader");
+    let (a_id, b_id) = (id_of(&ua), id_of(&ub));
+    let (mut a, _) = s.ws_chat(&ta);
+    let (mut b, _) = s.ws_chat(&tb);
+    join(&s, &mut a, "late", a_id);
+    join(&s, &mut b, "late", b_id);
+    // ~300 KB for each member: more than a fresh loopback socket takes at once, far below
+    // the backlog at which a member is dropped.
+    const N: usize = 300;
+    let body = "x".repeat(1000);
+    for i in 0..N {
+        a.send_json(&chat("late", &format!("{i:04}{body}")));
+    }
+    for (ws, who) in [(&mut b, "the late reader"), (&mut a, "the sender")] {
+        let first = recv_until(&s, ws, &format!("{who}: the first flooded message"), |m| {
+            m["content"].as_str().is_some_and(|c| c.starts_with("0000x"))
+        });
+        check_chat(&s, &first, "late", a_id, &format!("0000{body}"), who);
+        for i in 1..N {
+            let m = recv(&s, ws, &format!("{who}: message {i}"));
+            check_chat(&s, &m, "late", a_id, &format!("{i:04}{body}"), &format!("{who}: message {i}"));
+        }
+    }
+    s.assert_healthy();
+}
