@@ -73,6 +73,8 @@ pub struct Config {
     pub supervisor: Supervisor,
     /// `[tls]`
     pub tls: Tls,
+    /// `[http2]`
+    pub http2: Http2,
     /// `[http3]`
     pub http3: Http3,
     /// `[debug]`
@@ -281,6 +283,19 @@ pub struct Tls {
     pub key_file: PathBuf,
     /// The plain listener answers 308 to https (except `/health` and `/metrics`).
     pub redirect_http: bool,
+}
+
+/// `[http2]`: resolved; the three numbers are announced in the server's SETTINGS frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Http2 {
+    /// HTTP/2 is served (ALPN `h2`, h2c prior knowledge); `false`: HTTP/1.1 only.
+    pub enabled: bool,
+    /// SETTINGS_MAX_CONCURRENT_STREAMS.
+    pub max_concurrent_streams: u32,
+    /// SETTINGS_INITIAL_WINDOW_SIZE.
+    pub initial_window_size: u32,
+    /// SETTINGS_MAX_FRAME_SIZE.
+    pub max_frame_size: u32,
 }
 
 /// `[http3]`: resolved; `listen` is set exactly when HTTP/3 is enabled.
@@ -531,6 +546,12 @@ max_rooms_per_connection = 64    # a join beyond it → {"type":"error"}; the co
 worker_max_rss_mb = 500
 memory_check_ms = 5000
 worker_timeout_ms = 30000        # a worker whose event loop is stuck this long is killed
+
+[http2]
+enabled = true                   # h2 over TLS (ALPN) and h2c prior knowledge on `listen`
+max_concurrent_streams = 128
+initial_window_size = 65535
+max_frame_size = 16384
 "#;
 
     const SECRET: &str = "0123456789abcdef0123456789abcdef";
@@ -664,6 +685,34 @@ worker_timeout_ms = 30000        # a worker whose event loop is stuck this long 
         assert_eq!(problems("[tls]\nredirect_http = 1\n", &[]), ["tls.redirect_http = 1: must be true or false"]);
         // Files without a listener are left alone (nothing reads them).
         assert!(load_str("[tls]\ncert_file = \"c.pem\"\n", &[]).is_ok());
+    }
+
+    #[test]
+    fn http2_section() {
+        let config = Config::default();
+        let defaults =
+            Http2 { enabled: true, max_concurrent_streams: 128, initial_window_size: 65_535, max_frame_size: 16_384 };
+        assert_eq!(config.http2, defaults);
+        let text = "[http2]\nenabled = false\nmax_concurrent_streams = 7\ninitial_window_size = 100000\n\
+                    max_frame_size = 32768\n";
+        let config = load_str(text, &[]).expect("valid");
+        let set =
+            Http2 { enabled: false, max_concurrent_streams: 7, initial_window_size: 100_000, max_frame_size: 32_768 };
+        assert_eq!(config.http2, set);
+        let env = [("FORKD_HTTP2__ENABLED", "false"), ("FORKD_HTTP2__MAX_FRAME_SIZE", "65536")];
+        let config = load_str("", &env).expect("valid");
+        assert_eq!(config.http2, Http2 { enabled: false, max_frame_size: 65_536, ..defaults });
+        assert_eq!(
+            problems("[http2]\nmax_concurrent_streams = 0\ninitial_window_size = 2147483648\n", &[]),
+            [
+                "http2.max_concurrent_streams = 0: must be between 1 and 1000",
+                "http2.initial_window_size = 2147483648: must be between 0 and 2147483647",
+            ]
+        );
+        assert_eq!(
+            problems("", &[("FORKD_HTTP2__MAX_FRAME_SIZE", "16383")]),
+            ["http2.max_frame_size = 16383: must be between 16384 and 16777215 (from FORKD_HTTP2__MAX_FRAME_SIZE)"]
+        );
     }
 
     #[test]

@@ -137,6 +137,8 @@ section! {
         supervisor: Supervisor = Supervisor::default(),
         /// HTTPS: a second listener speaking HTTP/1.1 over TLS.
         tls: Tls = Tls::default(),
+        /// HTTP/2: over TLS (ALPN `h2`) and by prior knowledge (h2c) on the plain listener.
+        http2: Http2 = Http2::default(),
         /// HTTP/3 over QUIC (UDP) beside the TLS listener (in progress: configured and checked,
         /// not yet served).
         http3: Http3 = Http3::default(),
@@ -324,6 +326,24 @@ section! {
         /// `true`: the plain listener answers every request but `/health` and `/metrics` with a
         /// 308 to the same path on https.
         redirect_http: bool = false,
+    }
+}
+
+section! {
+    /// `[http2]`: HTTP/2 and the settings the server announces in its SETTINGS frame.
+    Http2 {
+        /// `true`: HTTP/2 over TLS (ALPN `h2`) and with prior knowledge (h2c) on `listen`;
+        /// `false`: ALPN offers only `http/1.1` and every connection speaks HTTP/1.1.
+        enabled: bool = true,
+        /// SETTINGS_MAX_CONCURRENT_STREAMS: streams a client may have open at once (1 to
+        /// 1000); more are refused with REFUSED_STREAM.
+        max_concurrent_streams: i64 = 128,
+        /// SETTINGS_INITIAL_WINDOW_SIZE: each stream's receive window in bytes (0 to
+        /// 2147483647).
+        initial_window_size: i64 = 65_535,
+        /// SETTINGS_MAX_FRAME_SIZE: the largest frame payload the server accepts, in bytes
+        /// (16384 to 16777215).
+        max_frame_size: i64 = 16_384,
     }
 }
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 use super::env::Sources;
 use super::raw::RawConfig;
 use super::{
-    Auth, Chat, Config, Cors, Db, Debug, Download, Environment, Http3, Io, JwtSecret, Limits, LogFormat, RateLimit,
-    Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket,
+    Auth, Chat, Config, Cors, Db, Debug, Download, Environment, Http2, Http3, Io, JwtSecret, Limits, LogFormat,
+    RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket,
 };
 
 const MIB: i64 = 1 << 20;
@@ -22,6 +22,9 @@ const MAX: i64 = i64::MAX;
 /// and small enough that adding it to a clock or a Unix time cannot overflow
 /// (`refresh_ttl_secs = i64::MAX` made every refresh token expire at once).
 const TEN_YEARS: i64 = 10 * 365 * 24 * 3600;
+/// The most concurrent HTTP/2 streams a connection may be allowed: each may buffer a window
+/// of response bytes, so 1000 bounds a connection's buffers to tens of MiB.
+const MAX_H2_STREAMS: i64 = 1000;
 const ORIGIN: &str = "an origin: http or https, host and optional port, no path (https://a.example)";
 
 /// Resolves `raw`; returns the config (with placeholders where values were bad) and the
@@ -143,6 +146,17 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
             worker_timeout: c.ms("supervisor.worker_timeout_ms", s.worker_timeout_ms, 100, 3_600_000),
         },
         tls,
+        http2: Http2 {
+            enabled: raw.http2.enabled,
+            max_concurrent_streams: c.range(
+                "http2.max_concurrent_streams",
+                raw.http2.max_concurrent_streams,
+                1,
+                MAX_H2_STREAMS,
+            ),
+            initial_window_size: c.range("http2.initial_window_size", raw.http2.initial_window_size, 0, (1 << 31) - 1),
+            max_frame_size: c.range("http2.max_frame_size", raw.http2.max_frame_size, 1 << 14, (1 << 24) - 1),
+        },
         http3,
         debug: Debug { routes: raw.debug.routes },
     };
@@ -419,6 +433,9 @@ mod tests {
             ("supervisor.worker_max_rss_mb", 1, MIB),
             ("supervisor.memory_check_ms", 100, 3_600_000),
             ("supervisor.worker_timeout_ms", 100, 3_600_000),
+            ("http2.max_concurrent_streams", 1, MAX_H2_STREAMS),
+            ("http2.initial_window_size", 0, (1 << 31) - 1),
+            ("http2.max_frame_size", 16_384, 16_777_215),
         ];
         for (key, lo, hi) in ranges {
             assert_eq!(problems_with(key, lo), Vec::<String>::new(), "{key} = {lo}");

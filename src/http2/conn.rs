@@ -55,6 +55,9 @@ pub struct H2Settings {
     pub max_concurrent_streams: u32,
     /// SETTINGS_INITIAL_WINDOW_SIZE: the per-stream receive window.
     pub initial_window_size: u32,
+    /// SETTINGS_MAX_FRAME_SIZE: the largest frame payload accepted
+    /// (RFC 9113 §6.5.2: 16,384 to 16,777,215).
+    pub max_frame_size: u32,
     /// The connection's receive window (raised from the protocol's 65,535
     /// by a WINDOW_UPDATE after the preface): what all streams together may
     /// have received and not released. Several streams' windows, so one
@@ -94,6 +97,7 @@ impl H2Settings {
         H2Settings {
             max_concurrent_streams: 128,
             initial_window_size: 65_535,
+            max_frame_size: 16_384,
             // Sixteen streams' windows: what a connection may hold unreleased.
             connection_window_size: 16 * 65_535,
             max_header_list_size: u32::try_from(max_header_bytes).unwrap_or(u32::MAX),
@@ -294,6 +298,9 @@ impl Stream {
 
 /// The largest flow-control window (RFC 9113 §6.9.1).
 const MAX_WINDOW_SIZE: u32 = (1 << 31) - 1;
+/// SETTINGS_MAX_FRAME_SIZE's range (RFC 9113 §6.5.2; h2 panics outside it).
+const MIN_MAX_FRAME_SIZE: u32 = 1 << 14;
+const MAX_MAX_FRAME_SIZE: u32 = (1 << 24) - 1;
 
 /// The server side of one HTTP/2 connection, socket-free.
 pub struct H2Conn {
@@ -337,6 +344,10 @@ impl H2Conn {
             .reset_stream_duration(settings.reset_stream_duration)
             // Response bytes buffered per stream (h2 asserts <= u32::MAX).
             .max_send_buffer_size(settings.max_send_buffer_size.min(u32::MAX as usize));
+        if settings.max_frame_size > MIN_MAX_FRAME_SIZE {
+            // Announced only when above the protocol's default.
+            builder.max_frame_size(settings.max_frame_size.min(MAX_MAX_FRAME_SIZE));
+        }
         let handshake = builder.handshake(io.clone());
         H2Conn {
             io,

@@ -781,7 +781,7 @@ impl Supervisor {
                 let tls = match (tls_fd, &self.tls_key) {
                     (Some(tls_fd), Some(key)) => {
                         let tickets = Arc::new(crate::tls::SharedTicketer::new(self.tls_secret));
-                        match crate::tls::server_config(Arc::clone(key), tickets) {
+                        match crate::tls::server_config(Arc::clone(key), tickets, self.config.http2.enabled) {
                             Ok(config) => {
                                 Some(crate::worker::WorkerTls { listener: sys::listener_from_fd(tls_fd), config })
                             }

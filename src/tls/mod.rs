@@ -146,15 +146,20 @@ fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
     Ok(bytes)
 }
 
-/// The server configuration of one worker: the certificate, ALPN, and session tickets from
-/// `tickets` (the same keys in every worker, so any of them resumes any other's sessions).
-pub fn server_config(key: Arc<CertifiedKey>, tickets: Arc<SharedTicketer>) -> Result<Arc<ServerConfig>, TlsError> {
+/// The server configuration of one worker: the certificate, ALPN ([`ALPN`], or only
+/// `http/1.1` when `http2` is off), and session tickets from `tickets` (the same keys in every
+/// worker, so any of them resumes any other's sessions).
+pub fn server_config(
+    key: Arc<CertifiedKey>,
+    tickets: Arc<SharedTicketer>,
+    http2: bool,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let mut config = ServerConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(key)));
-    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    config.alpn_protocols = ALPN.iter().filter(|p| http2 || **p != b"h2").map(|p| p.to_vec()).collect();
     config.ticketer = tickets;
     // Tickets carry the whole session: no per-worker session-id cache to miss in.
     config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
@@ -184,9 +189,12 @@ mod tests {
         let (cert, key) = pair();
         let (_dir, c, k) = files(&cert, &key);
         let certified = load(&c, &k).expect("loads");
-        let config = server_config(certified, Arc::new(SharedTicketer::new([7; SECRET_LEN]))).expect("config");
+        let tickets = Arc::new(SharedTicketer::new([7; SECRET_LEN]));
+        let config = server_config(Arc::clone(&certified), Arc::clone(&tickets), true).expect("config");
         assert_eq!(config.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
         assert!(config.ticketer.enabled());
+        let config = server_config(certified, tickets, false).expect("config");
+        assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
     }
 
     #[test]

@@ -300,9 +300,9 @@ pub(super) struct H2Session {
 
 impl H2Session {
     /// A session whose preface (or part of it) may already be in `first`.
-    pub(super) fn new(env: &Env, peer: std::net::IpAddr, secure: bool, now: Instant) -> H2Session {
+    pub(super) fn new(settings: H2Settings, peer: std::net::IpAddr, secure: bool, now: Instant) -> H2Session {
         H2Session {
-            conn: H2Conn::new(H2Settings::new(env.max_head)),
+            conn: H2Conn::new(settings),
             events: Vec::new(),
             exchanges: Vec::new(),
             peer,
@@ -1052,7 +1052,8 @@ impl Worker {
     /// Make connection `idx` HTTP/2; its buffered input is the start of the preface.
     pub(super) fn start_h2(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let mut sess = H2Session::new(&self.env, c.peer, c.tls.is_some(), Instant::now());
+        let settings = self.h2.clone().unwrap_or_else(|| H2Settings::new(self.env.max_head));
+        let mut sess = H2Session::new(settings, c.peer, c.tls.is_some(), Instant::now());
         if self.env.draining {
             sess.shut_down(Instant::now() + cut_after(self.config.shutdown_timeout));
         }

@@ -48,6 +48,7 @@ use crate::config::Config;
 use crate::http::headers::Common;
 use crate::http::service::{Env, HIGH_WATERMARK};
 use crate::http1::codec::Http1;
+use crate::http2::H2Settings;
 use crate::shm::metrics::ProcMetrics;
 use crate::shm::{ProcRecord, Region, WorkerState};
 use crate::store::Store;
@@ -167,6 +168,9 @@ struct Worker {
     pool: Pool,
     app: App,
     env: Env,
+    /// `[http2]` as the settings every HTTP/2 connection announces; `None`: HTTP/2 is off
+    /// (no connection is sniffed for the preface).
+    h2: Option<H2Settings>,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     live: usize,
@@ -198,6 +202,22 @@ struct Worker {
     room_frame: Vec<u8>,
     /// The members a room message goes to (kept between messages).
     room_members: Vec<ExchangeId>,
+}
+
+/// The HTTP/2 settings `[http2]` asks for, or `None` when it is off.
+fn h2_settings(config: &Config) -> Option<H2Settings> {
+    let h = &config.http2;
+    h.enabled.then(|| {
+        let base = H2Settings::new(config.limits.max_header_bytes);
+        H2Settings {
+            max_concurrent_streams: h.max_concurrent_streams,
+            initial_window_size: h.initial_window_size,
+            max_frame_size: h.max_frame_size,
+            // Never less than one stream's window, so one upload is not throttled below it.
+            connection_window_size: base.connection_window_size.max(h.initial_window_size),
+            ..base
+        }
+    })
 }
 
 impl Worker {
@@ -285,6 +305,7 @@ impl Worker {
             pool,
             app: App::new(svc),
             env,
+            h2: h2_settings(config),
             conns: Vec::new(),
             free: Vec::new(),
             live: 0,
@@ -535,7 +556,10 @@ impl Worker {
             timer_at: None,
             send_deadline: None,
             paused: false,
-            state: ConnState::Http1(H1::new(Http1::new(peer, secure, &self.env, now))),
+            state: ConnState::Http1(H1 {
+                sniff: self.h2.is_some(),
+                ..H1::new(Http1::new(peer, secure, &self.env, now))
+            }),
         });
         self.live += 1;
         self.peak = self.peak.max(self.live);

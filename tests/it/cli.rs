@@ -100,6 +100,30 @@ fn check_config_refuses_negative_workers() {
 }
 
 #[test]
+fn check_config_refuses_out_of_range_http2_settings() {
+    let d = tmp();
+    let cfg = write_config(
+        &d,
+        "[http2]\nmax_concurrent_streams = 0\ninitial_window_size = 2147483648\nmax_frame_size = 16383",
+    );
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    let lines = nonempty_lines(&out.stderr);
+    for key in
+        ["http2.max_concurrent_streams = 0", "http2.initial_window_size = 2147483648", "http2.max_frame_size = 16383"]
+    {
+        assert!(lines.iter().any(|l| l.contains(key)), "no line names {key}: {lines:#?}");
+    }
+    let cfg = write_config(&d, "[http2]\nmax_frame_size = 16777216");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("http2.max_frame_size = 16777216"), "{out:?}");
+    let cfg = write_config(&d, "[http2]\nenabled = false\nmax_concurrent_streams = 1000\nmax_frame_size = 16777215");
+    let out = check_config(&d, &cfg, &[]);
+    assert_eq!(out.code(), Some(0), "the bounds are allowed: {out:?}");
+}
+
+#[test]
 fn check_config_refuses_a_bad_listen_address() {
     let d = tmp();
     let cfg = write_config(&d, "listen = \"nope\"");

@@ -50,6 +50,7 @@ mod tls;
 
 mod http3;
 
+mod h2config;
 mod h2drain;
 mod h2flood;
 mod h2prio;
