@@ -11,6 +11,9 @@ use crate::http::request::Method;
 /// Up to this many `{param}` segments per route.
 pub const MAX_PARAMS: usize = 4;
 
+/// Up to this many segments per route pattern (checked when a route is added).
+pub const MAX_SEGS: usize = 16;
+
 /// Captured path parameters (byte ranges into the path).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Params<'a> {
@@ -67,6 +70,7 @@ impl<H> Router<H> {
     pub fn add(&mut self, method: Method, pattern: &'static str, handler: H) -> &mut Self {
         let segs: Vec<Seg> =
             pattern.split('/').skip(1).map(|s| if s.starts_with('{') { Seg::Param } else { Seg::Lit(s) }).collect();
+        assert!(segs.len() <= MAX_SEGS, "route {pattern}: more than {MAX_SEGS} segments");
         let same = |e: &Entry<H>| {
             e.segs.len() == segs.len()
                 && e.segs.iter().zip(&segs).all(|(a, b)| match (a, b) {
@@ -107,26 +111,44 @@ impl<H> Router<H> {
     /// Look up `method path`.
     pub fn find<'r, 'p>(&'r self, method: Method, path: &'p str) -> Match<'r, 'p, H> {
         let want = if method == Method::Head { Method::Get } else { method };
-        // Paths start with '/': one segment per slash. Entries of another length cannot match.
-        let segments = path.bytes().filter(|&b| b == b'/').count();
-        for (i, e) in self.entries.iter().enumerate().filter(|(_, e)| e.segs.len() == segments) {
-            let mut params = Params::default();
-            let mut parts = path.split('/').skip(1);
-            let mut ok = true;
-            for seg in &e.segs {
-                match (seg, parts.next()) {
-                    (Seg::Lit(l), Some(p)) if *l == p => {}
-                    (Seg::Param, Some(p)) if !p.is_empty() && params.len < MAX_PARAMS => {
-                        params.vals[params.len] = p;
-                        params.len += 1;
+        // Split the path once: one segment after each slash (what comes
+        // before the first slash is not a segment). A path with more
+        // segments than any pattern has matches nothing.
+        let mut parts: [&'p str; MAX_SEGS] = [""; MAX_SEGS];
+        let mut n = 0;
+        let mut from = None;
+        for (i, b) in path.bytes().enumerate() {
+            if b == b'/' {
+                if let Some(f) = from {
+                    if n == MAX_SEGS {
+                        return Match::NotFound;
                     }
-                    _ => {
-                        ok = false;
-                        break;
-                    }
+                    parts[n] = &path[f..i];
+                    n += 1;
                 }
+                from = Some(i + 1);
             }
-            if !ok || parts.next().is_some() {
+        }
+        if let Some(f) = from {
+            if n == MAX_SEGS {
+                return Match::NotFound;
+            }
+            parts[n] = &path[f..];
+            n += 1;
+        }
+        let parts = &parts[..n];
+        for (i, e) in self.entries.iter().enumerate().filter(|(_, e)| e.segs.len() == n) {
+            let mut params = Params::default();
+            let ok = e.segs.iter().zip(parts).all(|(seg, &p)| match seg {
+                Seg::Lit(l) => *l == p,
+                Seg::Param if !p.is_empty() && params.len < MAX_PARAMS => {
+                    params.vals[params.len] = p;
+                    params.len += 1;
+                    true
+                }
+                Seg::Param => false,
+            });
+            if !ok {
                 continue;
             }
             return match e.methods.iter().find(|(m, _)| *m == want) {
@@ -156,6 +178,24 @@ mod tests {
         assert!(matches!(r.find(Method::Get, "/users/"), Match::NotFound));
         assert!(matches!(r.find(Method::Get, "/users/1/x"), Match::NotFound));
         assert!(matches!(r.find(Method::Get, "/nope"), Match::NotFound));
+    }
+
+    #[test]
+    fn segments_split_once_match_like_a_split_on_slashes() {
+        let mut r = Router::default();
+        r.add(Method::Get, "/a/{x}/b/{y}", 1).add(Method::Get, "/", 2).add(Method::Get, "/a//c", 3);
+        match r.find(Method::Get, "/a/one/b/two") {
+            Match::Found(1, p, _) => assert_eq!((p.get(0), p.get(1), p.get(2)), (Some("one"), Some("two"), None)),
+            _ => panic!("no match"),
+        }
+        assert!(matches!(r.find(Method::Get, "/a/one/c/two"), Match::NotFound));
+        assert!(matches!(r.find(Method::Get, "/a/one/b/"), Match::NotFound));
+        assert!(matches!(r.find(Method::Get, "/"), Match::Found(2, _, _)));
+        assert!(matches!(r.find(Method::Get, "/a//c"), Match::Found(3, _, _)));
+        assert!(matches!(r.find(Method::Options, "*"), Match::NotFound));
+        assert!(matches!(r.find(Method::Get, "/é/ü"), Match::NotFound));
+        // More segments than any pattern can hold: no match, no overflow.
+        assert!(matches!(r.find(Method::Get, &"/x".repeat(MAX_SEGS + 3)), Match::NotFound));
     }
 
     #[test]

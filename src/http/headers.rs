@@ -6,7 +6,6 @@
 //! the OS after fork (so no two workers share a stream). Nothing here
 //! allocates per response.
 
-use base64::Engine;
 use rand::{RngCore, SeedableRng};
 
 const CSP_1: &str = "default-src 'none'; script-src 'nonce-";
@@ -143,7 +142,7 @@ impl Common {
     fn fresh_nonce(&mut self) {
         let mut raw = [0u8; 16];
         self.rng.fill_bytes(&mut raw);
-        let _ = base64::engine::general_purpose::STANDARD.encode_slice(raw, &mut self.nonce);
+        self.nonce = nonce_base64(&raw);
     }
 
     /// A fresh UUID v4, lower-case hyphenated, into `out`.
@@ -152,18 +151,44 @@ impl Common {
         self.rng.fill_bytes(&mut b);
         b[6] = (b[6] & 0x0f) | 0x40;
         b[8] = (b[8] & 0x3f) | 0x80;
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut j = 0;
-        for (i, byte) in b.iter().enumerate() {
-            if matches!(i, 4 | 6 | 8 | 10) {
-                out[j] = b'-';
-                j += 1;
-            }
-            out[j] = HEX[(byte >> 4) as usize];
-            out[j + 1] = HEX[(byte & 0xf) as usize];
-            j += 2;
+        // Where each byte's two hex digits go; the hyphens sit at 8, 13, 18, 23.
+        const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
+        for at in [8, 13, 18, 23] {
+            out[at] = b'-';
+        }
+        for (byte, at) in b.iter().zip(AT) {
+            out[at..at + 2].copy_from_slice(&HEX2[usize::from(*byte)]);
         }
     }
+}
+
+/// Each byte as two lower-case hex digits.
+static HEX2: [[u8; 2]; 256] = {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut t = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = [HEX[i >> 4], HEX[i & 0xf]];
+        i += 1;
+    }
+    t
+};
+
+/// 16 bytes in standard padded base64 (24 characters, the last two `=`):
+/// what `base64`'s `STANDARD` engine writes, without its general loop.
+fn nonce_base64(raw: &[u8; 16]) -> [u8; 24] {
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = [b'='; 24];
+    for (group, o) in raw.chunks_exact(3).zip(out.chunks_exact_mut(4)) {
+        let n = u32::from(group[0]) << 16 | u32::from(group[1]) << 8 | u32::from(group[2]);
+        o[0] = B64[(n >> 18) as usize & 63];
+        o[1] = B64[(n >> 12) as usize & 63];
+        o[2] = B64[(n >> 6) as usize & 63];
+        o[3] = B64[n as usize & 63];
+    }
+    out[20] = B64[usize::from(raw[15] >> 2)];
+    out[21] = B64[usize::from(raw[15] & 3) << 4];
+    out
 }
 
 /// Whether a client-supplied `x-request-id` may be echoed: 1–128 of `[A-Za-z0-9._-]`.
@@ -174,6 +199,7 @@ pub fn valid_request_id(v: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine;
 
     #[test]
     fn nonce_is_fresh_and_in_both_places() {
@@ -219,6 +245,37 @@ mod tests {
         let parts: Vec<_> = s.split('-').map(str::len).collect();
         assert_eq!(parts, [8, 4, 4, 4, 12]);
         assert_eq!(&s[14..15], "4");
+    }
+
+    #[test]
+    fn nonce_encoding_is_standard_base64() {
+        let mut c = Common::new(false);
+        for _ in 0..200 {
+            let mut raw = [0u8; 16];
+            c.rng.fill_bytes(&mut raw);
+            let want = base64::engine::general_purpose::STANDARD.encode(raw);
+            assert_eq!(&nonce_base64(&raw)[..], want.as_bytes());
+        }
+        assert_eq!(&nonce_base64(&[0xff; 16]), b"/////////////////////w==");
+    }
+
+    #[test]
+    fn uuid_is_the_random_bytes_in_hex() {
+        // The same generator state gives the same 16 bytes: render them the plain way and compare.
+        let mut c = Common::new(false);
+        let mut twin = rand::rngs::StdRng::from_rng(&mut c.rng).expect("seed");
+        c.rng = twin.clone();
+        for _ in 0..100 {
+            let mut u = [0u8; 36];
+            c.uuid(&mut u);
+            let mut b = [0u8; 16];
+            twin.fill_bytes(&mut b);
+            b[6] = (b[6] & 0x0f) | 0x40;
+            b[8] = (b[8] & 0x3f) | 0x80;
+            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            let want = format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]);
+            assert_eq!(std::str::from_utf8(&u).expect("ascii"), want);
+        }
     }
 
     #[test]

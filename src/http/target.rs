@@ -10,8 +10,9 @@ pub fn split_target(target: &str) -> (&str, &str) {
         Some(rest) => rest.find('/').map_or("", |i| &rest[i..]),
         None => target,
     };
-    match target.split_once('?') {
-        Some((p, q)) => (p, q),
+    // A byte scan: targets are short, and '?' is ASCII so the split is on a char boundary.
+    match target.bytes().position(|b| b == b'?') {
+        Some(i) => (&target[..i], &target[i + 1..]),
         None => (target, ""),
     }
 }
@@ -41,6 +42,23 @@ fn ipv6_literal(v: &[u8]) -> bool {
     std::str::from_utf8(v).is_ok_and(|s| s.parse::<std::net::Ipv6Addr>().is_ok())
 }
 
+/// The bytes a `reg-name` holds as they are (`unreserved / sub-delims`), one
+/// table lookup per byte.
+static REG_NAME: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+            );
+        c += 1;
+    }
+    t
+};
+
 /// RFC 3986 `reg-name`, not empty.
 fn reg_name(v: &[u8]) -> bool {
     let mut i = 0;
@@ -53,7 +71,7 @@ fn reg_name(v: &[u8]) -> bool {
                 }
                 i += 3;
             }
-            c if c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&c) => i += 1,
+            c if REG_NAME[usize::from(c)] => i += 1,
             _ => return false,
         }
     }

@@ -6,8 +6,6 @@
 //! Nothing else writes HTTP/1.1 framing. It must not know about routes or
 //! sockets.
 
-use std::io::Write;
-
 use crate::http::headers::Common;
 use crate::http::response::{itoa_buf, reason, sends_early_hints, Delimit, RequestMeta, Response};
 
@@ -24,7 +22,11 @@ pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>
             out.extend_from_slice(hints.informational());
         }
     }
-    let _ = write!(out, "HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status));
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa_buf(usize::from(resp.status)).as_slice());
+    out.push(b' ');
+    out.extend_from_slice(reason(resp.status).as_bytes());
+    out.extend_from_slice(b"\r\n");
     common.write_date(out);
     if let Delimit::Sized(n) = meta.delimit {
         out.extend_from_slice(b"Content-Type: ");
