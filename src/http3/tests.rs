@@ -287,6 +287,21 @@ impl Pair {
         panic!("not done after 20 000 steps");
     }
 
+    /// Answers every request the server sees with `status` and no body, until the client has
+    /// the whole response on stream `id`.
+    fn answer_until_fin(&mut self, id: StreamId, status: u16) {
+        self.run_until(|p| {
+            for (ch, event) in p.server_events() {
+                if let Event::Request { stream, .. } = event {
+                    let conn = p.server.conn(ch).expect("connection");
+                    conn.send_head(stream, status, []).expect("open");
+                    conn.finish(stream).expect("open");
+                }
+            }
+            p.streams[&id].fin
+        });
+    }
+
     /// Every server connection's events, in order.
     fn server_events(&mut self) -> Vec<(ConnectionHandle, Event)> {
         let mut events = Vec::new();
@@ -470,16 +485,7 @@ fn under_load_a_client_is_retried_then_served() {
     );
     let id = p.get("/");
     p.watch(id);
-    p.run_until(|p| {
-        for (ch, event) in p.server_events() {
-            if let Event::Request { stream, .. } = event {
-                let conn = p.server.conn(ch).expect("connection");
-                conn.send_head(stream, 204, []).expect("open");
-                conn.finish(stream).expect("open");
-            }
-        }
-        p.streams[&id].fin
-    });
+    p.answer_until_fin(id, 204);
     assert_eq!(p.response(id).status(), Some(&b"204"[..]));
 }
 
@@ -548,16 +554,7 @@ fn a_malformed_request_resets_its_stream_only() {
     // The connection lives on.
     let ok = p.get("/");
     p.watch(ok);
-    p.run_until(|p| {
-        for (ch, event) in p.server_events() {
-            if let Event::Request { stream, .. } = event {
-                let conn = p.server.conn(ch).expect("connection");
-                conn.send_head(stream, 200, []).expect("open");
-                conn.finish(stream).expect("open");
-            }
-        }
-        p.streams[&ok].fin
-    });
+    p.answer_until_fin(ok, 200);
     assert!(p.lost.is_none());
 }
 
