@@ -321,6 +321,12 @@ impl Supervisor {
                     .map_err(|e| listen_error(addr, e))?;
                 slots[i].udp = Some(udp);
             }
+            // Bound in slot order: group index = slot, what the program returns.
+            if let Some(first) = slots.first().and_then(|s| s.udp.as_ref()) {
+                if let Err(e) = listen::attach_steering(first) {
+                    log::warn!("HTTP/3: cannot steer packets by connection ID (SO_ATTACH_REUSEPORT_CBPF: {e}); the kernel's hash decides");
+                }
+            }
         }
         // Once the address is ours (a second instance must not overwrite the
         // first one's file). After an upgrade, once this one serves (`check_ready`).

@@ -24,6 +24,7 @@ fn the_udp_port_of_the_tls_listener_is_bound_per_slot_and_kept() {
     assert!(udp_bound(addr), "UDP {addr} is bound\n{}", server.log_tail());
     let line = server.wait_log_line(Duration::from_secs(10), |l| l.contains("HTTP/3 UDP socket(s) bound on"));
     assert!(line.contains(&addr.to_string()), "{line}");
+    assert!(!server.log_tail().contains("cannot steer"), "the steering program is attached\n{}", server.log_tail());
     // The supervisor holds the sockets: a worker's death leaves the port bound.
     kill_pid(workers[0], Signal::SIGKILL);
     assert!(
