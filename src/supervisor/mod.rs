@@ -267,6 +267,11 @@ impl Supervisor {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("upstream: {e}")))?;
         let endpoints: &'static crate::upstream::wire::Endpoints = Box::leak(Box::new(endpoints));
         let shared_cache = crate::shm::cache::SharedCache::create(config.upstreams.cache_entries, rand::random())?;
+        // HTTP/3 0-RTT: the TLS sessions every worker resumes from (and takes once).
+        if config.http3.listen.is_some() && config.http3.early_data {
+            let sessions = crate::shm::sessions::SharedSessions::create(crate::shm::sessions::ENTRIES, rand::random())?;
+            crate::shm::sessions::install(sessions);
+        }
         // Captured now: after an upgrade replaced the file, /proc/self/exe names the old one.
         let exe = std::env::current_exe()?;
         let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
