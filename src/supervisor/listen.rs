@@ -6,8 +6,9 @@
 //! that slot wait for the replacement instead of being reset.
 //!
 //! Sockets can also arrive ready-made through `LISTEN_FDS`: from systemd
-//! (socket activation, `systemd/forkd.socket`) or from the previous
-//! supervisor during a binary upgrade (`SIGUSR2`), which also hands over a
+//! (socket activation, `systemd/forkd.socket`; `ListenDatagram=` for HTTP/3's
+//! UDP) or from the previous supervisor during a binary upgrade (`SIGUSR2`),
+//! TCP and UDP slot sockets alike, which also hands over a
 //! pipe named [`UPGRADE_FD_NAME`] to report readiness on and, in development,
 //! one named [`SECRET_FD_NAME`] with the generated signing secret.
 
@@ -146,6 +147,9 @@ pub const LISTEN_FD_NAME: &str = "forkd";
 /// systemd (`FileDescriptorName=forkd-tls` in `systemd/forkd-tls.socket`). Any other name is
 /// a plain listener.
 pub const TLS_FD_NAME: &str = "forkd-tls";
+/// `LISTEN_FDNAMES` name of an HTTP/3 UDP slot socket handed over by an upgrade. A datagram
+/// socket is taken for HTTP/3 whatever its name (systemd names every socket of a unit alike).
+pub const UDP_FD_NAME: &str = "forkd-quic";
 /// `LISTEN_FDNAMES` name of a pipe holding the secret the session-ticket keys derive from,
 /// handed over by an upgrade so that sessions resume across it.
 pub const TLS_SECRET_FD_NAME: &str = "forkd-tls-secret";
@@ -169,6 +173,8 @@ pub struct Inherited {
     pub tls_listeners: Vec<TcpListener>,
     /// During a binary upgrade: the old supervisor's session-ticket secret.
     pub tls_secret: Option<Vec<u8>>,
+    /// HTTP/3 UDP sockets, bound, in slot order (non-blocking).
+    pub udp: Vec<UdpSocket>,
 }
 
 /// The bytes of a handed-over pipe (at most [`SECRET_MAX`]); `what` names it in the warning.
@@ -200,6 +206,16 @@ pub fn inherited() -> Inherited {
             continue;
         }
         let l = crate::sys::listener_from_fd(fd);
+        if socket2::SockRef::from(&l).r#type().ok() == Some(Type::DGRAM) {
+            let udp = UdpSocket::from(std::os::fd::OwnedFd::from(l));
+            let bound = udp.local_addr().is_ok_and(|a| a.port() != 0);
+            if !bound || udp.set_nonblocking(true).is_err() {
+                log::warn!("LISTEN_FDS: descriptor {fd} ({name:?}) is an unbound datagram socket; ignored");
+                continue;
+            }
+            out.udp.push(udp);
+            continue;
+        }
         let listening = socket2::SockRef::from(&l).is_listener().unwrap_or(false);
         if !listening || l.set_nonblocking(true).is_err() {
             log::warn!("LISTEN_FDS: descriptor {fd} ({name:?}) is not a listening TCP socket; ignored");
@@ -220,6 +236,13 @@ pub fn inherited() -> Inherited {
 pub fn another(first: &TcpListener) -> io::Result<TcpListener> {
     let addr = first.local_addr()?;
     bind(addr).or_else(|_| first.try_clone())
+}
+
+/// [`another`] for an HTTP/3 UDP socket: a new `SO_REUSEPORT` socket on `first`'s address,
+/// else a second handle on `first` (a socket from systemd without `ReusePort=yes`: the slots
+/// then share it, and steering has a group of one).
+pub fn another_udp(first: &UdpSocket) -> io::Result<UdpSocket> {
+    bind_udp(first.local_addr()?).or_else(|_| first.try_clone())
 }
 
 /// The URL to open in a browser for a service listening on `addr`: a wildcard address
