@@ -80,8 +80,10 @@
 //! answer a CID of its own slot with a stateless reset during the old one's drain (drop the
 //! packet: the peer retransmits and the old worker likely reads the next copy), or the
 //! draining connection dies. The lasting fix is a socket per worker *process* rather than
-//! per slot, with the program (rebuilt by the supervisor when workers change) mapping slot →
-//! index; left for after the wiring.
+//! per slot, the CID's 2-byte field naming that process (a route number the supervisor
+//! hands out, not the slot), and the program, rebuilt by the supervisor whenever a worker
+//! starts or ends (it alone binds and closes, so it knows the group's order), mapping route
+//! → group index with a chain of comparisons; left for after the wiring.
 
 pub mod conn;
 pub mod error;
