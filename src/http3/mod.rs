@@ -68,7 +68,10 @@
 //! - closing a socket moves the group's *last* socket into its place. The supervisor only
 //!   ever closes the last slot's socket (`SIGTTOU`, a reload to fewer workers), so the
 //!   others keep their index; a worker's death or replacement closes nothing (the
-//!   supervisor holds the socket);
+//!   supervisor holds the socket). Once workers hold their slot's socket too, a removed
+//!   slot's socket leaves the group only when its draining worker exits: a slot added
+//!   back before that (`SIGTTOU` then `SIGTTIN`) sits one index further until then, and
+//!   its packets meet the draining worker meanwhile;
 //! - `SIGUSR2` hands the same sockets (same open files) to the new supervisor in slot
 //!   order: the group, its order and its program are untouched (the new supervisor attaches
 //!   the same program again, which replaces it atomically). Under systemd, the unit's socket
