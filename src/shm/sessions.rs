@@ -172,6 +172,11 @@ impl SharedSessions {
             let busy = (state & !(LIVE | BUSY)).wrapping_add(STEP) | BUSY;
             slot.lock_ms.store(now_ms, Ordering::Relaxed);
             if slot.state.compare_exchange(state, busy, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                if rank == Rank::Own {
+                    // The key's slot changed under us: another process got there first
+                    // (a second copy elsewhere could be taken twice).
+                    return false;
+                }
                 continue;
             }
             // Orders the busy state before every data store below.

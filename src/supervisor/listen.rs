@@ -1,6 +1,10 @@
 //! The listening sockets: one per worker slot, all bound to the same address
 //! with `SO_REUSEPORT`, created and kept by the supervisor.
 //!
+//! HTTP/3's UDP slot sockets are bound the same way, in slot order, and carry
+//! a classic BPF program ([`steering_program`]) that sends each QUIC packet to
+//! the slot its connection ID names.
+//!
 //! Because the supervisor holds each slot's socket for the life of the slot,
 //! a worker that dies does not close it: connections the kernel queued for
 //! that slot wait for the replacement instead of being reset.
