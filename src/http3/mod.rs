@@ -47,18 +47,46 @@
 //! choice: no dynamic table, so repeated fields (cookies, user agents) are not compressed
 //! across requests; a peer's QPACK encoder may not use one either (we advertise capacity 0).
 //!
-//! ## Routing every packet to its worker (the plan for the wiring step)
+//! ## Routing every packet to its worker
 //!
-//! A connection ID is `slot ‖ random ‖ tag` (`keys.rs`). The supervisor will attach a
-//! classic BPF program (`SO_ATTACH_REUSEPORT_CBPF`, no eBPF toolchain) to the UDP group that
-//! returns the slot read from the destination CID (byte 1 of a short header; byte 6 of a long
-//! header whose CID is 12 bytes) and the out-of-range index for anything else, which makes the
-//! kernel fall back to its hash (a client's first Initial, whose CID it chose itself). So every
-//! packet after the first flight, also after the client's address changes, reaches the
-//! socket of the slot that owns the connection. Forwarding stray packets between workers is
-//! not needed: when a worker is replaced its connections are closed with GOAWAY, and a packet
-//! for a connection no one has is answered with a stateless reset by whichever worker gets it
-//! (any worker checks any worker's CIDs and knows the reset key).
+//! A connection ID is `slot ‖ random ‖ tag` (`keys.rs`). The supervisor binds one UDP socket
+//! per slot, in slot order, and attaches a classic BPF program to the port's `SO_REUSEPORT`
+//! group (`SO_ATTACH_REUSEPORT_CBPF`, no eBPF toolchain; `supervisor/listen.rs`,
+//! `steering_program`). The kernel runs it on the UDP payload and takes its result as an
+//! index into the group; it returns the slot read from the destination CID (bytes 1–2 of a
+//! short header; bytes 6–7 of a long header whose CID length, byte 5, is 12) and
+//! `u32::MAX` for anything else (a client's first Initial, with a CID it chose; runts),
+//! which makes the kernel fall back to its hash of the 4-tuple. So every packet after the
+//! first flight, also after the client's address changes, reaches the socket of the slot
+//! that owns the connection. Tested over loopback (`listen.rs` tests): slot k's packets,
+//! short and long headers, arrive at socket k; the rest arrive somewhere, one 4-tuple
+//! always at the same socket.
+//!
+//! What the kernel (`net/core/sock_reuseport.c`) does that the design relies on:
+//! - a group's sockets are numbered in the order they are bound; a socket bound later (a
+//!   slot added by `SIGTTIN`) is appended and inherits the program;
+//! - closing a socket moves the group's *last* socket into its place. The supervisor only
+//!   ever closes the last slot's socket (`SIGTTOU`, a reload to fewer workers), so the
+//!   others keep their index; a worker's death or replacement closes nothing (the
+//!   supervisor holds the socket). Once workers hold their slot's socket too, a removed
+//!   slot's socket leaves the group only when its draining worker exits: a slot added
+//!   back before that (`SIGTTOU` then `SIGTTIN`) sits one index further until then, and
+//!   its packets meet the draining worker meanwhile;
+//! - `SIGUSR2` hands the same sockets (same open files) to the new supervisor in slot
+//!   order: the group, its order and its program are untouched (the new supervisor attaches
+//!   the same program again, which replaces it atomically). Under systemd, the unit's socket
+//!   is slot 0 and the supervisor binds the others after it.
+//!
+//! What it does not solve: while a slot's old worker drains (reload, upgrade, memory
+//! limit), it and its replacement read the *same* socket, so a packet of a draining
+//! connection may reach the new worker, which does not know it. The new worker must not
+//! answer a CID of its own slot with a stateless reset during the old one's drain (drop the
+//! packet: the peer retransmits and the old worker likely reads the next copy), or the
+//! draining connection dies. The lasting fix is a socket per worker *process* rather than
+//! per slot, the CID's 2-byte field naming that process (a route number the supervisor
+//! hands out, not the slot), and the program, rebuilt by the supervisor whenever a worker
+//! starts or ends (it alone binds and closes, so it knows the group's order), mapping route
+//! → group index with a chain of comparisons; left for after the wiring.
 
 pub mod conn;
 pub mod error;

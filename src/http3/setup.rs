@@ -5,10 +5,10 @@
 //! 0-RTT: rustls accepts early data only on stateful resumption (a session store, not
 //! tickets; RFC 8446 §8 anti-replay through single-use sessions), so with `early_data` on the
 //! caller passes the session store and tickets are off; with it off, sessions resume from
-//! tickets sealed under the shared key ([`QuicKeys::ticket_secret`]) on any worker. A store
-//! shared by every worker (a shared-memory zone, single-use `take`) is what makes a session
-//! resumed with 0-RTT on another worker; until the worker wiring brings one, the caller passes
-//! a per-process cache. This module must not touch sockets.
+//! tickets sealed under the shared key ([`QuicKeys::ticket_secret`]) on any worker. The store
+//! is [`early_data_store`]: the shared-memory one the supervisor made before fork
+//! (`crate::shm::sessions`, single-use `take` across workers), so a session resumes with 0-RTT
+//! on whichever worker the client's packets reach. This module must not touch sockets.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +70,20 @@ pub fn endpoint_config(keys: &QuicKeys, slot: u16) -> Arc<EndpointConfig> {
     Arc::new(config)
 }
 
+/// The session store to pass to [`server_config`] as `early`: `None` when `early_data` is
+/// off; else the store shared by every worker (made by the supervisor before fork), or, in
+/// a process without one, a per-process cache (0-RTT then only on the worker that issued
+/// the session).
+pub fn early_data_store(early_data: bool) -> Option<Arc<dyn StoresServerSessions>> {
+    if !early_data {
+        return None;
+    }
+    Some(match crate::shm::sessions::shared() {
+        Some(shared) => Arc::new(crate::shm::sessions::SessionStore(shared)),
+        None => rustls::server::ServerSessionMemoryCache::new(256),
+    })
+}
+
 /// The server configuration: `key` (the `[tls]` pair), TLS 1.3 only, ALPN `h3`, the shared
 /// Retry-token key, `limits`. `early` is the session store that enables 0-RTT (see the
 /// module doc); `None`: no 0-RTT, shared tickets.
@@ -121,6 +135,15 @@ pub fn transport(limits: &Limits) -> TransportConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn early_data_uses_the_store_made_before_fork() {
+        assert!(early_data_store(false).is_none());
+        crate::shm::sessions::install(crate::shm::sessions::SharedSessions::create(8, 1).expect("map"));
+        let store = early_data_store(true).expect("a store");
+        assert!(format!("{store:?}").starts_with("SessionStore(SharedSessions("), "{store:?}");
+        assert!(early_data_store(false).is_none());
+    }
 
     #[test]
     fn limits_follow_the_configuration() {

@@ -66,6 +66,8 @@ impl Response {
 }
 
 struct Pair {
+    /// The server's certificate and key (another worker serves the same).
+    cert: Arc<rustls::sign::CertifiedKey>,
     client_config: ClientConfig,
     now: Instant,
     server: Server,
@@ -88,12 +90,18 @@ impl Pair {
     /// A pair whose server accepts 0-RTT (`early`: a session store, see `setup.rs`) and whose
     /// client offers it.
     fn with(under_load: bool, early: bool) -> Pair {
+        let store: Option<Arc<dyn rustls::server::StoresServerSessions>> =
+            early.then(|| rustls::server::ServerSessionMemoryCache::new(64) as _);
+        Pair::with_store(under_load, store)
+    }
+
+    /// [`Pair::with`] whose server keeps sessions in `store` (0-RTT when `Some`).
+    fn with_store(under_load: bool, store: Option<Arc<dyn rustls::server::StoresServerSessions>>) -> Pair {
+        let early = store.is_some();
         let (key, root) = certificate();
         let keys = QuicKeys::derive(&SECRET);
         let limits = setup::Limits { max_field_section: 4096, ..setup::Limits::default() };
-        let store: Option<Arc<dyn rustls::server::StoresServerSessions>> =
-            early.then(|| rustls::server::ServerSessionMemoryCache::new(64) as _);
-        let config = setup::server_config(key, &keys, &limits, store).expect("server config");
+        let config = setup::server_config(Arc::clone(&key), &keys, &limits, store).expect("server config");
         let mut server = Server::new(setup::endpoint_config(&keys, 1), config, ConnLimits { max_field_section: 4096 });
         server.set_under_load(under_load);
 
@@ -112,6 +120,7 @@ impl Pair {
         let (client_ch, client) =
             client_ep.connect(now, client_config.clone(), addr(SERVER), "localhost").expect("connect");
         let mut pair = Pair {
+            cert: key,
             client_config,
             now,
             server,
@@ -658,4 +667,57 @@ fn zero_rtt_requests_are_marked_early() {
     assert_eq!(early[&post], (true, false), "POST from early data: to be answered 425");
     p.run_until(|p| !p.client.is_handshaking());
     assert!(p.client.accepted_0rtt());
+}
+
+/// Serves one request on a fresh pair whose server keeps sessions in `store`, then puts
+/// another worker (slot 2, its own `Server`, sessions in `other`) in its place and resumes:
+/// whether that worker accepted 0-RTT, and whether it marked the early GET as early.
+fn resume_on_another_worker(
+    store: Arc<dyn rustls::server::StoresServerSessions>,
+    other: Arc<dyn rustls::server::StoresServerSessions>,
+) -> (bool, bool) {
+    let mut p = Pair::with_store(false, Some(store));
+    let id = p.get("/");
+    p.watch(id);
+    p.answer_until_fin(id, 204);
+    let keys = QuicKeys::derive(&SECRET);
+    let limits = setup::Limits { max_field_section: 4096, ..setup::Limits::default() };
+    let config = setup::server_config(Arc::clone(&p.cert), &keys, &limits, Some(other)).expect("config");
+    p.server = Server::new(setup::endpoint_config(&keys, 2), config, ConnLimits { max_field_section: 4096 });
+    p.reconnect();
+    assert!(p.client.has_0rtt(), "the client offers 0-RTT");
+    let get = p.get("/early");
+    // A refused 0-RTT request is not sent again by quinn: look until the handshake is over
+    // and a few exchanges after.
+    let mut early = None;
+    let mut look = |p: &mut Pair| {
+        for (_, event) in p.server_events() {
+            if let Event::Request { stream, head } = event {
+                if stream == get {
+                    early = Some(head.early);
+                }
+            }
+        }
+    };
+    p.run_until(|p| {
+        look(p);
+        !p.client.is_handshaking()
+    });
+    for _ in 0..8 {
+        p.pump();
+        look(&mut p);
+    }
+    assert!(p.lost.is_none(), "{:?}", p.lost);
+    (p.client.accepted_0rtt(), early == Some(true))
+}
+
+#[test]
+fn zero_rtt_resumes_on_another_worker_through_the_shared_store() {
+    let shared = crate::shm::sessions::SharedSessions::create(64, 7).expect("map");
+    let store =
+        || Arc::new(crate::shm::sessions::SessionStore(shared)) as Arc<dyn rustls::server::StoresServerSessions>;
+    assert_eq!(resume_on_another_worker(store(), store()), (true, true), "0-RTT accepted by the other worker");
+    // (Control) with a store per worker, the other worker cannot resume: no 0-RTT.
+    let own = || rustls::server::ServerSessionMemoryCache::new(64) as Arc<dyn rustls::server::StoresServerSessions>;
+    assert_eq!(resume_on_another_worker(own(), own()), (false, false), "0-RTT refused without a shared store");
 }

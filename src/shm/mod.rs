@@ -6,12 +6,13 @@
 //! state, counters), a parallel [`metrics::ProcMetrics`] block per process
 //! plus the retired block (`GET /metrics`), and the rate-limit table; later
 //! zones are added here as more fixed arrays. The shared cache, sized from the configuration, lives in
-//! its own mapping instead ([`cache`]). It must not grow, allocate or hold
+//! its own mapping instead ([`cache`]), and so do HTTP/3's TLS sessions ([`sessions`]). It must not grow, allocate or hold
 //! Rust pointers.
 
 pub mod cache;
 pub mod metrics;
 pub mod ratelimit;
+pub mod sessions;
 
 use std::io;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -1,13 +1,18 @@
 //! The listening sockets: one per worker slot, all bound to the same address
 //! with `SO_REUSEPORT`, created and kept by the supervisor.
 //!
+//! HTTP/3's UDP slot sockets are bound the same way, in slot order, and carry
+//! a classic BPF program ([`steering_program`]) that sends each QUIC packet to
+//! the slot its connection ID names.
+//!
 //! Because the supervisor holds each slot's socket for the life of the slot,
 //! a worker that dies does not close it: connections the kernel queued for
 //! that slot wait for the replacement instead of being reset.
 //!
 //! Sockets can also arrive ready-made through `LISTEN_FDS`: from systemd
-//! (socket activation, `systemd/forkd.socket`) or from the previous
-//! supervisor during a binary upgrade (`SIGUSR2`), which also hands over a
+//! (socket activation, `systemd/forkd.socket`; `ListenDatagram=` for HTTP/3's
+//! UDP) or from the previous supervisor during a binary upgrade (`SIGUSR2`),
+//! TCP and UDP slot sockets alike, which also hands over a
 //! pipe named [`UPGRADE_FD_NAME`] to report readiness on and, in development,
 //! one named [`SECRET_FD_NAME`] with the generated signing secret.
 
@@ -38,6 +43,73 @@ pub fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     s.bind(&addr.into())?;
     s.set_nonblocking(true)?;
     Ok(s.into())
+}
+
+/// A value the steering program returns for "no slot": out of range of any group, so the
+/// kernel falls back to its hash of the addresses and ports.
+const NO_SLOT: u32 = u32::MAX;
+
+/// The classic BPF program that steers a QUIC packet to the socket of the slot its
+/// destination connection ID names (`crate::http3::keys`: `slot (2, big-endian) ‖ …`, 12
+/// bytes). The kernel runs it on the UDP payload and uses what it returns as an index into
+/// the port's `SO_REUSEPORT` group (sockets in the order they were bound); an index past the
+/// group's end makes it fall back to its hash.
+///
+/// - short header (first bit 0): the two bytes after the first one (the DCID's start; its
+///   length is not on the wire, only the server knows it);
+/// - long header (first bit 1) whose DCID length (byte 5) is 12: the two bytes at offset 6;
+///   any other length (a client's first Initial, with a DCID it chose) falls back;
+/// - a datagram too short to hold those bytes falls back too (a cBPF load past the end would
+///   end the program with 0, i.e. slot 0).
+pub fn steering_program() -> [libc::sock_filter; 13] {
+    const fn op(code: u32, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+        libc::sock_filter { code: code as u16, jt, jf, k }
+    }
+    use libc::{
+        BPF_A, BPF_ABS, BPF_B, BPF_H, BPF_JEQ, BPF_JGE, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_LEN, BPF_RET, BPF_W,
+    };
+    let cid_len = crate::http3::keys::CID_LEN as u32;
+    [
+        /* 0 */ op(BPF_LD | BPF_W | BPF_LEN, 0, 0, 0),
+        /* 1 */ op(BPF_JMP | BPF_JGE | BPF_K, 0, 10, 3), // < 3 bytes: fall back (12)
+        /* 2 */ op(BPF_LD | BPF_B | BPF_ABS, 0, 0, 0),
+        /* 3 */ op(BPF_JMP | BPF_JSET | BPF_K, 2, 0, 0x80), // long header: 6
+        /* 4 */ op(BPF_LD | BPF_H | BPF_ABS, 0, 0, 1),
+        /* 5 */ op(BPF_RET | BPF_A, 0, 0, 0),
+        /* 6 */ op(BPF_LD | BPF_W | BPF_LEN, 0, 0, 0),
+        /* 7 */ op(BPF_JMP | BPF_JGE | BPF_K, 0, 4, 8), // < 8 bytes: fall back (12)
+        /* 8 */ op(BPF_LD | BPF_B | BPF_ABS, 0, 0, 5),
+        /* 9 */ op(BPF_JMP | BPF_JEQ | BPF_K, 0, 2, cid_len), // another length: fall back (12)
+        /* 10 */ op(BPF_LD | BPF_H | BPF_ABS, 0, 0, 6),
+        /* 11 */ op(BPF_RET | BPF_A, 0, 0, 0),
+        /* 12 */ op(BPF_RET | BPF_K, 0, 0, NO_SLOT),
+    ]
+}
+
+/// Attach [`steering_program`] to the `SO_REUSEPORT` group of `socket` (any socket of the
+/// group: the program is the group's, and sockets bound later inherit it). Call once every
+/// slot socket is bound, bound in slot order: the kernel numbers a group's sockets in the
+/// order of their `bind`, so group index = slot. Fails on kernels before 4.5.
+pub fn attach_steering(socket: &UdpSocket) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let program = steering_program();
+    let fprog = libc::sock_fprog { len: program.len() as u16, filter: program.as_ptr().cast_mut() };
+    // SAFETY: `fprog` points at `program`, which outlives the call (the kernel copies the
+    // program); the length passed is the size of `fprog`.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            std::ptr::from_ref(&fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// [`ensure_free`] for a UDP address: a probe without `SO_REUSEPORT` cannot bind while any
@@ -79,6 +151,9 @@ pub const LISTEN_FD_NAME: &str = "forkd";
 /// systemd (`FileDescriptorName=forkd-tls` in `systemd/forkd-tls.socket`). Any other name is
 /// a plain listener.
 pub const TLS_FD_NAME: &str = "forkd-tls";
+/// `LISTEN_FDNAMES` name of an HTTP/3 UDP slot socket handed over by an upgrade. A datagram
+/// socket is taken for HTTP/3 whatever its name (systemd names every socket of a unit alike).
+pub const UDP_FD_NAME: &str = "forkd-quic";
 /// `LISTEN_FDNAMES` name of a pipe holding the secret the session-ticket keys derive from,
 /// handed over by an upgrade so that sessions resume across it.
 pub const TLS_SECRET_FD_NAME: &str = "forkd-tls-secret";
@@ -102,6 +177,8 @@ pub struct Inherited {
     pub tls_listeners: Vec<TcpListener>,
     /// During a binary upgrade: the old supervisor's session-ticket secret.
     pub tls_secret: Option<Vec<u8>>,
+    /// HTTP/3 UDP sockets, bound, in slot order (non-blocking).
+    pub udp: Vec<UdpSocket>,
 }
 
 /// The bytes of a handed-over pipe (at most [`SECRET_MAX`]); `what` names it in the warning.
@@ -133,6 +210,16 @@ pub fn inherited() -> Inherited {
             continue;
         }
         let l = crate::sys::listener_from_fd(fd);
+        if socket2::SockRef::from(&l).r#type().ok() == Some(Type::DGRAM) {
+            let udp = UdpSocket::from(std::os::fd::OwnedFd::from(l));
+            let bound = udp.local_addr().is_ok_and(|a| a.port() != 0);
+            if !bound || udp.set_nonblocking(true).is_err() {
+                log::warn!("LISTEN_FDS: descriptor {fd} ({name:?}) is an unbound datagram socket; ignored");
+                continue;
+            }
+            out.udp.push(udp);
+            continue;
+        }
         let listening = socket2::SockRef::from(&l).is_listener().unwrap_or(false);
         if !listening || l.set_nonblocking(true).is_err() {
             log::warn!("LISTEN_FDS: descriptor {fd} ({name:?}) is not a listening TCP socket; ignored");
@@ -155,6 +242,13 @@ pub fn another(first: &TcpListener) -> io::Result<TcpListener> {
     bind(addr).or_else(|_| first.try_clone())
 }
 
+/// [`another`] for an HTTP/3 UDP socket: a new `SO_REUSEPORT` socket on `first`'s address,
+/// else a second handle on `first` (a socket from systemd without `ReusePort=yes`: the slots
+/// then share it, and steering has a group of one).
+pub fn another_udp(first: &UdpSocket) -> io::Result<UdpSocket> {
+    bind_udp(first.local_addr()?).or_else(|_| first.try_clone())
+}
+
 /// The URL to open in a browser for a service listening on `addr`: a wildcard address
 /// (`0.0.0.0`, `::`) becomes the loopback address of its family, which reaches it from the
 /// same machine; an IPv6 host is bracketed. `http://127.0.0.1:8080/` for the default.
@@ -170,6 +264,116 @@ pub fn url(addr: SocketAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `n` slot sockets on one loopback port, bound in slot order as the supervisor binds
+    /// them, the steering program attached.
+    fn steered_group(n: usize) -> Vec<UdpSocket> {
+        let first = bind_udp("127.0.0.1:0".parse().expect("literal")).expect("bind");
+        let addr = first.local_addr().expect("addr");
+        let mut group = vec![first];
+        for _ in 1..n {
+            group.push(bind_udp(addr).expect("bind another"));
+        }
+        attach_steering(&group[0]).expect("SO_ATTACH_REUSEPORT_CBPF");
+        group
+    }
+
+    /// Send `payload` to the group's port and say which socket (index in `group`) got it.
+    fn arrives_at(group: &[UdpSocket], payload: &[u8]) -> usize {
+        arrives_from(group, &UdpSocket::bind("127.0.0.1:0").expect("client"), payload)
+    }
+
+    /// [`arrives_at`] from `client`.
+    fn arrives_from(group: &[UdpSocket], client: &UdpSocket, payload: &[u8]) -> usize {
+        let to = group[0].local_addr().expect("addr");
+        client.send_to(payload, to).expect("send");
+        let mut poll = mio::Poll::new().expect("poll");
+        let fds: Vec<std::os::fd::RawFd> = group.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+        for (i, fd) in fds.iter().enumerate() {
+            poll.registry()
+                .register(&mut mio::unix::SourceFd(fd), mio::Token(i), mio::Interest::READABLE)
+                .expect("register");
+        }
+        let mut events = mio::Events::with_capacity(8);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            assert!(!left.is_zero(), "the datagram arrived at no socket");
+            poll.poll(&mut events, Some(left)).expect("poll");
+            for e in &events {
+                let i = e.token().0;
+                let mut buf = [0u8; 128];
+                if let Ok((n, from)) = group[i].recv_from(&mut buf) {
+                    assert_eq!((&buf[..n], from), (payload, client.local_addr().expect("addr")));
+                    return i;
+                }
+            }
+        }
+    }
+
+    /// A short-header packet whose DCID starts with `slot`.
+    fn short(slot: u16) -> Vec<u8> {
+        let mut p = vec![0x40];
+        p.extend_from_slice(&slot.to_be_bytes());
+        p.extend_from_slice(&[0xab; 30]);
+        p
+    }
+
+    /// A long-header (Handshake) packet with a DCID of `dcid_len` bytes starting with `slot`.
+    fn long(slot: u16, dcid_len: u8) -> Vec<u8> {
+        let mut p = vec![0xe0, 0, 0, 0, 1, dcid_len];
+        let mut dcid = vec![0x5a; usize::from(dcid_len)];
+        dcid[..2].copy_from_slice(&slot.to_be_bytes());
+        p.extend_from_slice(&dcid);
+        p.extend_from_slice(&[8, 1, 2, 3, 4, 5, 6, 7, 8]);
+        p.extend_from_slice(&[0xcd; 40]);
+        p
+    }
+
+    #[test]
+    fn packets_reach_the_slot_their_connection_id_names() {
+        let n = 4;
+        let group = steered_group(n);
+        for slot in 0..n {
+            let s = slot as u16;
+            assert_eq!(arrives_at(&group, &short(s)), slot, "short header, slot {slot}");
+            assert_eq!(arrives_at(&group, &long(s, 12)), slot, "long header, slot {slot}");
+        }
+        // The same again in reverse order: steering, not a round robin.
+        for slot in (0..n).rev() {
+            assert_eq!(arrives_at(&group, &short(slot as u16)), slot);
+        }
+    }
+
+    #[test]
+    fn anything_else_falls_back_to_the_kernels_hash() {
+        let group = steered_group(3);
+        // A client's first Initial (its own 8-byte DCID), a slot past the group, runts.
+        for p in [long(1, 8), long(2, 20), short(3), short(0xffff), vec![0x40, 0], vec![0xc0; 7], vec![]] {
+            assert!(arrives_at(&group, &p) < 3, "{p:?}");
+        }
+        // One 4-tuple keeps its socket (the hash): every packet of a first flight meets the
+        // same worker.
+        let client = UdpSocket::bind("127.0.0.1:0").expect("client");
+        let at = arrives_from(&group, &client, &long(7, 8));
+        for _ in 0..5 {
+            assert_eq!(arrives_from(&group, &client, &long(7, 8)), at);
+        }
+    }
+
+    #[test]
+    fn sockets_bound_later_inherit_the_program_and_a_closed_one_is_replaced_by_the_last() {
+        let mut group = steered_group(2);
+        let addr = group[0].local_addr().expect("addr");
+        group.push(bind_udp(addr).expect("a third slot (SIGTTIN)"));
+        assert_eq!(arrives_at(&group, &short(2)), 2, "the program applies to a socket bound after it");
+        // The kernel moves the group's last socket into a closed one's place: which is why
+        // the supervisor only ever closes the last slot's socket (SIGTTOU, smaller reload).
+        let gone = group.remove(1);
+        drop(gone);
+        assert_eq!(arrives_at(&group, &short(1)), 1, "index 1 is now the old slot 2's socket");
+        assert!(arrives_at(&group, &short(2)) < 2, "index 2 is out of range: fallback");
+    }
 
     #[test]
     fn url_to_open_for_a_listen_address() {

@@ -232,8 +232,9 @@ impl Supervisor {
         if let (Some(addr), true) = (config.tls.listen, inherited.tls_listeners.is_empty()) {
             listen::ensure_free(addr).map_err(|e| listen_error(addr, e))?;
         }
-        // During an upgrade the old supervisor still holds the UDP sockets (not handed over).
-        if let (Some(addr), None) = (config.http3.listen, &inherited.upgrade) {
+        // Handed-over UDP sockets are meant to be shared. During an upgrade from a binary that
+        // did not hand them over, the old supervisor still holds its own.
+        if let (Some(addr), None, true) = (config.http3.listen, &inherited.upgrade, inherited.udp.is_empty()) {
             listen::ensure_free_udp(addr).map_err(|e| listen_error(addr, e))?;
         }
         // Shared by every worker: resolved (or, in development, generated) once, before fork.
@@ -267,6 +268,11 @@ impl Supervisor {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("upstream: {e}")))?;
         let endpoints: &'static crate::upstream::wire::Endpoints = Box::leak(Box::new(endpoints));
         let shared_cache = crate::shm::cache::SharedCache::create(config.upstreams.cache_entries, rand::random())?;
+        // HTTP/3 0-RTT: the TLS sessions every worker resumes from (and takes once).
+        if config.http3.listen.is_some() && config.http3.early_data {
+            let sessions = crate::shm::sessions::SharedSessions::create(crate::shm::sessions::ENTRIES, rand::random())?;
+            crate::shm::sessions::install(sessions);
+        }
         // Captured now: after an upgrade replaced the file, /proc/self/exe names the old one.
         let exe = std::env::current_exe()?;
         let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -293,7 +299,12 @@ impl Supervisor {
                 first.listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
             );
         }
-        while slots.len() < config.workers.max(handed_tls.len()) {
+        let mut handed_udp = std::mem::take(&mut inherited.udp);
+        if config.http3.listen.is_none() && !handed_udp.is_empty() {
+            log::info!("{} UDP socket(s) handed over but HTTP/3 is off: closed", handed_udp.len());
+            handed_udp.clear();
+        }
+        while slots.len() < config.workers.max(handed_tls.len()).max(handed_udp.len()) {
             let listener = match slots.first() {
                 Some(first) => listen::another(&first.listener),
                 None => listen::bind(config.listen),
@@ -314,12 +325,28 @@ impl Supervisor {
             }
         }
         if let Some(addr) = udp_address(&config, &slots) {
+            if let Some(first) = handed_udp.first() {
+                log::info!(
+                    "{} HTTP/3 UDP socket(s) handed over (LISTEN_FDS) on {}; `http3.listen` does not apply",
+                    handed_udp.len(),
+                    first.local_addr().map(|a| a.to_string()).unwrap_or_default()
+                );
+            }
+            let mut handed = handed_udp.into_iter();
             for i in 0..slots.len() {
-                let bound = slots.first().and_then(|s| s.udp.as_ref()).map(UdpSocket::local_addr).transpose();
-                let udp = bound
-                    .and_then(|first| listen::bind_udp(first.unwrap_or(addr)))
-                    .map_err(|e| listen_error(addr, e))?;
+                let udp = match (handed.next(), slots.first().and_then(|s| s.udp.as_ref())) {
+                    (Some(u), _) => Ok(u),
+                    (None, Some(first)) => listen::another_udp(first),
+                    (None, None) => listen::bind_udp(addr),
+                }
+                .map_err(|e| listen_error(addr, e))?;
                 slots[i].udp = Some(udp);
+            }
+            // Bound in slot order: group index = slot, what the program returns.
+            if let Some(first) = slots.first().and_then(|s| s.udp.as_ref()) {
+                if let Err(e) = listen::attach_steering(first) {
+                    log::warn!("HTTP/3: cannot steer packets by connection ID (SO_ATTACH_REUSEPORT_CBPF: {e}); the kernel's hash decides");
+                }
             }
         }
         // Once the address is ours (a second instance must not overwrite the
@@ -595,6 +622,8 @@ impl Supervisor {
         let mut fds: Vec<(std::os::fd::RawFd, &str)> =
             self.slots.iter().map(|s| (s.listener.as_raw_fd(), listen::LISTEN_FD_NAME)).collect();
         fds.extend(self.slots.iter().filter_map(|s| s.tls.as_ref()).map(|l| (l.as_raw_fd(), listen::TLS_FD_NAME)));
+        // In slot order: the new supervisor keeps each at its index in the steering group.
+        fds.extend(self.slots.iter().filter_map(|s| s.udp.as_ref()).map(|u| (u.as_raw_fd(), listen::UDP_FD_NAME)));
         fds.push((write.as_raw_fd(), listen::UPGRADE_FD_NAME));
         // In development the generated signing secret goes along (in a pipe,
         // not the environment), so that tokens issued so far stay valid.
@@ -947,7 +976,7 @@ impl Supervisor {
             (None, None) => None,
         };
         let udp = match (self.slots.first().and_then(|s| s.udp.as_ref()), self.config.http3.listen) {
-            (Some(first), _) => Some(first.local_addr().and_then(listen::bind_udp)),
+            (Some(first), _) => Some(listen::another_udp(first)),
             (None, Some(addr)) => Some(listen::bind_udp(addr)),
             (None, None) => None,
         };

@@ -3,7 +3,8 @@
 //! It owns fork, the shared anonymous mapping, signal registration, the
 //! parent-death signal, process titles (`title`), the counting allocator of
 //! measurement builds (`alloc_count`, cargo feature `count-alloc`), closing inherited
-//! descriptors after fork and reading another process's memory from `/proc`. Everything above it gets safe
+//! descriptors after fork, reading another process's memory from `/proc` and UDP's
+//! segmentation offloads (`udp`: GSO sends, GRO receives). Everything above it gets safe
 //! functions with the obligations written in their docs. It must not know
 //! about HTTP, configuration or the process table.
 
@@ -11,6 +12,7 @@
 pub mod alloc_count;
 pub mod signals;
 pub mod title;
+pub mod udp;
 
 use std::io;
 use std::os::fd::RawFd;
