@@ -155,9 +155,8 @@ mod tests {
 
     #[test]
     fn the_password_never_shows() {
-        let url: DatabaseUrl = "postgres://forkd:s3cr:et@db:5432/forkd?password=other&application_name=a"
-            .parse()
-            .expect("valid");
+        let url: DatabaseUrl =
+            "postgres://forkd:s3cr:et@db:5432/forkd?password=other&application_name=a".parse().expect("valid");
         assert!(url.has_password());
         for shown in [url.to_string(), format!("{url:?}"), format!("{:?}", Cluster { database_url: Some(url.clone()) })]
         {

@@ -760,11 +760,17 @@ max_frame_size = 16384
         assert_eq!(Config::default().cluster, Cluster::default());
         let config = load_str("[cluster]\ndatabase_url = \"postgres://forkd:pw@db:5432/forkd\"\n", &[]).expect("valid");
         let url = config.cluster.database_url.expect("set");
-        assert_eq!((url.expose(), url.to_string().as_str()), ("postgres://forkd:pw@db:5432/forkd", "postgres://forkd@db:5432/forkd"));
+        assert_eq!(
+            (url.expose(), url.to_string().as_str()),
+            ("postgres://forkd:pw@db:5432/forkd", "postgres://forkd@db:5432/forkd")
+        );
         let from_env = load_str("", &[("FORKD_CLUSTER__DATABASE_URL", "postgresql://u@127.0.0.1/x")]).expect("valid");
         assert!(from_env.cluster.database_url.is_some());
         assert_eq!(
-            problems("[cluster]\ndatabase_url = \"mysql://u:hunter2@db/x\"\nredis_url = \"redis://127.0.0.1:6379/0\"\n", &[]),
+            problems(
+                "[cluster]\ndatabase_url = \"mysql://u:hunter2@db/x\"\nredis_url = \"redis://127.0.0.1:6379/0\"\n",
+                &[]
+            ),
             [
                 r#"cluster.database_url = "mysql://u@db/x": must be empty or a postgres:// URL (postgres://user@host:5432/db)"#,
                 "cluster.redis_url: not supported by this build yet (rate limits, notifications and rooms would stay \
@@ -773,7 +779,9 @@ max_frame_size = 16384
         );
         assert_eq!(
             problems("", &[("FORKD_CLUSTER__REDIS_URL", "tcp://h:1")]),
-            [r#"cluster.redis_url = "tcp://h:1": must be empty or a redis:// or rediss:// URL (redis://host:6379/0) (from FORKD_CLUSTER__REDIS_URL)"#]
+            [
+                r#"cluster.redis_url = "tcp://h:1": must be empty or a redis:// or rediss:// URL (redis://host:6379/0) (from FORKD_CLUSTER__REDIS_URL)"#
+            ]
         );
     }
 

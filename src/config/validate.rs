@@ -280,9 +280,7 @@ impl Check<'_> {
                 "cluster.redis_url: not supported by this build yet (rate limits, notifications and \
                  rooms would stay per host); leave it empty",
             ),
-            Err(allowed) => {
-                self.fail("cluster.redis_url", format!("{:?}", without_password(&raw.redis_url)), &allowed)
-            }
+            Err(allowed) => self.fail("cluster.redis_url", format!("{:?}", without_password(&raw.redis_url)), &allowed),
         }
         Cluster { database_url }
     }
