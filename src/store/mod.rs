@@ -109,7 +109,9 @@ pub struct Store(Backend);
 
 enum Backend {
     Sqlite(sqlite::Sqlite),
-    Postgres(pg::Pg),
+    // Boxed: its settings and pool are larger than the SQLite pool, and a store is made
+    // once per process.
+    Postgres(Box<pg::Pg>),
 }
 
 /// `$body` with `$s` bound to whichever backend this store is.
@@ -143,7 +145,7 @@ impl Store {
     pub fn open<'a>(target: impl Into<Target<'a>>, pool_size: usize) -> Result<Store, StoreError> {
         Ok(Store(match target.into() {
             Target::Sqlite(path) => Backend::Sqlite(sqlite::Sqlite::open(path, pool_size)?),
-            Target::Postgres(url) => Backend::Postgres(pg::Pg::open(url, pool_size)?),
+            Target::Postgres(url) => Backend::Postgres(Box::new(pg::Pg::open(url, pool_size)?)),
         }))
     }
 

@@ -52,6 +52,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The server's own limit per statement, below the call's deadline so that it usually
 /// answers (and keeps the connection) before the client gives up on it.
 const STATEMENT_TIMEOUT_MS: u64 = 3000;
+/// Prepared statements kept per connection: every fixed one, and the list variants (filters
+/// and sort orders) in use.
+const STATEMENT_CACHE: usize = 64;
 /// TCP keepalive on idle connections: first probe after this much silence.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
 /// Sent data unacknowledged this long fails the connection (Linux `TCP_USER_TIMEOUT`).
@@ -335,7 +338,11 @@ impl Session<'_> {
             return Ok(stmt.clone());
         }
         let stmt = block(&self.conn.rt, self.deadline, self.conn.client.prepare(sql))?;
-        self.conn.statements.insert(sql.to_owned(), stmt.clone());
+        // The fixed statements fit easily; rare list variants beyond the bound are used once
+        // and closed (dropping a `Statement` closes it on the server).
+        if self.conn.statements.len() < STATEMENT_CACHE {
+            self.conn.statements.insert(sql.to_owned(), stmt.clone());
+        }
         Ok(stmt)
     }
 
