@@ -171,6 +171,19 @@ fn postgres_going_away_is_503_fast_and_comes_back_without_a_restart() {
         s.expect_data(&s.api("GET", &path, Some(&token), None), 200, "GET before the outage");
     }
 
+    // A restart while the pools sit idle: the connections the server closed are noticed
+    // (without a round trip) and replaced, so not one request fails after it. Idle means
+    // past the pool's 1 s check threshold; only time can show that.
+    let idle_since = Instant::now();
+    pg.stop();
+    pg.restart();
+    if let Some(left) = Duration::from_millis(1200).checked_sub(idle_since.elapsed()) {
+        std::thread::sleep(left);
+    }
+    for round in 0..10 {
+        s.expect_data(&s.api("GET", &path, Some(&token), None), 200, &format!("GET #{round} after an idle restart"));
+    }
+
     pg.stop();
     for round in 0..3 {
         let start = Instant::now();

@@ -19,7 +19,9 @@
 //! from the worker's pool threads only, never the event loop. A connection whose call failed
 //! at the connection level (closed, I/O error, deadline, server shutting down) is dropped
 //! along with every idle one (they most likely died in the same outage), and the next call
-//! opens a fresh one: the service recovers by itself when the database returns. Statements
+//! opens a fresh one: the service recovers by itself when the database returns. A connection
+//! that sat idle for over a second answers an empty query before it is used, so one the
+//! server closed meanwhile (a restart with no traffic) is replaced, not failed on. Statements
 //! are prepared once per connection and cached by their text. Every value is a `$n`
 //! parameter.
 //!
@@ -55,6 +57,8 @@ const STATEMENT_TIMEOUT_MS: u64 = 3000;
 /// Prepared statements kept per connection: every fixed one, and the list variants (filters
 /// and sort orders) in use.
 const STATEMENT_CACHE: usize = 64;
+/// A pooled connection unused for this long is checked (one round trip) before use.
+const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
 /// TCP keepalive on idle connections: first probe after this much silence.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
 /// Sent data unacknowledged this long fails the connection (Linux `TCP_USER_TIMEOUT`).
@@ -91,6 +95,21 @@ struct Conn {
     rt: Runtime,
     client: Client,
     statements: HashMap<String, Statement>,
+    /// When its last call ended: a connection idle for longer is checked before use.
+    last_used: Instant,
+}
+
+impl Conn {
+    fn new(rt: Runtime, client: Client) -> Conn {
+        Conn { rt, client, statements: HashMap::new(), last_used: Instant::now() }
+    }
+
+    /// Whether this connection still answers: an empty query, one round trip, before a
+    /// connection that sat idle is used. The server may have closed it meanwhile (a restart,
+    /// an idle timeout, a failover); finding that out here costs a request nothing.
+    fn answers(&self, deadline: Instant) -> bool {
+        block(&self.rt, deadline, self.client.batch_execute("")).is_ok()
+    }
 }
 
 impl Pg {
@@ -120,7 +139,7 @@ impl Pg {
         let config = Self::settings(url)?;
         let deadline = Instant::now() + migrate::DEADLINE;
         let (rt, client) = connect(&config, deadline).map_err(|e| e.into_store(&url.to_string()))?;
-        let mut conn = Conn { rt, client, statements: HashMap::new() };
+        let mut conn = Conn::new(rt, client);
         let mut session = Session { conn: &mut conn, deadline, in_tx: false };
         migrate::run(&mut session).map_err(|e| e.into_store(&url.to_string()))
     }
@@ -198,7 +217,20 @@ impl Pg {
                 return Err(StoreError::Unavailable("the store is closed".into()));
             }
             if let Some(conn) = pool.idle.pop_front() {
-                return Ok(Lease { pg: self, conn: Some(conn) });
+                // A connection in steady use needs no check; one idle for a while may have
+                // been closed by the server (restarted since): replace it rather than fail a
+                // request on it.
+                if conn.last_used.elapsed() < IDLE_CHECK_AFTER {
+                    return Ok(Lease { pg: self, conn: Some(conn) });
+                }
+                drop(pool);
+                if conn.answers(deadline) {
+                    return Ok(Lease { pg: self, conn: Some(conn) });
+                }
+                log::info!("store: an idle PostgreSQL connection no longer answers; opening another");
+                drop(Lease { pg: self, conn: Some(conn) }); // frees its slot
+                pool = self.lock();
+                continue;
             }
             if pool.open < pool.size {
                 pool.open += 1;
@@ -206,7 +238,7 @@ impl Pg {
                 // A lease without a connection gives the slot back if connecting fails.
                 let mut lease = Lease { pg: self, conn: None };
                 let (rt, client) = connect(&self.config, deadline).map_err(|e| e.into_store(&self.shown))?;
-                let mut conn = Conn { rt, client, statements: HashMap::new() };
+                let mut conn = Conn::new(rt, client);
                 let mut session = Session { conn: &mut conn, deadline, in_tx: false };
                 migrate::check_version(&mut session).map_err(|e| e.into_store(&self.shown))?;
                 lease.conn = Some(conn);
@@ -267,7 +299,8 @@ struct Lease<'a> {
 impl Lease<'_> {
     /// Put the connection back for the next call (or close it if the store is closed).
     fn give_back(mut self) {
-        let Some(conn) = self.conn.take() else { return };
+        let Some(mut conn) = self.conn.take() else { return };
+        conn.last_used = Instant::now();
         let mut pool = self.pg.lock();
         if !pool.closed {
             pool.idle.push_back(conn);
