@@ -233,3 +233,25 @@ fn postgres_unreachable_fails_fast_as_unavailable() {
     }
     assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
 }
+
+#[test]
+fn postgres_that_never_answers_is_bounded_by_the_connect_timeout_then_fails_at_once() {
+    // A socket that completes the TCP handshake (the kernel's backlog) but never speaks:
+    // what a paused server or a stuck proxy looks like to a new connection.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let url: crate::config::DatabaseUrl = format!("postgres://forkd@127.0.0.1:{port}/forkd").parse().expect("url");
+    let store = Store::open(Target::Postgres(&url), 2).expect("open is lazy");
+    let start = std::time::Instant::now();
+    assert!(matches!(store.ping(), Err(StoreError::Unavailable(_))));
+    let first = start.elapsed();
+    assert!(first >= Duration::from_millis(1500) && first < Duration::from_secs(4), "{first:?}");
+    // Right after, calls do not wait again: a pool thread is not held per request.
+    let start = std::time::Instant::now();
+    match store.ping() {
+        Err(StoreError::Unavailable(m)) => assert!(m.contains("next one in"), "{m}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_millis(100), "{:?}", start.elapsed());
+    drop(listener);
+}

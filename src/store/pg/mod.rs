@@ -19,7 +19,10 @@
 //! from the worker's pool threads only, never the event loop. A connection whose call failed
 //! at the connection level (closed, I/O error, deadline, server shutting down) is dropped
 //! along with every idle one (they most likely died in the same outage), and the next call
-//! opens a fresh one: the service recovers by itself when the database returns. A connection
+//! opens a fresh one: the service recovers by itself when the database returns. Connecting
+//! (TCP and the start-up exchange) is bounded by the connect timeout, 2 s; after a failed
+//! attempt, calls fail at once for half a second rather than each holding a pool thread for
+//! another timeout against an unreachable host. A connection
 //! that sat idle for over a second answers an empty query before it is used, so one the
 //! server closed meanwhile (a restart with no traffic) is replaced, not failed on. Statements
 //! are prepared once per connection and cached by their text. Every value is a `$n`
@@ -57,6 +60,8 @@ const STATEMENT_TIMEOUT_MS: u64 = 3000;
 /// Prepared statements kept per connection: every fixed one, and the list variants (filters
 /// and sort orders) in use.
 const STATEMENT_CACHE: usize = 64;
+/// After a failed connect, calls fail at once for this long before the next attempt.
+const RETRY_AFTER: Duration = Duration::from_millis(500);
 /// A pooled connection unused for this long is checked (one round trip) before use.
 const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
 /// TCP keepalive on idle connections: first probe after this much silence.
@@ -88,6 +93,9 @@ struct Pool {
     open: usize,
     size: usize,
     closed: bool,
+    /// After a failed connect, no new connection is tried before this: calls fail at once
+    /// instead of each holding a pool thread for the connect timeout (an unreachable host).
+    retry_at: Option<Instant>,
 }
 
 /// One connection: its runtime, the client, and its prepared statements by SQL text.
@@ -150,7 +158,13 @@ impl Pg {
         Ok(Pg {
             config: Self::settings(url)?,
             shown: url.to_string(),
-            pool: Mutex::new(Pool { idle: VecDeque::with_capacity(size), open: 0, size, closed: false }),
+            pool: Mutex::new(Pool {
+                idle: VecDeque::with_capacity(size),
+                open: 0,
+                size,
+                closed: false,
+                retry_at: None,
+            }),
             returned: Condvar::new(),
             deadline: CALL_DEADLINE,
         })
@@ -233,11 +247,21 @@ impl Pg {
                 continue;
             }
             if pool.open < pool.size {
+                if let Some(wait) = pool.retry_at.and_then(|at| at.checked_duration_since(Instant::now())) {
+                    return Err(StoreError::Unavailable(format!(
+                        "{}: the last connection attempt failed; next one in {wait:?}",
+                        self.shown
+                    )));
+                }
                 pool.open += 1;
                 drop(pool);
                 // A lease without a connection gives the slot back if connecting fails.
                 let mut lease = Lease { pg: self, conn: None };
-                let (rt, client) = connect(&self.config, deadline).map_err(|e| e.into_store(&self.shown))?;
+                let (rt, client) = connect(&self.config, deadline).map_err(|e| {
+                    self.lock().retry_at = Some(Instant::now() + RETRY_AFTER);
+                    e.into_store(&self.shown)
+                })?;
+                self.lock().retry_at = None;
                 let mut conn = Conn::new(rt, client);
                 let mut session = Session { conn: &mut conn, deadline, in_tx: false };
                 migrate::check_version(&mut session).map_err(|e| e.into_store(&self.shown))?;
@@ -328,7 +352,10 @@ impl Drop for Lease<'_> {
 /// drives the socket (run whenever the connection's runtime is blocked on).
 fn connect(config: &tokio_postgres::Config, deadline: Instant) -> Result<(Runtime, Client), Fail> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Fail::Runtime)?;
-    let (client, connection) = block(&rt, deadline, config.connect(NoTls))?;
+    // The client's connect_timeout covers the TCP connect only; this bounds the start-up
+    // exchange too (a server that accepts and never answers).
+    let limit = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
+    let (client, connection) = block(&rt, deadline.min(Instant::now() + limit), config.connect(NoTls))?;
     rt.spawn(async move {
         if let Err(e) = connection.await {
             log::debug!("store: PostgreSQL connection ended: {e}");
