@@ -271,8 +271,9 @@ fn user_create(args: &[String]) -> i32 {
     }
     let result = (|| -> Result<String, String> {
         std::fs::create_dir_all(&cfg.data_dir).map_err(|e| format!("data_dir: {e}"))?;
-        Store::migrate(&cfg.db.path).map_err(|e| e.to_string())?;
-        let store = Store::open(&cfg.db.path, 1).map_err(|e| e.to_string())?;
+        // With `[cluster] database_url` the user goes to PostgreSQL, where every host sees it.
+        Store::migrate(&cfg).map_err(|e| e.to_string())?;
+        let store = Store::open(&cfg, 1).map_err(|e| e.to_string())?;
         let hasher = crate::auth::password::Passwords::new(cfg.auth.argon2_memory_kib, cfg.auth.argon2_iterations)
             .map_err(|e| e.to_string())?;
         let password_hash = hasher.hash(password).map_err(|e| e.to_string())?;

@@ -16,12 +16,14 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 
+mod cluster;
 mod env;
 mod print;
 pub mod raw;
 mod suggest;
 mod validate;
 
+pub use cluster::{without_password, Cluster, DatabaseUrl};
 pub use raw::RawConfig;
 
 /// The validated, resolved configuration. `Default` is the contract's defaults.
@@ -77,6 +79,8 @@ pub struct Config {
     pub http2: Http2,
     /// `[http3]`
     pub http3: Http3,
+    /// `[cluster]`
+    pub cluster: Cluster,
     /// `[debug]`
     pub debug: Debug,
 }
@@ -747,6 +751,36 @@ max_frame_size = 16384
             [
                 r#"http3.listen = "localhost:443": must be empty or an address ip:port (0.0.0.0:443)"#,
                 "http3.alt_svc_max_age = -1: must be between 0 and 315360000",
+            ]
+        );
+    }
+
+    #[test]
+    fn cluster_section() {
+        assert_eq!(Config::default().cluster, Cluster::default());
+        let config = load_str("[cluster]\ndatabase_url = \"postgres://forkd:pw@db:5432/forkd\"\n", &[]).expect("valid");
+        let url = config.cluster.database_url.expect("set");
+        assert_eq!(
+            (url.expose(), url.to_string().as_str()),
+            ("postgres://forkd:pw@db:5432/forkd", "postgres://forkd@db:5432/forkd")
+        );
+        let from_env = load_str("", &[("FORKD_CLUSTER__DATABASE_URL", "postgresql://u@127.0.0.1/x")]).expect("valid");
+        assert!(from_env.cluster.database_url.is_some());
+        assert_eq!(
+            problems(
+                "[cluster]\ndatabase_url = \"mysql://u:hunter2@db/x\"\nredis_url = \"redis://127.0.0.1:6379/0\"\n",
+                &[]
+            ),
+            [
+                r#"cluster.database_url = "mysql://u@db/x": must be empty or a postgres:// URL (postgres://user@host:5432/db)"#,
+                "cluster.redis_url: not supported by this build yet (rate limits, notifications and rooms would stay \
+                 per host); leave it empty",
+            ]
+        );
+        assert_eq!(
+            problems("", &[("FORKD_CLUSTER__REDIS_URL", "tcp://h:1")]),
+            [
+                r#"cluster.redis_url = "tcp://h:1": must be empty or a redis:// or rediss:// URL (redis://host:6379/0) (from FORKD_CLUSTER__REDIS_URL)"#
             ]
         );
     }

@@ -19,6 +19,8 @@ use super::raw::{Doc, Documented, RawConfig};
 
 /// Keys whose value is never printed (dotted paths).
 const SECRETS: &[&str] = &["auth.jwt_secret"];
+/// URL keys printed without the password they may hold (dotted paths).
+const URLS: &[&str] = &["cluster.database_url", "cluster.redis_url"];
 
 /// Where the printed configuration came from, for its header.
 pub(super) struct Origin<'a> {
@@ -96,6 +98,14 @@ fn key(out: &mut String, doc: &Doc, value: Option<&Value>, path: &str, sources: 
         let from = from.map(|f| format!(", {f}")).unwrap_or_default();
         let _ = writeln!(out, "# {} = (set{from}; not shown)", doc.name);
         return;
+    }
+    if let (true, Some(url)) = (URLS.contains(&path), value.and_then(Value::as_str)) {
+        let shown = super::cluster::without_password(url);
+        if shown != url {
+            let from = from.map(|f| format!(", {f}")).unwrap_or_default();
+            let _ = writeln!(out, "{} = {}  # password not shown{from}", doc.name, Value::from(shown));
+            return;
+        }
     }
     if let (Some(example), false) = (doc.example, set) {
         let _ = writeln!(out, "# {} = {}", doc.name, Value::from(example));
@@ -201,5 +211,19 @@ mod tests {
         assert!(text.contains("\n# jwt_secret = (set, from FORKD_AUTH__JWT_SECRET; not shown)\n"), "{text}");
         let back: RawConfig = toml::from_str(&text).expect("still parses");
         assert_eq!(back.auth.jwt_secret, "", "read back without the secret");
+    }
+
+    #[test]
+    fn a_database_password_is_never_printed() {
+        let mut raw = RawConfig::default();
+        raw.cluster.database_url = "postgres://forkd:s3cret@db:5432/forkd".to_string();
+        let text = render(&raw, &Origin { file: None, sources: &Sources::new() });
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("\ndatabase_url = \"postgres://forkd@db:5432/forkd\"  # password not shown\n"), "{text}");
+        let back: RawConfig = toml::from_str(&text).expect("still parses");
+        assert_eq!(back.cluster.database_url, "postgres://forkd@db:5432/forkd", "read back without the password");
+        raw.cluster.database_url = "postgres://forkd@db:5432/forkd".to_string();
+        let text = render(&raw, &Origin { file: None, sources: &Sources::new() });
+        assert!(text.contains("\ndatabase_url = \"postgres://forkd@db:5432/forkd\"\n"), "{text}");
     }
 }

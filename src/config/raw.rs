@@ -142,6 +142,8 @@ section! {
         /// HTTP/3 over QUIC (UDP) beside the TLS listener (in progress: configured and checked,
         /// not yet served).
         http3: Http3 = Http3::default(),
+        /// Several hosts as one service; empty = this host alone (SQLite and shared memory).
+        cluster: Cluster = Cluster::default(),
         /// Test-only switches; refused in production.
         debug: Debug = Debug::default(),
     }
@@ -359,6 +361,20 @@ section! {
         /// `true`: resumed clients may send 0-RTT early data; only GET, HEAD and OPTIONS are
         /// served from it, anything else is answered 425 Too Early.
         early_data: bool = true,
+    }
+}
+
+section! {
+    /// `[cluster]`: several hosts with the same settings behind a load balancer act as one
+    /// service; empty = this host alone.
+    Cluster {
+        /// PostgreSQL URL (`postgres://user:password@host:5432/db`): the store lives there
+        /// instead of the SQLite file, shared by every host; not set: SQLite under `data_dir`.
+        /// Plain TCP only (`sslmode=require` is refused). Its password is never printed.
+        database_url: String = ""; example "postgres://forkd@db.internal:5432/forkd",
+        /// Redis URL (`redis://host:6379/0`) for cross-host rate limits, bus and cache: not
+        /// supported by this build yet, so a set value is refused.
+        redis_url: String = ""; example "redis://cache.internal:6379/0",
     }
 }
 

@@ -9,11 +9,12 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::cluster::{check_redis_url, without_password};
 use super::env::Sources;
 use super::raw::RawConfig;
 use super::{
-    Auth, Chat, Config, Cors, Db, Debug, Download, Environment, Http2, Http3, Io, JwtSecret, Limits, LogFormat,
-    RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket,
+    Auth, Chat, Cluster, Config, Cors, Db, Debug, Download, Environment, Http2, Http3, Io, JwtSecret, Limits,
+    LogFormat, RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket,
 };
 
 const MIB: i64 = 1 << 20;
@@ -158,6 +159,7 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
             max_frame_size: c.range("http2.max_frame_size", raw.http2.max_frame_size, 1 << 14, (1 << 24) - 1),
         },
         http3,
+        cluster: c.cluster(&raw.cluster),
         debug: Debug { routes: raw.debug.routes },
     };
     (config, c.problems)
@@ -257,6 +259,30 @@ impl Check<'_> {
             self.fail(key, format!("{v:?}"), "empty or the path of a file (/run/forkd/forkd.pid)");
         }
         Some(path)
+    }
+
+    /// `[cluster]`: a PostgreSQL URL checked by the client's parser; a Redis URL checked,
+    /// then refused (not built yet). A shown value never includes a password.
+    fn cluster(&mut self, raw: &super::raw::Cluster) -> Cluster {
+        let database_url = match raw.database_url.as_str() {
+            "" => None,
+            v => match v.parse::<super::DatabaseUrl>() {
+                Ok(url) => Some(url),
+                Err(allowed) => {
+                    self.fail("cluster.database_url", format!("{:?}", without_password(v)), &allowed);
+                    None
+                }
+            },
+        };
+        match check_redis_url(&raw.redis_url) {
+            Ok(false) => {}
+            Ok(true) => self.problem(
+                "cluster.redis_url: not supported by this build yet (rate limits, notifications and \
+                 rooms would stay per host); leave it empty",
+            ),
+            Err(allowed) => self.fail("cluster.redis_url", format!("{:?}", without_password(&raw.redis_url)), &allowed),
+        }
+        Cluster { database_url }
     }
 
     /// `[tls]`: an address when `listen` is set, then both files, an https `public_origin` and

@@ -1,7 +1,8 @@
-//! The database schema as an ordered list of versioned migrations, and the code that applies
-//! the pending ones.
+//! The database schema as an ordered list of versioned migrations, each in both dialects
+//! (SQLite and PostgreSQL, side by side so they cannot drift apart), and the code that applies
+//! the pending SQLite ones (`pg/migrate.rs` applies the PostgreSQL ones).
 //!
-//! The applied version is `PRAGMA user_version`. Each migration runs in its own
+//! In SQLite the applied version is `PRAGMA user_version`. Each migration runs in its own
 //! `BEGIN IMMEDIATE` transaction that re-reads the version first, so two processes migrating
 //! at once (or a migration while workers hold the database open) apply each step exactly once.
 //! A migration, once released, is never edited: change the schema by appending a new one.
@@ -12,14 +13,20 @@ use rusqlite::{Connection, TransactionBehavior};
 
 use super::StoreError;
 
-/// One schema step: the `user_version` it brings the database to, and its SQL.
-struct Migration {
-    version: u32,
+/// One schema step: the version it brings the database to, and its SQL in each dialect.
+pub(crate) struct Migration {
+    /// 1, 2, 3, …
+    pub(crate) version: u32,
+    /// SQLite.
     sql: &'static str,
+    /// PostgreSQL: the same tables, columns and constraints. Ids are `BIGSERIAL` (increasing),
+    /// the e-mail is unique through an index on `lower(email)`, timestamps are the same
+    /// RFC 3339 text as in SQLite.
+    pub(crate) postgres: &'static str,
 }
 
 /// Every migration, in order; versions are 1, 2, 3, … with no gaps.
-const MIGRATIONS: &[Migration] = &[
+pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         sql: "
@@ -58,12 +65,57 @@ const MIGRATIONS: &[Migration] = &[
         CREATE INDEX refresh_tokens_family ON refresh_tokens (family);
         CREATE INDEX refresh_tokens_user_id ON refresh_tokens (user_id);
         ",
+        postgres: "
+        CREATE TABLE users (
+            id            BIGSERIAL PRIMARY KEY,
+            name          TEXT NOT NULL,
+            email         TEXT NOT NULL,
+            password_hash TEXT NOT NULL,
+            age           BIGINT,
+            role          TEXT NOT NULL CHECK (role IN ('user', 'admin')),
+            created_at    TEXT NOT NULL,
+            updated_at    TEXT NOT NULL
+        );
+        CREATE UNIQUE INDEX users_email_key ON users (lower(email));
+        CREATE TABLE posts (
+            id         BIGSERIAL PRIMARY KEY,
+            user_id    BIGINT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+            title      TEXT NOT NULL,
+            body       TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX posts_user_id ON posts (user_id, id);
+        CREATE TABLE token_families (
+            family  TEXT PRIMARY KEY,
+            user_id BIGINT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+            revoked BOOLEAN NOT NULL DEFAULT false
+        );
+        CREATE INDEX token_families_user_id ON token_families (user_id);
+        CREATE TABLE refresh_tokens (
+            hash       TEXT PRIMARY KEY,
+            family     TEXT NOT NULL REFERENCES token_families (family) ON DELETE CASCADE,
+            user_id    BIGINT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+            expires_at BIGINT NOT NULL,
+            spent_at   BIGINT
+        );
+        CREATE INDEX refresh_tokens_family ON refresh_tokens (family);
+        CREATE INDEX refresh_tokens_user_id ON refresh_tokens (user_id);
+        ",
     },
     Migration {
         version: 2,
         sql: "
         CREATE TABLE notifications (
             id         INTEGER PRIMARY KEY,
+            title      TEXT NOT NULL,
+            body       TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        ",
+        postgres: "
+        CREATE TABLE notifications (
+            id         BIGSERIAL PRIMARY KEY,
             title      TEXT NOT NULL,
             body       TEXT NOT NULL,
             created_at TEXT NOT NULL

@@ -1,14 +1,23 @@
-//! The data store: SQLite in WAL mode behind a typed API (`Store::create_user`,
-//! `Store::list_posts`, `Store::rotate_refresh`, …), so no SQL ever appears outside this module.
+//! The data store: a typed API (`Store::create_user`, `Store::list_posts`,
+//! `Store::rotate_refresh`, …) over one of two backends, so no SQL ever appears outside this
+//! module and handlers do not know which backend serves them:
 //!
-//! This file owns the [`Store`] handle: migrating the database, opening a small blocking pool of
-//! connections, probing and closing it. The resources live beside it ([`users`], [`posts`],
-//! [`tokens`]), the schema in [`migrations`], the error type in [`error`].
+//! - SQLite in WAL mode, one file under `data_dir` ([`sqlite`]; the resource files
+//!   [`users`], [`posts`], [`tokens`], [`notifications`] hold its calls and the shared types);
+//! - PostgreSQL when `cluster.database_url` is set ([`pg`]), shared by every host.
+//!
+//! [`Store`] is an enum of the two, and each call is one `match`: a handler's call costs a
+//! branch, never a virtual call or an allocation, and each backend keeps its SQL dialect in
+//! its own files. Both run the same numbered migrations and keep the same semantics
+//! (case-insensitive unique e-mail, token families and replay revocation, increasing
+//! notification ids, RFC 3339 timestamps with milliseconds, the same [`StoreError`]s);
+//! `conformance.rs` runs one set of scenarios against both.
 //!
 //! Rules for everything under `store/`:
-//! - Calls block (on SQLite's busy timeout, or on the pool). They run only on a worker's thread
-//!   pool, never on the event loop; nothing here touches HTTP, sockets or mio.
-//! - Every value reaches SQL through a `?` placeholder; the only SQL built at run time is
+//! - Calls block (on SQLite's busy timeout, on PostgreSQL with a deadline, or on the pool).
+//!   They run only on a worker's thread pool, never on the event loop; nothing here touches
+//!   HTTP, sockets or mio.
+//! - Every value reaches SQL through a placeholder; the only SQL built at run time is
 //!   assembled from fixed fragments chosen by enums (filters, sort columns).
 //! - Connections are process-local: the supervisor calls [`Store::migrate`] (which closes its
 //!   connection) before fork; each worker calls [`Store::open`] after fork. A connection never
@@ -22,21 +31,19 @@ macro_rules! now_sql {
     };
 }
 
+#[cfg(test)]
+mod conformance;
 pub mod error;
 pub mod migrations;
 pub mod notifications;
+pub mod pg;
 pub mod posts;
+pub(crate) mod sqlite;
 pub mod tokens;
 pub mod users;
 
-use std::collections::VecDeque;
-use std::ops::{Deref, DerefMut};
+use std::fmt;
 use std::path::Path;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
-use std::{fmt, fs};
-
-use rusqlite::{Connection, OpenFlags};
 
 pub use error::StoreError;
 pub use notifications::Notification;
@@ -44,214 +51,226 @@ pub use posts::Post;
 pub use tokens::Rotation;
 pub use users::{NewUser, Role, User, UserChanges, UserQuery, UserRef, UserSort};
 
-/// How long SQLite retries a locked database before a call fails with `Unavailable`.
-const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
-/// How long a call waits for a free pooled connection before failing with `Unavailable`.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
-/// `PRAGMA cache_size` of every connection: 128 KiB (written negative, in KiB).
-const PAGE_CACHE_KIB: i64 = -128;
-/// Prepared statements kept per connection (the fixed ones plus the list variants).
-const STATEMENT_CACHE: usize = 64;
+use crate::config::{Config, DatabaseUrl};
+
 /// The largest page a list call returns, whatever the caller asks for.
 pub const MAX_LIMIT: u32 = 100;
 
-/// A process-local pool of SQLite connections; `Sync`, so the worker's pool threads share one.
-///
-/// Each call borrows a connection for its duration and gives it back; when all are in use the
-/// call waits (at most 5 s). Dropping the store closes the connections; [`Store::close`] also
-/// checkpoints the WAL first.
-pub struct Store {
-    pool: Mutex<Pool>,
-    returned: Condvar,
-    acquire_timeout: Duration,
+/// Where the data lives: what [`Store::migrate`] and [`Store::open`] take.
+#[derive(Clone, Copy, Debug)]
+pub enum Target<'a> {
+    /// An SQLite file (created by `migrate` when missing).
+    Sqlite(&'a Path),
+    /// A PostgreSQL database (`cluster.database_url`).
+    Postgres(&'a DatabaseUrl),
 }
 
-struct Pool {
-    /// Idle connections, taken from the front and given back at the end: every connection is
-    /// used in turn, so all of them reach their working size (page cache, prepared statements)
-    /// in the first seconds of load rather than one by one over minutes, when a burst first
-    /// needs the deepest one. A worker's memory is then flat after its warm-up.
-    idle: VecDeque<Connection>,
-    size: usize,
-    closed: bool,
+impl<'a> Target<'a> {
+    /// The configured backend: PostgreSQL when `cluster.database_url` is set, else the SQLite
+    /// file `db.path`.
+    pub fn of(config: &'a Config) -> Target<'a> {
+        match &config.cluster.database_url {
+            Some(url) => Target::Postgres(url),
+            None => Target::Sqlite(&config.db.path),
+        }
+    }
+}
+
+impl fmt::Display for Target<'_> {
+    /// The file's path, or the URL without its password: safe for logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Sqlite(path) => write!(f, "{}", path.display()),
+            Target::Postgres(url) => write!(f, "{url}"),
+        }
+    }
+}
+
+impl<'a> From<&'a Path> for Target<'a> {
+    fn from(path: &'a Path) -> Target<'a> {
+        Target::Sqlite(path)
+    }
+}
+
+impl<'a> From<&'a std::path::PathBuf> for Target<'a> {
+    fn from(path: &'a std::path::PathBuf) -> Target<'a> {
+        Target::Sqlite(path)
+    }
+}
+
+impl<'a> From<&'a Config> for Target<'a> {
+    fn from(config: &'a Config) -> Target<'a> {
+        Target::of(config)
+    }
+}
+
+/// The store a worker (or `forkd user create`) uses: `Sync`, shared by the pool's threads.
+pub struct Store(Backend);
+
+enum Backend {
+    Sqlite(sqlite::Sqlite),
+    // Boxed: its settings and pool are larger than the SQLite pool, and a store is made
+    // once per process.
+    Postgres(Box<pg::Pg>),
+}
+
+/// `$body` with `$s` bound to whichever backend this store is.
+macro_rules! dispatch {
+    ($store:expr, $s:ident => $body:expr) => {
+        match &$store.0 {
+            Backend::Sqlite($s) => $body,
+            Backend::Postgres($s) => $body,
+        }
+    };
 }
 
 impl Store {
-    /// Create the database file (and its parent directory) if needed, switch it to WAL and run
-    /// every pending migration; a no-op on an up-to-date database.
+    /// Bring the database to this binary's schema: create the SQLite file (and its directory)
+    /// if needed, or, on PostgreSQL, take an advisory lock so that hosts starting together
+    /// apply each migration once. A no-op when up to date; closes its connection on return.
     ///
-    /// Called once by the supervisor before fork, and by `forkd user create`. Safe while other
-    /// processes have the database open (it waits up to the busy timeout for their writes).
-    /// The connection it uses is closed before it returns.
-    pub fn migrate(path: &Path) -> Result<(), StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
+    /// Called once by the supervisor before fork (and on `SIGHUP`), and by `forkd user create`.
+    pub fn migrate<'a>(target: impl Into<Target<'a>>) -> Result<(), StoreError> {
+        match target.into() {
+            Target::Sqlite(path) => sqlite::Sqlite::migrate(path),
+            Target::Postgres(url) => pg::Pg::migrate(url),
         }
-        let mut conn = open_connection(path, true)?;
-        migrations::run(&mut conn)?;
-        conn.close().map_err(|(_, e)| StoreError::from(e))
     }
 
-    /// Open `pool_size` connections (at least one) to an existing, migrated database. Each has
-    /// WAL, `busy_timeout` 5000 ms, `foreign_keys` on and `synchronous = NORMAL`.
+    /// A pool of `pool_size` connections (at least one). SQLite opens them now and checks the
+    /// schema; PostgreSQL opens each on first use and again after a failure, so a worker
+    /// starts (and serves what needs no store) while the database is away.
     ///
-    /// Called in each worker after fork. Fails with `Unavailable` if the file is missing or its
-    /// schema is not this binary's latest (run [`Store::migrate`] first).
-    pub fn open(path: &Path, pool_size: usize) -> Result<Store, StoreError> {
-        let first = open_connection(path, false)?;
-        let (found, wanted) = (migrations::current_version(&first)?, migrations::latest_version());
-        if found != wanted {
-            return Err(StoreError::Unavailable(format!(
-                "{}: schema version {found}, expected {wanted}; run the migrations first",
-                path.display()
-            )));
-        }
-        let size = pool_size.max(1);
-        let mut idle = VecDeque::with_capacity(size);
-        idle.push_back(first);
-        for _ in 1..size {
-            idle.push_back(open_connection(path, false)?);
-        }
-        Ok(Store {
-            pool: Mutex::new(Pool { idle, size, closed: false }),
-            returned: Condvar::new(),
-            acquire_timeout: ACQUIRE_TIMEOUT,
-        })
+    /// Called in each worker after fork.
+    pub fn open<'a>(target: impl Into<Target<'a>>, pool_size: usize) -> Result<Store, StoreError> {
+        Ok(Store(match target.into() {
+            Target::Sqlite(path) => Backend::Sqlite(sqlite::Sqlite::open(path, pool_size)?),
+            Target::Postgres(url) => Backend::Postgres(Box::new(pg::Pg::open(url, pool_size)?)),
+        }))
     }
 
-    /// Cheap readiness probe: borrow a connection and run `SELECT 1`.
+    /// Cheap readiness probe (`SELECT 1` on a pooled connection).
     pub fn ping(&self) -> Result<(), StoreError> {
-        let conn = self.conn()?;
-        conn.prepare_cached("SELECT 1")?.query_row([], |_| Ok(()))?;
-        Ok(())
+        dispatch!(self, s => s.ping())
     }
 
-    /// Checkpoint the WAL (`TRUNCATE`) and close every connection. Later calls fail with
-    /// `Unavailable`; callers waiting for a connection are woken and fail too. Connections in
-    /// use right now are closed when their call finishes. Idempotent.
+    /// Close every connection (SQLite checkpoints its WAL first). Later calls fail with
+    /// `Unavailable`. Idempotent.
     pub fn close(&self) {
-        let idle = {
-            let mut pool = self.lock();
-            pool.closed = true;
-            std::mem::take(&mut pool.idle)
-        };
-        self.returned.notify_all();
-        if let Some(conn) = idle.front() {
-            let checkpoint = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0));
-            match checkpoint {
-                Ok(0) => {}
-                Ok(_) => log::debug!("store: WAL checkpoint incomplete (database busy)"),
-                Err(e) => log::warn!("store: WAL checkpoint failed: {e}"),
-            }
-        }
-        for conn in idle {
-            if let Err((_, e)) = conn.close() {
-                log::warn!("store: closing a connection failed: {e}");
-            }
-        }
+        dispatch!(self, s => s.close())
     }
 
-    /// Borrow a connection, waiting up to the acquire timeout when all are in use.
-    fn conn(&self) -> Result<PooledConn<'_>, StoreError> {
-        let pool = self.lock();
-        let (mut pool, _) = self
-            .returned
-            .wait_timeout_while(pool, self.acquire_timeout, |p| !p.closed && p.idle.is_empty())
-            .unwrap_or_else(PoisonError::into_inner);
-        if pool.closed {
-            return Err(StoreError::Unavailable("the store is closed".into()));
-        }
-        match pool.idle.pop_front() {
-            Some(conn) => Ok(PooledConn { store: self, conn: Some(conn) }),
-            None => Err(StoreError::Unavailable(format!(
-                "all {} database connections busy for {:?}",
-                pool.size, self.acquire_timeout
-            ))),
-        }
+    /// Create a user; `Duplicate("email")` if the e-mail is taken in any letter case.
+    pub fn create_user(&self, u: &NewUser<'_>) -> Result<User, StoreError> {
+        dispatch!(self, s => s.create_user(u))
     }
 
-    /// The pool state; a panic elsewhere while holding the lock cannot leave it inconsistent
-    /// (every critical section is a push, a pop or a flag), so poisoning is ignored.
-    fn lock(&self) -> MutexGuard<'_, Pool> {
-        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The user with this id, if any.
+    pub fn get_user(&self, id: i64) -> Result<Option<User>, StoreError> {
+        dispatch!(self, s => s.get_user(id))
+    }
+
+    /// The user with this id, if any, lent to `f` (without copying where the backend allows).
+    /// `f` runs while a connection is held: it must only look at the user, not call the store.
+    pub fn with_user<R>(&self, id: i64, f: impl FnOnce(UserRef<'_>) -> R) -> Result<Option<R>, StoreError> {
+        dispatch!(self, s => s.with_user(id, f))
+    }
+
+    /// The user with this e-mail (any letter case) and their password hash, for login.
+    pub fn user_by_email(&self, email: &str) -> Result<Option<(User, String)>, StoreError> {
+        dispatch!(self, s => s.user_by_email(email))
+    }
+
+    /// One page of users matching the filters, in the requested order; count and page from
+    /// one snapshot.
+    pub fn list_users(&self, q: &UserQuery) -> Result<Page<User>, StoreError> {
+        dispatch!(self, s => s.list_users(q))
+    }
+
+    /// Apply `c` to the user and bump `updated_at`; `None` if there is no such user.
+    pub fn update_user(&self, id: i64, c: &UserChanges) -> Result<Option<User>, StoreError> {
+        dispatch!(self, s => s.update_user(id, c))
+    }
+
+    /// Delete the user, their posts and their refresh tokens; `false` if there was no such user.
+    pub fn delete_user(&self, id: i64) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.delete_user(id))
+    }
+
+    /// Create a post by `user_id`. The user must exist (else an `Sql` error).
+    pub fn create_post(&self, user_id: i64, title: &str, body: &str) -> Result<Post, StoreError> {
+        dispatch!(self, s => s.create_post(user_id, title, body))
+    }
+
+    /// The post with this id, if any.
+    pub fn get_post(&self, id: i64) -> Result<Option<Post>, StoreError> {
+        dispatch!(self, s => s.get_post(id))
+    }
+
+    /// One page of `user_id`'s posts, newest (highest id) first.
+    pub fn list_posts(&self, user_id: i64, page: u32, limit: u32) -> Result<Page<Post>, StoreError> {
+        dispatch!(self, s => s.list_posts(user_id, page, limit))
+    }
+
+    /// Change the title and/or body (`None` keeps it) and bump `updated_at`; `None` if there is
+    /// no such post.
+    pub fn update_post(&self, id: i64, title: Option<&str>, body: Option<&str>) -> Result<Option<Post>, StoreError> {
+        dispatch!(self, s => s.update_post(id, title, body))
+    }
+
+    /// Delete the post; `false` if there was no such post.
+    pub fn delete_post(&self, id: i64) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.delete_post(id))
+    }
+
+    /// Store a live refresh token (by hash) in `family`, creating the family if it is new.
+    pub fn insert_refresh(
+        &self,
+        hash: &str,
+        family: &str,
+        user_id: i64,
+        expires_at_unix: i64,
+    ) -> Result<(), StoreError> {
+        dispatch!(self, s => s.insert_refresh(hash, family, user_id, expires_at_unix))
+    }
+
+    /// Spend `old_hash` and store `new_hash` in its family, atomically: unknown, revoked or
+    /// expired → `Invalid`; already spent → the family is revoked, `Reused`; else `Rotated`.
+    pub fn rotate_refresh(
+        &self,
+        old_hash: &str,
+        new_hash: &str,
+        now_unix: i64,
+        new_expires_unix: i64,
+    ) -> Result<Rotation, StoreError> {
+        dispatch!(self, s => s.rotate_refresh(old_hash, new_hash, now_unix, new_expires_unix))
+    }
+
+    /// Revoke the family `hash` belongs to (logout); returns whether the token was known.
+    pub fn revoke_family(&self, hash: &str) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.revoke_family(hash))
+    }
+
+    /// Delete every token family whose newest token expired at or before `now_unix`.
+    pub fn purge_expired_families(&self, now_unix: i64) -> Result<usize, StoreError> {
+        dispatch!(self, s => s.purge_expired_families(now_unix))
+    }
+
+    /// Store a notification; its id is above every id stored before it.
+    pub fn create_notification(&self, title: &str, body: &str) -> Result<Notification, StoreError> {
+        dispatch!(self, s => s.create_notification(title, body))
+    }
+
+    /// Up to `limit` notifications with an id above `after` (the newest ones), oldest first.
+    pub fn notifications_after(&self, after: i64, limit: usize) -> Result<Vec<Notification>, StoreError> {
+        dispatch!(self, s => s.notifications_after(after, limit))
     }
 }
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let pool = self.lock();
-        f.debug_struct("Store")
-            .field("size", &pool.size)
-            .field("idle", &pool.idle.len())
-            .field("closed", &pool.closed)
-            .finish()
+        dispatch!(self, s => s.fmt(f))
     }
-}
-
-/// A connection borrowed from the pool; goes back (or, once the store is closed, is closed)
-/// when dropped.
-struct PooledConn<'a> {
-    store: &'a Store,
-    conn: Option<Connection>,
-}
-
-impl Deref for PooledConn<'_> {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
-        self.conn.as_ref().expect("present until drop")
-    }
-}
-
-impl DerefMut for PooledConn<'_> {
-    fn deref_mut(&mut self) -> &mut Connection {
-        self.conn.as_mut().expect("present until drop")
-    }
-}
-
-impl Drop for PooledConn<'_> {
-    fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else { return };
-        let mut pool = self.store.lock();
-        if pool.closed {
-            drop(pool);
-            drop(conn);
-            return;
-        }
-        pool.idle.push_back(conn);
-        drop(pool);
-        self.store.returned.notify_one();
-    }
-}
-
-/// Open one connection and apply the per-connection settings.
-fn open_connection(path: &Path, create: bool) -> Result<Connection, StoreError> {
-    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    if create {
-        flags |= OpenFlags::SQLITE_OPEN_CREATE;
-    }
-    let conn = Connection::open_with_flags(path, flags).map_err(|e| match StoreError::from(e) {
-        StoreError::Unavailable(why) => StoreError::Unavailable(format!("{}: {why}", path.display())),
-        other => other,
-    })?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
-    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Sql(format!("{}: journal_mode is {mode}, WAL unavailable", path.display())));
-    }
-    conn.pragma_update(None, "foreign_keys", true)?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    // Each connection's page cache, in KiB (negative). SQLite's default is
-    // 2 MiB per connection: with `db.pool_size` connections per worker that is
-    // up to 20 MiB of private copies per worker, filled slowly as the database
-    // grows (a soak showed workers creeping up for 20 minutes; 5 000 logins on
-    // one worker: +1.5 MB at 512 KiB, +1.0 MB at 128 KiB, flat after ~2 000).
-    // The file's pages stay in the kernel's page cache, shared by every
-    // worker, so a smaller private cache costs a `pread` on a miss, not a disk
-    // read; the hot interior pages of a lookup stay cached.
-    conn.pragma_update(None, "cache_size", PAGE_CACHE_KIB)?;
-    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-    Ok(conn)
 }
 
 /// One page of a list, as the API returns it (`{items, total, page, pageSize, totalPages}`).
@@ -295,126 +314,8 @@ impl Paging {
 }
 
 #[cfg(test)]
-pub(crate) mod testutil {
-    //! A migrated store in a fresh temporary directory.
-    use super::*;
-
-    /// The directory must outlive the store, so both are returned.
-    pub(crate) fn store(pool_size: usize) -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("db").join("forkd.db");
-        Store::migrate(&path).expect("migrate");
-        let store = Store::open(&path, pool_size).expect("open");
-        (dir, store)
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Barrier;
-    use std::time::Instant;
-
-    #[test]
-    fn connections_are_used_in_turn() {
-        // A TEMP table is private to its connection: creating one succeeds exactly once per
-        // connection, so three creates in a row succeed only if three connections served them
-        // (a last-in-first-out pool would hand the same one back and fail the second).
-        let (_dir, store) = testutil::store(3);
-        for round in 0..3 {
-            let conn = store.conn().expect("conn");
-            conn.execute_batch("CREATE TEMP TABLE mark (x)").unwrap_or_else(|e| panic!("round {round}: {e}"));
-        }
-        let conn = store.conn().expect("conn");
-        assert!(conn.execute_batch("CREATE TEMP TABLE mark (x)").is_err(), "the fourth call is back on the first");
-    }
-
-    #[test]
-    fn migrate_twice_then_open() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("nested").join("forkd.db");
-        Store::migrate(&path).expect("first migrate creates dir and file");
-        Store::migrate(&path).expect("second migrate is a no-op");
-        let store = Store::open(&path, 2).expect("open");
-        store.ping().expect("ping");
-        // Migrating while another "process" holds connections is fine too.
-        Store::migrate(&path).expect("migrate while open");
-        let conn = store.conn().expect("conn");
-        assert_eq!(migrations::current_version(&conn).expect("version"), 2);
-        let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).expect("mode");
-        assert_eq!(mode, "wal");
-        let cache: i64 = conn.query_row("PRAGMA cache_size", [], |r| r.get(0)).expect("cache_size");
-        assert_eq!(cache, PAGE_CACHE_KIB, "each pooled connection's private page cache is bounded");
-    }
-
-    #[test]
-    fn open_without_migrate_fails_clearly() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let missing = dir.path().join("missing.db");
-        match Store::open(&missing, 1) {
-            Err(StoreError::Unavailable(msg)) => assert!(msg.contains("missing.db"), "{msg}"),
-            other => panic!("expected Unavailable, got {other:?}"),
-        }
-        assert!(!missing.exists(), "open must not create the file");
-
-        let empty = dir.path().join("empty.db");
-        drop(Connection::open(&empty).expect("create empty db"));
-        match Store::open(&empty, 1) {
-            Err(StoreError::Unavailable(msg)) => {
-                assert!(msg.contains("schema version 0, expected 2"), "{msg}")
-            }
-            other => panic!("expected Unavailable, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn close_makes_later_calls_unavailable() {
-        let (_dir, store) = testutil::store(2);
-        store.ping().expect("ping");
-        store.close();
-        store.close();
-        assert!(matches!(store.ping(), Err(StoreError::Unavailable(_))));
-    }
-
-    #[test]
-    fn two_threads_share_the_pool() {
-        let (_dir, store) = testutil::store(2);
-        let barrier = Barrier::new(2);
-        std::thread::scope(|s| {
-            for t in 0..2 {
-                let (store, barrier) = (&store, &barrier);
-                s.spawn(move || {
-                    let held = store.conn().expect("conn");
-                    barrier.wait(); // both connections are out at the same time
-                    drop(held);
-                    for i in 0..25 {
-                        let email = format!("t{t}-{i}@example.com");
-                        let new = NewUser { name: "n", email: &email, password_hash: "h", age: None, role: Role::User };
-                        store.create_user(&new).expect("create");
-                    }
-                });
-            }
-        });
-        let all = UserQuery { role: None, q: None, sort: vec![], page: 1, limit: 100 };
-        assert_eq!(store.list_users(&all).expect("list").total, 50);
-    }
-
-    #[test]
-    fn exhausted_pool_waits_then_times_out() {
-        let (_dir, mut store) = testutil::store(1);
-        store.acquire_timeout = Duration::from_millis(200);
-        let held = store.conn().expect("conn");
-        let start = Instant::now();
-        assert!(matches!(store.ping(), Err(StoreError::Unavailable(_))));
-        assert!(start.elapsed() >= Duration::from_millis(200));
-        // A connection given back wakes a waiter.
-        std::thread::scope(|s| {
-            let waiter = s.spawn(|| store.ping());
-            std::thread::sleep(Duration::from_millis(50));
-            drop(held);
-            waiter.join().expect("join").expect("ping after release");
-        });
-    }
 
     #[test]
     fn paging_math() {

@@ -3,7 +3,8 @@
 
 use rusqlite::{params, Row};
 
-use super::{Store, StoreError};
+use super::sqlite::Sqlite;
+use super::StoreError;
 
 /// A notification as streams and the API show it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -23,7 +24,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Notification> {
     Ok(Notification { id: r.get(0)?, title: r.get(1)?, body: r.get(2)?, created_at: r.get(3)? })
 }
 
-impl Store {
+impl Sqlite {
     /// Store a notification.
     pub fn create_notification(&self, title: &str, body: &str) -> Result<Notification, StoreError> {
         let conn = self.conn()?;
@@ -54,8 +55,8 @@ mod tests {
     fn stored_and_replayed_in_order_up_to_the_limit() {
         let dir = tempfile::tempdir().expect("tmp");
         let path = dir.path().join("n.db");
-        Store::migrate(&path).expect("migrate");
-        let s = Store::open(&path, 1).expect("open");
+        Sqlite::migrate(&path).expect("migrate");
+        let s = Sqlite::open(&path, 1).expect("open");
         let ids: Vec<i64> = (0..5).map(|i| s.create_notification(&format!("t{i}"), "b").expect("create").id).collect();
         let after: Vec<i64> = s.notifications_after(ids[1], 100).expect("after").iter().map(|n| n.id).collect();
         assert_eq!(after, ids[2..]);

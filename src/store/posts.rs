@@ -6,7 +6,8 @@
 
 use rusqlite::{params, OptionalExtension, Row};
 
-use super::{Page, Paging, Store, StoreError};
+use super::sqlite::Sqlite;
+use super::{Page, Paging, StoreError};
 
 /// The columns of [`Post`], in the order [`post_from_row`] reads them.
 macro_rules! post_cols {
@@ -33,7 +34,7 @@ pub struct Post {
     pub updated_at: String,
 }
 
-impl Store {
+impl Sqlite {
     /// Create a post by `user_id`. The user must exist (else a foreign-key `Sql` error).
     pub fn create_post(&self, user_id: i64, title: &str, body: &str) -> Result<Post, StoreError> {
         let conn = self.conn()?;
@@ -110,10 +111,11 @@ fn post_from_row(row: &Row<'_>) -> rusqlite::Result<Post> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{testutil, NewUser, Role};
+    use super::super::sqlite::testutil;
+    use super::super::{NewUser, Role};
     use super::*;
 
-    fn user(store: &Store, email: &str) -> i64 {
+    fn user(store: &Sqlite, email: &str) -> i64 {
         let new = NewUser { name: "u", email, password_hash: "h", age: None, role: Role::User };
         store.create_user(&new).expect("create user").id
     }

@@ -7,9 +7,10 @@
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
-use super::{Store, StoreError};
+use super::sqlite::Sqlite;
+use super::StoreError;
 
-/// The outcome of [`Store::rotate_refresh`].
+/// The outcome of [`Sqlite::rotate_refresh`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rotation {
     /// The old token is now spent and the new one is live, in the same family.
@@ -23,7 +24,7 @@ pub enum Rotation {
     Invalid,
 }
 
-impl Store {
+impl Sqlite {
     /// Store a live token (by hash) in `family`, creating the family if it is new.
     pub fn insert_refresh(
         &self,
@@ -104,14 +105,14 @@ impl Store {
     }
 }
 
-impl Store {
+impl Sqlite {
     /// Delete every token family whose newest token expired at or before
     /// `now_unix`, with its tokens (`ON DELETE CASCADE`); returns how many
     /// families went. Without it each login left rows behind for ever.
     ///
     /// A family with one live token is kept whole: its spent, expired tokens
     /// still reveal a replay (and revoke the family, see
-    /// [`Store::rotate_refresh`]) while a thief could race its owner.
+    /// [`Sqlite::rotate_refresh`]) while a thief could race its owner.
     pub fn purge_expired_families(&self, now_unix: i64) -> Result<usize, StoreError> {
         let conn = self.conn()?;
         let n = conn
@@ -132,12 +133,13 @@ fn revoke(conn: &rusqlite::Connection, family: &str) -> Result<(), StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{testutil, NewUser, Role};
+    use super::super::sqlite::testutil;
+    use super::super::{NewUser, Role};
     use super::*;
 
     const NOW: i64 = 1_800_000_000;
 
-    fn setup() -> (tempfile::TempDir, Store, i64) {
+    fn setup() -> (tempfile::TempDir, Sqlite, i64) {
         let (dir, store) = testutil::store(1);
         let new = NewUser { name: "u", email: "u@x.io", password_hash: "h", age: None, role: Role::User };
         let id = store.create_user(&new).expect("user").id;

@@ -2,15 +2,16 @@
 //! filters/sort/paging, update, delete).
 //!
 //! E-mail is unique case-insensitively (the column is `COLLATE NOCASE UNIQUE`) and stored as
-//! given. The password hash leaves this file only through [`Store::user_by_email`], for login;
+//! given. The password hash leaves this file only through [`Sqlite::user_by_email`], for login;
 //! [`User`] never carries it. No validation of lengths or formats happens here (that is the
 //! handlers' job) and nothing here knows about HTTP.
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Value, ValueRef};
 use rusqlite::{params, params_from_iter, OptionalExtension, Row, ToSql};
 
+use super::sqlite::Sqlite;
 pub use super::Page;
-use super::{Paging, Store, StoreError};
+use super::{Paging, StoreError};
 
 /// The columns of [`User`], in the order [`user_from_row`] reads them.
 macro_rules! user_cols {
@@ -81,7 +82,7 @@ pub struct User {
     pub updated_at: String,
 }
 
-/// A [`User`] whose text borrows from elsewhere (a database row: [`Store::with_user`]).
+/// A [`User`] whose text borrows from elsewhere (a database row: [`Sqlite::with_user`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct UserRef<'a> {
     /// Row id.
@@ -181,7 +182,7 @@ impl UserSort {
     }
 }
 
-/// Filters, sort and page for [`Store::list_users`].
+/// Filters, sort and page for [`Sqlite::list_users`].
 pub struct UserQuery {
     /// Only users with this role.
     pub role: Option<Role>,
@@ -197,7 +198,7 @@ pub struct UserQuery {
     pub limit: u32,
 }
 
-impl Store {
+impl Sqlite {
     /// Create a user; `Duplicate("email")` if the e-mail is taken in any letter case.
     pub fn create_user(&self, u: &NewUser<'_>) -> Result<User, StoreError> {
         let conn = self.conn()?;
@@ -322,7 +323,7 @@ fn user_from_row(row: &Row<'_>) -> rusqlite::Result<User> {
 }
 
 /// Make `text` match literally inside a `LIKE … ESCAPE '\'` pattern.
-fn escape_like(text: &str) -> String {
+pub(super) fn escape_like(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for ch in text.chars() {
         if matches!(ch, '\\' | '%' | '_') {
@@ -351,7 +352,8 @@ fn order_by(sort: &[(UserSort, bool)]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{testutil, Rotation};
+    use super::super::sqlite::testutil;
+    use super::super::Rotation;
     use super::*;
 
     fn new_user<'a>(name: &'a str, email: &'a str, age: Option<i64>, role: Role) -> NewUser<'a> {

@@ -255,8 +255,8 @@ impl Supervisor {
             Some(Ok(s)) => s,
             _ => rand::random(),
         };
-        crate::store::Store::migrate(&config.db.path)
-            .map_err(|e| io::Error::other(format!("database {}: {e}", config.db.path.display())))?;
+        let target = crate::store::Target::of(&config);
+        crate::store::Store::migrate(target).map_err(|e| io::Error::other(format!("database {target}: {e}")))?;
         dirs::prepare_download_dir(&config.download.dir);
         // SQLite's caches are freed with its connection; give the pages back so
         // the supervisor (and every worker forked from it) starts small.
@@ -551,8 +551,9 @@ impl Supervisor {
                 return;
             }
         };
-        if let Err(e) = crate::store::Store::migrate(&new.db.path) {
-            log::error!("SIGHUP: reload refused: database {}: {e}", new.db.path.display());
+        let target = crate::store::Target::of(&new);
+        if let Err(e) = crate::store::Store::migrate(target) {
+            log::error!("SIGHUP: reload refused: database {target}: {e}");
             return;
         }
         if new.download.dir != self.config.download.dir {

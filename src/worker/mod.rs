@@ -226,7 +226,7 @@ impl Worker {
         let config: &'static Config = Box::leak(Box::new(args.config.clone()));
         // Only the pool's threads use the store, so more connections than threads would never
         // be borrowed at once: they would only hold memory.
-        let store = Store::open(&config.db.path, config.db.pool_size.min(config.io.threads))
+        let store = Store::open(config, config.db.pool_size.min(config.io.threads))
             .map_err(|e| io::Error::other(format!("database: {e}")))?;
         // Hashing is pure CPU: no more lane threads than CPUs. Only lane
         // threads ever hold argon2 memory.

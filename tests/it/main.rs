@@ -17,6 +17,7 @@ mod logging;
 mod process;
 
 mod auth;
+mod cluster;
 mod cors;
 mod posts;
 mod store;

@@ -1,0 +1,257 @@
+//! One set of scenarios run against both backends, through [`Store`]: what the handlers rely
+//! on must hold on SQLite and on PostgreSQL alike. The PostgreSQL half needs a server
+//! (`FORKD_TEST_DATABASE_URL`, see `bin/pg-test-server`) and is skipped, saying so, without.
+
+use std::time::Duration;
+
+use super::*;
+
+/// The scenario `$f` as two tests: `$name::sqlite` and `$name::postgres`.
+macro_rules! both {
+    ($name:ident, $f:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn sqlite() {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let path = dir.path().join("forkd.db");
+                Store::migrate(&path).expect("migrate");
+                let store = Store::open(&path, 2).expect("open");
+                $f(&store);
+            }
+
+            #[test]
+            fn postgres() {
+                let Some(url) = pg::testutil::fresh_database(stringify!($name)) else { return };
+                Store::migrate(Target::Postgres(&url)).expect("migrate");
+                let store = Store::open(Target::Postgres(&url), 2).expect("open");
+                $f(&store);
+            }
+        }
+    };
+}
+
+fn new_user<'a>(name: &'a str, email: &'a str, age: Option<i64>, role: Role) -> NewUser<'a> {
+    NewUser { name, email, password_hash: "$argon2id$fake", age, role }
+}
+
+fn query(sort: Vec<(UserSort, bool)>) -> UserQuery {
+    UserQuery { role: None, q: None, sort, page: 1, limit: 20 }
+}
+
+const NOW: i64 = 1_800_000_000;
+
+both!(users_and_emails, |store: &Store| {
+    store.ping().expect("ping");
+    let alice = store.create_user(&new_user("Alice", "Alice@Example.com", Some(30), Role::Admin)).expect("create");
+    assert_eq!(alice.created_at, alice.updated_at);
+    assert_eq!(alice.created_at.len(), "2026-11-22T10:00:00.123Z".len(), "{}", alice.created_at);
+    assert!(alice.created_at.ends_with('Z') && alice.created_at.as_bytes()[10] == b'T', "{}", alice.created_at);
+    assert_eq!(store.get_user(alice.id).expect("get"), Some(alice.clone()));
+    assert_eq!(store.with_user(alice.id, |u| u == alice.borrowed()).expect("with_user"), Some(true));
+    assert_eq!(store.with_user(alice.id + 100, |_| ()).expect("with_user"), None);
+    let dup = store.create_user(&new_user("Other", "alice@EXAMPLE.COM", None, Role::User));
+    assert!(matches!(dup, Err(StoreError::Duplicate("email"))), "{dup:?}");
+    let (found, hash) = store.user_by_email("ALICE@example.com").expect("by email").expect("found");
+    assert_eq!((found, hash.as_str()), (alice.clone(), "$argon2id$fake"));
+    assert!(store.user_by_email("nobody@example.com").expect("by email").is_none());
+
+    let bob = store.create_user(&new_user("Bob", "bob@x.io", None, Role::User)).expect("create");
+    let taken = UserChanges { email: Some("BOB@X.IO".into()), ..Default::default() };
+    assert!(matches!(store.update_user(alice.id, &taken), Err(StoreError::Duplicate("email"))));
+    let recase = UserChanges { email: Some("ALICE@example.com".into()), age: Some(None), ..Default::default() };
+    let changed = store.update_user(alice.id, &recase).expect("own e-mail re-cased").expect("exists");
+    assert_eq!((changed.email.as_str(), changed.age, changed.name.as_str()), ("ALICE@example.com", None, "Alice"));
+    assert!(changed.updated_at >= alice.updated_at && changed.created_at == alice.created_at);
+    assert_eq!(store.update_user(9999, &UserChanges::default()).expect("update"), None);
+
+    let post = store.create_post(bob.id, "t", "b").expect("post");
+    store.insert_refresh("h1", "fam", bob.id, NOW + 100).expect("token");
+    assert!(store.delete_user(bob.id).expect("delete"));
+    assert!(!store.delete_user(bob.id).expect("delete again"));
+    assert_eq!(store.get_post(post.id).expect("get"), None, "posts go with their author");
+    assert_eq!(store.rotate_refresh("h1", "h2", NOW, NOW + 10).expect("rotate"), Rotation::Invalid);
+});
+
+both!(list_filters_sorts_and_pages, |store: &Store| {
+    let rows = [
+        ("b", Some(30), Role::User),
+        ("a", Some(30), Role::Admin),
+        ("c", None, Role::User),
+        ("B", Some(20), Role::User),
+        ("100% snake_case", Some(20), Role::User),
+        ("'; DROP TABLE users; --", None, Role::User),
+    ];
+    for (i, (name, age, role)) in rows.into_iter().enumerate() {
+        store.create_user(&new_user(name, &format!("u{i}@x.io"), age, role)).expect("create");
+    }
+    let names = |page: Page<User>| page.items.into_iter().map(|u| u.name).collect::<Vec<_>>();
+    let search =
+        |q: &str, role| names(store.list_users(&UserQuery { role, q: Some(q.into()), ..query(vec![]) }).expect("list"));
+    assert_eq!(search("0%", None), ["100% snake_case"]);
+    assert_eq!(search("E_C", None), ["100% snake_case"], "case-insensitive, `_` literal");
+    assert_eq!(search("x_c", None), Vec::<String>::new());
+    assert_eq!(search("'; drop", None), ["'; DROP TABLE users; --"]);
+    assert_eq!(search("", Some(Role::Admin)), ["a"]);
+    let sorted = |sort| names(store.list_users(&query(sort)).expect("list"));
+    assert_eq!(
+        sorted(vec![(UserSort::Name, false)]),
+        ["'; DROP TABLE users; --", "100% snake_case", "B", "a", "b", "c"],
+        "byte order"
+    );
+    assert_eq!(
+        sorted(vec![(UserSort::Age, false), (UserSort::Id, false)])[..2],
+        ["c".to_string(), "'; DROP TABLE users; --".to_string()],
+        "nulls first ascending"
+    );
+    assert_eq!(
+        sorted(vec![(UserSort::Age, true)])[4..],
+        ["c".to_string(), "'; DROP TABLE users; --".to_string()],
+        "nulls last descending"
+    );
+    let by_email_desc = store.list_users(&query(vec![(UserSort::Email, true)])).expect("list");
+    assert_eq!(by_email_desc.items.first().map(|u| u.email.as_str()), Some("u5@x.io"));
+    let page = store.list_users(&UserQuery { page: 2, limit: 4, ..query(vec![]) }).expect("list");
+    assert_eq!((page.total, page.total_pages, page.items.len(), page.items[0].id), (6, 2, 2, 5));
+    let past = store.list_users(&UserQuery { page: 9, limit: 4, ..query(vec![]) }).expect("list");
+    assert_eq!((past.total, past.items.len()), (6, 0));
+});
+
+both!(posts_newest_first, |store: &Store| {
+    let a = store.create_user(&new_user("a", "a@x.io", None, Role::User)).expect("user").id;
+    for i in 0..5 {
+        store.create_post(a, &format!("a{i}"), "").expect("create");
+    }
+    let page = store.list_posts(a, 1, 2).expect("list");
+    let titles: Vec<&str> = page.items.iter().map(|p| p.title.as_str()).collect();
+    assert_eq!((titles, page.total, page.total_pages), (vec!["a4", "a3"], 5, 3));
+    let first = page.items[0].clone();
+    let edited = store.update_post(first.id, None, Some("body")).expect("update").expect("exists");
+    assert_eq!((edited.title.as_str(), edited.body.as_str(), edited.created_at), ("a4", "body", first.created_at));
+    assert_eq!(store.update_post(9999, Some("x"), None).expect("update"), None);
+    assert!(store.delete_post(first.id).expect("delete"));
+    assert!(!store.delete_post(first.id).expect("delete again"));
+    assert!(matches!(store.create_post(9999, "t", "b"), Err(StoreError::Sql(_))), "unknown author");
+    assert_eq!(store.list_posts(9999, 1, 20).expect("list").total, 0);
+});
+
+both!(refresh_families, |store: &Store| {
+    let uid = store.create_user(&new_user("u", "u@x.io", None, Role::User)).expect("user").id;
+    store.insert_refresh("h1", "fam", uid, NOW + 100).expect("insert");
+    assert!(matches!(store.insert_refresh("h1", "fam", uid, NOW), Err(StoreError::Duplicate("hash"))));
+    assert_eq!(store.rotate_refresh("h1", "h2", NOW, NOW + 200).expect("rotate"), Rotation::Rotated { user_id: uid });
+    assert_eq!(store.rotate_refresh("h1", "h3", NOW, NOW + 200).expect("reuse"), Rotation::Reused);
+    assert_eq!(store.rotate_refresh("h2", "h4", NOW, NOW + 200).expect("revoked"), Rotation::Invalid);
+    assert_eq!(store.rotate_refresh("nope", "h5", NOW, NOW + 200).expect("unknown"), Rotation::Invalid);
+    store.insert_refresh("e1", "expired", uid, NOW).expect("insert");
+    assert_eq!(store.rotate_refresh("e1", "e2", NOW, NOW + 200).expect("expired"), Rotation::Invalid);
+    store.insert_refresh("l1", "live", uid, NOW + 10).expect("insert");
+    assert_eq!(store.rotate_refresh("l1", "l2", NOW, NOW + 200).expect("rotate"), Rotation::Rotated { user_id: uid });
+    assert!(store.revoke_family("g0").is_ok_and(|known| !known));
+    store.insert_refresh("g1", "gone", uid, NOW + 100).expect("insert");
+    assert!(store.revoke_family("g1").expect("logout"));
+    assert_eq!(store.rotate_refresh("g1", "g2", NOW, NOW + 200).expect("after logout"), Rotation::Invalid);
+    // "expired" and "gone" have no token alive at NOW + 150; "fam" (h2) and "live" (l2) do,
+    // and "live" keeps its spent l1.
+    assert_eq!(store.purge_expired_families(NOW + 150).expect("purge"), 2);
+    assert_eq!(store.purge_expired_families(NOW + 150).expect("again"), 0);
+    assert_eq!(store.rotate_refresh("l1", "l3", NOW + 150, NOW + 300).expect("replay"), Rotation::Reused);
+});
+
+both!(one_of_two_concurrent_rotations_wins, |store: &Store| {
+    let uid = store.create_user(&new_user("u", "u@x.io", None, Role::User)).expect("user").id;
+    for round in 0..5 {
+        let (old, family) = (format!("r{round}"), format!("f{round}"));
+        store.insert_refresh(&old, &family, uid, NOW + 100).expect("insert");
+        let barrier = std::sync::Barrier::new(2);
+        let outcomes: Vec<Rotation> = std::thread::scope(|s| {
+            let spawn = |n: u8| {
+                let (old, barrier) = (&old, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    store.rotate_refresh(old, &format!("{old}-{n}"), NOW, NOW + 200).expect("rotate")
+                })
+            };
+            let (a, b) = (spawn(1), spawn(2));
+            vec![a.join().expect("join"), b.join().expect("join")]
+        });
+        assert!(
+            outcomes.contains(&Rotation::Rotated { user_id: uid }) && outcomes.contains(&Rotation::Reused),
+            "{outcomes:?}"
+        );
+    }
+});
+
+both!(notifications_replay_in_order, |store: &Store| {
+    let ids: Vec<i64> = (0..5).map(|i| store.create_notification(&format!("t{i}"), "b").expect("create").id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let after: Vec<i64> = store.notifications_after(ids[1], 100).expect("after").iter().map(|n| n.id).collect();
+    assert_eq!(after, ids[2..]);
+    let newest: Vec<i64> = store.notifications_after(0, 2).expect("after").iter().map(|n| n.id).collect();
+    assert_eq!(newest, ids[3..]);
+});
+
+both!(closed_store_is_unavailable, |store: &Store| {
+    store.ping().expect("ping");
+    store.close();
+    store.close();
+    assert!(matches!(store.ping(), Err(StoreError::Unavailable(_))));
+});
+
+#[test]
+fn postgres_unmigrated_database_is_refused_then_served_after_migrate() {
+    let Some(url) = pg::testutil::fresh_database("unmigrated") else { return };
+    let store = Store::open(Target::Postgres(&url), 1).expect("open connects to nothing");
+    match store.ping() {
+        Err(StoreError::Unavailable(m)) => assert!(m.contains("schema version 0, expected 2"), "{m}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    // Two hosts migrating at once: the advisory lock makes one wait, both succeed.
+    std::thread::scope(|s| {
+        let a = s.spawn(|| Store::migrate(Target::Postgres(&url)));
+        let b = s.spawn(|| Store::migrate(Target::Postgres(&url)));
+        a.join().expect("join").expect("migrate a");
+        b.join().expect("join").expect("migrate b");
+    });
+    store.ping().expect("served once migrated, without reopening");
+}
+
+#[test]
+fn postgres_unreachable_fails_fast_as_unavailable() {
+    // A port nothing listens on: refused at once, never a hang.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    let url: crate::config::DatabaseUrl = format!("postgres://forkd@127.0.0.1:{port}/forkd").parse().expect("url");
+    let start = std::time::Instant::now();
+    assert!(matches!(Store::migrate(Target::Postgres(&url)), Err(StoreError::Unavailable(_))));
+    let store = Store::open(Target::Postgres(&url), 2).expect("open is lazy");
+    match store.ping() {
+        Err(StoreError::Unavailable(m)) => assert!(m.contains(&format!("127.0.0.1:{port}")), "{m}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+}
+
+#[test]
+fn postgres_that_never_answers_is_bounded_by_the_connect_timeout_then_fails_at_once() {
+    // A socket that completes the TCP handshake (the kernel's backlog) but never speaks:
+    // what a paused server or a stuck proxy looks like to a new connection.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let url: crate::config::DatabaseUrl = format!("postgres://forkd@127.0.0.1:{port}/forkd").parse().expect("url");
+    let store = Store::open(Target::Postgres(&url), 2).expect("open is lazy");
+    let start = std::time::Instant::now();
+    assert!(matches!(store.ping(), Err(StoreError::Unavailable(_))));
+    let first = start.elapsed();
+    assert!(first >= Duration::from_millis(1500) && first < Duration::from_secs(4), "{first:?}");
+    // Right after, calls do not wait again: a pool thread is not held per request.
+    let start = std::time::Instant::now();
+    match store.ping() {
+        Err(StoreError::Unavailable(m)) => assert!(m.contains("next one in"), "{m}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_millis(100), "{:?}", start.elapsed());
+    drop(listener);
+}

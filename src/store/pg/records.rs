@@ -1,0 +1,210 @@
+//! Posts, refresh tokens and notifications on PostgreSQL: the calls of `store/posts.rs`,
+//! `store/tokens.rs` and `store/notifications.rs` in PostgreSQL's dialect.
+//!
+//! Token rotation reads the token and its family `FOR UPDATE`: two hosts rotating the same
+//! token at once are serialised on those rows, and the second sees the first's `spent_at`
+//! (READ COMMITTED re-reads a locked row once it is released), so exactly one rotates and
+//! the other revokes the family, as SQLite's `BEGIN IMMEDIATE` guarantees on one host.
+//! Notification ids come from a sequence: increasing, so `Last-Event-ID` replay works.
+
+use tokio_postgres::Row;
+
+use super::super::{Notification, Page, Paging, Post, Rotation};
+use super::{pg_now, Fail, Pg};
+use crate::store::StoreError;
+
+/// The columns of [`Post`], in the order [`post_from_row`] reads them.
+macro_rules! post_cols {
+    () => {
+        "id, user_id, title, body, created_at, updated_at"
+    };
+}
+
+impl Pg {
+    /// See `Store::create_post`.
+    pub(crate) fn create_post(&self, user_id: i64, title: &str, body: &str) -> Result<Post, StoreError> {
+        self.call(|s| {
+            let sql = concat!(
+                "INSERT INTO posts (user_id, title, body, created_at, updated_at) VALUES ($1, $2, $3, ",
+                pg_now!(),
+                ", ",
+                pg_now!(),
+                ") RETURNING ",
+                post_cols!()
+            );
+            post_from_row(&s.query_one(sql, &[&user_id, &title, &body])?)
+        })
+    }
+
+    /// See `Store::get_post`.
+    pub(crate) fn get_post(&self, id: i64) -> Result<Option<Post>, StoreError> {
+        self.call(|s| {
+            let row = s.query_opt(concat!("SELECT ", post_cols!(), " FROM posts WHERE id = $1"), &[&id])?;
+            row.as_ref().map(post_from_row).transpose()
+        })
+    }
+
+    /// See `Store::list_posts`: the count and the page in one read-only snapshot.
+    pub(crate) fn list_posts(&self, user_id: i64, page: u32, limit: u32) -> Result<Page<Post>, StoreError> {
+        let paging = Paging::new(page, limit);
+        let (limit, offset) = (i64::from(paging.limit), paging.offset());
+        self.call(|s| {
+            s.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
+            let total: i64 = s.query_one("SELECT count(*) FROM posts WHERE user_id = $1", &[&user_id])?.try_get(0)?;
+            let sql =
+                concat!("SELECT ", post_cols!(), " FROM posts WHERE user_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3");
+            let items =
+                s.query(sql, &[&user_id, &limit, &offset])?.iter().map(post_from_row).collect::<Result<Vec<_>, _>>()?;
+            s.commit()?;
+            Ok(paging.finish(items, total))
+        })
+    }
+
+    /// See `Store::update_post`.
+    pub(crate) fn update_post(
+        &self,
+        id: i64,
+        title: Option<&str>,
+        body: Option<&str>,
+    ) -> Result<Option<Post>, StoreError> {
+        self.call(|s| {
+            let sql = concat!(
+                "UPDATE posts SET title = COALESCE($1, title), body = COALESCE($2, body), updated_at = ",
+                pg_now!(),
+                " WHERE id = $3 RETURNING ",
+                post_cols!()
+            );
+            s.query_opt(sql, &[&title, &body, &id])?.as_ref().map(post_from_row).transpose()
+        })
+    }
+
+    /// See `Store::delete_post`.
+    pub(crate) fn delete_post(&self, id: i64) -> Result<bool, StoreError> {
+        self.call(|s| Ok(s.execute("DELETE FROM posts WHERE id = $1", &[&id])? > 0))
+    }
+
+    /// See `Store::insert_refresh`.
+    pub(crate) fn insert_refresh(
+        &self,
+        hash: &str,
+        family: &str,
+        user_id: i64,
+        expires_at_unix: i64,
+    ) -> Result<(), StoreError> {
+        self.call(|s| {
+            s.begin("")?;
+            s.execute(
+                "INSERT INTO token_families (family, user_id) VALUES ($1, $2) ON CONFLICT (family) DO NOTHING",
+                &[&family, &user_id],
+            )?;
+            s.execute(
+                "INSERT INTO refresh_tokens (hash, family, user_id, expires_at) VALUES ($1, $2, $3, $4)",
+                &[&hash, &family, &user_id, &expires_at_unix],
+            )?;
+            s.commit()
+        })
+    }
+
+    /// See `Store::rotate_refresh`.
+    pub(crate) fn rotate_refresh(
+        &self,
+        old_hash: &str,
+        new_hash: &str,
+        now_unix: i64,
+        new_expires_unix: i64,
+    ) -> Result<Rotation, StoreError> {
+        let outcome = self.call(|s| {
+            s.begin("")?;
+            let found = s.query_opt(
+                "SELECT t.family, t.user_id, t.expires_at, t.spent_at IS NOT NULL, f.revoked \
+                 FROM refresh_tokens t JOIN token_families f ON f.family = t.family WHERE t.hash = $1 FOR UPDATE",
+                &[&old_hash],
+            )?;
+            // Returning without COMMIT rolls back (nothing was written).
+            let Some(row) = found else { return Ok(Rotation::Invalid) };
+            let (family, user_id, expires_at, spent, revoked): (String, i64, i64, bool, bool) =
+                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?, row.try_get(4)?);
+            if revoked {
+                return Ok(Rotation::Invalid);
+            }
+            if spent {
+                s.execute("UPDATE token_families SET revoked = true WHERE family = $1", &[&family])?;
+                s.commit()?;
+                return Ok(Rotation::Reused);
+            }
+            if expires_at <= now_unix {
+                return Ok(Rotation::Invalid);
+            }
+            s.execute("UPDATE refresh_tokens SET spent_at = $1 WHERE hash = $2", &[&now_unix, &old_hash])?;
+            s.execute(
+                "INSERT INTO refresh_tokens (hash, family, user_id, expires_at) VALUES ($1, $2, $3, $4)",
+                &[&new_hash, &family, &user_id, &new_expires_unix],
+            )?;
+            s.commit()?;
+            Ok(Rotation::Rotated { user_id })
+        })?;
+        if outcome == Rotation::Reused {
+            log::warn!("store: refresh token re-used; family revoked");
+        }
+        Ok(outcome)
+    }
+
+    /// See `Store::revoke_family`: one statement (a known token always has its family).
+    pub(crate) fn revoke_family(&self, hash: &str) -> Result<bool, StoreError> {
+        self.call(|s| {
+            let sql = "UPDATE token_families SET revoked = true \
+                       WHERE family = (SELECT family FROM refresh_tokens WHERE hash = $1)";
+            Ok(s.execute(sql, &[&hash])? > 0)
+        })
+    }
+
+    /// See `Store::purge_expired_families`.
+    pub(crate) fn purge_expired_families(&self, now_unix: i64) -> Result<usize, StoreError> {
+        self.call(|s| {
+            let n = s.execute(
+                "DELETE FROM token_families WHERE family IN \
+                 (SELECT family FROM refresh_tokens GROUP BY family HAVING max(expires_at) <= $1)",
+                &[&now_unix],
+            )?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+    }
+
+    /// See `Store::create_notification`.
+    pub(crate) fn create_notification(&self, title: &str, body: &str) -> Result<Notification, StoreError> {
+        self.call(|s| {
+            let sql = concat!(
+                "INSERT INTO notifications (title, body, created_at) VALUES ($1, $2, ",
+                pg_now!(),
+                ") RETURNING id, title, body, created_at"
+            );
+            notification_from_row(&s.query_one(sql, &[&title, &body])?)
+        })
+    }
+
+    /// See `Store::notifications_after`.
+    pub(crate) fn notifications_after(&self, after: i64, limit: usize) -> Result<Vec<Notification>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.call(|s| {
+            let sql = "SELECT id, title, body, created_at FROM \
+                       (SELECT * FROM notifications WHERE id > $1 ORDER BY id DESC LIMIT $2) newest ORDER BY id";
+            s.query(sql, &[&after, &limit])?.iter().map(notification_from_row).collect()
+        })
+    }
+}
+
+/// Map a row selected with `post_cols!()` (columns 0..=5).
+fn post_from_row(row: &Row) -> Result<Post, Fail> {
+    Ok(Post {
+        id: row.try_get(0)?,
+        user_id: row.try_get(1)?,
+        title: row.try_get(2)?,
+        body: row.try_get(3)?,
+        created_at: row.try_get(4)?,
+        updated_at: row.try_get(5)?,
+    })
+}
+
+fn notification_from_row(row: &Row) -> Result<Notification, Fail> {
+    Ok(Notification { id: row.try_get(0)?, title: row.try_get(1)?, body: row.try_get(2)?, created_at: row.try_get(3)? })
+}
