@@ -255,3 +255,50 @@ fn postgres_that_never_answers_is_bounded_by_the_connect_timeout_then_fails_at_o
     assert!(start.elapsed() < Duration::from_millis(100), "{:?}", start.elapsed());
     drop(listener);
 }
+
+#[test]
+fn postgres_notification_ids_commit_in_the_order_they_are_drawn() {
+    use std::str::FromStr;
+    assert!(pg::records::INSERT_NOTIFICATION.contains(&pg::records::NOTIFY_LOCK_KEY.to_string()));
+    let Some(url) = pg::testutil::fresh_database("notify_order") else { return };
+    Store::migrate(Target::Postgres(&url)).expect("migrate");
+    let store = Store::open(Target::Postgres(&url), 2).expect("open");
+    // Another host's insert: its id drawn, its transaction not yet committed.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let config = tokio_postgres::Config::from_str(url.expose()).expect("url parses");
+    let client = rt.block_on(async {
+        let (client, conn) = config.connect(tokio_postgres::NoTls).await.expect("connect");
+        tokio::spawn(conn);
+        client.batch_execute("BEGIN").await.expect("begin");
+        client
+    });
+    let first: i64 = rt
+        .block_on(client.query_one(pg::records::INSERT_NOTIFICATION, &[&"first", &"b"]))
+        .expect("insert in the open transaction")
+        .get(0);
+    std::thread::scope(|scope| {
+        let second = scope.spawn(|| store.create_notification("second", "b"));
+        // The second insert must wait for the first's lock (bounded readiness check, no sleep
+        // standing in for it): without the lock it would commit a larger id at once while the
+        // first, smaller one is still invisible, and a replay from the larger would skip it.
+        let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                       AND objid = $1 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+        // A 64-bit advisory key shows in pg_locks as classid (high half) and objid (low half).
+        let objid = u32::try_from(pg::records::NOTIFY_LOCK_KEY & 0xffff_ffff).expect("low half");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let n: i64 = rt.block_on(client.query_one(waiting, &[&objid])).expect("pg_locks").get(0);
+            if n == 1 {
+                break;
+            }
+            assert!(!second.is_finished(), "the second insert did not wait for the first to commit");
+            assert!(std::time::Instant::now() < deadline, "the second insert never waited on the lock");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        rt.block_on(client.batch_execute("COMMIT")).expect("commit");
+        let second = second.join().expect("join").expect("second insert");
+        assert!(second.id > first, "{} after {first}", second.id);
+        let replay: Vec<i64> = store.notifications_after(0, 10).expect("replay").iter().map(|n| n.id).collect();
+        assert_eq!(replay, vec![first, second.id]);
+    });
+}

@@ -32,7 +32,7 @@
 
 mod error;
 mod migrate;
-mod records;
+pub(crate) mod records;
 mod users;
 
 use std::collections::{HashMap, VecDeque};

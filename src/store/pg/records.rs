@@ -5,13 +5,31 @@
 //! token at once are serialised on those rows, and the second sees the first's `spent_at`
 //! (READ COMMITTED re-reads a locked row once it is released), so exactly one rotates and
 //! the other revokes the family, as SQLite's `BEGIN IMMEDIATE` guarantees on one host.
-//! Notification ids come from a sequence: increasing, so `Last-Event-ID` replay works.
+//! Notification ids come from a sequence, taken under a transaction-scoped advisory lock
+//! ("notif" in ASCII): ids are committed in the order they are drawn, so a replay
+//! `WHERE id > last` can never pass over a row that commits later with a smaller id (two
+//! hosts inserting at once would otherwise commit 8 after 9 while an SSE reader already
+//! resumed from 9). SQLite's single writer gives that order for free.
 
 use tokio_postgres::Row;
 
 use super::super::{Notification, Page, Paging, Post, Rotation};
 use super::{pg_now, Fail, Pg};
 use crate::store::StoreError;
+
+/// The advisory lock that orders notification inserts ("notif" in ASCII; the migration
+/// lock is "forkd"), written as a literal in [`INSERT_NOTIFICATION`]; the test checks both.
+#[cfg(test)]
+pub(crate) const NOTIFY_LOCK_KEY: i64 = 0x6e_6f74_6966;
+
+/// Insert a notification with the lock held: the row source is the lock call, so the id
+/// default (`nextval`) is drawn only once the lock is granted, and the lock, being
+/// transaction-scoped, is released by the commit.
+pub(crate) const INSERT_NOTIFICATION: &str = concat!(
+    "INSERT INTO notifications (title, body, created_at) SELECT $1::text, $2::text, ",
+    pg_now!(),
+    " FROM (SELECT pg_advisory_xact_lock(474316302694)) AS serial RETURNING id, title, body, created_at"
+);
 
 /// The columns of [`Post`], in the order [`post_from_row`] reads them.
 macro_rules! post_cols {
@@ -170,16 +188,10 @@ impl Pg {
         })
     }
 
-    /// See `Store::create_notification`.
+    /// See `Store::create_notification`: one statement, so one transaction, that takes
+    /// the notification lock before `nextval` and keeps it until it commits.
     pub(crate) fn create_notification(&self, title: &str, body: &str) -> Result<Notification, StoreError> {
-        self.call(|s| {
-            let sql = concat!(
-                "INSERT INTO notifications (title, body, created_at) VALUES ($1, $2, ",
-                pg_now!(),
-                ") RETURNING id, title, body, created_at"
-            );
-            notification_from_row(&s.query_one(sql, &[&title, &body])?)
-        })
+        self.call(|s| notification_from_row(&s.query_one(INSERT_NOTIFICATION, &[&title, &body])?))
     }
 
     /// See `Store::notifications_after`.
