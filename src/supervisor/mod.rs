@@ -13,6 +13,7 @@ mod dirs;
 mod listen;
 mod notify;
 mod pidfile;
+mod redis;
 mod table;
 
 use std::io;
@@ -98,7 +99,21 @@ struct Supervisor {
     next_memory_check: Instant,
     next_heartbeat_check: Instant,
     next_watchdog: Option<Instant>,
+    /// The Redis bridge, with `cluster.redis_url` (see `redis`).
+    redis: Option<redis::Bridge>,
 }
+
+/// TEMPORARY, until the `[cluster]` configuration section lands: where
+/// `cluster.redis_url` is read from. The one place to replace with
+/// `config.cluster.redis_url` when it exists; everything else takes the
+/// parsed [`crate::redis::RedisTarget`]. (Not a `FORKD_*` name: the
+/// configuration refuses unknown `FORKD_*` variables.)
+fn cluster_redis_url(_config: &Config) -> String {
+    std::env::var(CLUSTER_REDIS_URL_VAR).unwrap_or_default()
+}
+
+/// The variable [`cluster_redis_url`] reads (temporary, see there).
+const CLUSTER_REDIS_URL_VAR: &str = "FORKDTMP_CLUSTER_REDIS_URL";
 
 /// A configuration reload in progress: slots still to replace, and the
 /// replacement currently starting (slot, new pid, when it was forked).
@@ -261,7 +276,16 @@ impl Supervisor {
         // the supervisor (and every worker forked from it) starts small.
         sys::trim_heap();
         let region = Region::create()?;
-        region.rate.init(rand::random());
+        let redis_target = crate::redis::parse_url(&cluster_redis_url(&config))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("cluster.redis_url {e}")))?;
+        match &redis_target {
+            // Every host places a key alike and counts the same windows (see `redis`).
+            Some(_) => {
+                region.rate.init(redis::shared_seed(&secret));
+                region.rate.enable_sync(redis::clock_offset_ms());
+            }
+            None => region.rate.init(rand::random()),
+        }
         // Upstream names are resolved here, once: a worker's loop never calls the resolver.
         let endpoints = crate::upstream::wire::Endpoints::resolve(&config)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("upstream: {e}")))?;
@@ -351,6 +375,8 @@ impl Supervisor {
             config.environment
         );
         let poll = Poll::new()?;
+        let window_ms = config.rate_limit.window.as_millis() as u64;
+        let redis = redis_target.map(|t| redis::Bridge::new(t, &region.rate, region, window_ms));
         // Start-up ran most of the code this process will ever run (config,
         // migrations, TLS roots); its loop needs a few pages of it.
         sys::drop_code_pages();
@@ -382,6 +408,7 @@ impl Supervisor {
             notifier,
             stopping: None,
             ready: false,
+            redis,
         })
     }
 
@@ -400,9 +427,15 @@ impl Supervisor {
                 match ev.token() {
                     SIGNALS => {}
                     UPGRADE => self.on_upgrade_pipe(),
+                    t @ (redis::CMD | redis::SUB) => {
+                        if let Some(r) = self.redis.as_mut() {
+                            r.ready(self.poll.registry(), t);
+                        }
+                    }
                     t => self.on_bus(t.0 - 1),
                 }
             }
+            self.step_redis();
             self.signals.drain();
             self.reap();
             let stops =
@@ -734,6 +767,7 @@ impl Supervisor {
         consider(Some(self.next_heartbeat_check));
         consider(self.next_watchdog);
         consider(self.stopping);
+        consider(self.redis.as_ref().map(redis::Bridge::deadline));
         for s in &self.slots {
             consider(s.respawn_at);
         }
@@ -891,6 +925,20 @@ impl Supervisor {
                 if *other != record {
                     ep.send(msg.clone());
                 }
+            }
+            if let Some(r) = self.redis.as_mut() {
+                r.publish(self.poll.registry(), &msg);
+            }
+        }
+    }
+
+    /// The Redis bridge's timers; what other hosts published goes to every local worker.
+    fn step_redis(&mut self) {
+        let Some(r) = self.redis.as_mut() else { return };
+        r.tick(self.poll.registry());
+        for msg in r.take_inbound() {
+            for ep in self.bus.values_mut() {
+                ep.send(msg.clone());
             }
         }
     }
