@@ -412,6 +412,19 @@ impl RateTable {
         }
     }
 
+    /// What bucket `index` holds now, if anything (supervisor only: whether a
+    /// key it sent is still there, in the same window).
+    pub fn bucket(&self, index: usize) -> Option<Counted> {
+        let b = self.sets.get(index / WAYS)?.ways.get(index % WAYS)?;
+        let word = b.word.load(Ordering::Acquire);
+        (word != 0).then(|| Counted { index, tag: tag_of(word), window: window_of(word), count: count_of(word) })
+    }
+
+    /// The window number `now_ms` (monotonic) falls in, on the table's clock.
+    pub fn window_at(&self, now_ms: u64, window_ms: u64) -> u64 {
+        (self.clock(now_ms).1 / window_ms.max(1)) & WINDOW_MASK
+    }
+
     /// Record the other hosts' count for bucket `index`'s key and window
     /// (supervisor only, from Redis' answer).
     pub fn set_remote(&self, index: usize, tag: u64, window: u64, count: u64) {

@@ -5,7 +5,7 @@
 //!
 //! Two non-blocking connections ([`crate::redis::conn`]) on the supervisor's poll:
 //!
-//! - **Commands** (pipelined): every [`FLUSH_EVERY`] the rate table's sets hit
+//! - **Commands** (pipelined): every flush the rate table's sets hit
 //!   since the last flush are read ([`RateTable::drain_dirty`]); for each
 //!   bucket, the hits not yet sent go out as `INCRBY` (with `PEXPIRE`) on a key
 //!   named by the bucket's identity (set, tag, window number: the same on every
@@ -22,11 +22,15 @@
 //!   this host's own are skipped by their host id. One channel for every topic
 //!   and one publishing connection keep each publisher's order.
 //!
-//! **Overshoot.** A host learns the others' counts once per flush (plus a
-//! round trip), so for one key the limit can be passed by what the hosts
-//! admit on stale knowledge: at most `hosts × r × (FLUSH_EVERY + RTT)` for a
-//! per-host rate `r` on that key, and never more than `(hosts − 1) × max`
-//! per window (each host alone still holds `max`).
+//! **Overshoot.** A host decides on its own count plus the others' as last
+//! heard: after its own flush (every [`FLUSH_EVERY`] while it counts, the first
+//! one up to 20 ms after an idle spell) or a refresh ([`REFRESH_EVERY`], for
+//! keys it stopped hitting), plus a round trip. For one key the limit can be
+//! passed by what the hosts admit on that stale view: at most
+//! `hosts × r × (lag)` for a per-host rate `r` on that key, lag ≤ 20 ms + RTT
+//! (≤ 5 ms + RTT once the key is busy), and never more than `(hosts − 1) × max`
+//! per window (each host alone still holds `max`). Measured (two hosts, one
+//! loopback Redis, `tests/it/redis.rs`): see `docs/architecture.md`.
 //!
 //! **Redis down.** The table's other-hosts counts stop applying
 //! ([`RateTable::set_remote_on`]), so each host limits on its own count;
@@ -55,8 +59,15 @@ use crate::shm::Region;
 pub const CMD: Token = Token(usize::MAX - 1);
 /// Poll token of the subscriber connection.
 pub const SUB: Token = Token(usize::MAX - 2);
-/// How often the rate table's new hits are sent to Redis.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(20);
+/// How often the rate table's new hits are sent to Redis while hits come.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(5);
+/// The same when the last flush found nothing (an idle supervisor wakes less).
+const FLUSH_IDLE: Duration = Duration::from_millis(20);
+/// How often keys this host counted in the current window, but did not hit
+/// since, learn the other hosts' counts again.
+pub const REFRESH_EVERY: Duration = Duration::from_millis(20);
+/// Keys refreshed at most per [`REFRESH_EVERY`] (round robin over the rest).
+const REFRESH_MAX: usize = 1024;
 /// Replies awaited above which a flush waits for the next turn (the dirty
 /// marks stay, nothing is lost).
 const FLUSH_BACKLOG: usize = 20_000;
@@ -64,8 +75,9 @@ const HOST_ID: usize = 8;
 
 /// What a command's reply is for.
 enum Cmd {
-    /// `INCRBY` of rate bucket `index`: the total minus `sent` is the other hosts' count.
-    Incr { index: usize, tag: u64, window: u64, sent: u64 },
+    /// `INCRBY` or `GET` of rate bucket `index`'s key: the total minus `sent`
+    /// (this host's share when the command was queued) is the other hosts' count.
+    Count { index: usize, tag: u64, window: u64, sent: u64 },
     /// A reply nobody needs (`PEXPIRE`, `PUBLISH`).
     Ignore,
 }
@@ -81,7 +93,13 @@ pub struct Bridge {
     window_ms: u64,
     /// Per rate bucket: `tag | window | count sent`, packed like the table's words.
     sent: Vec<u64>,
+    /// Buckets sent in their current window, to refresh ([`REFRESH_EVERY`]), and
+    /// whether each bucket is in that list.
+    active: Vec<usize>,
+    is_active: Vec<bool>,
+    cursor: usize,
     next_flush: Instant,
+    next_refresh: Instant,
     up: bool,
     /// This outage was logged and counted.
     announced: bool,
@@ -106,6 +124,12 @@ pub fn shared_seed(secret: &[u8]) -> u128 {
     let mut b = [0u8; 16];
     b.copy_from_slice(&d[..16]);
     u128::from_le_bytes(b)
+}
+
+/// The Redis key counting bucket `index`'s key in window number `window`:
+/// the set and tag identify the key on every host sharing the seed.
+fn rate_key(window_ms: u64, index: usize, tag: u64, window: u64) -> String {
+    format!("forkd:rl:{window_ms}:{}:{tag}:{window}", index / WAYS)
 }
 
 /// Wall-clock milliseconds minus monotonic milliseconds: added to the table's
@@ -141,7 +165,11 @@ impl Bridge {
             region,
             window_ms: window_ms.max(1),
             sent: vec![0; crate::shm::ratelimit::BUCKETS],
+            active: Vec::new(),
+            is_active: vec![false; crate::shm::ratelimit::BUCKETS],
+            cursor: 0,
             next_flush: Instant::now(),
+            next_refresh: Instant::now(),
             up: false,
             announced: false,
             replies: Vec::new(),
@@ -171,8 +199,12 @@ impl Bridge {
         self.sub.tick(registry, now);
         self.note_state();
         if now >= self.next_flush {
-            self.next_flush = now + FLUSH_EVERY;
-            self.flush_rates();
+            let busy = self.flush_rates();
+            if now >= self.next_refresh {
+                self.next_refresh = now + REFRESH_EVERY;
+                self.refresh_rates();
+            }
+            self.next_flush = now + if busy { FLUSH_EVERY } else { FLUSH_IDLE };
             self.cmd.tick(registry, now);
         }
     }
@@ -199,35 +231,77 @@ impl Bridge {
         std::mem::take(&mut self.inbound)
     }
 
-    /// Send the hits counted since the last flush; learn the other hosts' counts.
-    fn flush_rates(&mut self) {
+    /// Send the hits counted since the last flush; learn the other hosts'
+    /// counts. Whether there was anything to send.
+    fn flush_rates(&mut self) -> bool {
         if !self.cmd.is_up() || self.cmd.awaited() > FLUSH_BACKLOG {
-            return; // the dirty marks stay: nothing counted is lost
+            return false; // the dirty marks stay: nothing counted is lost
         }
         let rate = self.rate;
         let ttl = (2 * self.window_ms).to_string();
         let window_ms = self.window_ms;
-        let (cmd, sent) = (&mut self.cmd, &mut self.sent);
+        let mut busy = false;
+        let (cmd, sent, active, is_active) = (&mut self.cmd, &mut self.sent, &mut self.active, &mut self.is_active);
         rate.drain_dirty(|c| {
+            busy = true;
             let prev = sent[c.index];
             let prev_sent = if prev >> 20 == (c.tag << 20 | c.window) { prev & 0xF_FFFF } else { 0 };
             let delta = c.count as i64 - prev_sent as i64;
-            let key = format!("forkd:rl:{window_ms}:{}:{}:{}", c.index / WAYS, c.tag, c.window);
+            let key = rate_key(window_ms, c.index, c.tag, c.window);
             let queued = cmd.send(
                 &[b"INCRBY", key.as_bytes(), delta.to_string().as_bytes()],
-                Cmd::Incr { index: c.index, tag: c.tag, window: c.window, sent: c.count },
+                Cmd::Count { index: c.index, tag: c.tag, window: c.window, sent: c.count },
             );
             if queued {
                 sent[c.index] = (c.tag << 40) | (c.window << 20) | c.count;
                 cmd.send(&[b"PEXPIRE", key.as_bytes(), ttl.as_bytes()], Cmd::Ignore);
+                if !is_active[c.index] {
+                    is_active[c.index] = true;
+                    active.push(c.index);
+                }
             }
         });
+        busy
+    }
+
+    /// Ask again for the totals of keys this host counted in the current
+    /// window (a host that stopped hitting a key must still learn that the
+    /// others went on); forget the ones evicted or in an older window.
+    fn refresh_rates(&mut self) {
+        if !self.cmd.is_up() || self.cmd.awaited() > FLUSH_BACKLOG || self.active.is_empty() {
+            return;
+        }
+        let current = self.rate.window_at(crate::sys::monotonic_ms(), self.window_ms);
+        let mut done = 0;
+        while done < REFRESH_MAX.min(self.active.len()) {
+            if self.cursor >= self.active.len() {
+                self.cursor = 0;
+            }
+            let index = self.active[self.cursor];
+            let prev = self.sent[index];
+            let (tag, window, sent) = (prev >> 40, (prev >> 20) & 0xF_FFFF, prev & 0xF_FFFF);
+            let live = self.rate.bucket(index).is_some_and(|c| c.tag == tag && c.window == window);
+            if !live || window != current {
+                self.is_active[index] = false;
+                self.active.swap_remove(self.cursor);
+                continue;
+            }
+            let key = rate_key(self.window_ms, index, tag, window);
+            self.cmd.send(&[b"GET", key.as_bytes()], Cmd::Count { index, tag, window, sent });
+            self.cursor += 1;
+            done += 1;
+        }
     }
 
     fn take_replies(&mut self) {
         for (tag, value) in self.replies.drain(..) {
             match (tag, value) {
-                (Some(Cmd::Incr { index, tag, window, sent }), Value::Int(total)) => {
+                (Some(Cmd::Count { index, tag, window, sent }), Value::Int(total)) => {
+                    let other = (total - sent as i64).max(0) as u64;
+                    self.rate.set_remote(index, tag, window, other);
+                }
+                (Some(Cmd::Count { index, tag, window, sent }), Value::Bulk(total)) => {
+                    let total = total.and_then(|t| std::str::from_utf8(&t).ok()?.parse::<i64>().ok()).unwrap_or(0);
                     let other = (total - sent as i64).max(0) as u64;
                     self.rate.set_remote(index, tag, window, other);
                 }
