@@ -357,3 +357,123 @@ impl<T> Conn<T> {
         self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::net::TcpListener;
+
+    /// A fake Redis: accepts one connection, reads `expect` commands (each an array of
+    /// bulk strings), answers each with `answer(cmd)`, then closes.
+    fn fake(
+        listener: TcpListener,
+        expect: usize,
+        answer: fn(&[String]) -> String,
+    ) -> std::thread::JoinHandle<Vec<Vec<String>>> {
+        std::thread::spawn(move || {
+            let (sock, _) = listener.accept().expect("accept");
+            sock.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+            let mut w = sock.try_clone().expect("clone");
+            let mut r = BufReader::new(sock);
+            let mut seen = Vec::new();
+            for _ in 0..expect {
+                let mut line = String::new();
+                r.read_line(&mut line).expect("array head");
+                let n: usize = line.trim_start_matches('*').trim().parse().expect("array length");
+                let mut args = Vec::new();
+                for _ in 0..n {
+                    line.clear();
+                    r.read_line(&mut line).expect("bulk head");
+                    line.clear();
+                    r.read_line(&mut line).expect("bulk");
+                    args.push(line.trim_end().to_owned());
+                }
+                w.write_all(answer(&args).as_bytes()).expect("answer");
+                seen.push(args);
+            }
+            seen
+        })
+    }
+
+    /// Drive `conn` until `done` says so (bounded).
+    fn drive<T>(
+        poll: &mut mio::Poll,
+        conn: &mut Conn<T>,
+        replies: &mut Vec<(Option<T>, Value)>,
+        done: impl Fn(&Conn<T>, &[(Option<T>, Value)]) -> bool,
+    ) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut events = mio::Events::with_capacity(8);
+        while !done(conn, replies) {
+            assert!(Instant::now() < deadline, "timed out");
+            conn.tick(poll.registry(), Instant::now());
+            poll.poll(&mut events, Some(Duration::from_millis(10))).expect("poll");
+            if !events.is_empty() {
+                conn.ready(poll.registry(), Instant::now(), replies);
+            }
+        }
+    }
+
+    fn target(port: u16, password: Option<&str>, db: u32) -> RedisTarget {
+        RedisTarget { host: "127.0.0.1".into(), port, user: None, password: password.map(Into::into), db }
+    }
+
+    #[test]
+    fn auth_and_select_go_first_and_replies_come_back_with_their_tags() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = fake(listener, 5, |args| match args[0].as_str() {
+            "AUTH" | "SELECT" => "+OK\r\n".into(),
+            "PING" => "+PONG\r\n".into(),
+            "INCRBY" => format!(":{}\r\n", args[2]),
+            _ => "$-1\r\n".into(),
+        });
+        let mut poll = mio::Poll::new().expect("poll");
+        let mut conn: Conn<u32> = Conn::new("test", target(addr.port(), Some("pw"), 7), Some(addr), Token(1), false);
+        assert!(!conn.send(&[b"GET", b"k"], 0), "nothing is queued while down");
+        conn.tick(poll.registry(), Instant::now());
+        assert!(conn.send(&[b"INCRBY", b"k", b"5"], 1));
+        assert!(conn.send(&[b"GET", b"k"], 2));
+        let mut replies = Vec::new();
+        drive(&mut poll, &mut conn, &mut replies, |_, r| r.len() == 2);
+        assert!(conn.is_up());
+        assert_eq!(replies, [(Some(1), Value::Int(5)), (Some(2), Value::Bulk(None))]);
+        let seen = server.join().expect("fake server");
+        let names: Vec<&str> = seen.iter().map(|a| a[0].as_str()).collect();
+        assert_eq!(names, ["AUTH", "SELECT", "PING", "INCRBY", "GET"]);
+        assert_eq!(seen[0], ["AUTH", "pw"]);
+        assert_eq!(seen[1], ["SELECT", "7"]);
+        // The fake server closed: the connection goes down, then tries again by itself.
+        drive(&mut poll, &mut conn, &mut replies, |c, _| !c.is_up());
+        assert!(conn.drops >= 1);
+    }
+
+    #[test]
+    fn a_refused_password_drops_the_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = fake(listener, 1, |_| "-WRONGPASS invalid password\r\n".into());
+        let mut poll = mio::Poll::new().expect("poll");
+        let mut conn: Conn<u32> = Conn::new("test", target(addr.port(), Some("bad"), 0), Some(addr), Token(1), false);
+        conn.tick(poll.registry(), Instant::now());
+        let mut replies = Vec::new();
+        drive(&mut poll, &mut conn, &mut replies, |c, _| c.drops > 0);
+        assert!(!conn.is_up());
+        assert!(replies.is_empty());
+        server.join().expect("fake server");
+    }
+
+    #[test]
+    fn nothing_listening_means_down_with_a_growing_back_off() {
+        let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut poll = mio::Poll::new().expect("poll");
+        let mut conn: Conn<u32> = Conn::new("test", target(port, None, 0), Some(addr), Token(1), false);
+        let mut replies = Vec::new();
+        drive(&mut poll, &mut conn, &mut replies, |c, _| c.drops >= 3);
+        assert!(!conn.is_up());
+        assert!(conn.backoff > BACKOFF_MIN, "the delay grows: {:?}", conn.backoff);
+        assert!(conn.deadline() > Instant::now(), "the next attempt waits");
+    }
+}
