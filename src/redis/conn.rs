@@ -217,13 +217,21 @@ impl<T> Conn<T> {
         }
         let Some(stream) = self.stream.as_mut() else { return Change::None };
         let mut buf = [0u8; 16 * 1024];
+        // Replies that came before the end of the stream are still handed over.
+        let mut closed = false;
         loop {
             match stream.read(&mut buf) {
-                Ok(0) => return self.fail(registry, now),
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
                 Ok(n) => self.input.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return self.fail(registry, now),
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
             }
         }
         let mut used = 0;
@@ -257,6 +265,12 @@ impl<T> Conn<T> {
             }
         }
         self.input.drain(..used);
+        if closed {
+            return match self.fail(registry, now) {
+                Change::None => change,
+                other => other,
+            };
+        }
         match self.flush(registry, now) {
             Change::None => change,
             other => other,
@@ -437,16 +451,39 @@ mod tests {
         assert!(conn.send(&[b"GET", b"k"], 2));
         let mut replies = Vec::new();
         drive(&mut poll, &mut conn, &mut replies, |_, r| r.len() == 2);
-        assert!(conn.is_up());
         assert_eq!(replies, [(Some(1), Value::Int(5)), (Some(2), Value::Bulk(None))]);
         let seen = server.join().expect("fake server");
         let names: Vec<&str> = seen.iter().map(|a| a[0].as_str()).collect();
         assert_eq!(names, ["AUTH", "SELECT", "PING", "INCRBY", "GET"]);
         assert_eq!(seen[0], ["AUTH", "pw"]);
         assert_eq!(seen[1], ["SELECT", "7"]);
-        // The fake server closed: the connection goes down, then tries again by itself.
+        // The fake server closed (maybe in the same read as the replies, which still count):
+        // the connection goes down, then tries again by itself.
         drive(&mut poll, &mut conn, &mut replies, |c, _| !c.is_up());
         assert!(conn.drops >= 1);
+    }
+
+    #[test]
+    fn replies_that_arrive_with_the_end_of_the_stream_are_not_lost() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = fake(listener, 2, |args| match args[0].as_str() {
+            "PING" => "+PONG\r\n".into(),
+            _ => "$1\r\nv\r\n".into(),
+        });
+        let mut poll = mio::Poll::new().expect("poll");
+        let mut conn: Conn<u32> = Conn::new("test", target(addr.port(), None, 0), Some(addr), Token(1), false);
+        conn.tick(poll.registry(), Instant::now());
+        assert!(conn.send(&[b"GET", b"k"], 9));
+        let mut replies = Vec::new();
+        // Connected and the commands written; nothing read yet.
+        drive(&mut poll, &mut conn, &mut replies, |c, _| matches!(c.state, State::Up));
+        // The server answers and closes before the connection reads: one read gets both.
+        server.join().expect("fake server");
+        let change = conn.ready(poll.registry(), Instant::now(), &mut replies);
+        assert_eq!(replies, [(Some(9), Value::Bulk(Some(b"v".to_vec())))]);
+        assert_eq!(change, Change::Down);
+        assert!(!conn.is_up());
     }
 
     #[test]

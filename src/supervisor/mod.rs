@@ -581,6 +581,9 @@ impl Supervisor {
             }
         }
         let (old_n, new_n, configured) = (self.slots.len(), new.workers, self.config.workers);
+        if let Some(r) = self.redis.as_mut() {
+            r.set_window(new.rate_limit.window.as_millis() as u64);
+        }
         self.config = new;
         self.secret = secret;
         self.tls_key = tls_key;

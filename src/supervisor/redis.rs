@@ -179,6 +179,11 @@ impl Bridge {
         }
     }
 
+    /// A reload changed `rate_limit.window`: count new windows under it.
+    pub fn set_window(&mut self, window_ms: u64) {
+        self.window_ms = window_ms.max(1);
+    }
+
     /// One of the bridge's sockets is ready.
     pub fn ready(&mut self, registry: &Registry, token: Token) {
         let now = Instant::now();
