@@ -4,8 +4,9 @@
 //! gone they keep serving (limits per host, counted in `/metrics`) and when it returns the
 //! cross-host state resumes without a restart.
 //!
-//! The shared tests need `FORKD_TEST_REDIS_URL` (`.ci/run` starts one with
-//! `bin/redis-test-server`) and skip with a message without it; each uses its own database
+//! The shared tests need `TEST_REDIS_URL` (`.ci/run` starts one with
+//! `bin/redis-test-server`; not a `FORKD_*` name, which forkd would refuse as an unknown
+//! key when a test passes its environment on) and skip with a message without it; each uses its own database
 //! number (pub/sub channels carry it too), so they stay independent. The outage test starts
 //! its own `redis-server` (skipped when there is none on `PATH`).
 
@@ -30,17 +31,17 @@ const REFRESH: Duration = Duration::from_millis(20);
 /// The variable the supervisor reads `cluster.redis_url` from until the `[cluster]` section exists.
 const URL_VAR: &str = "FORKDTMP_CLUSTER_REDIS_URL";
 
-/// `FORKD_TEST_REDIS_URL` with database `db`, emptied (counts of an earlier run in the same
+/// `TEST_REDIS_URL` with database `db`, emptied (counts of an earlier run in the same
 /// window would count here too), or `None` (and a message) when unset.
 fn shared_redis(db: u32, test: &str) -> Option<String> {
-    match std::env::var("FORKD_TEST_REDIS_URL") {
+    match std::env::var("TEST_REDIS_URL") {
         Ok(url) if !url.is_empty() => {
             let url = url.trim_end_matches('/');
             redis_command(url, &[&["SELECT", &db.to_string()], &["FLUSHDB"]]);
             Some(format!("{url}/{db}"))
         }
         _ => {
-            eprintln!("SKIPPED redis::{test}: FORKD_TEST_REDIS_URL is not set (start one with bin/redis-test-server)");
+            eprintln!("SKIPPED redis::{test}: TEST_REDIS_URL is not set (start one with bin/redis-test-server)");
             None
         }
     }
