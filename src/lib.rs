@@ -27,6 +27,7 @@ pub mod http3;
 pub mod logging;
 pub mod net;
 pub mod proto;
+pub mod redis;
 pub mod shm;
 pub mod store;
 pub mod supervisor;

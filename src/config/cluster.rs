@@ -1,7 +1,6 @@
 //! `[cluster]`: the settings that let several hosts run as one service. `database_url` moves
-//! the store to PostgreSQL; `redis_url` is checked but refused, because the cross-host rate
-//! limits, bus and cache it names are not built yet (a cluster that silently counted limits
-//! per host would hand out N times the configured rate).
+//! the store to PostgreSQL; `redis_url` shares rate limits, login failures and the bus
+//! between hosts (parsed by `redis::parse_url`, the one parser the supervisor also uses).
 //!
 //! The database URL may hold a password. It is kept in a [`DatabaseUrl`] whose `Debug` and
 //! `Display` show the URL without it, so neither a log line, an error, `print-config` nor a
@@ -17,6 +16,9 @@ use std::str::FromStr;
 pub struct Cluster {
     /// The store lives in PostgreSQL at this URL; `None`: SQLite under `data_dir`.
     pub database_url: Option<DatabaseUrl>,
+    /// Rate limits, login failures and the bus are shared through this Redis; `None`: this
+    /// host alone (shared memory). Its `Debug`/`Display` never show the password.
+    pub redis_url: Option<crate::redis::RedisTarget>,
 }
 
 /// A PostgreSQL URL (`postgres://user:password@host:5432/db?…`), checked by the client's own
@@ -73,25 +75,6 @@ impl FromStr for DatabaseUrl {
             return Err("a URL without sslmode=require: TLS to PostgreSQL is not supported by this build".into());
         }
         Ok(DatabaseUrl(normal))
-    }
-}
-
-/// Check `cluster.redis_url`: empty, or a `redis://`/`rediss://` URL with a host. `Ok(true)`
-/// when set (the caller refuses it: not supported by this build yet).
-pub(super) fn check_redis_url(v: &str) -> Result<bool, String> {
-    if v.is_empty() {
-        return Ok(false);
-    }
-    let rest = ["redis://", "rediss://"]
-        .iter()
-        .find_map(|s| v.get(..s.len()).filter(|p| p.eq_ignore_ascii_case(s)).map(|_| &v[s.len()..]));
-    let host = rest.map(|r| {
-        let authority = r.split(['/', '?', '#']).next().unwrap_or("");
-        authority.rsplit('@').next().unwrap_or("").to_string()
-    });
-    match host {
-        Some(h) if !h.is_empty() && !v.contains(char::is_whitespace) => Ok(true),
-        _ => Err("empty or a redis:// or rediss:// URL (redis://host:6379/0)".into()),
     }
 }
 
@@ -158,8 +141,11 @@ mod tests {
         let url: DatabaseUrl =
             "postgres://forkd:s3cr:et@db:5432/forkd?password=other&application_name=a".parse().expect("valid");
         assert!(url.has_password());
-        for shown in [url.to_string(), format!("{url:?}"), format!("{:?}", Cluster { database_url: Some(url.clone()) })]
-        {
+        for shown in [
+            url.to_string(),
+            format!("{url:?}"),
+            format!("{:?}", Cluster { database_url: Some(url.clone()), redis_url: None }),
+        ] {
             assert!(!shown.contains("s3cr") && !shown.contains("other"), "{shown}");
         }
         assert_eq!(url.to_string(), "postgres://forkd@db:5432/forkd?application_name=a");
@@ -169,15 +155,5 @@ mod tests {
         assert_eq!(without_password("postgres://u@h/db?password=x"), "postgres://u@h/db");
         assert_eq!(without_password("redis://:pw@h:6379/0"), "redis://@h:6379/0");
         assert_eq!(without_password("not a url"), "not a url");
-    }
-
-    #[test]
-    fn redis_urls_are_checked() {
-        assert_eq!(check_redis_url(""), Ok(false));
-        assert_eq!(check_redis_url("redis://127.0.0.1:6379/0"), Ok(true));
-        assert_eq!(check_redis_url("rediss://:pw@cache.internal:6380"), Ok(true));
-        assert!(check_redis_url("redis://").is_err());
-        assert!(check_redis_url("http://h:6379").is_err());
-        assert!(check_redis_url("redis://h :6379").is_err());
     }
 }

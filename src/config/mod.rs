@@ -767,20 +767,22 @@ max_frame_size = 16384
         let from_env = load_str("", &[("FORKD_CLUSTER__DATABASE_URL", "postgresql://u@127.0.0.1/x")]).expect("valid");
         assert!(from_env.cluster.database_url.is_some());
         assert_eq!(
-            problems(
-                "[cluster]\ndatabase_url = \"mysql://u:hunter2@db/x\"\nredis_url = \"redis://127.0.0.1:6379/0\"\n",
-                &[]
-            ),
+            problems("[cluster]\ndatabase_url = \"mysql://u:hunter2@db/x\"\n", &[]),
             [
-                r#"cluster.database_url = "mysql://u@db/x": must be empty or a postgres:// URL (postgres://user@host:5432/db)"#,
-                "cluster.redis_url: not supported by this build yet (rate limits, notifications and rooms would stay \
-                 per host); leave it empty",
+                r#"cluster.database_url = "mysql://u@db/x": must be empty or a postgres:// URL (postgres://user@host:5432/db)"#
             ]
         );
+        let redis = load_str("[cluster]\nredis_url = \"redis://:hunter2@cache:6380/2\"\n", &[]).expect("valid");
+        let target = redis.cluster.redis_url.expect("set");
         assert_eq!(
-            problems("", &[("FORKD_CLUSTER__REDIS_URL", "tcp://h:1")]),
+            (target.host.as_str(), target.port, target.db, target.password.as_deref()),
+            ("cache", 6380, 2, Some("hunter2"))
+        );
+        assert_eq!(format!("{target:?}"), "redis://:***@cache:6380/2");
+        assert_eq!(
+            problems("", &[("FORKD_CLUSTER__REDIS_URL", "tcp://:hunter2@h:1")]),
             [
-                r#"cluster.redis_url = "tcp://h:1": must be empty or a redis:// or rediss:// URL (redis://host:6379/0) (from FORKD_CLUSTER__REDIS_URL)"#
+                r#"cluster.redis_url = "tcp://@h:1": must be empty or a redis:// URL (redis://host:6379/0): it must start with redis:// (rediss://, TLS, is not supported) (from FORKD_CLUSTER__REDIS_URL)"#
             ]
         );
     }

@@ -372,8 +372,9 @@ section! {
         /// instead of the SQLite file, shared by every host; not set: SQLite under `data_dir`.
         /// Plain TCP only (`sslmode=require` is refused). Its password is never printed.
         database_url: String = ""; example "postgres://forkd@db.internal:5432/forkd",
-        /// Redis URL (`redis://host:6379/0`) for cross-host rate limits, bus and cache: not
-        /// supported by this build yet, so a set value is refused.
+        /// Redis URL (`redis://[user:password@]host:6379/0`): rate limits, login failures,
+        /// notifications and WebSocket rooms are shared with every host that names the same
+        /// Redis (hosts must also share `auth.jwt_secret`). Plain TCP only. Restart to change.
         redis_url: String = ""; example "redis://cache.internal:6379/0",
     }
 }

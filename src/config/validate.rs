@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::cluster::{check_redis_url, without_password};
+use super::cluster::without_password;
 use super::env::Sources;
 use super::raw::RawConfig;
 use super::{
@@ -261,8 +261,8 @@ impl Check<'_> {
         Some(path)
     }
 
-    /// `[cluster]`: a PostgreSQL URL checked by the client's parser; a Redis URL checked,
-    /// then refused (not built yet). A shown value never includes a password.
+    /// `[cluster]`: a PostgreSQL URL checked by the client's parser; a Redis URL parsed as
+    /// the supervisor will use it. A shown value never includes a password.
     fn cluster(&mut self, raw: &super::raw::Cluster) -> Cluster {
         let database_url = match raw.database_url.as_str() {
             "" => None,
@@ -274,15 +274,15 @@ impl Check<'_> {
                 }
             },
         };
-        match check_redis_url(&raw.redis_url) {
-            Ok(false) => {}
-            Ok(true) => self.problem(
-                "cluster.redis_url: not supported by this build yet (rate limits, notifications and \
-                 rooms would stay per host); leave it empty",
-            ),
-            Err(allowed) => self.fail("cluster.redis_url", format!("{:?}", without_password(&raw.redis_url)), &allowed),
-        }
-        Cluster { database_url }
+        let redis_url = match crate::redis::parse_url(&raw.redis_url) {
+            Ok(target) => target,
+            Err(e) => {
+                let allowed = format!("empty or a redis:// URL (redis://host:6379/0): it {e}");
+                self.fail("cluster.redis_url", format!("{:?}", without_password(&raw.redis_url)), &allowed);
+                None
+            }
+        };
+        Cluster { database_url, redis_url }
     }
 
     /// `[tls]`: an address when `listen` is set, then both files, an https `public_origin` and

@@ -154,6 +154,11 @@ pub struct Retired {
     /// Worker processes that exited without being asked to (crash, kill,
     /// watchdog); the supervisor replaces each.
     restarts: AtomicU64,
+    /// Redis (`cluster.redis_url`), as the supervisor's bridge sees it: 0 not
+    /// configured, 1 down, 2 up.
+    redis_state: AtomicU64,
+    /// Times Redis was lost and the rate limits fell back to this host's own count.
+    redis_fallbacks: AtomicU64,
     /// The counters of every released block, summed (gauges unused).
     counters: ProcMetrics,
 }
@@ -176,6 +181,8 @@ pub struct Totals {
     pub workers: u64,
     /// Worker processes that exited without being asked to.
     pub restarts: u64,
+    /// With `cluster.redis_url`: whether Redis is up, and how many times it was lost.
+    pub redis: Option<(bool, u64)>,
 }
 
 impl Totals {
@@ -189,6 +196,7 @@ impl Totals {
             websocket_clients: 0,
             workers: 0,
             restarts: 0,
+            redis: None,
         }
     }
 
@@ -229,6 +237,16 @@ impl Region {
         bump(&self.retired.restarts, 1);
     }
 
+    /// Publish whether Redis is up (supervisor only, with `cluster.redis_url`).
+    pub fn set_redis_up(&self, up: bool) {
+        self.retired.redis_state.store(if up { 2 } else { 1 }, Ordering::Relaxed);
+    }
+
+    /// Count one fallback to per-host rate limits (supervisor only).
+    pub fn count_redis_fallback(&self) {
+        bump(&self.retired.redis_fallbacks, 1);
+    }
+
     /// Sum the zone: retired counters plus every live block, the gauges of
     /// live processes, and the number of serving workers.
     pub fn metrics_totals(&self) -> Totals {
@@ -242,6 +260,10 @@ impl Region {
             }
             self.retired.counters.add_to(&mut t, false);
             t.restarts = self.retired.restarts.load(Ordering::Relaxed);
+            t.redis = match self.retired.redis_state.load(Ordering::Relaxed) {
+                0 => None,
+                state => Some((state == 2, self.retired.redis_fallbacks.load(Ordering::Relaxed))),
+            };
             for (rec, m) in self.claimed_records() {
                 let pid = rec.pid.load(Ordering::Acquire);
                 if pid == 0 {

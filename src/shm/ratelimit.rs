@@ -112,6 +112,47 @@ pub struct RateTable {
     /// The 128-bit SipHash key, written once by [`RateTable::init`].
     seed: [AtomicU64; 2],
     sets: [Set; SETS],
+    /// Cross-host counting (`cluster.redis_url`); never touched without it.
+    sync: SyncZone,
+}
+
+/// [`SyncZone::flags`]: hits mark their set dirty for the supervisor's flush.
+const SYNC_ON: u64 = 1;
+/// [`SyncZone::flags`]: decisions add the other hosts' counts (Redis is up).
+const SYNC_REMOTE: u64 = 2;
+
+/// What the supervisor's Redis bridge reads and writes (see
+/// `supervisor::redis`): which sets were hit since its last flush, and, per
+/// bucket, how many hits the *other* hosts counted for the bucket's key and
+/// window. A worker only marks sets dirty and reads `remote`; the supervisor
+/// alone clears `dirty` and writes `remote`. Like the buckets, every entry is
+/// one atomic word, so a process killed anywhere leaves it consistent.
+#[repr(C, align(64))]
+struct SyncZone {
+    /// [`SYNC_ON`] | [`SYNC_REMOTE`].
+    flags: AtomicU64,
+    /// Added to every `now_ms` (wrapping): wall-clock time minus monotonic
+    /// time, so that every host's windows start at the same instant.
+    clock_offset: AtomicU64,
+    /// One bit per set: hit since the last flush.
+    dirty: [AtomicU64; SETS / 64],
+    /// Per bucket: `tag | window | count` packed like a bucket's word, the
+    /// count being the other hosts' hits; it applies only while the bucket's
+    /// word has the same tag and window.
+    remote: [AtomicU64; BUCKETS],
+}
+
+/// One bucket hit since the last flush, as [`RateTable::drain_dirty`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counted {
+    /// The bucket's index (set × [`WAYS`] + way): also where [`RateTable::set_remote`] writes.
+    pub index: usize,
+    /// The key's 24-bit tag (with the set, the key's identity on every host sharing the seed).
+    pub tag: u64,
+    /// The 20-bit window number.
+    pub window: u64,
+    /// This host's count in that window.
+    pub count: u64,
 }
 
 /// What a bucket holding the caller's tag means for the caller.
@@ -142,29 +183,31 @@ impl RateTable {
     /// maximum must prefix their keys (`b"login\0..."`).
     pub fn hit(&self, key: &[u8], now_ms: u64, window_ms: u64, max: u64) -> Decision {
         let window_ms = window_ms.max(1);
-        let (set, tag) = self.locate(key, window_ms);
+        let (flags, now_ms) = self.clock(now_ms);
+        let (si, set, tag) = self.locate(key, window_ms);
         let cur = (now_ms / window_ms) & WINDOW_MASK;
         let fresh = pack(tag, cur, 1);
         let mut seen = 1;
         for _ in 0..MAX_TRIES {
-            let (bucket, old, new) = match find(set, tag) {
-                Some((bucket, old)) => match classify(bucket, old, now_ms, cur, window_ms) {
+            let (way, bucket, old, new) = match find(set, tag) {
+                Some((way, bucket, old)) => match classify(bucket, old, now_ms, cur, window_ms) {
                     Entry::Current(count) if count >= COUNT_MAX => {
                         bucket.touch(now_ms);
                         return decide(COUNT_MAX, now_ms, window_ms, max);
                     }
-                    Entry::Current(_) => (bucket, old, old + 1),
-                    Entry::Stale => (bucket, old, fresh),
+                    Entry::Current(_) => (way, bucket, old, old + 1),
+                    Entry::Stale => (way, bucket, old, fresh),
                 },
                 None => {
-                    let (bucket, old) = victim(set);
-                    (bucket, old, fresh)
+                    let (way, bucket, old) = victim(set);
+                    (way, bucket, old, fresh)
                 }
             };
             seen = count_of(new);
             bucket.touch(now_ms);
             if bucket.word.compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                return decide(seen, now_ms, window_ms, max);
+                let other = self.synced(flags, si, way, new);
+                return decide((seen + other).min(COUNT_MAX), now_ms, window_ms, max);
             }
         }
         decide(seen, now_ms, window_ms, max)
@@ -179,11 +222,12 @@ impl RateTable {
     /// [`take`]: RateTable::take
     pub fn peek(&self, key: &[u8], now_ms: u64, window_ms: u64, max: u64) -> Decision {
         let window_ms = window_ms.max(1);
-        let (set, tag) = self.locate(key, window_ms);
+        let (flags, now_ms) = self.clock(now_ms);
+        let (si, set, tag) = self.locate(key, window_ms);
         let cur = (now_ms / window_ms) & WINDOW_MASK;
         let count = match find(set, tag) {
-            Some((bucket, word)) => match classify(bucket, word, now_ms, cur, window_ms) {
-                Entry::Current(count) => count,
+            Some((way, bucket, word)) => match classify(bucket, word, now_ms, cur, window_ms) {
+                Entry::Current(count) => (count + self.remote(flags, si, way, word)).min(COUNT_MAX),
                 Entry::Stale => 0,
             },
             None => 0,
@@ -196,7 +240,9 @@ impl RateTable {
     /// counted) while fewer than `max` are taken, refused *without* counting
     /// otherwise, so the count never passes `max`. One CAS decides, so
     /// concurrent takers across threads and processes can never be granted
-    /// more than `max` slots in one window between them.
+    /// more than `max` slots in one window between them. (With cross-host
+    /// counting on, the other hosts' share is as of the supervisor's last
+    /// flush: the bound across hosts is the one `supervisor::redis` states.)
     ///
     /// For limiters that bound work rather than count requests (login
     /// attempts): take before the work, [`give_back`] when it turns out not to
@@ -208,7 +254,8 @@ impl RateTable {
     /// [`hit`]: RateTable::hit
     pub fn take(&self, key: &[u8], now_ms: u64, window_ms: u64, max: u64) -> (Decision, Option<Slot>) {
         let window_ms = window_ms.max(1);
-        let (set, tag) = self.locate(key, window_ms);
+        let (flags, now_ms) = self.clock(now_ms);
+        let (si, set, tag) = self.locate(key, window_ms);
         let cur = (now_ms / window_ms) & WINDOW_MASK;
         let cap = max.min(COUNT_MAX);
         let refused = |count| (Decision { allowed: false, ..decide(count, now_ms, window_ms, max) }, None);
@@ -217,24 +264,30 @@ impl RateTable {
         }
         let mut seen = cap;
         for _ in 0..MAX_TRIES {
-            let (bucket, old, new) = match find(set, tag) {
-                Some((bucket, old)) => match classify(bucket, old, now_ms, cur, window_ms) {
+            let (way, bucket, old, new) = match find(set, tag) {
+                Some((way, bucket, old)) => match classify(bucket, old, now_ms, cur, window_ms) {
                     Entry::Current(count) if count >= cap => {
                         bucket.touch(now_ms);
                         return refused(count);
                     }
-                    Entry::Current(_) => (bucket, old, old + 1),
-                    Entry::Stale => (bucket, old, pack(tag, cur, 1)),
+                    Entry::Current(_) => (way, bucket, old, old + 1),
+                    Entry::Stale => (way, bucket, old, pack(tag, cur, 1)),
                 },
                 None => {
-                    let (bucket, old) = victim(set);
-                    (bucket, old, pack(tag, cur, 1))
+                    let (way, bucket, old) = victim(set);
+                    (way, bucket, old, pack(tag, cur, 1))
                 }
             };
+            let other = self.remote(flags, si, way, new);
+            if count_of(new) + other > cap {
+                bucket.touch(now_ms);
+                return refused((count_of(new) - 1 + other).min(COUNT_MAX));
+            }
             bucket.touch(now_ms);
             if bucket.word.compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                self.mark(flags, si);
                 let slot = Slot { window: window_of(new) };
-                return (decide(count_of(new), now_ms, window_ms, max), Some(slot));
+                return (decide(count_of(new) + other, now_ms, window_ms, max), Some(slot));
             }
             seen = count_of(new);
         }
@@ -247,64 +300,174 @@ impl RateTable {
     ///
     /// [`take`]: RateTable::take
     pub fn give_back(&self, key: &[u8], slot: Slot, window_ms: u64) {
-        let (set, tag) = self.locate(key, window_ms.max(1));
+        let flags = self.sync.flags.load(Ordering::Relaxed);
+        let (si, set, tag) = self.locate(key, window_ms.max(1));
         for _ in 0..MAX_TRIES {
-            let Some((bucket, word)) = find(set, tag) else { return };
+            let Some((_, bucket, word)) = find(set, tag) else { return };
             if window_of(word) != slot.window || count_of(word) == 0 {
                 return;
             }
             if bucket.word.compare_exchange(word, word - 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                self.mark(flags, si);
                 return;
             }
         }
     }
 
-    /// Forget `key`. Best effort: a hit racing with the reset may survive it.
+    /// Forget `key` on this host. Best effort: a hit racing with the reset may
+    /// survive it. The other hosts' share (cross-host counting) is not forgotten.
     pub fn reset(&self, key: &[u8], window_ms: u64) {
-        let (set, tag) = self.locate(key, window_ms.max(1));
+        let (_, set, tag) = self.locate(key, window_ms.max(1));
         for _ in 0..MAX_TRIES {
-            let Some((bucket, word)) = find(set, tag) else { return };
+            let Some((_, bucket, word)) = find(set, tag) else { return };
             if bucket.word.compare_exchange(word, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 return;
             }
         }
     }
 
-    /// The key's set and its tag (24 bits, never 0).
-    fn locate(&self, key: &[u8], window_ms: u64) -> (&Set, u64) {
+    /// The sync flags, and `now_ms` on the table's clock (see [`SyncZone::clock_offset`]).
+    fn clock(&self, now_ms: u64) -> (u64, u64) {
+        let flags = self.sync.flags.load(Ordering::Relaxed);
+        if flags == 0 {
+            return (0, now_ms);
+        }
+        (flags, now_ms.wrapping_add(self.sync.clock_offset.load(Ordering::Relaxed)))
+    }
+
+    /// After a hit stored `word` in bucket `way` of set `si`: mark the set
+    /// dirty, and return the other hosts' count for the word's key and window.
+    fn synced(&self, flags: u64, si: usize, way: usize, word: u64) -> u64 {
+        self.mark(flags, si);
+        self.remote(flags, si, way, word)
+    }
+
+    /// Mark set `si` as hit since the last flush (cross-host counting only).
+    fn mark(&self, flags: u64, si: usize) {
+        if flags & SYNC_ON == 0 {
+            return;
+        }
+        let (word, bit) = (&self.sync.dirty[si / 64], 1u64 << (si % 64));
+        // A load first: a set hit again before the flush costs no locked instruction.
+        if word.load(Ordering::Relaxed) & bit == 0 {
+            word.fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
+    /// The other hosts' count for `word`'s key and window, 0 without one
+    /// (or while Redis is down: each host counts alone then).
+    fn remote(&self, flags: u64, si: usize, way: usize, word: u64) -> u64 {
+        if flags & SYNC_REMOTE == 0 {
+            return 0;
+        }
+        let r = self.sync.remote[si * WAYS + way].load(Ordering::Relaxed);
+        let same = r != 0 && tag_of(r) == tag_of(word) && window_of(r) == window_of(word);
+        if same {
+            count_of(r)
+        } else {
+            0
+        }
+    }
+
+    /// Turn cross-host counting on (supervisor, before forking): hits mark
+    /// their sets dirty, and windows follow `now_ms + clock_offset_ms` (wall
+    /// time, the same on every host). The other hosts' counts apply once
+    /// [`RateTable::set_remote_on`] says Redis is up.
+    pub fn enable_sync(&self, clock_offset_ms: u64) {
+        self.sync.clock_offset.store(clock_offset_ms, Ordering::Relaxed);
+        self.sync.flags.fetch_or(SYNC_ON, Ordering::Release);
+    }
+
+    /// Whether decisions add the other hosts' counts (Redis up) or not (down:
+    /// each host falls back to its own count).
+    pub fn set_remote_on(&self, on: bool) {
+        if on {
+            self.sync.flags.fetch_or(SYNC_REMOTE, Ordering::Release);
+        } else {
+            self.sync.flags.fetch_and(!SYNC_REMOTE, Ordering::Release);
+        }
+    }
+
+    /// Every bucket in a set hit since the last call (supervisor only): the
+    /// dirty marks are cleared first, so a hit during the walk marks its set
+    /// again for the next call.
+    pub fn drain_dirty(&self, mut f: impl FnMut(Counted)) {
+        for (w, word) in self.sync.dirty.iter().enumerate() {
+            let mut bits = word.swap(0, Ordering::Acquire);
+            while bits != 0 {
+                let si = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                for (way, b) in self.sets[si].ways.iter().enumerate() {
+                    let word = b.word.load(Ordering::Acquire);
+                    if word != 0 {
+                        f(Counted {
+                            index: si * WAYS + way,
+                            tag: tag_of(word),
+                            window: window_of(word),
+                            count: count_of(word),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// What bucket `index` holds now, if anything (supervisor only: whether a
+    /// key it sent is still there, in the same window).
+    pub fn bucket(&self, index: usize) -> Option<Counted> {
+        let b = self.sets.get(index / WAYS)?.ways.get(index % WAYS)?;
+        let word = b.word.load(Ordering::Acquire);
+        (word != 0).then(|| Counted { index, tag: tag_of(word), window: window_of(word), count: count_of(word) })
+    }
+
+    /// The window number `now_ms` (monotonic) falls in, on the table's clock.
+    pub fn window_at(&self, now_ms: u64, window_ms: u64) -> u64 {
+        (self.clock(now_ms).1 / window_ms.max(1)) & WINDOW_MASK
+    }
+
+    /// Record the other hosts' count for bucket `index`'s key and window
+    /// (supervisor only, from Redis' answer).
+    pub fn set_remote(&self, index: usize, tag: u64, window: u64, count: u64) {
+        if let Some(r) = self.sync.remote.get(index) {
+            r.store(pack(tag & TAG_MASK, window & WINDOW_MASK, count.min(COUNT_MAX)), Ordering::Relaxed);
+        }
+    }
+
+    /// The key's set (index and set) and its tag (24 bits, never 0).
+    fn locate(&self, key: &[u8], window_ms: u64) -> (usize, &Set, u64) {
         let h =
             siphash::<1, 3>(self.seed[0].load(Ordering::Relaxed), self.seed[1].load(Ordering::Relaxed), window_ms, key);
-        let set = &self.sets[(h as usize) % SETS];
+        let si = (h as usize) % SETS;
         let tag = (h >> 40) & TAG_MASK;
-        (set, if tag == 0 { 1 } else { tag })
+        (si, &self.sets[si], if tag == 0 { 1 } else { tag })
     }
 }
 
-/// The bucket of `set` holding `tag`, with the word as read.
-fn find(set: &Set, tag: u64) -> Option<(&Bucket, u64)> {
-    set.ways.iter().find_map(|b| {
+/// The bucket of `set` holding `tag`, with its way and the word as read.
+fn find(set: &Set, tag: u64) -> Option<(usize, &Bucket, u64)> {
+    set.ways.iter().enumerate().find_map(|(way, b)| {
         let w = b.word.load(Ordering::Acquire);
-        (w != 0 && tag_of(w) == tag).then_some((b, w))
+        (w != 0 && tag_of(w) == tag).then_some((way, b, w))
     })
 }
 
-/// The bucket a new key takes over, with its word as read: the first empty
-/// one, else the least recently hit. Whether another key's entry is stale
+/// The bucket a new key takes over, with its way and word as read: the first
+/// empty one, else the least recently hit. Whether another key's entry is stale
 /// cannot be judged here (its window length is not stored: keys of every
 /// limiter share the table), so recency alone decides.
-fn victim(set: &Set) -> (&Bucket, u64) {
-    let mut best = (&set.ways[0], u64::MAX, u64::MAX);
-    for b in &set.ways {
+fn victim(set: &Set) -> (usize, &Bucket, u64) {
+    let mut best = (0, &set.ways[0], u64::MAX, u64::MAX);
+    for (way, b) in set.ways.iter().enumerate() {
         let w = b.word.load(Ordering::Acquire);
         if w == 0 {
-            return (b, 0);
+            return (way, b, 0);
         }
         let last = b.last_ms.load(Ordering::Relaxed);
-        if last < best.2 {
-            best = (b, w, last);
+        if last < best.3 {
+            best = (way, b, w, last);
         }
     }
-    (best.0, best.1)
+    (best.0, best.1, best.2)
 }
 
 /// Decide whether `word` (which holds the caller's tag, read from `bucket`
@@ -429,7 +592,8 @@ mod tests {
     fn layout_is_fixed_and_bucket_sized() {
         assert_eq!(std::mem::size_of::<Bucket>(), 16);
         assert_eq!(std::mem::size_of::<Set>(), 128);
-        assert_eq!(std::mem::size_of::<RateTable>(), 64 + BUCKETS * 16);
+        let sync = 64 + SETS / 8 + BUCKETS * 8;
+        assert_eq!(std::mem::size_of::<RateTable>(), 64 + BUCKETS * 16 + sync);
         assert_eq!(std::mem::align_of::<RateTable>(), 64);
     }
 
@@ -674,6 +838,72 @@ mod tests {
                                       // instead of restarting window 1 over it.
         assert_eq!(t.hit(b"c", 1_999, 1000, 10).remaining, 8);
         assert_eq!(t.hit(b"c", 2_001, 1000, 10).remaining, 7);
+    }
+
+    #[test]
+    fn without_sync_nothing_is_marked_dirty() {
+        let t = table();
+        t.hit(b"a", 1000, MIN, 5);
+        let mut n = 0;
+        t.drain_dirty(|_| n += 1);
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn synced_hits_are_reported_once_and_other_hosts_counts_apply_only_while_up() {
+        let t = table();
+        t.enable_sync(0);
+        for _ in 0..3 {
+            t.hit(b"k", 1000, MIN, 10);
+        }
+        let mut seen = Vec::new();
+        t.drain_dirty(|c| seen.push(c));
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let c = seen[0];
+        assert_eq!((c.count, c.window), (3, 0));
+        let mut again = 0;
+        t.drain_dirty(|_| again += 1);
+        assert_eq!(again, 0, "reported once until hit again");
+        // Other hosts counted 6 in this window: 3 + 6 + this hit = 10, the last allowed.
+        t.set_remote(c.index, c.tag, c.window, 6);
+        assert_eq!(t.hit(b"k", 1000, MIN, 10).remaining, 6, "Redis not up yet: local count only");
+        t.set_remote_on(true);
+        assert!(!t.hit(b"k", 1000, MIN, 10).allowed, "5 here (this one included) + 6 elsewhere > 10");
+        assert_eq!(t.peek(b"k", 1000, MIN, 100).remaining, 100 - 11);
+        // Redis lost: each host counts alone again.
+        t.set_remote_on(false);
+        assert!(t.hit(b"k", 1000, MIN, 10).allowed);
+        // Another window: the remote count of the old one does not apply.
+        t.set_remote_on(true);
+        assert_eq!(t.hit(b"k", MIN + 1000, MIN, 10).remaining, 9);
+    }
+
+    #[test]
+    fn synced_takes_count_other_hosts_and_give_back_is_reported() {
+        let t = table();
+        t.enable_sync(0);
+        t.set_remote_on(true);
+        let (_, slot) = t.take(b"login", 1000, MIN, 3);
+        let mut seen = Vec::new();
+        t.drain_dirty(|c| seen.push(c));
+        let c = seen[0];
+        t.set_remote(c.index, c.tag, c.window, 2);
+        assert!(!t.take(b"login", 1000, MIN, 3).0.allowed, "1 here + 2 elsewhere = 3 taken");
+        t.give_back(b"login", slot.expect("granted"), MIN);
+        let mut back = Vec::new();
+        t.drain_dirty(|c| back.push(c.count));
+        assert_eq!(back, [0], "the slot given back is reported");
+        assert!(t.take(b"login", 1000, MIN, 3).0.allowed);
+    }
+
+    #[test]
+    fn the_clock_offset_aligns_windows_to_wall_time() {
+        let t = table();
+        t.enable_sync(59_000);
+        t.hit(b"c", 500, MIN, 10);
+        // 500 + 59 000 is in window 0; 1 500 + 59 000 is in window 1.
+        assert_eq!(t.hit(b"c", 900, MIN, 10).remaining, 8);
+        assert_eq!(t.hit(b"c", 1_500, MIN, 10).remaining, 9, "a new window 1 s later");
     }
 
     #[test]

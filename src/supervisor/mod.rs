@@ -13,6 +13,7 @@ mod dirs;
 mod listen;
 mod notify;
 mod pidfile;
+mod redis;
 mod table;
 
 use std::io;
@@ -98,6 +99,8 @@ struct Supervisor {
     next_memory_check: Instant,
     next_heartbeat_check: Instant,
     next_watchdog: Option<Instant>,
+    /// The Redis bridge, with `cluster.redis_url` (see `redis`).
+    redis: Option<redis::Bridge>,
 }
 
 /// A configuration reload in progress: slots still to replace, and the
@@ -262,7 +265,15 @@ impl Supervisor {
         // the supervisor (and every worker forked from it) starts small.
         sys::trim_heap();
         let region = Region::create()?;
-        region.rate.init(rand::random());
+        let redis_target = config.cluster.redis_url.clone();
+        match &redis_target {
+            // Every host places a key alike and counts the same windows (see `redis`).
+            Some(_) => {
+                region.rate.init(redis::shared_seed(&secret));
+                region.rate.enable_sync(redis::clock_offset_ms());
+            }
+            None => region.rate.init(rand::random()),
+        }
         // Upstream names are resolved here, once: a worker's loop never calls the resolver.
         let endpoints = crate::upstream::wire::Endpoints::resolve(&config)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("upstream: {e}")))?;
@@ -378,6 +389,8 @@ impl Supervisor {
             config.environment
         );
         let poll = Poll::new()?;
+        let window_ms = config.rate_limit.window.as_millis() as u64;
+        let redis = redis_target.map(|t| redis::Bridge::new(t, &region.rate, region, window_ms));
         // Start-up ran most of the code this process will ever run (config,
         // migrations, TLS roots); its loop needs a few pages of it.
         sys::drop_code_pages();
@@ -409,6 +422,7 @@ impl Supervisor {
             notifier,
             stopping: None,
             ready: false,
+            redis,
         })
     }
 
@@ -427,9 +441,15 @@ impl Supervisor {
                 match ev.token() {
                     SIGNALS => {}
                     UPGRADE => self.on_upgrade_pipe(),
+                    t @ (redis::CMD | redis::SUB) => {
+                        if let Some(r) = self.redis.as_mut() {
+                            r.ready(self.poll.registry(), t);
+                        }
+                    }
                     t => self.on_bus(t.0 - 1),
                 }
             }
+            self.step_redis();
             self.signals.drain();
             self.reap();
             let stops =
@@ -515,6 +535,10 @@ impl Supervisor {
             );
             return;
         }
+        if new.cluster.redis_url != self.config.cluster.redis_url {
+            log::error!("SIGHUP: reload refused: `cluster.redis_url` changed; restart to change it");
+            return;
+        }
         if new.http3.listen != self.config.http3.listen {
             let show = |a: Option<SocketAddr>| a.map_or_else(|| "off".to_string(), |a| a.to_string());
             log::error!(
@@ -576,6 +600,9 @@ impl Supervisor {
             }
         }
         let (old_n, new_n, configured) = (self.slots.len(), new.workers, self.config.workers);
+        if let Some(r) = self.redis.as_mut() {
+            r.set_window(new.rate_limit.window.as_millis() as u64);
+        }
         self.config = new;
         self.secret = secret;
         self.tls_key = tls_key;
@@ -764,6 +791,7 @@ impl Supervisor {
         consider(Some(self.next_heartbeat_check));
         consider(self.next_watchdog);
         consider(self.stopping);
+        consider(self.redis.as_ref().map(redis::Bridge::deadline));
         for s in &self.slots {
             consider(s.respawn_at);
         }
@@ -921,6 +949,20 @@ impl Supervisor {
                 if *other != record {
                     ep.send(msg.clone());
                 }
+            }
+            if let Some(r) = self.redis.as_mut() {
+                r.publish(self.poll.registry(), &msg);
+            }
+        }
+    }
+
+    /// The Redis bridge's timers; what other hosts published goes to every local worker.
+    fn step_redis(&mut self) {
+        let Some(r) = self.redis.as_mut() else { return };
+        r.tick(self.poll.registry());
+        for msg in r.take_inbound() {
+            for ep in self.bus.values_mut() {
+                ep.send(msg.clone());
             }
         }
     }

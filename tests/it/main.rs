@@ -28,6 +28,7 @@ mod browser;
 mod early_hints;
 mod pages;
 mod ratelimit;
+mod redis;
 mod sse;
 mod websocket;
 

@@ -123,6 +123,21 @@ pub fn render(t: &Totals, routes: &[&str]) -> String {
         head(&mut out, name, kind, help);
         let _ = writeln!(out, "{name} {v}");
     }
+    if let Some((up, fallbacks)) = t.redis {
+        let redis = [
+            ("forkd_redis_up", "gauge", "Whether Redis (cluster.redis_url) answers: 1 up, 0 down.", up as u64),
+            (
+                "forkd_redis_fallbacks_total",
+                "counter",
+                "Times Redis was lost and rate limits fell back to this host's own count.",
+                fallbacks,
+            ),
+        ];
+        for (name, kind, help, v) in redis {
+            head(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {v}");
+        }
+    }
     out
 }
 
@@ -180,6 +195,13 @@ mod tests {
             assert_eq!(lines(&text, &format!("# TYPE {name} ")).len(), 1, "TYPE for {name}");
         }
         assert!(text.ends_with('\n'));
+        assert!(!text.contains("forkd_redis_"), "no Redis lines without cluster.redis_url");
+        region.set_redis_up(false);
+        region.count_redis_fallback();
+        let text = render(&region.metrics_totals(), &["other"]);
+        assert!(text.contains("\nforkd_redis_up 0\n") && text.contains("\nforkd_redis_fallbacks_total 1\n"), "{text}");
+        region.set_redis_up(true);
+        assert!(render(&region.metrics_totals(), &["other"]).contains("\nforkd_redis_up 1\n"));
     }
 
     #[test]
