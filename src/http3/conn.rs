@@ -227,6 +227,12 @@ impl H3Conn {
         Ok(())
     }
 
+    /// Sets how early `stream`'s data goes out against the connection's other streams
+    /// (higher first; quinn's send priority).
+    pub fn set_priority(&mut self, stream: StreamId, priority: i32) {
+        let _ = self.quic.send_stream(stream).set_priority(priority);
+    }
+
     /// Abandons `stream` with `code` (both directions).
     pub fn reset(&mut self, now: Instant, stream: StreamId, code: Code) {
         self.fail(now, Some(stream), H3Error::stream(code, "reset by the server"));

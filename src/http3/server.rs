@@ -1,6 +1,6 @@
 //! The server side of one worker's QUIC endpoint: quinn's `Endpoint` (which routes datagrams
 //! to connections by CID) and the [`H3Conn`]s it accepted. Datagrams in, datagrams out,
-//! timers; no socket. The worker's loop will read the slot's UDP socket into
+//! timers; no socket. The worker's loop (`worker/h3.rs`) reads the slot's UDP socket into
 //! [`Server::handle_datagram`], send what [`Server::poll_transmit`] and the returned
 //! responses hold, and call [`Server::handle_timeouts`] at [`Server::next_timeout`].
 //!
@@ -158,15 +158,19 @@ impl Server {
         self.conns.values_mut().filter_map(H3Conn::poll_timeout).min()
     }
 
-    /// Runs every timer due at `now`.
-    pub fn handle_timeouts(&mut self, now: Instant) {
+    /// Runs every timer due at `now`; returns the connections whose timers fired (to poll for
+    /// events and transmits; a drained one is already forgotten).
+    pub fn handle_timeouts(&mut self, now: Instant) -> Vec<ConnectionHandle> {
+        let mut fired = Vec::new();
         for ch in self.handles() {
             let Some(conn) = self.conns.get_mut(&ch) else { continue };
             if conn.poll_timeout().is_some_and(|t| t <= now) {
                 conn.handle_timeout(now);
+                fired.push(ch);
             }
             self.endpoint_events(ch);
         }
+        fired
     }
 
     /// After the owner acted on connection `ch` (sent, finished, went away): pass its

@@ -281,7 +281,7 @@ impl Pair {
                 let Some(next) = next else { panic!("nothing moves and no timer is set") };
                 self.now = self.now.max(next);
                 self.client.handle_timeout(self.now);
-                self.server.handle_timeouts(self.now);
+                let _ = self.server.handle_timeouts(self.now);
             }
         }
         panic!("not done after 20 000 steps");
