@@ -74,7 +74,6 @@ pub fn client_config(pki: &Pki) -> ClientConfig {
 
 pub struct H3Client {
     sock: UdpSocket,
-    server: SocketAddr,
     ep: Endpoint,
     pub conn: Connection,
     ch: ConnectionHandle,
@@ -84,6 +83,8 @@ pub struct H3Client {
     pub goaway: bool,
     /// The control stream is open.
     control: bool,
+    /// Request bytes not yet taken by their stream (stream, bytes, written so far).
+    pending: Vec<(StreamId, Vec<u8>, usize)>,
     buf: Vec<u8>,
 }
 
@@ -107,7 +108,6 @@ impl H3Client {
         let (ch, conn) = ep.connect(Instant::now(), config.clone(), server, "localhost").expect("connect");
         let mut c = H3Client {
             sock,
-            server,
             ep,
             conn,
             ch,
@@ -115,6 +115,7 @@ impl H3Client {
             lost: None,
             goaway: false,
             control: false,
+            pending: Vec::new(),
             buf: vec![0; 65_536],
         };
         c.open_control();
@@ -151,12 +152,29 @@ impl H3Client {
             frame::write_header(frame::ty::DATA, body.len() as u64, &mut out);
             out.extend_from_slice(body);
         }
-        let written = self.conn.send_stream(id).write(&out).expect("written");
-        assert_eq!(written, out.len(), "the request fits the stream window");
-        self.conn.send_stream(id).finish().expect("finished");
+        self.pending.push((id, out, 0));
+        self.write_pending();
         self.streams.entry(id).or_default();
         self.flush();
         id
+    }
+
+    /// Writes what request streams still have to send as their windows allow; FIN after it.
+    fn write_pending(&mut self) {
+        let conn = &mut self.conn;
+        self.pending.retain_mut(|(id, out, at)| {
+            match conn.send_stream(*id).write(&out[*at..]) {
+                Ok(n) => *at += n,
+                Err(quinn_proto::WriteError::Blocked) => {}
+                // Stopped or reset by the server (an early answer): the rest is dropped.
+                Err(_) => return false,
+            }
+            if *at < out.len() {
+                return true;
+            }
+            let _ = conn.send_stream(*id).finish();
+            false
+        });
     }
 
     /// A request with `method` on `path` and extra fields.
@@ -248,6 +266,7 @@ impl H3Client {
         }
         self.read_streams();
         self.open_control();
+        self.write_pending();
         self.flush();
     }
 
@@ -299,11 +318,6 @@ impl H3Client {
     /// The body bytes received so far on `id` (DATA payloads), without waiting.
     pub fn partial(&self, id: StreamId) -> H3Response {
         self.streams.get(&id).map(|s| parse(&s.bytes)).unwrap_or_default()
-    }
-
-    /// The server's UDP address.
-    pub fn server(&self) -> SocketAddr {
-        self.server
     }
 }
 
