@@ -35,6 +35,13 @@ pub struct Server {
     conns: std::collections::HashMap<ConnectionHandle, H3Conn>,
     limits: ConnLimits,
     under_load: bool,
+    /// This worker's slot and CID generation, and whether another worker of the slot reads
+    /// the same socket (see [`Server::set_sibling`]).
+    own: Option<(u16, u8)>,
+    sibling: bool,
+    /// Draining: a new client's first packets are left to the successor.
+    refuse_new: bool,
+    keys: Option<super::keys::SlotCids>,
 }
 
 impl std::fmt::Debug for Server {
@@ -52,6 +59,39 @@ impl Server {
             conns: std::collections::HashMap::new(),
             limits,
             under_load: false,
+            own: None,
+            sibling: false,
+            refuse_new: false,
+            keys: None,
+        }
+    }
+
+    /// Names this endpoint's slot, CID generation and CID keys (`cids`), so that it can tell
+    /// its own packets from a sibling's (see [`Server::set_sibling`]).
+    pub fn set_identity(&mut self, slot: u16, generation: u8, cids: super::keys::SlotCids) {
+        self.own = Some((slot, generation));
+        self.keys = Some(cids);
+    }
+
+    /// `sibling`: another worker of this slot reads the same socket (a replacement beside a
+    /// draining worker). Then a packet for a connection of the slot's other generation is
+    /// dropped, not answered with a stateless reset (it is the sibling's; the peer sends it
+    /// again and the sibling likely reads the next copy). `refuse_new`: a new client's first
+    /// packets are dropped too (a draining worker leaves them to its successor).
+    pub fn set_sibling(&mut self, sibling: bool, refuse_new: bool) {
+        self.sibling = sibling;
+        self.refuse_new = refuse_new;
+    }
+
+    /// Whether `data` is for the sibling worker (see [`Server::set_sibling`]).
+    fn siblings(&self, data: &[u8]) -> bool {
+        let (Some((slot, generation)), Some(keys)) = (self.own, &self.keys) else { return false };
+        if !self.sibling {
+            return false;
+        }
+        match super::keys::packet_cid(data) {
+            Some(cid) if keys.owner(cid) == Some(slot) => super::keys::generation_of(cid) != Some(generation),
+            Some(_) | None => self.refuse_new && data.first().is_some_and(|b| b & 0x80 != 0),
         }
     }
 
@@ -92,6 +132,9 @@ impl Server {
         data: BytesMut,
         out: &mut Vec<Outgoing>,
     ) -> Option<ConnectionHandle> {
+        if self.siblings(&data) {
+            return None;
+        }
         let mut buf = Vec::new();
         let event = self.endpoint.handle(now, remote, local_ip, ecn, data, &mut buf)?;
         let ch = match event {

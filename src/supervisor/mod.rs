@@ -752,6 +752,8 @@ impl Supervisor {
         let fd = self.slots[slot].listener.as_raw_fd();
         let tls_fd = self.slots[slot].tls.as_ref().map(AsRawFd::as_raw_fd);
         let udp_fd = self.slots[slot].udp.as_ref().map(AsRawFd::as_raw_fd);
+        // Workers of the slot still alive (replaced on reload or for memory) read the same UDP socket.
+        let siblings: Vec<i32> = self.table.iter().filter(|p| p.slot == slot).map(|p| p.pid).collect();
         let parent = std::process::id() as i32;
         let (ours, theirs) = bus::pair()?;
         match sys::fork()? {
@@ -804,6 +806,7 @@ impl Supervisor {
                         slot: u16::try_from(slot).unwrap_or(u16::MAX),
                         key: Arc::clone(key),
                         secret: self.tls_secret,
+                        siblings,
                     }),
                     _ => None,
                 };

@@ -64,7 +64,16 @@ pub struct WorkerH3 {
     pub key: Arc<rustls::sign::CertifiedKey>,
     /// The pre-fork secret the QUIC keys derive from (shared by every worker).
     pub secret: [u8; crate::tls::SECRET_LEN],
+    /// The pids of the slot's other workers still alive (a reload's or a memory replacement's
+    /// old worker, about to drain): they read the same socket until they are gone.
+    pub siblings: Vec<i32>,
 }
+
+/// How long past `shutdown_timeout` a replacement waits for its predecessors at most (the
+/// supervisor's kill grace and some slack).
+const SIBLING_SLACK: Duration = Duration::from_secs(5);
+/// How often a replacement checks whether its predecessors are gone.
+const SIBLING_CHECK: Duration = Duration::from_millis(50);
 
 /// Exchange ids of HTTP/3 exchanges have `conn` at or above this (below: the TCP slab).
 pub(super) const H3_BASE: usize = 1 << 48;
@@ -177,6 +186,11 @@ pub(super) struct H3 {
     /// The worker drains: GOAWAY sent on every connection, new ones too.
     draining: bool,
     max_connections: usize,
+    /// While predecessors (`siblings`) read the slot's socket this worker does not: it waits
+    /// for them until then at most, checking at `sibling_check`.
+    sibling_until: Option<Instant>,
+    siblings: Vec<i32>,
+    sibling_check: Option<Instant>,
 }
 
 impl H3 {
@@ -191,14 +205,24 @@ impl H3 {
         });
         let server_config =
             setup::server_config(args.key, &keys, &limits, store).map_err(|e| io::Error::other(e.to_string()))?;
-        let server = Server::new(
-            setup::endpoint_config(&keys, args.slot),
+        // This worker's CIDs carry a generation its predecessor's (of the same slot) do not:
+        // the low byte of the pid, which differs unless 256 processes were forked between them.
+        let generation = std::process::id() as u8;
+        let mut server = Server::new(
+            setup::worker_endpoint_config(&keys, args.slot, generation),
             server_config,
             ConnLimits { max_field_section: limits.max_field_section },
         );
+        server.set_identity(args.slot, generation, keys.worker_cids(args.slot, generation));
         args.socket.set_nonblocking(true)?;
         let mut socket = UdpSocket::from_std(args.socket);
-        registry.register(&mut socket, Tok::Udp.into(), Interest::READABLE | Interest::WRITABLE)?;
+        // A predecessor draining on the slot's socket keeps it alone until it is gone: two
+        // readers of one socket would each take the other's packets (see `Server::set_sibling`).
+        let siblings = args.siblings;
+        let sibling_until = (!siblings.is_empty()).then(|| Instant::now() + config.shutdown_timeout + SIBLING_SLACK);
+        if siblings.is_empty() {
+            registry.register(&mut socket, Tok::Udp.into(), Interest::READABLE | Interest::WRITABLE)?;
+        }
         Ok(H3 {
             socket,
             server,
@@ -212,6 +236,9 @@ impl H3 {
             deadline: None,
             draining: false,
             max_connections: config.limits.max_connections,
+            sibling_until,
+            siblings,
+            sibling_check: sibling_until.map(|_| Instant::now() + SIBLING_CHECK),
         })
     }
 
@@ -239,7 +266,7 @@ impl H3 {
                     let mut answers = Vec::new();
                     let data = BytesMut::from(&self.recv[..n]);
                     if let Some(ch) = self.server.handle_datagram(now, from, None, None, data, &mut answers) {
-                        if self.draining && !self.sessions.contains_key(&ch) {
+                        if self.draining && !self.sessions.contains_key(&ch) && self.server.conn(ch).is_some() {
                             if let Some(conn) = self.server.conn(ch) {
                                 conn.go_away(now);
                             }
@@ -346,6 +373,11 @@ impl Cx<'_, '_> {
         let raw = VarInt::from(stream).into_inner();
         ExchangeId { conn: H3_BASE + self.ch.0, stream: raw as u32, generation: self.generation }
     }
+}
+
+/// Whether process `pid` still exists (a zombie counts until the supervisor reaps it).
+fn alive(pid: i32) -> bool {
+    !matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH))
 }
 
 /// The QUIC stream of an exchange id's `stream`.
@@ -785,6 +817,32 @@ impl Worker {
     pub(super) fn h3_turn(&mut self, readable: bool) {
         let Some(mut h3) = self.h3.take() else { return };
         let now = Instant::now();
+        if h3.sibling_check.is_some_and(|t| t <= now) {
+            h3.siblings.retain(|&pid| alive(pid));
+            if h3.siblings.is_empty() || h3.sibling_until.is_some_and(|t| t <= now) {
+                h3.sibling_check = None;
+                h3.sibling_until = None;
+                h3.siblings.clear();
+                if let Err(e) = self.poll.registry().register(
+                    &mut h3.socket,
+                    Tok::Udp.into(),
+                    Interest::READABLE | Interest::WRITABLE,
+                ) {
+                    log::error!("HTTP/3: cannot register the UDP socket: {e}");
+                }
+                h3.more = true;
+                log::debug!("worker {}: HTTP/3 served (the slot's previous worker is gone)", std::process::id());
+            } else {
+                h3.sibling_check = Some(now + SIBLING_CHECK);
+            }
+        }
+        if h3.sibling_check.is_some() {
+            // Not reading yet.
+            h3.more = false;
+            h3.refresh_deadline();
+            self.h3 = Some(h3);
+            return;
+        }
         if readable || h3.more {
             h3.read(now);
         }
@@ -1028,6 +1086,9 @@ impl Worker {
         let Some(h3) = self.h3.as_mut() else { return };
         let now = Instant::now();
         h3.draining = true;
+        // A successor may read the slot's socket from now on: its packets and new clients are
+        // left to it.
+        h3.server.set_sibling(true, true);
         h3.server.go_away(now);
         for (ch, sess) in &mut h3.sessions {
             for ex in &mut sess.exchanges {
@@ -1068,6 +1129,6 @@ impl H3 {
             .flat_map(|s| s.exchanges.iter())
             .filter_map(|e| [e.deadline, e.produce_deadline()].into_iter().flatten().min())
             .min();
-        self.deadline = [quic, exchanges].into_iter().flatten().min();
+        self.deadline = [quic, exchanges, self.sibling_check].into_iter().flatten().min();
     }
 }

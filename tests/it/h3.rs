@@ -307,3 +307,35 @@ fn early_hints_on_the_homepage() {
     assert!(first.iter().any(|(n, v)| n == "link" && v.contains("rel=preload")), "{first:?}");
     assert_eq!(r.status(), 200, "{:?}", r.heads.last());
 }
+
+#[test]
+fn reload_lets_an_open_stream_finish_and_the_new_worker_serves() {
+    let (server, addr, pki, files) = download_server(1, "");
+    let data = pattern(16 << 20);
+    std::fs::write(files.path().join("mid.bin"), &data).expect("write");
+    let old = server.wait_workers(1, Duration::from_secs(10))[0];
+    let config = client_config(&pki);
+    let mut c = H3Client::connect(addr, &config);
+    let id = c.send("GET", "/download/mid.bin", &[], b"");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    c.run_until(deadline, |c| c.partial(id).body.len() >= 1 << 20);
+    assert!(c.partial(id).body.len() >= 1 << 20, "the download started\n{}", server.log_tail());
+    server.signal(Signal::SIGHUP);
+    // The old worker drains beside its replacement (both read the slot's socket): its stream
+    // goes on to the end; the replacement leaves its packets alone.
+    c.run_until(deadline, |c| c.streams[&id].fin || c.streams[&id].reset.is_some() || c.lost.is_some());
+    assert!(c.lost.is_none(), "{:?} after {} bytes\n{}", c.lost, c.partial(id).body.len(), server.log_tail());
+    let r = c.response(id);
+    assert!(r.body == data, "the whole body across the reload ({} of {} bytes)", r.body.len(), data.len());
+    c.run_until(Instant::now() + TIMEOUT, |c| c.goaway || c.lost.is_some());
+    assert!(c.goaway, "GOAWAY from the draining worker");
+    assert!(
+        eventually(Duration::from_secs(30), || !server.workers().contains(&old)),
+        "the old worker exits\n{}",
+        server.log_tail()
+    );
+    // The new worker serves new connections.
+    let mut fresh = H3Client::connect(addr, &config);
+    let pid = fresh.get("/_debug/pid").json()["pid"].as_i64().expect("pid") as i32;
+    assert_ne!(pid, old, "served by the replacement");
+}
