@@ -501,7 +501,7 @@ fn on_request(
     }
     if connect {
         // No extended CONNECT (WebSocket) over HTTP/3, as a plain CONNECT over HTTP/2.
-        return fail(sess, conn, i, Error::bad_request("CONNECT is not supported"), cx, now);
+        fail(sess, conn, i, Error::bad_request("CONNECT is not supported"), cx, now);
     }
 }
 
@@ -903,7 +903,6 @@ impl Worker {
                     }
                 }
             }
-            drop(glue);
             self.h3 = Some(h3);
             for (id, call) in cancelled {
                 self.cancel_call(id, call);
@@ -958,7 +957,8 @@ impl Worker {
                             }
                         }
                         (Completion::Chunk(offset, bytes), Some(Produce::Download(d))) => {
-                            if !d.arrived(offset, bytes) {
+                            let arrived = d.arrived(offset, bytes);
+                            if !arrived {
                                 log::warn!("download read failed; resetting the HTTP/3 stream");
                                 ex.produce = None;
                                 conn.reset(now, stream, crate::http3::Code::InternalError);

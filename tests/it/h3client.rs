@@ -222,25 +222,20 @@ impl H3Client {
             .unwrap_or(deadline);
         let wait = until.saturating_duration_since(now).max(Duration::from_millis(1));
         self.sock.set_read_timeout(Some(wait)).expect("timeout");
+        // The first datagram within `wait`, then what else is queued without blocking.
         let mut got = 0;
-        loop {
-            match self.sock.recv_from(&mut self.buf) {
-                Ok((n, from)) => {
-                    got += 1;
-                    let data = BytesMut::from(&self.buf[..n]);
-                    let mut answer = Vec::new();
-                    if let Some(DatagramEvent::ConnectionEvent(_, event)) =
-                        self.ep.handle(Instant::now(), from, None, None, data, &mut answer)
-                    {
-                        self.conn.handle_event(event);
-                    }
-                    // Drain what else is queued without blocking.
-                    self.sock.set_nonblocking(true).expect("nonblocking");
-                    if got >= 256 {
-                        break;
-                    }
-                }
-                Err(_) => break,
+        while let Ok((n, from)) = self.sock.recv_from(&mut self.buf) {
+            got += 1;
+            let data = BytesMut::from(&self.buf[..n]);
+            let mut answer = Vec::new();
+            if let Some(DatagramEvent::ConnectionEvent(_, event)) =
+                self.ep.handle(Instant::now(), from, None, None, data, &mut answer)
+            {
+                self.conn.handle_event(event);
+            }
+            self.sock.set_nonblocking(true).expect("nonblocking");
+            if got >= 256 {
+                break;
             }
         }
         self.sock.set_nonblocking(false).expect("blocking");
