@@ -339,3 +339,21 @@ fn reload_lets_an_open_stream_finish_and_the_new_worker_serves() {
     let pid = fresh.get("/_debug/pid").json()["pid"].as_i64().expect("pid") as i32;
     assert_ne!(pid, old, "served by the replacement");
 }
+
+#[test]
+fn rate_limits_count_http3_with_the_tcp_traffic() {
+    let (server, addr, pki, _d) =
+        tls_server(2, "", &format!("{H3_ON}[rate_limit]\nenabled = true\nmax = 4\nwindow_secs = 900\n"));
+    for _ in 0..2 {
+        assert_eq!(server.get("/api/config").status, 200, "over TCP");
+    }
+    let mut c = H3Client::connect(addr, &client_config(&pki));
+    for left in ["1", "0"] {
+        let r = c.get("/api/config");
+        assert_eq!((r.status(), r.header("ratelimit-remaining")), (200, Some(left)), "{:?}", r.heads);
+    }
+    let r = c.get("/api/config");
+    assert_eq!(r.status(), 429, "the fifth request of the address, over HTTP/3: {:?}", r.heads);
+    assert_eq!(r.json()["code"], "RATE_LIMITED");
+    assert_eq!(server.get("/api/config").status, 429, "and over TCP");
+}
