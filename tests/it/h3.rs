@@ -357,3 +357,41 @@ fn rate_limits_count_http3_with_the_tcp_traffic() {
     assert_eq!(r.json()["code"], "RATE_LIMITED");
     assert_eq!(server.get("/api/config").status, 429, "and over TCP");
 }
+
+/// `POST /api/chat` over HTTP/3; the whole streamed body.
+fn chat_over_h3(addr: std::net::SocketAddr, pki: &crate::tls::Pki, text: &str) -> crate::h3client::H3Response {
+    let mut c = H3Client::connect(addr, &client_config(pki));
+    let body = serde_json::to_vec(&json!({"messages": [{"role": "user", "content": text}]})).unwrap();
+    let id = c.send("POST", "/api/chat", &[("content-type", "application/json")], &body);
+    c.response(id)
+}
+
+#[test]
+fn chat_echo_and_relay_stream_over_h3() {
+    // The built-in echo: a ticker-driven stream.
+    let (server, addr, pki, _d) = tls_server(1, "", &format!("{H3_ON}[chat]\necho_delay_ms = 20\n"));
+    let r = chat_over_h3(addr, &pki, "one two three");
+    assert_eq!(r.status(), 200, "{:?}\n{}", r.heads, server.log_tail());
+    assert!(r.header("content-type").is_some_and(|v| v.starts_with("text/event-stream")), "{:?}", r.heads);
+    let text = r.body_str();
+    assert!(text.contains("one") && text.contains("three") && text.trim_end().ends_with("data: [DONE]"), "{text}");
+    // A relay: an upstream's deltas forwarded as they arrive, the stream ended after [DONE].
+    let pieces: Vec<(Duration, String)> = ["alpha", "beta"]
+        .iter()
+        .map(|c| (Duration::ZERO, format!("data: {}\n\n", json!({"choices": [{"index": 0, "delta": {"content": c}}]}))))
+        .chain([(Duration::ZERO, "data: [DONE]\n\n".to_string())])
+        .collect();
+    let up = crate::upstream::Upstream::start(move |_| {
+        crate::upstream::Behaviour::sse(pieces.clone(), crate::upstream::After::Finish)
+    });
+    let (server, addr, pki, _d2) = tls_server(
+        1,
+        "",
+        &format!("{H3_ON}[chat]\nupstream = \"{}/v1/chat/completions\"\nmodel = \"m1\"\n", up.url()),
+    );
+    let r = chat_over_h3(addr, &pki, "hi");
+    assert_eq!(r.status(), 200, "{:?}\n{}", r.heads, server.log_tail());
+    let text = r.body_str();
+    assert!(text.contains("alpha") && text.contains("beta") && text.trim_end().ends_with("data: [DONE]"), "{text}");
+    assert_eq!(up.count("/v1/chat/completions"), 1);
+}
