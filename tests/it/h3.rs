@@ -395,3 +395,16 @@ fn chat_echo_and_relay_stream_over_h3() {
     assert!(text.contains("alpha") && text.contains("beta") && text.trim_end().ends_with("data: [DONE]"), "{text}");
     assert_eq!(up.count("/v1/chat/completions"), 1);
 }
+
+#[test]
+fn under_load_new_clients_are_retried_first() {
+    // Under load from half of `max_connections` (TCP and QUIC): three here.
+    let (server, addr, pki, _d) = tls_server(1, "", &format!("{H3_ON}[limits]\nmax_connections = 6\n"));
+    let config = client_config(&pki);
+    let mut first = H3Client::connect(addr, &config);
+    assert_eq!((first.get("/health").status(), first.retries), (200, 0), "no Retry when idle");
+    let _more: Vec<H3Client> = (0..2).map(|_| H3Client::connect(addr, &config)).collect();
+    let mut loaded = H3Client::connect(addr, &config);
+    assert_eq!(loaded.get("/health").status(), 200, "{}", server.log_tail());
+    assert_eq!(loaded.retries, 1, "a Retry round trip first");
+}

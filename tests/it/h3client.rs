@@ -81,6 +81,8 @@ pub struct H3Client {
     pub lost: Option<ConnectionError>,
     /// The server's GOAWAY arrived on its control stream.
     pub goaway: bool,
+    /// Retry packets received (the server asked to validate the address first).
+    pub retries: usize,
     /// The control stream is open.
     control: bool,
     /// Request bytes not yet taken by their stream (stream, bytes, written so far).
@@ -114,6 +116,7 @@ impl H3Client {
             streams: HashMap::new(),
             lost: None,
             goaway: false,
+            retries: 0,
             control: false,
             pending: Vec::new(),
             buf: vec![0; 65_536],
@@ -226,6 +229,10 @@ impl H3Client {
         let mut got = 0;
         while let Ok((n, from)) = self.sock.recv_from(&mut self.buf) {
             got += 1;
+            // A long header of type Retry (RFC 9000 §17.2.5).
+            if self.buf[0] & 0xb0 == 0xb0 {
+                self.retries += 1;
+            }
             let data = BytesMut::from(&self.buf[..n]);
             let mut answer = Vec::new();
             if let Some(DatagramEvent::ConnectionEvent(_, event)) =
