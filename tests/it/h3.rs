@@ -384,11 +384,8 @@ fn chat_echo_and_relay_stream_over_h3() {
     let up = crate::upstream::Upstream::start(move |_| {
         crate::upstream::Behaviour::sse(pieces.clone(), crate::upstream::After::Finish)
     });
-    let (server, addr, pki, _d2) = tls_server(
-        1,
-        "",
-        &format!("{H3_ON}[chat]\nupstream = \"{}/v1/chat/completions\"\nmodel = \"m1\"\n", up.url()),
-    );
+    let (server, addr, pki, _d2) =
+        tls_server(1, "", &format!("{H3_ON}[chat]\nupstream = \"{}/v1/chat/completions\"\nmodel = \"m1\"\n", up.url()));
     let r = chat_over_h3(addr, &pki, "hi");
     assert_eq!(r.status(), 200, "{:?}\n{}", r.heads, server.log_tail());
     let text = r.body_str();
@@ -407,4 +404,32 @@ fn under_load_new_clients_are_retried_first() {
     let mut loaded = H3Client::connect(addr, &config);
     assert_eq!(loaded.get("/health").status(), 200, "{}", server.log_tail());
     assert_eq!(loaded.retries, 1, "a Retry round trip first");
+}
+
+#[test]
+fn a_more_urgent_stream_is_sent_first() {
+    let (server, addr, pki, files) = download_server(1, "");
+    let data = pattern(8 << 20);
+    std::fs::write(files.path().join("a.bin"), &data).expect("write");
+    std::fs::write(files.path().join("b.bin"), &data).expect("write");
+    let mut c = H3Client::connect(addr, &client_config(&pki));
+    // Asked for first, least urgent; then the most urgent one.
+    let lazy = c.send("GET", "/download/a.bin", &[("priority", "u=7")], b"");
+    let urgent = c.send("GET", "/download/b.bin", &[("priority", "u=0")], b"");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut first = None;
+    let mut lazy_at_urgent_end = 0;
+    c.run_until(deadline, |c| {
+        for id in [urgent, lazy] {
+            if first.is_none() && c.streams[&id].fin {
+                first = Some(id);
+                lazy_at_urgent_end = c.partial(lazy).body.len();
+            }
+        }
+        c.streams[&urgent].fin && c.streams[&lazy].fin
+    });
+    eprintln!("u=7 stream had {lazy_at_urgent_end} of {} bytes when the u=0 one ended", data.len());
+    assert_eq!(c.response(urgent).body.len(), data.len(), "{}", server.log_tail());
+    assert_eq!(c.response(lazy).body.len(), data.len());
+    assert_eq!(first, Some(urgent), "the u=0 stream ends first");
 }
