@@ -62,6 +62,9 @@ pub enum Error {
     ExpectationFailed,
     /// 431: the request head exceeds `limits.max_header_bytes`.
     HeaderTooLarge,
+    /// 425: a request that is not safe to replay arrived in TLS 1.3 / QUIC early data
+    /// (RFC 8470); the client retries it after the handshake.
+    TooEarly,
     /// 503: draining or a dependency is down.
     ServiceUnavailable(&'static str),
     /// 502: an upstream refused, failed, or answered something unusable.
@@ -98,6 +101,7 @@ impl Error {
             Error::RangeNotSatisfiable => 416,
             Error::ExpectationFailed => 417,
             Error::HeaderTooLarge => 431,
+            Error::TooEarly => 425,
             Error::ServiceUnavailable(_) => 503,
             Error::UpstreamUnavailable(_) => 502,
             Error::UpstreamTimeout => 504,
@@ -124,6 +128,7 @@ impl Error {
             Error::RangeNotSatisfiable => "RANGE_NOT_SATISFIABLE",
             Error::ExpectationFailed => "EXPECTATION_FAILED",
             Error::HeaderTooLarge => "REQUEST_HEADER_FIELDS_TOO_LARGE",
+            Error::TooEarly => "TOO_EARLY",
             Error::ServiceUnavailable(_) => "SERVICE_UNAVAILABLE",
             Error::UpstreamUnavailable(_) => "UPSTREAM_UNAVAILABLE",
             Error::UpstreamTimeout => "UPSTREAM_TIMEOUT",
@@ -147,6 +152,7 @@ impl Error {
             Error::RangeNotSatisfiable => "range not satisfiable",
             Error::ExpectationFailed => "expectation failed",
             Error::HeaderTooLarge => "request header fields too large",
+            Error::TooEarly => "request sent in early data; retry after the handshake",
             Error::ServiceUnavailable(m) => m,
             Error::UpstreamUnavailable(m) => m,
             Error::UpstreamTimeout => "upstream timed out",

@@ -125,6 +125,14 @@ pub struct App {
     verified: std::cell::RefCell<session::Verified>,
     /// The `/metrics` label of each route slot (`other`, then the patterns).
     route_labels: Vec<&'static str>,
+    /// `Alt-Svc` for responses over TLS when HTTP/3 is on (`h3=":port"; ma=...`).
+    alt_svc: Option<&'static str>,
+}
+
+/// The `Alt-Svc` value announcing HTTP/3 on `config`'s UDP port; `None` when HTTP/3 is off.
+pub fn alt_svc_value(config: &Config) -> Option<String> {
+    let addr = config.http3.listen?;
+    Some(format!("h3=\":{}\"; ma={}", addr.port(), config.http3.alt_svc_max_age))
 }
 
 impl App {
@@ -145,7 +153,18 @@ impl App {
             config.upstreams.cache_entries,
             cache::MAX_BYTES,
         )));
-        App { router, svc, config_body, config_etag, homepage_cache, verified: Default::default(), route_labels }
+        // Leaked once per worker, like the client configuration.
+        let alt_svc = alt_svc_value(config).map(|v| &*Box::leak(v.into_boxed_str()));
+        App {
+            router,
+            svc,
+            config_body,
+            config_etag,
+            homepage_cache,
+            verified: Default::default(),
+            route_labels,
+            alt_svc,
+        }
     }
 
     /// Run one request through the phases; errors are rendered here, so the
@@ -165,7 +184,8 @@ impl App {
             return Reply::full(r);
         }
         let dev = config.is_development();
-        let mut decor = Decor { cors: cors::allowed_origin(config, req), rate: None };
+        let alt_svc = if req.secure { self.alt_svc } else { None };
+        let mut decor = Decor { cors: cors::allowed_origin(config, req), rate: None, alt_svc };
         let decorated = std::cell::Cell::new(false);
         let reply = match cors::preflight(decor.cors, req) {
             Some(r) => Ok(r),
@@ -330,11 +350,13 @@ impl RelaySink for Decorated {
 }
 
 /// Headers every response of a request gets, whenever it is produced: the
-/// allow-listed `Origin` (borrowed from the request) and the rate-limit decision.
+/// allow-listed `Origin` (borrowed from the request), the rate-limit decision,
+/// and over TLS with HTTP/3 on, `Alt-Svc` (RFC 7838) naming the UDP port.
 #[derive(Clone, Copy)]
 struct Decor<'r> {
     cors: Option<&'r str>,
     rate: Option<crate::shm::ratelimit::Decision>,
+    alt_svc: Option<&'static str>,
 }
 
 impl Decor<'_> {
@@ -345,13 +367,16 @@ impl Decor<'_> {
         if let Some(d) = &self.rate {
             ratelimit::decorate(&mut r, config, d);
         }
+        if let Some(v) = self.alt_svc {
+            r.header("Alt-Svc", v);
+        }
         r
     }
 
     /// The decoration for a response made after the request is gone (a job,
     /// upstream results): the origin copied, only when there is one.
     fn to_owned(self) -> OwnedDecor {
-        OwnedDecor { cors: self.cors.map(str::to_owned), rate: self.rate }
+        OwnedDecor { cors: self.cors.map(str::to_owned), rate: self.rate, alt_svc: self.alt_svc }
     }
 }
 
@@ -359,11 +384,12 @@ impl Decor<'_> {
 struct OwnedDecor {
     cors: Option<String>,
     rate: Option<crate::shm::ratelimit::Decision>,
+    alt_svc: Option<&'static str>,
 }
 
 impl OwnedDecor {
     fn apply(&self, r: Response, config: &Config) -> Response {
-        Decor { cors: self.cors.as_deref(), rate: self.rate }.apply(r, config)
+        Decor { cors: self.cors.as_deref(), rate: self.rate, alt_svc: self.alt_svc }.apply(r, config)
     }
 }
 

@@ -227,6 +227,12 @@ impl H3Conn {
         Ok(())
     }
 
+    /// Sets how early `stream`'s data goes out against the connection's other streams
+    /// (higher first; quinn's send priority).
+    pub fn set_priority(&mut self, stream: StreamId, priority: i32) {
+        let _ = self.quic.send_stream(stream).set_priority(priority);
+    }
+
     /// Abandons `stream` with `code` (both directions).
     pub fn reset(&mut self, now: Instant, stream: StreamId, code: Code) {
         self.fail(now, Some(stream), H3Error::stream(code, "reset by the server"));
@@ -309,6 +315,20 @@ impl H3Conn {
                 | QuicEvent::DatagramsUnblocked => {}
             }
         }
+        // quinn says `Writable` only for a stream whose write it refused outright; one that
+        // took part of its queue (a window half open) hears nothing more, so every stream
+        // with queued output is offered it again whenever the connection moved (an ACK or a
+        // window update may have made room).
+        let waiting: Vec<StreamId> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| !r.outbox.done && !r.outbox.out.is_empty())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waiting {
+            self.flush(id);
+        }
+        self.flush_control();
         if self.quic.is_closed() {
             self.lost();
         }

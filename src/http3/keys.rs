@@ -7,8 +7,10 @@
 //! check a CID another worker issued, send the stateless reset that connection's peer expects,
 //! accept a Retry token another worker minted, and resume a session another worker ticketed.
 //!
-//! A connection ID ([`CID_LEN`] bytes) is `slot (2, big-endian) ‖ random (6) ‖ tag (4)`, the
-//! tag a truncated HMAC-SHA256 of the first 8 bytes under the CID key. The slot is in the
+//! A connection ID ([`CID_LEN`] bytes) is `slot (2, big-endian) ‖ generation (1) ‖ random (5)
+//! ‖ tag (4)`, the tag a truncated HMAC-SHA256 of the first 8 bytes under the CID key. The
+//! generation tells a slot's successive workers apart (see `Server::set_sibling`): while an
+//! old worker drains beside its replacement, both read the slot's one socket. The slot is in the
 //! clear on purpose: a `SO_ATTACH_REUSEPORT_EBPF` program (or a worker forwarding a stray
 //! packet) reads it without a key, as nginx's `quic_bpf` reads its worker cookie. It tells an
 //! observer which worker serves a connection, not which connection a packet belongs to: the
@@ -88,9 +90,14 @@ impl QuicKeys {
         self.tickets
     }
 
-    /// A connection-ID generator for worker slot `slot`.
+    /// A connection-ID generator for worker slot `slot` (generation 0).
     pub fn cids(&self, slot: u16) -> SlotCids {
-        SlotCids { slot, key: self.cid.clone(), rng: SystemRandom::new() }
+        self.worker_cids(slot, 0)
+    }
+
+    /// A connection-ID generator for the worker of slot `slot` whose CIDs carry `generation`.
+    pub fn worker_cids(&self, slot: u16, generation: u8) -> SlotCids {
+        SlotCids { slot, generation, key: self.cid.clone(), rng: SystemRandom::new() }
     }
 }
 
@@ -100,11 +107,29 @@ pub fn slot_of(cid: &[u8]) -> Option<u16> {
     (cid.len() == CID_LEN).then(|| u16::from_be_bytes([cid[0], cid[1]]))
 }
 
+/// The generation of the worker that issued a forkd connection ID (untrusted, like
+/// [`slot_of`]).
+pub fn generation_of(cid: &[u8]) -> Option<u8> {
+    (cid.len() == CID_LEN).then(|| cid[2])
+}
+
+/// The destination connection ID of a QUIC packet if it may be one forkd issued: the
+/// [`CID_LEN`] bytes after a short header's first byte, or a long header's DCID when it is
+/// [`CID_LEN`] bytes long. `None` for anything else (a client's first Initial usually).
+pub fn packet_cid(datagram: &[u8]) -> Option<&[u8]> {
+    let first = *datagram.first()?;
+    if first & 0x80 == 0 {
+        return datagram.get(1..1 + CID_LEN);
+    }
+    (usize::from(*datagram.get(5)?) == CID_LEN).then(|| datagram.get(6..6 + CID_LEN)).flatten()
+}
+
 /// Issues and checks the connection IDs of one worker slot. Also quinn's
 /// `ConnectionIdGenerator` (see `setup.rs`).
 #[derive(Clone)]
 pub struct SlotCids {
     slot: u16,
+    generation: u8,
     key: hmac::Key,
     rng: SystemRandom,
 }
@@ -128,10 +153,11 @@ impl SlotCids {
     pub fn generate(&self) -> [u8; CID_LEN] {
         let mut cid = [0u8; CID_LEN];
         cid[..2].copy_from_slice(&self.slot.to_be_bytes());
-        if self.rng.fill(&mut cid[2..BODY_LEN]).is_err() {
+        cid[2] = self.generation;
+        if self.rng.fill(&mut cid[3..BODY_LEN]).is_err() {
             // getrandom does not fail on Linux once seeded; keep the CID unique anyway.
             let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-            cid[2..BODY_LEN].copy_from_slice(&nanos.to_be_bytes()[10..16]);
+            cid[3..BODY_LEN].copy_from_slice(&nanos.to_be_bytes()[11..16]);
         }
         let tag = self.tag(&cid[..BODY_LEN]);
         cid[BODY_LEN..].copy_from_slice(&tag);
@@ -186,6 +212,25 @@ mod tests {
         }
         assert_eq!(slot_of(&cid[..8]), None);
         assert_eq!(b.cids(0).owner(&[0; 20]), None);
+    }
+
+    #[test]
+    fn generations_and_packet_cids() {
+        let k = QuicKeys::derive(&[1; SECRET_LEN]);
+        let cid = k.worker_cids(2, 0xa5).generate();
+        assert_eq!((slot_of(&cid), generation_of(&cid), k.cids(0).owner(&cid)), (Some(2), Some(0xa5), Some(2)));
+        let mut short = vec![0x41];
+        short.extend_from_slice(&cid);
+        short.extend_from_slice(&[0; 20]);
+        assert_eq!(packet_cid(&short), Some(&cid[..]));
+        let mut long = vec![0xc0, 0, 0, 0, 1, CID_LEN as u8];
+        long.extend_from_slice(&cid);
+        long.extend_from_slice(&[8; 30]);
+        assert_eq!(packet_cid(&long), Some(&cid[..]));
+        long[5] = 8;
+        assert_eq!(packet_cid(&long), None, "a client's 8-byte CID");
+        assert_eq!(packet_cid(&short[..5]), None);
+        assert_eq!(packet_cid(&[]), None);
     }
 
     #[test]

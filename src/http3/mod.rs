@@ -1,6 +1,6 @@
 //! HTTP/3 (RFC 9114) over QUIC (RFC 9000/9001), socket-free: quinn-proto's sans-I/O state
-//! machines under this module's own HTTP/3 frames and QPACK. **In progress**: everything here
-//! is built and tested from bytes and in-memory datagrams; the worker does not drive it yet.
+//! machines under this module's own HTTP/3 frames and QPACK. Everything here is built and
+//! tested from bytes and in-memory datagrams; the worker drives it (`worker/h3.rs`).
 //!
 //! What it owns, bottom up:
 //! - `varint.rs`, `frame.rs`: QUIC varints; HTTP/3 frames, read incrementally with DATA never
@@ -22,11 +22,11 @@
 //!   derived from the supervisor's pre-fork secret; connection IDs that carry the worker slot;
 //!   quinn's endpoint and server configuration (TLS 1.3 from the `[tls]` pair, ALPN `h3`).
 //!
-//! It must not touch sockets, the poll or handlers. The worker will own one [`server::Server`]
-//! per slot over the slot's UDP socket (bound by the supervisor with `SO_REUSEPORT` and kept
-//! across worker restarts, like the TCP slots): it feeds datagrams and timer ticks in, sends
-//! what comes out (GSO batches where the kernel has them), and turns [`conn::Event`]s into
-//! exchanges of the one service, answering through `send_head` / `send_data` / `finish`.
+//! It must not touch sockets, the poll or handlers. The worker owns one [`server::Server`]
+//! over its slot's UDP socket (bound by the supervisor with `SO_REUSEPORT` and kept across
+//! worker restarts, like the TCP slots): it feeds datagrams and timer ticks in, sends what
+//! comes out, and turns [`conn::Event`]s into exchanges of the one service, answering through
+//! `send_head` / `send_data` / `finish`.
 //!
 //! ## Our own frames and QPACK, not the `h3` crate
 //!

@@ -1,6 +1,6 @@
 //! The server side of one worker's QUIC endpoint: quinn's `Endpoint` (which routes datagrams
 //! to connections by CID) and the [`H3Conn`]s it accepted. Datagrams in, datagrams out,
-//! timers; no socket. The worker's loop will read the slot's UDP socket into
+//! timers; no socket. The worker's loop (`worker/h3.rs`) reads the slot's UDP socket into
 //! [`Server::handle_datagram`], send what [`Server::poll_transmit`] and the returned
 //! responses hold, and call [`Server::handle_timeouts`] at [`Server::next_timeout`].
 //!
@@ -35,6 +35,13 @@ pub struct Server {
     conns: std::collections::HashMap<ConnectionHandle, H3Conn>,
     limits: ConnLimits,
     under_load: bool,
+    /// This worker's slot and CID generation, and whether another worker of the slot reads
+    /// the same socket (see [`Server::set_sibling`]).
+    own: Option<(u16, u8)>,
+    sibling: bool,
+    /// Draining: a new client's first packets are left to the successor.
+    refuse_new: bool,
+    keys: Option<super::keys::SlotCids>,
 }
 
 impl std::fmt::Debug for Server {
@@ -52,6 +59,39 @@ impl Server {
             conns: std::collections::HashMap::new(),
             limits,
             under_load: false,
+            own: None,
+            sibling: false,
+            refuse_new: false,
+            keys: None,
+        }
+    }
+
+    /// Names this endpoint's slot, CID generation and CID keys (`cids`), so that it can tell
+    /// its own packets from a sibling's (see [`Server::set_sibling`]).
+    pub fn set_identity(&mut self, slot: u16, generation: u8, cids: super::keys::SlotCids) {
+        self.own = Some((slot, generation));
+        self.keys = Some(cids);
+    }
+
+    /// `sibling`: another worker of this slot reads the same socket (a replacement beside a
+    /// draining worker). Then a packet for a connection of the slot's other generation is
+    /// dropped, not answered with a stateless reset (it is the sibling's; the peer sends it
+    /// again and the sibling likely reads the next copy). `refuse_new`: a new client's first
+    /// packets are dropped too (a draining worker leaves them to its successor).
+    pub fn set_sibling(&mut self, sibling: bool, refuse_new: bool) {
+        self.sibling = sibling;
+        self.refuse_new = refuse_new;
+    }
+
+    /// Whether `data` is for the sibling worker (see [`Server::set_sibling`]).
+    fn siblings(&self, data: &[u8]) -> bool {
+        let (Some((slot, generation)), Some(keys)) = (self.own, &self.keys) else { return false };
+        if !self.sibling {
+            return false;
+        }
+        match super::keys::packet_cid(data) {
+            Some(cid) if keys.owner(cid) == Some(slot) => super::keys::generation_of(cid) != Some(generation),
+            Some(_) | None => self.refuse_new && data.first().is_some_and(|b| b & 0x80 != 0),
         }
     }
 
@@ -92,6 +132,9 @@ impl Server {
         data: BytesMut,
         out: &mut Vec<Outgoing>,
     ) -> Option<ConnectionHandle> {
+        if self.siblings(&data) {
+            return None;
+        }
         let mut buf = Vec::new();
         let event = self.endpoint.handle(now, remote, local_ip, ecn, data, &mut buf)?;
         let ch = match event {
@@ -158,15 +201,19 @@ impl Server {
         self.conns.values_mut().filter_map(H3Conn::poll_timeout).min()
     }
 
-    /// Runs every timer due at `now`.
-    pub fn handle_timeouts(&mut self, now: Instant) {
+    /// Runs every timer due at `now`; returns the connections whose timers fired (to poll for
+    /// events and transmits; a drained one is already forgotten).
+    pub fn handle_timeouts(&mut self, now: Instant) -> Vec<ConnectionHandle> {
+        let mut fired = Vec::new();
         for ch in self.handles() {
             let Some(conn) = self.conns.get_mut(&ch) else { continue };
             if conn.poll_timeout().is_some_and(|t| t <= now) {
                 conn.handle_timeout(now);
+                fired.push(ch);
             }
             self.endpoint_events(ch);
         }
+        fired
     }
 
     /// After the owner acted on connection `ch` (sent, finished, went away): pass its

@@ -64,8 +64,13 @@ impl Limits {
 
 /// The endpoint configuration of worker slot `slot`: its connection IDs, the shared reset key.
 pub fn endpoint_config(keys: &QuicKeys, slot: u16) -> Arc<EndpointConfig> {
+    worker_endpoint_config(keys, slot, 0)
+}
+
+/// [`endpoint_config`] for the worker of slot `slot` whose CIDs carry `generation`.
+pub fn worker_endpoint_config(keys: &QuicKeys, slot: u16, generation: u8) -> Arc<EndpointConfig> {
     let mut config = EndpointConfig::new(keys.reset_key());
-    let cids = keys.cids(slot);
+    let cids = keys.worker_cids(slot, generation);
     config.cid_generator(move || Box::new(cids.clone()));
     Arc::new(config)
 }

@@ -290,7 +290,7 @@ impl Pair {
                 let Some(next) = next else { panic!("nothing moves and no timer is set") };
                 self.now = self.now.max(next);
                 self.client.handle_timeout(self.now);
-                self.server.handle_timeouts(self.now);
+                let _ = self.server.handle_timeouts(self.now);
             }
         }
         panic!("not done after 20 000 steps");
@@ -627,6 +627,47 @@ fn another_worker_answers_a_stray_packet_with_a_stateless_reset() {
     forged[5] ^= 0xff;
     other.handle_datagram(later, addr(CLIENT), None, None, BytesMut::from(&forged[..]), &mut answers);
     assert!(answers.is_empty(), "a forged CID is dropped");
+}
+
+#[test]
+fn a_sibling_of_the_same_slot_drops_the_others_packets_instead_of_resetting() {
+    let mut p = Pair::new(false);
+    for _ in 0..5 {
+        let id = p.get("/");
+        p.watch(id);
+        p.answer_until_fin(id, 204);
+        if p.sent.iter().any(|d| d[0] & 0x80 == 0) {
+            break;
+        }
+    }
+    // The pair's server is slot 1, generation 0; a 1-RTT packet of one of its connections.
+    let stray = p.sent.iter().rev().find(|d| d[0] & 0x80 == 0).expect("a 1-RTT datagram").clone();
+    let padded = [&stray[..], &[0u8; 40][..]].concat();
+    let first_initial = p.sent[0].clone();
+    assert_ne!(first_initial[0] & 0x80, 0, "the client's first datagram has a long header");
+    let (key, _) = certificate();
+    let keys = QuicKeys::derive(&SECRET);
+    let sibling = |gen: u8, on: bool, refuse_new: bool| {
+        let config = setup::server_config(key.clone(), &keys, &setup::Limits::default(), None).expect("config");
+        let mut s =
+            Server::new(setup::worker_endpoint_config(&keys, 1, gen), config, ConnLimits { max_field_section: 4096 });
+        s.set_identity(1, gen, keys.worker_cids(1, gen));
+        s.set_sibling(on, refuse_new);
+        s
+    };
+    let later = p.now + Duration::from_secs(1);
+    let answers_to = |s: &mut Server, datagram: &[u8]| {
+        let mut answers = Vec::new();
+        let ch = s.handle_datagram(later, addr(CLIENT), None, None, BytesMut::from(datagram), &mut answers);
+        (ch.is_some(), answers.len())
+    };
+    // Generation 7 beside its sibling: the packet is the sibling's, dropped.
+    assert_eq!(answers_to(&mut sibling(7, true, false), &padded), (false, 0), "dropped, no reset");
+    // Alone (the sibling is gone): a stateless reset, as any worker answers.
+    assert_eq!(answers_to(&mut sibling(7, false, false), &padded), (false, 1), "a stateless reset");
+    // A new client's Initial: taken unless the worker drains beside a successor.
+    assert!(answers_to(&mut sibling(7, true, false), &first_initial).0, "a new connection");
+    assert_eq!(answers_to(&mut sibling(7, true, true), &first_initial), (false, 0), "left to the successor");
 }
 
 #[test]

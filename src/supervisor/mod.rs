@@ -53,8 +53,8 @@ struct Slot {
     listener: TcpListener,
     /// The slot's socket on `tls.listen`, when TLS is on.
     tls: Option<TcpListener>,
-    /// The slot's UDP socket on `http3.listen`, when HTTP/3 is on (bound and kept; the worker
-    /// does not read it yet).
+    /// The slot's UDP socket on `http3.listen`, when HTTP/3 is on (bound and kept across the
+    /// slot's workers, which serve HTTP/3 on it).
     udp: Option<UdpSocket>,
     fast_failures: u32,
     respawn_at: Option<Instant>,
@@ -809,6 +809,9 @@ impl Supervisor {
         let record = self.region.claim().ok_or_else(|| io::Error::other("process table full"))?;
         let fd = self.slots[slot].listener.as_raw_fd();
         let tls_fd = self.slots[slot].tls.as_ref().map(AsRawFd::as_raw_fd);
+        let udp_fd = self.slots[slot].udp.as_ref().map(AsRawFd::as_raw_fd);
+        // Workers of the slot still alive (replaced on reload or for memory) read the same UDP socket.
+        let siblings: Vec<i32> = self.table.iter().filter(|p| p.slot == slot).map(|p| p.pid).collect();
         let parent = std::process::id() as i32;
         let (ours, theirs) = bus::pair()?;
         match sys::fork()? {
@@ -829,7 +832,8 @@ impl Supervisor {
             }
             Forked::Child => {
                 self.signals.uninstall();
-                let keep: Vec<std::os::fd::RawFd> = [fd, theirs.as_raw_fd()].into_iter().chain(tls_fd).collect();
+                let keep: Vec<std::os::fd::RawFd> =
+                    [fd, theirs.as_raw_fd()].into_iter().chain(tls_fd).chain(udp_fd).collect();
                 sys::close_inherited_fds(&keep);
                 sys::title::set(&format!("forkd: worker {slot}"));
                 if sys::die_with_parent(parent).is_err() {
@@ -851,6 +855,19 @@ impl Supervisor {
                     }
                     _ => None,
                 };
+                let h3 = match (udp_fd, &self.tls_key) {
+                    (Some(udp_fd), Some(key)) => Some(crate::worker::WorkerH3 {
+                        // SAFETY: `udp_fd` is the slot's UDP socket, kept open across the fork
+                        // (`keep`); the supervisor's object for it is never dropped in the
+                        // child, so this is its only owner here.
+                        socket: unsafe { <std::net::UdpSocket as std::os::fd::FromRawFd>::from_raw_fd(udp_fd) },
+                        slot: u16::try_from(slot).unwrap_or(u16::MAX),
+                        key: Arc::clone(key),
+                        secret: self.tls_secret,
+                        siblings,
+                    }),
+                    _ => None,
+                };
                 let code = crate::worker::run(crate::worker::WorkerArgs {
                     config: &self.config,
                     listener: sys::listener_from_fd(fd),
@@ -860,6 +877,7 @@ impl Supervisor {
                     region: self.region,
                     secret: &self.secret,
                     bus: Endpoint::new(theirs),
+                    h3,
                     rate: &self.region.rate,
                     endpoints: self.endpoints,
                     shared_cache: self.shared_cache,
@@ -1156,7 +1174,7 @@ impl Supervisor {
                 log::info!("ready: TLS (HTTPS) on {tls}");
             }
             if let Some(udp) = self.slots.first().and_then(|s| s.udp.as_ref()).and_then(|u| u.local_addr().ok()) {
-                log::info!("ready: HTTP/3 UDP socket(s) bound on {udp} (HTTP/3 is not served yet)");
+                log::info!("ready: HTTP/3 UDP socket(s) bound on {udp}");
             }
             if let Some(mut pipe) = self.upgraded_from.take() {
                 // This supervisor is now the one to signal; then the old one may exit.

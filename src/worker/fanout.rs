@@ -403,7 +403,9 @@ impl Worker {
                     // `Last-Event-ID` and gets it from the store's replay.
                     let subscribers: Vec<ExchangeId> = self.sse.iter().copied().collect();
                     for id in subscribers {
-                        if id.stream != 0 {
+                        if super::h3::is_h3(id) {
+                            self.h3_abort_exchange(id);
+                        } else if id.stream != 0 {
                             self.h2_abort_exchange(id);
                         } else {
                             self.abort_stream(id.conn);
@@ -416,6 +418,10 @@ impl Worker {
                 let event: Arc<[u8]> = event.into();
                 let subscribers: Vec<ExchangeId> = self.sse.iter().copied().collect();
                 for sub in subscribers {
+                    if super::h3::is_h3(sub) {
+                        self.h3_event(sub, id, &event);
+                        continue;
+                    }
                     if sub.stream != 0 {
                         self.h2_event(sub, id, &event);
                         continue;

@@ -12,6 +12,8 @@
 //! * `conn.rs`: a connection (`Conn`: transport + one `ConnState`), its
 //!   socket I/O through TLS or not, and the driving of HTTP/1.1.
 //! * `h2.rs`: the HTTP/2 session glue and its exchanges.
+//! * `h3.rs`: HTTP/3: the slot's UDP socket, the QUIC endpoint and the
+//!   exchanges of its connections (a slab of its own, not a `ConnState`).
 //! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event
 //!   streams, tickers, WebSockets, relays); `download.rs`: file bodies.
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
@@ -26,6 +28,7 @@ mod download;
 mod fanout;
 mod glue;
 mod h2;
+mod h3;
 mod panics;
 mod pool;
 mod streams;
@@ -56,6 +59,7 @@ use crate::sys::signals::SignalSet;
 
 use conn::{Conn, ConnState, H1};
 use glue::Glue;
+pub use h3::WorkerH3;
 use pool::{Completion, ExchangeId, Pool};
 use timers::Timers;
 use token::Tok;
@@ -101,6 +105,8 @@ pub struct WorkerArgs<'a> {
     pub secret: &'a [u8],
     /// This worker's end of the bus.
     pub bus: Endpoint,
+    /// The slot's UDP socket and QUIC key material, when HTTP/3 is on.
+    pub h3: Option<WorkerH3>,
     /// The shared rate-limit table.
     pub rate: &'static crate::shm::ratelimit::RateTable,
     /// The upstreams, resolved before fork.
@@ -171,6 +177,8 @@ struct Worker {
     /// `[http2]` as the settings every HTTP/2 connection announces; `None`: HTTP/2 is off
     /// (no connection is sniffed for the preface).
     h2: Option<H2Settings>,
+    /// HTTP/3 on the slot's UDP socket, when on.
+    h3: Option<Box<h3::H3>>,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     live: usize,
@@ -280,6 +288,10 @@ impl Worker {
             Tok::Bus.into(),
             Interest::READABLE | Interest::WRITABLE,
         )?;
+        let h3 = match args.h3 {
+            Some(a) => Some(Box::new(h3::H3::new(a, config, poll.registry())?)),
+            None => None,
+        };
         let env = Env {
             common: Common::new(config.csp_report_only),
             max_head: config.limits.max_header_bytes,
@@ -306,6 +318,7 @@ impl Worker {
             app: App::new(svc),
             env,
             h2: h2_settings(config),
+            h3,
             conns: Vec::new(),
             free: Vec::new(),
             live: 0,
@@ -339,7 +352,7 @@ impl Worker {
             self.record.beat(crate::sys::monotonic_ms());
             self.env.common.tick(SystemTime::now());
             if let Some(deadline) = self.drain_deadline {
-                if self.live == 0 && self.pool.active() == 0 {
+                if self.live == 0 && self.pool.active() == 0 && self.h3.as_ref().is_none_or(|h| h.is_empty()) {
                     self.svc.store.close();
                     return Ok(());
                 }
@@ -348,8 +361,9 @@ impl Worker {
                     return Ok(());
                 }
             }
-            let resume_now = (!self.drained.is_empty()).then_some(now);
-            let wait = [self.timers.next(), self.accept_retry, self.drain_deadline, resume_now]
+            let resume_now = (!self.drained.is_empty() || self.h3.as_ref().is_some_and(|h| h.busy())).then_some(now);
+            let h3_at = self.h3.as_ref().and_then(|h| h.deadline());
+            let wait = [self.timers.next(), self.accept_retry, self.drain_deadline, resume_now, h3_at]
                 .into_iter()
                 .flatten()
                 .map(|t| t.saturating_duration_since(now))
@@ -368,9 +382,14 @@ impl Worker {
                     Tok::Signals => self.signals.drain(),
                     Tok::Upstream(ui) => self.up_event(ui),
                     Tok::Client(i) => self.drive(i),
+                    Tok::Udp => self.h3_turn(true),
                 }
             }
             self.resume_drained();
+            // Datagrams left unread, connections completions touched, timers due.
+            if self.h3.as_ref().is_some_and(|h| h.busy() || h.deadline().is_some_and(|t| t <= Instant::now())) {
+                self.h3_turn(false);
+            }
             // The turn's access lines, in one write.
             crate::logging::flush_access();
             // Counters are checked every turn, not only on a wake-up byte.
@@ -447,6 +466,7 @@ impl Worker {
             let _ = self.poll.registry().deregister(&mut l);
         }
         self.end_streams();
+        self.h3_drain();
         let now = Instant::now();
         for i in 0..self.conns.len() {
             if let Some(Some(c)) = self.conns.get_mut(i) {
@@ -612,6 +632,10 @@ impl Worker {
         for d in done.drain(..) {
             let now = Instant::now();
             let idx = d.id.conn;
+            if h3::is_h3(d.id) {
+                self.h3_done(d.id, d.result);
+                continue;
+            }
             if d.id.stream != 0 {
                 self.h2_done(d.id, d.result);
                 continue;

@@ -1,7 +1,7 @@
 //! The worker's poll tokens, typed.
 //!
 //! Owns the one mapping between what a readiness event or a timer is for
-//! (a listener, the pool's waker, the signal pipe, the bus, a client
+//! (a listener, the pool's waker, the signal pipe, the bus, the UDP socket, a client
 //! connection, an upstream connection) and the `mio::Token` the poll
 //! carries. Nothing else does arithmetic on tokens. It must not touch a
 //! socket or know what the connections are.
@@ -21,6 +21,8 @@ pub enum Tok {
     Signals,
     /// This worker's end of the bus.
     Bus,
+    /// The slot's UDP socket (HTTP/3).
+    Udp,
     /// A client connection: its index in the connection slab.
     Client(usize),
     /// An upstream connection: its index in the upstream slab.
@@ -34,6 +36,7 @@ const WAKER: usize = usize::MAX - 2;
 const SIGNALS: usize = usize::MAX - 3;
 const BUS: usize = usize::MAX - 4;
 const TLS_LISTENER: usize = usize::MAX - 5;
+const UDP: usize = usize::MAX - 6;
 
 impl From<Tok> for Token {
     fn from(t: Tok) -> Token {
@@ -43,6 +46,7 @@ impl From<Tok> for Token {
             Tok::Waker => WAKER,
             Tok::Signals => SIGNALS,
             Tok::Bus => BUS,
+            Tok::Udp => UDP,
             Tok::Client(i) => i,
             Tok::Upstream(i) => UP_BASE + i,
         })
@@ -57,6 +61,7 @@ impl From<Token> for Tok {
             WAKER => Tok::Waker,
             SIGNALS => Tok::Signals,
             BUS => Tok::Bus,
+            UDP => Tok::Udp,
             i if i >= UP_BASE => Tok::Upstream(i - UP_BASE),
             i => Tok::Client(i),
         }
@@ -75,6 +80,7 @@ mod tests {
             Tok::Waker,
             Tok::Signals,
             Tok::Bus,
+            Tok::Udp,
             Tok::Client(0),
             Tok::Client(12_345),
             Tok::Upstream(0),

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use mio::Interest;
 
 use super::conn::{Conn, ConnState};
+use super::h3::is_h3;
 use super::panics::{guard, Panicked};
 use super::pool::ExchangeId;
 use super::streams::Stream;
@@ -36,8 +37,15 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 const MAX_IDLE: usize = 32;
 
 /// The upstream wait of exchange `id`, if it is still there: an HTTP/1.1
-/// connection's `call`, or an HTTP/2 stream's.
-fn call_of(conns: &mut [Option<Conn>], id: ExchangeId) -> Option<&mut Option<CallState>> {
+/// connection's `call`, an HTTP/2 stream's, or an HTTP/3 stream's.
+fn call_of<'a>(
+    conns: &'a mut [Option<Conn>],
+    h3: &'a mut Option<Box<super::h3::H3>>,
+    id: ExchangeId,
+) -> Option<&'a mut Option<CallState>> {
+    if is_h3(id) {
+        return h3.as_mut()?.call_slot(id);
+    }
     let c = conns.get_mut(id.conn)?.as_mut()?;
     if c.generation != id.generation {
         return None;
@@ -78,7 +86,7 @@ pub enum CallState {
 impl Worker {
     /// A handler asked for upstreams: start them (the client waits in `Waiting`).
     pub(super) fn start_call(&mut self, id: ExchangeId, pending: Upstream) {
-        let Some(call_slot) = call_of(&mut self.conns, id) else { return };
+        let Some(call_slot) = call_of(&mut self.conns, &mut self.h3, id) else { return };
         match pending {
             Upstream::Call(call) => {
                 let n = call.requests.len();
@@ -119,7 +127,7 @@ impl Worker {
                 let owner = Owner { id, slot: 0 };
                 match self.up_start(owner, &relay.request) {
                     Ok(ui) => {
-                        if let Some(Some(CallState::Relay { up, .. })) = call_of(&mut self.conns, id) {
+                        if let Some(Some(CallState::Relay { up, .. })) = call_of(&mut self.conns, &mut self.h3, id) {
                             *up = Some(ui);
                         }
                         self.up_ready(ui);
@@ -166,7 +174,7 @@ impl Worker {
 
     /// Record which upstream connection an owner's request runs on.
     fn set_up(&mut self, owner: Owner, ui: Option<usize>) {
-        let Some(call) = call_of(&mut self.conns, owner.id) else { return };
+        let Some(call) = call_of(&mut self.conns, &mut self.h3, owner.id) else { return };
         match call {
             Some(CallState::Gather { ups, .. }) => {
                 if let Some(s) = ups.get_mut(owner.slot) {
@@ -382,7 +390,7 @@ impl Worker {
 
     /// The owner's bookkeeping moves from upstream `old` to `new` (`usize::MAX`: none).
     fn reown(&mut self, owner: Owner, old: usize, new: usize) {
-        let Some(call) = call_of(&mut self.conns, owner.id) else { return };
+        let Some(call) = call_of(&mut self.conns, &mut self.h3, owner.id) else { return };
         let new = (new != usize::MAX).then_some(new);
         match call {
             Some(CallState::Gather { ups, .. }) => {
@@ -397,7 +405,7 @@ impl Worker {
 
     /// Route the outcome of an I/O pass to the waiting client request.
     fn deliver_step(&mut self, owner: Owner, ui: Option<usize>, step: Step) {
-        let relay = match call_of(&mut self.conns, owner.id) {
+        let relay = match call_of(&mut self.conns, &mut self.h3, owner.id) {
             Some(call) => matches!(call, Some(CallState::Relay { .. })),
             None => {
                 // That client is gone: the next one that joined takes its place, if any.
@@ -490,7 +498,9 @@ impl Worker {
 
     /// One gathered result arrived.
     fn fetched(&mut self, owner: Owner, result: Fetched) {
-        let Some(Some(CallState::Gather { ups, results, waiting, .. })) = call_of(&mut self.conns, owner.id) else {
+        let Some(Some(CallState::Gather { ups, results, waiting, .. })) =
+            call_of(&mut self.conns, &mut self.h3, owner.id)
+        else {
             return;
         };
         let Some(slot) = results.get_mut(owner.slot) else { return };
@@ -507,7 +517,7 @@ impl Worker {
 
     /// Every result of a gather is in: build the response and send it.
     fn gathered(&mut self, id: ExchangeId) {
-        let Some(call) = call_of(&mut self.conns, id) else { return };
+        let Some(call) = call_of(&mut self.conns, &mut self.h3, id) else { return };
         let Some(CallState::Gather { results, finish, .. }) = call.take() else { return };
         let results: Vec<Fetched> = results.into_iter().map(|r| r.unwrap_or(Err(ClientError::Closed))).collect();
         let dev = self.env.development;
@@ -520,6 +530,9 @@ impl Worker {
     /// Answer a client request that waited on upstreams (`stream`: a chunked
     /// head). For a stream, returns whether its body follows (not for `HEAD`).
     fn respond_waiting(&mut self, id: ExchangeId, resp: Response, stream: bool) -> bool {
+        if is_h3(id) {
+            return self.h3_respond_waiting(id, resp, stream);
+        }
         if id.stream != 0 {
             return self.h2_respond_waiting(id, resp, stream);
         }
@@ -540,7 +553,8 @@ impl Worker {
     /// Relay progress: pass the head and body to the sink, write its events.
     fn relay_step(&mut self, owner: Owner, ui: Option<usize>, step: Step) {
         let id = owner.id;
-        let Some(Some(CallState::Relay { sink, head_seen, started, .. })) = call_of(&mut self.conns, id) else {
+        let Some(Some(CallState::Relay { sink, head_seen, started, .. })) = call_of(&mut self.conns, &mut self.h3, id)
+        else {
             return;
         };
         let up = ui.and_then(|ui| self.up.conns.get_mut(ui).and_then(Option::as_mut));
@@ -581,13 +595,13 @@ impl Worker {
             if !body_follows {
                 // `HEAD`: the head went out and the connection carries on; the
                 // upstream is not needed any more.
-                if let Some(call) = call_of(&mut self.conns, id).and_then(Option::take) {
+                if let Some(call) = call_of(&mut self.conns, &mut self.h3, id).and_then(Option::take) {
                     self.cancel_call(id, call);
                 }
                 self.drive(id.conn);
                 return;
             }
-            if id.stream == 0 {
+            if id.stream == 0 && !is_h3(id) {
                 let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
                 let ConnState::Http1(h) = &mut c.state else { return };
                 h.stream = Some(Stream::Relay);
@@ -611,7 +625,9 @@ impl Worker {
             }
             Ok(false) => {
                 self.relay_data(id, &events);
-                let slow = if id.stream != 0 {
+                let slow = if is_h3(id) {
+                    self.h3_relay_slow(id)
+                } else if id.stream != 0 {
                     self.h2_relay_slow(id)
                 } else {
                     let idx = id.conn;
@@ -645,7 +661,7 @@ impl Worker {
     /// A relay failed: an error response if nothing was sent yet, else an
     /// error event and the end of the stream.
     fn relay_failed(&mut self, id: ExchangeId, e: Error) {
-        let Some(call) = call_of(&mut self.conns, id) else { return };
+        let Some(call) = call_of(&mut self.conns, &mut self.h3, id) else { return };
         let Some(CallState::Relay { mut sink, started, up, .. }) = call.take() else { return };
         if let Some(ui) = up {
             self.up_close(ui);
@@ -667,7 +683,9 @@ impl Worker {
 
     /// Relayed events for the client of exchange `id`, framed by its codec.
     fn relay_data(&mut self, id: ExchangeId, events: &[u8]) {
-        if id.stream != 0 {
+        if is_h3(id) {
+            self.h3_relay_data(id, events);
+        } else if id.stream != 0 {
             self.h2_relay_data(id, events);
         } else if let Some(Some(c)) = self.conns.get_mut(id.conn) {
             if let ConnState::Http1(h) = &mut c.state {
@@ -678,7 +696,9 @@ impl Worker {
 
     /// A relay's last event is queued: end exchange `id`'s body.
     fn exchange_done(&mut self, id: ExchangeId) {
-        if id.stream != 0 {
+        if is_h3(id) {
+            self.h3_relay_done(id);
+        } else if id.stream != 0 {
             self.h2_relay_done(id);
         } else {
             self.stream_done(id.conn);
@@ -687,7 +707,9 @@ impl Worker {
 
     /// App code behind exchange `id`'s relay panicked after its head: cut it short.
     fn abort_exchange(&mut self, id: ExchangeId) {
-        if id.stream != 0 {
+        if is_h3(id) {
+            self.h3_abort_exchange(id);
+        } else if id.stream != 0 {
             self.h2_relay_abort(id);
         } else {
             self.abort_stream(id.conn);
@@ -697,7 +719,7 @@ impl Worker {
     /// The relay's sink panicked: a 500 if the client's head has not gone out
     /// yet, else the stream is cut short. The upstream connection is closed.
     fn relay_panicked(&mut self, id: ExchangeId, p: Panicked) {
-        let Some(call) = call_of(&mut self.conns, id) else { return };
+        let Some(call) = call_of(&mut self.conns, &mut self.h3, id) else { return };
         let started = matches!(call, Some(CallState::Relay { started: true, .. }));
         if started {
             self.abort_exchange(id);
@@ -730,13 +752,19 @@ impl Worker {
 
     /// The client of a relay drained its output: read the upstream again.
     pub(super) fn relay_resume(&mut self, id: ExchangeId) {
-        let Some(Some(CallState::Relay { up: Some(ui), .. })) = call_of(&mut self.conns, id) else { return };
+        let Some(Some(CallState::Relay { up: Some(ui), .. })) = call_of(&mut self.conns, &mut self.h3, id) else {
+            return;
+        };
         let ui = *ui;
         let Some(Some(u)) = self.up.conns.get(ui) else { return };
         if !u.paused {
             return;
         }
-        if id.stream != 0 {
+        if is_h3(id) {
+            if self.h3_relay_slow(id) {
+                return;
+            }
+        } else if id.stream != 0 {
             if self.h2_relay_slow(id) {
                 return;
             }

@@ -50,6 +50,8 @@ mod upgrade;
 
 mod tls;
 
+mod h3;
+mod h3client;
 mod http3;
 
 mod h2config;

@@ -1,0 +1,1133 @@
+//! HTTP/3 in the worker: the slot's UDP socket, the QUIC endpoint on it ([`Server`]) and one
+//! [`Session`] of exchanges per QUIC connection, beside (not inside) the TCP connection slab.
+//!
+//! The loop reads datagrams until `WouldBlock` (at most [`READ_BUDGET`] per turn; the rest
+//! on the next turn), hands them to the endpoint, turns each connection's [`Event`]s into
+//! exchanges of the one service ([`Glue`], the same phases, handlers and rate limits as
+//! HTTP/1.1 and HTTP/2), and sends what quinn has to send. A datagram the socket refuses
+//! (`WouldBlock`) is kept and sent first when the socket is writable; until then no
+//! connection is polled for more. quinn's timers and the exchanges' own deadlines (body
+//! timeout, SSE heartbeats, tickers) make one deadline the loop waits for.
+//!
+//! An exchange is keyed by [`ExchangeId`] with `conn` = [`H3_BASE`] + the connection's
+//! handle and `stream` = the QUIC stream id, with a per-session generation: pool completions,
+//! bus events and upstream waits find it as they find an HTTP/2 stream. Response bodies go
+//! into the connection's per-stream queue while [`H3Conn::may_send`] allows; a download reads
+//! its next slices only as the stream (QUIC flow control) takes them ([`Download`]).
+//!
+//! 0-RTT: a request that arrived in early data and is not GET, HEAD or OPTIONS is answered
+//! 425 (`TOO_EARLY`) without reaching a handler. Graceful stop: GOAWAY on every connection,
+//! open streams finish, event streams end. This file must not look at routes or write
+//! HTTP/3 frames (that is `crate::http3`).
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use mio::net::UdpSocket;
+use mio::{Interest, Registry};
+use quinn_proto::{ConnectionHandle, StreamId, VarInt};
+
+use super::download::Download;
+use super::fanout::MAX_BACKLOG;
+use super::panics::guard;
+use super::pool::{Completion, ExchangeId, Pool, Work, REPLAY_PANICKED};
+use super::token::Tok;
+use super::upstream::CallState;
+use super::{Glue, Worker};
+use crate::app::{Body, Producer};
+use crate::config::Config;
+use crate::error::Error;
+use crate::http::headers::valid_request_id;
+use crate::http::reply::{FileRange, Upstream};
+use crate::http::request::{Method, Request};
+use crate::http::response::{Delimit, RequestMeta, Response};
+use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
+use crate::http2::{Heads, Priority};
+use crate::http3::conn::{ConnLimits, Event, H3Conn};
+use crate::http3::head::RequestHead;
+use crate::http3::keys::QuicKeys;
+use crate::http3::server::{Outgoing, Server};
+use crate::http3::setup;
+
+/// What the supervisor hands a worker for HTTP/3: the slot's UDP socket and what the QUIC
+/// configuration is built from after fork.
+pub struct WorkerH3 {
+    /// The slot's UDP socket (bound with `SO_REUSEPORT`, kept by the supervisor).
+    pub socket: std::net::UdpSocket,
+    /// The slot's index: it is in every connection ID this worker issues.
+    pub slot: u16,
+    /// The `[tls]` certificate and key.
+    pub key: Arc<rustls::sign::CertifiedKey>,
+    /// The pre-fork secret the QUIC keys derive from (shared by every worker).
+    pub secret: [u8; crate::tls::SECRET_LEN],
+    /// The pids of the slot's other workers still alive (a reload's or a memory replacement's
+    /// old worker, about to drain): they read the same socket until they are gone.
+    pub siblings: Vec<i32>,
+}
+
+/// How long past `shutdown_timeout` a replacement waits for its predecessors at most (the
+/// supervisor's kill grace and some slack).
+const SIBLING_SLACK: Duration = Duration::from_secs(5);
+/// How often a replacement checks whether its predecessors are gone.
+const SIBLING_CHECK: Duration = Duration::from_millis(50);
+
+/// Exchange ids of HTTP/3 exchanges have `conn` at or above this (below: the TCP slab).
+pub(super) const H3_BASE: usize = 1 << 48;
+
+/// Whether exchange `id` is an HTTP/3 one.
+pub(super) fn is_h3(id: ExchangeId) -> bool {
+    id.conn >= H3_BASE
+}
+
+/// Datagrams read per turn before the loop serves the rest of its events.
+const READ_BUDGET: usize = 256;
+/// The receive buffer: the largest UDP payload.
+const RECV_BUF: usize = 65_535;
+/// Bytes read from disk per pool job for a download (as over HTTP/1.1 and HTTP/2).
+const SLICE: usize = 64 * 1024;
+/// While a stream's unsent bytes pass this, its timer-driven producer waits.
+const TICK_BACKOFF: Duration = Duration::from_millis(50);
+/// Sessions (connections) at which new clients must prove their address (Retry) first, as
+/// a share of `limits.max_connections`.
+const UNDER_LOAD_SHARE: usize = 2;
+
+/// What produces a streamed body after its head.
+enum Produce {
+    /// An `/api/events` subscription.
+    Events { replaying: bool, last_id: i64, held: Vec<(i64, Arc<[u8]>)>, next_beat: Instant },
+    /// Events from a timer.
+    Ticker { ticker: Box<dyn crate::app::Ticker>, next: Instant },
+    /// A byte range of a file, read on the pool slice by slice.
+    Download(Download),
+}
+
+/// Where an exchange is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// The request body is arriving.
+    Receiving,
+    /// A pool job or upstreams are working on the answer.
+    Waiting,
+    /// The head went out; the body follows from `produce` / `unsent`.
+    Streaming,
+}
+
+/// One request stream.
+struct Exchange {
+    stream: StreamId,
+    method: Method,
+    head: Box<RequestHead>,
+    body: Vec<u8>,
+    stage: Stage,
+    started: Instant,
+    /// The whole body within `limits.body_timeout_ms` of the head.
+    deadline: Option<Instant>,
+    request_id: String,
+    label: u16,
+    produce: Option<Produce>,
+    /// Body bytes produced and not yet in the stream's queue.
+    unsent: Vec<u8>,
+    /// The body is complete once `unsent` is queued.
+    done: bool,
+    /// The upstream requests this exchange waits on, or its relay.
+    call: Option<CallState>,
+}
+
+impl Exchange {
+    fn target(&self) -> &str {
+        match self.head.path() {
+            "" => "/",
+            path => path,
+        }
+    }
+
+    fn produce_deadline(&self) -> Option<Instant> {
+        match &self.produce {
+            Some(Produce::Events { next_beat, .. }) => Some(*next_beat),
+            Some(Produce::Ticker { next, .. }) => Some(*next),
+            _ => None,
+        }
+    }
+}
+
+/// One QUIC connection's exchanges.
+struct Session {
+    generation: u32,
+    peer: IpAddr,
+    exchanges: Vec<Exchange>,
+}
+
+impl Session {
+    fn find(&self, stream: StreamId) -> Option<usize> {
+        self.exchanges.iter().position(|e| e.stream == stream)
+    }
+}
+
+/// The worker's HTTP/3 side.
+pub(super) struct H3 {
+    socket: UdpSocket,
+    server: Server,
+    sessions: HashMap<ConnectionHandle, Session>,
+    next_generation: u32,
+    /// Datagrams the socket refused (`WouldBlock`): sent first once it is writable.
+    backlog: std::collections::VecDeque<Outgoing>,
+    /// Connections to run and flush at the end of this turn.
+    touched: HashSet<ConnectionHandle>,
+    /// The read budget ran out with datagrams maybe left in the socket.
+    more: bool,
+    recv: Vec<u8>,
+    heads: Heads,
+    /// The earliest quinn timer or exchange deadline.
+    deadline: Option<Instant>,
+    /// The worker drains: GOAWAY sent on every connection, new ones too.
+    draining: bool,
+    max_connections: usize,
+    /// While predecessors (`siblings`) read the slot's socket this worker does not: it waits
+    /// for them until then at most, checking at `sibling_check`.
+    sibling_until: Option<Instant>,
+    siblings: Vec<i32>,
+    sibling_check: Option<Instant>,
+}
+
+impl H3 {
+    /// The worker's HTTP/3 side over the slot's socket, registered with `registry`.
+    pub(super) fn new(args: WorkerH3, config: &Config, registry: &Registry) -> io::Result<H3> {
+        let keys = QuicKeys::derive(&args.secret);
+        let limits = setup::Limits::from_config(config);
+        // 0-RTT needs a session store (rustls accepts early data only on stateful resumption):
+        // the one in shared memory the supervisor made before fork, so a session issued by any
+        // worker resumes with 0-RTT on every other, and is taken once across all of them.
+        let store = setup::early_data_store(config.http3.early_data);
+        let server_config =
+            setup::server_config(args.key, &keys, &limits, store).map_err(|e| io::Error::other(e.to_string()))?;
+        // This worker's CIDs carry a generation its predecessor's (of the same slot) do not:
+        // the low byte of the pid, which differs unless 256 processes were forked between them.
+        let generation = std::process::id() as u8;
+        let mut server = Server::new(
+            setup::worker_endpoint_config(&keys, args.slot, generation),
+            server_config,
+            ConnLimits { max_field_section: limits.max_field_section },
+        );
+        server.set_identity(args.slot, generation, keys.worker_cids(args.slot, generation));
+        args.socket.set_nonblocking(true)?;
+        let mut socket = UdpSocket::from_std(args.socket);
+        // A predecessor draining on the slot's socket keeps it alone until it is gone: two
+        // readers of one socket would each take the other's packets (see `Server::set_sibling`).
+        let siblings = args.siblings;
+        let sibling_until = (!siblings.is_empty()).then(|| Instant::now() + config.shutdown_timeout + SIBLING_SLACK);
+        if siblings.is_empty() {
+            registry.register(&mut socket, Tok::Udp.into(), Interest::READABLE | Interest::WRITABLE)?;
+        }
+        Ok(H3 {
+            socket,
+            server,
+            sessions: HashMap::new(),
+            next_generation: 1,
+            backlog: Default::default(),
+            touched: HashSet::new(),
+            more: true,
+            recv: vec![0; RECV_BUF],
+            heads: Heads::new(),
+            deadline: None,
+            draining: false,
+            max_connections: config.limits.max_connections,
+            sibling_until,
+            siblings,
+            sibling_check: sibling_until.map(|_| Instant::now() + SIBLING_CHECK),
+        })
+    }
+
+    /// Whether the loop must run HTTP/3 again this turn (more to read, connections touched).
+    pub(super) fn busy(&self) -> bool {
+        self.more || (!self.touched.is_empty() && self.backlog.is_empty())
+    }
+
+    /// The earliest deadline of the HTTP/3 side.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// No connection is left (the drained worker may exit).
+    pub(super) fn is_empty(&self) -> bool {
+        self.server.is_empty()
+    }
+
+    /// Reads datagrams into the endpoint until `WouldBlock` or the budget.
+    fn read(&mut self, now: Instant) {
+        self.more = false;
+        for _ in 0..READ_BUDGET {
+            match self.socket.recv_from(&mut self.recv) {
+                Ok((n, from)) => {
+                    let mut answers = Vec::new();
+                    let data = BytesMut::from(&self.recv[..n]);
+                    if let Some(ch) = self.server.handle_datagram(now, from, None, None, data, &mut answers) {
+                        if self.draining && !self.sessions.contains_key(&ch) && self.server.conn(ch).is_some() {
+                            if let Some(conn) = self.server.conn(ch) {
+                                conn.go_away(now);
+                            }
+                        }
+                        self.touched.insert(ch);
+                    }
+                    for out in answers {
+                        self.send(out);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // ICMP errors of earlier sends (ECONNREFUSED): nothing to do.
+                    log::debug!("HTTP/3 recv: {e}");
+                }
+            }
+        }
+        self.more = true;
+    }
+
+    /// Sends one datagram, or keeps it (and the rest) for when the socket is writable.
+    fn send(&mut self, out: Outgoing) {
+        if !self.backlog.is_empty() {
+            self.backlog.push_back(out);
+            return;
+        }
+        if let Err(out) = self.send_now(out) {
+            self.backlog.push_back(out);
+        }
+    }
+
+    fn send_now(&mut self, out: Outgoing) -> Result<(), Outgoing> {
+        let size = out.transmit.size.min(out.bytes.len());
+        let segment = out.transmit.segment_size.unwrap_or(size).max(1);
+        let mut at = 0;
+        while at < size {
+            let end = (at + segment).min(size);
+            match self.socket.send_to(&out.bytes[at..end], out.transmit.destination) {
+                Ok(_) => at = end,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if at == 0 {
+                        return Err(out);
+                    }
+                    // The part not sent yet, as a datagram of its own.
+                    let rest = Outgoing {
+                        transmit: quinn_proto::Transmit { size: size - at, ..out.transmit },
+                        bytes: out.bytes[at..size].to_vec(),
+                    };
+                    return Err(rest);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log::debug!("HTTP/3 send to {}: {e}", out.transmit.destination);
+                    at = end;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the kept datagrams; whether all went.
+    fn send_backlog(&mut self) -> bool {
+        while let Some(out) = self.backlog.pop_front() {
+            if let Err(out) = self.send_now(out) {
+                self.backlog.push_front(out);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Sends what connection `ch` has to send; `false` when the socket is full.
+    fn flush(&mut self, now: Instant, ch: ConnectionHandle) -> bool {
+        loop {
+            if !self.backlog.is_empty() {
+                return false;
+            }
+            let Some(out) = self.server.poll_transmit(now, ch, 1) else { break };
+            self.send(out);
+        }
+        self.server.after_send(ch);
+        true
+    }
+}
+
+/// What a session needs from the worker while it handles events.
+struct Cx<'a, 'g> {
+    glue: &'a mut Glue<'g>,
+    env: &'a mut Env,
+    pool: &'a Pool,
+    sse: &'a mut HashSet<ExchangeId>,
+    heads: &'a mut Heads,
+    /// Upstream waits to start (the worker owns the upstream sockets).
+    starts: &'a mut Vec<(ExchangeId, Upstream)>,
+    /// Upstream waits of exchanges that went away, to cancel.
+    cancelled: &'a mut Vec<(ExchangeId, CallState)>,
+    ch: ConnectionHandle,
+    generation: u32,
+}
+
+impl Cx<'_, '_> {
+    fn id(&self, stream: StreamId) -> ExchangeId {
+        let raw = VarInt::from(stream).into_inner();
+        ExchangeId { conn: H3_BASE + self.ch.0, stream: raw as u32, generation: self.generation }
+    }
+}
+
+/// Whether process `pid` still exists (a zombie counts until the supervisor reaps it).
+fn alive(pid: i32) -> bool {
+    !matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH))
+}
+
+/// The QUIC stream of an exchange id's `stream`.
+fn stream_of(id: ExchangeId) -> StreamId {
+    StreamId::from(VarInt::from_u32(id.stream))
+}
+
+/// The connection handle of an HTTP/3 exchange id.
+fn handle_of(id: ExchangeId) -> ConnectionHandle {
+    ConnectionHandle(id.conn - H3_BASE)
+}
+
+/// The id answered in `x-request-id`: the client's own when valid, else a fresh UUID.
+fn request_id(head: &RequestHead, common: &mut crate::http::headers::Common) -> String {
+    match head.fields().find(|(n, _)| *n == b"x-request-id") {
+        Some((_, v)) if valid_request_id(v) => String::from_utf8_lossy(v).into_owned(),
+        _ => {
+            let mut u = [0u8; 36];
+            common.uuid(&mut u);
+            String::from_utf8_lossy(&u).into_owned()
+        }
+    }
+}
+
+/// Handler fields from the stack up to this many; more take an allocation.
+const STACK_FIELDS: usize = 32;
+
+/// The request's fields as the handlers see them (the same `httparse::Header`s as over
+/// HTTP/1.1): `:authority` plays the role of `Host`.
+fn handler_fields(head: &RequestHead) -> impl Iterator<Item = httparse::Header<'_>> {
+    let authority = head.authority();
+    let host = authority.map(|a| httparse::Header { name: "host", value: a.as_bytes() });
+    let fields = head
+        .fields()
+        .filter(move |(n, _)| authority.is_none() || *n != b"host")
+        // Field names are checked lower-case tokens (ASCII).
+        .map(|(n, v)| httparse::Header { name: std::str::from_utf8(n).unwrap_or(""), value: v });
+    host.into_iter().chain(fields)
+}
+
+/// Session `sess` of connection `conn`: handles what `conn` reported and services the
+/// streamed bodies.
+fn run_session(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, '_>, now: Instant) {
+    while let Some(event) = conn.poll_event() {
+        match event {
+            Event::Request { stream, head } => on_request(sess, conn, stream, head, cx, now),
+            Event::TooLarge { stream } => {
+                let resp = Error::HeaderTooLarge.into_response(cx.env.development);
+                send_whole(conn, cx, stream, resp, b"", false);
+            }
+            Event::Data { stream, data } => {
+                let Some(i) = sess.find(stream) else { continue };
+                let ex = &mut sess.exchanges[i];
+                if ex.stage != Stage::Receiving {
+                    continue;
+                }
+                if (ex.body.len() + data.len()) as u64 > cx.env.max_body {
+                    fail(sess, conn, i, Error::PayloadTooLarge, cx, now);
+                    continue;
+                }
+                ex.body.extend_from_slice(&data);
+            }
+            Event::End { stream } => {
+                if let Some(i) = sess.find(stream).filter(|&i| sess.exchanges[i].stage == Stage::Receiving) {
+                    dispatch(sess, conn, i, cx, now);
+                }
+            }
+            Event::Aborted { stream } => {
+                if let Some(i) = sess.find(stream) {
+                    remove(sess, i, cx);
+                }
+            }
+            Event::Writable { .. } => {}
+            Event::Closed => {
+                while !sess.exchanges.is_empty() {
+                    remove(sess, 0, cx);
+                }
+            }
+        }
+    }
+    service(sess, conn, cx, now);
+}
+
+fn on_request(
+    sess: &mut Session,
+    conn: &mut H3Conn,
+    stream: StreamId,
+    head: Box<RequestHead>,
+    cx: &mut Cx<'_, '_>,
+    now: Instant,
+) {
+    let priority = Priority::from_fields(head.fields().filter(|(n, _)| *n == b"priority").map(|(_, v)| v));
+    // RFC 9218 urgency 0 (most urgent) .. 7; quinn sends higher priorities first.
+    conn.set_priority(stream, 7 - i32::from(priority.urgency.min(7)));
+    let ex = Exchange {
+        stream,
+        method: Method::parse(head.method()),
+        request_id: request_id(&head, &mut cx.env.common),
+        head,
+        body: Vec::new(),
+        stage: Stage::Receiving,
+        started: now,
+        deadline: Some(now + cx.env.body_timeout),
+        label: 0,
+        produce: None,
+        unsent: Vec::new(),
+        done: false,
+        call: None,
+    };
+    let early = ex.head.early && !ex.head.safe_for_early_data();
+    let declared = ex.head.content_length;
+    let connect = ex.head.method() == "CONNECT";
+    sess.exchanges.push(ex);
+    let i = sess.exchanges.len() - 1;
+    if early {
+        // RFC 8470: not replay-safe; the client sends it again after the handshake.
+        return fail(sess, conn, i, Error::TooEarly, cx, now);
+    }
+    if declared.is_some_and(|n| n > cx.env.max_body) {
+        return fail(sess, conn, i, Error::PayloadTooLarge, cx, now);
+    }
+    if connect {
+        // No extended CONNECT (WebSocket) over HTTP/3, as a plain CONNECT over HTTP/2.
+        fail(sess, conn, i, Error::bad_request("CONNECT is not supported"), cx, now);
+    }
+}
+
+/// The request is complete: hand it to the app.
+fn dispatch(sess: &mut Session, conn: &mut H3Conn, i: usize, cx: &mut Cx<'_, '_>, now: Instant) {
+    let peer = sess.peer;
+    let ex = &mut sess.exchanges[i];
+    ex.deadline = None;
+    let reply = {
+        let mut stack = [httparse::EMPTY_HEADER; STACK_FIELDS];
+        let heap: Vec<httparse::Header<'_>>;
+        let n = handler_fields(&ex.head).count();
+        let headers: &[httparse::Header<'_>] = if n <= STACK_FIELDS {
+            for (slot, field) in stack.iter_mut().zip(handler_fields(&ex.head)) {
+                *slot = field;
+            }
+            &stack[..n]
+        } else {
+            heap = handler_fields(&ex.head).collect();
+            &heap
+        };
+        let mut hosts = headers.iter().filter(|h| h.name == "host");
+        match (hosts.next(), hosts.next()) {
+            (Some(host), None) if crate::http::target::valid_host(host.value) => {
+                let (path, query) = crate::http::target::split_target(ex.target());
+                let req = Request {
+                    method: ex.method,
+                    path,
+                    query,
+                    http10: false,
+                    headers,
+                    body: &ex.body,
+                    request_id: &ex.request_id,
+                    peer,
+                    secure: true,
+                };
+                Ok(cx.glue.call(&req))
+            }
+            _ => Err(Error::bad_request("missing or repeated Host")),
+        }
+    };
+    let reply = match reply {
+        Ok(r) => r,
+        Err(e) => return fail(sess, conn, i, e, cx, now),
+    };
+    let ex = &mut sess.exchanges[i];
+    ex.label = cx.glue.label();
+    ex.body = Vec::new();
+    match reply.body {
+        Body::Full => {
+            answer(sess, conn, i, reply.head, Delimit::Length, cx);
+        }
+        Body::Job(job) => {
+            ex.stage = Stage::Waiting;
+            cx.pool.submit(cx.id(ex.stream), Work::Request(job));
+        }
+        Body::Producer(p) => {
+            if answer(sess, conn, i, reply.head, Delimit::Chunked, cx) {
+                start_producer(&mut sess.exchanges[i], p, cx, now);
+            }
+        }
+        Body::File(f) => {
+            let len = f.len;
+            if answer(sess, conn, i, reply.head, Delimit::Sized(len), cx) {
+                let FileRange { file, offset, len } = f;
+                let ex = &mut sess.exchanges[i];
+                ex.produce = Some(Produce::Download(Download::new(file, offset, len, false)));
+                ex.done = len == 0;
+            }
+        }
+        Body::Upstream(up) => {
+            ex.stage = Stage::Waiting;
+            let id = cx.id(ex.stream);
+            cx.starts.push((id, up));
+        }
+        // A WebSocket needs an extended CONNECT, which HTTP/3 here does not offer.
+        Body::WebSocket(_) => fail(sess, conn, i, Error::bad_request("WebSocket needs an extended CONNECT"), cx, now),
+    }
+}
+
+/// Answers exchange `i` with an error response.
+fn fail(sess: &mut Session, conn: &mut H3Conn, i: usize, e: Error, cx: &mut Cx<'_, '_>, _now: Instant) {
+    sess.exchanges[i].label = 0;
+    let resp = e.into_response(cx.env.development);
+    answer(sess, conn, i, resp, Delimit::Length, cx);
+}
+
+/// Writes a whole response (head and body) on `stream` without an exchange.
+fn send_whole(conn: &mut H3Conn, cx: &mut Cx<'_, '_>, stream: StreamId, mut resp: Response, rid: &[u8], head: bool) {
+    let meta = RequestMeta { delimit: Delimit::Length, head, http10: false, keep_alive: true, request_id: rid };
+    if let Ok(h) = cx.heads.build(&mut resp, &meta, &mut cx.env.common) {
+        let _ = send_head(conn, stream, h, false);
+    }
+}
+
+/// Queues a built head (its early hints first) and its body; FIN unless the body `follows`.
+fn send_head(
+    conn: &mut H3Conn,
+    stream: StreamId,
+    head: crate::http2::Head,
+    follows: bool,
+) -> Result<(), crate::http3::conn::StreamGone> {
+    if let Some(hints) = &head.hints {
+        conn.send_head(stream, 103, hints.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())))?;
+    }
+    conn.send_head(
+        stream,
+        head.status.as_u16(),
+        head.fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+    )?;
+    if !head.body.is_empty() {
+        conn.send_data(stream, head.body)?;
+    }
+    if !follows {
+        conn.finish(stream)?;
+    }
+    Ok(())
+}
+
+/// Sends `resp` on exchange `i`'s stream and logs it. Whole (or `HEAD`): the exchange is
+/// forgotten; otherwise its body follows (returns `true`).
+fn answer(
+    sess: &mut Session,
+    conn: &mut H3Conn,
+    i: usize,
+    mut resp: Response,
+    delimit: Delimit,
+    cx: &mut Cx<'_, '_>,
+) -> bool {
+    let ex = &sess.exchanges[i];
+    let head_only = ex.method == Method::Head;
+    let follows = !head_only && delimit != Delimit::Length;
+    let meta =
+        RequestMeta { delimit, head: head_only, http10: false, keep_alive: true, request_id: ex.request_id.as_bytes() };
+    let (bytes, sent) = match cx.heads.build(&mut resp, &meta, &mut cx.env.common) {
+        Ok(head) => (head.body.len(), send_head(conn, ex.stream, head, follows).is_ok()),
+        Err(_) => (0, false),
+    };
+    cx.glue.finished(&Finished {
+        method: if ex.method == Method::Other { "OTHER" } else { ex.method.as_str() },
+        target: ex.target().as_bytes(),
+        status: resp.status,
+        bytes,
+        elapsed: ex.started.elapsed(),
+        request_id: ex.request_id.as_bytes(),
+        label: ex.label,
+    });
+    if !sent {
+        conn.reset(Instant::now(), ex.stream, crate::http3::Code::InternalError);
+    }
+    if follows && sent {
+        sess.exchanges[i].stage = Stage::Streaming;
+        true
+    } else {
+        remove(sess, i, cx);
+        false
+    }
+}
+
+/// Exchange `ex`'s head went out; its events come from `p`.
+fn start_producer(ex: &mut Exchange, p: Producer, cx: &mut Cx<'_, '_>, now: Instant) {
+    let id = cx.id(ex.stream);
+    match p {
+        Producer::Events { last_event_id } => {
+            let app = cx.glue.app;
+            let start = guard("SSE stream start", || {
+                (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after)))
+            });
+            let Ok((preamble, every, replay)) = start else {
+                ex.done = true;
+                return;
+            };
+            ex.unsent.extend_from_slice(&preamble);
+            ex.produce = Some(Produce::Events {
+                replaying: replay.is_some(),
+                last_id: last_event_id.unwrap_or(0),
+                held: Vec::new(),
+                next_beat: now + every,
+            });
+            cx.sse.insert(id);
+            if let Some(job) = replay {
+                cx.pool.submit(id, Work::Replay(job));
+            }
+        }
+        Producer::Ticker(ticker) => ex.produce = Some(Produce::Ticker { ticker, next: now }),
+    }
+}
+
+/// Forgets exchange `i` (its subscription and upstream wait go too).
+fn remove(sess: &mut Session, i: usize, cx: &mut Cx<'_, '_>) {
+    let ex = sess.exchanges.swap_remove(i);
+    let id = cx.id(ex.stream);
+    if matches!(ex.produce, Some(Produce::Events { .. })) {
+        cx.sse.remove(&id);
+    }
+    if let Some(call) = ex.call {
+        cx.cancelled.push((id, call));
+    }
+}
+
+/// Moves streaming exchanges' bytes into their streams while the streams take them, asks the
+/// pool for download slices as they do, ends finished bodies.
+fn service(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, '_>, _now: Instant) {
+    let mut i = 0;
+    while i < sess.exchanges.len() {
+        let id = cx.id(sess.exchanges[i].stream);
+        let ex = &mut sess.exchanges[i];
+        if ex.stage != Stage::Streaming {
+            i += 1;
+            continue;
+        }
+        let mut gone = false;
+        if let Some(Produce::Download(d)) = &mut ex.produce {
+            while conn.may_send(ex.stream) {
+                let Some(bytes) = d.take_next() else { break };
+                if conn.send_data(ex.stream, Bytes::from(bytes)).is_err() {
+                    gone = true;
+                    break;
+                }
+            }
+            // Slices only while the stream keeps up: at most a few ahead of its queue.
+            if !gone && conn.may_send(ex.stream) {
+                while let Some((at, len, buf)) = d.next_slice(false) {
+                    cx.pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
+                }
+            }
+            if d.done() {
+                ex.done = true;
+            }
+        }
+        while !gone && !ex.unsent.is_empty() && conn.may_send(ex.stream) {
+            let n = ex.unsent.len().min(SLICE);
+            let chunk = if n == ex.unsent.len() {
+                Bytes::from(std::mem::take(&mut ex.unsent))
+            } else {
+                let c = Bytes::copy_from_slice(&ex.unsent[..n]);
+                ex.unsent.drain(..n);
+                c
+            };
+            gone = conn.send_data(ex.stream, chunk).is_err();
+        }
+        if !gone && ex.unsent.len() > MAX_BACKLOG {
+            log::warn!("HTTP/3 event stream is not reading; resetting it");
+            conn.reset(Instant::now(), ex.stream, crate::http3::Code::RequestCancelled);
+            gone = true;
+        }
+        if !gone && ex.done && ex.unsent.is_empty() {
+            let _ = conn.finish(ex.stream);
+            gone = true;
+        }
+        if gone {
+            remove(sess, i, cx);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// Heartbeats and ticks that are due.
+fn tick(sess: &mut Session, app: &crate::app::App, now: Instant) {
+    for ex in &mut sess.exchanges {
+        match &mut ex.produce {
+            Some(Produce::Events { next_beat, .. }) if *next_beat <= now => {
+                match guard("SSE heartbeat", || (app.sse_heartbeat(), app.sse_heartbeat_every())) {
+                    Ok((beat, every)) => {
+                        ex.unsent.extend_from_slice(&beat);
+                        *next_beat = now + every;
+                    }
+                    Err(_) => {
+                        ex.produce = None;
+                        ex.done = true;
+                    }
+                }
+            }
+            Some(Produce::Ticker { ticker, next }) if *next <= now => {
+                if ex.unsent.len() > HIGH_WATERMARK {
+                    *next = now + TICK_BACKOFF;
+                    continue;
+                }
+                match guard("stream ticker", || ticker.tick(&mut ex.unsent)) {
+                    Ok(Some(delay)) => *next = now + delay,
+                    Ok(None) | Err(_) => {
+                        ex.produce = None;
+                        ex.done = true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Builds the [`Cx`] of session `$ch` from the worker's fields (beside the taken-out `H3`).
+macro_rules! cx {
+    ($w:ident, $h3:ident, $glue:expr, $starts:expr, $cancelled:expr, $ch:expr, $generation:expr) => {
+        Cx {
+            glue: $glue,
+            env: &mut $w.env,
+            pool: &$w.pool,
+            sse: &mut $w.sse,
+            heads: &mut $h3.heads,
+            starts: $starts,
+            cancelled: $cancelled,
+            ch: $ch,
+            generation: $generation,
+        }
+    };
+}
+
+impl Worker {
+    /// The HTTP/3 side's turn: read (when `readable`), send what waited for the socket, fire
+    /// due timers, run every connection that has something to do and send its datagrams.
+    pub(super) fn h3_turn(&mut self, readable: bool) {
+        let Some(mut h3) = self.h3.take() else { return };
+        let now = Instant::now();
+        if h3.sibling_check.is_some_and(|t| t <= now) {
+            h3.siblings.retain(|&pid| alive(pid));
+            if h3.siblings.is_empty() || h3.sibling_until.is_some_and(|t| t <= now) {
+                h3.sibling_check = None;
+                h3.sibling_until = None;
+                h3.siblings.clear();
+                if let Err(e) = self.poll.registry().register(
+                    &mut h3.socket,
+                    Tok::Udp.into(),
+                    Interest::READABLE | Interest::WRITABLE,
+                ) {
+                    log::error!("HTTP/3: cannot register the UDP socket: {e}");
+                }
+                h3.more = true;
+                log::debug!("worker {}: HTTP/3 served (the slot's previous worker is gone)", std::process::id());
+            } else {
+                h3.sibling_check = Some(now + SIBLING_CHECK);
+            }
+        }
+        if h3.sibling_check.is_some() {
+            // Not reading yet.
+            h3.more = false;
+            h3.refresh_deadline();
+            self.h3 = Some(h3);
+            return;
+        }
+        if readable || h3.more {
+            h3.read(now);
+        }
+        let writable = h3.send_backlog();
+        if h3.deadline.is_some_and(|t| t <= now) {
+            for ch in h3.server.handle_timeouts(now) {
+                h3.touched.insert(ch);
+            }
+            for (ch, sess) in &mut h3.sessions {
+                if sess.exchanges.iter().any(|e| e.produce_deadline().is_some_and(|t| t <= now))
+                    || sess.exchanges.iter().any(|e| e.deadline.is_some_and(|t| t <= now))
+                {
+                    tick(sess, &self.app, now);
+                    h3.touched.insert(*ch);
+                }
+            }
+        }
+        let live = self.live + h3.server.len();
+        h3.server.set_under_load(live >= h3.max_connections / UNDER_LOAD_SHARE);
+        if writable {
+            let mut starts = Vec::new();
+            let mut cancelled = Vec::new();
+            let touched: Vec<ConnectionHandle> = h3.touched.drain().collect();
+            let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+            let mut full = false;
+            for ch in touched {
+                if full {
+                    h3.touched.insert(ch);
+                    continue;
+                }
+                if h3.server.conn(ch).is_some() && !h3.sessions.contains_key(&ch) {
+                    let generation = h3.next_generation;
+                    h3.next_generation = h3.next_generation.wrapping_add(1);
+                    let peer =
+                        h3.server.conn(ch).map_or(IpAddr::from([0, 0, 0, 0]), |c| c.quic().remote_address().ip());
+                    h3.sessions.insert(ch, Session { generation, peer, exchanges: Vec::new() });
+                }
+                if let (Some(conn), Some(sess)) = (h3.server.conn(ch), h3.sessions.get_mut(&ch)) {
+                    let generation = sess.generation;
+                    let mut cx = cx!(self, h3, &mut glue, &mut starts, &mut cancelled, ch, generation);
+                    // Request bodies late past their deadline: 408.
+                    while let Some(i) = sess.exchanges.iter().position(|e| e.deadline.is_some_and(|t| t <= now)) {
+                        fail(sess, conn, i, Error::RequestTimeout, &mut cx, now);
+                    }
+                    run_session(sess, conn, &mut cx, now);
+                }
+                if !h3.flush(now, ch) {
+                    full = true;
+                    h3.touched.insert(ch);
+                }
+                if h3.server.conn(ch).is_none() {
+                    if let Some(mut sess) = h3.sessions.remove(&ch) {
+                        let generation = sess.generation;
+                        let mut cx = cx!(self, h3, &mut glue, &mut starts, &mut cancelled, ch, generation);
+                        while !sess.exchanges.is_empty() {
+                            remove(&mut sess, 0, &mut cx);
+                        }
+                    }
+                }
+            }
+            self.h3 = Some(h3);
+            for (id, call) in cancelled {
+                self.cancel_call(id, call);
+            }
+            for (id, up) in starts {
+                self.start_call(id, up);
+            }
+            for id in self.h3_relays_ready() {
+                self.relay_resume(id);
+            }
+            self.sse_count_changed();
+            let Some(h3) = self.h3.as_mut() else { return };
+            h3.refresh_deadline();
+            return;
+        }
+        h3.refresh_deadline();
+        self.h3 = Some(h3);
+    }
+
+    /// A pool job of an HTTP/3 exchange finished.
+    pub(super) fn h3_done(&mut self, id: ExchangeId, result: Completion) {
+        let Some(mut h3) = self.h3.take() else { return };
+        let now = Instant::now();
+        let ch = handle_of(id);
+        let stream = stream_of(id);
+        if let (Some(conn), Some(sess)) = (h3.server.conn(ch), h3.sessions.get_mut(&ch)) {
+            if sess.generation == id.generation {
+                if let Some(i) = sess.find(stream) {
+                    let ex = &mut sess.exchanges[i];
+                    match (result, &mut ex.produce) {
+                        (Completion::Response(result), _) => {
+                            let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
+                            let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+                            let (mut s, mut c) = (Vec::new(), Vec::new());
+                            let mut cx = cx!(self, h3, &mut glue, &mut s, &mut c, ch, id.generation);
+                            answer(sess, conn, i, resp, Delimit::Length, &mut cx);
+                        }
+                        (Completion::Replay(bytes, last), Some(Produce::Events { replaying, last_id, held, .. })) => {
+                            if last == REPLAY_PANICKED {
+                                ex.produce = None;
+                                ex.done = true;
+                            } else {
+                                ex.unsent.extend_from_slice(&bytes);
+                                *last_id = (*last_id).max(last);
+                                *replaying = false;
+                                for (eid, event) in held.drain(..) {
+                                    if eid > *last_id {
+                                        ex.unsent.extend_from_slice(&event);
+                                        *last_id = eid;
+                                    }
+                                }
+                            }
+                        }
+                        (Completion::Chunk(offset, bytes), Some(Produce::Download(d))) => {
+                            let arrived = d.arrived(offset, bytes);
+                            if !arrived {
+                                log::warn!("download read failed; resetting the HTTP/3 stream");
+                                ex.produce = None;
+                                conn.reset(now, stream, crate::http3::Code::InternalError);
+                                sess.exchanges.swap_remove(i);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        h3.touched.insert(ch);
+        self.h3 = Some(h3);
+    }
+
+    /// A bus notification for an HTTP/3 event stream: queued on its exchange.
+    pub(super) fn h3_event(&mut self, id: ExchangeId, event_id: i64, event: &Arc<[u8]>) {
+        let Some(h3) = self.h3.as_mut() else { return };
+        let ch = handle_of(id);
+        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == id.generation) else { return };
+        let Some(i) = sess.find(stream_of(id)) else { return };
+        let ex = &mut sess.exchanges[i];
+        let Some(Produce::Events { replaying, last_id, held, .. }) = &mut ex.produce else { return };
+        if *replaying {
+            held.push((event_id, event.clone()));
+        } else if event_id > *last_id {
+            *last_id = event_id;
+            ex.unsent.extend_from_slice(event);
+        }
+        h3.touched.insert(ch);
+    }
+
+    /// App code behind an HTTP/3 event stream (or relay) failed: end that stream only.
+    pub(super) fn h3_abort_exchange(&mut self, id: ExchangeId) {
+        self.sse.remove(&id);
+        let Some(h3) = self.h3.as_mut() else { return };
+        let ch = handle_of(id);
+        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == id.generation) else { return };
+        if let Some(i) = sess.find(stream_of(id)) {
+            let ex = &mut sess.exchanges[i];
+            ex.produce = None;
+            ex.call = None;
+            ex.done = true;
+            if ex.stage != Stage::Streaming {
+                sess.exchanges.swap_remove(i);
+                if let Some(conn) = h3.server.conn(ch) {
+                    conn.reset(Instant::now(), stream_of(id), crate::http3::Code::InternalError);
+                }
+            }
+        }
+        h3.touched.insert(ch);
+        self.sse_count_changed();
+    }
+
+    /// Answers an HTTP/3 exchange that waited on upstreams (`stream`: a relayed body follows).
+    /// Returns whether a body follows.
+    pub(super) fn h3_respond_waiting(&mut self, id: ExchangeId, resp: Response, stream: bool) -> bool {
+        let Some(mut h3) = self.h3.take() else { return false };
+        let ch = handle_of(id);
+        let mut follows = false;
+        if let (Some(conn), Some(sess)) = (h3.server.conn(ch), h3.sessions.get_mut(&ch)) {
+            if let Some(i) = sess.find(stream_of(id)).filter(|_| sess.generation == id.generation) {
+                let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+                let (mut s, mut c) = (Vec::new(), Vec::new());
+                let mut cx = cx!(self, h3, &mut glue, &mut s, &mut c, ch, id.generation);
+                let delimit = if stream { Delimit::Chunked } else { Delimit::Length };
+                follows = answer(sess, conn, i, resp, delimit, &mut cx);
+            }
+        }
+        h3.touched.insert(ch);
+        self.h3 = Some(h3);
+        follows
+    }
+
+    /// Relayed events for an HTTP/3 exchange: queued on it.
+    pub(super) fn h3_relay_data(&mut self, id: ExchangeId, events: &[u8]) {
+        let Some(h3) = self.h3.as_mut() else { return };
+        let ch = handle_of(id);
+        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == id.generation) else { return };
+        if let Some(i) = sess.find(stream_of(id)) {
+            sess.exchanges[i].unsent.extend_from_slice(events);
+            h3.touched.insert(ch);
+        }
+    }
+
+    /// Whether the relay of an HTTP/3 exchange is behind its client.
+    pub(super) fn h3_relay_slow(&mut self, id: ExchangeId) -> bool {
+        let Some(h3) = self.h3.as_mut() else { return false };
+        let Some(sess) = h3.sessions.get_mut(&handle_of(id)).filter(|s| s.generation == id.generation) else {
+            return false;
+        };
+        sess.find(stream_of(id)).is_some_and(|i| sess.exchanges[i].unsent.len() > HIGH_WATERMARK)
+    }
+
+    /// The relay of an HTTP/3 exchange ended: its body ends once sent.
+    pub(super) fn h3_relay_done(&mut self, id: ExchangeId) {
+        let Some(h3) = self.h3.as_mut() else { return };
+        let ch = handle_of(id);
+        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == id.generation) else { return };
+        if let Some(i) = sess.find(stream_of(id)) {
+            let ex = &mut sess.exchanges[i];
+            ex.call = None;
+            ex.done = true;
+            h3.touched.insert(ch);
+        }
+    }
+
+    /// HTTP/3 relays whose client caught up (their upstream may read again).
+    pub(super) fn h3_relays_ready(&self) -> Vec<ExchangeId> {
+        let Some(h3) = self.h3.as_ref() else { return Vec::new() };
+        let mut out = Vec::new();
+        for (ch, sess) in &h3.sessions {
+            for ex in &sess.exchanges {
+                if matches!(ex.call, Some(CallState::Relay { .. })) && ex.unsent.len() <= HIGH_WATERMARK {
+                    let raw = VarInt::from(ex.stream).into_inner();
+                    out.push(ExchangeId { conn: H3_BASE + ch.0, stream: raw as u32, generation: sess.generation });
+                }
+            }
+        }
+        out
+    }
+
+    /// Graceful stop: GOAWAY on every connection; event streams end; open streams finish.
+    pub(super) fn h3_drain(&mut self) {
+        let Some(h3) = self.h3.as_mut() else { return };
+        let now = Instant::now();
+        h3.draining = true;
+        // A successor may read the slot's socket from now on: its packets and new clients are
+        // left to it.
+        h3.server.set_sibling(true, true);
+        h3.server.go_away(now);
+        for (ch, sess) in &mut h3.sessions {
+            for ex in &mut sess.exchanges {
+                if matches!(ex.produce, Some(Produce::Events { .. })) {
+                    let raw = VarInt::from(ex.stream).into_inner();
+                    self.sse.remove(&ExchangeId {
+                        conn: H3_BASE + ch.0,
+                        stream: raw as u32,
+                        generation: sess.generation,
+                    });
+                    ex.produce = None;
+                    ex.done = true;
+                }
+            }
+            h3.touched.insert(*ch);
+        }
+        for ch in h3.server.handles() {
+            h3.touched.insert(ch);
+        }
+        self.sse_count_changed();
+    }
+}
+
+impl H3 {
+    /// The upstream wait of HTTP/3 exchange `id`, while it is open.
+    pub(super) fn call_slot(&mut self, id: ExchangeId) -> Option<&mut Option<CallState>> {
+        let sess = self.sessions.get_mut(&handle_of(id)).filter(|s| s.generation == id.generation)?;
+        let i = sess.find(stream_of(id))?;
+        Some(&mut sess.exchanges[i].call)
+    }
+
+    /// Recomputes the earliest deadline: quinn's timers, request bodies, producers.
+    fn refresh_deadline(&mut self) {
+        let quic = self.server.next_timeout();
+        let exchanges = self
+            .sessions
+            .values()
+            .flat_map(|s| s.exchanges.iter())
+            .filter_map(|e| [e.deadline, e.produce_deadline()].into_iter().flatten().min())
+            .min();
+        self.deadline = [quic, exchanges, self.sibling_check].into_iter().flatten().min();
+    }
+}

@@ -1,0 +1,364 @@
+//! A small blocking HTTP/3 client for the integration tests: quinn-proto over a std
+//! `UdpSocket`, frames and QPACK from `forkd::http3`. One connection; requests are streams;
+//! every wait is bounded by a deadline (socket read timeouts, no sleeps).
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use forkd::http3::frame::{self, Frame, FrameReader};
+use forkd::http3::qpack::{self, Encoder, Fields};
+use quinn_proto::crypto::rustls::QuicClientConfig;
+use quinn_proto::{
+    ClientConfig, Connection, ConnectionError, ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig,
+    Event as QuicEvent, ReadError, StreamEvent, StreamId,
+};
+
+use crate::tls::Pki;
+
+/// What the client has read of one stream.
+#[derive(Debug, Default)]
+pub struct Received {
+    pub bytes: Vec<u8>,
+    pub fin: bool,
+    pub reset: Option<u64>,
+}
+
+/// A parsed response: every head (informational ones first), the body.
+#[derive(Debug, Default)]
+pub struct H3Response {
+    pub heads: Vec<Vec<(String, String)>>,
+    pub body: Vec<u8>,
+}
+
+impl H3Response {
+    /// The final `:status`.
+    pub fn status(&self) -> u16 {
+        self.heads
+            .last()
+            .and_then(|h| h.iter().find(|(n, _)| n == ":status"))
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// A field of the final head.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.heads.last()?.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    pub fn body_str(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("JSON body: {e}: {}", self.body_str()))
+    }
+}
+
+/// The client's TLS configuration: the test PKI's CA, TLS 1.3, ALPN `h3`, 0-RTT offered.
+pub fn client_config(pki: &Pki) -> ClientConfig {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).expect("CA PEM")).expect("CA");
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    tls.enable_early_data = true;
+    ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).expect("QUIC client")))
+}
+
+pub struct H3Client {
+    sock: UdpSocket,
+    ep: Endpoint,
+    pub conn: Connection,
+    ch: ConnectionHandle,
+    pub streams: HashMap<StreamId, Received>,
+    pub lost: Option<ConnectionError>,
+    /// The server's GOAWAY arrived on its control stream.
+    pub goaway: bool,
+    /// Retry packets received (the server asked to validate the address first).
+    pub retries: usize,
+    /// The control stream is open.
+    control: bool,
+    /// Request bytes not yet taken by their stream (stream, bytes, written so far).
+    pending: Vec<(StreamId, Vec<u8>, usize)>,
+    buf: Vec<u8>,
+}
+
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+impl H3Client {
+    /// Connects and completes the handshake (panics on failure).
+    pub fn connect(server: SocketAddr, config: &ClientConfig) -> H3Client {
+        let mut c = H3Client::start(server, config);
+        let deadline = Instant::now() + TIMEOUT;
+        c.run_until(deadline, |c| !c.conn.is_handshaking() || c.lost.is_some());
+        assert!(c.lost.is_none() && !c.conn.is_handshaking(), "HTTP/3 handshake with {server}: {:?}", c.lost);
+        c
+    }
+
+    /// Starts a connection (resuming a session `config` holds, with 0-RTT keys when it can)
+    /// without waiting for the handshake; its control stream is opened.
+    pub fn start(server: SocketAddr, config: &ClientConfig) -> H3Client {
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind UDP");
+        let mut ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
+        let (ch, conn) = ep.connect(Instant::now(), config.clone(), server, "localhost").expect("connect");
+        let mut c = H3Client {
+            sock,
+            ep,
+            conn,
+            ch,
+            streams: HashMap::new(),
+            lost: None,
+            goaway: false,
+            retries: 0,
+            control: false,
+            pending: Vec::new(),
+            buf: vec![0; 65_536],
+        };
+        c.open_control();
+        c.flush();
+        c
+    }
+
+    /// Opens the control stream with SETTINGS once quinn lets it (with 0-RTT keys, or after
+    /// the handshake).
+    fn open_control(&mut self) {
+        if self.control {
+            return;
+        }
+        let Some(id) = self.conn.streams().open(Dir::Uni) else { return };
+        self.control = true;
+        let mut out = vec![0x00];
+        frame::write_settings(&[(frame::setting::MAX_FIELD_SECTION_SIZE, 65_536)], &mut out);
+        self.conn.send_stream(id).write(&out).expect("control stream");
+    }
+
+    /// Opens a request stream: the head (pseudo-headers first), `body` as one DATA frame,
+    /// then FIN.
+    pub fn request(&mut self, head: &[(&str, &str)], body: &[u8]) -> StreamId {
+        let id = self.conn.streams().open(Dir::Bi).expect("a request stream");
+        let mut block = Vec::new();
+        Encoder.begin(&mut block);
+        for (n, v) in head {
+            Encoder.field(n.as_bytes(), v.as_bytes(), &mut block);
+        }
+        let mut out = Vec::new();
+        frame::write_header(frame::ty::HEADERS, block.len() as u64, &mut out);
+        out.extend_from_slice(&block);
+        if !body.is_empty() {
+            frame::write_header(frame::ty::DATA, body.len() as u64, &mut out);
+            out.extend_from_slice(body);
+        }
+        self.pending.push((id, out, 0));
+        self.write_pending();
+        self.streams.entry(id).or_default();
+        self.flush();
+        id
+    }
+
+    /// Writes what request streams still have to send as their windows allow; FIN after it.
+    fn write_pending(&mut self) {
+        let conn = &mut self.conn;
+        self.pending.retain_mut(|(id, out, at)| {
+            match conn.send_stream(*id).write(&out[*at..]) {
+                Ok(n) => *at += n,
+                Err(quinn_proto::WriteError::Blocked) => {}
+                // Stopped or reset by the server (an early answer): the rest is dropped.
+                Err(_) => return false,
+            }
+            if *at < out.len() {
+                return true;
+            }
+            let _ = conn.send_stream(*id).finish();
+            false
+        });
+    }
+
+    /// A request with `method` on `path` and extra fields.
+    pub fn send(&mut self, method: &str, path: &str, fields: &[(&str, &str)], body: &[u8]) -> StreamId {
+        let mut head = vec![(":method", method), (":scheme", "https"), (":authority", "localhost"), (":path", path)];
+        head.extend_from_slice(fields);
+        self.request(&head, body)
+    }
+
+    /// `GET path`, the whole response.
+    pub fn get(&mut self, path: &str) -> H3Response {
+        let id = self.send("GET", path, &[], b"");
+        self.response(id)
+    }
+
+    /// Waits for stream `id` to end and parses its response (panics on a reset or timeout).
+    pub fn response(&mut self, id: StreamId) -> H3Response {
+        let deadline = Instant::now() + TIMEOUT;
+        self.run_until(deadline, |c| {
+            c.lost.is_some() || c.streams.get(&id).is_some_and(|s| s.fin || s.reset.is_some())
+        });
+        let s = &self.streams[&id];
+        assert!(s.fin, "stream {id} ended: fin {}, reset {:?}, lost {:?}", s.fin, s.reset, self.lost);
+        parse(&s.bytes)
+    }
+
+    /// Sends every datagram quinn has.
+    pub fn flush(&mut self) {
+        let mut out = Vec::new();
+        while let Some(t) = self.conn.poll_transmit(Instant::now(), 1, &mut out) {
+            let _ = self.sock.send_to(&out[..t.size], t.destination);
+            out.clear();
+        }
+    }
+
+    /// One step: send, wait for a datagram (until the next timer, `deadline` or 50 ms), feed
+    /// it and the timers, read the streams.
+    pub fn step(&mut self, deadline: Instant) {
+        self.flush();
+        let now = Instant::now();
+        let until = [self.conn.poll_timeout(), Some(deadline), Some(now + Duration::from_millis(50))]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(deadline);
+        let wait = until.saturating_duration_since(now).max(Duration::from_millis(1));
+        self.sock.set_read_timeout(Some(wait)).expect("timeout");
+        // The first datagram within `wait`, then what else is queued without blocking.
+        let mut got = 0;
+        while let Ok((n, from)) = self.sock.recv_from(&mut self.buf) {
+            got += 1;
+            // A long header of type Retry (RFC 9000 §17.2.5).
+            if self.buf[0] & 0xb0 == 0xb0 {
+                self.retries += 1;
+            }
+            let data = BytesMut::from(&self.buf[..n]);
+            let mut answer = Vec::new();
+            if let Some(DatagramEvent::ConnectionEvent(_, event)) =
+                self.ep.handle(Instant::now(), from, None, None, data, &mut answer)
+            {
+                self.conn.handle_event(event);
+            }
+            self.sock.set_nonblocking(true).expect("nonblocking");
+            if got >= 256 {
+                break;
+            }
+        }
+        self.sock.set_nonblocking(false).expect("blocking");
+        let now = Instant::now();
+        if self.conn.poll_timeout().is_some_and(|t| t <= now) {
+            self.conn.handle_timeout(now);
+        }
+        while let Some(event) = self.conn.poll_endpoint_events() {
+            if let Some(back) = self.ep.handle_event(self.ch, event) {
+                self.conn.handle_event(back);
+            }
+        }
+        while let Some(event) = self.conn.poll() {
+            match event {
+                QuicEvent::ConnectionLost { reason } => self.lost = Some(reason),
+                QuicEvent::Stream(StreamEvent::Opened { dir: Dir::Uni }) => {
+                    while let Some(id) = self.conn.streams().accept(Dir::Uni) {
+                        self.streams.entry(id).or_default();
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.read_streams();
+        self.open_control();
+        self.write_pending();
+        self.flush();
+    }
+
+    fn read_streams(&mut self) {
+        let ids: Vec<StreamId> = self.streams.keys().copied().collect();
+        for id in ids {
+            let got = self.streams.entry(id).or_default();
+            if got.fin || got.reset.is_some() {
+                continue;
+            }
+            let mut recv = self.conn.recv_stream(id);
+            let Ok(mut chunks) = recv.read(true) else { continue };
+            loop {
+                match chunks.next(usize::MAX) {
+                    Ok(Some(chunk)) => got.bytes.extend_from_slice(&chunk.bytes),
+                    Ok(None) => {
+                        got.fin = true;
+                        break;
+                    }
+                    Err(ReadError::Blocked) => break,
+                    Err(ReadError::Reset(code)) => {
+                        got.reset = Some(code.into_inner());
+                        break;
+                    }
+                }
+            }
+            let _ = chunks.finalize();
+            // The server's control stream: type 0x00, SETTINGS, maybe GOAWAY (type 0x07).
+            if id.dir() == Dir::Uni && got.bytes.first() == Some(&0) {
+                let mut reader = FrameReader::new(0);
+                let mut at = 1;
+                while let Ok((used, Some(f))) = reader.next(&got.bytes[at..]) {
+                    at += used;
+                    if matches!(f, Frame::Goaway(_)) {
+                        self.goaway = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Steps until `done` or `deadline` (then returns anyway; the caller asserts).
+    pub fn run_until(&mut self, deadline: Instant, mut done: impl FnMut(&mut H3Client) -> bool) {
+        while !done(self) && Instant::now() < deadline {
+            self.step(deadline);
+        }
+    }
+
+    /// The body bytes received so far on `id` (DATA payloads), without waiting.
+    pub fn partial(&self, id: StreamId) -> H3Response {
+        self.streams.get(&id).map(|s| parse(&s.bytes)).unwrap_or_default()
+    }
+}
+
+/// A response stream's bytes as heads and body (a trailing partial frame is left out).
+pub fn parse(bytes: &[u8]) -> H3Response {
+    let mut r = H3Response::default();
+    let mut reader = FrameReader::new(1 << 20);
+    let mut at = 0;
+    while at < bytes.len() {
+        let Ok((used, frame)) = reader.next(&bytes[at..]) else { break };
+        at += used;
+        match frame {
+            Some(Frame::Headers { len }) => {
+                if at + len > bytes.len() {
+                    break;
+                }
+                let mut fields = Fields::default();
+                qpack::decode(&bytes[at..at + len], 1 << 20, &mut fields).expect("QPACK");
+                r.heads.push(
+                    fields
+                        .iter()
+                        .map(|(n, v)| {
+                            (String::from_utf8_lossy(n).into_owned(), String::from_utf8_lossy(v).into_owned())
+                        })
+                        .collect(),
+                );
+                at += len;
+            }
+            Some(Frame::Data { len, .. }) => {
+                r.body.extend_from_slice(&bytes[at..at + len]);
+                at += len;
+            }
+            Some(_) => {}
+            None => {
+                if used == 0 {
+                    break;
+                }
+            }
+        }
+    }
+    r
+}
