@@ -31,7 +31,6 @@ use crate::http::reply::{Body, Reply};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
-use crate::http::target::split_target;
 
 use super::body::Chunked;
 use super::parse::{self, Framing, Head, MAX_HEADERS};
@@ -443,7 +442,7 @@ impl Http1 {
                 cur.rid_len = 36;
             }
         }
-        let (path, query) = split_target(target);
+        let (path, query) = head.split.apply(target);
         let request_id = std::str::from_utf8(&cur.rid[..cur.rid_len]).unwrap_or("");
         let req = Request {
             method: head.method,

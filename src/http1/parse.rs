@@ -9,7 +9,7 @@
 use crate::error::Error;
 
 use crate::http::request::Method;
-use crate::http::target::{split_target, valid_host};
+use crate::http::target::{valid_host, Split};
 
 /// At most this many header fields; more is answered 431.
 pub const MAX_HEADERS: usize = 100;
@@ -40,6 +40,8 @@ pub struct Head {
     pub keep_alive: bool,
     /// The client sent `Expect: 100-continue`.
     pub expect_continue: bool,
+    /// Where the target's path and query are (split once, here).
+    pub split: Split,
 }
 
 /// Parse a head from `buf` into `headers`. `Ok(None)` means "need more bytes".
@@ -74,7 +76,8 @@ fn validate(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, Error> 
     let method = Method::parse(req.method.unwrap_or(""));
     let http10 = req.version == Some(0);
     let path = req.path.unwrap_or("");
-    let origin_form = split_target(path).0.starts_with('/');
+    let split = Split::of(path);
+    let origin_form = split.apply(path).0.starts_with('/');
     if !(origin_form || (path == "*" && method == Method::Options)) {
         return Err(Error::bad_request("malformed request target"));
     }
@@ -142,6 +145,7 @@ fn validate(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, Error> 
         framing,
         keep_alive: keep_alive && !(http10 && chunked),
         expect_continue: expect_continue && framing != Framing::None,
+        split,
     })
 }
 
