@@ -33,7 +33,7 @@ use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
 
 use super::body::Chunked;
-use super::parse::{self, Framing, Head, MAX_HEADERS};
+use super::parse::{self, Framing, Head};
 use super::writer::{write_response, BodyWriter};
 
 /// The `101` head switching to `protocol`, whose handshake `accept` answers.
@@ -352,7 +352,7 @@ impl Http1 {
             self.cur.started = now;
             self.deadline = Some((now + env.header_timeout, Timeout::Request));
         }
-        let mut hdrs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut hdrs = parse::header_slots();
         let (head, parsed) = match parse::parse(&inbuf[pos..], &mut hdrs, env.max_head)? {
             Some((head, parsed)) => {
                 // Known from here on, so that a later 400/413/408 is logged with them.

@@ -6,6 +6,8 @@
 //! `host[:port]`, `Transfer-Encoding` exactly `chunked`. It only
 //! reads bytes and returns values or [`Error`]s; it never writes or logs.
 
+use std::mem::MaybeUninit;
+
 use crate::error::Error;
 
 use crate::http::request::Method;
@@ -13,6 +15,13 @@ use crate::http::target::{valid_host, Split};
 
 /// At most this many header fields; more is answered 431.
 pub const MAX_HEADERS: usize = 100;
+
+/// Room for [`MAX_HEADERS`] fields, not initialised: `httparse` writes only
+/// the fields a head has (an initialised array would cost 3 200 bytes of
+/// stores per request).
+pub fn header_slots<'b>() -> [MaybeUninit<httparse::Header<'b>>; MAX_HEADERS] {
+    [MaybeUninit::uninit(); MAX_HEADERS]
+}
 
 /// How the body of a request is delimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,14 +53,14 @@ pub struct Head {
     pub split: Split,
 }
 
-/// Parse a head from `buf` into `headers`. `Ok(None)` means "need more bytes".
+/// Parse a head from `buf` into `headers` ([`header_slots`]). `Ok(None)` means "need more bytes".
 pub fn parse<'h, 'b>(
     buf: &'b [u8],
-    headers: &'h mut [httparse::Header<'b>],
+    headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     max_head: usize,
 ) -> Result<Option<(Head, httparse::Request<'h, 'b>)>, Error> {
-    let mut parsed = httparse::Request::new(headers);
-    let status = match parsed.parse(buf) {
+    let mut parsed = httparse::Request::new(&mut []);
+    let status = match parsed.parse_with_uninit_headers(buf, headers) {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => return Err(Error::HeaderTooLarge),
         Err(_) => return Err(Error::bad_request("malformed request")),
@@ -167,7 +176,7 @@ mod tests {
     use super::*;
 
     fn head(raw: &str) -> Result<Option<Head>, Error> {
-        let mut h = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut h = header_slots();
         parse(raw.as_bytes(), &mut h, 4096).map(|o| o.map(|(h, _)| h))
     }
 
