@@ -145,6 +145,12 @@ impl<H> Router<H> {
                 };
             }
         }
+        self.find_by_segments(want, path)
+    }
+
+    /// [`Router::find`] segment by segment, every pattern in order (`want`: `HEAD` as `GET`).
+    #[inline(never)]
+    fn find_by_segments<'r, 'p>(&'r self, want: Method, path: &'p str) -> Match<'r, 'p, H> {
         // Split the path once: one segment after each slash (what comes
         // before the first slash is not a segment). A path with more
         // segments than any pattern has matches nothing.

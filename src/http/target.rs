@@ -20,7 +20,12 @@ pub struct Split {
 impl Split {
     /// Where `target`'s path and query are.
     pub fn of(target: &str) -> Split {
-        let from = match target.strip_prefix("http://").or_else(|| target.strip_prefix("https://")) {
+        let absolute = if target.starts_with('/') {
+            None
+        } else {
+            target.strip_prefix("http://").or_else(|| target.strip_prefix("https://"))
+        };
+        let from = match absolute {
             Some(rest) => {
                 let authority = target.len() - rest.len();
                 rest.find('/').map_or(target.len(), |i| authority + i)
@@ -96,9 +101,17 @@ static REG_NAME: [bool; 256] = {
 };
 
 fn valid_port(v: &[u8]) -> bool {
-    (1..=5).contains(&v.len())
-        && v.iter().all(u8::is_ascii_digit)
-        && v.iter().fold(0u32, |acc, d| acc * 10 + u32::from(d - b'0')) <= 65_535
+    if !(1..=5).contains(&v.len()) {
+        return false;
+    }
+    let mut n = 0u32;
+    for &d in v {
+        if !d.is_ascii_digit() {
+            return false;
+        }
+        n = n * 10 + u32::from(d - b'0');
+    }
+    n <= 65_535
 }
 
 #[cfg(test)]
