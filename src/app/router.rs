@@ -2,7 +2,9 @@
 //!
 //! Routes are grouped by path pattern at start, so a path that matches with
 //! the wrong method yields 405 with a pre-rendered `Allow` list. `HEAD` is
-//! served by a `GET` route. Matching allocates nothing. Each path pattern
+//! served by a `GET` route. Matching allocates nothing; a path equal to a
+//! pattern without parameters (that no earlier pattern can take) is found
+//! by comparing whole strings, before any split into segments. Each path pattern
 //! has a small index (in the order patterns were first added), which is
 //! what `/metrics` labels requests with: the pattern, never the raw path.
 
