@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::http::request::Method;
 use crate::http::target::split_target;
 use crate::http1::body::Chunked;
-use crate::http1::parse::{self, Framing, MAX_HEADERS};
+use crate::http1::parse::{self, Framing};
 use crate::proto::ws::{Event, Message, WsConn};
 
 /// A fuzz target's entry function.
@@ -60,7 +60,7 @@ pub fn http_head(data: &[u8]) {
             // The connection parses again as bytes arrive: every prefix of
             // a complete head must read as "need more bytes".
             for cut in [len - 1, len / 2] {
-                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                let mut headers = parse::header_slots();
                 let partial = parse::parse(&data[..cut], &mut headers, max_head);
                 assert!(matches!(partial, Ok(None)), "prefix of {cut} bytes of a {len}-byte head");
             }
@@ -73,7 +73,7 @@ pub fn http_head(data: &[u8]) {
 
 /// Parse once; the head's length when complete.
 fn head_once(data: &[u8], max_head: usize) -> Option<usize> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut headers = parse::header_slots();
     match parse::parse(data, &mut headers, max_head) {
         Ok(None) => {
             assert!(data.len() <= max_head, "an incomplete head over the limit must be 431");

@@ -2,7 +2,9 @@
 //!
 //! Routes are grouped by path pattern at start, so a path that matches with
 //! the wrong method yields 405 with a pre-rendered `Allow` list. `HEAD` is
-//! served by a `GET` route. Matching allocates nothing. Each path pattern
+//! served by a `GET` route. Matching allocates nothing; a path equal to a
+//! pattern without parameters (that no earlier pattern can take) is found
+//! by comparing whole strings, before any split into segments. Each path pattern
 //! has a small index (in the order patterns were first added), which is
 //! what `/metrics` labels requests with: the pattern, never the raw path.
 
@@ -57,12 +59,23 @@ pub enum Match<'r, 'p, H> {
 /// A route table.
 pub struct Router<H> {
     entries: Vec<Entry<H>>,
+    /// The patterns without a parameter that no earlier pattern can take a
+    /// path from, with their index: such a pattern matches exactly the path
+    /// equal to it, so a lookup tries them by comparing whole paths first.
+    literals: Vec<(&'static str, usize)>,
+    /// Bit `n` set: some pattern in `literals` is `n` bytes long (63: longer).
+    literal_lens: u64,
 }
 
 impl<H> Default for Router<H> {
     fn default() -> Self {
-        Router { entries: Vec::new() }
+        Router { entries: Vec::new(), literals: Vec::new(), literal_lens: 0 }
     }
+}
+
+/// The bit of [`Router::literal_lens`] for a path of `len` bytes.
+fn len_bit(len: usize) -> u64 {
+    1 << len.min(63)
 }
 
 impl<H> Router<H> {
@@ -82,6 +95,17 @@ impl<H> Router<H> {
         let idx = match self.entries.iter().position(same) {
             Some(i) => i,
             None => {
+                let literal = segs.iter().all(|s| matches!(s, Seg::Lit(_)));
+                // An earlier pattern with a parameter and as many segments
+                // may match this pattern's path first: then no shortcut.
+                let shadowed = self
+                    .entries
+                    .iter()
+                    .any(|e| e.segs.len() == segs.len() && e.segs.iter().any(|s| matches!(s, Seg::Param)));
+                if literal && !shadowed {
+                    self.literals.push((pattern, self.entries.len()));
+                    self.literal_lens |= len_bit(pattern.len());
+                }
                 self.entries.push(Entry { pattern, segs, methods: Vec::new(), allow: "" });
                 self.entries.len() - 1
             }
@@ -111,6 +135,24 @@ impl<H> Router<H> {
     /// Look up `method path`.
     pub fn find<'r, 'p>(&'r self, method: Method, path: &'p str) -> Match<'r, 'p, H> {
         let want = if method == Method::Head { Method::Get } else { method };
+        // A path that starts with a slash is its segments joined by slashes,
+        // as a pattern is: a pattern without parameters matches it exactly
+        // when the two are equal.
+        if path.starts_with('/') && self.literal_lens & len_bit(path.len()) != 0 {
+            if let Some(&(_, i)) = self.literals.iter().find(|(p, _)| *p == path) {
+                let e = &self.entries[i];
+                return match e.methods.iter().find(|(m, _)| *m == want) {
+                    Some((_, h)) => Match::Found(h, Params::default(), i),
+                    None => Match::MethodNotAllowed(e.allow, i),
+                };
+            }
+        }
+        self.find_by_segments(want, path)
+    }
+
+    /// [`Router::find`] segment by segment, every pattern in order (`want`: `HEAD` as `GET`).
+    #[inline(never)]
+    fn find_by_segments<'r, 'p>(&'r self, want: Method, path: &'p str) -> Match<'r, 'p, H> {
         // Split the path once: one segment after each slash (what comes
         // before the first slash is not a segment). A path with more
         // segments than any pattern has matches nothing.
@@ -196,6 +238,27 @@ mod tests {
         assert!(matches!(r.find(Method::Get, "/é/ü"), Match::NotFound));
         // More segments than any pattern can hold: no match, no overflow.
         assert!(matches!(r.find(Method::Get, &"/x".repeat(MAX_SEGS + 3)), Match::NotFound));
+    }
+
+    #[test]
+    fn a_pattern_with_a_parameter_added_first_still_wins() {
+        let mut r = Router::default();
+        r.add(Method::Get, "/users/{id}", 1).add(Method::Get, "/users/me", 2).add(Method::Get, "/me", 3);
+        assert!(matches!(r.find(Method::Get, "/users/me"), Match::Found(1, _, 0)));
+        assert!(matches!(r.find(Method::Get, "/me"), Match::Found(3, _, 2)));
+        assert!(matches!(r.find(Method::Post, "/me"), Match::MethodNotAllowed("GET, HEAD", 2)));
+        let mut r = Router::default();
+        r.add(Method::Get, "/users/me", 2).add(Method::Get, "/users/{id}", 1);
+        assert!(matches!(r.find(Method::Get, "/users/me"), Match::Found(2, _, 0)));
+        assert!(matches!(r.find(Method::Get, "/users/you"), Match::Found(1, _, 1)));
+        // The same literal pattern for two methods is one entry.
+        r.add(Method::Delete, "/users/me", 3);
+        assert!(matches!(r.find(Method::Delete, "/users/me"), Match::Found(3, _, 0)));
+        // A long path takes the shortcut too.
+        let long = "/a-path-longer-than-sixty-four-bytes/to-take-the-last-length-bit/x";
+        r.add(Method::Get, long, 4);
+        assert!(matches!(r.find(Method::Get, long), Match::Found(4, _, _)));
+        assert!(matches!(r.find(Method::Get, &format!("{long}y")), Match::NotFound));
     }
 
     #[test]

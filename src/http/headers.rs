@@ -1,7 +1,9 @@
 //! The headers every response carries (CONTRACT §4), rendered cheaply.
 //!
-//! The security set is rendered once at start into one byte block; the
-//! `Date` value is re-rendered at most once per second; the CSP nonce and
+//! The security set, CSP included, is rendered once at start into one byte
+//! block with two 24-byte holes for the nonce, written with one copy and two
+//! patches per response; the `Date` value is re-rendered at most once per
+//! second; the CSP nonce and
 //! generated request ids come from a per-worker ChaCha generator seeded from
 //! the OS after fork (so no two workers share a stream). Nothing here
 //! allocates per response.
@@ -42,21 +44,72 @@ pub const SECURITY_FIELDS: [(&str, &str); 10] = [
 /// Per-worker state for the common headers.
 pub struct Common {
     csp_name: &'static [u8],
+    /// The CSP field (name, value with nonce holes, CRLF) and [`SECURITY`], as written.
+    block: Box<[u8]>,
+    /// Where the nonce goes in `block` (twice).
+    holes: [usize; 2],
     date_secs: u64,
     date: [u8; 29],
     rng: rand::rngs::StdRng,
     nonce: [u8; 24],
+    /// The head prefix of the last response of its shape, for a codec to copy whole.
+    pub template: Template,
+}
+
+/// The opening of a response head (status line to the last field that does
+/// not change per response) as a codec rendered it last, and the shape it
+/// stands for: a codec writes the next head of the same shape with one copy.
+/// The key is the codec's own (it must cover everything the bytes depend on,
+/// the `Date` second included); this only keeps it.
+#[derive(Default)]
+pub struct Template {
+    key: Option<TemplateKey>,
+    bytes: Vec<u8>,
+}
+
+/// What a [`Template`]'s bytes depend on, as the codec that wrote them counts it.
+pub type TemplateKey = [usize; 8];
+
+impl Template {
+    /// The bytes rendered for `key`, if they are the last ones kept.
+    pub fn get(&self, key: &TemplateKey) -> Option<&[u8]> {
+        (self.key.as_ref() == Some(key)).then_some(self.bytes.as_slice())
+    }
+
+    /// Keep `bytes` as the rendering of `key` (replacing what was kept).
+    pub fn put(&mut self, key: TemplateKey, bytes: &[u8]) {
+        self.bytes.clear();
+        self.bytes.extend_from_slice(bytes);
+        self.key = Some(key);
+    }
 }
 
 impl Common {
     /// Build the block; `report_only` selects `Content-Security-Policy-Report-Only`.
     pub fn new(report_only: bool) -> Common {
+        let csp_name: &'static [u8] =
+            if report_only { b"Content-Security-Policy-Report-Only: " } else { b"Content-Security-Policy: " };
+        let mut block =
+            Vec::with_capacity(csp_name.len() + CSP_1.len() + CSP_2.len() + CSP_3.len() + 48 + 2 + SECURITY.len());
+        let mut holes = [0; 2];
+        block.extend_from_slice(csp_name);
+        for (i, part) in [CSP_1, CSP_2].into_iter().enumerate() {
+            block.extend_from_slice(part.as_bytes());
+            holes[i] = block.len();
+            block.extend_from_slice(&[b'='; 24]);
+        }
+        block.extend_from_slice(CSP_3.as_bytes());
+        block.extend_from_slice(b"\r\n");
+        block.extend_from_slice(SECURITY.as_bytes());
         let mut c = Common {
-            csp_name: if report_only { b"Content-Security-Policy-Report-Only: " } else { b"Content-Security-Policy: " },
+            csp_name,
+            block: block.into_boxed_slice(),
+            holes,
             date_secs: 0,
             date: [b' '; 29],
             rng: rand::rngs::StdRng::from_entropy(),
             nonce: [0; 24],
+            template: Template::default(),
         };
         c.tick(std::time::SystemTime::now());
         c
@@ -75,7 +128,7 @@ impl Common {
 
     /// Rough size of the fixed headers, for reserving output space.
     pub fn block_len(&self) -> usize {
-        SECURITY.len() + CSP_1.len() + CSP_2.len() + CSP_3.len() + 120
+        self.block.len() + 120
     }
 
     /// Write `Date: …\r\n`.
@@ -92,12 +145,15 @@ impl Common {
 
     /// Write the CSP (with a fresh nonce) and the static security headers.
     pub fn write_security(&mut self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self.csp_name);
-        for part in self.fresh_csp() {
-            out.extend_from_slice(part);
+        self.fresh_nonce();
+        let start = out.len();
+        out.extend_from_slice(&self.block);
+        let written = &mut out[start..];
+        for at in self.holes {
+            if let Some(hole) = written.get_mut(at..at + 24) {
+                hole.copy_from_slice(&self.nonce);
+            }
         }
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(SECURITY.as_bytes());
     }
 
     /// The CSP field's name in lower case (`content-security-policy`, or
@@ -140,15 +196,23 @@ impl Common {
     }
 
     fn fresh_nonce(&mut self) {
-        let mut raw = [0u8; 16];
-        self.rng.fill_bytes(&mut raw);
+        let raw = self.random16();
         self.nonce = nonce_base64(&raw);
+    }
+
+    /// 16 random bytes: the bytes `fill_bytes` would give, drawn as two
+    /// words (the generator's cheapest path).
+    fn random16(&mut self) -> [u8; 16] {
+        let (a, b) = (self.rng.next_u64(), self.rng.next_u64());
+        let mut raw = [0u8; 16];
+        raw[..8].copy_from_slice(&a.to_le_bytes());
+        raw[8..].copy_from_slice(&b.to_le_bytes());
+        raw
     }
 
     /// A fresh UUID v4, lower-case hyphenated, into `out`.
     pub fn uuid(&mut self, out: &mut [u8; 36]) {
-        let mut b = [0u8; 16];
-        self.rng.fill_bytes(&mut b);
+        let mut b = self.random16();
         b[6] = (b[6] & 0x0f) | 0x40;
         b[8] = (b[8] & 0x3f) | 0x80;
         // Where each byte's two hex digits go; the hyphens sit at 8, 13, 18, 23.
@@ -213,6 +277,21 @@ mod tests {
         let text = String::from_utf8(a).expect("utf8");
         assert_eq!(text.matches(&format!("'nonce-{first}'")).count(), 2, "{text}");
         assert!(text.starts_with("Content-Security-Policy: default-src 'none';"));
+    }
+
+    #[test]
+    fn the_security_block_is_the_csp_with_its_nonce_then_the_fixed_fields() {
+        for report_only in [false, true] {
+            let mut c = Common::new(report_only);
+            for _ in 0..3 {
+                let mut got = Vec::new();
+                c.write_security(&mut got);
+                let n = c.nonce().to_string();
+                let name = if report_only { "Content-Security-Policy-Report-Only" } else { "Content-Security-Policy" };
+                let want = format!("{name}: {CSP_1}{n}{CSP_2}{n}{CSP_3}\r\n{SECURITY}");
+                assert_eq!(String::from_utf8(got).expect("ascii"), want);
+            }
+        }
     }
 
     #[test]

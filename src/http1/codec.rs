@@ -31,10 +31,9 @@ use crate::http::reply::{Body, Reply};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
-use crate::http::target::split_target;
 
 use super::body::Chunked;
-use super::parse::{self, Framing, Head, MAX_HEADERS};
+use super::parse::{self, Framing, Head};
 use super::writer::{write_response, BodyWriter};
 
 /// The `101` head switching to `protocol`, whose handshake `accept` answers.
@@ -130,6 +129,10 @@ pub struct Http1 {
     secure: bool,
     /// No request has started on this connection yet.
     fresh: bool,
+    /// The `Host` value of an earlier request, checked valid then (`host[..host_len]`):
+    /// the same bytes again are not checked again ([`parse::parse_seen`]).
+    host: [u8; parse::HOST_MEMO],
+    host_len: usize,
 }
 
 impl Http1 {
@@ -159,6 +162,8 @@ impl Http1 {
             peer,
             secure,
             fresh: true,
+            host: [0; parse::HOST_MEMO],
+            host_len: 0,
         }
     }
 
@@ -353,9 +358,19 @@ impl Http1 {
             self.cur.started = now;
             self.deadline = Some((now + env.header_timeout, Timeout::Request));
         }
-        let mut hdrs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let (head, parsed) = match parse::parse(&inbuf[pos..], &mut hdrs, env.max_head)? {
+        let mut hdrs = parse::header_slots();
+        let seen = &self.host[..self.host_len];
+        let (head, parsed) = match parse::parse_seen(&inbuf[pos..], &mut hdrs, env.max_head, seen)? {
             Some((head, parsed)) => {
+                if !head.host_seen {
+                    match parse::host_value(parsed.headers) {
+                        Some(v) if v.len() <= parse::HOST_MEMO => {
+                            self.host[..v.len()].copy_from_slice(v);
+                            self.host_len = v.len();
+                        }
+                        _ => self.host_len = 0,
+                    }
+                }
                 // Known from here on, so that a later 400/413/408 is logged with them.
                 self.cur.method = head.method;
                 self.cur.target.clear();
@@ -443,7 +458,7 @@ impl Http1 {
                 cur.rid_len = 36;
             }
         }
-        let (path, query) = split_target(target);
+        let (path, query) = head.split.apply(target);
         let request_id = std::str::from_utf8(&cur.rid[..cur.rid_len]).unwrap_or("");
         let req = Request {
             method: head.method,
@@ -1009,6 +1024,14 @@ GET /z HTTP/1.1\r\nHost: x\r\n\r\n";
         assert_eq!(h.advance(&mut inbuf, &mut out, &mut svc, &mut e, now), Progress::NeedInput);
         assert_eq!(bodies(&String::from_utf8_lossy(&out)), ["/a", "/eabc", "/z"]);
         assert!(inbuf.is_empty());
+    }
+
+    #[test]
+    fn a_host_is_checked_again_whenever_it_changes_on_a_connection() {
+        let (out, p, svc) = run(b"GET /a HTTP/1.1\r\nHost: x:1\r\n\r\nGET /b HTTP/1.1\r\nHost: x:1\r\n\r\n\
+GET /c HTTP/1.1\r\nHost: y\r\n\r\nGET /d HTTP/1.1\r\nHost: y:\r\n\r\n");
+        assert_eq!(p, Progress::Close);
+        assert_eq!(svc.log.iter().map(|l| l.1).collect::<Vec<_>>(), [200, 200, 200, 400], "{out}");
     }
 
     #[test]

@@ -6,13 +6,22 @@
 //! `host[:port]`, `Transfer-Encoding` exactly `chunked`. It only
 //! reads bytes and returns values or [`Error`]s; it never writes or logs.
 
+use std::mem::MaybeUninit;
+
 use crate::error::Error;
 
 use crate::http::request::Method;
-use crate::http::target::{split_target, valid_host};
+use crate::http::target::{valid_host, Split};
 
 /// At most this many header fields; more is answered 431.
 pub const MAX_HEADERS: usize = 100;
+
+/// Room for [`MAX_HEADERS`] fields, not initialised: `httparse` writes only
+/// the fields a head has (an initialised array would cost 3 200 bytes of
+/// stores per request).
+pub fn header_slots<'b>() -> [MaybeUninit<httparse::Header<'b>>; MAX_HEADERS] {
+    [MaybeUninit::uninit(); MAX_HEADERS]
+}
 
 /// How the body of a request is delimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,16 +49,34 @@ pub struct Head {
     pub keep_alive: bool,
     /// The client sent `Expect: 100-continue`.
     pub expect_continue: bool,
+    /// Where the target's path and query are (split once, here).
+    pub split: Split,
+    /// The `Host` value was the one the caller saw valid before (not checked again).
+    pub host_seen: bool,
 }
 
-/// Parse a head from `buf` into `headers`. `Ok(None)` means "need more bytes".
+/// The longest `Host` value a connection remembers as seen valid ([`parse_seen`]).
+pub const HOST_MEMO: usize = 64;
+
+/// Parse a head from `buf` into `headers` ([`header_slots`]). `Ok(None)` means "need more bytes".
 pub fn parse<'h, 'b>(
     buf: &'b [u8],
-    headers: &'h mut [httparse::Header<'b>],
+    headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     max_head: usize,
 ) -> Result<Option<(Head, httparse::Request<'h, 'b>)>, Error> {
-    let mut parsed = httparse::Request::new(headers);
-    let status = match parsed.parse(buf) {
+    parse_seen(buf, headers, max_head, b"")
+}
+
+/// [`parse`] for a connection whose earlier request carried the `Host` value `seen`
+/// (checked valid then; empty: none): the same bytes again are not checked again.
+pub fn parse_seen<'h, 'b>(
+    buf: &'b [u8],
+    headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
+    max_head: usize,
+    seen: &[u8],
+) -> Result<Option<(Head, httparse::Request<'h, 'b>)>, Error> {
+    let mut parsed = httparse::Request::new(&mut []);
+    let status = match parsed.parse_with_uninit_headers(buf, headers) {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => return Err(Error::HeaderTooLarge),
         Err(_) => return Err(Error::bad_request("malformed request")),
@@ -66,19 +93,26 @@ pub fn parse<'h, 'b>(
     if len > max_head {
         return Err(Error::HeaderTooLarge);
     }
-    let head = validate(&parsed, len)?;
+    let head = validate(&parsed, len, seen)?;
     Ok(Some((head, parsed)))
 }
 
-fn validate(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, Error> {
+/// The `Host` value of a parsed head (trimmed), to remember for [`parse_seen`].
+pub fn host_value<'b>(headers: &[httparse::Header<'b>]) -> Option<&'b [u8]> {
+    headers.iter().find(|h| h.name.eq_ignore_ascii_case("host")).map(|h| trim(h.value))
+}
+
+fn validate(req: &httparse::Request<'_, '_>, len: usize, seen: &[u8]) -> Result<Head, Error> {
     let method = Method::parse(req.method.unwrap_or(""));
     let http10 = req.version == Some(0);
     let path = req.path.unwrap_or("");
-    let origin_form = split_target(path).0.starts_with('/');
+    let split = Split::of(path);
+    let origin_form = split.apply(path).0.starts_with('/');
     if !(origin_form || (path == "*" && method == Method::Options)) {
         return Err(Error::bad_request("malformed request target"));
     }
     let mut host = 0;
+    let mut host_seen = false;
     let mut length: Option<u64> = None;
     let mut chunked = false;
     let mut te_seen = false;
@@ -89,7 +123,9 @@ fn validate(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, Error> 
         let name = h.name;
         if name.eq_ignore_ascii_case("host") {
             host += 1;
-            if !valid_host(trim(h.value)) {
+            let v = trim(h.value);
+            host_seen = !seen.is_empty() && v == seen;
+            if !host_seen && !valid_host(v) {
                 return Err(Error::bad_request("invalid Host"));
             }
         } else if name.eq_ignore_ascii_case("content-length") {
@@ -142,6 +178,8 @@ fn validate(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, Error> 
         framing,
         keep_alive: keep_alive && !(http10 && chunked),
         expect_continue: expect_continue && framing != Framing::None,
+        split,
+        host_seen,
     })
 }
 
@@ -163,7 +201,7 @@ mod tests {
     use super::*;
 
     fn head(raw: &str) -> Result<Option<Head>, Error> {
-        let mut h = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut h = header_slots();
         parse(raw.as_bytes(), &mut h, 4096).map(|o| o.map(|(h, _)| h))
     }
 
@@ -180,6 +218,25 @@ mod tests {
         assert_eq!(h.method, Method::Get);
         assert!(h.keep_alive);
         assert_eq!(h.framing, Framing::None);
+    }
+
+    #[test]
+    fn a_host_seen_before_is_taken_and_any_other_is_checked() {
+        let seen = |raw: &str, seen: &[u8]| {
+            let mut h = header_slots();
+            parse_seen(raw.as_bytes(), &mut h, 4096, seen).map(|o| o.map(|(h, _)| h.host_seen))
+        };
+        assert_eq!(seen("GET / HTTP/1.1\r\nHost: a:80\r\n\r\n", b"a:80").ok(), Some(Some(true)));
+        assert_eq!(seen("GET / HTTP/1.1\r\nHost: b:80\r\n\r\n", b"a:80").ok(), Some(Some(false)));
+        assert_eq!(seen("GET / HTTP/1.1\r\nHost: b:\r\n\r\n", b"a:80").map_err(|e| e.status()).err(), Some(400));
+        // Nothing seen: an empty Host is checked (and refused), not taken as the empty memo.
+        assert_eq!(seen("GET / HTTP/1.1\r\nHost: \r\n\r\n", b"").map_err(|e| e.status()).err(), Some(400));
+        // A repeated Host is refused whatever was seen.
+        let twice = "GET / HTTP/1.1\r\nHost: a:80\r\nHost: a:80\r\n\r\n";
+        assert_eq!(seen(twice, b"a:80").map_err(|e| e.status()).err(), Some(400));
+        let mut h = header_slots();
+        let (_, req) = parse(b"GET / HTTP/1.1\r\nHost:  a:80 \r\n\r\n", &mut h, 4096).expect("ok").expect("complete");
+        assert_eq!(host_value(req.headers), Some(&b"a:80"[..]));
     }
 
     #[test]

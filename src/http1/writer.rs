@@ -22,43 +22,43 @@ pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>
             out.extend_from_slice(hints.informational());
         }
     }
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(itoa_buf(usize::from(resp.status)).as_slice());
-    out.push(b' ');
-    out.extend_from_slice(reason(resp.status).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    common.write_date(out);
-    if let Delimit::Sized(n) = meta.delimit {
-        out.extend_from_slice(b"Content-Type: ");
-        out.extend_from_slice(resp.content_type.as_bytes());
-        out.extend_from_slice(b"\r\nContent-Length: ");
-        out.extend_from_slice(itoa_buf(n as usize).as_slice());
-        out.extend_from_slice(b"\r\n");
-    }
-    if meta.delimit == Delimit::Chunked {
-        out.extend_from_slice(b"Content-Type: ");
-        out.extend_from_slice(resp.content_type.as_bytes());
-        out.extend_from_slice(b"\r\nTransfer-Encoding: chunked\r\n");
-    }
-    if !bodyless {
-        out.extend_from_slice(b"Content-Type: ");
-        out.extend_from_slice(resp.content_type.as_bytes());
-        out.extend_from_slice(b"\r\nContent-Length: ");
-        let mut n = itoa_buf(body.len());
-        out.extend_from_slice(n.as_slice());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"Cache-Control: ");
-    out.extend_from_slice(resp.cache_control.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if meta.delimit == Delimit::Upgrade {
-        out.extend_from_slice(b"Connection: Upgrade\r\n");
+    // Status line to `x-request-id: `: the same bytes for every response of
+    // one shape within one second, so copied whole from the last such head.
+    let conn = if meta.delimit == Delimit::Upgrade {
+        1
     } else if !meta.keep_alive || resp.close {
-        out.extend_from_slice(b"Connection: close\r\n");
+        2
     } else if meta.http10 || meta.delimit == Delimit::Chunked {
-        out.extend_from_slice(b"Connection: keep-alive\r\n");
+        3
+    } else {
+        0
+    };
+    let (kind, n) = match meta.delimit {
+        Delimit::Length if bodyless => (0, 0),
+        Delimit::Length => (1, body.len()),
+        Delimit::Sized(n) => (2, n as usize),
+        Delimit::Chunked => (3, 0),
+        Delimit::Upgrade => (4, 0),
+    };
+    // Both strings are `'static`: where they are and how long says what they are.
+    let key = [
+        usize::from(resp.status) | kind << 16 | conn << 24,
+        n,
+        resp.content_type.as_ptr() as usize,
+        resp.content_type.len(),
+        resp.cache_control.as_ptr() as usize,
+        resp.cache_control.len(),
+        common.date().0 as usize,
+        0,
+    ];
+    match common.template.get(&key) {
+        Some(head) => out.extend_from_slice(head),
+        None => {
+            let start = out.len();
+            write_opening(out, resp, meta, common, body.len(), bodyless, CONNECTION[conn]);
+            common.template.put(key, &out[start..]);
+        }
     }
-    out.extend_from_slice(b"x-request-id: ");
     out.extend_from_slice(meta.request_id);
     out.extend_from_slice(b"\r\n");
     common.write_security(out);
@@ -82,6 +82,53 @@ pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>
         }
         body.len()
     }
+}
+
+/// The `Connection` field a head carries, by the kind [`write_response`] picks.
+const CONNECTION: [&[u8]; 4] =
+    [b"", b"Connection: Upgrade\r\n", b"Connection: close\r\n", b"Connection: keep-alive\r\n"];
+
+/// The opening of a head, status line to `x-request-id: ` (what
+/// [`write_response`] keeps as its template).
+fn write_opening(
+    out: &mut Vec<u8>,
+    resp: &Response,
+    meta: &RequestMeta<'_>,
+    common: &Common,
+    body_len: usize,
+    bodyless: bool,
+    connection: &[u8],
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa_buf(usize::from(resp.status)).as_slice());
+    out.push(b' ');
+    out.extend_from_slice(reason(resp.status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    common.write_date(out);
+    if let Delimit::Sized(n) = meta.delimit {
+        out.extend_from_slice(b"Content-Type: ");
+        out.extend_from_slice(resp.content_type.as_bytes());
+        out.extend_from_slice(b"\r\nContent-Length: ");
+        out.extend_from_slice(itoa_buf(n as usize).as_slice());
+        out.extend_from_slice(b"\r\n");
+    }
+    if meta.delimit == Delimit::Chunked {
+        out.extend_from_slice(b"Content-Type: ");
+        out.extend_from_slice(resp.content_type.as_bytes());
+        out.extend_from_slice(b"\r\nTransfer-Encoding: chunked\r\n");
+    }
+    if !bodyless {
+        out.extend_from_slice(b"Content-Type: ");
+        out.extend_from_slice(resp.content_type.as_bytes());
+        out.extend_from_slice(b"\r\nContent-Length: ");
+        out.extend_from_slice(itoa_buf(body_len).as_slice());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Cache-Control: ");
+    out.extend_from_slice(resp.cache_control.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(connection);
+    out.extend_from_slice(b"x-request-id: ");
 }
 
 /// How the body of the response in progress is framed on the wire: the
@@ -211,6 +258,71 @@ mod tests {
     use super::*;
     use crate::http::hints::EarlyHints;
     use crate::http::response::Body;
+
+    /// The head up to the CSP field (after it, the nonce differs per response).
+    fn opening(out: &[u8]) -> String {
+        let text = String::from_utf8_lossy(out);
+        text[..text.find("Content-Security-Policy").expect("a CSP field")].to_string()
+    }
+
+    #[test]
+    fn a_head_from_the_template_is_the_head_written_afresh() {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let mut common = Common::new(false);
+        common.tick(at);
+        let base =
+            RequestMeta { delimit: Delimit::Length, head: false, http10: false, keep_alive: true, request_id: b"r-1" };
+        let mut text = Response::static_json(b"<p>");
+        text.content_type = "text/html";
+        let mut cached = Response::static_json(b"{}");
+        cached.cache_control = "public, max-age=60";
+        let mut closing = Response::static_json(b"{}");
+        closing.close = true;
+        let shapes: Vec<(Response, RequestMeta<'_>)> = vec![
+            (Response::static_json(b"{\"status\":\"ok\"}"), RequestMeta { ..base }),
+            (Response::static_json(b"{\"status\":\"ok\"}"), RequestMeta { request_id: b"another-id", ..base }),
+            (Response::static_json(b"{\"status\":\"no\"}"), RequestMeta { ..base }),
+            (Response::static_json(b"{\"a\":1}"), RequestMeta { ..base }),
+            (Response::static_json(b"{\"a\":1}"), RequestMeta { head: true, ..base }),
+            (Response::static_json(b"{\"a\":1}"), RequestMeta { http10: true, ..base }),
+            (Response::static_json(b"{\"a\":1}"), RequestMeta { keep_alive: false, ..base }),
+            (closing, RequestMeta { ..base }),
+            (Response::new(404), RequestMeta { ..base }),
+            (Response::new(204), RequestMeta { ..base }),
+            (Response::new(304), RequestMeta { ..base }),
+            (text, RequestMeta { ..base }),
+            (cached, RequestMeta { ..base }),
+            (Response::new(200), RequestMeta { delimit: Delimit::Chunked, ..base }),
+            (Response::new(200), RequestMeta { delimit: Delimit::Sized(5), ..base }),
+            (Response::new(200), RequestMeta { delimit: Delimit::Sized(6), ..base }),
+            (Response::new(101), RequestMeta { delimit: Delimit::Upgrade, ..base }),
+        ];
+        // Each shape after every other (and after itself): as a fresh writer would write it.
+        for (first, m1) in &shapes {
+            for (second, m2) in &shapes {
+                write_response(&mut Vec::new(), first, m1, &mut common);
+                let mut got = Vec::new();
+                write_response(&mut got, second, m2, &mut common);
+                let mut fresh = Common::new(false);
+                fresh.tick(at);
+                let mut want = Vec::new();
+                write_response(&mut want, second, m2, &mut fresh);
+                assert_eq!(opening(&got), opening(&want));
+                assert!(
+                    opening(&got).ends_with(&format!("x-request-id: {}\r\n", String::from_utf8_lossy(m2.request_id)))
+                );
+            }
+        }
+        // The next second: a new `Date`, whatever was kept.
+        let (resp, meta) = &shapes[0];
+        let mut before = Vec::new();
+        write_response(&mut before, resp, meta, &mut common);
+        common.tick(at + std::time::Duration::from_secs(1));
+        let mut after = Vec::new();
+        write_response(&mut after, resp, meta, &mut common);
+        assert!(opening(&before).contains("Date: Tue, 14 Nov 2023 22:13:20 GMT\r\n"), "{}", opening(&before));
+        assert!(opening(&after).contains("Date: Tue, 14 Nov 2023 22:13:21 GMT\r\n"), "{}", opening(&after));
+    }
 
     #[test]
     fn head_and_304_have_no_body() {

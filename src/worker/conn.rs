@@ -41,7 +41,7 @@ use super::{Glue, Worker, LINGER, READ_AHEAD, SEND_TIMEOUT};
 use crate::app::Body;
 use crate::http::service::{Env, HIGH_WATERMARK};
 use crate::http1::codec::{Http1, Phase, Progress};
-use crate::net::{read_plain, write_some};
+use crate::net::{read_plain, read_plain_batch, write_some};
 
 /// A client connection: transport plus protocol state.
 pub(super) struct Conn {
@@ -286,13 +286,12 @@ impl Worker {
             let hold = phase == Phase::Waiting || c.out.len() - c.out_pos > HIGH_WATERMARK;
             if !c.eof && phase != Phase::Closing && !(hold && c.inbuf.len() >= READ_AHEAD) {
                 self.bufs.fill(&mut c.inbuf);
-                match read_into(
-                    &mut c.sock,
-                    &mut c.tls,
-                    &mut c.inbuf,
-                    &mut self.scratch,
-                    if hold { READ_AHEAD } else { usize::MAX },
-                ) {
+                let cap = if hold { READ_AHEAD } else { usize::MAX };
+                let read = match c.tls {
+                    None => read_plain_batch(&mut c.sock, &mut c.inbuf, &mut self.scratch, cap, self.edge),
+                    Some(_) => read_into(&mut c.sock, &mut c.tls, &mut c.inbuf, &mut self.scratch, cap),
+                };
+                match read {
                     Ok(eof) => c.eof = eof,
                     Err(_) => {
                         close = true;

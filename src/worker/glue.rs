@@ -53,7 +53,10 @@ impl Service for Glue<'_> {
     }
 
     fn finished(&mut self, done: &Finished<'_>) {
-        self.record.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // The worker is the only writer (the supervisor zeroes it before the worker
+        // exists): a plain load and store, no locked read-modify-write per request.
+        let requests = &self.record.requests;
+        requests.store(requests.load(std::sync::atomic::Ordering::Relaxed) + 1, std::sync::atomic::Ordering::Relaxed);
         self.metrics.record(done.label, done.status, done.elapsed);
         crate::logging::access(done);
     }

@@ -191,6 +191,9 @@ struct Worker {
     next_generation: u32,
     timers: Timers,
     scratch: Vec<u8>,
+    /// The connection being driven was woken by a readable edge with neither the peer's
+    /// end nor an error: a short read drains its socket ([`crate::net::read_plain_batch`]).
+    edge: bool,
     drain_deadline: Option<Instant>,
     bus: Endpoint,
     bus_seq: u64,
@@ -328,6 +331,7 @@ impl Worker {
             next_generation: 1,
             timers: Timers::default(),
             scratch: vec![0; crate::bus::MAX_MESSAGE],
+            edge: false,
             drain_deadline: None,
             bus: args.bus,
             bus_seq: 0,
@@ -381,7 +385,11 @@ impl Worker {
                     Tok::Bus => self.on_bus(),
                     Tok::Signals => self.signals.drain(),
                     Tok::Upstream(ui) => self.up_event(ui),
-                    Tok::Client(i) => self.drive(i),
+                    Tok::Client(i) => {
+                        self.edge = event.is_readable() && !event.is_read_closed() && !event.is_error();
+                        self.drive(i);
+                        self.edge = false;
+                    }
                     Tok::Udp => self.h3_turn(true),
                 }
             }

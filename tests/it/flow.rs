@@ -254,3 +254,28 @@ fn a_peer_that_closes_is_closed_in_every_state() {
     drop(keep);
     s.assert_healthy();
 }
+
+/// A request and the client's FIN sent together, so that one readiness edge may carry
+/// both: the answer comes, then the server closes. (A read that drains the socket ends
+/// the read early, one system call less; it must not when the peer's end may be queued
+/// behind the data, which raises no further edge.)
+#[test]
+fn a_request_sent_with_fin_is_answered_and_closed() {
+    let s = Server::start("");
+    for i in 0..20 {
+        let mut c = s.conn();
+        let mut bytes = request("GET", "/health", &[], b"");
+        if i % 2 == 1 {
+            // Pipelined: the second request after the first answer, FIN behind it.
+            bytes.extend_from_slice(&request("GET", "/health", &[], b""));
+        }
+        c.send(&bytes);
+        c.stream.shutdown(std::net::Shutdown::Write).expect("shutdown");
+        c.set_timeout(Duration::from_secs(5));
+        for n in 0..1 + i % 2 {
+            let r = c.try_read_response(false).unwrap_or_else(|e| panic!("answer {n} ({i}): {e}\n{}", s.log_tail()));
+            assert_eq!(r.status, 200);
+        }
+        c.assert_closed(Duration::from_secs(3), "after answering requests sent with FIN");
+    }
+}
