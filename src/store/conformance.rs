@@ -1,6 +1,6 @@
 //! One set of scenarios run against both backends, through [`Store`]: what the handlers rely
 //! on must hold on SQLite and on PostgreSQL alike. The PostgreSQL half needs a server
-//! (`FORKD_TEST_DATABASE_URL`, see `bin/pg-test-server`) and is skipped, saying so, without.
+//! (`TEST_DATABASE_URL`, see `bin/pg-test-server`) and is skipped, saying so, without.
 
 use std::time::Duration;
 

@@ -170,7 +170,7 @@ both!(login_timing_is_the_same_for_unknown_email_and_wrong_password);
 fn login_timing_is_the_same_for_unknown_email_and_wrong_password(p: Proto) {
     // The REAL default argon2 parameters (19456 KiB, 2 iterations).
     let s = Server::builder().no_rate_limit().jwt_secret(TEST_JWT_SECRET).start().on(p);
-    let emails: Vec<String> = (0..5).map(|_| unique_email("timed")).collect();
+    let emails: Vec<String> = (0..7).map(|_| unique_email("timed")).collect();
     for e in &emails {
         s.signup("Timed", e, PW, None);
     }
@@ -189,17 +189,22 @@ fn login_timing_is_the_same_for_unknown_email_and_wrong_password(p: Proto) {
         wrong.push(attempt(e, "wrong-password-1"));
         unknown.push(attempt(&unique_email("ghost"), PW));
     }
-    let median = |v: &mut Vec<Duration>| {
-        v.sort();
-        v[v.len() / 2]
-    };
-    let (mw, mu) = (median(&mut wrong), median(&mut unknown));
-    let ratio = mw.as_secs_f64().max(mu.as_secs_f64()) / mw.as_secs_f64().min(mu.as_secs_f64()).max(1e-6);
-    eprintln!("login timing: median wrong password {mw:?}, median unknown e-mail {mu:?}, ratio {ratio:.2} (wrong {wrong:?}, unknown {unknown:?})");
+    // The fastest of 7 interleaved attempts is each path's own cost: a shared machine only
+    // ever adds time (the medians, printed too, swing by 3x under a parallel build). Without
+    // the dummy hash an unknown e-mail answers in about 1 ms against ~40 ms: ratio ~40.
+    wrong.sort();
+    unknown.sort();
+    let (fw, fu) = (wrong[0], unknown[0]);
+    let (mw, mu) = (wrong[wrong.len() / 2], unknown[unknown.len() / 2]);
+    let ratio = fw.as_secs_f64().max(fu.as_secs_f64()) / fw.as_secs_f64().min(fu.as_secs_f64()).max(1e-6);
+    eprintln!(
+        "login timing: fastest wrong password {fw:?}, fastest unknown e-mail {fu:?}, ratio {ratio:.2} \
+         (medians {mw:?} and {mu:?}; wrong {wrong:?}, unknown {unknown:?})"
+    );
     ensure!(
         s,
         ratio <= 2.0,
-        "median login times must be within a factor of 2: wrong password {mw:?} ({wrong:?}) vs unknown e-mail {mu:?} ({unknown:?}), ratio {ratio:.2}"
+        "the fastest login times must be within a factor of 2: wrong password {fw:?} ({wrong:?}) vs unknown e-mail {fu:?} ({unknown:?}), ratio {ratio:.2}"
     );
 }
 

@@ -499,7 +499,6 @@ fn socket_activation_passes_a_plain_and_a_tls_socket_by_name() {
         .env("LISTEN_FDNAMES", "forkd.socket:forkd-tls")
         .env_remove("LISTEN_PID")
         .env_remove("FORKD_CONFIG")
-        .env_remove("FORKD_TEST_DATABASE_URL")
         .stdout(std::process::Stdio::null())
         .stderr(log);
     // SAFETY: fcntl and dup2 are async-signal-safe; in the child only, the two listeners are

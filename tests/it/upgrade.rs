@@ -108,7 +108,6 @@ fn a_socket_passed_in_listen_fds_is_served_and_listen_does_not_apply() {
         .env("LISTEN_FDS", "1")
         .env_remove("LISTEN_PID")
         .env_remove("FORKD_CONFIG")
-        .env_remove("FORKD_TEST_DATABASE_URL")
         .stdout(Stdio::null())
         .stderr(log);
     // SAFETY: dup2 and fcntl are async-signal-safe; they place the listener at fd 3
