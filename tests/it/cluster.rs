@@ -271,3 +271,37 @@ fn a_paused_postgres_is_503_within_the_deadline_not_a_hang() {
     ensure!(s, back, "GET never succeeded again after PostgreSQL resumed");
     ensure_eq!(s, s.workers().len(), 1, "the worker lives on");
 }
+
+/// PostgreSQL and Redis together, as the two halves of one service: a notification posted on
+/// A reaches a live stream on B (the Redis bus), and a client that comes back to B with the
+/// `Last-Event-ID` of the last one it saw gets what it missed, in order, from the shared
+/// table (the catch-up path when cross-host delivery was paused).
+#[test]
+fn with_redis_too_notifications_reach_the_other_host_live_and_by_replay() {
+    let Some(base) = test_server() else { return };
+    let Some(redis) = std::env::var("TEST_REDIS_URL").ok().filter(|v| !v.is_empty()) else {
+        eprintln!("skipped: TEST_REDIS_URL not set (bin/redis-test-server starts one)");
+        return;
+    };
+    let url = fresh_database(&base, "bus");
+    let cluster = format!("database_url = \"{url}\"\nredis_url = \"{}/8\"", redis.trim_end_matches('/'));
+    let start = || Server::api_builder().workers(2).set("cluster", &cluster).start();
+    let (a, b) = (start(), start());
+    for s in [&a, &b] {
+        s.wait_log_line(Duration::from_secs(10), |l| l.contains("redis: connected"));
+    }
+    let (_, admin) = a.admin();
+    let mut live = b.sse_connected(&[]);
+    let first = a.notify(&admin, "First", "live on B");
+    let ev = live.next_non_heartbeat(IO_TIMEOUT).unwrap_or_else(|e| panic!("live on B: {e}\n{}", b.log_tail()));
+    ensure_eq!(b, ev.data_json(), first.clone(), "the notification posted on A, live on B");
+    let seen = ev.id().expect("an id").to_string();
+    drop(live);
+    let missed: Vec<_> = (0..3).map(|i| a.notify(&admin, &format!("Missed {i}"), "while away")).collect();
+    let mut back = b.sse_connected(&[("Last-Event-ID", &seen)]);
+    for (i, want) in missed.iter().enumerate() {
+        let ev =
+            back.next_non_heartbeat(IO_TIMEOUT).unwrap_or_else(|e| panic!("replay #{i} on B: {e}\n{}", b.log_tail()));
+        ensure_eq!(b, ev.data_json(), want.clone(), "replay #{i} on B after Last-Event-ID {seen}");
+    }
+}
