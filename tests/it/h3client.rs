@@ -204,6 +204,17 @@ impl H3Client {
         parse(&s.bytes)
     }
 
+    /// Moves the connection to a new local UDP port (a client whose address changed, as
+    /// behind a NAT rebinding or on a network switch): the old socket is closed, the next
+    /// datagrams go from a fresh one on 127.0.0.1, with a connection ID the server issued and
+    /// the client has not used yet. Returns the new local address.
+    pub fn rebind(&mut self) -> SocketAddr {
+        self.sock = UdpSocket::bind("127.0.0.1:0").expect("bind UDP");
+        self.conn.local_address_changed();
+        self.flush();
+        self.sock.local_addr().expect("local address")
+    }
+
     /// Sends every datagram quinn has.
     pub fn flush(&mut self) {
         let mut out = Vec::new();
