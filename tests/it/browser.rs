@@ -3,10 +3,10 @@
 //! notifications on load and a live one posted by an admin, chat between two pages with the
 //! senders' names, the error box (a wrong password, 429 with its wait), a rate-limited event
 //! stream told from an offline one, the layout at 1280 and 375 px, and no console error, no
-//! CSP violation and no failing request of the page's own. Twice: over HTTP/1.1 in clear
-//! text, and over https on `tls.listen`, where the document, the API calls and the event
-//! stream must go over HTTP/2 (the page's `nextHopProtocol`, the DevTools network events);
-//! Chromium trusts the test certificate by its key (`--ignore-certificate-errors-spki-list`),
+//! CSP violation and no failing request of the page's own. Three times: over HTTP/1.1 in
+//! clear text, over https on `tls.listen`, where the document, the API calls and the event
+//! stream must go over HTTP/2 (the page's `nextHopProtocol`, the DevTools network events),
+//! and over HTTP/3 (QUIC forced for the origin), where they must say `h3`; Chromium trusts the test certificate by its key (`--ignore-certificate-errors-spki-list`),
 //! Node's own requests by the test CA (`NODE_EXTRA_CA_CERTS`).
 //!
 //! Needs `/usr/bin/chromium`, `node` and `tests/browser/node_modules`
