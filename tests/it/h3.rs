@@ -274,7 +274,7 @@ fn a_connection_survives_the_clients_address_change() {
     // Two workers. After each rebind the client's packets come from a new port with a
     // connection ID it has not used before: without steering by the ID, the kernel's hash of
     // the new 4-tuple picks either worker, and the one without the connection answers with a
-    // stateless reset (so 8 rebinds in a row would all survive with a chance of 1 in 256).
+    // stateless reset (so 16 rebinds in a row would all survive with a chance of 1 in 65 536).
     let (server, addr, pki, _d) = tls_server(2, "", H3_ON);
     server.wait_workers(2, Duration::from_secs(10));
     let mut c = H3Client::connect(addr, &client_config(&pki));
@@ -282,7 +282,7 @@ fn a_connection_survives_the_clients_address_change() {
     assert_eq!(r.status(), 200, "{r:?}\n{}", server.log_tail());
     let pid = r.json()["pid"].as_i64().expect("pid");
     let mut ports = HashSet::new();
-    for round in 0..8 {
+    for round in 0..16 {
         let local = c.rebind();
         assert!(ports.insert(local.port()), "a new port each time");
         let id = c.send("GET", "/_debug/pid", &[], b"");
