@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use crate::h3client::{client_config, H3Client, TIMEOUT};
+use crate::h3client::{client_config, client_config_with_tickets, H3Client, TIMEOUT};
 use crate::tls::tls_server;
 use crate::util::*;
 
@@ -218,17 +218,22 @@ fn zero_rtt_resumes_on_any_worker() {
     // issued by one would resume without 0-RTT on the other (about half of the time, so 8 in
     // a row would all pass with a chance of 1 in 256); the store in shared memory serves
     // early data whichever worker the client reaches.
+    // Each resumption takes a ticket; the server sends new ones when the client's Finished
+    // arrives, which may be after the early answer: each round waits for its tickets.
     let (server, addr, pki, _d) = tls_server(2, "", H3_ON);
     server.wait_workers(2, Duration::from_secs(10));
-    let config = client_config(&pki);
+    let (config, tickets) = client_config_with_tickets(&pki);
     let mut first = H3Client::connect(addr, &config);
     assert_eq!(first.get("/health").status(), 200);
     for round in 0..8 {
+        let before = tickets.received();
         let mut c = H3Client::start(addr, &config);
         assert!(c.conn.has_0rtt(), "round {round}: the client resumes with 0-RTT keys");
         let get = c.send("GET", "/health", &[], b"");
         assert_eq!(c.response(get).status(), 200, "round {round}\n{}", server.log_tail());
         assert!(c.conn.accepted_0rtt(), "round {round}: early data refused\n{}", server.log_tail());
+        c.run_until(Instant::now() + TIMEOUT, |c| c.lost.is_some() || tickets.received() > before);
+        assert!(tickets.received() > before, "round {round}: a new ticket on the resumed connection");
     }
 }
 
