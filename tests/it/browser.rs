@@ -3,10 +3,10 @@
 //! notifications on load and a live one posted by an admin, chat between two pages with the
 //! senders' names, the error box (a wrong password, 429 with its wait), a rate-limited event
 //! stream told from an offline one, the layout at 1280 and 375 px, and no console error, no
-//! CSP violation and no failing request of the page's own. Twice: over HTTP/1.1 in clear
-//! text, and over https on `tls.listen`, where the document, the API calls and the event
-//! stream must go over HTTP/2 (the page's `nextHopProtocol`, the DevTools network events);
-//! Chromium trusts the test certificate by its key (`--ignore-certificate-errors-spki-list`),
+//! CSP violation and no failing request of the page's own. Three times: over HTTP/1.1 in
+//! clear text, over https on `tls.listen`, where the document, the API calls and the event
+//! stream must go over HTTP/2 (the page's `nextHopProtocol`, the DevTools network events),
+//! and over HTTP/3 (QUIC forced for the origin), where they must say `h3`; Chromium trusts the test certificate by its key (`--ignore-certificate-errors-spki-list`),
 //! Node's own requests by the test CA (`NODE_EXTRA_CA_CERTS`).
 //!
 //! Needs `/usr/bin/chromium`, `node` and `tests/browser/node_modules`
@@ -28,7 +28,8 @@ use serde_json::Value;
 use crate::util::*;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
-/// The flags every run uses (no network of its own, no first-run UI, no QUIC).
+/// The flags every run uses (no network of its own, no first-run UI); the HTTP/1.1 and
+/// HTTP/2 runs add `--disable-quic`.
 const FLAGS: &[&str] = &[
     "--headless",
     "--no-sandbox",
@@ -37,7 +38,6 @@ const FLAGS: &[&str] = &[
     "--no-first-run",
     "--disable-component-update",
     "--disable-sync",
-    "--disable-quic",
 ];
 /// The script's whole run.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -172,9 +172,20 @@ fn strings(v: &Value) -> Vec<String> {
     v.as_array().map(|a| a.iter().map(|x| x.as_str().unwrap_or_default().to_string()).collect()).unwrap_or_default()
 }
 
+/// What the main server is reached over.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// HTTP/1.1 in clear text.
+    H1,
+    /// HTTP/2 over TLS (ALPN), QUIC off.
+    H2,
+    /// HTTP/3: Chromium forced onto QUIC for the main server's origin.
+    H3,
+}
+
 #[test]
 fn front_page_in_a_real_browser() {
-    front_page(false);
+    front_page(Mode::H1);
 }
 
 /// The same flow over https: the page, its API calls, its event stream and its chat go to
@@ -184,13 +195,24 @@ fn front_page_in_a_real_browser() {
 /// (RFC 8441 over the h2 connection, or a separate HTTP/1.1 upgrade), and is reported.
 #[test]
 fn front_page_in_a_real_browser_over_h2() {
-    front_page(true);
+    front_page(Mode::H2);
+}
+
+/// The same flow with HTTP/3 on the main server and Chromium told to speak QUIC to its
+/// origin from the first request (`--origin-to-force-quic-on`, no Alt-Svc round first):
+/// the document, the API calls and the event stream (its live notification) must say `h3`.
+/// The WebSocket goes over TCP (Chromium has no WebSocket over HTTP/3) and is reported.
+/// The rate-limited server stays on HTTP/2. Chromium's net log is written to the temp dir
+/// and its QUIC errors, if any, are shown when the test fails.
+#[test]
+fn front_page_in_a_real_browser_over_h3() {
+    front_page(Mode::H3);
 }
 
 /// A server for the browser: the plain one (the origin is `http://{listen}`), or one with a
 /// TLS listener on a free port whose `https://127.0.0.1:PORT` is the origin the page uses.
 /// Returns the server and the base URL the browser loads.
-fn browser_server(b: ServerBuilder, tls: Option<&(PathBuf, PathBuf)>) -> (Server, String) {
+fn browser_server(b: ServerBuilder, tls: Option<&(PathBuf, PathBuf)>, h3: bool) -> (Server, String) {
     match tls {
         None => {
             let s = b.top("public_origin = \"http://{listen}\"").start();
@@ -199,6 +221,7 @@ fn browser_server(b: ServerBuilder, tls: Option<&(PathBuf, PathBuf)>) -> (Server
         }
         Some((cert, key)) => {
             let port = free_port();
+            let b = if h3 { b.set("http3", "enabled = true") } else { b };
             let s = b
                 .top(&format!("public_origin = \"https://127.0.0.1:{port}\""))
                 .set(
@@ -225,7 +248,8 @@ fn spki_hash(key_pem: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(key.public_key_der()))
 }
 
-fn front_page(tls: bool) {
+fn front_page(mode: Mode) {
+    let tls = mode != Mode::H1;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     if let Some(why) = missing(&root) {
         eprintln!("skipped: {why}");
@@ -246,15 +270,24 @@ fn front_page(tls: bool) {
     }
     // Two workers, so that the chat and the notifications cross the bus. The browser sends
     // the server's own address as `Origin`: that is the public origin.
-    let (s, url) = browser_server(Server::api_builder().workers(2), files.as_ref());
+    let (s, url) = browser_server(Server::api_builder().workers(2), files.as_ref(), mode == Mode::H3);
     let (_limited, limited_url) = browser_server(
         Server::builder()
             .fast_argon2()
             .set("rate_limit", "max = 10\nwindow_secs = 60")
             .set("auth", "access_ttl_secs = 20"),
         files.as_ref(),
+        false,
     );
     let (_, admin) = s.admin();
+    let net_log = tmp.path().join("netlog.json");
+    if mode == Mode::H3 {
+        let origin = url.trim_start_matches("https://");
+        extra_flags.push(format!("--origin-to-force-quic-on={origin}"));
+        extra_flags.push(format!("--log-net-log={}", net_log.display()));
+    } else {
+        extra_flags.push("--disable-quic".into());
+    }
 
     let profile = tmp.path().join("profile");
     fs::create_dir(&profile).expect("profile dir");
@@ -267,7 +300,8 @@ fn front_page(tls: bool) {
     ];
     let (r, log) = run_script(&root, tmp.path(), &args, &env);
     drop(chromium);
-    let show = format!("report: {r:#}\nscript log:\n{log}\nserver log:\n{}", s.log_tail());
+    let quic = if mode == Mode::H3 { quic_errors(&net_log) } else { String::new() };
+    let show = format!("report: {r:#}\nscript log:\n{log}\nserver log:\n{}{quic}", s.log_tail());
     assert!(r["error"].is_null(), "the browser script failed: {}\n{show}", r["error"]);
     let step = |k: &str| r["steps"][k].clone();
 
@@ -358,7 +392,11 @@ fn front_page(tls: bool) {
     // page's own resource timing for the document and every finished request (static files,
     // API calls), and the DevTools network events for the event stream (still open, so not
     // in resource timing) and every other response of the page's origin.
-    let want = if tls { "h2" } else { "http/1.1" };
+    let want = match mode {
+        Mode::H1 => "http/1.1",
+        Mode::H2 => "h2",
+        Mode::H3 => "h3",
+    };
     for page in ["A", "B"] {
         let p = &r["protocols"][page];
         assert_eq!(p["navigation"], want, "page {page}: the document's nextHopProtocol\n{show}");
@@ -412,4 +450,31 @@ fn front_page(tls: bool) {
             "error steps: an unexpected failed request {f:?}\n{show}"
         );
     }
+}
+
+/// The QUIC failures in Chromium's net log (`--log-net-log`): the events whose type names
+/// QUIC and whose parameters carry an error, as a block for a failure message.
+fn quic_errors(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    // Chromium may be killed before it closes the JSON array: cut at the last event.
+    let json: Value = serde_json::from_str(&text)
+        .or_else(|_| serde_json::from_str(&format!("{}]}}", text.trim_end().trim_end_matches(','))))
+        .unwrap_or(Value::Null);
+    let names: Vec<(u64, String)> = json["constants"]["logEventTypes"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((v.as_u64()?, k.clone())))
+        .collect();
+    let name = |t: u64| names.iter().find(|(n, _)| *n == t).map(|(_, k)| k.as_str()).unwrap_or("?");
+    let mut out = String::new();
+    for e in json["events"].as_array().into_iter().flatten() {
+        let ty = name(e["type"].as_u64().unwrap_or(u64::MAX));
+        let p = &e["params"];
+        let failed = ["net_error", "quic_error", "error", "details"].iter().any(|k| !p[k].is_null());
+        if ty.contains("QUIC") && failed {
+            out.push_str(&format!("{ty} {p}\n"));
+        }
+    }
+    format!("\nChromium's QUIC errors ({}):\n{out}", path.display())
 }

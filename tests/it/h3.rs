@@ -2,8 +2,9 @@
 //! over real UDP on 127.0.0.1, spoken to with the blocking client in `h3client.rs`. REST
 //! routes, a pool job (sign-up), SSE, a 100 MiB download under QUIC flow control with the
 //! worker's memory bounded, many connections over two workers, `Alt-Svc` on TLS responses,
-//! 0-RTT (GET served, POST 425), graceful stop during a stream, and a killed worker's
-//! connections reset while the other worker's go on.
+//! 0-RTT (GET served, POST 425), graceful stop during a stream, a killed worker's
+//! connections reset while the other worker's go on, and a connection that survives the
+//! client's moves to new ports (packets steered to its worker by connection ID).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use crate::h3client::{client_config, H3Client, TIMEOUT};
+use crate::h3client::{client_config, client_config_with_tickets, H3Client, TIMEOUT};
 use crate::tls::tls_server;
 use crate::util::*;
 
@@ -217,20 +218,22 @@ fn zero_rtt_resumes_on_any_worker() {
     // issued by one would resume without 0-RTT on the other (about half of the time, so 8 in
     // a row would all pass with a chance of 1 in 256); the store in shared memory serves
     // early data whichever worker the client reaches.
+    // Each resumption takes a ticket; the server sends new ones when the client's Finished
+    // arrives, which may be after the early answer: each round waits for its tickets.
     let (server, addr, pki, _d) = tls_server(2, "", H3_ON);
     server.wait_workers(2, Duration::from_secs(10));
-    let config = client_config(&pki);
+    let (config, tickets) = client_config_with_tickets(&pki);
     let mut first = H3Client::connect(addr, &config);
     assert_eq!(first.get("/health").status(), 200);
     for round in 0..8 {
+        let before = tickets.received();
         let mut c = H3Client::start(addr, &config);
         assert!(c.conn.has_0rtt(), "round {round}: the client resumes with 0-RTT keys");
         let get = c.send("GET", "/health", &[], b"");
         assert_eq!(c.response(get).status(), 200, "round {round}\n{}", server.log_tail());
         assert!(c.conn.accepted_0rtt(), "round {round}: early data refused\n{}", server.log_tail());
-        // The next round resumes with a ticket this connection receives after its handshake:
-        // a request answered after the handshake makes sure the ticket has been read.
-        assert_eq!(c.get("/health").status(), 200, "round {round}");
+        c.run_until(Instant::now() + TIMEOUT, |c| c.lost.is_some() || tickets.received() > before);
+        assert!(tickets.received() > before, "round {round}: a new ticket on the resumed connection");
     }
 }
 
@@ -269,6 +272,42 @@ fn graceful_stop_lets_an_open_stream_finish() {
     c.run_until(Instant::now() + TIMEOUT, |c| c.goaway || c.lost.is_some());
     assert!(c.goaway, "GOAWAY came");
     assert!(server.wait_exit(Duration::from_secs(30)).is_some(), "the server exits\n{}", server.log_tail());
+}
+
+#[test]
+fn a_connection_survives_the_clients_address_change() {
+    // Two workers. After each rebind the client's packets come from a new port with a
+    // connection ID it has not used before: without steering by the ID, the kernel's hash of
+    // the new 4-tuple picks either worker, and the one without the connection answers with a
+    // stateless reset (so 16 rebinds in a row would all survive with a chance of 1 in 65 536).
+    let (server, addr, pki, _d) = tls_server(2, "", H3_ON);
+    server.wait_workers(2, Duration::from_secs(10));
+    let mut c = H3Client::connect(addr, &client_config(&pki));
+    let r = c.get("/_debug/pid");
+    assert_eq!(r.status(), 200, "{r:?}\n{}", server.log_tail());
+    let pid = r.json()["pid"].as_i64().expect("pid");
+    let mut ports = HashSet::new();
+    for round in 0..16 {
+        let local = c.rebind();
+        assert!(ports.insert(local.port()), "a new port each time");
+        let id = c.send("GET", "/_debug/pid", &[], b"");
+        let deadline = Instant::now() + TIMEOUT;
+        c.run_until(deadline, |c| c.lost.is_some() || c.streams[&id].fin || c.streams[&id].reset.is_some());
+        assert!(
+            c.lost.is_none(),
+            "round {round}: connection lost after moving to {local}: {:?}\n{}",
+            c.lost,
+            server.log_tail()
+        );
+        let r = c.response(id);
+        assert_eq!(
+            (r.status(), r.json()["pid"].as_i64()),
+            (200, Some(pid)),
+            "round {round}: answered on the same connection by the same worker"
+        );
+    }
+    // The connection carried every request (no new handshake).
+    assert!(c.lost.is_none() && !c.conn.is_handshaking());
 }
 
 #[test]

@@ -59,6 +59,66 @@ impl H3Response {
 
 /// The client's TLS configuration: the test PKI's CA, TLS 1.3, ALPN `h3`, 0-RTT offered.
 pub fn client_config(pki: &Pki) -> ClientConfig {
+    client_config_with_tickets(pki).0
+}
+
+/// A session store (rustls' in-memory cache) that counts the TLS 1.3 tickets the client
+/// was given: the server sends them once it has the client's Finished, which may be after
+/// the answer to a request sent in 0-RTT, so a test that resumes again waits for them.
+#[derive(Debug)]
+pub struct TicketStore {
+    inner: rustls::client::ClientSessionMemoryCache,
+    received: std::sync::atomic::AtomicUsize,
+}
+
+impl TicketStore {
+    /// Tickets received so far (over every connection of the configuration).
+    pub fn received(&self) -> usize {
+        self.received.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl rustls::client::ClientSessionStore for TicketStore {
+    fn set_kx_hint(&self, name: rustls::pki_types::ServerName<'static>, group: rustls::NamedGroup) {
+        self.inner.set_kx_hint(name, group)
+    }
+    fn kx_hint(&self, name: &rustls::pki_types::ServerName<'_>) -> Option<rustls::NamedGroup> {
+        self.inner.kx_hint(name)
+    }
+    fn set_tls12_session(
+        &self,
+        name: rustls::pki_types::ServerName<'static>,
+        value: rustls::client::Tls12ClientSessionValue,
+    ) {
+        self.inner.set_tls12_session(name, value)
+    }
+    fn tls12_session(
+        &self,
+        name: &rustls::pki_types::ServerName<'_>,
+    ) -> Option<rustls::client::Tls12ClientSessionValue> {
+        self.inner.tls12_session(name)
+    }
+    fn remove_tls12_session(&self, name: &rustls::pki_types::ServerName<'static>) {
+        self.inner.remove_tls12_session(name)
+    }
+    fn insert_tls13_ticket(
+        &self,
+        name: rustls::pki_types::ServerName<'static>,
+        value: rustls::client::Tls13ClientSessionValue,
+    ) {
+        self.received.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.insert_tls13_ticket(name, value)
+    }
+    fn take_tls13_ticket(
+        &self,
+        name: &rustls::pki_types::ServerName<'static>,
+    ) -> Option<rustls::client::Tls13ClientSessionValue> {
+        self.inner.take_tls13_ticket(name)
+    }
+}
+
+/// [`client_config`] and its session store, to wait for tickets.
+pub fn client_config_with_tickets(pki: &Pki) -> (ClientConfig, Arc<TicketStore>) {
     use rustls::pki_types::{pem::PemObject, CertificateDer};
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).expect("CA PEM")).expect("CA");
@@ -69,7 +129,12 @@ pub fn client_config(pki: &Pki) -> ClientConfig {
         .with_no_client_auth();
     tls.alpn_protocols = vec![b"h3".to_vec()];
     tls.enable_early_data = true;
-    ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).expect("QUIC client")))
+    let store = Arc::new(TicketStore {
+        inner: rustls::client::ClientSessionMemoryCache::new(32),
+        received: std::sync::atomic::AtomicUsize::new(0),
+    });
+    tls.resumption = rustls::client::Resumption::store(store.clone());
+    (ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).expect("QUIC client"))), store)
 }
 
 pub struct H3Client {
@@ -202,6 +267,17 @@ impl H3Client {
         let s = &self.streams[&id];
         assert!(s.fin, "stream {id} ended: fin {}, reset {:?}, lost {:?}", s.fin, s.reset, self.lost);
         parse(&s.bytes)
+    }
+
+    /// Moves the connection to a new local UDP port (a client whose address changed, as
+    /// behind a NAT rebinding or on a network switch): the old socket is closed, the next
+    /// datagrams go from a fresh one on 127.0.0.1, with a connection ID the server issued and
+    /// the client has not used yet. Returns the new local address.
+    pub fn rebind(&mut self) -> SocketAddr {
+        self.sock = UdpSocket::bind("127.0.0.1:0").expect("bind UDP");
+        self.conn.local_address_changed();
+        self.flush();
+        self.sock.local_addr().expect("local address")
     }
 
     /// Sends every datagram quinn has.
