@@ -145,7 +145,11 @@ pub fn store_cache_entry(cache: &SharedCache, payload: &[u8], ttl_max: u64, wall
         return false;
     };
     let left = e.expires_wall_ms.saturating_sub(wall_now).min(ttl_max);
-    left > 0 && cache.put(e.key, e.value, mono_now + left, mono_now)
+    let stored = left > 0 && cache.put(e.key, e.value, mono_now + left, mono_now);
+    if stored {
+        log::debug!("redis: stored another host's shared-cache entry {} for {left} ms", String::from_utf8_lossy(e.key));
+    }
+    stored
 }
 
 /// Wall-clock milliseconds minus monotonic milliseconds: added to the table's
