@@ -20,7 +20,10 @@
 //! - **Subscriber**: `SUBSCRIBE` to the bus channel; a message from another
 //!   host goes to every local worker as if a local worker had published it;
 //!   this host's own are skipped by their host id. One channel for every topic
-//!   and one publishing connection keep each publisher's order.
+//!   and one publishing connection keep each publisher's order. A
+//!   [`Topic::Cache`](crate::bus::Topic::Cache) message (a shared-cache fill)
+//!   is not for the workers: the supervisor stores it in its own host's
+//!   shared cache ([`store_cache_entry`]).
 //!
 //! **Overshoot.** A host decides on its own count plus the others' as last
 //! heard: after its own flush (every [`FLUSH_EVERY`] while it counts, the first
