@@ -38,6 +38,10 @@ pub enum Topic {
     Notification,
     /// WebSocket room traffic (JSON: `{"room", "except"?, "message"}`).
     Room,
+    /// A write into the shared upstream cache ([`CacheEntry`], binary), for
+    /// the other hosts only: local workers share the same cache and ignore it,
+    /// and the supervisor does not forward it to them.
+    Cache,
 }
 
 impl Topic {
@@ -45,6 +49,7 @@ impl Topic {
         match self {
             Topic::Notification => 1,
             Topic::Room => 2,
+            Topic::Cache => 3,
         }
     }
 
@@ -52,6 +57,7 @@ impl Topic {
         match c {
             1 => Some(Topic::Notification),
             2 => Some(Topic::Room),
+            3 => Some(Topic::Cache),
             _ => None,
         }
     }
@@ -91,6 +97,62 @@ pub fn decode(buf: &[u8]) -> Option<Message<'_>> {
         seq: u64::from_le_bytes(buf[8..16].try_into().ok()?),
         payload: &buf[HEADER..],
     })
+}
+
+/// The payload of a [`Topic::Cache`] message: one shared-cache entry.
+///
+/// Wire: `expires_wall_ms` (u64 LE), key length (u32 LE), the key, the value.
+/// The expiry is wall-clock milliseconds since the Unix epoch, the only clock
+/// two hosts have in common (each cache runs on its own monotonic clock), so
+/// the entry lives as long on every host as their wall clocks agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheEntry<'a> {
+    /// The cache key.
+    pub key: &'a [u8],
+    /// The cached value.
+    pub value: &'a [u8],
+    /// When it stops being served, wall-clock ms since the Unix epoch.
+    pub expires_wall_ms: u64,
+}
+
+const CACHE_HEADER: usize = 12;
+
+/// Wall-clock milliseconds since the Unix epoch (0 before it): the clock of
+/// [`CacheEntry::expires_wall_ms`].
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl CacheEntry<'_> {
+    /// Whether key and value fit one shared-cache slot (others are not shared, so not sent).
+    fn fits(key: &[u8], value: &[u8]) -> bool {
+        !key.is_empty() && key.len() + value.len() <= crate::shm::cache::ENTRY_BYTES
+    }
+
+    /// The payload, or `None` when the entry could not be stored in a shared-cache slot.
+    pub fn encode(&self) -> Option<Vec<u8>> {
+        if !Self::fits(self.key, self.value) {
+            return None;
+        }
+        let mut v = Vec::with_capacity(CACHE_HEADER + self.key.len() + self.value.len());
+        v.extend_from_slice(&self.expires_wall_ms.to_le_bytes());
+        v.extend_from_slice(&(self.key.len() as u32).to_le_bytes());
+        v.extend_from_slice(self.key);
+        v.extend_from_slice(self.value);
+        Some(v)
+    }
+
+    /// Decode a payload; `None` for anything malformed or larger than a slot holds.
+    pub fn decode(payload: &[u8]) -> Option<CacheEntry<'_>> {
+        let expires_wall_ms = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
+        let key_len = u32::from_le_bytes(payload.get(8..CACHE_HEADER)?.try_into().ok()?) as usize;
+        let rest = &payload[CACHE_HEADER..];
+        if key_len > rest.len() {
+            return None;
+        }
+        let (key, value) = rest.split_at(key_len);
+        Self::fits(key, value).then_some(CacheEntry { key, value, expires_wall_ms })
+    }
 }
 
 /// A connected pair of non-blocking `SOCK_SEQPACKET` sockets.
@@ -191,6 +253,40 @@ mod tests {
         let mut bad = m.to_vec();
         bad[1] = 99;
         assert_eq!(decode(&bad), None);
+    }
+
+    #[test]
+    fn cache_entries_round_trip_and_hostile_ones_are_rejected() {
+        let e = CacheEntry { key: b"user:7", value: b"{\"name\":\"x\"}", expires_wall_ms: 1_700_000_000_123 };
+        let p = e.encode().expect("fits");
+        assert_eq!(CacheEntry::decode(&p), Some(e));
+        let m = encode(Topic::Cache, 1, 2, &p);
+        let d = decode(&m).expect("a message");
+        assert_eq!((d.topic, CacheEntry::decode(d.payload)), (Topic::Cache, CacheEntry::decode(&p)));
+        // An empty value is an entry; an empty key is not.
+        let empty = CacheEntry { key: b"k", value: b"", expires_wall_ms: 1 };
+        assert_eq!(CacheEntry::decode(&empty.encode().expect("fits")), Some(empty));
+        assert_eq!(CacheEntry { key: b"", value: b"v", expires_wall_ms: 1 }.encode(), None);
+        // Truncated headers, and a key length past the end (or near u32::MAX).
+        for n in 0..CACHE_HEADER {
+            assert_eq!(CacheEntry::decode(&p[..n]), None, "{n} bytes");
+        }
+        let mut long = p.clone();
+        long[8..12].copy_from_slice(&(p.len() as u32).to_le_bytes());
+        assert_eq!(CacheEntry::decode(&long), None);
+        long[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(CacheEntry::decode(&long), None);
+        let mut zero = p.clone();
+        zero[8..12].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(CacheEntry::decode(&zero), None, "an empty key");
+        // Larger than one shared-cache slot: not encoded, and refused when received.
+        let big = vec![b'x'; crate::shm::cache::ENTRY_BYTES];
+        assert_eq!(CacheEntry { key: b"k", value: &big, expires_wall_ms: 1 }.encode(), None);
+        let fits = vec![b'x'; crate::shm::cache::ENTRY_BYTES - 1];
+        let mut over = CacheEntry { key: b"k", value: &fits, expires_wall_ms: 1 }.encode().expect("exactly a slot");
+        assert!(over.len() < MAX_MESSAGE - HEADER);
+        over.push(b'x');
+        assert_eq!(CacheEntry::decode(&over), None);
     }
 
     #[test]

@@ -958,12 +958,13 @@ impl Supervisor {
                 Some(Ok(None)) | None => return,
                 Some(Err(_)) => return, // the worker is gone; reaping removes the endpoint
             };
-            if bus::decode(&self.bus_buf[..n]).is_none() {
+            let Some(decoded) = bus::decode(&self.bus_buf[..n]) else {
                 log::warn!("bus: malformed message from record {record}");
                 continue;
-            }
+            };
+            let local = decoded.topic != bus::Topic::Cache; // the other workers share the cache already
             let msg: std::sync::Arc<[u8]> = self.bus_buf[..n].into();
-            for (other, ep) in self.bus.iter_mut() {
+            for (other, ep) in self.bus.iter_mut().filter(|_| local) {
                 if *other != record {
                     ep.send(msg.clone());
                 }
@@ -974,11 +975,24 @@ impl Supervisor {
         }
     }
 
-    /// The Redis bridge's timers; what other hosts published goes to every local worker.
+    /// The Redis bridge's timers; what other hosts published goes to every
+    /// local worker, except their shared-cache writes, stored here.
     fn step_redis(&mut self) {
         let Some(r) = self.redis.as_mut() else { return };
         r.tick(self.poll.registry());
         for msg in r.take_inbound() {
+            if let Some(m) = bus::decode(&msg).filter(|m| m.topic == bus::Topic::Cache) {
+                // Another host's shared-cache write: stored here, not sent to the workers.
+                let ttl_max = self.config.upstreams.cache_ttl.as_millis() as u64;
+                redis::store_cache_entry(
+                    self.shared_cache,
+                    m.payload,
+                    ttl_max,
+                    bus::wall_ms(),
+                    crate::sys::monotonic_ms(),
+                );
+                continue;
+            }
             for ep in self.bus.values_mut() {
                 ep.send(msg.clone());
             }

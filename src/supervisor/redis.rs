@@ -20,7 +20,10 @@
 //! - **Subscriber**: `SUBSCRIBE` to the bus channel; a message from another
 //!   host goes to every local worker as if a local worker had published it;
 //!   this host's own are skipped by their host id. One channel for every topic
-//!   and one publishing connection keep each publisher's order.
+//!   and one publishing connection keep each publisher's order. A
+//!   [`Topic::Cache`](crate::bus::Topic::Cache) message (a shared-cache fill)
+//!   is not for the workers: the supervisor stores it in its own host's
+//!   shared cache ([`store_cache_entry`]).
 //!
 //! **Overshoot.** A host decides on its own count plus the others' as last
 //! heard: after its own flush (every [`FLUSH_EVERY`] while it counts, the first
@@ -52,6 +55,7 @@ use mio::{Registry, Token};
 use crate::redis::conn::Conn;
 use crate::redis::resp::Value;
 use crate::redis::RedisTarget;
+use crate::shm::cache::SharedCache;
 use crate::shm::ratelimit::{RateTable, WAYS};
 use crate::shm::Region;
 
@@ -130,6 +134,25 @@ pub fn shared_seed(secret: &[u8]) -> u128 {
 /// the set and tag identify the key on every host sharing the seed.
 fn rate_key(window_ms: u64, index: usize, tag: u64, window: u64) -> String {
     format!("forkd:rl:{window_ms}:{}:{tag}:{window}", index / WAYS)
+}
+
+/// Store another host's shared-cache write ([`crate::bus::Topic::Cache`]
+/// payload) in this host's cache. Its expiry, wall-clock ms, becomes this
+/// host's monotonic ms (`wall_now`, `mono_now`: the two clocks now), and is cut
+/// to `ttl_max` from now (this host's `upstreams.cache_ttl`) so that a clock
+/// ahead of ours cannot keep an answer longer than any host would. Whether it
+/// was stored (not: malformed, already expired, or the slot busy).
+pub fn store_cache_entry(cache: &SharedCache, payload: &[u8], ttl_max: u64, wall_now: u64, mono_now: u64) -> bool {
+    let Some(e) = crate::bus::CacheEntry::decode(payload) else {
+        log::debug!("redis: malformed shared-cache entry from another host");
+        return false;
+    };
+    let left = e.expires_wall_ms.saturating_sub(wall_now).min(ttl_max);
+    let stored = left > 0 && cache.put(e.key, e.value, mono_now + left, mono_now);
+    if stored {
+        log::debug!("redis: stored another host's shared-cache entry {} for {left} ms", String::from_utf8_lossy(e.key));
+    }
+    stored
 }
 
 /// Wall-clock milliseconds minus monotonic milliseconds: added to the table's
@@ -356,5 +379,33 @@ impl Bridge {
             self.rate.set_remote_on(up);
             self.region.set_redis_up(up);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::CacheEntry;
+
+    #[test]
+    fn another_hosts_cache_write_is_stored_on_this_hosts_clock_and_capped_by_its_ttl() {
+        let cache = SharedCache::create(64, 7).expect("map");
+        let (wall, mono) = (1_700_000_000_000u64, 5_000u64);
+        let entry = |key: &'static [u8], expires_wall_ms| {
+            CacheEntry { key, value: b"{\"v\":1}", expires_wall_ms }.encode().expect("fits")
+        };
+        let mut out = Vec::new();
+        // 3 s left on the sender's wall clock: 3 s on our monotonic clock.
+        assert!(store_cache_entry(cache, &entry(b"a", wall + 3_000), 60_000, wall, mono));
+        assert_eq!(cache.get(b"a", mono, &mut out), Some(mono + 3_000));
+        assert_eq!(out, b"{\"v\":1}");
+        // Far in the future (a clock ahead of ours): no longer than our TTL.
+        assert!(store_cache_entry(cache, &entry(b"b", wall + 86_400_000), 60_000, wall, mono));
+        assert_eq!(cache.get(b"b", mono, &mut out), Some(mono + 60_000));
+        // Already expired here, or malformed: not stored.
+        assert!(!store_cache_entry(cache, &entry(b"c", wall), 60_000, wall, mono));
+        assert!(!store_cache_entry(cache, &entry(b"d", wall - 1), 60_000, wall, mono));
+        assert!(!store_cache_entry(cache, b"\x01\x02", 60_000, wall, mono));
+        assert_eq!(cache.get(b"c", mono, &mut out), None);
     }
 }

@@ -443,6 +443,8 @@ impl Worker {
                 }
             }
             Topic::Room => self.deliver_room(payload),
+            // For other hosts: this worker already shares the cache it was written to.
+            Topic::Cache => {}
         }
     }
 }

@@ -398,6 +398,8 @@ impl Worker {
             if self.h3.as_ref().is_some_and(|h| h.busy() || h.deadline().is_some_and(|t| t <= Instant::now())) {
                 self.h3_turn(false);
             }
+            // What the loop's own handlers published this turn (a shared-cache write).
+            self.publish_queued();
             // The turn's access lines, in one write.
             crate::logging::flush_access();
             // Counters are checked every turn, not only on a wake-up byte.
@@ -629,11 +631,16 @@ impl Worker {
         }
     }
 
-    fn completions(&mut self) {
-        // Messages jobs published (a stored notification) go out first.
+    /// Publish what jobs and handlers queued on `svc.publish`.
+    fn publish_queued(&mut self) {
         while let Ok((topic, payload)) = self.published.try_recv() {
             self.publish(topic, &payload);
         }
+    }
+
+    fn completions(&mut self) {
+        // Messages jobs published (a stored notification) go out first.
+        self.publish_queued();
         // One vector for every wake-up: taken, filled, drained, put back.
         let mut done = std::mem::take(&mut self.done);
         done.extend(self.pool.completions());

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::upstream::{Behaviour, Upstream};
 use crate::util::*;
 
 /// How often the supervisor sends the rate table's new hits to Redis while hits come
@@ -363,6 +364,64 @@ fn redis_gone_under_load_limits_per_host_then_cross_host_state_resumes() {
         ensure!(a, statuses.keys().all(|s| *s < 500), "host {name}: a 5xx under the outage: {statuses:?}");
         ensure!(a, worst < Duration::from_secs(2), "host {name}: a request took {worst:?}");
     }
+}
+
+/// The shared upstream cache spans hosts: what host A fetched from an upstream, host B
+/// serves from its own cache without asking the upstream again.
+#[test]
+fn an_upstream_answer_cached_on_one_host_is_served_by_the_other() {
+    let Some(url) = shared_redis(9, "an_upstream_answer_cached_on_one_host_is_served_by_the_other") else {
+        return;
+    };
+    // One fake upstream for the three parts (users, orders, recommendations).
+    let up = Upstream::start(|r| {
+        let id = r.path.strip_prefix("/users/").and_then(|p| p.split('/').next()).unwrap_or("0").to_owned();
+        if r.path.ends_with("/orders") || r.path.ends_with("/recommendations") {
+            Behaviour::json(200, &json!([{"id": format!("x-{id}"), "status": "shipped", "totalAmount": 1.5}]))
+        } else {
+            Behaviour::json(200, &json!({"id": id, "name": format!("User {id}"), "avatar": "a.png"}))
+        }
+    });
+    let lines = format!("users = \"{u}\"\norders = \"{u}\"\nrecommendations = \"{u}\"", u = up.url());
+    let start = || {
+        let s = Server::api_builder()
+            .workers(2)
+            .set("upstreams", &lines)
+            .env(URL_VAR, &url)
+            // Each entry stored from another host is logged at debug: the readiness signal.
+            .env("RUST_LOG", "info,forkd::supervisor::redis=debug")
+            .start();
+        s.wait_log_line(Duration::from_secs(10), |l| l.contains("redis: connected"));
+        s
+    };
+    let (a, b) = (start(), start());
+    // Tokens are checked by signature only: A's token is good on B (same signing secret).
+    let (u, token) = a.user("Ann");
+    let id = u["id"].as_i64().expect("an id");
+    let first = a.api("GET", "/api/homepage", Some(&token), None);
+    let on_a = a.expect_data(&first, 200, "GET /api/homepage on A");
+    ensure_eq!(a, up.total(), 3, "A asks each upstream once: {:?}", up.requests());
+    // Replication is asynchronous (A's worker → A's supervisor → Redis → B's supervisor):
+    // wait, bounded, until B logged all three parts stored.
+    let keys = [format!("user:{id} "), format!("recentOrders:{id} "), format!("recommendations:{id} ")];
+    let replicated = eventually(Duration::from_secs(10), || {
+        let logs = b.logs();
+        keys.iter().all(|k| logs.lines().any(|l| l.contains("shared-cache entry") && l.contains(k.as_str())))
+    });
+    // Several requests, new connections each, so both of B's workers answer.
+    for i in 0..6 {
+        let r = b.api("GET", "/api/homepage", Some(&token), None);
+        let on_b = b.expect_data(&r, 200, &format!("GET /api/homepage on B (request {i})"));
+        ensure_eq!(b, on_b, on_a, "B serves the same homepage as A");
+    }
+    ensure_eq!(
+        b,
+        up.total(),
+        3,
+        "B must serve A's cached answers without asking the upstream (replicated: {replicated}): {:?}",
+        up.requests()
+    );
+    ensure!(b, replicated, "B stores the three parts A fetched");
 }
 
 #[test]

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::app::cache::Lru;
 use crate::app::router::Router;
-use crate::app::{session, App, Call, Ctx, Fetched, Handler, Reply};
+use crate::app::{session, App, Call, Ctx, Fetched, Handler, Reply, Services};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::http::response::{Body, Response};
@@ -107,7 +107,7 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
             None => {
                 let v = normalize(part, 200, &demo(part, uid))?;
                 let expires = now + svc.config.upstreams.cache_ttl.as_millis() as u64;
-                svc.shared_cache.put(key.as_bytes(), &v, expires, now);
+                share(svc, &key, &v, expires, now);
                 let v: Rc<[u8]> = Rc::from(v);
                 app.homepage_cache.borrow_mut().put(&key, Rc::clone(&v), expires);
                 parts[i] = Some(v);
@@ -135,7 +135,6 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         return Ok(Reply::full(r));
     }
     let cache = Rc::clone(&app.homepage_cache);
-    let shared = svc.shared_cache;
     let debug = svc.config.debug.routes;
     let ttl_ms = svc.config.upstreams.cache_ttl.as_millis() as u64;
     let finish = move |results: Vec<Fetched>| -> Result<Response, Error> {
@@ -148,7 +147,7 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
                     let key = part.cache_key(uid);
                     let expires = now + ttl_ms;
                     // Best effort: an answer too big for a shared slot stays per worker.
-                    shared.put(key.as_bytes(), &v, expires, now);
+                    share(svc, &key, &v, expires, now);
                     let v: Rc<[u8]> = Rc::from(v);
                     cache.borrow_mut().put(&key, Rc::clone(&v), expires);
                     parts[slot] = Some(v);
@@ -171,6 +170,24 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         Ok(r)
     };
     Ok(Reply::call(Call { requests, finish: Box::new(finish) }))
+}
+
+/// Store a normalised answer in the shared cache until `expires` (monotonic
+/// ms) and, with `cluster.redis_url`, publish the write on the bus so that
+/// every other host's supervisor stores it in its own shared cache (the
+/// supervisor does not hand it to this host's workers, which share the cache
+/// already). Without Redis nothing is published. Never blocks: the message
+/// goes to the loop's outbound bus queue.
+fn share(svc: &Services, key: &str, value: &[u8], expires: u64, now: u64) {
+    svc.shared_cache.put(key.as_bytes(), value, expires, now);
+    if svc.config.cluster.redis_url.is_none() {
+        return;
+    }
+    let expires_wall_ms = crate::bus::wall_ms().saturating_add(expires.saturating_sub(now));
+    // None: larger than a shared slot, so not shared here either.
+    if let Some(payload) = (crate::bus::CacheEntry { key: key.as_bytes(), value, expires_wall_ms }).encode() {
+        let _ = svc.publish.send((crate::bus::Topic::Cache, payload));
+    }
 }
 
 fn endpoint(app: &App, part: Part) -> Option<std::sync::Arc<Endpoint>> {
