@@ -1,5 +1,6 @@
 //! The shared cache: small byte values (upstream answers, typically JSON
-//! under 2 KiB) stored by one worker and read by every other until they
+//! under 2 KiB) stored by one worker (or, with `cluster.redis_url`, by the
+//! supervisor on another host's behalf) and read by every worker until they
 //! expire. It lives in its own anonymous `MAP_SHARED` mapping, made by the
 //! supervisor before the first fork and sized from the configuration.
 //!
