@@ -67,6 +67,9 @@ impl ServerCertVerifier for AnyCert {
     }
 }
 
+/// Handshakes in progress at most (more at once time out on a busy machine).
+const HANDSHAKES: usize = 32;
+
 struct Args {
     n: u64,
     c: usize,
@@ -184,12 +187,8 @@ fn main() {
     let mut ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
     let config = client_config();
     let mut conns: HashMap<ConnectionHandle, Conn> = HashMap::new();
-    for _ in 0..args.c {
-        let (ch, quic) = ep
-            .connect(Instant::now(), config.clone(), args.addr, "localhost")
-            .unwrap_or_else(|e| panic!("connect: {e}"));
-        conns.insert(ch, Conn { quic, control: false, open: HashMap::new(), started: 0 });
-    }
+    // Connections still to open: at most HANDSHAKES handshake at a time.
+    let mut to_open = args.c;
     let req = request(&args.path);
     let per_conn = args.n.div_ceil(args.c as u64);
     let mut poll = mio::Poll::new().unwrap_or_else(|e| panic!("poll: {e}"));
@@ -206,6 +205,16 @@ fn main() {
     let mut hold_until: Option<Instant> = None;
     loop {
         let now = Instant::now();
+        let handshaking = conns.values().filter(|c| c.quic.is_handshaking()).count();
+        for _ in handshaking..HANDSHAKES {
+            if to_open == 0 {
+                break;
+            }
+            to_open -= 1;
+            let (ch, quic) =
+                ep.connect(now, config.clone(), args.addr, "localhost").unwrap_or_else(|e| panic!("connect: {e}"));
+            conns.insert(ch, Conn { quic, control: false, open: HashMap::new(), started: 0 });
+        }
         // Requests and sends.
         for conn in conns.values_mut() {
             if conn.quic.is_handshaking() || conn.quic.is_closed() {
@@ -234,8 +243,8 @@ fn main() {
                 out.clear();
             }
         }
-        let all_done =
-            totals.done + totals.errors >= per_conn * args.c as u64 || conns.values().all(|c| c.quic.is_closed());
+        let all_done = to_open == 0
+            && (totals.done + totals.errors >= per_conn * args.c as u64 || conns.values().all(|c| c.quic.is_closed()));
         if all_done && finished.is_none() {
             finished = Some(now);
             match args.hold {

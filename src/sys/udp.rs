@@ -301,6 +301,36 @@ mod tests {
     }
 
     #[test]
+    fn mio_sockets_send_and_receive_batches() {
+        // The worker's socket is mio's: GSO out of it, GRO into one.
+        let (std_tx, std_rx) = pair();
+        let to = std_rx.local_addr().expect("addr");
+        let (tx, rx) = (mio::net::UdpSocket::from_std(std_tx), mio::net::UdpSocket::from_std(std_rx));
+        assert!(enable_gro(&rx));
+        let p = payload(7 * 1200 + 3, 1200);
+        assert_eq!(send_segments(&tx, to, &p, 1200).expect("send"), p.len());
+        let (mut receiver, mut buf) = (Receiver::new(), vec![0u8; 65_536]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let got = loop {
+            match receiver.recv(&rx, &mut buf) {
+                Ok(r) => break r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < deadline, "nothing arrived");
+                    let fd = rx.as_raw_fd();
+                    let mut poll = mio::Poll::new().expect("poll");
+                    poll.registry()
+                        .register(&mut mio::unix::SourceFd(&fd), mio::Token(0), mio::Interest::READABLE)
+                        .expect("register");
+                    let _ = poll.poll(&mut mio::Events::with_capacity(1), Some(Duration::from_millis(100)));
+                }
+                Err(e) => panic!("recv: {e}"),
+            }
+        };
+        assert_eq!((got.len, got.segment_size), (p.len(), 1200), "one receive, the whole batch");
+        assert_eq!(&buf[..got.len], &p[..]);
+    }
+
+    #[test]
     fn one_short_datagram_and_bad_sizes() {
         let (tx, rx) = pair();
         let to = rx.local_addr().expect("addr");
