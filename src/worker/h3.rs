@@ -3,15 +3,15 @@
 //!
 //! The loop reads datagrams until `WouldBlock` (at most [`READ_BUDGET`] per turn; the rest
 //! on the next turn), with GRO where the kernel has it (one receive brings several datagrams
-//! of one peer, split by their size here), hands them to the endpoint, turns each connection's [`Event`]s into
-//! exchanges of the one service ([`Glue`], the same phases, handlers and rate limits as
-//! HTTP/1.1 and HTTP/2), and sends what quinn has to send: quinn builds batches of up to [`GSO_BATCH`]
-//! datagrams of one size, each batch goes out with GSO in one system call (one datagram per
-//! call where the kernel or the path lacks it, `sys::udp`). A batch the socket refuses
-//! (`WouldBlock`; the part not sent of one it took in part) is kept and sent first when the
-//! socket is writable; until then no
-//! connection is polled for more. quinn's timers and the exchanges' own deadlines (body
-//! timeout, SSE heartbeats, tickers) make one deadline the loop waits for.
+//! of one peer, split by their size here), hands them to the endpoint, turns each
+//! connection's [`Event`]s into exchanges of the one service ([`Glue`], the same phases,
+//! handlers and rate limits as HTTP/1.1 and HTTP/2), and sends what quinn has to send: quinn
+//! builds batches of up to [`GSO_BATCH`] datagrams of one size, each goes out with GSO in one
+//! system call (one datagram per call where the kernel or the path lacks it, `sys::udp`). A
+//! batch the socket refuses (`WouldBlock`; of one it took in part, the segments not sent) is
+//! kept and sent first when the socket is writable; until then no connection is polled for
+//! more. quinn's timers and the exchanges' own deadlines (body timeout, SSE heartbeats,
+//! tickers) make one deadline the loop waits for.
 //!
 //! An exchange is keyed by [`ExchangeId`] with `conn` = [`H3_BASE`] + the connection's
 //! handle and `stream` = the QUIC stream id, with a per-session generation: pool completions,
