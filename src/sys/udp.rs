@@ -12,7 +12,7 @@
 use std::io;
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
@@ -58,13 +58,18 @@ pub fn gso_in_use() -> bool {
 /// GSO, batches of up to [`MAX_SEGMENTS`] and [`MAX_GSO_BYTES`] per system call; else one
 /// datagram per call. Returns the bytes sent, a whole number of segments (fewer than
 /// `buf.len()` when the socket's buffer filled: send the rest when it is writable again);
-/// `WouldBlock` when nothing could be sent.
-pub fn send_segments(socket: &UdpSocket, dst: SocketAddr, buf: &[u8], segment_size: usize) -> io::Result<usize> {
+/// `WouldBlock` when nothing could be sent. `socket` is any UDP socket (std's or mio's).
+pub fn send_segments<S: AsFd + AsRawFd>(
+    socket: &S,
+    dst: SocketAddr,
+    buf: &[u8],
+    segment_size: usize,
+) -> io::Result<usize> {
     send_segments_with(socket, dst, buf, segment_size, gso_in_use())
 }
 
-fn send_segments_with(
-    socket: &UdpSocket,
+fn send_segments_with<S: AsFd + AsRawFd>(
+    socket: &S,
     dst: SocketAddr,
     buf: &[u8],
     segment_size: usize,
@@ -104,7 +109,7 @@ fn send_segments_with(
                 r => r.map_err(io::Error::from),
             }
         } else {
-            socket.send_to(chunk, dst)
+            socket::sendto(socket.as_raw_fd(), chunk, &to, MsgFlags::empty()).map_err(io::Error::from)
         };
         match result {
             Ok(_) => sent += chunk.len(),
@@ -118,7 +123,7 @@ fn send_segments_with(
 
 /// Turn GRO on for `socket`; false where the kernel lacks it (then every receive is one
 /// datagram).
-pub fn enable_gro(socket: &UdpSocket) -> bool {
+pub fn enable_gro<S: AsFd>(socket: &S) -> bool {
     offload().gro && socket::setsockopt(socket, sockopt::UdpGroSegment, &true).is_ok()
 }
 
@@ -153,7 +158,7 @@ impl Receiver {
 
     /// Receive into `buf` (64 KiB holds any GRO batch; a smaller buffer truncates it, which
     /// is reported as `InvalidData` with the batch lost). `WouldBlock` when nothing waits.
-    pub fn recv(&mut self, socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
+    pub fn recv<S: AsRawFd>(&mut self, socket: &S, buf: &mut [u8]) -> io::Result<Received> {
         let mut iov = [IoSliceMut::new(buf)];
         let msg = loop {
             match socket::recvmsg::<SockaddrStorage>(
@@ -293,6 +298,36 @@ mod tests {
         let (datagrams, _) = receive_all(&rx, p.len());
         assert_eq!(datagrams.len(), 150);
         assert_eq!(datagrams, expected(&p, 1200));
+    }
+
+    #[test]
+    fn mio_sockets_send_and_receive_batches() {
+        // The worker's socket is mio's: GSO out of it, GRO into one.
+        let (std_tx, std_rx) = pair();
+        let to = std_rx.local_addr().expect("addr");
+        let (tx, rx) = (mio::net::UdpSocket::from_std(std_tx), mio::net::UdpSocket::from_std(std_rx));
+        assert!(enable_gro(&rx));
+        let p = payload(7 * 1200 + 3, 1200);
+        assert_eq!(send_segments(&tx, to, &p, 1200).expect("send"), p.len());
+        let (mut receiver, mut buf) = (Receiver::new(), vec![0u8; 65_536]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let got = loop {
+            match receiver.recv(&rx, &mut buf) {
+                Ok(r) => break r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < deadline, "nothing arrived");
+                    let fd = rx.as_raw_fd();
+                    let mut poll = mio::Poll::new().expect("poll");
+                    poll.registry()
+                        .register(&mut mio::unix::SourceFd(&fd), mio::Token(0), mio::Interest::READABLE)
+                        .expect("register");
+                    let _ = poll.poll(&mut mio::Events::with_capacity(1), Some(Duration::from_millis(100)));
+                }
+                Err(e) => panic!("recv: {e}"),
+            }
+        };
+        assert_eq!((got.len, got.segment_size), (p.len(), 1200), "one receive, the whole batch");
+        assert_eq!(&buf[..got.len], &p[..]);
     }
 
     #[test]

@@ -2,12 +2,16 @@
 //! [`Session`] of exchanges per QUIC connection, beside (not inside) the TCP connection slab.
 //!
 //! The loop reads datagrams until `WouldBlock` (at most [`READ_BUDGET`] per turn; the rest
-//! on the next turn), hands them to the endpoint, turns each connection's [`Event`]s into
-//! exchanges of the one service ([`Glue`], the same phases, handlers and rate limits as
-//! HTTP/1.1 and HTTP/2), and sends what quinn has to send. A datagram the socket refuses
-//! (`WouldBlock`) is kept and sent first when the socket is writable; until then no
-//! connection is polled for more. quinn's timers and the exchanges' own deadlines (body
-//! timeout, SSE heartbeats, tickers) make one deadline the loop waits for.
+//! on the next turn), with GRO where the kernel has it (one receive brings several datagrams
+//! of one peer, split by their size here), hands them to the endpoint, turns each
+//! connection's [`Event`]s into exchanges of the one service ([`Glue`], the same phases,
+//! handlers and rate limits as HTTP/1.1 and HTTP/2), and sends what quinn has to send: quinn
+//! builds batches of up to [`GSO_BATCH`] datagrams of one size, each goes out with GSO in one
+//! system call (one datagram per call where the kernel or the path lacks it, `sys::udp`). A
+//! batch the socket refuses (`WouldBlock`; of one it took in part, the segments not sent) is
+//! kept and sent first when the socket is writable; until then no connection is polled for
+//! more. quinn's timers and the exchanges' own deadlines (body timeout, SSE heartbeats,
+//! tickers) make one deadline the loop waits for.
 //!
 //! An exchange is keyed by [`ExchangeId`] with `conn` = [`H3_BASE`] + the connection's
 //! handle and `stream` = the QUIC stream id, with a per-session generation: pool completions,
@@ -85,8 +89,18 @@ pub(super) fn is_h3(id: ExchangeId) -> bool {
 
 /// Datagrams read per turn before the loop serves the rest of its events.
 const READ_BUDGET: usize = 256;
-/// The receive buffer: the largest UDP payload.
-const RECV_BUF: usize = 65_535;
+/// The receive buffer: the largest UDP payload, or GRO batch.
+const RECV_BUF: usize = 65_536;
+/// Datagrams quinn puts in one transmit when GSO is in use: as many of the largest size
+/// (1 500) as one GSO send carries.
+const GSO_BATCH: usize = {
+    let n = crate::sys::udp::MAX_GSO_BYTES / 1_500;
+    if n < crate::sys::udp::MAX_SEGMENTS {
+        n
+    } else {
+        crate::sys::udp::MAX_SEGMENTS
+    }
+};
 /// Bytes read from disk per pool job for a download (as over HTTP/1.1 and HTTP/2).
 const SLICE: usize = 64 * 1024;
 /// While a stream's unsent bytes pass this, its timer-driven producer waits.
@@ -180,6 +194,8 @@ pub(super) struct H3 {
     /// The read budget ran out with datagrams maybe left in the socket.
     more: bool,
     recv: Vec<u8>,
+    /// Receives with GRO (or without, where the kernel lacks it).
+    receiver: crate::sys::udp::Receiver,
     heads: Heads,
     /// The earliest quinn timer or exchange deadline.
     deadline: Option<Instant>,
@@ -214,6 +230,9 @@ impl H3 {
         );
         server.set_identity(args.slot, generation, keys.worker_cids(args.slot, generation));
         args.socket.set_nonblocking(true)?;
+        if !crate::sys::udp::enable_gro(&args.socket) {
+            log::debug!("UDP GRO not available: one datagram per receive");
+        }
         let mut socket = UdpSocket::from_std(args.socket);
         // A predecessor draining on the slot's socket keeps it alone until it is gone: two
         // readers of one socket would each take the other's packets (see `Server::set_sibling`).
@@ -231,6 +250,7 @@ impl H3 {
             touched: HashSet::new(),
             more: true,
             recv: vec![0; RECV_BUF],
+            receiver: crate::sys::udp::Receiver::new(),
             heads: Heads::new(),
             deadline: None,
             draining: false,
@@ -256,16 +276,23 @@ impl H3 {
         self.server.is_empty()
     }
 
-    /// Reads datagrams into the endpoint until `WouldBlock` or the budget.
+    /// Reads datagrams into the endpoint until `WouldBlock` or the budget (in datagrams: a
+    /// GRO receive counts as the datagrams it brought).
     fn read(&mut self, now: Instant) {
         self.more = false;
-        for _ in 0..READ_BUDGET {
-            match self.socket.recv_from(&mut self.recv) {
-                Ok((n, from)) => {
+        let mut budget = READ_BUDGET;
+        while budget > 0 {
+            match self.receiver.recv(&self.socket, &mut self.recv) {
+                Ok(got) => {
                     let mut answers = Vec::new();
-                    let data = BytesMut::from(&self.recv[..n]);
-                    if let Some(ch) = self.server.handle_datagram(now, from, None, None, data, &mut answers) {
-                        if self.draining && !self.sessions.contains_key(&ch) && self.server.conn(ch).is_some() {
+                    for datagram in self.recv[..got.len].chunks(got.segment_size.max(1)) {
+                        budget = budget.saturating_sub(1);
+                        let data = BytesMut::from(datagram);
+                        let Some(ch) = self.server.handle_datagram(now, got.from, None, None, data, &mut answers)
+                        else {
+                            continue;
+                        };
+                        if self.draining && !self.sessions.contains_key(&ch) {
                             if let Some(conn) = self.server.conn(ch) {
                                 conn.go_away(now);
                             }
@@ -279,7 +306,9 @@ impl H3 {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // ICMP errors of earlier sends (ECONNREFUSED): nothing to do.
+                    // ICMP errors of earlier sends (ECONNREFUSED), a truncated batch: nothing
+                    // to do (each counts against the budget).
+                    budget -= 1;
                     log::debug!("HTTP/3 recv: {e}");
                 }
             }
@@ -298,33 +327,26 @@ impl H3 {
         }
     }
 
+    /// Sends `out` (a batch of datagrams of `segment_size`, with GSO where it can); what the
+    /// socket did not take comes back.
     fn send_now(&mut self, out: Outgoing) -> Result<(), Outgoing> {
         let size = out.transmit.size.min(out.bytes.len());
         let segment = out.transmit.segment_size.unwrap_or(size).max(1);
-        let mut at = 0;
-        while at < size {
-            let end = (at + segment).min(size);
-            match self.socket.send_to(&out.bytes[at..end], out.transmit.destination) {
-                Ok(_) => at = end,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if at == 0 {
-                        return Err(out);
-                    }
-                    // The part not sent yet, as a datagram of its own.
-                    let rest = Outgoing {
-                        transmit: quinn_proto::Transmit { size: size - at, ..out.transmit },
-                        bytes: out.bytes[at..size].to_vec(),
-                    };
-                    return Err(rest);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    log::debug!("HTTP/3 send to {}: {e}", out.transmit.destination);
-                    at = end;
-                }
+        let dst = out.transmit.destination;
+        match crate::sys::udp::send_segments(&self.socket, dst, &out.bytes[..size], segment) {
+            Ok(sent) if sent >= size => Ok(()),
+            // The socket's buffer filled after `sent` bytes (whole segments): the rest waits.
+            Ok(sent) => Err(Outgoing {
+                transmit: quinn_proto::Transmit { size: size - sent, ..out.transmit },
+                bytes: out.bytes[sent..size].to_vec(),
+            }),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(out),
+            Err(e) => {
+                // ICMP errors of earlier sends, an address gone: QUIC's loss recovery copes.
+                log::debug!("HTTP/3 send to {dst}: {e}");
+                Ok(())
             }
         }
-        Ok(())
     }
 
     /// Sends the kept datagrams; whether all went.
@@ -344,7 +366,8 @@ impl H3 {
             if !self.backlog.is_empty() {
                 return false;
             }
-            let Some(out) = self.server.poll_transmit(now, ch, 1) else { break };
+            let batch = if crate::sys::udp::gso_in_use() { GSO_BATCH } else { 1 };
+            let Some(out) = self.server.poll_transmit(now, ch, batch) else { break };
             self.send(out);
         }
         self.server.after_send(ch);
