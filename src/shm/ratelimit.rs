@@ -189,8 +189,8 @@ impl RateTable {
         let fresh = pack(tag, cur, 1);
         let mut seen = 1;
         for _ in 0..MAX_TRIES {
-            let (way, bucket, old, new) = match find(set, tag) {
-                Some((way, bucket, old)) => match classify(bucket, old, now_ms, cur, window_ms) {
+            let (way, bucket, old, new) = match lookup(set, tag) {
+                Ok((way, bucket, old)) => match classify(bucket, old, now_ms, cur, window_ms) {
                     Entry::Current(count) if count >= COUNT_MAX => {
                         bucket.touch(now_ms);
                         return decide(COUNT_MAX, now_ms, window_ms, max);
@@ -198,10 +198,7 @@ impl RateTable {
                     Entry::Current(_) => (way, bucket, old, old + 1),
                     Entry::Stale => (way, bucket, old, fresh),
                 },
-                None => {
-                    let (way, bucket, old) = victim(set);
-                    (way, bucket, old, fresh)
-                }
+                Err((way, bucket, old)) => (way, bucket, old, fresh),
             };
             seen = count_of(new);
             bucket.touch(now_ms);
@@ -264,8 +261,8 @@ impl RateTable {
         }
         let mut seen = cap;
         for _ in 0..MAX_TRIES {
-            let (way, bucket, old, new) = match find(set, tag) {
-                Some((way, bucket, old)) => match classify(bucket, old, now_ms, cur, window_ms) {
+            let (way, bucket, old, new) = match lookup(set, tag) {
+                Ok((way, bucket, old)) => match classify(bucket, old, now_ms, cur, window_ms) {
                     Entry::Current(count) if count >= cap => {
                         bucket.touch(now_ms);
                         return refused(count);
@@ -273,10 +270,7 @@ impl RateTable {
                     Entry::Current(_) => (way, bucket, old, old + 1),
                     Entry::Stale => (way, bucket, old, pack(tag, cur, 1)),
                 },
-                None => {
-                    let (way, bucket, old) = victim(set);
-                    (way, bucket, old, pack(tag, cur, 1))
-                }
+                Err((way, bucket, old)) => (way, bucket, old, pack(tag, cur, 1)),
             };
             let other = self.remote(flags, si, way, new);
             if count_of(new) + other > cap {
@@ -451,23 +445,37 @@ fn find(set: &Set, tag: u64) -> Option<(usize, &Bucket, u64)> {
     })
 }
 
-/// The bucket a new key takes over, with its way and word as read: the first
-/// empty one, else the least recently hit. Whether another key's entry is stale
-/// cannot be judged here (its window length is not stored: keys of every
-/// limiter share the table), so recency alone decides.
-fn victim(set: &Set) -> (usize, &Bucket, u64) {
+/// The key's bucket (`Ok`), or, when no way holds it, the bucket a new key
+/// takes over (`Err`): the first empty one, else the least recently hit.
+/// Whether another key's entry is stale cannot be judged here (its window
+/// length is not stored: keys of every limiter share the table), so recency
+/// alone decides. Each way is read once: the victim is chosen from the same
+/// reads that found no key, so two processes inserting the same new key at
+/// once pick the same empty bucket and one CAS fails (it retries and finds the
+/// key). Choosing the victim in a second pass, after another process had put
+/// the key into the first empty way, picked the next one and gave the key two
+/// buckets, each counting up to the limit.
+fn lookup(set: &Set, tag: u64) -> Result<(usize, &Bucket, u64), (usize, &Bucket, u64)> {
+    let mut empty = None;
     let mut best = (0, &set.ways[0], u64::MAX, u64::MAX);
     for (way, b) in set.ways.iter().enumerate() {
         let w = b.word.load(Ordering::Acquire);
         if w == 0 {
-            return (way, b, 0);
+            empty = empty.or(Some((way, b)));
+            continue;
+        }
+        if tag_of(w) == tag {
+            return Ok((way, b, w));
         }
         let last = b.last_ms.load(Ordering::Relaxed);
         if last < best.3 {
             best = (way, b, w, last);
         }
     }
-    (best.0, best.1, best.2)
+    Err(match empty {
+        Some((way, b)) => (way, b, 0),
+        None => (best.0, best.1, best.2),
+    })
 }
 
 /// Decide whether `word` (which holds the caller's tag, read from `bucket`
