@@ -157,6 +157,10 @@ pub const UDP_FD_NAME: &str = "forkd-quic";
 /// `LISTEN_FDNAMES` name of a pipe holding the secret the session-ticket keys derive from,
 /// handed over by an upgrade so that sessions resume across it.
 pub const TLS_SECRET_FD_NAME: &str = "forkd-tls-secret";
+/// `LISTEN_FDNAMES` name of a pipe listing the old supervisor's workers (`slot pid` lines),
+/// handed over by an upgrade that has HTTP/3: they read the slots' UDP sockets until they
+/// have drained, so the new workers of each slot leave those sockets alone until then.
+pub const WORKERS_FD_NAME: &str = "forkd-workers";
 /// `LISTEN_FDNAMES` name of a pipe holding the development signing secret,
 /// handed over by an upgrade so that tokens survive it. The secret travels in
 /// a pipe, never in the environment (which `/proc/PID/environ` shows).
@@ -179,6 +183,19 @@ pub struct Inherited {
     pub tls_secret: Option<Vec<u8>>,
     /// HTTP/3 UDP sockets, bound, in slot order (non-blocking).
     pub udp: Vec<UdpSocket>,
+    /// During a binary upgrade with HTTP/3: the old supervisor's workers, `(slot, pid)`.
+    pub old_workers: Vec<(usize, i32)>,
+}
+
+/// `slot pid` lines (what [`WORKERS_FD_NAME`] carries); anything else is skipped.
+pub fn parse_workers(bytes: &[u8]) -> Vec<(usize, i32)> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .filter_map(|l| {
+            let (slot, pid) = l.split_once(' ')?;
+            Some((slot.parse().ok()?, pid.parse().ok().filter(|&p: &i32| p > 0)?))
+        })
+        .collect()
 }
 
 /// The bytes of a handed-over pipe (at most [`SECRET_MAX`]); `what` names it in the warning.
@@ -207,6 +224,10 @@ pub fn inherited() -> Inherited {
         }
         if name == TLS_SECRET_FD_NAME {
             out.tls_secret = read_pipe(fd, "session-ticket secret");
+            continue;
+        }
+        if name == WORKERS_FD_NAME {
+            out.old_workers = read_pipe(fd, "list of the old workers").map(|b| parse_workers(&b)).unwrap_or_default();
             continue;
         }
         let l = crate::sys::listener_from_fd(fd);
@@ -373,6 +394,14 @@ mod tests {
         drop(gone);
         assert_eq!(arrives_at(&group, &short(1)), 1, "index 1 is now the old slot 2's socket");
         assert!(arrives_at(&group, &short(2)) < 2, "index 2 is out of range: fallback");
+    }
+
+    #[test]
+    fn the_old_workers_list_keeps_well_formed_lines_only() {
+        assert_eq!(parse_workers(b"0 4242\n1 4243\n"), vec![(0, 4242), (1, 4243)]);
+        let hostile = b"0 0\n1 -5\nx 7\n2\n3 99999999999\n\xff\xfe 1\n4 17 extra\n5 18";
+        assert_eq!(parse_workers(hostile), vec![(5, 18)]);
+        assert!(parse_workers(b"").is_empty());
     }
 
     #[test]

@@ -76,6 +76,9 @@ struct Supervisor {
     handovers: Vec<Handover>,
     /// This supervisor was itself started by an upgrade: tell the old one once serving.
     upgraded_from: Option<std::fs::File>,
+    /// The old supervisor's workers after an upgrade, `(slot, pid)`: they still read the
+    /// slots' UDP sockets while they drain, so a new worker of the slot waits for them.
+    old_workers: Vec<(usize, i32)>,
     /// The binary and arguments this supervisor was started with (an upgrade runs them again).
     exe: std::path::PathBuf,
     args: Vec<std::ffi::OsString>,
@@ -406,6 +409,7 @@ impl Supervisor {
             reload: None,
             upgrade: None,
             handovers: Vec::new(),
+            old_workers: std::mem::take(&mut inherited.old_workers),
             upgraded_from: inherited.upgrade,
             exe,
             args,
@@ -676,6 +680,21 @@ impl Supervisor {
         if let Some(pipe) = &tls_secret {
             fds.push((pipe.as_raw_fd(), listen::TLS_SECRET_FD_NAME));
         }
+        // With HTTP/3, the new workers must leave the UDP sockets to ours until they drained.
+        let workers = self.slots.iter().any(|s| s.udp.is_some()).then(|| {
+            let list: String = self.table.iter().map(|p| format!("{} {}\n", p.slot, p.pid)).collect();
+            secret_pipe(list.as_bytes())
+        });
+        let workers = match workers.transpose() {
+            Ok(pipe) => pipe,
+            Err(e) => {
+                log::warn!("SIGUSR2: cannot hand over the list of workers ({e}); HTTP/3 connections may be reset");
+                None
+            }
+        };
+        if let Some(pipe) = &workers {
+            fds.push((pipe.as_raw_fd(), listen::WORKERS_FD_NAME));
+        }
         match sys::fork() {
             Ok(Forked::Parent(pid)) => {
                 drop(write);
@@ -810,8 +829,15 @@ impl Supervisor {
         let fd = self.slots[slot].listener.as_raw_fd();
         let tls_fd = self.slots[slot].tls.as_ref().map(AsRawFd::as_raw_fd);
         let udp_fd = self.slots[slot].udp.as_ref().map(AsRawFd::as_raw_fd);
-        // Workers of the slot still alive (replaced on reload or for memory) read the same UDP socket.
-        let siblings: Vec<i32> = self.table.iter().filter(|p| p.slot == slot).map(|p| p.pid).collect();
+        // Workers of the slot still alive (replaced on reload or for memory, or the old
+        // supervisor's after an upgrade) read the same UDP socket.
+        let siblings: Vec<i32> = self
+            .table
+            .iter()
+            .filter(|p| p.slot == slot)
+            .map(|p| p.pid)
+            .chain(self.old_workers.iter().filter(|&&(s, _)| s == slot).map(|&(_, pid)| pid))
+            .collect();
         let parent = std::process::id() as i32;
         let (ours, theirs) = bus::pair()?;
         match sys::fork()? {

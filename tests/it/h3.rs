@@ -404,6 +404,35 @@ fn reload_lets_an_open_stream_finish_and_the_new_worker_serves() {
 }
 
 #[test]
+fn usr2_lets_an_open_stream_finish_and_the_new_supervisor_serves() {
+    use crate::upgrade::{new_supervisor_pid, StopOnDrop};
+    let (mut server, addr, pki, files) = download_server(1, "");
+    let data = pattern(16 << 20);
+    std::fs::write(files.path().join("mid.bin"), &data).expect("write");
+    let old = server.wait_workers(1, Duration::from_secs(10))[0];
+    let config = client_config(&pki);
+    let mut c = H3Client::connect(addr, &config);
+    let id = c.send("GET", "/download/mid.bin", &[], b"");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    c.run_until(deadline, |c| c.partial(id).body.len() >= 1 << 20);
+    assert!(c.partial(id).body.len() >= 1 << 20, "the download started\n{}", server.log_tail());
+    server.signal(Signal::SIGUSR2);
+    let new_pid = new_supervisor_pid(&server);
+    let _stop = StopOnDrop(new_pid);
+    // The new supervisor's worker shares the slot's UDP socket with the old worker, which
+    // drains: it must leave the old connection's packets alone (not reset them).
+    c.run_until(deadline, |c| c.streams[&id].fin || c.streams[&id].reset.is_some() || c.lost.is_some());
+    assert!(c.lost.is_none(), "{:?} after {} bytes\n{}", c.lost, c.partial(id).body.len(), server.log_tail());
+    let r = c.response(id);
+    assert!(r.body == data, "the whole body across the upgrade ({} of {} bytes)", r.body.len(), data.len());
+    let status = server.wait_exit(Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "the old supervisor drains: {status:?}\n{}", server.log_tail());
+    let mut fresh = H3Client::connect(addr, &config);
+    let pid = fresh.get("/_debug/pid").json()["pid"].as_i64().expect("pid") as i32;
+    assert!(pid != old && worker_pids(new_pid).contains(&pid), "served by the new supervisor's worker");
+}
+
+#[test]
 fn rate_limits_count_http3_with_the_tcp_traffic() {
     let (server, addr, pki, _d) =
         tls_server(2, "", &format!("{H3_ON}[rate_limit]\nenabled = true\nmax = 4\nwindow_secs = 900\n"));
