@@ -27,7 +27,8 @@ use super::conn::{flush, read_into, ConnState};
 use super::download::Download;
 use super::fanout::{Todo, Ws, MAX_BACKLOG, WS_PING_EVERY};
 use super::panics::guard;
-use super::pool::{Completion, ExchangeId, Pool, Work, REPLAY_PANICKED};
+use super::pool::{Completion, ExchangeId, Pool, Work};
+use super::produce::{Events, Ticking};
 use super::upstream::CallState;
 use super::{Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
 use crate::app::{Body, Producer, Services, WebSocket};
@@ -62,8 +63,6 @@ const MAX_ROUNDS: usize = 32;
 
 /// Bytes read from disk per pool job for a download (as over HTTP/1.1).
 const SLICE: usize = 64 * 1024;
-/// While a stream's unsent bytes pass this, its timer-driven producer waits.
-const TICK_BACKOFF: Duration = Duration::from_millis(50);
 /// Body bytes handed to h2 per stream per scheduling pass (one default-size
 /// DATA frame): h2 interleaves whatever it holds round-robin, so what it holds
 /// stays small and a more urgent stream that turns up is not queued behind
@@ -119,17 +118,9 @@ enum Stage {
 /// What produces a streamed body after its head.
 enum Produce {
     /// An `/api/events` subscription.
-    Events {
-        /// A `Last-Event-ID` replay runs on the pool.
-        replaying: bool,
-        /// The last notification id sent.
-        last_id: i64,
-        /// Live events that arrived during the replay.
-        held: Vec<(i64, Arc<[u8]>)>,
-        next_beat: Instant,
-    },
+    Events(Events),
     /// Events from a timer (the chat echo).
-    Ticker { ticker: Box<dyn crate::app::Ticker>, next: Instant },
+    Ticker(Ticking),
     /// A WebSocket over an extended CONNECT (RFC 8441): its frames are the
     /// stream's DATA both ways.
     Ws {
@@ -154,8 +145,8 @@ enum Produce {
 impl Produce {
     fn deadline(&self) -> Option<Instant> {
         match self {
-            Produce::Events { next_beat, .. } => Some(*next_beat),
-            Produce::Ticker { next, .. } => Some(*next),
+            Produce::Events(e) => Some(e.next()),
+            Produce::Ticker(t) => Some(t.next()),
             Produce::Ws { ws, .. } => Some(ws.next_ping),
             Produce::Download(_) => None,
         }
@@ -336,7 +327,7 @@ impl H2Session {
         let mut ended = Vec::new();
         for ex in &mut self.exchanges {
             match &mut ex.produce {
-                Some(Produce::Events { .. }) => {
+                Some(Produce::Events(_)) => {
                     ex.produce = None;
                     ex.done = true;
                     ended.push(ex.stream.0);
@@ -354,7 +345,7 @@ impl H2Session {
 
     /// Stream ids of the event streams open on this connection.
     fn event_streams(&self) -> impl Iterator<Item = u32> + '_ {
-        self.exchanges.iter().filter(|e| matches!(e.produce, Some(Produce::Events { .. }))).map(|e| e.stream.0)
+        self.exchanges.iter().filter(|e| matches!(e.produce, Some(Produce::Events(_)))).map(|e| e.stream.0)
     }
 
     /// Start a graceful shutdown (GOAWAY; open streams finish), cut at `cut_at`.
@@ -386,7 +377,7 @@ impl H2Session {
 
     fn remove(&mut self, i: usize, cx: &mut Cx<'_, '_>, now: Instant) {
         let ex = self.exchanges.swap_remove(i);
-        if matches!(ex.produce, Some(Produce::Events { .. })) {
+        if matches!(ex.produce, Some(Produce::Events(_))) {
             cx.sse.remove(&cx.id(ex.stream));
         }
         if let Some(call) = ex.call {
@@ -708,27 +699,12 @@ impl H2Session {
         let ex = &mut self.exchanges[i];
         match p {
             Producer::Events { last_event_id } => {
-                let app = cx.glue.app;
-                let start = guard("SSE stream start", || {
-                    (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after)))
-                });
-                let Ok((preamble, every, replay)) = start else {
-                    ex.done = true;
-                    return;
-                };
-                ex.unsent.extend_from_slice(&preamble);
-                ex.produce = Some(Produce::Events {
-                    replaying: replay.is_some(),
-                    last_id: last_event_id.unwrap_or(0),
-                    held: Vec::new(),
-                    next_beat: now + every,
-                });
-                cx.sse.insert(id);
-                if let Some(job) = replay {
-                    cx.pool.submit(id, Work::Replay(job));
+                match Events::start(cx.glue.app, last_event_id, id, cx.sse, cx.pool, &mut ex.unsent, now) {
+                    Some(e) => ex.produce = Some(Produce::Events(e)),
+                    None => ex.done = true,
                 }
             }
-            Producer::Ticker(ticker) => ex.produce = Some(Produce::Ticker { ticker, next: now }),
+            Producer::Ticker(ticker) => ex.produce = Some(Produce::Ticker(Ticking::new(ticker, now))),
         }
     }
 
@@ -873,13 +849,8 @@ impl H2Session {
     fn event(&mut self, stream: StreamId, id: i64, event: &Arc<[u8]>) {
         let Some(i) = self.find(stream) else { return };
         let ex = &mut self.exchanges[i];
-        let Some(Produce::Events { replaying, last_id, held, .. }) = &mut ex.produce else { return };
-        if *replaying {
-            held.push((id, event.clone()));
-        } else if id > *last_id {
-            *last_id = id;
-            ex.unsent.extend_from_slice(event);
-        }
+        let Some(Produce::Events(e)) = &mut ex.produce else { return };
+        e.live(id, event, &mut ex.unsent);
     }
 
     /// A pool result for exchange `stream`: a replay or a download slice.
@@ -887,20 +858,11 @@ impl H2Session {
         let Some(i) = self.find(stream) else { return };
         let ex = &mut self.exchanges[i];
         match (result, &mut ex.produce) {
-            (Completion::Replay(bytes, last), Some(Produce::Events { replaying, last_id, held, .. })) => {
-                if last == REPLAY_PANICKED {
+            (Completion::Replay(bytes, last), Some(Produce::Events(e))) => {
+                let go = e.replayed(&bytes, last, &mut ex.unsent);
+                if !go {
                     ex.produce = None;
                     ex.done = true;
-                    return;
-                }
-                ex.unsent.extend_from_slice(&bytes);
-                *last_id = (*last_id).max(last);
-                *replaying = false;
-                for (id, event) in held.drain(..) {
-                    if id > *last_id {
-                        ex.unsent.extend_from_slice(&event);
-                        *last_id = id;
-                    }
                 }
             }
             (Completion::Chunk(offset, bytes), Some(Produce::Download(d))) => {
@@ -921,16 +883,11 @@ impl H2Session {
     fn tick(&mut self, app: &crate::app::App, now: Instant) {
         for ex in &mut self.exchanges {
             match &mut ex.produce {
-                Some(Produce::Events { next_beat, .. }) if *next_beat <= now => {
-                    match guard("SSE heartbeat", || (app.sse_heartbeat(), app.sse_heartbeat_every())) {
-                        Ok((beat, every)) => {
-                            ex.unsent.extend_from_slice(&beat);
-                            *next_beat = now + every;
-                        }
-                        Err(_) => {
-                            ex.produce = None;
-                            ex.done = true;
-                        }
+                Some(Produce::Events(e)) => {
+                    let go = e.beat(app, now, &mut ex.unsent);
+                    if !go {
+                        ex.produce = None;
+                        ex.done = true;
                     }
                 }
                 Some(Produce::Ws { ws, .. }) if ws.next_ping <= now => {
@@ -945,17 +902,11 @@ impl H2Session {
                         ws.awaiting_pong = true;
                     }
                 }
-                Some(Produce::Ticker { ticker, next }) if *next <= now => {
-                    if ex.unsent.len() > HIGH_WATERMARK {
-                        *next = now + TICK_BACKOFF;
-                        continue;
-                    }
-                    match guard("stream ticker", || ticker.tick(&mut ex.unsent)) {
-                        Ok(Some(delay)) => *next = now + delay,
-                        Ok(None) | Err(_) => {
-                            ex.produce = None;
-                            ex.done = true;
-                        }
+                Some(Produce::Ticker(t)) => {
+                    let go = t.tick(now, &mut ex.unsent);
+                    if !go {
+                        ex.produce = None;
+                        ex.done = true;
                     }
                 }
                 _ => {}

@@ -37,8 +37,9 @@ use quinn_proto::{ConnectionHandle, StreamId, VarInt};
 
 use super::download::Download;
 use super::fanout::MAX_BACKLOG;
-use super::panics::guard;
-use super::pool::{Completion, ExchangeId, Pool, Work, REPLAY_PANICKED};
+
+use super::pool::{Completion, ExchangeId, Pool, Work};
+use super::produce::{Events, Ticking};
 use super::token::Tok;
 use super::upstream::CallState;
 use super::{Glue, Worker};
@@ -103,8 +104,6 @@ const GSO_BATCH: usize = {
 };
 /// Bytes read from disk per pool job for a download (as over HTTP/1.1 and HTTP/2).
 const SLICE: usize = 64 * 1024;
-/// While a stream's unsent bytes pass this, its timer-driven producer waits.
-const TICK_BACKOFF: Duration = Duration::from_millis(50);
 /// Sessions (connections) at which new clients must prove their address (Retry) first, as
 /// a share of `limits.max_connections`.
 const UNDER_LOAD_SHARE: usize = 2;
@@ -112,9 +111,9 @@ const UNDER_LOAD_SHARE: usize = 2;
 /// What produces a streamed body after its head.
 enum Produce {
     /// An `/api/events` subscription.
-    Events { replaying: bool, last_id: i64, held: Vec<(i64, Arc<[u8]>)>, next_beat: Instant },
+    Events(Events),
     /// Events from a timer.
-    Ticker { ticker: Box<dyn crate::app::Ticker>, next: Instant },
+    Ticker(Ticking),
     /// A byte range of a file, read on the pool slice by slice.
     Download(Download),
 }
@@ -161,8 +160,8 @@ impl Exchange {
 
     fn produce_deadline(&self) -> Option<Instant> {
         match &self.produce {
-            Some(Produce::Events { next_beat, .. }) => Some(*next_beat),
-            Some(Produce::Ticker { next, .. }) => Some(*next),
+            Some(Produce::Events(e)) => Some(e.next()),
+            Some(Produce::Ticker(t)) => Some(t.next()),
             _ => None,
         }
     }
@@ -688,27 +687,12 @@ fn start_producer(ex: &mut Exchange, p: Producer, cx: &mut Cx<'_, '_>, now: Inst
     let id = cx.id(ex.stream);
     match p {
         Producer::Events { last_event_id } => {
-            let app = cx.glue.app;
-            let start = guard("SSE stream start", || {
-                (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after)))
-            });
-            let Ok((preamble, every, replay)) = start else {
-                ex.done = true;
-                return;
-            };
-            ex.unsent.extend_from_slice(&preamble);
-            ex.produce = Some(Produce::Events {
-                replaying: replay.is_some(),
-                last_id: last_event_id.unwrap_or(0),
-                held: Vec::new(),
-                next_beat: now + every,
-            });
-            cx.sse.insert(id);
-            if let Some(job) = replay {
-                cx.pool.submit(id, Work::Replay(job));
+            match Events::start(cx.glue.app, last_event_id, id, cx.sse, cx.pool, &mut ex.unsent, now) {
+                Some(e) => ex.produce = Some(Produce::Events(e)),
+                None => ex.done = true,
             }
         }
-        Producer::Ticker(ticker) => ex.produce = Some(Produce::Ticker { ticker, next: now }),
+        Producer::Ticker(ticker) => ex.produce = Some(Produce::Ticker(Ticking::new(ticker, now))),
     }
 }
 
@@ -716,7 +700,7 @@ fn start_producer(ex: &mut Exchange, p: Producer, cx: &mut Cx<'_, '_>, now: Inst
 fn remove(sess: &mut Session, i: usize, cx: &mut Cx<'_, '_>) {
     let ex = sess.exchanges.swap_remove(i);
     let id = cx.id(ex.stream);
-    if matches!(ex.produce, Some(Produce::Events { .. })) {
+    if matches!(ex.produce, Some(Produce::Events(_))) {
         cx.sse.remove(&id);
     }
     if let Some(call) = ex.call {
@@ -785,33 +769,14 @@ fn service(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, '_>, _now: Ins
 /// Heartbeats and ticks that are due.
 fn tick(sess: &mut Session, app: &crate::app::App, now: Instant) {
     for ex in &mut sess.exchanges {
-        match &mut ex.produce {
-            Some(Produce::Events { next_beat, .. }) if *next_beat <= now => {
-                match guard("SSE heartbeat", || (app.sse_heartbeat(), app.sse_heartbeat_every())) {
-                    Ok((beat, every)) => {
-                        ex.unsent.extend_from_slice(&beat);
-                        *next_beat = now + every;
-                    }
-                    Err(_) => {
-                        ex.produce = None;
-                        ex.done = true;
-                    }
-                }
-            }
-            Some(Produce::Ticker { ticker, next }) if *next <= now => {
-                if ex.unsent.len() > HIGH_WATERMARK {
-                    *next = now + TICK_BACKOFF;
-                    continue;
-                }
-                match guard("stream ticker", || ticker.tick(&mut ex.unsent)) {
-                    Ok(Some(delay)) => *next = now + delay,
-                    Ok(None) | Err(_) => {
-                        ex.produce = None;
-                        ex.done = true;
-                    }
-                }
-            }
-            _ => {}
+        let go = match &mut ex.produce {
+            Some(Produce::Events(e)) => e.beat(app, now, &mut ex.unsent),
+            Some(Produce::Ticker(t)) => t.tick(now, &mut ex.unsent),
+            _ => true,
+        };
+        if !go {
+            ex.produce = None;
+            ex.done = true;
         }
     }
 }
@@ -962,20 +927,11 @@ impl Worker {
                             let mut cx = cx!(self, h3, &mut glue, &mut s, &mut c, ch, id.generation);
                             answer(sess, conn, i, resp, Delimit::Length, &mut cx);
                         }
-                        (Completion::Replay(bytes, last), Some(Produce::Events { replaying, last_id, held, .. })) => {
-                            if last == REPLAY_PANICKED {
+                        (Completion::Replay(bytes, last), Some(Produce::Events(e))) => {
+                            let go = e.replayed(&bytes, last, &mut ex.unsent);
+                            if !go {
                                 ex.produce = None;
                                 ex.done = true;
-                            } else {
-                                ex.unsent.extend_from_slice(&bytes);
-                                *last_id = (*last_id).max(last);
-                                *replaying = false;
-                                for (eid, event) in held.drain(..) {
-                                    if eid > *last_id {
-                                        ex.unsent.extend_from_slice(&event);
-                                        *last_id = eid;
-                                    }
-                                }
                             }
                         }
                         (Completion::Chunk(offset, bytes), Some(Produce::Download(d))) => {
@@ -1003,13 +959,8 @@ impl Worker {
         let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == id.generation) else { return };
         let Some(i) = sess.find(stream_of(id)) else { return };
         let ex = &mut sess.exchanges[i];
-        let Some(Produce::Events { replaying, last_id, held, .. }) = &mut ex.produce else { return };
-        if *replaying {
-            held.push((event_id, event.clone()));
-        } else if event_id > *last_id {
-            *last_id = event_id;
-            ex.unsent.extend_from_slice(event);
-        }
+        let Some(Produce::Events(e)) = &mut ex.produce else { return };
+        e.live(event_id, event, &mut ex.unsent);
         h3.touched.insert(ch);
     }
 
@@ -1114,7 +1065,7 @@ impl Worker {
         h3.server.go_away(now);
         for (ch, sess) in &mut h3.sessions {
             for ex in &mut sess.exchanges {
-                if matches!(ex.produce, Some(Produce::Events { .. })) {
+                if matches!(ex.produce, Some(Produce::Events(_))) {
                     let raw = VarInt::from(ex.stream).into_inner();
                     self.sse.remove(&ExchangeId {
                         conn: H3_BASE + ch.0,

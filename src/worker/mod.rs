@@ -31,6 +31,7 @@ mod h2;
 mod h3;
 mod panics;
 mod pool;
+mod produce;
 mod streams;
 mod timers;
 mod token;

@@ -371,8 +371,23 @@ fn early_hints_on_the_homepage() {
     assert_eq!(r.status(), 200, "{:?}", r.heads.last());
 }
 
-#[test]
-fn reload_lets_an_open_stream_finish_and_the_new_worker_serves() {
+/// A one-worker server with a 16 MiB download under way on an HTTP/3 connection: the server,
+/// its address, the client config, the client, the stream, the file's bytes, the worker pid
+/// (and the file's directory, kept alive).
+struct MidDownload {
+    server: Server,
+    addr: std::net::SocketAddr,
+    config: quinn_proto::ClientConfig,
+    c: H3Client,
+    id: quinn_proto::StreamId,
+    data: Vec<u8>,
+    old: i32,
+    _files: tempfile::TempDir,
+}
+
+const MID_DEADLINE: Duration = Duration::from_secs(120);
+
+fn mid_download() -> MidDownload {
     let (server, addr, pki, files) = download_server(1, "");
     let data = pattern(16 << 20);
     std::fs::write(files.path().join("mid.bin"), &data).expect("write");
@@ -380,56 +395,67 @@ fn reload_lets_an_open_stream_finish_and_the_new_worker_serves() {
     let config = client_config(&pki);
     let mut c = H3Client::connect(addr, &config);
     let id = c.send("GET", "/download/mid.bin", &[], b"");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    c.run_until(deadline, |c| c.partial(id).body.len() >= 1 << 20);
+    c.run_until(Instant::now() + MID_DEADLINE, |c| c.partial(id).body.len() >= 1 << 20);
     assert!(c.partial(id).body.len() >= 1 << 20, "the download started\n{}", server.log_tail());
-    server.signal(Signal::SIGHUP);
+    MidDownload { server, addr, config, c, id, data, old, _files: files }
+}
+
+impl MidDownload {
+    /// The stream runs to its end, byte-exact, on the same connection (`across`: what
+    /// happened meanwhile, for the message).
+    fn finishes(&mut self, across: &str) {
+        let (c, id) = (&mut self.c, self.id);
+        c.run_until(Instant::now() + MID_DEADLINE, |c| {
+            c.streams[&id].fin || c.streams[&id].reset.is_some() || c.lost.is_some()
+        });
+        assert!(c.lost.is_none(), "{:?} after {} bytes\n{}", c.lost, c.partial(id).body.len(), self.server.log_tail());
+        let r = c.response(id);
+        assert!(
+            r.body == self.data,
+            "the whole body across the {across} ({} of {} bytes)",
+            r.body.len(),
+            self.data.len()
+        );
+    }
+
+    /// The pid of the worker that answers a new connection.
+    fn fresh_pid(&self) -> i32 {
+        let mut fresh = H3Client::connect(self.addr, &self.config);
+        fresh.get("/_debug/pid").json()["pid"].as_i64().expect("pid") as i32
+    }
+}
+
+#[test]
+fn reload_lets_an_open_stream_finish_and_the_new_worker_serves() {
+    let mut m = mid_download();
+    m.server.signal(Signal::SIGHUP);
     // The old worker drains beside its replacement (both read the slot's socket): its stream
     // goes on to the end; the replacement leaves its packets alone.
-    c.run_until(deadline, |c| c.streams[&id].fin || c.streams[&id].reset.is_some() || c.lost.is_some());
-    assert!(c.lost.is_none(), "{:?} after {} bytes\n{}", c.lost, c.partial(id).body.len(), server.log_tail());
-    let r = c.response(id);
-    assert!(r.body == data, "the whole body across the reload ({} of {} bytes)", r.body.len(), data.len());
-    c.run_until(Instant::now() + TIMEOUT, |c| c.goaway || c.lost.is_some());
-    assert!(c.goaway, "GOAWAY from the draining worker");
+    m.finishes("reload");
+    m.c.run_until(Instant::now() + TIMEOUT, |c| c.goaway || c.lost.is_some());
+    assert!(m.c.goaway, "GOAWAY from the draining worker");
     assert!(
-        eventually(Duration::from_secs(30), || !server.workers().contains(&old)),
+        eventually(Duration::from_secs(30), || !m.server.workers().contains(&m.old)),
         "the old worker exits\n{}",
-        server.log_tail()
+        m.server.log_tail()
     );
-    // The new worker serves new connections.
-    let mut fresh = H3Client::connect(addr, &config);
-    let pid = fresh.get("/_debug/pid").json()["pid"].as_i64().expect("pid") as i32;
-    assert_ne!(pid, old, "served by the replacement");
+    assert_ne!(m.fresh_pid(), m.old, "served by the replacement");
 }
 
 #[test]
 fn usr2_lets_an_open_stream_finish_and_the_new_supervisor_serves() {
     use crate::upgrade::{new_supervisor_pid, StopOnDrop};
-    let (mut server, addr, pki, files) = download_server(1, "");
-    let data = pattern(16 << 20);
-    std::fs::write(files.path().join("mid.bin"), &data).expect("write");
-    let old = server.wait_workers(1, Duration::from_secs(10))[0];
-    let config = client_config(&pki);
-    let mut c = H3Client::connect(addr, &config);
-    let id = c.send("GET", "/download/mid.bin", &[], b"");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    c.run_until(deadline, |c| c.partial(id).body.len() >= 1 << 20);
-    assert!(c.partial(id).body.len() >= 1 << 20, "the download started\n{}", server.log_tail());
-    server.signal(Signal::SIGUSR2);
-    let new_pid = new_supervisor_pid(&server);
+    let mut m = mid_download();
+    m.server.signal(Signal::SIGUSR2);
+    let new_pid = new_supervisor_pid(&m.server);
     let _stop = StopOnDrop(new_pid);
     // The new supervisor's worker shares the slot's UDP socket with the old worker, which
     // drains: it must leave the old connection's packets alone (not reset them).
-    c.run_until(deadline, |c| c.streams[&id].fin || c.streams[&id].reset.is_some() || c.lost.is_some());
-    assert!(c.lost.is_none(), "{:?} after {} bytes\n{}", c.lost, c.partial(id).body.len(), server.log_tail());
-    let r = c.response(id);
-    assert!(r.body == data, "the whole body across the upgrade ({} of {} bytes)", r.body.len(), data.len());
-    let status = server.wait_exit(Duration::from_secs(30));
-    assert!(status.is_some_and(|s| s.success()), "the old supervisor drains: {status:?}\n{}", server.log_tail());
-    let mut fresh = H3Client::connect(addr, &config);
-    let pid = fresh.get("/_debug/pid").json()["pid"].as_i64().expect("pid") as i32;
-    assert!(pid != old && worker_pids(new_pid).contains(&pid), "served by the new supervisor's worker");
+    m.finishes("upgrade");
+    let status = m.server.wait_exit(Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "the old supervisor drains: {status:?}\n{}", m.server.log_tail());
+    let pid = m.fresh_pid();
+    assert!(pid != m.old && worker_pids(new_pid).contains(&pid), "served by the new supervisor's worker");
 }
 
 #[test]
