@@ -83,6 +83,9 @@ struct Slot {
     data: [AtomicU64; DATA_WORDS],
 }
 
+// SAFETY: only `AtomicU64`s, all zero in an empty slot (`seq` 0, no tag), aligned to 64.
+unsafe impl super::ZeroSlot for Slot {}
+
 /// A handle on the shared cache: where the mapping is, how many sets it
 /// holds and the hash key. The handle is private to each process (fork copies
 /// it, and the mapping sits at the same address in every child); the mapping
@@ -112,16 +115,7 @@ impl SharedCache {
     /// Map a zeroed cache of at least `entries` slots (rounded up to whole sets). Supervisor, before fork.
     /// `seed` keys the hash that places keys (drawn from the OS by the caller, like RateTable::init).
     pub fn create(entries: usize, seed: u128) -> std::io::Result<&'static SharedCache> {
-        let sets = entries.div_ceil(WAYS).max(1);
-        let len = sets
-            .checked_mul(WAYS * SLOT_BYTES)
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "shared cache too large"))?;
-        let ptr = crate::sys::map_shared_anonymous(len)?;
-        // SAFETY: the mapping is page-aligned (≥ 64, the alignment of `Slot`),
-        // exactly `sets × WAYS` slots long, zero-filled (a valid value for
-        // every atomic in `Slot`) and never unmapped, so a shared `'static`
-        // slice over it is sound; all access goes through atomics.
-        let slots = unsafe { std::slice::from_raw_parts(ptr as *const Slot, sets * WAYS) };
+        let (slots, sets) = super::map_sets::<Slot>(entries, WAYS, "shared cache")?;
         Ok(Box::leak(Box::new(SharedCache { slots, sets, k0: seed as u64, k1: (seed >> 64) as u64 })))
     }
 

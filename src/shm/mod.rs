@@ -17,6 +17,31 @@ pub mod sessions;
 use std::io;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+/// A slot of a set-associative table in its own mapping ([`cache`], [`sessions`]).
+///
+/// # Safety
+/// The all-zero bit pattern must be a valid (empty) slot, its alignment at most a page, and
+/// every field an atomic: the slots are shared by processes and only ever read and written
+/// through atomics.
+pub(crate) unsafe trait ZeroSlot: Sized {}
+
+/// Map a zero-filled table of whole sets of `ways` slots holding at least `entries` (at least
+/// one set); the slots and the number of sets. Supervisor, before fork; never unmapped.
+/// `what` names the table in the error for a size that overflows.
+pub(crate) fn map_sets<T: ZeroSlot>(entries: usize, ways: usize, what: &str) -> io::Result<(&'static [T], usize)> {
+    let sets = entries.div_ceil(ways).max(1);
+    let count = sets.checked_mul(ways);
+    let len = count
+        .and_then(|n| n.checked_mul(std::mem::size_of::<T>()))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{what} too large")))?;
+    let ptr = crate::sys::map_shared_anonymous(len)?;
+    // SAFETY: the mapping is page-aligned (at least `T`'s alignment, `ZeroSlot`), exactly
+    // `count` slots of `T` long, zero-filled (a valid empty `T`, `ZeroSlot`) and never
+    // unmapped, so a shared `'static` slice over it is sound; all access goes through atomics.
+    let slots = unsafe { std::slice::from_raw_parts(ptr as *const T, count.unwrap_or(0)) };
+    Ok((slots, sets))
+}
+
 /// How many worker processes can be alive at once (serving plus draining).
 pub const MAX_PROCS: usize = 2048;
 

@@ -86,6 +86,10 @@ struct Slot {
     data: [AtomicU64; DATA_WORDS],
 }
 
+// SAFETY: only `AtomicU64`s, all zero in an empty slot (state 0: not live, not busy),
+// aligned to 64.
+unsafe impl super::ZeroSlot for Slot {}
+
 /// The store: where the mapping is, how many sets it holds, the hash key. The handle is
 /// process memory copied into every worker by fork; the mapping is the shared part.
 pub struct SharedSessions {
@@ -118,16 +122,7 @@ impl SharedSessions {
     /// Map an empty store of at least `entries` slots (whole sets). Supervisor, before fork;
     /// `seed` keys the placement hash and the checksum (drawn from the OS by the caller).
     pub fn create(entries: usize, seed: u128) -> std::io::Result<&'static SharedSessions> {
-        let sets = entries.div_ceil(WAYS).max(1);
-        let len = sets
-            .checked_mul(WAYS * SLOT_BYTES)
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "session store too large"))?;
-        let ptr = crate::sys::map_shared_anonymous(len)?;
-        // SAFETY: the mapping is page-aligned (≥ 64, the alignment of `Slot`), exactly
-        // `sets × WAYS` slots long, zero-filled (a valid value for every atomic in `Slot`,
-        // and the state of an empty slot) and never unmapped, so a shared `'static` slice
-        // over it is sound; all access goes through atomics.
-        let slots = unsafe { std::slice::from_raw_parts(ptr as *const Slot, sets * WAYS) };
+        let (slots, sets) = super::map_sets::<Slot>(entries, WAYS, "session store")?;
         Ok(Box::leak(Box::new(SharedSessions { slots, sets, k0: seed as u64, k1: (seed >> 64) as u64 })))
     }
 
