@@ -122,11 +122,14 @@ fn non_incremental_downloads_go_in_turn_and_incremental_ones_interleave() {
     let mut two = open(&mut c, "b.bin", "i, u=3");
     let seen = read_until(&mut c, &mut [&mut one, &mut two], |d| (d[0].got, d[1].got), |d| d[0].ended && d[1].ended);
     assert_eq!((one.got, two.got), (SIZE, SIZE));
-    // Halfway through either, the other is well under way too.
+    // Halfway through either, the other is well under way too. Not an even split: sharing is
+    // work-conserving, so a stream whose next disk slice is late (the pool is busy on a loaded
+    // machine) leaves the window to the other meanwhile (2.2 : 1 seen under CI load, ~1.2 : 1
+    // quiet). One at a time, the other would have moved at most its first window (≤ 64 KiB).
     let half = SIZE / 2;
     let at = |which: usize| seen.iter().find(|p| if which == 0 { p.0 >= half } else { p.1 >= half }).copied();
     let (a, b) = (at(0).expect("one got half"), at(1).expect("two got half"));
     eprintln!("incremental: at half of one {a:?}, at half of two {b:?}");
-    assert!(a.1 >= SIZE / 4, "one at half ({}) while two at {}: not interleaved", a.0, a.1);
-    assert!(b.0 >= SIZE / 4, "two at half ({}) while one at {}: not interleaved", b.1, b.0);
+    assert!(a.1 >= SIZE / 8, "one at half ({}) while two at {}: not interleaved", a.0, a.1);
+    assert!(b.0 >= SIZE / 8, "two at half ({}) while one at {}: not interleaved", b.1, b.0);
 }
