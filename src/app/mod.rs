@@ -12,6 +12,7 @@ mod cache;
 pub mod handlers;
 pub mod phases;
 pub mod router;
+pub mod usermemo;
 pub mod validate;
 
 // The handlers and phases by their short names, for the routing table below and for each
@@ -65,6 +66,8 @@ pub struct Services {
     pub endpoints: &'static Endpoints,
     /// The upstream-answer cache shared by every worker.
     pub shared_cache: &'static crate::shm::cache::SharedCache,
+    /// Rendered users for the loop's memo (`usermemo`; jobs send, the loop takes).
+    pub user_fills: crossbeam_channel::Sender<usermemo::Fill>,
 }
 
 /// Live counters of one worker's detached connections.
@@ -123,6 +126,8 @@ pub struct App {
     homepage_cache: homepage::Shared,
     /// Access tokens this worker verified, until they expire (see `session`).
     verified: std::cell::RefCell<session::Verified>,
+    /// Users rendered by the pool and unchanged since (see `usermemo`).
+    user_memo: std::cell::RefCell<usermemo::UserMemo>,
     /// The `/metrics` label of each route slot (`other`, then the patterns).
     route_labels: Vec<&'static str>,
     /// `Alt-Svc` for responses over TLS when HTTP/3 is on (`h3=":port"; ma=...`).
@@ -137,7 +142,7 @@ pub fn alt_svc_value(config: &Config) -> Option<String> {
 
 impl App {
     /// Build the routes.
-    pub fn new(svc: &'static Services) -> App {
+    pub fn new(svc: &'static Services, user_memo: usermemo::UserMemo) -> App {
         let config = svc.config;
         let router = routes(config);
         let route_labels = metrics::route_labels(&router);
@@ -162,6 +167,7 @@ impl App {
             config_etag,
             homepage_cache,
             verified: Default::default(),
+            user_memo: std::cell::RefCell::new(user_memo),
             route_labels,
             alt_svc,
         }

@@ -56,6 +56,14 @@ impl Value {
         }
     }
 
+    /// `n` in decimal, in place.
+    pub fn uint(n: u64) -> Value {
+        let mut i = Inline::default();
+        // A u64 has at most 20 digits: it always fits.
+        i.push_uint(n);
+        Value::Inline(i)
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         match self {
@@ -141,6 +149,26 @@ pub struct Inline {
 impl Inline {
     /// The longest text held in place: an ETag (18), a `u64` (20).
     pub const CAP: usize = 22;
+
+    /// Appends `s` when it fits; `false` (and nothing appended) when it does not.
+    pub fn push(&mut self, s: &str) -> bool {
+        std::fmt::Write::write_str(self, s).is_ok()
+    }
+
+    /// Appends `n` in decimal (no formatting machinery) when it fits.
+    pub fn push_uint(&mut self, n: u64) -> bool {
+        let digits = if n == 0 { 1 } else { n.ilog10() as usize + 1 };
+        let at = usize::from(self.len);
+        let Some(dest) = self.buf.get_mut(at..at + digits) else { return false };
+        let mut m = n;
+        for d in dest.iter_mut().rev() {
+            *d = b'0' + (m % 10) as u8;
+            m /= 10;
+        }
+        // ASCII digits: the text stays UTF-8.
+        self.len = (at + digits) as u8;
+        true
+    }
 
     /// The text.
     pub fn as_str(&self) -> &str {
@@ -356,6 +384,20 @@ mod tests {
             r.header("X-N", Value::display(i));
         }
         assert_eq!(r.headers.capacity(), HEADERS_RESERVED, "reserved once, never grown");
+    }
+
+    #[test]
+    fn numbers_in_place_without_fmt() {
+        for n in [0, 7, 10, 1_000_000_000_000, u64::MAX] {
+            let v = Value::uint(n);
+            assert!(matches!(v, Value::Inline(_)));
+            assert_eq!(v.as_str(), n.to_string());
+        }
+        let mut i = Inline::default();
+        assert!(i.push_uint(60) && i.push(";w=") && i.push_uint(15));
+        assert_eq!(i.as_str(), "60;w=15");
+        assert!(!i.push(&"x".repeat(Inline::CAP)), "too long: refused");
+        assert_eq!(i.as_str(), "60;w=15", "and nothing appended");
     }
 
     #[test]

@@ -4,12 +4,14 @@
 //! It holds only fixed-size records of atomics (no pointers, no locks), laid
 //! out once. Today: one [`ProcRecord`] per live worker process (heartbeat,
 //! state, counters), a parallel [`metrics::ProcMetrics`] block per process
-//! plus the retired block (`GET /metrics`), and the rate-limit table; later
+//! plus the retired block (`GET /metrics`), the rate-limit table and the user change
+//! counters ([`epochs`]); later
 //! zones are added here as more fixed arrays. The shared cache, sized from the configuration, lives in
 //! its own mapping instead ([`cache`]), and so do HTTP/3's TLS sessions ([`sessions`]). It must not grow, allocate or hold
 //! Rust pointers.
 
 pub mod cache;
+pub mod epochs;
 pub mod metrics;
 pub mod ratelimit;
 pub mod sessions;
@@ -84,6 +86,8 @@ pub struct Region {
     pub retired: metrics::Retired,
     /// The shared rate-limit table (seeded by the supervisor before forking).
     pub rate: ratelimit::RateTable,
+    /// Change counters of user records (what a worker's memo of users checks).
+    pub users: epochs::Epochs,
     /// One past the highest record index ever claimed: readers that walk the
     /// records stop here. A walk over all [`MAX_PROCS`] records maps in 128 KiB
     /// of pages no process ever wrote (a read of untouched shared memory still

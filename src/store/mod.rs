@@ -149,6 +149,12 @@ impl Store {
         }))
     }
 
+    /// Whether every writer of this database is on this host (SQLite), so that the shared
+    /// memory's change counters see every write; not on PostgreSQL.
+    pub fn single_host(&self) -> bool {
+        matches!(self.0, Backend::Sqlite(_))
+    }
+
     /// Cheap readiness probe (`SELECT 1` on a pooled connection).
     pub fn ping(&self) -> Result<(), StoreError> {
         dispatch!(self, s => s.ping())

@@ -907,6 +907,7 @@ impl Supervisor {
                     rate: &self.region.rate,
                     endpoints: self.endpoints,
                     shared_cache: self.shared_cache,
+                    foreign_writers: self.old_workers.iter().map(|&(_, pid)| pid).collect(),
                 });
                 std::process::exit(code);
             }

@@ -148,6 +148,11 @@ pub fn kill(pid: i32, sig: nix::sys::signal::Signal) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
 }
 
+/// Whether process `pid` still exists (a zombie counts until its parent reaps it).
+pub fn alive(pid: i32) -> bool {
+    !matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH))
+}
+
 /// Take ownership of an inherited listening socket by descriptor number.
 ///
 /// Only for a freshly forked worker: `fd` must be a listening TCP socket the

@@ -114,6 +114,9 @@ pub struct WorkerArgs<'a> {
     pub endpoints: &'static crate::upstream::wire::Endpoints,
     /// The upstream-answer cache shared by every worker.
     pub shared_cache: &'static crate::shm::cache::SharedCache,
+    /// After `SIGUSR2`: the old supervisor's workers, which write to the same database
+    /// without this region's change counters (see `app::usermemo`).
+    pub foreign_writers: Vec<i32>,
 }
 
 /// A worker's HTTPS listener: the slot's socket on `tls.listen` and the rustls configuration
@@ -249,6 +252,9 @@ impl Worker {
             .map_err(|e| io::Error::other(format!("password hashing: {e}")))?;
         let jwt = Jwt::new(args.secret, &config.auth.issuer, &config.auth.audience, config.auth.access_ttl);
         let (publish, published) = crossbeam_channel::unbounded();
+        // The memo of users trusts the shared change counters: they see every write on one
+        // host's SQLite, not other hosts' (PostgreSQL), nor an old supervisor's workers.
+        let (user_memo, user_fills) = crate::app::usermemo::UserMemo::new(store.single_host(), args.foreign_writers);
         let svc: &'static Services = Box::leak(Box::new(Services {
             config,
             store: Box::leak(Box::new(store)),
@@ -262,6 +268,7 @@ impl Worker {
             rate: args.rate,
             endpoints: args.endpoints,
             shared_cache: args.shared_cache,
+            user_fills,
         }));
         let poll = Poll::new()?;
         let mut signals = SignalSet::install(&[libc::SIGTERM])?;
@@ -319,7 +326,7 @@ impl Worker {
             accept_retry: None,
             signals,
             pool,
-            app: App::new(svc),
+            app: App::new(svc, user_memo),
             env,
             h2: h2_settings(config),
             h3,

@@ -811,3 +811,68 @@ fn delete_user_is_204_then_404_and_their_posts_are_gone(p: Proto) {
     let r = s.api("GET", &format!("/api/v1/users/{}", id_of(&v)), Some(&admin), None);
     s.expect_err(&r, 404, "NOT_FOUND", "GET a user deleted by an admin");
 }
+
+/// Two keep-alive connections held by different workers (of a 2-worker server).
+fn conns_on_two_workers(s: &Server) -> (Conn, Conn) {
+    let first = s.conn();
+    let mut first = first;
+    let pid = first.get("/_debug/pid").json()["pid"].as_i64();
+    for _ in 0..200 {
+        let mut other = s.conn();
+        if other.get("/_debug/pid").json()["pid"].as_i64() != pid {
+            return (first, other);
+        }
+    }
+    panic!("200 connections all went to worker {pid:?}\n{}", s.log_tail());
+}
+
+/// `method path` with the bearer (and a JSON body) on `c`.
+fn on(c: &mut Conn, method: &str, path: &str, token: &str, body: Option<&Value>) -> Response {
+    let auth = format!("Bearer {token}");
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut headers = vec![("Authorization", auth.as_str())];
+    if !body.is_empty() {
+        headers.push(("Content-Type", "application/json"));
+    }
+    c.send(&request(method, path, &headers, body.as_bytes()));
+    c.read_response()
+}
+
+/// A worker answers a user it read before from memory (no pool job): a change or a delete
+/// made through ANOTHER worker must show at once, on the next request, not after some
+/// expiry. Without the shared change counters the second worker answers the old user.
+#[test]
+fn a_user_changed_or_deleted_through_one_worker_is_seen_at_once_by_another() {
+    let s = Server::api_builder().workers(2).start();
+    let (u, token) = s.user("Memo");
+    let path = format!("/api/v1/users/{}", id_of(&u));
+    let (mut writer, mut reader) = conns_on_two_workers(&s);
+    // The reader's worker renders the user, then answers it again (from its memo).
+    for round in 0..3 {
+        let r = on(&mut reader, "GET", &path, &token, None);
+        assert_eq!(r.status, 200, "GET {round}: {r:?}");
+        assert_eq!(r.json()["data"]["name"], "Memo");
+    }
+    let tag = on(&mut reader, "GET", &path, &token, None).header("etag").map(str::to_owned).expect("etag");
+    for (i, name) in ["Memo Two", "Memo Three"].iter().enumerate() {
+        let r = on(&mut writer, "PATCH", &path, &token, Some(&json!({ "name": name })));
+        assert_eq!(r.status, 200, "PATCH {i}: {r:?}");
+        let r = on(&mut reader, "GET", &path, &token, None);
+        assert_eq!(r.json()["data"]["name"], *name, "the other worker sees change {i} at once: {r:?}");
+        assert_ne!(r.header("etag"), Some(tag.as_str()), "and its new ETag");
+        // Read again: now from its memo, still the change.
+        let r = on(&mut reader, "GET", &path, &token, None);
+        assert_eq!(r.json()["data"]["name"], *name);
+    }
+    // A memoised answer honours If-None-Match like a rendered one.
+    let current = on(&mut reader, "GET", &path, &token, None).header("etag").map(str::to_owned).expect("etag");
+    let auth = format!("Bearer {token}");
+    reader.send(&request("GET", &path, &[("Authorization", &auth), ("If-None-Match", &current)], b""));
+    let r = reader.read_response();
+    assert_eq!((r.status, r.header("etag")), (304, Some(current.as_str())), "{r:?}");
+    let (_, admin) = s.admin();
+    let r = on(&mut writer, "DELETE", &path, &admin, None);
+    assert_eq!(r.status, 204, "{r:?}");
+    let r = on(&mut reader, "GET", &path, &admin, None);
+    assert_eq!(r.status, 404, "the other worker sees the delete at once: {r:?}");
+}

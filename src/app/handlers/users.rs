@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::app::health::fnv1a;
 use crate::app::router::Router;
 use crate::app::session::{self, Caller};
+use crate::app::usermemo::Fill;
 use crate::app::validate::{self, Fields, Presence};
 use crate::app::{path_id, App, Ctx, Handler, Reply};
 use crate::error::{Error, FieldError};
@@ -280,14 +281,40 @@ fn list(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
 fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     session::require(app, req)?;
     let id = path_id(ctx)?;
-    let if_none_match = req.header("if-none-match").map(|v| v.to_vec());
     let svc = app.svc;
+    let inm = req.header("if-none-match");
+    let mut memo = app.user_memo.borrow_mut();
+    // Rendered before and unchanged since (see `usermemo`): answered here, no pool job.
+    if let Some((tag, body)) = memo.get(id, &svc.region.users) {
+        if inm.is_some_and(|v| crate::app::health::etag_matches(v, tag.as_bytes())) {
+            let mut r = Response::new(304);
+            r.header("ETag", tag.clone());
+            return Ok(Reply::full(r));
+        }
+        let mut r = Response::new(200);
+        r.body = Body::Bytes(body.to_vec());
+        r.header("ETag", tag.clone());
+        return Ok(Reply::full(r));
+    }
+    let fills = memo.open().then(|| svc.user_fills.clone());
+    drop(memo);
+    let if_none_match = inm.map(<[u8]>::to_vec);
     Ok(ctx.later(move || {
+        // Read before the row: a write committed after it leaves the memo's entry stale.
+        let epoch = svc.region.users.get(id);
         // Rendered straight from the row: no `User`, no copy of its text.
         let rendered = svc.store.with_user(id, |user| {
             let tag = etag(user);
             if if_none_match.is_some_and(|v| crate::app::health::etag_matches(&v, tag.as_bytes())) {
                 let mut r = Response::new(304);
+                r.header("ETag", tag);
+                return r;
+            }
+            if let Some(fills) = &fills {
+                let body = user_envelope(200, user);
+                let _ = fills.send(Fill { id, epoch, tag: tag.clone(), body: body[..].into() });
+                let mut r = Response::new(200);
+                r.body = Body::Bytes(body);
                 r.header("ETag", tag);
                 return r;
             }
@@ -338,7 +365,10 @@ fn changes(app: &App, req: &Request<'_>, ctx: &Ctx<'_>, full: bool) -> Result<Re
                 return Err(Error::PreconditionFailed);
             }
         }
-        let user = svc.store.update_user(id, &changes)?.ok_or(Error::NotFound)?;
+        let updated = svc.store.update_user(id, &changes);
+        // After the commit, before the answer: memos of this user are stale from now on.
+        svc.region.users.bump(id);
+        let user = updated?.ok_or(Error::NotFound)?;
         let tag = etag(user.borrowed());
         Ok(user_response(200, user.borrowed(), ("ETag", tag)))
     }))
@@ -356,7 +386,9 @@ fn delete(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let (_, id) = writer(app, req, ctx)?;
     let svc = app.svc;
     Ok(ctx.later(move || {
-        if !svc.store.delete_user(id)? {
+        let deleted = svc.store.delete_user(id);
+        svc.region.users.bump(id);
+        if !deleted? {
             return Err(Error::NotFound);
         }
         Ok(Response::new(204))

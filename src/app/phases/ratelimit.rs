@@ -10,7 +10,7 @@
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::request::Request;
-use crate::http::response::{Response, Value};
+use crate::http::response::{Inline, Response, Value};
 use crate::shm::ratelimit::{Decision, RateTable, Slot};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -68,10 +68,16 @@ fn explain_once(done: &AtomicBool, line: impl FnOnce() -> String) {
 /// Add the `RateLimit-*` headers: each value formatted in place, no allocation.
 pub fn decorate(r: &mut Response, config: &Config, d: &Decision) {
     let window = config.rate_limit.window.as_secs();
-    r.header("RateLimit-Policy", Value::display(format_args!("{};w={window}", d.limit)))
-        .header("RateLimit-Limit", Value::display(d.limit))
-        .header("RateLimit-Remaining", Value::display(d.remaining))
-        .header("RateLimit-Reset", Value::display(d.reset_secs));
+    let mut policy = Inline::default();
+    let policy = if policy.push_uint(d.limit) && policy.push(";w=") && policy.push_uint(window) {
+        Value::Inline(policy)
+    } else {
+        Value::display(format_args!("{};w={window}", d.limit))
+    };
+    r.header("RateLimit-Policy", policy)
+        .header("RateLimit-Limit", Value::uint(d.limit))
+        .header("RateLimit-Remaining", Value::uint(d.remaining))
+        .header("RateLimit-Reset", Value::uint(d.reset_secs));
 }
 
 fn login_key(req_peer: std::net::IpAddr, email: &str) -> Vec<u8> {

@@ -1,0 +1,175 @@
+//! This worker's memo of rendered users: `GET /users/{id}` is answered on the
+//! event loop from the body and ETag the pool last rendered for that user, for
+//! as long as the user's change counter (`shm::epochs`, one for every worker)
+//! is where it was when the pool read the row.
+//!
+//! Exact, not a time-based cache: the pool reads the counter before the row,
+//! and every write to a user bumps it after its commit and before its answer
+//! (`handlers::users`), so an entry is either current or seen to be stale; a
+//! stale one is dropped and the request goes to the pool as before. Fills come
+//! from pool jobs over a channel (the pool never touches the memo); the loop
+//! takes them before each lookup. Bounded: [`MAX_ENTRIES`] slots indexed by the
+//! id's low bits (a newer user takes the slot of an older one; no hashing).
+//!
+//! Off where the counters do not see every write: on PostgreSQL (other hosts
+//! write the same rows), and after `SIGUSR2` while the old supervisor's workers
+//! live (they bump the counters of another region) — on from the moment the
+//! last of them is gone, for jobs made from then on.
+//!
+//! It owns only the map and its gate; it must not touch the store or sockets.
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::http::response::Value;
+use crate::shm::epochs::Epochs;
+
+/// Slots (a power of two): user `id` lives in slot `id % MAX_ENTRIES`.
+pub const MAX_ENTRIES: usize = 1024;
+/// How often (ms) a closed gate looks whether the foreign writers are gone.
+const CHECK_MS: u64 = 100;
+
+/// What a pool job rendered for user `id`, read under counter value `epoch`.
+pub struct Fill {
+    /// The user.
+    pub id: i64,
+    /// The counter, read before the row.
+    pub epoch: u64,
+    /// The strong ETag of the representation.
+    pub tag: Value,
+    /// The whole `200` body.
+    pub body: Box<[u8]>,
+}
+
+struct Entry {
+    id: i64,
+    epoch: u64,
+    tag: Value,
+    body: Box<[u8]>,
+}
+
+/// The memo (see the module doc).
+pub struct UserMemo {
+    slots: Vec<Option<Entry>>,
+    fills: Receiver<Fill>,
+    /// Off for good (PostgreSQL).
+    on: bool,
+    /// Processes that write users but bump other counters: the gate is closed until
+    /// they are gone.
+    foreign: Vec<i32>,
+    next_check_ms: u64,
+}
+
+impl UserMemo {
+    /// A memo fed by `fills`; `on` = the counters see every write to the store;
+    /// `foreign`: pids of writers they do not see (checked until gone).
+    pub fn new(on: bool, foreign: Vec<i32>) -> (UserMemo, Sender<Fill>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (UserMemo { slots: Vec::new(), fills: rx, on, foreign, next_check_ms: 0 }, tx)
+    }
+
+    /// Whether a job made now may fill the memo and an entry may be used.
+    pub fn open(&mut self) -> bool {
+        if !self.on {
+            return false;
+        }
+        if self.foreign.is_empty() {
+            return true;
+        }
+        let now = crate::sys::monotonic_ms();
+        if now >= self.next_check_ms {
+            self.next_check_ms = now + CHECK_MS;
+            self.foreign.retain(|&pid| crate::sys::alive(pid));
+        }
+        self.foreign.is_empty()
+    }
+
+    /// The body and ETag of user `id` if held and current.
+    pub fn get(&mut self, id: i64, epochs: &Epochs) -> Option<(&Value, &[u8])> {
+        while let Ok(f) = self.fills.try_recv() {
+            if self.slots.is_empty() {
+                self.slots.resize_with(MAX_ENTRIES, || None);
+            }
+            let at = slot_of(f.id);
+            self.slots[at] = Some(Entry { id: f.id, epoch: f.epoch, tag: f.tag, body: f.body });
+        }
+        if !self.open() {
+            return None;
+        }
+        let slot = self.slots.get_mut(slot_of(id))?;
+        match slot {
+            Some(e) if e.id == id && e.epoch == epochs.get(id) => {}
+            Some(e) if e.id == id => {
+                // Stale: dropped (the pool renders it again).
+                *slot = None;
+                return None;
+            }
+            _ => return None,
+        }
+        slot.as_ref().map(|e| (&e.tag, &e.body[..]))
+    }
+
+    /// Users held.
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+}
+
+/// The slot of user `id`.
+fn slot_of(id: i64) -> usize {
+    (id as u64 as usize) & (MAX_ENTRIES - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn epochs() -> &'static Epochs {
+        Box::leak(Epochs::boxed())
+    }
+
+    fn fill(tx: &Sender<Fill>, id: i64, epoch: u64, body: &str) {
+        tx.send(Fill { id, epoch, tag: Value::Static("\"t\""), body: body.as_bytes().into() }).expect("send");
+    }
+
+    #[test]
+    fn an_entry_is_used_until_its_counter_moves() {
+        let e = epochs();
+        let (mut m, tx) = UserMemo::new(true, Vec::new());
+        assert!(m.get(1, e).is_none());
+        fill(&tx, 1, e.get(1), "one");
+        assert_eq!(m.get(1, e).map(|(_, b)| b.to_vec()), Some(b"one".to_vec()));
+        e.bump(1);
+        assert!(m.get(1, e).is_none(), "stale after a write");
+        assert_eq!(m.held(), 0, "and dropped");
+        // A fill read under the old counter is stale on arrival.
+        fill(&tx, 1, e.get(1) - 1, "old");
+        assert!(m.get(1, e).is_none());
+    }
+
+    #[test]
+    fn off_on_postgres_and_while_a_foreign_writer_lives() {
+        let e = epochs();
+        let (mut m, tx) = UserMemo::new(false, Vec::new());
+        fill(&tx, 2, e.get(2), "two");
+        assert!(m.get(2, e).is_none());
+        // Our own pid stands for a foreign writer that is alive.
+        let (mut m, tx) = UserMemo::new(true, vec![std::process::id() as i32]);
+        assert!(!m.open());
+        fill(&tx, 2, e.get(2), "two");
+        assert!(m.get(2, e).is_none());
+    }
+
+    #[test]
+    fn bounded_and_a_user_sharing_a_slot_replaces_the_older() {
+        let e = epochs();
+        let (mut m, tx) = UserMemo::new(true, Vec::new());
+        for id in 1..=(2 * MAX_ENTRIES as i64) {
+            fill(&tx, id, e.get(id), "x");
+        }
+        let _ = m.get(1, e);
+        assert_eq!(m.held(), MAX_ENTRIES);
+        assert!(m.get(1, e).is_none(), "replaced by 1 + MAX_ENTRIES");
+        assert!(m.get(1 + MAX_ENTRIES as i64, e).is_some());
+    }
+}
