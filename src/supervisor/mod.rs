@@ -680,16 +680,15 @@ impl Supervisor {
         if let Some(pipe) = &tls_secret {
             fds.push((pipe.as_raw_fd(), listen::TLS_SECRET_FD_NAME));
         }
-        // With HTTP/3, the new workers must leave the UDP sockets to ours until they drained.
-        let workers = self.slots.iter().any(|s| s.udp.is_some()).then(|| {
-            let list: String = self.table.iter().map(|p| format!("{} {}\n", p.slot, p.pid)).collect();
-            secret_pipe(list.as_bytes())
-        });
-        let workers = match workers.transpose() {
-            Ok(pipe) => pipe,
+        // The new workers need our workers' pids: HTTP/3 siblings of each slot (they leave
+        // the UDP sockets to ours until they drained), and writers their memo of users does
+        // not see (`app::usermemo`). Without the list the upgrade does not start.
+        let list: String = self.table.iter().map(|p| format!("{} {}\n", p.slot, p.pid)).collect();
+        let workers = match secret_pipe(list.as_bytes()) {
+            Ok(pipe) => Some(pipe),
             Err(e) => {
-                log::warn!("SIGUSR2: cannot hand over the list of workers ({e}); HTTP/3 connections may be reset");
-                None
+                log::error!("SIGUSR2: upgrade impossible: cannot hand over the list of workers: {e}");
+                return;
             }
         };
         if let Some(pipe) = &workers {

@@ -160,3 +160,53 @@ fn usr2_in_development_keeps_the_generated_signing_secret() {
     }
     assert!(s.logs().contains("development secret of the previous supervisor is kept"), "{}", s.log_tail());
 }
+
+/// The new supervisor's workers do not answer users from memory while the old
+/// supervisor's workers live: those write the same database but bump the change counters
+/// of another shared-memory region. Here an old worker, draining, finishes a `PATCH` that
+/// was half sent before `SIGUSR2`, after the new worker has read the user twice; the new
+/// worker's next read must show the change (with the memo on, it would answer the name it
+/// read before).
+#[test]
+fn after_usr2_a_change_finished_by_an_old_worker_is_seen_by_the_new_ones() {
+    let s = Server::api_builder().workers(1).start();
+    let (u, token) = s.user("Before");
+    let id = u["id"].as_i64().expect("id");
+    let path = format!("/api/v1/users/{id}");
+    let auth = format!("Bearer {token}");
+    let old = s.wait_workers(1, START_TIMEOUT);
+    // Half a PATCH on the old worker: it stays until this request is answered.
+    let body = br#"{"name":"After"}"#;
+    let mut patch = Conn::open(s.addr());
+    let head = request(
+        "PATCH",
+        &path,
+        &[("Authorization", &auth), ("Content-Type", "application/json"), ("Content-Length", &body.len().to_string())],
+        b"",
+    );
+    // `request` adds no Content-Length for an empty body: the one above stands.
+    patch.send(&head);
+    patch.send(&body[..4]);
+    s.signal(Signal::SIGUSR2);
+    let new_pid = new_supervisor_pid(&s);
+    let _stop = StopOnDrop(new_pid);
+    // A connection the new supervisor's worker holds.
+    let mut reader = eventually_some(Duration::from_secs(20), || {
+        let mut c = Conn::open(s.addr());
+        let pid = c.get("/_debug/pid").json()["pid"].as_i64()? as i32;
+        worker_pids(new_pid).contains(&pid).then_some(c)
+    })
+    .unwrap_or_else(|| panic!("no connection reached the new supervisor's worker\n{}", s.log_tail()));
+    for _ in 0..2 {
+        reader.send(&request("GET", &path, &[("Authorization", &auth)], b""));
+        let r = reader.read_response();
+        assert_eq!(r.json()["data"]["name"], "Before", "{r:?}");
+    }
+    assert!(old.iter().all(|&w| pid_alive(w)), "the old worker still drains (the PATCH is open)");
+    patch.send(&body[4..]);
+    let r = patch.read_response();
+    assert_eq!(r.status, 200, "the old worker finishes the PATCH: {r:?}");
+    reader.send(&request("GET", &path, &[("Authorization", &auth)], b""));
+    let r = reader.read_response();
+    assert_eq!(r.json()["data"]["name"], "After", "the new worker reads the change at once: {r:?}");
+}
