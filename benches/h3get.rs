@@ -648,8 +648,7 @@ mod drain {
             }
             for conn in conns.values_mut() {
                 while let Some(t) = conn.quic.poll_transmit(now, 10, &mut out) {
-                    let _ =
-                        udp::send_segments(&sock, t.destination, &out[..t.size], t.segment_size.unwrap_or(t.size));
+                    let _ = udp::send_segments(&sock, t.destination, &out[..t.size], t.segment_size.unwrap_or(t.size));
                     out.clear();
                 }
             }

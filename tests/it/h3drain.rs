@@ -296,7 +296,10 @@ impl Slot {
 
 /// A server with HTTP/3 on its TLS port, `workers` workers, no rate limit and no access log;
 /// its UDP address, the client configuration (and the certificates' directory, kept).
-fn server(workers: usize, extra: impl FnOnce(ServerBuilder) -> ServerBuilder) -> (Server, SocketAddr, ClientConfig, tempfile::TempDir) {
+fn server(
+    workers: usize,
+    extra: impl FnOnce(ServerBuilder) -> ServerBuilder,
+) -> (Server, SocketAddr, ClientConfig, tempfile::TempDir) {
     let pki = Pki::new();
     let dir = tempfile::Builder::new().prefix("forkd-h3drain-").tempdir().expect("tempdir");
     let (cert, key) = pki.write(dir.path());
@@ -307,7 +310,11 @@ fn server(workers: usize, extra: impl FnOnce(ServerBuilder) -> ServerBuilder) ->
         .top("shutdown_timeout_ms = 10000")
         .set(
             "tls",
-            &format!("listen = \"127.0.0.1:{port}\"\ncert_file = \"{}\"\nkey_file = \"{}\"", cert.display(), key.display()),
+            &format!(
+                "listen = \"127.0.0.1:{port}\"\ncert_file = \"{}\"\nkey_file = \"{}\"",
+                cert.display(),
+                key.display()
+            ),
         )
         .set("http3", "enabled = true")
         .set("rate_limit", "enabled = false")
