@@ -26,8 +26,8 @@
 //! none `--timeout` after the load stopped (`timeout`). Also counted, not failures by
 //! themselves: `abrupt` (connections the server closed with nothing in flight but without a
 //! GOAWAY or with an error code: a client that had just sent a request would have lost it),
-//! `refused` (handshakes that failed or got no answer within `--timeout`, e.g. after SIGTERM
-//! closed the port), `goaways`, `conns` (connections opened) and `hs_max_ms` (the slowest
+//! `refused` (handshakes that failed, got no answer within `--timeout`, or were still waiting
+//! for one after a second when the load stopped: e.g. after SIGTERM closed the port), `goaways`, `conns` (connections opened) and `hs_max_ms` (the slowest
 //! handshake). The last line is one JSON object with every counter and the first failures.
 
 use std::collections::HashMap;
@@ -603,9 +603,11 @@ mod drain {
                     continue;
                 }
                 if !conn.up {
-                    if now.duration_since(conn.opened) > args.timeout || stopping {
-                        // No handshake in time (or the load ends): refused, not failed.
-                        if !stopping {
+                    let waited = now.duration_since(conn.opened);
+                    if waited > args.timeout || stopping {
+                        // No handshake in time (or the load ends, after a second of waiting):
+                        // refused, not failed.
+                        if !stopping || waited > Duration::from_secs(1) {
                             n.refused += 1;
                         }
                         conn.quic.close(now, VarInt::from_u32(H3_NO_ERROR as u32), bytes::Bytes::new());
