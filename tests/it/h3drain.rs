@@ -213,7 +213,7 @@ impl Slot {
             return;
         }
         self.c.handshake_max_ms.fetch_max(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
-        // Stream -> when it was sent.
+        // Raw stream ID -> the stream, when its request was sent.
         let mut inflight: BTreeMap<u64, (StreamId, Instant)> = BTreeMap::new();
         let mut goaway = None;
         loop {
