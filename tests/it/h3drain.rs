@@ -4,8 +4,8 @@
 //! as `h2drain.rs` is for HTTP/2.
 //!
 //! The load is [`CONNS`] threads, each with its own QUIC connection (the blocking client of
-//! `h3client.rs`), keeping [`STREAMS`] requests `GET /health` in flight and re-filling as
-//! answers come. A request is *retried* iff the server marked it unprocessed: its stream ID
+//! `h3client.rs`), keeping [`STREAMS`] requests in flight (`GET /health`, or a 20 ms pool
+//! job on every other thread) and re-filling as answers come. A request is *retried* iff the server marked it unprocessed: its stream ID
 //! is at or above the ID of a GOAWAY on its connection, or the stream was reset with
 //! `H3_REQUEST_REJECTED`. A connection that got a GOAWAY opens no new stream; once what it
 //! has in flight is answered, the thread closes it and opens a new one. A connection the
@@ -35,7 +35,9 @@ use crate::util::*;
 const CONNS: usize = 8;
 /// Requests kept in flight per connection.
 const STREAMS: usize = 4;
-const PATH: &str = "/health";
+/// What the threads ask for, by thread number: answers at once, and answers after a pool
+/// job of 20 ms (so a draining worker always holds requests it has accepted and not answered).
+const PATHS: [&str; 2] = ["/health", "/_debug/sleep?ms=20"];
 /// The load never starts more requests than this, nor runs longer than [`MAX_RUN`].
 const MAX_REQUESTS: u64 = 400_000;
 const MAX_RUN: Duration = Duration::from_secs(60);
@@ -249,7 +251,7 @@ impl Slot {
                 && inflight.len() < STREAMS
                 && self.c.started.fetch_add(1, Ordering::Relaxed) < MAX_REQUESTS
             {
-                let Some(id) = c.try_get(PATH) else { break };
+                let Some(id) = c.try_get(PATHS[self.slot % PATHS.len()]) else { break };
                 inflight.insert(raw(id), (id, Instant::now()));
             }
             c.step(Instant::now() + TICK);
