@@ -6,11 +6,29 @@
 //!
 //! ```text
 //! h3get [-n N] [-c C] [-m M] [--hold SECS] ADDR PATH
+//! h3get -d SECS [-c C] [-m M] [--timeout SECS] ADDR PATH
 //! ```
 //!
 //! Prints one line: requests, errors, seconds, requests/s, body bytes/s. `--hold SECS`:
 //! after the requests, keeps the connections open and idle for SECS (prints `holding C`
 //! first), for measuring the server's memory per idle connection.
+//!
+//! `-d SECS` (`bin/drain-test --proto h3`): a load for SECS that survives servers draining
+//! their connections, counted like `bin/h2load-retry` counts HTTP/2 (RFC 9114 §5.2, §4.1.1).
+//! `-c` connection slots, each keeping `-m` requests in flight. A request is *retried*, not
+//! failed, iff the server marked it unprocessed: its stream ID is at or above the ID of a
+//! GOAWAY on its connection, or the stream was reset with `H3_REQUEST_REJECTED`. A
+//! connection that received a GOAWAY opens no new stream; its slot opens a new connection at
+//! once, and the old one is closed (`H3_NO_ERROR`) once its remaining requests are
+//! answered. Everything else is a *failure*: a stream reset with another code (`reset`), a
+//! connection lost with a request in flight below its GOAWAY's ID or with no GOAWAY at all
+//! (`cut`), a non-2xx status (`non2xx`), no answer within `--timeout` (default 10 s) or still
+//! none `--timeout` after the load stopped (`timeout`). Also counted, not failures by
+//! themselves: `abrupt` (connections the server closed with nothing in flight but without a
+//! GOAWAY or with an error code: a client that had just sent a request would have lost it),
+//! `refused` (handshakes that failed, got no answer within `--timeout`, or were still waiting
+//! for one after a second when the load stopped: e.g. after SIGTERM closed the port), `goaways`, `conns` (connections opened) and `hs_max_ms` (the slowest
+//! handshake). The last line is one JSON object with every counter and the first failures.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -75,12 +93,16 @@ struct Args {
     c: usize,
     m: usize,
     hold: Option<Duration>,
+    /// `-d`: run for this long, with the retry rules (see the module doc).
+    duration: Option<Duration>,
+    timeout: Duration,
     addr: SocketAddr,
     path: String,
 }
 
 fn usage() -> ! {
     eprintln!("usage: h3get [-n N] [-c C] [-m M] [--hold SECS] ADDR PATH");
+    eprintln!("       h3get -d SECS [-c C] [-m M] [--timeout SECS] ADDR PATH");
     std::process::exit(2)
 }
 
@@ -90,6 +112,8 @@ fn args() -> Args {
         c: 1,
         m: 1,
         hold: None,
+        duration: None,
+        timeout: Duration::from_secs(10),
         addr: "127.0.0.1:8443".parse().unwrap_or_else(|_| usage()),
         path: String::new(),
     };
@@ -102,6 +126,8 @@ fn args() -> Args {
             "-c" => a.c = num().max(1) as usize,
             "-m" => a.m = num().max(1) as usize,
             "--hold" => a.hold = Some(Duration::from_secs(num())),
+            "-d" => a.duration = Some(Duration::from_secs(num())),
+            "--timeout" => a.timeout = Duration::from_secs(num().max(1)),
             _ => rest.push(arg),
         }
     }
@@ -177,6 +203,10 @@ fn status(bytes: &[u8]) -> u16 {
 
 fn main() {
     let args = args();
+    if let Some(duration) = args.duration {
+        drain::run(&args, duration);
+        return;
+    }
     let sock = UdpSocket::bind(if args.addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })
         .unwrap_or_else(|e| panic!("bind: {e}"));
     sock.set_nonblocking(true).unwrap_or_else(|e| panic!("nonblocking: {e}"));
@@ -376,5 +406,399 @@ fn main() {
     }
     if totals.errors > 0 {
         std::process::exit(1);
+    }
+}
+
+/// `-d`: a load for a duration that survives draining servers, with the retry rules of the
+/// module doc.
+mod drain {
+    use std::collections::BTreeMap;
+
+    use quinn_proto::ConnectionError;
+
+    use super::*;
+
+    const H3_NO_ERROR: u64 = 0x100;
+    const H3_REQUEST_REJECTED: u64 = 0x10b;
+    /// Failures described in the JSON line at most.
+    const FIRST_FAILURES: usize = 10;
+
+    /// A request in flight: its stream, when it was sent, its first bytes (for the status).
+    struct Req {
+        id: StreamId,
+        sent: Instant,
+        head: Vec<u8>,
+    }
+
+    /// One connection of the load.
+    struct Conn {
+        quic: Connection,
+        opened: Instant,
+        /// The handshake completed.
+        up: bool,
+        control: bool,
+        /// Requests in flight by raw stream ID (the number a GOAWAY carries).
+        inflight: BTreeMap<u64, Req>,
+        /// The server's unidirectional streams (its control stream carries GOAWAY).
+        uni: HashMap<StreamId, Vec<u8>>,
+        goaway: Option<u64>,
+        /// Its slot moved on (GOAWAY, loss, a timeout): no new request on it.
+        retired: bool,
+        /// Closed by the load (its loss is then not counted).
+        closed: bool,
+    }
+
+    #[derive(Default)]
+    struct Counts {
+        ok: u64,
+        failed: u64,
+        retried: u64,
+        goaways: u64,
+        conns: u64,
+        reset: u64,
+        cut: u64,
+        non2xx: u64,
+        timeout: u64,
+        abrupt: u64,
+        refused: u64,
+        hs_max: Duration,
+        first: Vec<String>,
+    }
+
+    impl Counts {
+        fn fail(&mut self, t0: Instant, what: String) {
+            self.failed += 1;
+            if self.first.len() < FIRST_FAILURES {
+                self.first.push(format!("+{:.3}s {what}", t0.elapsed().as_secs_f64()));
+            }
+        }
+    }
+
+    fn raw(id: StreamId) -> u64 {
+        VarInt::from(id).into_inner()
+    }
+
+    /// The connection was lost: what was in flight from its GOAWAY's ID on is retried, the
+    /// rest was cut; with nothing cut, a close without GOAWAY or with an error is abrupt.
+    fn lost(conn: &mut Conn, why: &ConnectionError, n: &mut Counts, t0: Instant) {
+        conn.retired = true;
+        if conn.closed {
+            return;
+        }
+        conn.closed = true;
+        if !conn.up {
+            n.refused += 1;
+            return;
+        }
+        let mut cut = Vec::new();
+        for (r, _) in std::mem::take(&mut conn.inflight) {
+            if conn.goaway.is_some_and(|limit| r >= limit) {
+                n.retried += 1;
+            } else {
+                cut.push(r);
+            }
+        }
+        n.cut += cut.len() as u64;
+        if !cut.is_empty() {
+            n.failed += cut.len() as u64 - 1;
+            n.fail(t0, format!("connection lost ({why}) with stream(s) {cut:?} in flight (GOAWAY {:?})", conn.goaway));
+            return;
+        }
+        let clean = matches!(why, ConnectionError::ApplicationClosed(c) if c.error_code.into_inner() == H3_NO_ERROR);
+        if conn.goaway.is_none() || !clean {
+            n.abrupt += 1;
+        }
+    }
+
+    /// New bytes on one of the server's unidirectional streams: a GOAWAY on its control
+    /// stream retires the connection; the requests from its ID on are retried.
+    fn uni_bytes(conn: &mut Conn, id: StreamId, bytes: &[u8], n: &mut Counts) {
+        let buf = conn.uni.entry(id).or_default();
+        buf.extend_from_slice(bytes);
+        if buf.first() != Some(&0x00) {
+            return;
+        }
+        let mut reader = FrameReader::new(0);
+        let mut at = 1;
+        let mut limit = None;
+        while let Ok((used, Some(f))) = reader.next(&buf[at..]) {
+            at += used;
+            if let Frame::Goaway(g) = f {
+                limit = Some(limit.map_or(g, |l: u64| l.min(g)));
+            }
+        }
+        let Some(limit) = limit else { return };
+        if conn.goaway.is_none() {
+            n.goaways += 1;
+        }
+        let limit = conn.goaway.map_or(limit, |g| g.min(limit));
+        conn.goaway = Some(limit);
+        conn.retired = true;
+        let above: Vec<u64> = conn.inflight.range(limit..).map(|(r, _)| *r).collect();
+        for r in above {
+            conn.inflight.remove(&r);
+            n.retried += 1;
+        }
+    }
+
+    pub(super) fn run(args: &Args, duration: Duration) {
+        let sock = UdpSocket::bind(if args.addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        sock.set_nonblocking(true).unwrap_or_else(|e| panic!("nonblocking: {e}"));
+        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(8 << 20));
+        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
+        udp::enable_gro(&sock);
+        let mut receiver = udp::Receiver::new();
+        let mut ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
+        let config = client_config();
+        let req = request(&args.path);
+        let mut poll = mio::Poll::new().unwrap_or_else(|e| panic!("poll: {e}"));
+        let fd = sock.as_raw_fd();
+        poll.registry()
+            .register(&mut mio::unix::SourceFd(&fd), mio::Token(0), mio::Interest::READABLE)
+            .unwrap_or_else(|e| panic!("register: {e}"));
+        let mut events = mio::Events::with_capacity(4);
+        let mut buf = vec![0u8; 65_536];
+        let mut out = Vec::new();
+        let mut conns: HashMap<ConnectionHandle, Conn> = HashMap::new();
+        let mut n = Counts::default();
+        let t0 = Instant::now();
+        let stop_at = t0 + duration;
+        let give_up = stop_at + args.timeout;
+        let ended;
+        loop {
+            let now = Instant::now();
+            let stopping = now >= stop_at;
+            // Slots: a connection that is not retired holds one; the others open at once.
+            let active = conns.values().filter(|c| !c.retired).count();
+            let mut handshaking = conns.values().filter(|c| !c.up && !c.closed).count();
+            if !stopping {
+                for _ in active..args.c {
+                    if handshaking >= HANDSHAKES {
+                        break;
+                    }
+                    handshaking += 1;
+                    let (ch, quic) = ep
+                        .connect(now, config.clone(), args.addr, "localhost")
+                        .unwrap_or_else(|e| panic!("connect: {e}"));
+                    n.conns += 1;
+                    conns.insert(
+                        ch,
+                        Conn {
+                            quic,
+                            opened: now,
+                            up: false,
+                            control: false,
+                            inflight: BTreeMap::new(),
+                            uni: HashMap::new(),
+                            goaway: None,
+                            retired: false,
+                            closed: false,
+                        },
+                    );
+                }
+            }
+            for conn in conns.values_mut() {
+                if conn.closed {
+                    continue;
+                }
+                if !conn.up {
+                    let waited = now.duration_since(conn.opened);
+                    if waited > args.timeout || stopping {
+                        // No handshake in time (or the load ends, after a second of waiting):
+                        // refused, not failed.
+                        if !stopping || waited > Duration::from_secs(1) {
+                            n.refused += 1;
+                        }
+                        conn.quic.close(now, VarInt::from_u32(H3_NO_ERROR as u32), bytes::Bytes::new());
+                        conn.closed = true;
+                        conn.retired = true;
+                    }
+                    continue;
+                }
+                if !conn.control {
+                    if let Some(id) = conn.quic.streams().open(Dir::Uni) {
+                        let mut s = vec![0x00];
+                        frame::write_settings(&[(frame::setting::MAX_FIELD_SECTION_SIZE, 65_536)], &mut s);
+                        let _ = conn.quic.send_stream(id).write(&s);
+                        conn.control = true;
+                    }
+                }
+                let late: Vec<u64> = conn
+                    .inflight
+                    .iter()
+                    .filter(|(_, r)| now.duration_since(r.sent) > args.timeout)
+                    .map(|(r, _)| *r)
+                    .collect();
+                for r in late {
+                    conn.inflight.remove(&r);
+                    n.timeout += 1;
+                    n.fail(t0, format!("stream {r}: no answer within {:?}", args.timeout));
+                    conn.retired = true;
+                }
+                while !conn.retired && !stopping && conn.inflight.len() < args.m {
+                    let Some(id) = conn.quic.streams().open(Dir::Bi) else { break };
+                    let _ = conn.quic.send_stream(id).write(&req);
+                    let _ = conn.quic.send_stream(id).finish();
+                    conn.inflight.insert(raw(id), Req { id, sent: now, head: Vec::new() });
+                }
+                if (conn.retired || stopping) && conn.inflight.is_empty() {
+                    conn.quic.close(now, VarInt::from_u32(H3_NO_ERROR as u32), bytes::Bytes::new());
+                    conn.closed = true;
+                    conn.retired = true;
+                }
+            }
+            for conn in conns.values_mut() {
+                while let Some(t) = conn.quic.poll_transmit(now, 10, &mut out) {
+                    let _ = udp::send_segments(&sock, t.destination, &out[..t.size], t.segment_size.unwrap_or(t.size));
+                    out.clear();
+                }
+            }
+            let open = conns.values().map(|c| c.inflight.len()).sum::<usize>();
+            if stopping && (open == 0 || now >= give_up) {
+                ended = now.min(stop_at);
+                for conn in conns.values_mut() {
+                    for (r, _) in std::mem::take(&mut conn.inflight) {
+                        n.timeout += 1;
+                        n.fail(t0, format!("stream {r}: no answer {:?} after the load stopped", args.timeout));
+                    }
+                }
+                break;
+            }
+            let timer = conns.values_mut().filter_map(|c| c.quic.poll_timeout()).min();
+            let until = [timer, Some(now + Duration::from_millis(20))].into_iter().flatten().min();
+            let wait = until.map_or(Duration::from_millis(20), |t| t.saturating_duration_since(now));
+            let _ = poll.poll(&mut events, Some(wait));
+            let now = Instant::now();
+            for _ in 0..512 {
+                match receiver.recv(&sock, &mut buf) {
+                    Ok(got) => {
+                        for datagram in buf[..got.len].chunks(got.segment_size.max(1)) {
+                            let mut answer = Vec::new();
+                            match ep.handle(now, got.from, None, None, BytesMut::from(datagram), &mut answer) {
+                                Some(DatagramEvent::ConnectionEvent(ch, event)) => {
+                                    if let Some(c) = conns.get_mut(&ch) {
+                                        c.quic.handle_event(event);
+                                    }
+                                }
+                                Some(DatagramEvent::Response(t)) => {
+                                    let _ = sock.send_to(&answer[..t.size], t.destination);
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(_) => {}
+                }
+            }
+            for (ch, conn) in conns.iter_mut() {
+                if conn.quic.poll_timeout().is_some_and(|t| t <= now) {
+                    conn.quic.handle_timeout(now);
+                }
+                while let Some(event) = conn.quic.poll_endpoint_events() {
+                    if let Some(back) = ep.handle_event(*ch, event) {
+                        conn.quic.handle_event(back);
+                    }
+                }
+                let mut readable = Vec::new();
+                while let Some(event) = conn.quic.poll() {
+                    match event {
+                        Event::Connected => {
+                            conn.up = true;
+                            n.hs_max = n.hs_max.max(now.duration_since(conn.opened));
+                        }
+                        Event::Stream(StreamEvent::Readable { id }) => readable.push(id),
+                        Event::Stream(StreamEvent::Opened { dir: Dir::Uni }) => {
+                            while let Some(id) = conn.quic.streams().accept(Dir::Uni) {
+                                readable.push(id);
+                            }
+                        }
+                        Event::ConnectionLost { reason } => lost(conn, &reason, &mut n, t0),
+                        _ => {}
+                    }
+                }
+                for id in readable {
+                    let mut recv = conn.quic.recv_stream(id);
+                    let Ok(mut chunks) = recv.read(true) else { continue };
+                    let mut bytes = Vec::new();
+                    let mut fin = false;
+                    let mut reset = None;
+                    loop {
+                        match chunks.next(usize::MAX) {
+                            Ok(Some(chunk)) => {
+                                if bytes.len() < 4096 {
+                                    bytes.extend_from_slice(&chunk.bytes[..chunk.bytes.len().min(4096)]);
+                                }
+                            }
+                            Ok(None) => {
+                                fin = true;
+                                break;
+                            }
+                            Err(ReadError::Blocked) => break,
+                            Err(ReadError::Reset(code)) => {
+                                reset = Some(code.into_inner());
+                                break;
+                            }
+                        }
+                    }
+                    let _ = chunks.finalize();
+                    if id.dir() == Dir::Uni {
+                        uni_bytes(conn, id, &bytes, &mut n);
+                        continue;
+                    }
+                    let r = raw(id);
+                    let Some(q) = conn.inflight.get_mut(&r) else { continue };
+                    if q.head.len() < 4096 {
+                        q.head.extend_from_slice(&bytes);
+                    }
+                    match reset {
+                        Some(H3_REQUEST_REJECTED) => {
+                            conn.inflight.remove(&r);
+                            n.retried += 1;
+                        }
+                        Some(code) => {
+                            conn.inflight.remove(&r);
+                            n.reset += 1;
+                            n.fail(t0, format!("stream {r}: reset with code {code:#x}"));
+                        }
+                        None if fin => {
+                            if let Some(q) = conn.inflight.remove(&r) {
+                                match status(&q.head) {
+                                    200..=299 => n.ok += 1,
+                                    other => {
+                                        n.non2xx += 1;
+                                        n.fail(t0, format!("stream {}: status {other}", raw(q.id)));
+                                    }
+                                }
+                            }
+                        }
+                        None => {}
+                    }
+                }
+            }
+            conns.retain(|_, c| !c.quic.is_drained());
+        }
+        for conn in conns.values_mut() {
+            if !conn.closed {
+                conn.quic.close(Instant::now(), VarInt::from_u32(H3_NO_ERROR as u32), bytes::Bytes::new());
+            }
+            while let Some(t) = conn.quic.poll_transmit(Instant::now(), 1, &mut out) {
+                let _ = sock.send_to(&out[..t.size], t.destination);
+                out.clear();
+            }
+        }
+        let elapsed = ended.duration_since(t0).as_secs_f64().max(1e-9);
+        let json = serde_json::json!({
+            "ok": n.ok, "failed": n.failed, "retried": n.retried, "goaways": n.goaways,
+            "conns": n.conns, "reset": n.reset, "cut": n.cut, "non2xx": n.non2xx,
+            "timeout": n.timeout, "abrupt": n.abrupt, "refused": n.refused,
+            "hs_max_ms": n.hs_max.as_millis() as u64, "elapsed": elapsed,
+            "rps": (n.ok as f64 / elapsed).round(), "first_failures": n.first,
+        });
+        for f in &n.first {
+            println!("failure: {f}");
+        }
+        println!("{json}");
     }
 }

@@ -16,7 +16,7 @@
 //! touch sockets or handlers; what a request means is the caller's business.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use quinn_proto::{
@@ -103,6 +103,10 @@ pub struct H3Conn {
     last_request: Option<StreamId>,
     /// The GOAWAY sent: request streams from this ID on are refused.
     goaway: Option<u64>,
+    /// After GOAWAY, no close before this: quinn drops stream data not yet sent when the
+    /// connection closes, so a close right after the GOAWAY would lose it, and the client
+    /// could not tell its requests in flight were not processed (RFC 9114 §5.2).
+    close_after: Option<Instant>,
     closed: bool,
 }
 
@@ -119,6 +123,7 @@ impl H3Conn {
             events: VecDeque::new(),
             last_request: None,
             goaway: None,
+            close_after: None,
             closed: false,
         };
         conn.open_control();
@@ -155,7 +160,8 @@ impl H3Conn {
 
     /// When [`Self::handle_timeout`] is next due.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
-        self.quic.poll_timeout()
+        let close = self.close_after.filter(|_| !self.closed && self.requests.is_empty());
+        [self.quic.poll_timeout(), close].into_iter().flatten().min()
     }
 
     /// The next datagram(s) to send (up to `max_datagrams` segments of one GSO batch), written
@@ -246,6 +252,10 @@ impl H3Conn {
         }
         let next = self.last_request.map_or(0, |id| VarInt::from(id).into_inner() + 4);
         self.goaway = Some(next);
+        // Three probe timeouts (RFC 9002 §6.2.1, with quinn's default 25 ms ACK delay): the
+        // GOAWAY arrives, or is sent again, before the close.
+        let pto = self.quic.rtt() + self.quic.rtt() / 2 + Duration::from_millis(25);
+        self.close_after = Some(now + (pto * 3).min(Duration::from_secs(1)));
         let mut out = Vec::with_capacity(9);
         frame::write_goaway(next, &mut out);
         self.control_out.push(Bytes::from(out));
@@ -510,7 +520,12 @@ impl H3Conn {
 
     /// After GOAWAY, closes the connection once no request is left.
     fn close_if_done(&mut self, now: Instant) {
-        if self.goaway.is_some() && self.requests.is_empty() && !self.closed && self.control_out.out.is_empty() {
+        if self.goaway.is_some()
+            && self.requests.is_empty()
+            && !self.closed
+            && self.control_out.out.is_empty()
+            && self.close_after.is_some_and(|t| now >= t)
+        {
             self.quic.close(now, code(Code::NoError), Bytes::new());
         }
     }

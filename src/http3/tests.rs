@@ -762,3 +762,30 @@ fn zero_rtt_resumes_on_another_worker_through_the_shared_store() {
     let own = || rustls::server::ServerSessionMemoryCache::new(64) as Arc<dyn rustls::server::StoresServerSessions>;
     assert_eq!(resume_on_another_worker(own(), own()), (false, false), "0-RTT refused without a shared store");
 }
+
+#[test]
+fn goaway_on_an_idle_connection_arrives_before_the_close() {
+    let mut p = Pair::new(false);
+    let first = p.get("/");
+    p.watch(first);
+    p.answer_until_fin(first, 204);
+    // The client's (delayed) ACK of the answer reaches the server: its request is over.
+    p.now += Duration::from_millis(100);
+    p.client.handle_timeout(p.now);
+    let _ = p.server.handle_timeouts(p.now);
+    while p.pump() {}
+    // Nothing open: the close follows the GOAWAY, which must not be lost with it (the client
+    // may have requests on the way it must know were not processed).
+    let now = p.now;
+    p.conn().go_away(now);
+    p.run_until(|p| p.lost.is_some());
+    assert!(
+        p.server_control().iter().any(|f| matches!(f, Frame::Goaway(_))),
+        "GOAWAY before the close: {:?}",
+        p.server_control()
+    );
+    match &p.lost {
+        Some(ConnectionError::ApplicationClosed(close)) => assert_eq!(close.error_code, VarInt::from_u32(0x100)),
+        other => panic!("closed with H3_NO_ERROR, not {other:?}"),
+    }
+}

@@ -146,6 +146,9 @@ pub struct H3Client {
     pub lost: Option<ConnectionError>,
     /// The server's GOAWAY arrived on its control stream.
     pub goaway: bool,
+    /// The smallest stream ID of the server's GOAWAYs: requests on streams from it on were
+    /// not processed (RFC 9114 §5.2).
+    pub goaway_id: Option<u64>,
     /// Retry packets received (the server asked to validate the address first).
     pub retries: usize,
     /// The control stream is open.
@@ -181,6 +184,7 @@ impl H3Client {
             streams: HashMap::new(),
             lost: None,
             goaway: false,
+            goaway_id: None,
             retries: 0,
             control: false,
             pending: Vec::new(),
@@ -243,6 +247,32 @@ impl H3Client {
             let _ = conn.send_stream(*id).finish();
             false
         });
+    }
+
+    /// `GET path` on a new request stream, or `None` while the server's stream limit allows
+    /// no new one (a load waits for answers instead of panicking).
+    pub fn try_get(&mut self, path: &str) -> Option<StreamId> {
+        let id = self.conn.streams().open(Dir::Bi)?;
+        let mut block = Vec::new();
+        Encoder.begin(&mut block);
+        for (n, v) in [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", path)] {
+            Encoder.field(n.as_bytes(), v.as_bytes(), &mut block);
+        }
+        let mut out = Vec::new();
+        frame::write_header(frame::ty::HEADERS, block.len() as u64, &mut out);
+        out.extend_from_slice(&block);
+        self.pending.push((id, out, 0));
+        self.write_pending();
+        self.streams.entry(id).or_default();
+        Some(id)
+    }
+
+    /// Closes the connection with application error `code` (`H3_NO_ERROR` is 0x100) and
+    /// sends the close.
+    pub fn close(&mut self, code: u64) {
+        let code = quinn_proto::VarInt::from_u64(code).unwrap_or(quinn_proto::VarInt::MAX);
+        self.conn.close(Instant::now(), code, bytes::Bytes::new());
+        self.flush();
     }
 
     /// A request with `method` on `path` and extra fields.
@@ -378,8 +408,9 @@ impl H3Client {
                 let mut at = 1;
                 while let Ok((used, Some(f))) = reader.next(&got.bytes[at..]) {
                     at += used;
-                    if matches!(f, Frame::Goaway(_)) {
+                    if let Frame::Goaway(limit) = f {
                         self.goaway = true;
+                        self.goaway_id = Some(self.goaway_id.map_or(limit, |g| g.min(limit)));
                     }
                 }
             }

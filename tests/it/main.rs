@@ -52,6 +52,7 @@ mod tls;
 
 mod h3;
 mod h3client;
+mod h3drain;
 mod http3;
 
 mod h2config;
