@@ -19,6 +19,12 @@
 //! into the connection's per-stream queue while [`H3Conn::may_send`] allows; a download reads
 //! its next slices only as the stream (QUIC flow control) takes them ([`Download`]).
 //!
+//! Hand-over: while a predecessor of the slot drains, one worker reads the socket
+//! ([`Handover`], `h3_inbox.rs`). A new worker says hello to its siblings' inboxes and reads
+//! once they acked, sending each datagram of an acked predecessor's generation to that
+//! predecessor's inbox; a worker told hello reads no more (its socket stays registered for
+//! writing) and feeds the datagrams its inbox brings to the endpoint like those it read.
+//!
 //! 0-RTT: a request that arrived in early data and is not GET, HEAD or OPTIONS is answered
 //! 425 (`TOO_EARLY`) without reaching a handler. Graceful stop: GOAWAY on every connection,
 //! open streams finish, event streams end. This file must not look at routes or write
@@ -336,7 +342,11 @@ impl H3 {
         if reads {
             // What queued while another worker read it (the edge may be gone).
             self.more = true;
-            log::debug!("worker {}: HTTP/3 reads the slot's socket (generation {})", std::process::id(), self.generation);
+            log::debug!(
+                "worker {}: HTTP/3 reads the slot's socket (generation {})",
+                std::process::id(),
+                self.generation
+            );
         } else {
             self.more = false;
             log::debug!(
