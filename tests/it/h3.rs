@@ -557,20 +557,42 @@ fn a_more_urgent_stream_is_sent_first() {
     assert_eq!(first, Some(urgent), "the u=0 stream ends first");
 }
 
-/// The pid `/_debug/pid` names on a new connection, if it answers within `within`.
-fn pid_within(addr: std::net::SocketAddr, config: &quinn_proto::ClientConfig, within: Duration) -> Option<i32> {
-    let deadline = Instant::now() + within;
+/// The pid `/_debug/pid` names on a new connection by `deadline`, or why not.
+fn try_pid(addr: std::net::SocketAddr, config: &quinn_proto::ClientConfig, deadline: Instant) -> Result<i32, String> {
     let mut c = H3Client::start(addr, config);
     c.run_until(deadline, |c| !c.conn.is_handshaking() || c.lost.is_some());
     if c.lost.is_some() || c.conn.is_handshaking() {
-        return None;
+        return Err(format!("handshake: lost {:?}", c.lost));
     }
     let id = c.send("GET", "/_debug/pid", &[], b"");
     c.run_until(deadline, |c| c.lost.is_some() || c.streams[&id].fin || c.streams[&id].reset.is_some());
-    if !c.streams[&id].fin {
-        return None;
+    let s = &c.streams[&id];
+    if !s.fin {
+        return Err(format!("request: reset {:?}, lost {:?}, goaway {}", s.reset, c.lost, c.goaway));
     }
-    c.response(id).json()["pid"].as_i64().map(|p| p as i32)
+    c.response(id).json()["pid"].as_i64().map(|p| p as i32).ok_or_else(|| "no pid".to_string())
+}
+
+/// The pid `/_debug/pid` names on a new connection, if one answers within `within` (a new
+/// connection each time one is refused: a worker that begins to drain sends GOAWAY).
+fn pid_within(addr: std::net::SocketAddr, config: &quinn_proto::ClientConfig, within: Duration) -> Result<i32, String> {
+    let deadline = Instant::now() + within;
+    let mut failed = Vec::new();
+    while Instant::now() < deadline {
+        match try_pid(addr, config, deadline) {
+            Ok(pid) => return Ok(pid),
+            Err(e) => failed.push(e),
+        }
+    }
+    Err(failed.join("; "))
+}
+
+impl MidDownload {
+    /// Waits until the old worker drains.
+    fn old_drains(&self) {
+        let line = format!("worker {} draining", self.old);
+        self.server.wait_log_line(Duration::from_secs(10), |l| l.contains(&line));
+    }
 }
 
 /// How long a new client may take to be served while a worker drains (without the hand-over
@@ -583,9 +605,11 @@ fn new_clients_are_served_during_a_long_drain_after_a_reload() {
     m.server.signal(Signal::SIGHUP);
     let new = eventually_some(Duration::from_secs(10), || m.server.workers().into_iter().find(|&p| p != m.old))
         .unwrap_or_else(|| panic!("a new worker\n{}", m.server.log_tail()));
+    // Until then the old worker serves new clients itself.
+    m.old_drains();
     // The old client is not pumped: its stream stays open and the old worker keeps draining.
     let pid = pid_within(m.addr, &m.config, SERVED_WITHIN);
-    assert_eq!(pid, Some(new), "a new client is served by the new worker\n{}", m.server.log_tail());
+    assert_eq!(pid, Ok(new), "a new client is served by the new worker\n{}", m.server.log_tail());
     assert!(pid_alive(m.old), "while the old worker still drains");
     // The old worker's packets reach it through the new one.
     m.finishes("reload");
@@ -600,8 +624,9 @@ fn new_clients_are_served_during_a_long_drain_after_usr2() {
     let _stop = StopOnDrop(new_pid);
     let new = eventually_some(Duration::from_secs(10), || worker_pids(new_pid).first().copied())
         .unwrap_or_else(|| panic!("a worker of the new supervisor\n{}", m.server.log_tail()));
+    m.old_drains();
     let pid = pid_within(m.addr, &m.config, SERVED_WITHIN);
-    assert_eq!(pid, Some(new), "a new client is served by the new supervisor's worker\n{}", m.server.log_tail());
+    assert_eq!(pid, Ok(new), "a new client is served by the new supervisor's worker\n{}", m.server.log_tail());
     assert!(pid_alive(m.old), "while the old supervisor's worker still drains");
     m.finishes("upgrade");
     let status = m.server.wait_exit(Duration::from_secs(30));
@@ -621,7 +646,7 @@ fn new_clients_are_served_across_memory_replacements() {
     );
     for round in 0..3 {
         let pid = pid_within(m.addr, &m.config, SERVED_WITHIN);
-        assert!(pid.is_some(), "round {round}: a new client is served\n{}", m.server.log_tail());
+        assert!(pid.is_ok(), "round {round}: a new client is served: {pid:?}\n{}", m.server.log_tail());
     }
     m.finishes("memory replacements");
 }
