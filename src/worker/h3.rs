@@ -464,9 +464,8 @@ impl H3 {
     }
 
     /// Reads datagrams into the endpoint until `WouldBlock` or the budget (in datagrams: a
-    /// GRO receive counts as the datagrams it brought).
-    /// A datagram of an acked predecessor's connection goes to its inbox instead (and counts
-    /// against the budget too).
+    /// GRO receive counts as the datagrams it brought). A datagram of an acked predecessor's
+    /// connection goes to that predecessor's inbox instead (and counts against the budget too).
     fn read(&mut self, now: Instant) {
         self.more = false;
         let mut budget = READ_BUDGET;
