@@ -9,9 +9,10 @@
 //!
 //! A connection ID ([`CID_LEN`] bytes) is `slot (2, big-endian) ‖ generation (1) ‖ random (5)
 //! ‖ tag (4)`, the tag a truncated HMAC-SHA256 of the first 8 bytes under the CID key. The
-//! generation tells a slot's successive workers apart (see `Server::set_sibling`): while an
-//! old worker drains beside its replacement, both read the slot's one socket. The slot is in the
-//! clear on purpose: a `SO_ATTACH_REUSEPORT_EBPF` program (or a worker forwarding a stray
+//! generation tells a slot's successive workers apart: while an old worker drains beside its
+//! replacement, the one reading the slot's socket forwards the other's packets by it (see
+//! `worker/h3_inbox.rs`; `Server::set_sibling` where no hand-over took place). The slot is in
+//! the clear on purpose: a `SO_ATTACH_REUSEPORT_EBPF` program (or a worker forwarding a stray
 //! packet) reads it without a key, as nginx's `quic_bpf` reads its worker cookie. It tells an
 //! observer which worker serves a connection, not which connection a packet belongs to: the
 //! other 10 bytes are random or keyed. The tag lets any worker drop short-header packets with

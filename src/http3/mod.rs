@@ -77,16 +77,24 @@
 //!   the same program again, which replaces it atomically). Under systemd, the unit's socket
 //!   is slot 0 and the supervisor binds the others after it.
 //!
-//! What it does not solve: while a slot's old worker drains (reload, upgrade, memory
-//! limit), it and its replacement read the *same* socket, so a packet of a draining
-//! connection may reach the new worker, which does not know it. The new worker must not
-//! answer a CID of its own slot with a stateless reset during the old one's drain (drop the
-//! packet: the peer retransmits and the old worker likely reads the next copy), or the
-//! draining connection dies. The lasting fix is a socket per worker *process* rather than
-//! per slot, the CID's 2-byte field naming that process (a route number the supervisor
-//! hands out, not the slot), and the program, rebuilt by the supervisor whenever a worker
-//! starts or ends (it alone binds and closes, so it knows the group's order), mapping route
-//! → group index with a chain of comparisons; left for after the wiring.
+//! Two workers of one slot (an old one draining beside its replacement: reload, memory
+//! limit, `SIGUSR2`) would both read the slot's one socket and take each other's packets. So
+//! one reads and forwards (`worker/h3_inbox.rs`, `sys/inbox.rs`): the replacement says hello
+//! to each live predecessor's inbox (an abstract `AF_UNIX` datagram socket named by UDP port
+//! and pid, same-uid senders only); a predecessor stops reading, acks with its CID generation
+//! and from then on gets its packets from the replacement, which reads the socket and sends
+//! each datagram whose CID names the slot and an acked generation to that inbox, serving
+//! everything else (new clients included). The predecessor reads again if its successor
+//! dies. A predecessor that does not ack (a stuck loop, a binary without inboxes) is waited
+//! for as before: the replacement reads once it is gone, and meanwhile the draining worker
+//! leaves new clients' first packets unanswered and drops, rather than resets, a packet of
+//! another generation of its slot (`Server::set_sibling`).
+//!
+//! Why forwarding and not a socket per worker process (the CID naming a route the program
+//! maps to a group index, the program rebuilt whenever a worker starts or ends): forwarding
+//! changes neither the BPF program nor the socket group's order (whose kernel rules above are
+//! subtle enough), and only draining connections pay for it, one copy through a local
+//! socket per datagram they receive, for as long as they drain.
 
 pub mod conn;
 pub mod error;

@@ -73,11 +73,13 @@ impl Server {
         self.keys = Some(cids);
     }
 
-    /// `sibling`: another worker of this slot reads the same socket (a replacement beside a
-    /// draining worker). Then a packet for a connection of the slot's other generation is
-    /// dropped, not answered with a stateless reset (it is the sibling's; the peer sends it
-    /// again and the sibling likely reads the next copy). `refuse_new`: a new client's first
-    /// packets are dropped too (a draining worker leaves them to its successor).
+    /// `sibling`: another worker of this slot may read the same socket after us (a draining
+    /// worker whose successor could not take the socket over by forwarding, see
+    /// `worker/h3_inbox.rs`, and waits for it to exit). Then a packet for a connection of the
+    /// slot's other generation is dropped, not answered with a stateless reset (it is not
+    /// ours to end). `refuse_new`: a new client's first packets are dropped too (a draining
+    /// worker leaves them to its successor). A worker that gets its packets forwarded sees
+    /// only its own generation's, so neither applies to them.
     pub fn set_sibling(&mut self, sibling: bool, refuse_new: bool) {
         self.sibling = sibling;
         self.refuse_new = refuse_new;

@@ -3,13 +3,15 @@
 //! It owns fork, the shared anonymous mapping, signal registration, the
 //! parent-death signal, process titles (`title`), the counting allocator of
 //! measurement builds (`alloc_count`, cargo feature `count-alloc`), closing inherited
-//! descriptors after fork, reading another process's memory from `/proc` and UDP's
-//! segmentation offloads (`udp`: GSO sends, GRO receives). Everything above it gets safe
+//! descriptors after fork, reading another process's memory from `/proc`, UDP's
+//! segmentation offloads (`udp`: GSO sends, GRO receives) and the HTTP/3 inbox workers hand
+//! their slot's UDP socket over through (`inbox`). Everything above it gets safe
 //! functions with the obligations written in their docs. It must not know
 //! about HTTP, configuration or the process table.
 
 #[cfg(feature = "count-alloc")]
 pub mod alloc_count;
+pub mod inbox;
 pub mod signals;
 pub mod title;
 pub mod udp;

@@ -19,6 +19,12 @@
 //! into the connection's per-stream queue while [`H3Conn::may_send`] allows; a download reads
 //! its next slices only as the stream (QUIC flow control) takes them ([`Download`]).
 //!
+//! Hand-over: while a predecessor of the slot drains, one worker reads the socket
+//! ([`Handover`], `h3_inbox.rs`). A new worker says hello to its siblings' inboxes and reads
+//! once they acked, sending each datagram of an acked predecessor's generation to that
+//! predecessor's inbox; a worker told hello reads no more (its socket stays registered for
+//! writing) and feeds the datagrams its inbox brings to the endpoint like those it read.
+//!
 //! 0-RTT: a request that arrived in early data and is not GET, HEAD or OPTIONS is answered
 //! 425 (`TOO_EARLY`) without reaching a handler. Graceful stop: GOAWAY on every connection,
 //! open streams finish, event streams end. This file must not look at routes or write
@@ -57,6 +63,10 @@ use crate::http3::head::RequestHead;
 use crate::http3::keys::QuicKeys;
 use crate::http3::server::{Outgoing, Server};
 use crate::http3::setup;
+use crate::sys::inbox::{self, Inbox, Msg};
+use nix::sys::socket::UnixAddr;
+
+use super::h3_inbox::Handover;
 
 /// What the supervisor hands a worker for HTTP/3: the slot's UDP socket and what the QUIC
 /// configuration is built from after fork.
@@ -70,15 +80,15 @@ pub struct WorkerH3 {
     /// The pre-fork secret the QUIC keys derive from (shared by every worker).
     pub secret: [u8; crate::tls::SECRET_LEN],
     /// The pids of the slot's other workers still alive (a reload's or a memory replacement's
-    /// old worker, about to drain): they read the same socket until they are gone.
+    /// old worker, about to drain; the old supervisor's after `SIGUSR2`): they are asked to
+    /// leave the socket to this worker and take their packets from its forwards
+    /// (`h3_inbox.rs`).
     pub siblings: Vec<i32>,
 }
 
-/// How long past `shutdown_timeout` a replacement waits for its predecessors at most (the
-/// supervisor's kill grace and some slack).
+/// How long past `shutdown_timeout` a replacement waits at most for a predecessor that did
+/// not ack its hello (the supervisor's kill grace and some slack).
 const SIBLING_SLACK: Duration = Duration::from_secs(5);
-/// How often a replacement checks whether its predecessors are gone.
-const SIBLING_CHECK: Duration = Duration::from_millis(50);
 
 /// Exchange ids of HTTP/3 exchanges have `conn` at or above this (below: the TCP slab).
 pub(super) const H3_BASE: usize = 1 << 48;
@@ -201,11 +211,27 @@ pub(super) struct H3 {
     /// The worker drains: GOAWAY sent on every connection, new ones too.
     draining: bool,
     max_connections: usize,
-    /// While predecessors (`siblings`) read the slot's socket this worker does not: it waits
-    /// for them until then at most, checking at `sibling_check`.
-    sibling_until: Option<Instant>,
-    siblings: Vec<i32>,
-    sibling_check: Option<Instant>,
+    /// The slot (in every CID of this worker) and this worker's CID generation.
+    slot: u16,
+    generation: u8,
+    /// What the endpoint is rebuilt from when the generation changes before the first
+    /// connection (`settle`).
+    keys: QuicKeys,
+    server_config: Arc<quinn_proto::ServerConfig>,
+    conn_limits: ConnLimits,
+    /// The UDP port (in the inbox names of the slot's workers).
+    port: u16,
+    /// Hand-over messages to and from the slot's other workers (`None`: it could not be
+    /// bound; siblings are then waited for until they are gone).
+    inbox: Option<Inbox>,
+    /// Messages may wait in the inbox.
+    inbox_more: bool,
+    /// Who reads the slot's socket: this worker, or its successor for it.
+    handover: Handover,
+    /// What the UDP socket is registered for (`None`: not yet, during the hello phase).
+    interest: Option<Interest>,
+    /// Forwarded datagrams dropped because a predecessor's inbox was full.
+    dropped: u64,
 }
 
 impl H3 {
@@ -221,26 +247,41 @@ impl H3 {
             setup::server_config(args.key, &keys, &limits, store).map_err(|e| io::Error::other(e.to_string()))?;
         // This worker's CIDs carry a generation its predecessor's (of the same slot) do not:
         // the low byte of the pid, which differs unless 256 processes were forked between them.
+        // (Changed, before the first connection, where an acked predecessor has it: `settle`.)
         let generation = std::process::id() as u8;
-        let mut server = Server::new(
-            setup::worker_endpoint_config(&keys, args.slot, generation),
-            server_config,
-            ConnLimits { max_field_section: limits.max_field_section },
-        );
-        server.set_identity(args.slot, generation, keys.worker_cids(args.slot, generation));
+        let conn_limits = ConnLimits { max_field_section: limits.max_field_section };
+        let server = build_server(&keys, args.slot, generation, &server_config, conn_limits);
         args.socket.set_nonblocking(true)?;
         if !crate::sys::udp::enable_gro(&args.socket) {
             log::debug!("UDP GRO not available: one datagram per receive");
         }
-        let mut socket = UdpSocket::from_std(args.socket);
-        // A predecessor draining on the slot's socket keeps it alone until it is gone: two
-        // readers of one socket would each take the other's packets (see `Server::set_sibling`).
-        let siblings = args.siblings;
-        let sibling_until = (!siblings.is_empty()).then(|| Instant::now() + config.shutdown_timeout + SIBLING_SLACK);
-        if siblings.is_empty() {
-            registry.register(&mut socket, Tok::Udp.into(), Interest::READABLE | Interest::WRITABLE)?;
+        let port = args.socket.local_addr()?.port();
+        let socket = UdpSocket::from_std(args.socket);
+        let now = Instant::now();
+        // Two readers of one socket would each take the other's packets: predecessors are
+        // asked to leave it to this worker (hello), and until each has (ack) or is gone, this
+        // worker does not read it.
+        let mut handover = Handover::new(&args.siblings, now, config.shutdown_timeout + SIBLING_SLACK);
+        let mut inbox = match Inbox::open(port) {
+            Ok(inbox) => Some(inbox),
+            Err(e) => {
+                log::warn!("HTTP/3: no inbox for the hand-over between workers: {e}");
+                None
+            }
+        };
+        match &mut inbox {
+            Some(inbox) => {
+                registry.register(inbox.source(), Tok::Inbox.into(), Interest::READABLE)?;
+                for &pid in &args.siblings {
+                    if let Err(e) = inbox::address(port, pid).and_then(|to| inbox.hello(&to)) {
+                        log::debug!("HTTP/3: hello to worker {pid}: {e}");
+                        handover.undelivered(pid);
+                    }
+                }
+            }
+            None => handover.without_inbox(now),
         }
-        Ok(H3 {
+        let mut h3 = H3 {
             socket,
             server,
             sessions: HashMap::new(),
@@ -254,15 +295,162 @@ impl H3 {
             deadline: None,
             draining: false,
             max_connections: config.limits.max_connections,
-            sibling_until,
-            siblings,
-            sibling_check: sibling_until.map(|_| Instant::now() + SIBLING_CHECK),
-        })
+            slot: args.slot,
+            generation,
+            keys,
+            server_config,
+            conn_limits,
+            port,
+            inbox,
+            inbox_more: true,
+            handover,
+            interest: None,
+            dropped: 0,
+        };
+        h3.settle(registry);
+        Ok(h3)
+    }
+
+    /// After the hand-over state changed: at the end of the hello phase, the generation is
+    /// chosen (the endpoint rebuilt if an acked predecessor has ours) and the socket
+    /// registered; from then on it is registered for reading only while this worker reads
+    /// it (writable always: the sends stay on it).
+    fn settle(&mut self, registry: &Registry) {
+        if !self.handover.started() {
+            return;
+        }
+        if self.interest.is_none() {
+            let generation = self.handover.pick(self.generation);
+            if generation != self.generation && self.server.is_empty() {
+                self.generation = generation;
+                self.server = build_server(&self.keys, self.slot, generation, &self.server_config, self.conn_limits);
+            }
+        }
+        let reads = self.handover.reads();
+        let want = if reads { Interest::READABLE | Interest::WRITABLE } else { Interest::WRITABLE };
+        if self.interest == Some(want) {
+            return;
+        }
+        let done = match self.interest {
+            None => registry.register(&mut self.socket, Tok::Udp.into(), want),
+            Some(_) => registry.reregister(&mut self.socket, Tok::Udp.into(), want),
+        };
+        match done {
+            Ok(()) => self.interest = Some(want),
+            Err(e) => log::error!("HTTP/3: cannot register the UDP socket: {e}"),
+        }
+        if reads {
+            // What queued while another worker read it (the edge may be gone).
+            self.more = true;
+            log::debug!(
+                "worker {}: HTTP/3 reads the slot's socket (generation {})",
+                std::process::id(),
+                self.generation
+            );
+        } else {
+            self.more = false;
+            log::debug!(
+                "worker {}: HTTP/3 left the slot's socket to {:?}",
+                std::process::id(),
+                self.handover.successor()
+            );
+        }
+    }
+
+    /// Takes the inbox's messages (at most [`READ_BUDGET`] this turn): hellos are acked
+    /// (this worker stops reading), acks recorded, forwarded packets fed to the endpoint as
+    /// if read from the socket.
+    fn read_inbox(&mut self, now: Instant, registry: &Registry) {
+        let Some(mut inbox) = self.inbox.take() else {
+            self.inbox_more = false;
+            return;
+        };
+        let mut buf = std::mem::take(&mut self.recv);
+        let mut answers = Vec::new();
+        let mut budget = READ_BUDGET;
+        self.inbox_more = true;
+        while budget > 0 {
+            budget -= 1;
+            let got = match inbox.recv(&mut buf) {
+                Ok(Some(got)) => got,
+                Ok(None) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.inbox_more = false;
+                    break;
+                }
+                Err(e) => {
+                    log::debug!("HTTP/3 inbox: {e}");
+                    continue;
+                }
+            };
+            match got.msg {
+                Msg::Hello => {
+                    // Only once the ack is out: a successor that got none waits for us to
+                    // exit, and we keep reading meanwhile.
+                    let Some(from) = got.from else { continue };
+                    match inbox.ack(&from, self.generation) {
+                        Ok(()) => {
+                            log::debug!("HTTP/3: worker {} is our successor", got.pid);
+                            self.handover.hello(now, got.pid);
+                            self.settle(registry);
+                        }
+                        Err(e) => log::debug!("HTTP/3: ack to worker {}: {e}", got.pid),
+                    }
+                }
+                Msg::Ack(generation) => {
+                    let Ok(addr) = inbox::address(self.port, got.pid) else { continue };
+                    if self.handover.acked(now, got.pid, generation, addr, self.generation) {
+                        log::debug!("HTTP/3: worker {} (generation {generation}) acked", got.pid);
+                        self.settle(registry);
+                    }
+                }
+                Msg::Packet(peer, datagram) => {
+                    self.feed(now, peer, datagram, &mut answers);
+                }
+            }
+        }
+        self.recv = buf;
+        self.inbox = Some(inbox);
+        for out in answers {
+            self.send(out);
+        }
+    }
+
+    /// One datagram from `from` into the endpoint (read from the socket or forwarded).
+    fn feed(&mut self, now: Instant, from: std::net::SocketAddr, datagram: &[u8], answers: &mut Vec<Outgoing>) {
+        let data = BytesMut::from(datagram);
+        let Some(ch) = self.server.handle_datagram(now, from, None, None, data, answers) else { return };
+        if self.draining && !self.sessions.contains_key(&ch) {
+            if let Some(conn) = self.server.conn(ch) {
+                conn.go_away(now);
+            }
+        }
+        self.touched.insert(ch);
+    }
+
+    /// Sends `datagram` from `from` to the predecessor of `generation` at `to`; `false` when
+    /// that predecessor is gone (the datagram is then this worker's to answer).
+    fn forward(&mut self, to: &UnixAddr, generation: u8, from: std::net::SocketAddr, datagram: &[u8]) -> bool {
+        let Some(inbox) = &self.inbox else { return false };
+        match inbox.forward(to, from, datagram) {
+            Ok(()) => true,
+            Err(e) if inbox::is_gone(&e) => {
+                log::debug!("HTTP/3: the worker of generation {generation} is gone; its packets are ours");
+                self.handover.forget(generation);
+                false
+            }
+            Err(e) => {
+                // A full inbox (EAGAIN): dropped, the peer retransmits; never wait.
+                self.dropped += 1;
+                log::debug!("HTTP/3: forward to generation {generation}: {e} ({} dropped)", self.dropped);
+                true
+            }
+        }
     }
 
     /// Whether the loop must run HTTP/3 again this turn (more to read, connections touched).
     pub(super) fn busy(&self) -> bool {
-        self.more || (!self.touched.is_empty() && self.backlog.is_empty())
+        self.more || self.inbox_more || (!self.touched.is_empty() && self.backlog.is_empty())
     }
 
     /// The earliest deadline of the HTTP/3 side.
@@ -276,33 +464,34 @@ impl H3 {
     }
 
     /// Reads datagrams into the endpoint until `WouldBlock` or the budget (in datagrams: a
-    /// GRO receive counts as the datagrams it brought).
+    /// GRO receive counts as the datagrams it brought). A datagram of an acked predecessor's
+    /// connection goes to that predecessor's inbox instead (and counts against the budget too).
     fn read(&mut self, now: Instant) {
         self.more = false;
         let mut budget = READ_BUDGET;
+        let mut buf = std::mem::take(&mut self.recv);
         while budget > 0 {
-            match self.receiver.recv(&self.socket, &mut self.recv) {
+            match self.receiver.recv(&self.socket, &mut buf) {
                 Ok(got) => {
                     let mut answers = Vec::new();
-                    for datagram in self.recv[..got.len].chunks(got.segment_size.max(1)) {
+                    for datagram in buf[..got.len].chunks(got.segment_size.max(1)) {
                         budget = budget.saturating_sub(1);
-                        let data = BytesMut::from(datagram);
-                        let Some(ch) = self.server.handle_datagram(now, got.from, None, None, data, &mut answers)
-                        else {
-                            continue;
-                        };
-                        if self.draining && !self.sessions.contains_key(&ch) {
-                            if let Some(conn) = self.server.conn(ch) {
-                                conn.go_away(now);
+                        if let Some(f) = self.handover.route(datagram, self.slot) {
+                            let (addr, generation) = (f.addr, f.generation);
+                            if self.forward(&addr, generation, got.from, datagram) {
+                                continue;
                             }
                         }
-                        self.touched.insert(ch);
+                        self.feed(now, got.from, datagram, &mut answers);
                     }
                     for out in answers {
                         self.send(out);
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.recv = buf;
+                    return;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // ICMP errors of earlier sends (ECONNREFUSED), a truncated batch: nothing
@@ -312,6 +501,7 @@ impl H3 {
                 }
             }
         }
+        self.recv = buf;
         self.more = true;
     }
 
@@ -394,6 +584,19 @@ impl Cx<'_, '_> {
         let raw = VarInt::from(stream).into_inner();
         ExchangeId { conn: H3_BASE + self.ch.0, stream: raw as u32, generation: self.generation }
     }
+}
+
+/// The endpoint of worker slot `slot` whose CIDs carry `generation`.
+fn build_server(
+    keys: &QuicKeys,
+    slot: u16,
+    generation: u8,
+    config: &Arc<quinn_proto::ServerConfig>,
+    limits: ConnLimits,
+) -> Server {
+    let mut server = Server::new(setup::worker_endpoint_config(keys, slot, generation), Arc::clone(config), limits);
+    server.set_identity(slot, generation, keys.worker_cids(slot, generation));
+    server
 }
 
 /// Whether process `pid` still exists (a zombie counts until the supervisor reaps it).
@@ -804,33 +1007,25 @@ impl Worker {
     pub(super) fn h3_turn(&mut self, readable: bool) {
         let Some(mut h3) = self.h3.take() else { return };
         let now = Instant::now();
-        if h3.sibling_check.is_some_and(|t| t <= now) {
-            h3.siblings.retain(|&pid| alive(pid));
-            if h3.siblings.is_empty() || h3.sibling_until.is_some_and(|t| t <= now) {
-                h3.sibling_check = None;
-                h3.sibling_until = None;
-                h3.siblings.clear();
-                if let Err(e) = self.poll.registry().register(
-                    &mut h3.socket,
-                    Tok::Udp.into(),
-                    Interest::READABLE | Interest::WRITABLE,
-                ) {
-                    log::error!("HTTP/3: cannot register the UDP socket: {e}");
+        if h3.handover.next_check().is_some_and(|t| t <= now) {
+            for pid in h3.handover.check(now, alive) {
+                let said = match (&h3.inbox, inbox::address(h3.port, pid)) {
+                    (Some(inbox), Ok(to)) => inbox.hello(&to),
+                    (None, _) => Err(io::Error::from(io::ErrorKind::NotConnected)),
+                    (_, Err(e)) => Err(e),
+                };
+                if said.is_err() {
+                    h3.handover.undelivered(pid);
                 }
-                h3.more = true;
-                log::debug!("worker {}: HTTP/3 served (the slot's previous worker is gone)", std::process::id());
-            } else {
-                h3.sibling_check = Some(now + SIBLING_CHECK);
             }
+            h3.settle(self.poll.registry());
         }
-        if h3.sibling_check.is_some() {
-            // Not reading yet.
+        if h3.inbox_more {
+            h3.read_inbox(now, self.poll.registry());
+        }
+        if !h3.handover.reads() {
             h3.more = false;
-            h3.refresh_deadline();
-            self.h3 = Some(h3);
-            return;
-        }
-        if readable || h3.more {
+        } else if readable || h3.more {
             h3.read(now);
         }
         let writable = h3.send_backlog();
@@ -1054,13 +1249,24 @@ impl Worker {
         out
     }
 
+    /// The inbox is readable: its messages are taken this turn.
+    pub(super) fn h3_inbox_ready(&mut self) {
+        if let Some(h3) = self.h3.as_mut() {
+            h3.inbox_more = true;
+        }
+        self.h3_turn(false);
+    }
+
     /// Graceful stop: GOAWAY on every connection; event streams end; open streams finish.
     pub(super) fn h3_drain(&mut self) {
         let Some(h3) = self.h3.as_mut() else { return };
         let now = Instant::now();
         h3.draining = true;
-        // A successor may read the slot's socket from now on: its packets and new clients are
-        // left to it.
+        // While we read the slot's socket (no successor said hello: a graceful stop, or a
+        // successor that cannot forward and waits for us to exit), another worker's packets
+        // are dropped, not reset, and new clients' first packets left to others. With a
+        // successor, only our own packets reach us (forwarded); this matters again if it dies
+        // and we read once more.
         h3.server.set_sibling(true, true);
         h3.server.go_away(now);
         for (ch, sess) in &mut h3.sessions {
@@ -1102,6 +1308,6 @@ impl H3 {
             .flat_map(|s| s.exchanges.iter())
             .filter_map(|e| [e.deadline, e.produce_deadline()].into_iter().flatten().min())
             .min();
-        self.deadline = [quic, exchanges, self.sibling_check].into_iter().flatten().min();
+        self.deadline = [quic, exchanges, self.handover.next_check()].into_iter().flatten().min();
     }
 }

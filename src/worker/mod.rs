@@ -13,7 +13,8 @@
 //!   socket I/O through TLS or not, and the driving of HTTP/1.1.
 //! * `h2.rs`: the HTTP/2 session glue and its exchanges.
 //! * `h3.rs`: HTTP/3: the slot's UDP socket, the QUIC endpoint and the
-//!   exchanges of its connections (a slab of its own, not a `ConnState`).
+//!   exchanges of its connections (a slab of its own, not a `ConnState`);
+//!   `h3_inbox.rs`: who reads the slot's UDP socket while workers hand over.
 //! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event
 //!   streams, tickers, WebSockets, relays); `download.rs`: file bodies.
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
@@ -29,6 +30,7 @@ mod fanout;
 mod glue;
 mod h2;
 mod h3;
+mod h3_inbox;
 mod panics;
 mod pool;
 mod produce;
@@ -399,6 +401,7 @@ impl Worker {
                         self.edge = false;
                     }
                     Tok::Udp => self.h3_turn(true),
+                    Tok::Inbox => self.h3_inbox_ready(),
                 }
             }
             self.resume_drained();

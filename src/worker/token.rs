@@ -1,9 +1,9 @@
 //! The worker's poll tokens, typed.
 //!
 //! Owns the one mapping between what a readiness event or a timer is for
-//! (a listener, the pool's waker, the signal pipe, the bus, the UDP socket, a client
-//! connection, an upstream connection) and the `mio::Token` the poll
-//! carries. Nothing else does arithmetic on tokens. It must not touch a
+//! (a listener, the pool's waker, the signal pipe, the bus, the UDP socket,
+//! the HTTP/3 inbox, a client connection, an upstream connection) and the
+//! `mio::Token` the poll carries. Nothing else does arithmetic on tokens. It must not touch a
 //! socket or know what the connections are.
 
 use mio::Token;
@@ -23,6 +23,8 @@ pub enum Tok {
     Bus,
     /// The slot's UDP socket (HTTP/3).
     Udp,
+    /// The HTTP/3 inbox (hand-over messages between a slot's workers).
+    Inbox,
     /// A client connection: its index in the connection slab.
     Client(usize),
     /// An upstream connection: its index in the upstream slab.
@@ -37,6 +39,7 @@ const SIGNALS: usize = usize::MAX - 3;
 const BUS: usize = usize::MAX - 4;
 const TLS_LISTENER: usize = usize::MAX - 5;
 const UDP: usize = usize::MAX - 6;
+const INBOX: usize = usize::MAX - 7;
 
 impl From<Tok> for Token {
     fn from(t: Tok) -> Token {
@@ -47,6 +50,7 @@ impl From<Tok> for Token {
             Tok::Signals => SIGNALS,
             Tok::Bus => BUS,
             Tok::Udp => UDP,
+            Tok::Inbox => INBOX,
             Tok::Client(i) => i,
             Tok::Upstream(i) => UP_BASE + i,
         })
@@ -62,6 +66,7 @@ impl From<Token> for Tok {
             SIGNALS => Tok::Signals,
             BUS => Tok::Bus,
             UDP => Tok::Udp,
+            INBOX => Tok::Inbox,
             i if i >= UP_BASE => Tok::Upstream(i - UP_BASE),
             i => Tok::Client(i),
         }
@@ -81,6 +86,7 @@ mod tests {
             Tok::Signals,
             Tok::Bus,
             Tok::Udp,
+            Tok::Inbox,
             Tok::Client(0),
             Tok::Client(12_345),
             Tok::Upstream(0),

@@ -271,6 +271,9 @@ fn graceful_stop_lets_an_open_stream_finish() {
     assert!(r.body == data, "the whole body after the stop began ({} of {} bytes)", r.body.len(), data.len());
     c.run_until(Instant::now() + TIMEOUT, |c| c.goaway || c.lost.is_some());
     assert!(c.goaway, "GOAWAY came");
+    // The client goes on (acknowledging the body's last packets) until the worker closes the
+    // connection: otherwise the worker keeps it until its idle timeout, as long as the drain's.
+    c.run_until(Instant::now() + TIMEOUT, |c| c.lost.is_some());
     assert!(server.wait_exit(Duration::from_secs(30)).is_some(), "the server exits\n{}", server.log_tail());
 }
 
@@ -388,7 +391,12 @@ struct MidDownload {
 const MID_DEADLINE: Duration = Duration::from_secs(120);
 
 fn mid_download() -> MidDownload {
-    let (server, addr, pki, files) = download_server(1, "");
+    mid_download_with("")
+}
+
+/// [`mid_download`] with `extra` configuration.
+fn mid_download_with(extra: &str) -> MidDownload {
+    let (server, addr, pki, files) = download_server(1, extra);
     let data = pattern(16 << 20);
     std::fs::write(files.path().join("mid.bin"), &data).expect("write");
     let old = server.wait_workers(1, Duration::from_secs(10))[0];
@@ -434,6 +442,8 @@ fn reload_lets_an_open_stream_finish_and_the_new_worker_serves() {
     m.finishes("reload");
     m.c.run_until(Instant::now() + TIMEOUT, |c| c.goaway || c.lost.is_some());
     assert!(m.c.goaway, "GOAWAY from the draining worker");
+    // Acknowledging the last packets until the worker closes (see the graceful stop's test).
+    m.c.run_until(Instant::now() + TIMEOUT, |c| c.lost.is_some());
     assert!(
         eventually(Duration::from_secs(30), || !m.server.workers().contains(&m.old)),
         "the old worker exits\n{}",
@@ -550,4 +560,157 @@ fn a_more_urgent_stream_is_sent_first() {
     assert_eq!(c.response(urgent).body.len(), data.len(), "{}", server.log_tail());
     assert_eq!(c.response(lazy).body.len(), data.len());
     assert_eq!(first, Some(urgent), "the u=0 stream ends first");
+}
+
+/// The pid `/_debug/pid` names on a new connection by `deadline`, or why not.
+fn try_pid(addr: std::net::SocketAddr, config: &quinn_proto::ClientConfig, deadline: Instant) -> Result<i32, String> {
+    let mut c = H3Client::start(addr, config);
+    c.run_until(deadline, |c| !c.conn.is_handshaking() || c.lost.is_some());
+    if c.lost.is_some() || c.conn.is_handshaking() {
+        return Err(format!("handshake: lost {:?}", c.lost));
+    }
+    let id = c.send("GET", "/_debug/pid", &[], b"");
+    c.run_until(deadline, |c| c.lost.is_some() || c.streams[&id].fin || c.streams[&id].reset.is_some());
+    let s = &c.streams[&id];
+    if !s.fin {
+        return Err(format!("request: reset {:?}, lost {:?}, goaway {}", s.reset, c.lost, c.goaway));
+    }
+    c.response(id).json()["pid"].as_i64().map(|p| p as i32).ok_or_else(|| "no pid".to_string())
+}
+
+/// The pid `/_debug/pid` names on a new connection, if one answers within `within` (a new
+/// connection each time one is refused: a worker that begins to drain sends GOAWAY).
+fn pid_within(addr: std::net::SocketAddr, config: &quinn_proto::ClientConfig, within: Duration) -> Result<i32, String> {
+    let deadline = Instant::now() + within;
+    let mut failed = Vec::new();
+    while Instant::now() < deadline {
+        match try_pid(addr, config, deadline) {
+            Ok(pid) => return Ok(pid),
+            Err(e) => failed.push(e),
+        }
+    }
+    Err(failed.join("; "))
+}
+
+impl MidDownload {
+    /// Waits until the old worker drains.
+    fn old_drains(&self) {
+        let line = format!("worker {} draining", self.old);
+        self.server.wait_log_line(Duration::from_secs(10), |l| l.contains(&line));
+    }
+}
+
+/// How long a new client may take to be served while a worker drains (without the hand-over
+/// by forwarding it was not served until the drain ended: `shutdown_timeout`, 30 s).
+const SERVED_WITHIN: Duration = Duration::from_secs(10);
+
+#[test]
+fn new_clients_are_served_during_a_long_drain_after_a_reload() {
+    let mut m = mid_download();
+    m.server.signal(Signal::SIGHUP);
+    let new = eventually_some(Duration::from_secs(10), || m.server.workers().into_iter().find(|&p| p != m.old))
+        .unwrap_or_else(|| panic!("a new worker\n{}", m.server.log_tail()));
+    // Until then the old worker serves new clients itself.
+    m.old_drains();
+    // The old client is not pumped: its stream stays open and the old worker keeps draining.
+    let pid = pid_within(m.addr, &m.config, SERVED_WITHIN);
+    assert_eq!(pid, Ok(new), "a new client is served by the new worker\n{}", m.server.log_tail());
+    assert!(pid_alive(m.old), "while the old worker still drains");
+    // The old worker's packets reach it through the new one.
+    m.finishes("reload");
+}
+
+#[test]
+fn new_clients_are_served_during_a_long_drain_after_usr2() {
+    use crate::upgrade::{new_supervisor_pid, StopOnDrop};
+    let mut m = mid_download();
+    m.server.signal(Signal::SIGUSR2);
+    let new_pid = new_supervisor_pid(&m.server);
+    let _stop = StopOnDrop(new_pid);
+    let new = eventually_some(Duration::from_secs(10), || worker_pids(new_pid).first().copied())
+        .unwrap_or_else(|| panic!("a worker of the new supervisor\n{}", m.server.log_tail()));
+    m.old_drains();
+    let pid = pid_within(m.addr, &m.config, SERVED_WITHIN);
+    assert_eq!(pid, Ok(new), "a new client is served by the new supervisor's worker\n{}", m.server.log_tail());
+    assert!(pid_alive(m.old), "while the old supervisor's worker still drains");
+    m.finishes("upgrade");
+    let status = m.server.wait_exit(Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "the old supervisor drains: {status:?}\n{}", m.server.log_tail());
+}
+
+#[test]
+fn new_clients_are_served_across_memory_replacements() {
+    // Every worker is over 1 MiB: each check (every 200 ms) replaces it, so the worker with the
+    // download drains while one successor after another starts, and each says hello to it.
+    let mut m = mid_download_with("[supervisor]\nworker_max_rss_mb = 1\nmemory_check_ms = 200\n");
+    let started = m.server.workers();
+    assert!(
+        eventually(Duration::from_secs(10), || m.server.workers().iter().filter(|p| !started.contains(p)).count() >= 2),
+        "two replacements\n{}",
+        m.server.log_tail()
+    );
+    for round in 0..3 {
+        let pid = pid_within(m.addr, &m.config, SERVED_WITHIN);
+        assert!(pid.is_ok(), "round {round}: a new client is served: {pid:?}\n{}", m.server.log_tail());
+    }
+    m.finishes("memory replacements");
+}
+
+/// A stand-in successor for [`a_predecessor_whose_successor_died_reads_again`], run as a
+/// process of its own (this test binary again, with `FORKD_FAKE_SUCCESSOR=<port>:<pid>`): it
+/// says hello to that worker's inbox, prints the ack's generation, and exits when its stdin
+/// closes. It does nothing in a normal run.
+#[test]
+#[ignore = "a helper process of a_predecessor_whose_successor_died_reads_again"]
+fn fake_successor() {
+    use std::io::Read;
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Ok(spec) = std::env::var("FORKD_FAKE_SUCCESSOR") else { return };
+    let (port, pid) = spec.split_once(':').expect("port:pid");
+    let name = |pid: &str| SocketAddr::from_abstract_name(format!("forkd-h3-{port}-{pid}")).expect("name");
+    let sock = UnixDatagram::bind_addr(&name(&std::process::id().to_string())).expect("bind");
+    sock.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+    sock.send_to_addr(b"H", &name(pid)).expect("hello");
+    let mut ack = [0u8; 16];
+    let n = sock.recv(&mut ack).expect("an ack");
+    assert_eq!((n, ack[0]), (2, b'A'), "{:?}", &ack[..n]);
+    println!("FAKE-ACK {}", ack[1]);
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}
+
+#[test]
+fn a_predecessor_whose_successor_died_reads_again() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut m = mid_download();
+    // The worker is told a successor reads the socket for it: it stops reading and acks.
+    let mut helper = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "h3::fake_successor", "--include-ignored", "--nocapture", "--test-threads=1"])
+        .env("FORKD_FAKE_SUCCESSOR", format!("{}:{}", m.addr.port(), m.old))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("helper");
+    let out = helper.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(out).lines().map_while(Result::ok);
+    let ack = lines
+        .by_ref()
+        // (The harness may print the test's name on the same line first.)
+        .find_map(|l| l.split("FAKE-ACK ").nth(1).and_then(|g| g.trim().parse::<u8>().ok()));
+    assert_eq!(ack, Some(m.old as u8), "acked with the worker's generation\n{}", m.server.log_tail());
+    // The successor forwards nothing: a new client is not served meanwhile.
+    let mut c = H3Client::start(m.addr, &m.config);
+    c.run_until(Instant::now() + Duration::from_secs(1), |c| !c.conn.is_handshaking() || c.lost.is_some());
+    assert!(c.conn.is_handshaking(), "the worker does not read the socket while its successor lives");
+    // The successor dies before it served: the worker reads again, the waiting client and the
+    // download go on.
+    drop(helper.stdin.take());
+    lines.for_each(drop);
+    assert!(helper.wait().expect("helper exit").success(), "the helper");
+    c.run_until(Instant::now() + SERVED_WITHIN, |c| !c.conn.is_handshaking() || c.lost.is_some());
+    assert!(c.lost.is_none() && !c.conn.is_handshaking(), "served again: {:?}\n{}", c.lost, m.server.log_tail());
+    let r = c.get("/_debug/pid");
+    assert_eq!(r.json()["pid"].as_i64(), Some(i64::from(m.old)));
+    m.finishes("successor's death");
 }
