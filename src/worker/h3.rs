@@ -599,11 +599,6 @@ fn build_server(
     server
 }
 
-/// Whether process `pid` still exists (a zombie counts until the supervisor reaps it).
-fn alive(pid: i32) -> bool {
-    !matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH))
-}
-
 /// The QUIC stream of an exchange id's `stream`.
 fn stream_of(id: ExchangeId) -> StreamId {
     StreamId::from(VarInt::from_u32(id.stream))
@@ -1008,7 +1003,7 @@ impl Worker {
         let Some(mut h3) = self.h3.take() else { return };
         let now = Instant::now();
         if h3.handover.next_check().is_some_and(|t| t <= now) {
-            for pid in h3.handover.check(now, alive) {
+            for pid in h3.handover.check(now, crate::sys::alive) {
                 let said = match (&h3.inbox, inbox::address(h3.port, pid)) {
                     (Some(inbox), Ok(to)) => inbox.hello(&to),
                     (None, _) => Err(io::Error::from(io::ErrorKind::NotConnected)),
