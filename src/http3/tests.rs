@@ -97,10 +97,18 @@ impl Pair {
 
     /// [`Pair::with`] whose server keeps sessions in `store` (0-RTT when `Some`).
     fn with_store(under_load: bool, store: Option<Arc<dyn rustls::server::StoresServerSessions>>) -> Pair {
+        Pair::with_limits(under_load, store, setup::Limits { max_field_section: 4096, ..setup::Limits::default() })
+    }
+
+    /// [`Pair::with_store`] whose server has `limits`.
+    fn with_limits(
+        under_load: bool,
+        store: Option<Arc<dyn rustls::server::StoresServerSessions>>,
+        limits: setup::Limits,
+    ) -> Pair {
         let early = store.is_some();
         let (key, root) = certificate();
         let keys = QuicKeys::derive(&SECRET);
-        let limits = setup::Limits { max_field_section: 4096, ..setup::Limits::default() };
         let config = setup::server_config(Arc::clone(&key), &keys, &limits, store).expect("server config");
         let mut server = Server::new(setup::endpoint_config(&keys, 1), config, ConnLimits { max_field_section: 4096 });
         server.set_under_load(under_load);
@@ -788,4 +796,19 @@ fn goaway_on_an_idle_connection_arrives_before_the_close() {
         Some(ConnectionError::ApplicationClosed(close)) => assert_eq!(close.error_code, VarInt::from_u32(0x100)),
         other => panic!("closed with H3_NO_ERROR, not {other:?}"),
     }
+}
+
+#[test]
+fn an_idle_connection_is_forgotten_after_the_idle_timeout() {
+    // The client would wait 30 s (quinn's default); the server's 2 s is what counts.
+    let limits =
+        setup::Limits { max_field_section: 4096, idle_timeout: Duration::from_secs(2), ..setup::Limits::default() };
+    let mut p = Pair::with_limits(false, None, limits);
+    let id = p.get("/");
+    p.watch(id);
+    p.answer_until_fin(id, 204);
+    let quiet_since = p.now;
+    p.run_until(|p| p.server.is_empty());
+    let idle = p.now - quiet_since;
+    assert!(idle >= Duration::from_millis(1_900) && idle < Duration::from_secs(5), "forgotten after {idle:?}");
 }
