@@ -64,4 +64,17 @@ pub struct Env {
     pub development: bool,
     /// The worker is draining: every response closes its connection.
     pub draining: bool,
+    /// `Alt-Svc` for responses over TLS when HTTP/3 is on: the app adds it to what it
+    /// answers; the codecs add it to the errors they answer themselves (400, 408, 413, 431).
+    pub alt_svc: Option<&'static str>,
+}
+
+impl Env {
+    /// Adds `Alt-Svc` to an error a codec answers by itself on a connection (`secure`: over
+    /// TLS), as the app does to its own answers.
+    pub fn announce(&self, resp: &mut super::response::Response, secure: bool) {
+        if let (true, Some(v)) = (secure, self.alt_svc) {
+            resp.header("Alt-Svc", v);
+        }
+    }
 }

@@ -570,6 +570,7 @@ impl Http1 {
         self.cur.label = 0;
         let mut resp = e.into_response(env.development);
         resp.close = true;
+        env.announce(&mut resp, self.secure);
         self.phase = Phase::Waiting;
         self.respond(resp, Delimit::Length, out, svc, env, now);
     }
@@ -614,6 +615,7 @@ mod tests {
             keepalive_timeout: Duration::from_secs(1),
             development: true,
             draining: false,
+            alt_svc: None,
         }
     }
 

@@ -472,6 +472,7 @@ mod tests {
             keepalive_timeout: Duration::from_secs(5),
             development: false,
             draining: false,
+            alt_svc: None,
         }
     }
 

@@ -584,7 +584,8 @@ impl H2Session {
     /// resets the rest of a body still arriving with `NO_ERROR`).
     fn fail(&mut self, i: usize, e: Error, cx: &mut Cx<'_, '_>, now: Instant) {
         self.exchanges[i].label = 0;
-        let resp = e.into_response(cx.env.development);
+        let mut resp = e.into_response(cx.env.development);
+        cx.env.announce(&mut resp, self.secure);
         self.answer(i, resp, Delimit::Length, cx, now);
     }
 

@@ -314,6 +314,8 @@ impl Worker {
             keepalive_timeout: config.limits.keepalive_timeout,
             development: config.is_development(),
             draining: false,
+            // Leaked once per worker, like the app's copy: every error borrows it.
+            alt_svc: crate::app::alt_svc_value(config).map(|v| &*Box::leak(v.into_boxed_str())),
         };
         Ok(Worker {
             config,

@@ -177,8 +177,24 @@ fn alt_svc_on_tls_responses_only_with_http3_on() {
     let mut h2 = crate::h2util::H2Client::tls(addr, crate::h2util::h2_tls_config(&pki.ca_pem));
     let r = h2.get("/nope");
     assert_eq!((r.status, r.header("alt-svc")), (404, Some(want.as_str())), "{r:?}");
+    // Errors the codecs answer themselves carry it too: a malformed HTTP/1.1 request line
+    // (400), an HTTP/2 body announced over the limit (413).
+    let bad = crate::tls::https_get(addr, &crate::tls::client_config(&pki, rustls::DEFAULT_VERSIONS), "/a b");
+    assert_eq!(bad.status, 400, "{}", bad.head);
+    assert!(bad.head.to_ascii_lowercase().contains(&format!("alt-svc: {want}").to_ascii_lowercase()), "{}", bad.head);
+    let (mut rf, _) = h2.start(
+        h2.build("POST", "/api/v1/users", &[("content-type", "application/json"), ("content-length", "99999999")]),
+        false,
+    );
+    let r = h2.head(&mut rf).expect("head");
+    assert_eq!(
+        (r.status().as_u16(), r.headers().get("alt-svc").and_then(|v| v.to_str().ok())),
+        (413, Some(want.as_str()))
+    );
     // Not over plain HTTP.
     assert_eq!(server.get("/health").header("alt-svc"), None);
+    let bad = server.call("GET", "/a b", &[], b"");
+    assert_eq!((bad.status, bad.header("alt-svc")), (400, None));
     // Off: no Alt-Svc over TLS either.
     let (_off, addr, pki, _d2) = tls_server(1, "", "");
     let h1 = crate::tls::https_get(addr, &crate::tls::client_config(&pki, rustls::DEFAULT_VERSIONS), "/health");
