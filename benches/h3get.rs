@@ -201,18 +201,54 @@ fn status(bytes: &[u8]) -> u16 {
     status
 }
 
+/// A non-blocking client UDP socket for `server`'s family, with large buffers and GRO.
+fn client_socket(server: SocketAddr) -> UdpSocket {
+    let sock =
+        UdpSocket::bind(if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).unwrap_or_else(|e| panic!("bind: {e}"));
+    sock.set_nonblocking(true).unwrap_or_else(|e| panic!("nonblocking: {e}"));
+    let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(8 << 20));
+    let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
+    udp::enable_gro(&sock);
+    sock
+}
+
+/// Reads what the socket has (512 receives at most): each datagram through the endpoint,
+/// its connection's events to `deliver`, the endpoint's own answers sent at once.
+fn receive(
+    ep: &mut Endpoint,
+    sock: &UdpSocket,
+    receiver: &mut udp::Receiver,
+    buf: &mut [u8],
+    now: Instant,
+    mut deliver: impl FnMut(ConnectionHandle, quinn_proto::ConnectionEvent),
+) {
+    for _ in 0..512 {
+        match receiver.recv(sock, buf) {
+            Ok(got) => {
+                for datagram in buf[..got.len].chunks(got.segment_size.max(1)) {
+                    let mut answer = Vec::new();
+                    match ep.handle(now, got.from, None, None, BytesMut::from(datagram), &mut answer) {
+                        Some(DatagramEvent::ConnectionEvent(ch, event)) => deliver(ch, event),
+                        Some(DatagramEvent::Response(t)) => {
+                            let _ = sock.send_to(&answer[..t.size], t.destination);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(_) => {}
+        }
+    }
+}
+
 fn main() {
     let args = args();
     if let Some(duration) = args.duration {
         drain::run(&args, duration);
         return;
     }
-    let sock = UdpSocket::bind(if args.addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })
-        .unwrap_or_else(|e| panic!("bind: {e}"));
-    sock.set_nonblocking(true).unwrap_or_else(|e| panic!("nonblocking: {e}"));
-    let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(8 << 20));
-    let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
-    udp::enable_gro(&sock);
+    let sock = client_socket(args.addr);
     let mut receiver = udp::Receiver::new();
     let mut ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
     let config = client_config();
@@ -296,28 +332,11 @@ fn main() {
         let wait = until.map_or(Duration::from_millis(100), |t| t.saturating_duration_since(now));
         let _ = poll.poll(&mut events, Some(wait));
         let now = Instant::now();
-        for _ in 0..512 {
-            match receiver.recv(&sock, &mut buf) {
-                Ok(got) => {
-                    for datagram in buf[..got.len].chunks(got.segment_size.max(1)) {
-                        let mut answer = Vec::new();
-                        match ep.handle(now, got.from, None, None, BytesMut::from(datagram), &mut answer) {
-                            Some(DatagramEvent::ConnectionEvent(ch, event)) => {
-                                if let Some(c) = conns.get_mut(&ch) {
-                                    c.quic.handle_event(event);
-                                }
-                            }
-                            Some(DatagramEvent::Response(t)) => {
-                                let _ = sock.send_to(&answer[..t.size], t.destination);
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(_) => {}
+        receive(&mut ep, &sock, &mut receiver, &mut buf, now, |ch, event| {
+            if let Some(c) = conns.get_mut(&ch) {
+                c.quic.handle_event(event);
             }
-        }
+        });
         for (ch, conn) in conns.iter_mut() {
             if conn.quic.poll_timeout().is_some_and(|t| t <= now) {
                 conn.quic.handle_timeout(now);
@@ -542,12 +561,7 @@ mod drain {
     }
 
     pub(super) fn run(args: &Args, duration: Duration) {
-        let sock = UdpSocket::bind(if args.addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })
-            .unwrap_or_else(|e| panic!("bind: {e}"));
-        sock.set_nonblocking(true).unwrap_or_else(|e| panic!("nonblocking: {e}"));
-        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(8 << 20));
-        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
-        udp::enable_gro(&sock);
+        let sock = client_socket(args.addr);
         let mut receiver = udp::Receiver::new();
         let mut ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
         let config = client_config();
@@ -670,28 +684,11 @@ mod drain {
             let wait = until.map_or(Duration::from_millis(20), |t| t.saturating_duration_since(now));
             let _ = poll.poll(&mut events, Some(wait));
             let now = Instant::now();
-            for _ in 0..512 {
-                match receiver.recv(&sock, &mut buf) {
-                    Ok(got) => {
-                        for datagram in buf[..got.len].chunks(got.segment_size.max(1)) {
-                            let mut answer = Vec::new();
-                            match ep.handle(now, got.from, None, None, BytesMut::from(datagram), &mut answer) {
-                                Some(DatagramEvent::ConnectionEvent(ch, event)) => {
-                                    if let Some(c) = conns.get_mut(&ch) {
-                                        c.quic.handle_event(event);
-                                    }
-                                }
-                                Some(DatagramEvent::Response(t)) => {
-                                    let _ = sock.send_to(&answer[..t.size], t.destination);
-                                }
-                                _ => {}
-                            }
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(_) => {}
+            receive(&mut ep, &sock, &mut receiver, &mut buf, now, |ch, event| {
+                if let Some(c) = conns.get_mut(&ch) {
+                    c.quic.handle_event(event);
                 }
-            }
+            });
             for (ch, conn) in conns.iter_mut() {
                 if conn.quic.poll_timeout().is_some_and(|t| t <= now) {
                     conn.quic.handle_timeout(now);

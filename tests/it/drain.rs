@@ -188,21 +188,11 @@ fn memory_ceiling_replacements_fail_no_request() {
     // Every worker is over 1 MiB: each check (every 200 ms) replaces every worker.
     let s = start_ready(drain_server(2).set("supervisor", "worker_max_rss_mb = 1\nmemory_check_ms = 200"));
     let mut seen: BTreeSet<i32> = s.workers().into_iter().collect();
-    let initial = seen.len();
     let load = KeepAliveLoad::start(s.addr(), PATH, 12);
     let mut ev = Events(Vec::new());
     ev.mark(&load, &format!("load started (workers {seen:?})"));
     assert_flowing(&load, &s, "with the memory ceiling");
-    const REPLACEMENTS: usize = 5;
-    let enough = eventually(CHANGE_TIMEOUT, || {
-        seen.extend(s.workers());
-        seen.len() >= initial + REPLACEMENTS
-    });
-    assert!(
-        enough,
-        "fewer than {REPLACEMENTS} memory replacements within {CHANGE_TIMEOUT:?}: workers seen {seen:?}\nlog:\n{}",
-        s.log_tail()
-    );
+    wait_replacements(&s, &mut seen, 5, CHANGE_TIMEOUT);
     ev.mark(&load, &format!("{} workers seen: {seen:?}", seen.len()));
     assert_flowing(&load, &s, "after the replacements");
     ev.mark(&load, "stop the load");

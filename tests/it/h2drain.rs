@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::upgrade::{new_supervisor_pid, StopOnDrop};
+use crate::upgrade::upgrade_completes;
 use crate::util::*;
 
 /// Connection slots (one thread each).
@@ -457,21 +457,8 @@ fn usr2_under_http2_load_fails_no_request() {
     let mut ev = Vec::new();
     assert_flowing(&load, &s, "before SIGUSR2");
     load.mark(&mut ev, &format!("SIGUSR2 (workers {old_workers:?})"));
-    s.signal(Signal::SIGUSR2);
-    let new_pid = new_supervisor_pid(&s);
-    // Stops the new supervisor (not our child) and its workers by pid when the test ends.
-    let _stop = StopOnDrop(new_pid);
-    let status = s.wait_exit(CHANGE_TIMEOUT);
-    let log = s.log_tail();
-    assert!(status.is_some_and(|st| st.success()), "the old supervisor must drain and exit 0: {status:?}\n{log}");
-    for w in &old_workers {
-        assert!(eventually(CHANGE_TIMEOUT, || !pid_alive(*w)), "old worker {w} still runs");
-    }
-    assert!(
-        eventually(CHANGE_TIMEOUT, || worker_pids(new_pid).len() == 2),
-        "the new supervisor {new_pid} must run 2 workers: {:?}",
-        worker_pids(new_pid)
-    );
+    // `_stop` stops the new supervisor (not our child) and its workers by pid when the test ends.
+    let (_stop, new_pid, log) = upgrade_completes(&mut s, &old_workers, 2, CHANGE_TIMEOUT);
     load.mark(&mut ev, &format!("old supervisor and workers gone; new supervisor {new_pid}"));
     assert_flowing(&load, &s, "after SIGUSR2");
     load.mark(&mut ev, "stop the load");

@@ -28,7 +28,7 @@ use quinn_proto::{ClientConfig, ConnectionError, StreamId, VarInt};
 
 use crate::h3client::{client_config, parse, H3Client};
 use crate::tls::Pki;
-use crate::upgrade::{new_supervisor_pid, StopOnDrop};
+use crate::upgrade::upgrade_completes;
 use crate::util::*;
 
 /// Connections (one thread each).
@@ -415,21 +415,8 @@ fn usr2_under_http3_load_fails_no_request() {
     let mut ev = Vec::new();
     assert_flowing(&load, &s, "before SIGUSR2");
     load.mark(&mut ev, &format!("SIGUSR2 (workers {old_workers:?})"));
-    s.signal(Signal::SIGUSR2);
-    let new_pid = new_supervisor_pid(&s);
-    // Stops the new supervisor (not our child) and its workers by pid when the test ends.
-    let _stop = StopOnDrop(new_pid);
-    let status = s.wait_exit(CHANGE_TIMEOUT);
-    let log = s.log_tail();
-    assert!(status.is_some_and(|st| st.success()), "the old supervisor must drain and exit 0: {status:?}\n{log}");
-    for w in &old_workers {
-        assert!(eventually(CHANGE_TIMEOUT, || !pid_alive(*w)), "old worker {w} still runs");
-    }
-    assert!(
-        eventually(CHANGE_TIMEOUT, || worker_pids(new_pid).len() == 2),
-        "the new supervisor {new_pid} must run 2 workers: {:?}",
-        worker_pids(new_pid)
-    );
+    // `_stop` stops the new supervisor (not our child) and its workers by pid when the test ends.
+    let (_stop, new_pid, log) = upgrade_completes(&mut s, &old_workers, 2, CHANGE_TIMEOUT);
     load.mark(&mut ev, &format!("old supervisor and workers gone; new supervisor {new_pid}"));
     assert_flowing(&load, &s, "after SIGUSR2");
     load.mark(&mut ev, "stop the load");
@@ -443,21 +430,11 @@ fn memory_replacements_under_http3_load_fail_no_request() {
     // Every worker is over 1 MiB: each check (every 200 ms) replaces every worker.
     let (s, addr, config, _d) = server(2, |b| b.set("supervisor", "worker_max_rss_mb = 1\nmemory_check_ms = 200"));
     let mut seen: BTreeSet<i32> = s.workers().into_iter().collect();
-    let initial = seen.len();
     let load = H3Load::start(addr, config);
     let mut ev = Vec::new();
     load.mark(&mut ev, &format!("load started (workers {seen:?})"));
     assert_flowing(&load, &s, "with the memory ceiling");
-    const REPLACEMENTS: usize = 3;
-    let enough = eventually(CHANGE_TIMEOUT, || {
-        seen.extend(s.workers());
-        seen.len() >= initial + REPLACEMENTS
-    });
-    assert!(
-        enough,
-        "fewer than {REPLACEMENTS} memory replacements within {CHANGE_TIMEOUT:?}: workers seen {seen:?}\nlog:\n{}",
-        s.log_tail()
-    );
+    wait_replacements(&s, &mut seen, 3, CHANGE_TIMEOUT);
     load.mark(&mut ev, &format!("{} workers seen: {seen:?}", seen.len()));
     assert_flowing(&load, &s, "after the replacements");
     load.mark(&mut ev, "stop the load");

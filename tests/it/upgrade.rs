@@ -210,3 +210,31 @@ fn after_usr2_a_change_finished_by_an_old_worker_is_seen_by_the_new_ones() {
     let r = reader.read_response();
     assert_eq!(r.json()["data"]["name"], "After", "the new worker reads the change at once: {r:?}");
 }
+
+/// `SIGUSR2` to `s` (whose workers are `old_workers`), then the upgrade must complete within
+/// `within`: the old supervisor exits 0, its workers are gone, and the new supervisor runs
+/// `workers` workers. Returns the guard that stops the new supervisor (made as soon as its
+/// pid is known, so it is stopped also when an assertion here fails), its pid, and the old
+/// supervisor's log tail.
+pub(crate) fn upgrade_completes(
+    s: &mut Server,
+    old_workers: &[i32],
+    workers: usize,
+    within: Duration,
+) -> (StopOnDrop, i32, String) {
+    s.signal(Signal::SIGUSR2);
+    let new_pid = new_supervisor_pid(s);
+    let stop = StopOnDrop(new_pid);
+    let status = s.wait_exit(within);
+    let log = s.log_tail();
+    assert!(status.is_some_and(|st| st.success()), "the old supervisor must drain and exit 0: {status:?}\n{log}");
+    for w in old_workers {
+        assert!(eventually(within, || !pid_alive(*w)), "old worker {w} still runs");
+    }
+    assert!(
+        eventually(within, || worker_pids(new_pid).len() == workers),
+        "the new supervisor {new_pid} must run {workers} workers: {:?}",
+        worker_pids(new_pid)
+    );
+    (stop, new_pid, log)
+}

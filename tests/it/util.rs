@@ -2789,3 +2789,23 @@ pub fn wait_child(child: &mut std::process::Child, timeout: Duration) -> Option<
         thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Waits (at most `within`) until `replacements` workers beyond those in `seen` have been
+/// seen (memory-ceiling replacements), adding every worker seen to `seen`.
+pub fn wait_replacements(
+    s: &Server,
+    seen: &mut std::collections::BTreeSet<i32>,
+    replacements: usize,
+    within: Duration,
+) {
+    let target = seen.len() + replacements;
+    let enough = eventually(within, || {
+        seen.extend(s.workers());
+        seen.len() >= target
+    });
+    assert!(
+        enough,
+        "fewer than {replacements} memory replacements within {within:?}: workers seen {seen:?}\nlog:\n{}",
+        s.log_tail()
+    );
+}
