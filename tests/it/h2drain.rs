@@ -19,13 +19,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use crate::drainload::{Load, Report, Slot};
 use crate::upgrade::upgrade_completes;
 use crate::util::*;
 
@@ -48,97 +48,15 @@ const TICK: Duration = Duration::from_millis(10);
 
 use crate::h2util::wire::*;
 
-/// What the load counted.
-#[derive(Default)]
-struct Counters {
-    ok: AtomicU64,
-    retried: AtomicU64,
-    goaways: AtomicU64,
-    conns: AtomicU64,
-    started: AtomicU64,
-}
-
-/// The load: [`CONNS`] threads, shared counters, the failures as text.
-struct H2Load {
-    c: Arc<Counters>,
-    failures: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<thread::JoinHandle<()>>,
-    t0: Instant,
-}
-
-struct Report {
-    ok: u64,
-    retried: u64,
-    goaways: u64,
-    conns: u64,
-    failures: Vec<String>,
-}
-
-impl H2Load {
-    fn start(addr: SocketAddr) -> H2Load {
-        let c = Arc::new(Counters::default());
-        let failures = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let t0 = Instant::now();
-        let threads = (0..CONNS)
-            .map(|slot| {
-                let (c, failures, stop) = (Arc::clone(&c), Arc::clone(&failures), Arc::clone(&stop));
-                thread::spawn(move || {
-                    let mut slot = Slot { addr, slot, c, failures, stop, t0 };
-                    slot.run();
-                })
-            })
-            .collect();
-        H2Load { c, failures, stop, threads, t0 }
-    }
-
-    fn ok(&self) -> u64 {
-        self.c.ok.load(Ordering::Relaxed)
-    }
-
-    fn failed(&self) -> usize {
-        self.failures.lock().map(|f| f.len()).unwrap_or(0)
-    }
-
-    /// Waits until `n` more answers came (or `timeout`).
-    fn wait_more_ok(&self, n: u64, timeout: Duration) -> bool {
-        let target = self.ok() + n;
-        eventually(timeout, || self.ok() >= target)
-    }
-
-    fn mark(&self, events: &mut Vec<String>, what: &str) {
-        let line = format!("+{:.3}s {what} (ok so far {})", self.t0.elapsed().as_secs_f64(), self.ok());
-        eprintln!("{} {line}", wall_clock());
-        events.push(line);
-    }
-
-    fn finish(self) -> Report {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads {
-            if t.join().is_err() {
-                self.failures.lock().expect("failures").push("a load thread panicked".into());
-            }
-        }
-        let failures = std::mem::take(&mut *self.failures.lock().expect("failures"));
-        Report {
-            ok: self.c.ok.load(Ordering::Relaxed),
-            retried: self.c.retried.load(Ordering::Relaxed),
-            goaways: self.c.goaways.load(Ordering::Relaxed),
-            conns: self.c.conns.load(Ordering::Relaxed),
-            failures,
-        }
-    }
-}
-
-/// One connection slot: a connection at a time.
-struct Slot {
+/// One load thread: a connection at a time.
+struct Client {
     addr: SocketAddr,
-    slot: usize,
-    c: Arc<Counters>,
-    failures: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    t0: Instant,
+    s: Slot,
+}
+
+/// The HTTP/2 load: [`CONNS`] threads, each a [`Client`].
+fn start_load(addr: SocketAddr) -> Load {
+    Load::start("HTTP/2", CONNS, MAX_RUN, move |s| Client { addr, s }.run())
 }
 
 /// How a connection ended.
@@ -151,10 +69,9 @@ enum End {
     Broken,
 }
 
-impl Slot {
-    fn run(&mut self) {
-        let deadline = self.t0 + MAX_RUN;
-        while !self.stopping() && Instant::now() < deadline {
+impl Client {
+    fn run(mut self) {
+        while !self.s.stopping() {
             match self.connection() {
                 End::Stop => return,
                 End::Drained | End::Broken => {}
@@ -162,15 +79,8 @@ impl Slot {
         }
     }
 
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed) || self.t0.elapsed() >= MAX_RUN
-    }
-
     fn fail(&self, what: String) {
-        let line = format!("+{:.3}s slot {}: {what}", self.t0.elapsed().as_secs_f64(), self.slot);
-        if let Ok(mut f) = self.failures.lock() {
-            f.push(line);
-        }
+        self.s.fail(false, what);
     }
 
     /// One connection, until it ends.
@@ -183,7 +93,7 @@ impl Slot {
                 return End::Broken;
             }
         };
-        self.c.conns.fetch_add(1, Ordering::Relaxed);
+        self.s.c.conns.fetch_add(1, Ordering::Relaxed);
         let _ = sock.set_nodelay(true);
         let _ = sock.set_read_timeout(Some(TICK));
         let mut out = PREFACE.to_vec();
@@ -198,7 +108,7 @@ impl Slot {
         let mut input: Vec<u8> = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            let stopping = self.stopping();
+            let stopping = self.s.stopping();
             if stopping && inflight.is_empty() {
                 return End::Stop;
             }
@@ -208,9 +118,9 @@ impl Slot {
             while goaway.is_none()
                 && !stopping
                 && inflight.len() < STREAMS
-                && self.c.started.fetch_add(1, Ordering::Relaxed) < MAX_REQUESTS
+                && self.s.c.started.fetch_add(1, Ordering::Relaxed) < MAX_REQUESTS
             {
-                headers_frame(&mut out, next_id, &authority, PATHS[self.slot % PATHS.len()]);
+                headers_frame(&mut out, next_id, &authority, PATHS[self.s.slot % PATHS.len()]);
                 inflight.insert(next_id, (Instant::now(), None));
                 next_id += 2;
             }
@@ -261,14 +171,14 @@ impl Slot {
                         let code = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
                         if inflight.remove(&id).is_some() {
                             if code == REFUSED_STREAM {
-                                self.c.retried.fetch_add(1, Ordering::Relaxed);
+                                self.s.c.retried.fetch_add(1, Ordering::Relaxed);
                             } else {
                                 self.fail(format!("stream {id}: RST_STREAM code {code}"));
                             }
                         }
                     }
                     GOAWAY if payload.len() >= 8 => {
-                        self.c.goaways.fetch_add(1, Ordering::Relaxed);
+                        self.s.c.goaways.fetch_add(1, Ordering::Relaxed);
                         let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & 0x7fff_ffff;
                         let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
                         let last = goaway.map_or(last, |g| g.min(last));
@@ -276,7 +186,7 @@ impl Slot {
                         let above: Vec<u32> = inflight.range(last + 1..).map(|(id, _)| *id).collect();
                         for id in above {
                             inflight.remove(&id);
-                            self.c.retried.fetch_add(1, Ordering::Relaxed);
+                            self.s.c.retried.fetch_add(1, Ordering::Relaxed);
                         }
                         if code != 0 && !inflight.is_empty() {
                             return self.broken(&inflight, goaway, &format!("GOAWAY with error code {code}"));
@@ -293,7 +203,7 @@ impl Slot {
     fn ended(&self, inflight: &mut BTreeMap<u32, (Instant, Option<u16>)>, id: u32) {
         match inflight.remove(&id) {
             Some((_, Some(200))) => {
-                self.c.ok.fetch_add(1, Ordering::Relaxed);
+                self.s.c.ok.fetch_add(1, Ordering::Relaxed);
             }
             Some((_, status)) => self.fail(format!("stream {id}: status {status:?}")),
             None => {}
@@ -306,14 +216,14 @@ impl Slot {
         let mut cut = Vec::new();
         for id in inflight.keys() {
             if goaway.is_some_and(|last| *id > last) {
-                self.c.retried.fetch_add(1, Ordering::Relaxed);
+                self.s.c.retried.fetch_add(1, Ordering::Relaxed);
             } else {
                 cut.push(*id);
             }
         }
         if !cut.is_empty() {
             self.fail(format!("{why} with stream(s) {cut:?} in flight (GOAWAY last_stream_id {goaway:?})"));
-        } else if goaway.is_none() && !self.stopping() {
+        } else if goaway.is_none() && !self.s.stopping() {
             self.fail(format!("{why} without a GOAWAY (nothing in flight)"));
         }
         End::Broken
@@ -383,51 +293,19 @@ fn server() -> Server {
     s
 }
 
-fn assert_flowing(load: &H2Load, s: &Server, when: &str) {
-    assert!(
-        load.wait_more_ok(FLOWING, Duration::from_secs(5)),
-        "{when}: the HTTP/2 load got fewer than {FLOWING} more answers within 5 s (ok {}, failures {})\nlog:\n{}",
-        load.ok(),
-        load.failed(),
-        s.log_tail()
-    );
+fn assert_flowing(load: &Load, s: &Server, when: &str) {
+    load.assert_flowing(s, FLOWING, Duration::from_secs(5), when);
 }
 
-/// Prints the report; asserts no failure and at least `min_goaways` GOAWAYs.
 fn assert_clean(rep: &Report, min_goaways: u64, events: &[String], log: &str, what: &str) {
-    eprintln!(
-        "{what}: {} ok, {} retried, {} GOAWAYs, {} connections, {} failures",
-        rep.ok,
-        rep.retried,
-        rep.goaways,
-        rep.conns,
-        rep.failures.len()
-    );
-    let shown: Vec<&str> = rep.failures.iter().take(40).map(String::as_str).collect();
-    assert!(
-        rep.failures.is_empty(),
-        "{what}: {} HTTP/2 request(s) failed ({} ok, {} retried, {} GOAWAYs); a draining worker must \
-         GOAWAY and let the streams it accepted finish:\n  {}\nevents:\n  {}\nlog:\n{log}",
-        rep.failures.len(),
-        rep.ok,
-        rep.retried,
-        rep.goaways,
-        shown.join("\n  "),
-        events.join("\n  ")
-    );
-    assert!(
-        rep.goaways >= min_goaways,
-        "{what}: only {} GOAWAY(s) seen, {min_goaways} expected: were the connections drained at all?\nevents:\n  {}",
-        rep.goaways,
-        events.join("\n  ")
-    );
+    rep.assert_clean("HTTP/2", min_goaways, events, log, what);
 }
 
 #[test]
 fn hup_under_http2_load_fails_no_request() {
     let s = server();
     let old: BTreeSet<i32> = s.wait_workers(2, START_TIMEOUT).into_iter().collect();
-    let load = H2Load::start(s.addr());
+    let load = start_load(s.addr());
     let mut ev = Vec::new();
     assert_flowing(&load, &s, "before SIGHUP");
     load.mark(&mut ev, &format!("SIGHUP (workers {old:?})"));
@@ -453,7 +331,7 @@ fn hup_under_http2_load_fails_no_request() {
 fn usr2_under_http2_load_fails_no_request() {
     let mut s = server();
     let old_workers = s.wait_workers(2, START_TIMEOUT);
-    let load = H2Load::start(s.addr());
+    let load = start_load(s.addr());
     let mut ev = Vec::new();
     assert_flowing(&load, &s, "before SIGUSR2");
     load.mark(&mut ev, &format!("SIGUSR2 (workers {old_workers:?})"));

@@ -18,14 +18,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use quinn_proto::{ClientConfig, ConnectionError, StreamId, VarInt};
 
+use crate::drainload::{Load, Report, Slot};
 use crate::h3client::{client_config, parse, H3Client};
 use crate::tls::Pki;
 use crate::upgrade::upgrade_completes;
@@ -57,117 +56,16 @@ const MIN_GOAWAYS: u64 = CONNS as u64 / 2;
 const H3_NO_ERROR: u64 = 0x100;
 const H3_REQUEST_REJECTED: u64 = 0x10b;
 
-/// What the load counted.
-#[derive(Default)]
-struct Counters {
-    ok: AtomicU64,
-    retried: AtomicU64,
-    goaways: AtomicU64,
-    conns: AtomicU64,
-    started: AtomicU64,
-    /// The slowest handshake, in ms (a new client waits while a draining worker holds the
-    /// slot's socket).
-    handshake_max_ms: AtomicU64,
-}
-
-/// One failure: when (the load's clock), whether it was a connection that never completed
-/// its handshake (after SIGTERM that is a refused new connection, not a request cut), what.
-struct Failure {
-    at: f64,
-    handshake: bool,
-    text: String,
-}
-
-/// The load: [`CONNS`] threads, shared counters, the failures.
-struct H3Load {
-    c: Arc<Counters>,
-    failures: Arc<Mutex<Vec<Failure>>>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<thread::JoinHandle<()>>,
-    t0: Instant,
-}
-
-struct Report {
-    ok: u64,
-    retried: u64,
-    goaways: u64,
-    conns: u64,
-    handshake_max_ms: u64,
-    failures: Vec<Failure>,
-}
-
-impl H3Load {
-    fn start(addr: SocketAddr, config: ClientConfig) -> H3Load {
-        let c = Arc::new(Counters::default());
-        let failures = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let t0 = Instant::now();
-        let threads = (0..CONNS)
-            .map(|slot| {
-                let (c, failures, stop, config) =
-                    (Arc::clone(&c), Arc::clone(&failures), Arc::clone(&stop), config.clone());
-                thread::spawn(move || Slot { addr, config, slot, c, failures, stop, t0 }.run())
-            })
-            .collect();
-        H3Load { c, failures, stop, threads, t0 }
-    }
-
-    fn ok(&self) -> u64 {
-        self.c.ok.load(Ordering::Relaxed)
-    }
-
-    fn failed(&self) -> usize {
-        self.failures.lock().map(|f| f.len()).unwrap_or(0)
-    }
-
-    fn elapsed(&self) -> f64 {
-        self.t0.elapsed().as_secs_f64()
-    }
-
-    /// Waits until `n` more answers came (or `timeout`).
-    fn wait_more_ok(&self, n: u64, timeout: Duration) -> bool {
-        let target = self.ok() + n;
-        eventually(timeout, || self.ok() >= target)
-    }
-
-    fn mark(&self, events: &mut Vec<String>, what: &str) {
-        let line = format!("+{:.3}s {what} (ok so far {})", self.elapsed(), self.ok());
-        eprintln!("{} {line}", wall_clock());
-        events.push(line);
-    }
-
-    fn finish(self) -> Report {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut panicked = 0;
-        for t in self.threads {
-            if t.join().is_err() {
-                panicked += 1;
-            }
-        }
-        let mut failures = std::mem::take(&mut *self.failures.lock().unwrap_or_else(|e| e.into_inner()));
-        for _ in 0..panicked {
-            failures.push(Failure { at: 0.0, handshake: false, text: "a load thread panicked".into() });
-        }
-        Report {
-            ok: self.c.ok.load(Ordering::Relaxed),
-            retried: self.c.retried.load(Ordering::Relaxed),
-            goaways: self.c.goaways.load(Ordering::Relaxed),
-            conns: self.c.conns.load(Ordering::Relaxed),
-            handshake_max_ms: self.c.handshake_max_ms.load(Ordering::Relaxed),
-            failures,
-        }
-    }
-}
-
-/// One thread: a connection at a time.
-struct Slot {
+/// One load thread: a connection at a time.
+struct Client {
     addr: SocketAddr,
     config: ClientConfig,
-    slot: usize,
-    c: Arc<Counters>,
-    failures: Arc<Mutex<Vec<Failure>>>,
-    stop: Arc<AtomicBool>,
-    t0: Instant,
+    s: Slot,
+}
+
+/// The HTTP/3 load: [`CONNS`] threads, each a [`Client`].
+fn start_load(addr: SocketAddr, config: ClientConfig) -> Load {
+    Load::start("HTTP/3", CONNS, MAX_RUN, move |s| Client { addr, config: config.clone(), s }.run())
 }
 
 /// A request stream's raw ID (the number a GOAWAY carries).
@@ -175,22 +73,10 @@ fn raw(id: StreamId) -> u64 {
     VarInt::from(id).into_inner()
 }
 
-impl Slot {
+impl Client {
     fn run(self) {
-        while !self.stopping() {
+        while !self.s.stopping() {
             self.connection();
-        }
-    }
-
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed) || self.t0.elapsed() >= MAX_RUN
-    }
-
-    fn fail(&self, handshake: bool, what: String) {
-        let at = self.t0.elapsed().as_secs_f64();
-        let text = format!("+{at:.3}s conn slot {}: {what}", self.slot);
-        if let Ok(mut f) = self.failures.lock() {
-            f.push(Failure { at, handshake, text });
         }
     }
 
@@ -198,23 +84,23 @@ impl Slot {
     fn connection(&self) {
         let opened = Instant::now();
         let mut c = H3Client::start(self.addr, &self.config);
-        self.c.conns.fetch_add(1, Ordering::Relaxed);
+        self.s.c.conns.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         while c.conn.is_handshaking() && c.lost.is_none() && Instant::now() < deadline {
-            if self.stopping() {
+            if self.s.stopping() {
                 return;
             }
             c.step(deadline.min(Instant::now() + TICK));
         }
         if let Some(e) = &c.lost {
-            self.fail(true, format!("handshake: {e}"));
+            self.s.fail(true, format!("handshake: {e}"));
             return;
         }
         if c.conn.is_handshaking() {
-            self.fail(true, format!("no handshake within {REQUEST_TIMEOUT:?}"));
+            self.s.fail(true, format!("no handshake within {REQUEST_TIMEOUT:?}"));
             return;
         }
-        self.c.handshake_max_ms.fetch_max(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.s.c.handshake_max_ms.fetch_max(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
         // Raw stream ID -> the stream, when its request was sent.
         let mut inflight: BTreeMap<u64, (StreamId, Instant)> = BTreeMap::new();
         let mut goaway = None;
@@ -222,12 +108,12 @@ impl Slot {
             // A GOAWAY: the streams from its ID on were not processed.
             if goaway.is_none() {
                 if let Some(limit) = c.goaway_id {
-                    self.c.goaways.fetch_add(1, Ordering::Relaxed);
+                    self.s.c.goaways.fetch_add(1, Ordering::Relaxed);
                     goaway = Some(limit);
                     let above: Vec<u64> = inflight.range(limit..).map(|(raw, _)| *raw).collect();
                     for r in above {
                         inflight.remove(&r);
-                        self.c.retried.fetch_add(1, Ordering::Relaxed);
+                        self.s.c.retried.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
@@ -236,22 +122,22 @@ impl Slot {
                 self.lost(&inflight, goaway, &lost);
                 return;
             }
-            let stopping = self.stopping();
+            let stopping = self.s.stopping();
             if inflight.is_empty() && (stopping || goaway.is_some()) {
                 c.close(H3_NO_ERROR);
                 return;
             }
             if let Some((r, _)) = inflight.iter().find(|(_, (_, t))| t.elapsed() > REQUEST_TIMEOUT) {
-                self.fail(false, format!("stream {r}: no answer within {REQUEST_TIMEOUT:?} (GOAWAY {goaway:?})"));
+                self.s.fail(false, format!("stream {r}: no answer within {REQUEST_TIMEOUT:?} (GOAWAY {goaway:?})"));
                 c.close(H3_NO_ERROR);
                 return;
             }
             while goaway.is_none()
                 && !stopping
                 && inflight.len() < STREAMS
-                && self.c.started.fetch_add(1, Ordering::Relaxed) < MAX_REQUESTS
+                && self.s.c.started.fetch_add(1, Ordering::Relaxed) < MAX_REQUESTS
             {
-                let Some(id) = c.try_get(PATHS[self.slot % PATHS.len()]) else { break };
+                let Some(id) = c.try_get(PATHS[self.s.slot % PATHS.len()]) else { break };
                 inflight.insert(raw(id), (id, Instant::now()));
             }
             c.step(Instant::now() + TICK);
@@ -271,14 +157,14 @@ impl Slot {
             let Some(got) = c.streams.remove(&id) else { continue };
             match got.reset {
                 Some(H3_REQUEST_REJECTED) => {
-                    self.c.retried.fetch_add(1, Ordering::Relaxed);
+                    self.s.c.retried.fetch_add(1, Ordering::Relaxed);
                 }
-                Some(code) => self.fail(false, format!("stream {r}: reset with code {code:#x}")),
+                Some(code) => self.s.fail(false, format!("stream {r}: reset with code {code:#x}")),
                 None => match parse(&got.bytes).status() {
                     200 => {
-                        self.c.ok.fetch_add(1, Ordering::Relaxed);
+                        self.s.c.ok.fetch_add(1, Ordering::Relaxed);
                     }
-                    status => self.fail(false, format!("stream {r}: status {status}")),
+                    status => self.s.fail(false, format!("stream {r}: status {status}")),
                 },
             }
         }
@@ -291,7 +177,7 @@ impl Slot {
         let mut cut = Vec::new();
         for r in inflight.keys() {
             if goaway.is_some_and(|limit| *r >= limit) {
-                self.c.retried.fetch_add(1, Ordering::Relaxed);
+                self.s.c.retried.fetch_add(1, Ordering::Relaxed);
             } else {
                 cut.push(*r);
             }
@@ -299,9 +185,9 @@ impl Slot {
         let no_error =
             matches!(why, ConnectionError::ApplicationClosed(close) if close.error_code.into_inner() == H3_NO_ERROR);
         if !cut.is_empty() {
-            self.fail(false, format!("connection lost ({why}) with stream(s) {cut:?} in flight (GOAWAY {goaway:?})"));
+            self.s.fail(false, format!("connection lost ({why}) with stream(s) {cut:?} in flight (GOAWAY {goaway:?})"));
         } else if goaway.is_none() || !no_error {
-            self.fail(false, format!("connection lost ({why}), nothing in flight, GOAWAY {goaway:?}"));
+            self.s.fail(false, format!("connection lost ({why}), nothing in flight, GOAWAY {goaway:?}"));
         }
     }
 }
@@ -337,52 +223,19 @@ fn server(
     (s, addr, client_config(&pki), dir)
 }
 
-fn assert_flowing(load: &H3Load, s: &Server, when: &str) {
-    assert!(
-        load.wait_more_ok(FLOWING, FLOWING_WITHIN),
-        "{when}: the HTTP/3 load got fewer than {FLOWING} more answers within {FLOWING_WITHIN:?} (ok {}, failures {})\nlog:\n{}",
-        load.ok(),
-        load.failed(),
-        s.log_tail()
-    );
+fn assert_flowing(load: &Load, s: &Server, when: &str) {
+    load.assert_flowing(s, FLOWING, FLOWING_WITHIN, when);
 }
 
-/// Prints the report; asserts no failure and at least `min_goaways` GOAWAYs.
 fn assert_clean(rep: &Report, min_goaways: u64, events: &[String], log: &str, what: &str) {
-    eprintln!(
-        "{what}: {} ok, {} retried, {} GOAWAYs, {} connections (slowest handshake {} ms), {} failures",
-        rep.ok,
-        rep.retried,
-        rep.goaways,
-        rep.conns,
-        rep.handshake_max_ms,
-        rep.failures.len()
-    );
-    let shown: Vec<&str> = rep.failures.iter().take(40).map(|f| f.text.as_str()).collect();
-    assert!(
-        rep.failures.is_empty(),
-        "{what}: {} HTTP/3 request(s) or connection(s) failed ({} ok, {} retried, {} GOAWAYs); a draining \
-         worker must send GOAWAY and let the requests it accepted finish:\n  {}\nevents:\n  {}\nlog:\n{log}",
-        rep.failures.len(),
-        rep.ok,
-        rep.retried,
-        rep.goaways,
-        shown.join("\n  "),
-        events.join("\n  ")
-    );
-    assert!(
-        rep.goaways >= min_goaways,
-        "{what}: only {} GOAWAY(s) seen, {min_goaways} expected: were the connections drained at all?\nevents:\n  {}",
-        rep.goaways,
-        events.join("\n  ")
-    );
+    rep.assert_clean("HTTP/3", min_goaways, events, log, what);
 }
 
 #[test]
 fn hup_under_http3_load_fails_no_request() {
     let (s, addr, config, _d) = server(2, |b| b);
     let mut old: BTreeSet<i32> = s.wait_workers(2, START_TIMEOUT).into_iter().collect();
-    let load = H3Load::start(addr, config);
+    let load = start_load(addr, config);
     let mut ev = Vec::new();
     assert_flowing(&load, &s, "before SIGHUP");
     for round in 1..=2 {
@@ -411,7 +264,7 @@ fn hup_under_http3_load_fails_no_request() {
 fn usr2_under_http3_load_fails_no_request() {
     let (mut s, addr, config, _d) = server(2, |b| b);
     let old_workers = s.wait_workers(2, START_TIMEOUT);
-    let load = H3Load::start(addr, config);
+    let load = start_load(addr, config);
     let mut ev = Vec::new();
     assert_flowing(&load, &s, "before SIGUSR2");
     load.mark(&mut ev, &format!("SIGUSR2 (workers {old_workers:?})"));
@@ -430,7 +283,7 @@ fn memory_replacements_under_http3_load_fail_no_request() {
     // Every worker is over 1 MiB: each check (every 200 ms) replaces every worker.
     let (s, addr, config, _d) = server(2, |b| b.set("supervisor", "worker_max_rss_mb = 1\nmemory_check_ms = 200"));
     let mut seen: BTreeSet<i32> = s.workers().into_iter().collect();
-    let load = H3Load::start(addr, config);
+    let load = start_load(addr, config);
     let mut ev = Vec::new();
     load.mark(&mut ev, &format!("load started (workers {seen:?})"));
     assert_flowing(&load, &s, "with the memory ceiling");
@@ -446,7 +299,7 @@ fn memory_replacements_under_http3_load_fail_no_request() {
 fn graceful_stop_under_http3_load_fails_no_request_in_flight() {
     let (mut s, addr, config, _d) = server(2, |b| b);
     let workers = s.wait_workers(2, START_TIMEOUT);
-    let load = H3Load::start(addr, config);
+    let load = start_load(addr, config);
     let mut ev = Vec::new();
     assert_flowing(&load, &s, "before SIGTERM");
     load.mark(&mut ev, "SIGTERM");

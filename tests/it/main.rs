@@ -3,6 +3,7 @@
 //! Each test starts its own server (`util::Server`) in a temp dir on a free port, so tests
 //! run in parallel without interfering. Everything is bounded in time.
 
+mod drainload;
 mod keepalive;
 mod util;
 
