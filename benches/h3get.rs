@@ -242,6 +242,18 @@ fn receive(
     }
 }
 
+/// Runs `quic`'s timer when due and passes its endpoint events both ways.
+fn turn(ep: &mut Endpoint, ch: ConnectionHandle, quic: &mut Connection, now: Instant) {
+    if quic.poll_timeout().is_some_and(|t| t <= now) {
+        quic.handle_timeout(now);
+    }
+    while let Some(event) = quic.poll_endpoint_events() {
+        if let Some(back) = ep.handle_event(ch, event) {
+            quic.handle_event(back);
+        }
+    }
+}
+
 fn main() {
     let args = args();
     if let Some(duration) = args.duration {
@@ -338,14 +350,7 @@ fn main() {
             }
         });
         for (ch, conn) in conns.iter_mut() {
-            if conn.quic.poll_timeout().is_some_and(|t| t <= now) {
-                conn.quic.handle_timeout(now);
-            }
-            while let Some(event) = conn.quic.poll_endpoint_events() {
-                if let Some(back) = ep.handle_event(*ch, event) {
-                    conn.quic.handle_event(back);
-                }
-            }
+            turn(&mut ep, *ch, &mut conn.quic, now);
             let mut readable = Vec::new();
             while let Some(event) = conn.quic.poll() {
                 match event {
@@ -690,14 +695,7 @@ mod drain {
                 }
             });
             for (ch, conn) in conns.iter_mut() {
-                if conn.quic.poll_timeout().is_some_and(|t| t <= now) {
-                    conn.quic.handle_timeout(now);
-                }
-                while let Some(event) = conn.quic.poll_endpoint_events() {
-                    if let Some(back) = ep.handle_event(*ch, event) {
-                        conn.quic.handle_event(back);
-                    }
-                }
+                turn(&mut ep, *ch, &mut conn.quic, now);
                 let mut readable = Vec::new();
                 while let Some(event) = conn.quic.poll() {
                     match event {

@@ -201,3 +201,25 @@ impl Report {
         );
     }
 }
+
+/// `SIGHUP` to `s`, then, within `within`, `workers` workers none of which is in `old`, and
+/// every old one gone; returns the new ones (`what`: for the messages).
+pub fn hup_replaces_every_worker(
+    s: &Server,
+    old: &std::collections::BTreeSet<i32>,
+    workers: usize,
+    within: Duration,
+    what: &str,
+) -> std::collections::BTreeSet<i32> {
+    s.signal(nix::sys::signal::Signal::SIGHUP);
+    let mut now = std::collections::BTreeSet::new();
+    let replaced = eventually(within, || {
+        now = s.workers().into_iter().collect();
+        now.len() == workers && now.is_disjoint(old)
+    });
+    assert!(replaced, "{what}: every worker must be new: {now:?} (old {old:?})\nlog:\n{}", s.log_tail());
+    for w in old {
+        assert!(eventually(within, || !crate::util::pid_alive(*w)), "old worker {w} did not exit\n{}", s.log_tail());
+    }
+    now
+}

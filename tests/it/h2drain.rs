@@ -23,9 +23,8 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 
-use crate::drainload::{Load, Report, Slot};
+use crate::drainload::{hup_replaces_every_worker, Load, Report, Slot};
 use crate::upgrade::upgrade_completes;
 use crate::util::*;
 
@@ -309,16 +308,7 @@ fn hup_under_http2_load_fails_no_request() {
     let mut ev = Vec::new();
     assert_flowing(&load, &s, "before SIGHUP");
     load.mark(&mut ev, &format!("SIGHUP (workers {old:?})"));
-    s.signal(Signal::SIGHUP);
-    let mut now = BTreeSet::new();
-    let replaced = eventually(CHANGE_TIMEOUT, || {
-        now = s.workers().into_iter().collect();
-        now.len() == 2 && now.is_disjoint(&old)
-    });
-    assert!(replaced, "SIGHUP: both workers must be new: {now:?} (old {old:?})\nlog:\n{}", s.log_tail());
-    for w in &old {
-        assert!(eventually(CHANGE_TIMEOUT, || !pid_alive(*w)), "old worker {w} did not exit\n{}", s.log_tail());
-    }
+    let now = hup_replaces_every_worker(&s, &old, 2, CHANGE_TIMEOUT, "SIGHUP");
     load.mark(&mut ev, &format!("old workers gone; new {now:?}"));
     assert_flowing(&load, &s, "after SIGHUP");
     load.mark(&mut ev, "stop the load");

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use quinn_proto::{ClientConfig, ConnectionError, StreamId, VarInt};
 
-use crate::drainload::{Load, Report, Slot};
+use crate::drainload::{hup_replaces_every_worker, Load, Report, Slot};
 use crate::h3client::{client_config, parse, H3Client};
 use crate::tls::Pki;
 use crate::upgrade::upgrade_completes;
@@ -240,16 +240,7 @@ fn hup_under_http3_load_fails_no_request() {
     assert_flowing(&load, &s, "before SIGHUP");
     for round in 1..=2 {
         load.mark(&mut ev, &format!("SIGHUP #{round} (workers {old:?})"));
-        s.signal(Signal::SIGHUP);
-        let mut now = BTreeSet::new();
-        let replaced = eventually(CHANGE_TIMEOUT, || {
-            now = s.workers().into_iter().collect();
-            now.len() == 2 && now.is_disjoint(&old)
-        });
-        assert!(replaced, "SIGHUP #{round}: both workers must be new: {now:?} (old {old:?})\nlog:\n{}", s.log_tail());
-        for w in &old {
-            assert!(eventually(CHANGE_TIMEOUT, || !pid_alive(*w)), "old worker {w} did not exit\n{}", s.log_tail());
-        }
+        let now = hup_replaces_every_worker(&s, &old, 2, CHANGE_TIMEOUT, &format!("SIGHUP #{round}"));
         load.mark(&mut ev, &format!("old workers gone; new {now:?}"));
         assert_flowing(&load, &s, &format!("after SIGHUP #{round}"));
         old = now;
