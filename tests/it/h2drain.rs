@@ -23,7 +23,6 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-
 use crate::drainload::{hup_replaces_every_worker, Load, Report, Slot};
 use crate::upgrade::upgrade_completes;
 use crate::util::*;
