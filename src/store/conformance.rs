@@ -302,3 +302,63 @@ fn postgres_notification_ids_commit_in_the_order_they_are_drawn() {
         assert_eq!(replay, vec![first, second.id]);
     });
 }
+
+#[test]
+fn postgres_reads_from_many_threads_share_one_connection_and_survive_its_end() {
+    use std::str::FromStr;
+    let Some(url) = pg::testutil::fresh_database("shared_reads") else { return };
+    Store::migrate(Target::Postgres(&url)).expect("migrate");
+    let store = Store::open(Target::Postgres(&url), 4).expect("open");
+    let user = store.create_user(&new_user("Shared", "shared@example.com", None, Role::User)).expect("create");
+    // An observer on its own connection: how many sessions the store holds on this database.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let config = tokio_postgres::Config::from_str(url.expose()).expect("url parses");
+    let client = rt.block_on(async {
+        let (client, conn) = config.connect(tokio_postgres::NoTls).await.expect("connect");
+        tokio::spawn(conn);
+        client
+    });
+    let sessions = |what: &str| -> i64 {
+        let sql = format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() \
+             AND application_name = 'forkd' AND {what}"
+        );
+        rt.block_on(client.query_one(&sql, &[])).expect("pg_stat_activity").get(0)
+    };
+    // The first read opens the shared connection (the create above leased one of its own).
+    store.get_user(user.id).expect("read").expect("found");
+    let before = sessions("true");
+    // Four threads reading at once, 200 reads each: with a connection per call they would
+    // hold four; sharing, they open none.
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..200 {
+                    assert_eq!(store.get_user(user.id).expect("read").expect("found").id, user.id);
+                }
+            });
+        }
+    });
+    assert_eq!(sessions("true"), before, "concurrent reads opened connections of their own");
+    // The server ends every session of the store: reads fail at most once, then a fresh
+    // shared connection serves them.
+    let killed: i64 = rt
+        .block_on(client.query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = 'forkd') t",
+            &[],
+        ))
+        .expect("terminate")
+        .get(0);
+    assert!(killed >= 1, "no session to end");
+    let mut failed = 0;
+    for _ in 0..5 {
+        match store.get_user(user.id) {
+            Ok(found) => assert_eq!(found.expect("found").id, user.id),
+            Err(StoreError::Unavailable(_)) => failed += 1,
+            Err(other) => panic!("expected Unavailable or a row, got {other:?}"),
+        }
+    }
+    assert!(failed <= 1, "{failed} of 5 reads failed after the connection ended");
+    assert!(store.get_user(user.id).expect("read after recovery").is_some());
+}

@@ -28,6 +28,20 @@
 //! are prepared once per connection and cached by their text. Every value is a `$n`
 //! parameter.
 //!
+//! **Reads share one connection.** A call that is one read statement outside a transaction
+//! ([`Pg::read`]: a user or post by id, a user by e-mail, the notifications after an id) does
+//! not lease a connection of its own: the pool threads running such calls use one shared
+//! connection (one of the pool's slots) at the same time, each blocking on its runtime. One
+//! of them drives the socket for all (tokio's current-thread runtime hands its driver to
+//! whichever blocked thread is free), so their statements go out together and come back
+//! together: pipelined, one `write` and one `read` for several requests on both sides,
+//! which is where a loaded single-row read spends its time (the round trip's system calls and
+//! wake-ups, not PostgreSQL's executor). Writes and transactions keep exclusive leases (a
+//! statement of another call inside `BEGIN … COMMIT` would run in that transaction). While
+//! the shared connection is being opened, or every slot is taken, a read leases one as any
+//! call does; a read that fails at the connection level drops the shared connection like any
+//! other, and the next read opens a fresh one.
+//!
 //! Nothing here touches HTTP, sockets of the event loop or mio.
 
 mod error;
@@ -39,7 +53,8 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
@@ -85,6 +100,37 @@ pub(crate) struct Pg {
     pool: Mutex<Pool>,
     returned: Condvar,
     deadline: Duration,
+    /// The connection reads share (see the module doc); it holds one of the pool's slots
+    /// while it exists.
+    shared: Mutex<SharedSlot>,
+}
+
+/// The shared read connection's state.
+enum SharedSlot {
+    /// None; the next read opens one (if a slot is free).
+    Closed,
+    /// A read is opening it; reads meanwhile lease a connection of their own.
+    Opening,
+    Open(Arc<Shared>),
+}
+
+/// The connection reads share: used by several pool threads at once.
+struct Shared {
+    link: Link,
+    born: Instant,
+    /// When its last read ended, in milliseconds after `born`.
+    last_used_ms: AtomicU64,
+}
+
+impl Shared {
+    fn touch(&self) {
+        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_used_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.born.elapsed().saturating_sub(Duration::from_millis(self.last_used_ms.load(Ordering::Relaxed)))
+    }
 }
 
 struct Pool {
@@ -98,18 +144,17 @@ struct Pool {
     retry_at: Option<Instant>,
 }
 
-/// One connection: its runtime, the client, and its prepared statements by SQL text.
-struct Conn {
+/// What runs statements on one connection: its runtime, the client, and its prepared
+/// statements by SQL text. Usable from several threads at once (`&self`).
+struct Link {
     rt: Runtime,
     client: Client,
-    statements: HashMap<String, Statement>,
-    /// When its last call ended: a connection idle for longer is checked before use.
-    last_used: Instant,
+    statements: Mutex<HashMap<String, Statement>>,
 }
 
-impl Conn {
-    fn new(rt: Runtime, client: Client) -> Conn {
-        Conn { rt, client, statements: HashMap::new(), last_used: Instant::now() }
+impl Link {
+    fn new(rt: Runtime, client: Client) -> Link {
+        Link { rt, client, statements: Mutex::new(HashMap::new()) }
     }
 
     /// Whether this connection still answers: an empty query, one round trip, before a
@@ -117,6 +162,36 @@ impl Conn {
     /// an idle timeout, a failover); finding that out here costs a request nothing.
     fn answers(&self, deadline: Instant) -> bool {
         block(&self.rt, deadline, self.client.batch_execute("")).is_ok()
+    }
+
+    /// The prepared statement for `sql` on this connection.
+    fn statement(&self, sql: &str, deadline: Instant) -> Result<Statement, Fail> {
+        let cached = |map: &mut HashMap<String, Statement>| map.get(sql).cloned();
+        if let Some(stmt) = cached(&mut self.statements.lock().unwrap_or_else(PoisonError::into_inner)) {
+            return Ok(stmt);
+        }
+        // Not held across the round trip: two threads may prepare the same text once each.
+        let stmt = block(&self.rt, deadline, self.client.prepare(sql))?;
+        let mut map = self.statements.lock().unwrap_or_else(PoisonError::into_inner);
+        // The fixed statements fit easily; rare list variants beyond the bound are used once
+        // and closed (dropping a `Statement` closes it on the server).
+        if map.len() < STATEMENT_CACHE {
+            map.entry(sql.to_owned()).or_insert_with(|| stmt.clone());
+        }
+        Ok(stmt)
+    }
+}
+
+/// One pooled connection, lent to one call at a time.
+struct Conn {
+    link: Link,
+    /// When its last call ended: a connection idle for longer is checked before use.
+    last_used: Instant,
+}
+
+impl Conn {
+    fn new(rt: Runtime, client: Client) -> Conn {
+        Conn { link: Link::new(rt, client), last_used: Instant::now() }
     }
 }
 
@@ -167,6 +242,7 @@ impl Pg {
             }),
             returned: Condvar::new(),
             deadline: CALL_DEADLINE,
+            shared: Mutex::new(SharedSlot::Closed),
         })
     }
 
@@ -178,6 +254,7 @@ impl Pg {
     /// Drop every idle connection; later calls fail with `Unavailable`, lent connections are
     /// dropped when their call ends. Idempotent.
     pub(crate) fn close(&self) {
+        self.drop_shared(None);
         let idle = {
             let mut pool = self.lock();
             pool.closed = true;
@@ -222,6 +299,97 @@ impl Pg {
         }
     }
 
+    /// Run `f`, one read statement outside a transaction, on the shared connection (see the
+    /// module doc), or on a leased one while the shared one is not open.
+    fn read<T>(&self, f: impl FnOnce(&Reader<'_>) -> Result<T, Fail>) -> Result<T, StoreError> {
+        let deadline = Instant::now() + self.deadline;
+        let Some(shared) = self.shared_link(deadline)? else {
+            return self.call(|s| f(&s.reader()));
+        };
+        let result = f(&Reader { link: &shared.link, deadline });
+        shared.touch();
+        match result {
+            Ok(v) => Ok(v),
+            Err(fail) => {
+                if fail.breaks_connection() {
+                    self.drop_shared(Some(&shared));
+                    self.drop_idle();
+                }
+                Err(fail.into_store(&self.shown))
+            }
+        }
+    }
+
+    /// The shared connection, opened if none is and a pool slot is free; `None`: lease one.
+    fn shared_link(&self, deadline: Instant) -> Result<Option<Arc<Shared>>, StoreError> {
+        let mut slot = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*slot {
+            SharedSlot::Open(shared) => {
+                let shared = Arc::clone(shared);
+                drop(slot);
+                if shared.idle_for() < IDLE_CHECK_AFTER || shared.link.answers(deadline) {
+                    return Ok(Some(shared));
+                }
+                log::info!("store: the shared PostgreSQL connection no longer answers; opening another");
+                self.drop_shared(Some(&shared));
+                return Ok(None);
+            }
+            SharedSlot::Opening => return Ok(None),
+            SharedSlot::Closed => {}
+        }
+        {
+            let mut pool = self.lock();
+            let waiting = pool.retry_at.is_some_and(|at| at > Instant::now());
+            if pool.closed || waiting || pool.open >= pool.size {
+                return Ok(None);
+            }
+            pool.open += 1;
+        }
+        *slot = SharedSlot::Opening;
+        drop(slot);
+        let opened = connect(&self.config, deadline).and_then(|(rt, client)| {
+            let mut conn = Conn::new(rt, client);
+            migrate::check_version(&mut Session { conn: &mut conn, deadline, in_tx: false })?;
+            Ok(conn.link)
+        });
+        let mut slot = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        match opened {
+            Ok(link) => {
+                self.lock().retry_at = None;
+                let shared = Arc::new(Shared { link, born: Instant::now(), last_used_ms: AtomicU64::new(0) });
+                *slot = SharedSlot::Open(Arc::clone(&shared));
+                Ok(Some(shared))
+            }
+            Err(fail) => {
+                *slot = SharedSlot::Closed;
+                drop(slot);
+                {
+                    let mut pool = self.lock();
+                    pool.open -= 1;
+                    if fail.breaks_connection() {
+                        pool.retry_at = Some(Instant::now() + RETRY_AFTER);
+                    }
+                }
+                self.returned.notify_one();
+                Err(fail.into_store(&self.shown))
+            }
+        }
+    }
+
+    /// Stop handing out the shared connection (`which`, if it is still the open one; any,
+    /// for `None`) and free its pool slot; reads still on it finish or fail on their own.
+    fn drop_shared(&self, which: Option<&Arc<Shared>>) {
+        let mut slot = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        let SharedSlot::Open(open) = &*slot else { return };
+        if which.is_some_and(|w| !Arc::ptr_eq(w, open)) {
+            return;
+        }
+        *slot = SharedSlot::Closed;
+        drop(slot);
+        self.lock().open -= 1;
+        self.returned.notify_one();
+    }
+
     /// An idle connection, or a new one while fewer than `size` exist, or wait for one to
     /// come back, until `deadline`.
     fn acquire(&self, deadline: Instant) -> Result<Lease<'_>, StoreError> {
@@ -238,7 +406,7 @@ impl Pg {
                     return Ok(Lease { pg: self, conn: Some(conn) });
                 }
                 drop(pool);
-                if conn.answers(deadline) {
+                if conn.link.answers(deadline) {
                     return Ok(Lease { pg: self, conn: Some(conn) });
                 }
                 log::info!("store: an idle PostgreSQL connection no longer answers; opening another");
@@ -391,44 +559,59 @@ pub(crate) struct Session<'c> {
 /// Parameters of a statement.
 pub(crate) type Params<'p> = [&'p (dyn ToSql + Sync)];
 
+/// One read call's statements (see [`Pg::read`]), on the shared connection or a leased one.
+pub(crate) struct Reader<'l> {
+    link: &'l Link,
+    deadline: Instant,
+}
+
+impl Reader<'_> {
+    pub(crate) fn query(&self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Fail> {
+        let stmt = self.link.statement(sql, self.deadline)?;
+        block(&self.link.rt, self.deadline, self.link.client.query(&stmt, params))
+    }
+
+    pub(crate) fn query_opt(&self, sql: &str, params: &Params<'_>) -> Result<Option<Row>, Fail> {
+        let stmt = self.link.statement(sql, self.deadline)?;
+        block(&self.link.rt, self.deadline, self.link.client.query_opt(&stmt, params))
+    }
+
+    pub(crate) fn query_one(&self, sql: &str, params: &Params<'_>) -> Result<Row, Fail> {
+        let stmt = self.link.statement(sql, self.deadline)?;
+        block(&self.link.rt, self.deadline, self.link.client.query_one(&stmt, params))
+    }
+
+    fn execute(&self, sql: &str, params: &Params<'_>) -> Result<u64, Fail> {
+        let stmt = self.link.statement(sql, self.deadline)?;
+        block(&self.link.rt, self.deadline, self.link.client.execute(&stmt, params))
+    }
+}
+
 impl Session<'_> {
-    /// The prepared statement for `sql` on this connection.
-    fn statement(&mut self, sql: &str) -> Result<Statement, Fail> {
-        if let Some(stmt) = self.conn.statements.get(sql) {
-            return Ok(stmt.clone());
-        }
-        let stmt = block(&self.conn.rt, self.deadline, self.conn.client.prepare(sql))?;
-        // The fixed statements fit easily; rare list variants beyond the bound are used once
-        // and closed (dropping a `Statement` closes it on the server).
-        if self.conn.statements.len() < STATEMENT_CACHE {
-            self.conn.statements.insert(sql.to_owned(), stmt.clone());
-        }
-        Ok(stmt)
+    /// This call's statements, as a read's.
+    fn reader(&self) -> Reader<'_> {
+        Reader { link: &self.conn.link, deadline: self.deadline }
     }
 
     pub(crate) fn query(&mut self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Fail> {
-        let stmt = self.statement(sql)?;
-        block(&self.conn.rt, self.deadline, self.conn.client.query(&stmt, params))
+        self.reader().query(sql, params)
     }
 
     pub(crate) fn query_opt(&mut self, sql: &str, params: &Params<'_>) -> Result<Option<Row>, Fail> {
-        let stmt = self.statement(sql)?;
-        block(&self.conn.rt, self.deadline, self.conn.client.query_opt(&stmt, params))
+        self.reader().query_opt(sql, params)
     }
 
     pub(crate) fn query_one(&mut self, sql: &str, params: &Params<'_>) -> Result<Row, Fail> {
-        let stmt = self.statement(sql)?;
-        block(&self.conn.rt, self.deadline, self.conn.client.query_one(&stmt, params))
+        self.reader().query_one(sql, params)
     }
 
     pub(crate) fn execute(&mut self, sql: &str, params: &Params<'_>) -> Result<u64, Fail> {
-        let stmt = self.statement(sql)?;
-        block(&self.conn.rt, self.deadline, self.conn.client.execute(&stmt, params))
+        self.reader().execute(sql, params)
     }
 
     /// Statements without parameters, sent as one simple query (schema changes, locks).
     pub(crate) fn batch(&mut self, sql: &str) -> Result<(), Fail> {
-        block(&self.conn.rt, self.deadline, self.conn.client.batch_execute(sql))
+        block(&self.conn.link.rt, self.deadline, self.conn.link.client.batch_execute(sql))
     }
 
     /// `BEGIN` with `mode` (`""`, `"ISOLATION LEVEL REPEATABLE READ READ ONLY"`, …).

@@ -56,7 +56,7 @@ impl Pg {
 
     /// See `Store::get_post`.
     pub(crate) fn get_post(&self, id: i64) -> Result<Option<Post>, StoreError> {
-        self.call(|s| {
+        self.read(|s| {
             let row = s.query_opt(concat!("SELECT ", post_cols!(), " FROM posts WHERE id = $1"), &[&id])?;
             row.as_ref().map(post_from_row).transpose()
         })
@@ -197,7 +197,7 @@ impl Pg {
     /// See `Store::notifications_after`.
     pub(crate) fn notifications_after(&self, after: i64, limit: usize) -> Result<Vec<Notification>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.call(|s| {
+        self.read(|s| {
             let sql = "SELECT id, title, body, created_at FROM \
                        (SELECT * FROM notifications WHERE id > $1 ORDER BY id DESC LIMIT $2) newest ORDER BY id";
             s.query(sql, &[&after, &limit])?.iter().map(notification_from_row).collect()

@@ -39,7 +39,7 @@ impl Pg {
 
     /// See `Store::get_user`.
     pub(crate) fn get_user(&self, id: i64) -> Result<Option<User>, StoreError> {
-        self.call(|s| {
+        self.read(|s| {
             let row = s.query_opt(concat!("SELECT ", user_cols!(), " FROM users WHERE id = $1"), &[&id])?;
             row.as_ref().map(user_from_row).transpose()
         })
@@ -47,7 +47,7 @@ impl Pg {
 
     /// See `Store::with_user`: the text fields borrow the row.
     pub(crate) fn with_user<R>(&self, id: i64, f: impl FnOnce(UserRef<'_>) -> R) -> Result<Option<R>, StoreError> {
-        self.call(|s| {
+        self.read(|s| {
             let Some(row) = s.query_opt(concat!("SELECT ", user_cols!(), " FROM users WHERE id = $1"), &[&id])? else {
                 return Ok(None);
             };
@@ -66,7 +66,7 @@ impl Pg {
 
     /// See `Store::user_by_email`.
     pub(crate) fn user_by_email(&self, email: &str) -> Result<Option<(User, String)>, StoreError> {
-        self.call(|s| {
+        self.read(|s| {
             let sql = concat!("SELECT ", user_cols!(), ", password_hash FROM users WHERE lower(email) = lower($1)");
             match s.query_opt(sql, &[&email])? {
                 Some(row) => Ok(Some((user_from_row(&row)?, row.try_get(7)?))),
