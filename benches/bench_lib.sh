@@ -4,7 +4,7 @@
 # and stop exactly what was started.
 #
 # Safety: loopback only; every wait is bounded; the EXIT trap stops only the
-# supervisor PID this script started (SIGTERM, then SIGKILL after 5 s).
+# supervisor PIDs this script started (SIGTERM, then SIGKILL after 5 s).
 # Workers are found as the supervisor's children through /proc/*/stat (field
 # 4, the parent pid), never by name.
 
@@ -12,13 +12,17 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FORKD_BIN=${FORKD_BIN:-$ROOT/target/release/forkd}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/forkd-bench.XXXXXX")
 SUP=""
+SUPS=()
 
 bench_cleanup() {
-  if [ -n "$SUP" ] && kill -0 "$SUP" 2>/dev/null; then
-    kill -TERM "$SUP" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$SUP" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$SUP" 2>/dev/null || true
-  fi
+  local pid
+  for pid in "${SUPS[@]}"; do
+    # Still our child (a pid that ended and was reaped may belong to anyone now).
+    [ "$(parent_of "$pid")" = "$$" ] || continue
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
   if [ -n "${KEEP:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap bench_cleanup EXIT
@@ -41,12 +45,14 @@ build_forkd() {
   fi
 }
 
-# start_forkd CONFIG: run the supervisor in the background (log in
-# $WORK/forkd.log), wait up to 10 s for /health. Sets SUP.
+# start_forkd CONFIG [NAME]: run a supervisor in the background (log in
+# $WORK/NAME.log, NAME defaults to forkd), wait up to 10 s for /health. Sets
+# SUP to its pid (and adds it to SUPS, which the clean-up stops).
 start_forkd() {
-  local cfg=$1
-  env -u FORKD_CONFIG -u FORKD_BIN RUST_LOG="${RUST_LOG:-warn}" "$FORKD_BIN" serve --config "$cfg" 2>"$WORK/forkd.log" &
+  local cfg=$1 log="$WORK/${2:-forkd}.log"
+  env -u FORKD_CONFIG -u FORKD_BIN RUST_LOG="${RUST_LOG:-warn}" "$FORKD_BIN" serve --config "$cfg" 2>"$log" &
   SUP=$!
+  SUPS+=("$SUP")
   local port
   port=$(sed -n 's/^listen = "127.0.0.1:\([0-9]*\)"$/\1/p' "$cfg")
   for _ in $(seq 1 100); do
@@ -55,8 +61,17 @@ start_forkd() {
     sleep 0.1
   done
   echo "forkd did not come up; its log:" >&2
-  cat "$WORK/forkd.log" >&2
+  cat "$log" >&2
   return 1
+}
+
+# parent_of PID: its parent's pid (from /proc/PID/stat), empty if it is gone.
+parent_of() {
+  local st rest ppid
+  st=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  rest=${st##*) }
+  read -r _ ppid _ <<<"$rest"
+  echo "$ppid"
 }
 
 # children_of PID: the pids whose parent is PID (from /proc/*/stat).
@@ -73,18 +88,18 @@ children_of() {
   done
 }
 
-# wait_workers COUNT: wait up to 10 s until the supervisor has COUNT
-# children; prints them, space separated.
+# wait_workers COUNT [SUPERVISOR]: wait up to 10 s until the supervisor
+# (default $SUP) has COUNT children; prints them, space separated.
 wait_workers() {
-  local want=$1 pids
+  local want=$1 sup=${2:-$SUP} pids
   for _ in $(seq 1 100); do
-    pids=$(children_of "$SUP" | tr '\n' ' ')
+    pids=$(children_of "$sup" | tr '\n' ' ')
     if [ "$(wc -w <<<"$pids")" -eq "$want" ]; then
       echo "${pids% }"
       return 0
     fi
     sleep 0.1
   done
-  echo "expected $want workers under supervisor $SUP, found: $pids" >&2
+  echo "expected $want workers under supervisor $sup, found: $pids" >&2
   return 1
 }

@@ -2,6 +2,7 @@
 """WebSocket room fan-out latency across forkd workers (driven by bin/bench-ws-fanout).
 
 Usage: ws_fanout.py --port P --token T --workers PID,PID [--members 1000] [--rounds 20]
+                    [--port2 P2 --workers2 PID,PID]
 
 One process, one selector, every client socket (the sender included), so
 every timestamp comes from the same clock:
@@ -24,6 +25,11 @@ Two latencies per delivery:
     the monotonic send time. This is what the client saw; it adds the
     client's own overhead (one Python loop serving MEMBERS sockets in turn).
 Their difference is the tool's own share.
+
+With --port2 (a second forkd host sharing the first one's Redis), members
+alternate between the two hosts, the sender is on the first, and the
+latencies are reported per host as well: the second host's members get each
+message through the Redis bridge.
 
 A measurement, not a test: it prints numbers and exits 0 whatever they are
 (non-zero only when it could not measure). Python 3 standard library only.
@@ -56,10 +62,10 @@ def text(obj):
 
 class Client:
     """One WebSocket client: its socket, its input buffer, its state."""
-    __slots__ = ("sock", "buf", "state", "got")
+    __slots__ = ("sock", "buf", "state", "got", "port")
 
-    def __init__(self, sock):
-        self.sock, self.buf, self.state = sock, b"", "connecting"
+    def __init__(self, sock, port):
+        self.sock, self.buf, self.state, self.port = sock, b"", "connecting", port
         self.got = {}  # round -> (kernel ns, monotonic ns) of its delivery
 
 
@@ -76,13 +82,15 @@ def recv(c):
 
 # --- the steps -----------------------------------------------------------------
 
-def connect_all(port, token, members, inflight, timeout):
-    """Open `members` clients; returns them once each has seen `connected`."""
+def connect_all(ports, token, members, inflight, timeout):
+    """Open `members` clients, the i-th to ports[i % len(ports)]; returns them once each has
+    seen `connected`."""
     sel = selectors.DefaultSelector()
     clients, ready, started, failed = [], 0, 0, 0
     deadline = time.monotonic() + timeout
     while ready < members and time.monotonic() < deadline:
         while started < members and started - ready - failed < inflight:
+            port = ports[started % len(ports)]
             started += 1
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setblocking(False)
@@ -92,7 +100,7 @@ def connect_all(port, token, members, inflight, timeout):
                 failed += 1
                 s.close()
                 continue
-            c = Client(s)
+            c = Client(s, port)
             clients.append(c)
             sel.register(s, selectors.EVENT_WRITE, c)
         for key, _ in sel.select(timeout=0.5):
@@ -102,7 +110,7 @@ def connect_all(port, token, members, inflight, timeout):
                     err = c.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                     if err:
                         raise OSError(err, os.strerror(err))
-                    c.sock.sendall(upgrade_request("127.0.0.1", port, token))
+                    c.sock.sendall(upgrade_request("127.0.0.1", c.port, token))
                     c.state = "handshake"
                     sel.modify(c.sock, selectors.EVENT_READ, c)
                     continue
@@ -208,11 +216,18 @@ def main():
                     help="seconds to wait after each send before reading (0: read at once);"
                          " isolates the server's latency from the client's CPU use")
     ap.add_argument("--inflight", type=int, default=128, help="clients in set-up at once")
+    ap.add_argument("--port2", type=int, help="a second host (same Redis): members alternate")
+    ap.add_argument("--workers2", help="the second host's worker pids, comma separated")
     a = ap.parse_args()
-    pids = [int(p) for p in a.workers.split(",")]
+    if (a.port2 is None) != (a.workers2 is None):
+        ap.error("--port2 and --workers2 go together")
+    hosts = [(a.port, [int(p) for p in a.workers.split(",")])]
+    if a.port2 is not None:
+        hosts.append((a.port2, [int(p) for p in a.workers2.split(",")]))
+    pids = [p for _, ps in hosts for p in ps]
 
     t0 = time.monotonic()
-    clients, failed = connect_all(a.port, a.token, a.members, a.inflight, 60)
+    clients, failed = connect_all([port for port, _ in hosts], a.token, a.members, a.inflight, 60)
     print(f"connected {len(clients)} / {a.members} WebSocket clients in {time.monotonic() - t0:.1f} s"
           f" ({failed} failed)")
     if not clients:
@@ -221,7 +236,9 @@ def main():
     join = text({"type": "join", "roomId": ROOM})
     for c in clients:
         c.sock.sendall(join)
-    seen = per_worker(a.port, pids, len(clients), 10)
+    seen = {}
+    for port, ps in hosts:
+        seen.update(per_worker(port, ps, sum(c.port == port for c in clients), 10))
     total = sum(seen[p]["members"] for p in pids if p in seen)
     print("members per worker: " + ", ".join(
         f"pid {p}: {seen[p]['members']} (ws {seen[p]['ws']})" if p in seen else f"pid {p}: no answer"
@@ -235,6 +252,7 @@ def main():
         sel.register(c.sock, selectors.EVENT_READ, c)
     sender = clients[0]
     kern, app, spans, expected, received, no_ts = [], [], [], 0, 0, 0
+    by_host = {port: [] for port, _ in hosts}  # kernel-stamp latencies per host
     for rnd in range(a.rounds + 1):  # round 0 is the warm-up, not counted
         time.sleep(a.gap)
         t_real, t_mono, got = run_round(sel, clients, sender, rnd, 5, a.read_after)
@@ -254,6 +272,7 @@ def main():
                     no_ts += 1
                 else:
                     kern.append((ts - t_real) / 1e6)
+                    by_host[c.port].append((ts - t_real) / 1e6)
     sel.close()
     for c in clients:
         c.sock.close()
@@ -271,6 +290,12 @@ def main():
     print(f"    server (kernel stamp) {pct(kern, 50):7.2f} {pct(kern, 99):7.2f} {kern[-1] if kern else float('nan'):7.2f}"
           + (f"   ({no_ts} without a stamp)" if no_ts else ""))
     print(f"    client (after read)   {pct(app, 50):7.2f} {pct(app, 99):7.2f} {app[-1] if app else float('nan'):7.2f}")
+    if len(hosts) > 1:
+        for i, (port, _) in enumerate(hosts):
+            v = sorted(by_host[port])
+            name = "sender's host" if i == 0 else "other host"
+            print(f"    {name:<14} :{port:<5} {pct(v, 50):7.2f} {pct(v, 99):7.2f} {v[-1] if v else float('nan'):7.2f}"
+                  f"   ({len(v)} deliveries)")
     spans.sort()
     if spans:
         med = pct(spans, 50)
