@@ -6,6 +6,12 @@
 //! `Display` show the URL without it, so neither a log line, an error, `print-config` nor a
 //! `{:?}` of the configuration ever prints it.
 //!
+//! TLS to PostgreSQL: `sslmode=require` (or `verify-full`, the same here) makes the connection
+//! TLS, the server's certificate verified for the URL's host against the system's roots or,
+//! with `sslrootcert=/path/ca.pem`, against that file's certificates only. This is stricter
+//! than libpq's `require` (which encrypts without checking who answers); a certificate that
+//! does not verify fails the connection. Without it the connection is plain TCP.
+//!
 //! This file must not connect to anything: it parses and checks the text only.
 
 use std::fmt;
@@ -24,38 +30,66 @@ pub struct Cluster {
 /// A PostgreSQL URL (`postgres://user:password@host:5432/db?…`), checked by the client's own
 /// parser. Its `Debug` and `Display` never show the password.
 #[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl(String);
+pub struct DatabaseUrl {
+    /// What the client parses: the URL without the parameters it does not know
+    /// (`sslrootcert`), `verify-full` written as `require`.
+    url: String,
+    /// `sslrootcert`: the PEM file of the roots a TLS server's certificate must chain to.
+    root_cert: Option<String>,
+}
 
 impl DatabaseUrl {
-    /// The URL as configured, password included: for the connection only, never for output.
+    /// The URL for the client, password included: for the connection only, never for output.
     pub fn expose(&self) -> &str {
-        &self.0
+        &self.url
     }
 
     /// Whether the URL carries a password (in its user info or a `password=` parameter).
     pub fn has_password(&self) -> bool {
-        without_password(&self.0) != self.0
+        without_password(&self.url) != self.url
+    }
+
+    /// `sslrootcert`, if given (only with `sslmode=require`).
+    pub fn root_cert(&self) -> Option<&str> {
+        self.root_cert.as_deref()
     }
 }
 
 impl fmt::Display for DatabaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&without_password(&self.0))
+        f.write_str(&without_password(&self.url))
     }
 }
 
 impl fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DatabaseUrl({:?})", without_password(&self.0))
+        write!(f, "DatabaseUrl({:?}, root_cert: {:?})", without_password(&self.url), self.root_cert)
     }
+}
+
+/// `%XX` escapes of a URL query value decoded; `None` if one is malformed or the result is
+/// not UTF-8.
+fn percent_decode(v: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(v.len());
+    let mut bytes = v.bytes();
+    while let Some(b) = bytes.next() {
+        if b != b'%' {
+            out.push(b);
+            continue;
+        }
+        let hex = |c: Option<u8>| c.and_then(|c| (c as char).to_digit(16));
+        let (hi, lo) = (hex(bytes.next())?, hex(bytes.next())?);
+        out.push(u8::try_from(hi * 16 + lo).ok()?);
+    }
+    String::from_utf8(out).ok()
 }
 
 impl FromStr for DatabaseUrl {
     type Err = String;
 
-    /// Accepts `postgres://` or `postgresql://` URLs that name at least one host and do not ask
-    /// for TLS (`sslmode=require`: this build speaks plain TCP to PostgreSQL). The error says
-    /// what is allowed and never repeats the password.
+    /// Accepts `postgres://` or `postgresql://` URLs that name at least one host; TLS with
+    /// `sslmode=require` or `verify-full` (see the module doc), `sslrootcert` only with it.
+    /// The error says what is allowed and never repeats the password.
     fn from_str(v: &str) -> Result<DatabaseUrl, String> {
         const ALLOWED: &str = "empty or a postgres:// URL (postgres://user@host:5432/db)";
         let scheme_ok = ["postgres://", "postgresql://"]
@@ -66,15 +100,36 @@ impl FromStr for DatabaseUrl {
         }
         // The client parses the scheme case-sensitively: hand it the lower-case form.
         let (scheme, rest) = v.split_once("://").unwrap_or((v, ""));
-        let normal = format!("{}://{rest}", scheme.to_ascii_lowercase());
+        // The parameters the client does not know are taken out here.
+        let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let mut root_cert = None;
+        let mut kept = Vec::new();
+        for param in query.split('&').filter(|p| !p.is_empty()) {
+            match param.split_once('=') {
+                Some(("sslrootcert", path)) => {
+                    let path = percent_decode(path).filter(|p| p.starts_with('/')).ok_or_else(|| {
+                        "sslrootcert must be an absolute path to a PEM file of root certificates".to_string()
+                    })?;
+                    root_cert = Some(path);
+                }
+                Some(("sslmode", "verify-full")) => kept.push("sslmode=require"),
+                Some(("sslmode", "verify-ca")) => {
+                    return Err("sslmode=verify-ca: use require or verify-full (the host name is always checked)".into())
+                }
+                _ => kept.push(param),
+            }
+        }
+        let query = if kept.is_empty() { String::new() } else { format!("?{}", kept.join("&")) };
+        let normal = format!("{}://{base}{query}", scheme.to_ascii_lowercase());
         let parsed = tokio_postgres::Config::from_str(&normal).map_err(|_| ALLOWED.to_string())?;
         if parsed.get_hosts().is_empty() {
             return Err(format!("{ALLOWED}: a host is required"));
         }
-        if parsed.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-            return Err("a URL without sslmode=require: TLS to PostgreSQL is not supported by this build".into());
+        let tls = parsed.get_ssl_mode() == tokio_postgres::config::SslMode::Require;
+        if root_cert.is_some() && !tls {
+            return Err("sslrootcert needs sslmode=require (or verify-full)".into());
         }
-        Ok(DatabaseUrl(normal))
+        Ok(DatabaseUrl { url: normal, root_cert })
     }
 }
 
@@ -116,6 +171,8 @@ mod tests {
             "postgresql://forkd:s3cret@127.0.0.1/forkd?connect_timeout=2",
             "POSTGRES://u@[::1]:5433/x",
             "postgres://u@h1:5432,h2:5432/x?application_name=forkd",
+            "postgres://u@h/db?sslmode=require",
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=/etc/forkd/pg-ca.pem",
         ] {
             assert!(ok.parse::<DatabaseUrl>().is_ok(), "{ok}");
         }
@@ -124,8 +181,11 @@ mod tests {
             "mysql://u@h/db",
             "http://u@h/db",
             "postgres:///db",
-            "postgres://u@h/db?sslmode=require",
             "postgres://u@h/db?nonsense=1",
+            "postgres://u@h/db?sslrootcert=/etc/ca.pem",
+            "postgres://u@h/db?sslmode=require&sslrootcert=relative.pem",
+            "postgres://u@h/db?sslmode=require&sslrootcert=%2",
+            "postgres://u@h/db?sslmode=verify-ca",
             "postgres://u@h:notaport/db",
             "postgres://u@h/d b",
         ] {
@@ -134,6 +194,15 @@ mod tests {
         }
         let upper: DatabaseUrl = "PostgreSQL://u@h/db".parse().expect("scheme in any case");
         assert_eq!(upper.expose(), "postgresql://u@h/db");
+        // What the client gets: no sslrootcert, verify-full as require; the path is kept.
+        let tls: DatabaseUrl =
+            "postgres://u:pw@h/db?sslmode=verify-full&sslrootcert=%2Fetc%2Fca%20x.pem&application_name=a"
+                .parse()
+                .expect("valid");
+        assert_eq!(tls.expose(), "postgres://u:pw@h/db?sslmode=require&application_name=a");
+        assert_eq!(tls.root_cert(), Some("/etc/ca x.pem"));
+        assert!(!format!("{tls:?}").contains("pw"));
+        assert_eq!(upper.root_cert(), None);
     }
 
     #[test]

@@ -370,7 +370,8 @@ section! {
     Cluster {
         /// PostgreSQL URL (`postgres://user:password@host:5432/db`): the store lives there
         /// instead of the SQLite file, shared by every host; not set: SQLite under `data_dir`.
-        /// Plain TCP only (`sslmode=require` is refused). Its password is never printed.
+        /// `?sslmode=require` (or `verify-full`): TLS, the server's certificate checked against
+        /// the system's roots or `&sslrootcert=/path/ca.pem`. Its password is never printed.
         database_url: String = ""; example "postgres://forkd@db.internal:5432/forkd",
         /// Redis URL (`redis://[user:password@]host:6379/0`): rate limits, login failures,
         /// notifications and WebSocket rooms are shared with every host that names the same

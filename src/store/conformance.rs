@@ -362,3 +362,46 @@ fn postgres_reads_from_many_threads_share_one_connection_and_survive_its_end() {
     assert!(failed <= 1, "{failed} of 5 reads failed after the connection ended");
     assert!(store.get_user(user.id).expect("read after recovery").is_some());
 }
+
+#[test]
+fn postgres_over_tls_verifies_the_server_certificate() {
+    use std::str::FromStr;
+    let Some(url) = pg::testutil::fresh_database("tls") else { return };
+    let Some(dir) = std::env::var("TEST_DATABASE_TLS_DIR").ok().filter(|v| !v.is_empty()) else {
+        eprintln!("skipped: TEST_DATABASE_TLS_DIR not set (bin/pg-test-server sets it when openssl is there)");
+        return;
+    };
+    let sep = if url.expose().contains('?') { '&' } else { '?' };
+    let with = |ca: &str| -> crate::config::DatabaseUrl {
+        format!("{}{sep}sslmode=verify-full&sslrootcert={dir}/{ca}", url.expose()).parse().expect("url")
+    };
+    let tls = with("ca.pem");
+    Store::migrate(Target::Postgres(&tls)).expect("migrate over TLS");
+    let store = Store::open(Target::Postgres(&tls), 2).expect("open");
+    store.ping().expect("a read over TLS");
+    store.create_user(&new_user("Tls", "tls@example.com", None, Role::User)).expect("a write over TLS");
+    // The server says the store's sessions are encrypted.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let config = tokio_postgres::Config::from_str(url.expose()).expect("url parses");
+    let encrypted: i64 = rt.block_on(async {
+        let (client, conn) = config.connect(tokio_postgres::NoTls).await.expect("connect");
+        tokio::spawn(conn);
+        let sql = "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+                   WHERE a.datname = current_database() AND a.application_name = 'forkd' AND s.ssl";
+        client.query_one(sql, &[]).await.expect("pg_stat_ssl").get(0)
+    });
+    assert!(encrypted >= 1, "no TLS session of the store on the server");
+    // A server whose certificate another CA signed is refused, at once, as unavailable.
+    let wrong = Store::open(Target::Postgres(&with("other-ca.pem")), 1).expect("open is lazy");
+    let start = std::time::Instant::now();
+    match wrong.ping() {
+        Err(StoreError::Unavailable(m)) => assert!(m.to_lowercase().contains("certificate"), "{m}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    // A root file that is not there: the store does not open (the supervisor's start says why).
+    match Store::open(Target::Postgres(&with("missing.pem")), 1) {
+        Err(StoreError::Unavailable(m)) => assert!(m.contains("missing.pem"), "{m}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}

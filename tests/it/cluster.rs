@@ -305,3 +305,43 @@ fn with_redis_too_notifications_reach_the_other_host_live_and_by_replay() {
         ensure_eq!(b, ev.data_json(), want.clone(), "replay #{i} on B after Last-Event-ID {seen}");
     }
 }
+
+/// `url` over TLS (`sslmode=verify-full`, roots from `ca` in the test server's TLS directory),
+/// or `None` after saying the test is skipped (the test server has no TLS without openssl).
+fn tls_url(url: &str, ca: &str) -> Option<String> {
+    let dir = std::env::var("TEST_DATABASE_TLS_DIR").ok().filter(|v| !v.is_empty());
+    if dir.is_none() {
+        eprintln!("skipped: TEST_DATABASE_TLS_DIR not set (bin/pg-test-server sets it when openssl is there)");
+    }
+    Some(format!("{url}?sslmode=verify-full&sslrootcert={}/{ca}", dir?))
+}
+
+#[test]
+fn the_store_over_tls_serves_and_a_server_another_ca_signed_is_refused() {
+    let Some(base) = test_server() else { return };
+    let url = fresh_database(&base, "tls");
+    let Some(tls) = tls_url(&url, "ca.pem") else { return };
+    let a = host(&tls, 1);
+    let email = unique_email("tls");
+    let user = a.signup("Over TLS", &email, PW, None);
+    let (access, _, _) = a.login(&email, PW);
+    let path = format!("/api/v1/users/{}", user["id"]);
+    a.expect_data(&a.api("GET", &path, Some(&access), None), 200, "a read over TLS");
+    drop(a);
+
+    // The same database behind a certificate the configured roots do not vouch for: the
+    // supervisor cannot migrate, exits (not a signal, not a hang) and says why.
+    let wrong = tls_url(&url, "other-ca.pem").expect("the directory is set");
+    let d = tempfile::Builder::new().prefix("forkd-pg-tls-").tempdir().expect("temp dir");
+    let cfg = d.path().join("forkd.toml");
+    let listen = format!("127.0.0.1:{}", free_port());
+    std::fs::write(
+        &cfg,
+        render_config(&listen, &d.path().join("data"), &format!("[cluster]\ndatabase_url = \"{wrong}\"\n")),
+    )
+    .expect("write config");
+    let out = run_forkd(d.path(), &["serve", "--config", cfg.to_str().expect("utf-8")], &[]);
+    assert_ne!(out.code(), Some(0), "started against an unverified server: {out:?}");
+    assert!(out.status.code().is_some(), "must exit, not die by a signal: {out:?}");
+    assert!(out.stderr.to_lowercase().contains("certificate"), "the refusal must say why: {out:?}");
+}

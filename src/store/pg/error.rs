@@ -15,6 +15,9 @@ use super::super::StoreError;
 pub(crate) enum Fail {
     /// The client or the server reported an error.
     Db(tokio_postgres::Error),
+    /// Opening a connection failed before the server said why (refused, reset, TLS: no TLS
+    /// on the server, a certificate that does not verify).
+    Connect(tokio_postgres::Error),
     /// The call's deadline passed with the statement still running.
     Deadline,
     /// The connection's runtime could not be built (out of file descriptors).
@@ -52,7 +55,7 @@ impl From<tokio_postgres::Error> for Fail {
 impl Fail {
     fn kind(&self) -> Kind {
         match self {
-            Fail::Deadline | Fail::Runtime(_) => Kind::Broken,
+            Fail::Deadline | Fail::Runtime(_) | Fail::Connect(_) => Kind::Broken,
             Fail::Mapping(_) => Kind::Sql,
             Fail::NotMigrated { .. } => Kind::Broken,
             Fail::Db(e) => match e.code() {
@@ -93,6 +96,10 @@ impl fmt::Display for Fail {
                     Some(source) => write!(f, "{e}: {source}"),
                     None => write!(f, "{e}"),
                 },
+            },
+            Fail::Connect(e) => match std::error::Error::source(e) {
+                Some(source) => write!(f, "cannot connect: {e}: {source}"),
+                None => write!(f, "cannot connect: {e}"),
             },
             Fail::Deadline => write!(f, "no answer within {:?}", super::CALL_DEADLINE),
             Fail::Runtime(e) => write!(f, "cannot start the client's runtime: {e}"),

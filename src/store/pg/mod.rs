@@ -42,6 +42,11 @@
 //! call does; a read that fails at the connection level drops the shared connection like any
 //! other, and the next read opens a fresh one.
 //!
+//! **TLS.** With `sslmode=require` (see `config::cluster`) every connection is TLS (rustls with
+//! ring, through `tokio-postgres-rustls`), the server's certificate verified for the URL's
+//! host against the system's roots or the `sslrootcert` file; a certificate that does not
+//! verify fails the connection like an unreachable server. Without it, plain TCP.
+//!
 //! Nothing here touches HTTP, sockets of the event loop or mio.
 
 mod error;
@@ -57,9 +62,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::runtime::Runtime;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls, Row, Statement};
+use tokio_postgres::{Client, Connection, NoTls, Row, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{migrations, StoreError};
 use crate::config::DatabaseUrl;
@@ -94,7 +101,7 @@ pub(crate) use pg_now;
 
 /// The PostgreSQL backend: connection settings and a lazily filled pool; `Sync`.
 pub(crate) struct Pg {
-    config: tokio_postgres::Config,
+    settings: Settings,
     /// The URL without its password, for messages.
     shown: String,
     pool: Mutex<Pool>,
@@ -195,10 +202,53 @@ impl Conn {
     }
 }
 
+/// How to connect: the client's settings and, for `sslmode=require`, the TLS connector.
+struct Settings {
+    config: tokio_postgres::Config,
+    tls: Option<MakeRustlsConnect>,
+}
+
+/// The TLS connector for `url`'s `sslmode=require`: roots from its `sslrootcert` file, or the
+/// system's (`SSL_CERT_FILE` too, the OpenSSL convention); TLS 1.2 and 1.3 with ring.
+fn tls_connector(url: &DatabaseUrl) -> Result<MakeRustlsConnect, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    match url.root_cert() {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path).map_err(|e| format!("sslrootcert {path}: {e}"))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| format!("sslrootcert {path}: {e}"))?;
+                roots.add(cert).map_err(|e| format!("sslrootcert {path}: {e}"))?;
+            }
+            if roots.is_empty() {
+                return Err(format!("sslrootcert {path}: no certificate in it"));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+            if roots.is_empty() {
+                return Err(
+                    "sslmode=require: no trusted root certificates found on this system (set sslrootcert)".into()
+                );
+            }
+        }
+    }
+    let config =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
+}
+
 impl Pg {
     /// The settings of `url` with forkd's bounds added (connect timeout, keepalive,
-    /// `TCP_USER_TIMEOUT`, `statement_timeout`, `application_name`); connects to nothing.
-    fn settings(url: &DatabaseUrl) -> Result<tokio_postgres::Config, StoreError> {
+    /// `TCP_USER_TIMEOUT`, `statement_timeout`, `application_name`) and its TLS connector;
+    /// reads the `sslrootcert` file, connects to nothing.
+    fn settings(url: &DatabaseUrl) -> Result<Settings, StoreError> {
         let mut config = tokio_postgres::Config::from_str(url.expose())
             .map_err(|_| StoreError::Unavailable(format!("{url}: not a valid PostgreSQL URL")))?;
         if config.get_connect_timeout().is_none() {
@@ -214,14 +264,20 @@ impl Pg {
         if config.get_application_name().is_none() {
             config.application_name("forkd");
         }
-        Ok(config)
+        let tls = match config.get_ssl_mode() {
+            tokio_postgres::config::SslMode::Require => {
+                Some(tls_connector(url).map_err(|e| StoreError::Unavailable(format!("{url}: {e}")))?)
+            }
+            _ => None,
+        };
+        Ok(Settings { config, tls })
     }
 
     /// Apply the pending migrations (see `migrate.rs`); one connection, closed on return.
     pub(crate) fn migrate(url: &DatabaseUrl) -> Result<(), StoreError> {
-        let config = Self::settings(url)?;
+        let settings = Self::settings(url)?;
         let deadline = Instant::now() + migrate::DEADLINE;
-        let (rt, client) = connect(&config, deadline).map_err(|e| e.into_store(&url.to_string()))?;
+        let (rt, client) = connect(&settings, deadline).map_err(|e| e.into_store(&url.to_string()))?;
         let mut conn = Conn::new(rt, client);
         let mut session = Session { conn: &mut conn, deadline, in_tx: false };
         migrate::run(&mut session).map_err(|e| e.into_store(&url.to_string()))
@@ -231,7 +287,7 @@ impl Pg {
     pub(crate) fn open(url: &DatabaseUrl, pool_size: usize) -> Result<Pg, StoreError> {
         let size = pool_size.max(1);
         Ok(Pg {
-            config: Self::settings(url)?,
+            settings: Self::settings(url)?,
             shown: url.to_string(),
             pool: Mutex::new(Pool {
                 idle: VecDeque::with_capacity(size),
@@ -347,7 +403,7 @@ impl Pg {
         }
         *slot = SharedSlot::Opening;
         drop(slot);
-        let opened = connect(&self.config, deadline).and_then(|(rt, client)| {
+        let opened = connect(&self.settings, deadline).and_then(|(rt, client)| {
             let mut conn = Conn::new(rt, client);
             migrate::check_version(&mut Session { conn: &mut conn, deadline, in_tx: false })?;
             Ok(conn.link)
@@ -425,7 +481,7 @@ impl Pg {
                 drop(pool);
                 // A lease without a connection gives the slot back if connecting fails.
                 let mut lease = Lease { pg: self, conn: None };
-                let (rt, client) = connect(&self.config, deadline).map_err(|e| {
+                let (rt, client) = connect(&self.settings, deadline).map_err(|e| {
                     self.lock().retry_at = Some(Instant::now() + RETRY_AFTER);
                     e.into_store(&self.shown)
                 })?;
@@ -516,20 +572,42 @@ impl Drop for Lease<'_> {
     }
 }
 
-/// Open one connection within `deadline`: its runtime, the handshake, and the task that
-/// drives the socket (run whenever the connection's runtime is blocked on).
-fn connect(config: &tokio_postgres::Config, deadline: Instant) -> Result<(Runtime, Client), Fail> {
+/// Open one connection within `deadline`: its runtime, the handshake (TLS's too), and the
+/// task that drives the socket (run whenever the connection's runtime is blocked on).
+fn connect(settings: &Settings, deadline: Instant) -> Result<(Runtime, Client), Fail> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Fail::Runtime)?;
     // The client's connect_timeout covers the TCP connect only; this bounds the start-up
     // exchange too (a server that accepts and never answers).
-    let limit = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
-    let (client, connection) = block(&rt, deadline.min(Instant::now() + limit), config.connect(NoTls))?;
+    let limit = settings.config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
+    let deadline = deadline.min(Instant::now() + limit);
+    let client = match &settings.tls {
+        None => start(&rt, deadline, settings.config.connect(NoTls))?,
+        Some(tls) => start(&rt, deadline, settings.config.connect(tls.clone()))?,
+    };
+    Ok((rt, client))
+}
+
+/// The client of the connection `handshake` opens, its socket task spawned on `rt`.
+fn start<S, T>(
+    rt: &Runtime,
+    deadline: Instant,
+    handshake: impl Future<Output = Result<(Client, Connection<S, T>), tokio_postgres::Error>>,
+) -> Result<Client, Fail>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (client, connection) = block(rt, deadline, handshake).map_err(|fail| match fail {
+        // Without a SQLSTATE the server never answered: the connection's failure, not a bug.
+        Fail::Db(e) if e.code().is_none() => Fail::Connect(e),
+        other => other,
+    })?;
     rt.spawn(async move {
         if let Err(e) = connection.await {
             log::debug!("store: PostgreSQL connection ended: {e}");
         }
     });
-    Ok((rt, client))
+    Ok(client)
 }
 
 /// `fut` run on `rt` until it finishes or `deadline` passes.
