@@ -375,7 +375,8 @@ section! {
         database_url: String = ""; example "postgres://forkd@db.internal:5432/forkd",
         /// Redis URL (`redis://[user:password@]host:6379/0`): rate limits, login failures,
         /// notifications and WebSocket rooms are shared with every host that names the same
-        /// Redis (hosts must also share `auth.jwt_secret`). Plain TCP only. Restart to change.
+        /// Redis (hosts must also share `auth.jwt_secret`). `rediss://` for TLS (the certificate
+        /// checked against the system's roots or `?ssl_ca_certs=/path/ca.pem`). Restart to change.
         redis_url: String = ""; example "redis://cache.internal:6379/0",
     }
 }

@@ -17,12 +17,19 @@
 //! address is resolved by the owner (once, at start-up), the socket is
 //! non-blocking, and reads and writes go until `WouldBlock`.
 //!
+//! With TLS (`rediss://`) the same socket carries a rustls client session,
+//! driven by hand: what arrives goes through `read_tls` and the session's
+//! plaintext into the decoder; what is queued goes into the session and out
+//! through `write_tls` until the socket is full. The handshake starts with
+//! the first write and the queued commands wait in the session meanwhile.
+//!
 //! It must not know what the commands mean (that is the owner's), and must
 //! not register anything but its own socket, under the token it was given.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -30,6 +37,16 @@ use mio::{Interest, Registry, Token};
 
 use super::resp::{self, Value};
 use super::RedisTarget;
+
+/// TLS towards the server: the client configuration (roots, versions) and the
+/// name its certificate must carry.
+#[derive(Clone)]
+pub struct TlsTo {
+    /// Trusted roots, TLS 1.2 and 1.3 with ring.
+    pub config: Arc<rustls::ClientConfig>,
+    /// The URL's host.
+    pub name: rustls::pki_types::ServerName<'static>,
+}
 
 /// Replies awaited at most; [`Conn::send`] refuses past it.
 pub const MAX_PENDING: usize = 100_000;
@@ -81,12 +98,18 @@ pub struct Conn<T> {
     subscriber: bool,
     state: State,
     stream: Option<TcpStream>,
+    /// `rediss://`: how to make a session for each connection.
+    tls: Option<TlsTo>,
+    /// The TLS session of the current connection.
+    session: Option<rustls::ClientConnection>,
     out: Vec<u8>,
     out_pos: usize,
     input: Vec<u8>,
     awaited: VecDeque<Awaited<T>>,
     backoff: Duration,
     answered: bool,
+    /// A failed TLS session was logged at warn level (later ones at debug, until one works).
+    tls_warned: bool,
     last_rx: Instant,
     last_ping: Instant,
     /// Drops so far (for the owner's log line).
@@ -95,11 +118,13 @@ pub struct Conn<T> {
 
 impl<T> Conn<T> {
     /// A connection to `addr` (`None`: the name did not resolve; it stays down),
-    /// registered under `token`. `subscriber`: pushes, not replies, answer PING.
+    /// registered under `token`, over TLS when `tls` is given. `subscriber`:
+    /// pushes, not replies, answer PING.
     pub fn new(
         name: &'static str,
         target: RedisTarget,
         addr: Option<SocketAddr>,
+        tls: Option<TlsTo>,
         token: Token,
         subscriber: bool,
     ) -> Conn<T> {
@@ -113,12 +138,15 @@ impl<T> Conn<T> {
             subscriber,
             state: State::Down { retry_at: now },
             stream: None,
+            tls,
+            session: None,
             out: Vec::new(),
             out_pos: 0,
             input: Vec::new(),
             awaited: VecDeque::new(),
             backoff: BACKOFF_MIN,
             answered: false,
+            tls_warned: false,
             last_rx: now,
             last_ping: now,
             drops: 0,
@@ -216,24 +244,21 @@ impl<T> Conn<T> {
             }
         }
         let Some(stream) = self.stream.as_mut() else { return Change::None };
-        let mut buf = [0u8; 16 * 1024];
         // Replies that came before the end of the stream are still handed over.
-        let mut closed = false;
-        loop {
-            match stream.read(&mut buf) {
-                Ok(0) => {
-                    closed = true;
-                    break;
+        let closed = match self.session.as_mut() {
+            None => read_plain(stream, &mut self.input),
+            Some(session) => match read_tls(stream, session, &mut self.input) {
+                Ok(closed) => closed,
+                Err(e) => {
+                    if std::mem::replace(&mut self.tls_warned, true) {
+                        log::debug!("redis {}: {}: TLS: {e}", self.name, self.target);
+                    } else {
+                        log::warn!("redis {}: {}: TLS: {e}", self.name, self.target);
+                    }
+                    return self.fail(registry, now);
                 }
-                Ok(n) => self.input.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
+            },
+        };
         let mut used = 0;
         loop {
             match resp::decode(&self.input[used..]) {
@@ -242,6 +267,7 @@ impl<T> Conn<T> {
                     self.last_rx = now;
                     if !self.answered {
                         self.answered = true;
+                        self.tls_warned = false;
                         self.backoff = BACKOFF_MIN;
                         change = Change::Up;
                     }
@@ -279,6 +305,12 @@ impl<T> Conn<T> {
 
     fn connect(&mut self, registry: &Registry, now: Instant) -> io::Result<()> {
         let addr = self.addr.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "address not resolved"))?;
+        self.session = match &self.tls {
+            Some(tls) => Some(
+                rustls::ClientConnection::new(Arc::clone(&tls.config), tls.name.clone()).map_err(io::Error::other)?,
+            ),
+            None => None,
+        };
         let mut stream = TcpStream::connect(addr)?;
         let _ = stream.set_nodelay(true);
         registry.register(&mut stream, self.token, Interest::READABLE | Interest::WRITABLE)?;
@@ -327,14 +359,12 @@ impl<T> Conn<T> {
             return Change::None;
         }
         let Some(stream) = self.stream.as_mut() else { return Change::None };
-        while self.out_pos < self.out.len() {
-            match stream.write(&self.out[self.out_pos..]) {
-                Ok(0) => return self.fail(registry, now),
-                Ok(n) => self.out_pos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return self.fail(registry, now),
-            }
+        let written = match self.session.as_mut() {
+            None => write_plain(stream, &self.out, &mut self.out_pos),
+            Some(session) => write_tls(stream, session, &self.out, &mut self.out_pos),
+        };
+        if written.is_err() {
+            return self.fail(registry, now);
         }
         if self.out_pos == self.out.len() {
             self.out.clear();
@@ -361,6 +391,7 @@ impl<T> Conn<T> {
         if let Some(mut s) = self.stream.take() {
             let _ = registry.deregister(&mut s);
         }
+        self.session = None;
         self.drops += 1;
         self.out.clear();
         self.out_pos = 0;
@@ -369,6 +400,97 @@ impl<T> Conn<T> {
         self.answered = false;
         self.state = State::Down { retry_at: now + self.backoff };
         self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Read until the socket would block, into `input`; whether the stream ended.
+fn read_plain(stream: &mut TcpStream, input: &mut Vec<u8>) -> bool {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => input.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Read TLS records until the socket would block, their plaintext into
+/// `input`; whether the stream ended (or the server closed the session). An
+/// error is a session that cannot go on (a certificate that does not verify,
+/// a bad record).
+fn read_tls(
+    stream: &mut TcpStream,
+    session: &mut rustls::ClientConnection,
+    input: &mut Vec<u8>,
+) -> Result<bool, rustls::Error> {
+    loop {
+        match session.read_tls(stream) {
+            Ok(0) => return Ok(true),
+            Ok(_) => {
+                let state = session.process_new_packets()?;
+                let n = state.plaintext_bytes_to_read();
+                if n > 0 {
+                    let at = input.len();
+                    input.resize(at + n, 0);
+                    let got = session.reader().read(&mut input[at..]).unwrap_or(0);
+                    input.truncate(at + got);
+                }
+                if state.peer_has_closed() {
+                    return Ok(true);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return Ok(true),
+        }
+    }
+}
+
+/// Write `out[*pos..]` until the socket would block; `Err` drops the connection.
+fn write_plain(stream: &mut TcpStream, out: &[u8], pos: &mut usize) -> io::Result<()> {
+    while *pos < out.len() {
+        match stream.write(&out[*pos..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => *pos += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Move `out[*pos..]` into the session (as much as its buffer takes; before the
+/// handshake ends it waits there) and the session's records into the socket,
+/// until the socket would block or nothing moves; `Err` drops the connection.
+fn write_tls(
+    stream: &mut TcpStream,
+    session: &mut rustls::ClientConnection,
+    out: &[u8],
+    pos: &mut usize,
+) -> io::Result<()> {
+    loop {
+        let mut moved = false;
+        if *pos < out.len() {
+            let n = session.writer().write(&out[*pos..])?;
+            *pos += n;
+            moved |= n > 0;
+        }
+        while session.wants_write() {
+            match session.write_tls(stream) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(_) => moved = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        if !moved || *pos == out.len() {
+            return Ok(());
+        }
     }
 }
 
@@ -388,26 +510,111 @@ mod tests {
         std::thread::spawn(move || {
             let (sock, _) = listener.accept().expect("accept");
             sock.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-            let mut w = sock.try_clone().expect("clone");
-            let mut r = BufReader::new(sock);
-            let mut seen = Vec::new();
-            for _ in 0..expect {
-                let mut line = String::new();
-                r.read_line(&mut line).expect("array head");
-                let n: usize = line.trim_start_matches('*').trim().parse().expect("array length");
-                let mut args = Vec::new();
-                for _ in 0..n {
-                    line.clear();
-                    r.read_line(&mut line).expect("bulk head");
-                    line.clear();
-                    r.read_line(&mut line).expect("bulk");
-                    args.push(line.trim_end().to_owned());
-                }
-                w.write_all(answer(&args).as_bytes()).expect("answer");
-                seen.push(args);
-            }
-            seen
+            serve(sock, expect, answer)
         })
+    }
+
+    /// The fake's protocol over `stream`: read `expect` commands, answer each.
+    fn serve(stream: impl Read + Write, expect: usize, answer: fn(&[String]) -> String) -> Vec<Vec<String>> {
+        let mut r = BufReader::new(stream);
+        let mut seen = Vec::new();
+        for _ in 0..expect {
+            let mut line = String::new();
+            r.read_line(&mut line).expect("array head");
+            let n: usize = line.trim_start_matches('*').trim().parse().expect("array length");
+            let mut args = Vec::new();
+            for _ in 0..n {
+                line.clear();
+                r.read_line(&mut line).expect("bulk head");
+                line.clear();
+                r.read_line(&mut line).expect("bulk");
+                args.push(line.trim_end().to_owned());
+            }
+            r.get_mut().write_all(answer(&args).as_bytes()).expect("answer");
+            r.get_mut().flush().expect("flush");
+            seen.push(args);
+        }
+        seen
+    }
+
+    /// A CA and a certificate for 127.0.0.1 it signed: (the CA's DER, a server config).
+    fn pki() -> (rustls::pki_types::CertificateDer<'static>, Arc<rustls::ServerConfig>) {
+        let ca_key = rcgen::KeyPair::generate().expect("CA key");
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).expect("CA cert");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let params = rcgen::CertificateParams::new(vec!["127.0.0.1".into()]).expect("params");
+        let cert = params.signed_by(&key, &ca_cert, &ca_key).expect("cert");
+        let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key der");
+        let server = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], key)
+            .expect("server config");
+        (ca_cert.der().clone(), Arc::new(server))
+    }
+
+    /// TLS towards 127.0.0.1, trusting `ca`.
+    fn tls_trusting(ca: rustls::pki_types::CertificateDer<'static>) -> TlsTo {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca).expect("root");
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name").to_owned();
+        TlsTo { config: Arc::new(config), name }
+    }
+
+    #[test]
+    fn over_tls_commands_flow_and_a_certificate_from_another_ca_is_refused() {
+        let (ca, server) = pki();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let config = Arc::clone(&server);
+        let fake = std::thread::spawn(move || {
+            let (sock, _) = listener.accept().expect("accept");
+            sock.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+            let tls = rustls::ServerConnection::new(config).expect("session");
+            serve(rustls::StreamOwned::new(tls, sock), 3, |args| match args[0].as_str() {
+                "AUTH" | "PING" => "+OK\r\n".into(),
+                _ => format!("${}\r\n{}\r\n", args[1].len(), args[1]),
+            })
+        });
+        let mut poll = mio::Poll::new().expect("poll");
+        let t = RedisTarget { tls: true, ..target(addr.port(), Some("pw"), 0) };
+        let mut conn: Conn<u32> = Conn::new("test", t, Some(addr), Some(tls_trusting(ca)), Token(1), false);
+        conn.tick(poll.registry(), Instant::now());
+        // Queued before the handshake: it waits in the session, then goes out.
+        assert!(conn.send(&[b"ECHO", b"over tls"], 4));
+        let mut replies = Vec::new();
+        drive(&mut poll, &mut conn, &mut replies, |_, r| !r.is_empty());
+        assert_eq!(replies, [(Some(4), Value::Bulk(Some(b"over tls".to_vec())))]);
+        let seen = fake.join().expect("fake server");
+        assert_eq!(seen[0], ["AUTH", "pw"], "the password went inside TLS, first");
+
+        // A server whose certificate another CA signed: the session fails, never up.
+        let (other_ca, _) = pki();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let fake = std::thread::spawn(move || {
+            let (sock, _) = listener.accept().expect("accept");
+            sock.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+            let tls = rustls::ServerConnection::new(server).expect("session");
+            let mut stream = rustls::StreamOwned::new(tls, sock);
+            let mut buf = [0u8; 64];
+            stream.read(&mut buf).is_err() // the client's alert ends the handshake
+        });
+        let t = RedisTarget { tls: true, ..target(addr.port(), None, 0) };
+        let mut conn: Conn<u32> = Conn::new("test", t, Some(addr), Some(tls_trusting(other_ca)), Token(1), false);
+        conn.tick(poll.registry(), Instant::now());
+        let mut replies = Vec::new();
+        drive(&mut poll, &mut conn, &mut replies, |c, _| c.drops >= 1);
+        assert!(!conn.is_up() && replies.is_empty());
+        assert!(fake.join().expect("fake server"), "the server's handshake failed too");
     }
 
     /// Drive `conn` until `done` says so (bounded).
@@ -430,7 +637,15 @@ mod tests {
     }
 
     fn target(port: u16, password: Option<&str>, db: u32) -> RedisTarget {
-        RedisTarget { host: "127.0.0.1".into(), port, user: None, password: password.map(Into::into), db }
+        RedisTarget {
+            tls: false,
+            ca_file: None,
+            host: "127.0.0.1".into(),
+            port,
+            user: None,
+            password: password.map(Into::into),
+            db,
+        }
     }
 
     #[test]
@@ -444,7 +659,8 @@ mod tests {
             _ => "$-1\r\n".into(),
         });
         let mut poll = mio::Poll::new().expect("poll");
-        let mut conn: Conn<u32> = Conn::new("test", target(addr.port(), Some("pw"), 7), Some(addr), Token(1), false);
+        let mut conn: Conn<u32> =
+            Conn::new("test", target(addr.port(), Some("pw"), 7), Some(addr), None, Token(1), false);
         assert!(!conn.send(&[b"GET", b"k"], 0), "nothing is queued while down");
         conn.tick(poll.registry(), Instant::now());
         assert!(conn.send(&[b"INCRBY", b"k", b"5"], 1));
@@ -472,7 +688,7 @@ mod tests {
             _ => "$1\r\nv\r\n".into(),
         });
         let mut poll = mio::Poll::new().expect("poll");
-        let mut conn: Conn<u32> = Conn::new("test", target(addr.port(), None, 0), Some(addr), Token(1), false);
+        let mut conn: Conn<u32> = Conn::new("test", target(addr.port(), None, 0), Some(addr), None, Token(1), false);
         conn.tick(poll.registry(), Instant::now());
         assert!(conn.send(&[b"GET", b"k"], 9));
         let mut replies = Vec::new();
@@ -492,7 +708,8 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let server = fake(listener, 1, |_| "-WRONGPASS invalid password\r\n".into());
         let mut poll = mio::Poll::new().expect("poll");
-        let mut conn: Conn<u32> = Conn::new("test", target(addr.port(), Some("bad"), 0), Some(addr), Token(1), false);
+        let mut conn: Conn<u32> =
+            Conn::new("test", target(addr.port(), Some("bad"), 0), Some(addr), None, Token(1), false);
         conn.tick(poll.registry(), Instant::now());
         let mut replies = Vec::new();
         drive(&mut poll, &mut conn, &mut replies, |c, _| c.drops > 0);
@@ -506,7 +723,7 @@ mod tests {
         let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut poll = mio::Poll::new().expect("poll");
-        let mut conn: Conn<u32> = Conn::new("test", target(port, None, 0), Some(addr), Token(1), false);
+        let mut conn: Conn<u32> = Conn::new("test", target(port, None, 0), Some(addr), None, Token(1), false);
         let mut replies = Vec::new();
         drive(&mut poll, &mut conn, &mut replies, |c, _| c.drops >= 3);
         assert!(!conn.is_up());

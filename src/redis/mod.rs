@@ -2,6 +2,11 @@
 //! ([`resp`]), a non-blocking connection driven by a mio poll ([`conn`]), and
 //! the URL they connect to ([`RedisTarget`], [`parse_url`]).
 //!
+//! `rediss://` is Redis over TLS (rustls with ring, driven by hand over the
+//! same non-blocking socket): the server's certificate is verified for the
+//! URL's host against the system's roots or, with `?ssl_ca_certs=/path.pem`
+//! (redis-py's name for it), against that file's certificates only.
+//!
 //! No thread, no blocking call: a connection is a state machine the owner's
 //! poll loop drives (connect, AUTH and SELECT from the URL, pipelined
 //! commands with a bounded queue, PING health, reconnect with back-off). The
@@ -13,9 +18,14 @@ pub mod resp;
 
 use std::fmt;
 
-/// Where Redis is and how to log in: `redis://[user[:password]@]host[:port][/db]`.
+/// Where Redis is and how to log in:
+/// `redis[s]://[user[:password]@]host[:port][/db][?ssl_ca_certs=/path.pem]`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisTarget {
+    /// `rediss://`: TLS, the certificate verified.
+    pub tls: bool,
+    /// `ssl_ca_certs`: the roots the certificate must chain to (`None`: the system's).
+    pub ca_file: Option<String>,
     /// Host name or IP address (IPv6 without brackets).
     pub host: String,
     /// TCP port (6379 by default).
@@ -44,15 +54,18 @@ impl fmt::Display for RedisTarget {
             (None, Some(_)) => ":***@".to_owned(),
             (None, None) => String::new(),
         };
-        write!(f, "redis://{auth}{host}:{}/{}", self.port, self.db)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        write!(f, "{scheme}://{auth}{host}:{}/{}", self.port, self.db)
     }
 }
 
 /// Why a `cluster.redis_url` is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UrlError {
-    /// Not `redis://` (`rediss://`, TLS, is not supported).
+    /// Neither `redis://` nor `rediss://`.
     Scheme,
+    /// `ssl_ca_certs` that is not an absolute path, or without `rediss://`.
+    CaFile,
     /// No host.
     NoHost,
     /// A port that is not 1..=65535.
@@ -66,7 +79,8 @@ pub enum UrlError {
 impl fmt::Display for UrlError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            UrlError::Scheme => "must start with redis:// (rediss://, TLS, is not supported)",
+            UrlError::Scheme => "must start with redis:// or rediss:// (TLS)",
+            UrlError::CaFile => "has an ssl_ca_certs that is not an absolute path, or without rediss://",
             UrlError::NoHost => "has no host",
             UrlError::Port => "has a port that is not 1-65535",
             UrlError::Db => "has a database that is not a number (redis://host:6379/0)",
@@ -77,18 +91,48 @@ impl fmt::Display for UrlError {
 
 impl std::error::Error for UrlError {}
 
+/// How to reach `target` over TLS (`rediss://`): its `ssl_ca_certs` roots or the system's;
+/// `Ok(None)` for `redis://`. Reads the roots file; the error says what is wrong with it.
+pub fn tls_to(target: &RedisTarget) -> Result<Option<conn::TlsTo>, String> {
+    if !target.tls {
+        return Ok(None);
+    }
+    let config = crate::tls::client::config(target.ca_file.as_deref()).map_err(|e| match &target.ca_file {
+        Some(_) => format!("ssl_ca_certs {e}"),
+        None => format!("rediss://: {e}"),
+    })?;
+    let name = rustls::pki_types::ServerName::try_from(target.host.clone())
+        .map_err(|e| format!("{}: not a name a certificate can carry: {e}", target.host))?;
+    Ok(Some(conn::TlsTo { config: std::sync::Arc::new(config), name }))
+}
+
 /// Parse `cluster.redis_url`; the empty string means "no Redis" (`Ok(None)`).
 pub fn parse_url(url: &str) -> Result<Option<RedisTarget>, UrlError> {
     let url = url.trim();
     if url.is_empty() {
         return Ok(None);
     }
-    let rest = url.strip_prefix("redis://").ok_or(UrlError::Scheme)?;
+    let (tls, rest) = match (url.strip_prefix("redis://"), url.strip_prefix("rediss://")) {
+        (Some(rest), _) => (false, rest),
+        (None, Some(rest)) => (true, rest),
+        (None, None) => return Err(UrlError::Scheme),
+    };
+    let rest = rest.split('#').next().unwrap_or("");
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut ca_file = None;
+    for param in query.split('&') {
+        if let Some(path) = param.strip_prefix("ssl_ca_certs=") {
+            let path = unescape(path).map_err(|_| UrlError::CaFile)?;
+            if !tls || !path.starts_with('/') {
+                return Err(UrlError::CaFile);
+            }
+            ca_file = Some(path);
+        }
+    }
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i + 1..]),
         None => (rest, ""),
     };
-    let path = path.split(['?', '#']).next().unwrap_or("");
     let db = if path.is_empty() { 0 } else { path.parse::<u32>().map_err(|_| UrlError::Db)? };
     let (userinfo, hostport) = match authority.rfind('@') {
         Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
@@ -122,7 +166,7 @@ pub fn parse_url(url: &str) -> Result<Option<RedisTarget>, UrlError> {
         None | Some("") => 6379,
         Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or(UrlError::Port)?,
     };
-    Ok(Some(RedisTarget { host: host.to_owned(), port, user, password, db }))
+    Ok(Some(RedisTarget { tls, ca_file, host: host.to_owned(), port, user, password, db }))
 }
 
 fn unescape(s: &str) -> Result<String, UrlError> {
@@ -147,7 +191,15 @@ mod tests {
     use super::*;
 
     fn target(host: &str, port: u16, user: Option<&str>, password: Option<&str>, db: u32) -> RedisTarget {
-        RedisTarget { host: host.into(), port, user: user.map(Into::into), password: password.map(Into::into), db }
+        RedisTarget {
+            tls: false,
+            ca_file: None,
+            host: host.into(),
+            port,
+            user: user.map(Into::into),
+            password: password.map(Into::into),
+            db,
+        }
     }
 
     #[test]
@@ -162,12 +214,21 @@ mod tests {
             Ok(Some(target("::1", 7000, Some("app"), Some("p@ss:w"), 15)))
         );
         assert_eq!(parse_url("redis://[::1]"), Ok(Some(target("::1", 6379, None, None, 0))));
+        let tls = RedisTarget { tls: true, ..target("cache", 6380, None, Some("pw"), 1) };
+        assert_eq!(parse_url("rediss://:pw@cache:6380/1"), Ok(Some(tls.clone())));
+        assert_eq!(
+            parse_url("rediss://:pw@cache:6380/1?ssl_ca_certs=%2Fetc%2Fforkd%2Fca.pem"),
+            Ok(Some(RedisTarget { ca_file: Some("/etc/forkd/ca.pem".into()), ..tls.clone() }))
+        );
+        assert_eq!(tls.to_string(), "rediss://:***@cache:6380/1");
     }
 
     #[test]
     fn bad_urls_are_refused_with_the_reason() {
-        assert_eq!(parse_url("rediss://h"), Err(UrlError::Scheme));
+        assert_eq!(parse_url("redisss://h"), Err(UrlError::Scheme));
         assert_eq!(parse_url("http://h"), Err(UrlError::Scheme));
+        assert_eq!(parse_url("redis://h?ssl_ca_certs=/etc/ca.pem"), Err(UrlError::CaFile), "no TLS to verify");
+        assert_eq!(parse_url("rediss://h?ssl_ca_certs=ca.pem"), Err(UrlError::CaFile));
         assert_eq!(parse_url("redis://"), Err(UrlError::NoHost));
         assert_eq!(parse_url("redis://:pw@:6379"), Err(UrlError::NoHost));
         assert_eq!(parse_url("redis://h:0"), Err(UrlError::Port));

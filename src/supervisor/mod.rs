@@ -393,7 +393,10 @@ impl Supervisor {
         );
         let poll = Poll::new()?;
         let window_ms = config.rate_limit.window.as_millis() as u64;
-        let redis = redis_target.map(|t| redis::Bridge::new(t, &region.rate, region, window_ms));
+        let redis = redis_target
+            .map(|t| redis::Bridge::new(t, &region.rate, region, window_ms))
+            .transpose()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("cluster.redis_url: {e}")))?;
         // Start-up ran most of the code this process will ever run (config,
         // migrations, TLS roots); its loop needs a few pages of it.
         sys::drop_code_pages();

@@ -164,8 +164,15 @@ pub fn clock_offset_ms() -> u64 {
 
 impl Bridge {
     /// A bridge to `target`, counting windows of `window_ms` (`rate_limit.window`).
-    /// Resolves the host name now (start-up, before serving: the only lookup).
-    pub fn new(target: RedisTarget, rate: &'static RateTable, region: &'static Region, window_ms: u64) -> Bridge {
+    /// Resolves the host name now (start-up, before serving: the only lookup) and, for
+    /// `rediss://`, reads the roots; a roots file that is unusable is the error.
+    pub fn new(
+        target: RedisTarget,
+        rate: &'static RateTable,
+        region: &'static Region,
+        window_ms: u64,
+    ) -> Result<Bridge, String> {
+        let tls = crate::redis::tls_to(&target)?;
         let addr: Option<SocketAddr> = match (target.host.as_str(), target.port).to_socket_addrs() {
             Ok(mut a) => a.next(),
             Err(e) => {
@@ -174,12 +181,12 @@ impl Bridge {
             }
         };
         let channel = format!("forkd:{}:bus", target.db).into_bytes();
-        let mut sub = Conn::new("subscriber", target.clone(), addr, SUB, true);
+        let mut sub = Conn::new("subscriber", target.clone(), addr, tls.clone(), SUB, true);
         sub.on_connect(&[b"SUBSCRIBE", &channel]);
-        let cmd = Conn::new("commands", target.clone(), addr, CMD, false);
+        let cmd = Conn::new("commands", target.clone(), addr, tls, CMD, false);
         region.set_redis_up(false);
         log::info!("redis: cross-host state through {target} (rate limits, login failures, bus)");
-        Bridge {
+        Ok(Bridge {
             cmd,
             sub,
             host: rand::random(),
@@ -199,7 +206,7 @@ impl Bridge {
             pushes: Vec::new(),
             inbound: Vec::new(),
             dropped: 0,
-        }
+        })
     }
 
     /// A reload changed `rate_limit.window`: count new windows under it.

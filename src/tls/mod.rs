@@ -1,4 +1,5 @@
-//! TLS for the HTTPS listener (`[tls]`): the certificate and key read from PEM and checked
+//! TLS for the HTTPS listener (`[tls]`) and, in `client.rs`, the client configuration towards
+//! PostgreSQL and Redis. For the listener: the certificate and key read from PEM and checked
 //! against each other, the rustls server configuration every worker builds from them, and the
 //! session-ticket keys all workers share (`tickets.rs`).
 //!
@@ -11,6 +12,7 @@
 //! (ECDHE with AES-GCM or ChaCha20-Poly1305), nothing else. This module reads the two files
 //! and nothing more; it must not touch sockets.
 
+pub mod client;
 mod tickets;
 
 use std::fmt;

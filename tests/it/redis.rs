@@ -445,3 +445,84 @@ fn the_config_file_key_is_read_and_a_reload_that_changes_it_is_refused() {
     assert!(line.contains("cluster.redis_url"), "{line}");
     assert_eq!(s.workers(), before, "the workers stay");
 }
+
+/// A private `redis-server` speaking TLS only, its certificate signed by `pki`'s CA; `None`
+/// when this redis-server cannot (built without TLS) or is missing.
+fn tls_redis(port: u16, dir: &std::path::Path, pki: &crate::tls::Pki) -> Option<Child> {
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write a PEM file");
+        path
+    };
+    let (cert, key, ca) =
+        (file("server.pem", &pki.cert_pem), file("server.key", &pki.key_pem), file("ca.pem", &pki.ca_pem));
+    let mut child = Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", "0", "--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--tls-cert-file")
+        .arg(&cert)
+        .arg("--tls-key-file")
+        .arg(&key)
+        .arg("--tls-ca-cert-file")
+        .arg(&ca)
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let up = eventually(Duration::from_secs(5), || {
+        matches!(child.try_wait(), Ok(None)) && TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    if !up {
+        kill_pid(child.id() as i32, nix::sys::signal::Signal::SIGKILL);
+        let _ = child.wait();
+        return None;
+    }
+    Some(child)
+}
+
+#[test]
+fn over_tls_the_limit_holds_over_both_hosts_and_a_server_another_ca_signed_is_refused() {
+    let dir = tempfile::Builder::new().prefix("forkd-rediss-").tempdir().expect("temp dir");
+    let pki = crate::tls::Pki::new();
+    let port = free_port();
+    let Some(mut redis) = tls_redis(port, dir.path(), &pki) else {
+        eprintln!("SKIPPED redis::over_tls: no redis-server with TLS on PATH");
+        return;
+    };
+    struct Kill<'a>(&'a mut Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            kill_pid(self.0.id() as i32, nix::sys::signal::Signal::SIGKILL);
+            let _ = self.0.wait();
+        }
+    }
+    let _kill = Kill(&mut redis);
+    let url = format!("rediss://127.0.0.1:{port}/0?ssl_ca_certs={}", dir.path().join("ca.pem").display());
+    const MAX: usize = 10;
+    let (a, b) = two_hosts(&url, &format!("enabled = true\nmax = {MAX}\nwindow_secs = 900"));
+    ensure!(a, metric(&a, "forkd_redis_up") == Some(1), "A is connected over TLS");
+    // The counts go through the TLS connection: alone, each host would admit MAX.
+    let mut allowed = 0;
+    for i in 0..4 * MAX {
+        let s = if i % 2 == 0 { &a } else { &b };
+        let r = s.get("/api/v1/none");
+        ensure!(s, r.status < 500, "request {i}: {r:?}");
+        allowed += usize::from(r.status != 429);
+        thread::sleep(Duration::from_millis(2));
+    }
+    ensure!(a, (MAX..2 * MAX).contains(&allowed), "{allowed} allowed over both hosts (max {MAX} each alone)");
+    drop((a, b));
+
+    // Roots of another CA: the host serves (limits its own) and says why Redis is down.
+    let other = crate::tls::Pki::new();
+    let other_ca = dir.path().join("other-ca.pem");
+    std::fs::write(&other_ca, &other.ca_pem).expect("write");
+    let url = format!("rediss://127.0.0.1:{port}/0?ssl_ca_certs={}", other_ca.display());
+    let c = Server::builder().fast_argon2().jwt_secret(TEST_JWT_SECRET).workers(1).env(URL_VAR, &url).start();
+    let line = c.wait_log_line(Duration::from_secs(10), |l| l.contains("TLS"));
+    ensure!(c, line.to_lowercase().contains("certificate"), "the log says why: {line}");
+    ensure!(c, metric(&c, "forkd_redis_up") == Some(0), "not connected to a server it cannot verify");
+    ensure!(c, c.get("/health").status == 200, "and it serves");
+}

@@ -209,38 +209,12 @@ struct Settings {
 }
 
 /// The TLS connector for `url`'s `sslmode=require`: roots from its `sslrootcert` file, or the
-/// system's (`SSL_CERT_FILE` too, the OpenSSL convention); TLS 1.2 and 1.3 with ring.
+/// system's (see `tls::client`).
 fn tls_connector(url: &DatabaseUrl) -> Result<MakeRustlsConnect, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::CertificateDer;
-    let mut roots = rustls::RootCertStore::empty();
-    match url.root_cert() {
-        Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path).map_err(|e| format!("sslrootcert {path}: {e}"))?;
-            for cert in certs {
-                let cert = cert.map_err(|e| format!("sslrootcert {path}: {e}"))?;
-                roots.add(cert).map_err(|e| format!("sslrootcert {path}: {e}"))?;
-            }
-            if roots.is_empty() {
-                return Err(format!("sslrootcert {path}: no certificate in it"));
-            }
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(found.certs);
-            if roots.is_empty() {
-                return Err(
-                    "sslmode=require: no trusted root certificates found on this system (set sslrootcert)".into()
-                );
-            }
-        }
-    }
-    let config =
-        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+    let config = crate::tls::client::config(url.root_cert()).map_err(|e| match url.root_cert() {
+        Some(_) => format!("sslrootcert {e}"),
+        None => format!("sslmode=require: {e}"),
+    })?;
     Ok(MakeRustlsConnect::new(config))
 }
 
