@@ -782,7 +782,7 @@ max_frame_size = 16384
         assert_eq!(
             problems("", &[("FORKD_CLUSTER__REDIS_URL", "tcp://:hunter2@h:1")]),
             [
-                r#"cluster.redis_url = "tcp://@h:1": must be empty or a redis:// URL (redis://host:6379/0): it must start with redis:// (rediss://, TLS, is not supported) (from FORKD_CLUSTER__REDIS_URL)"#
+                r#"cluster.redis_url = "tcp://@h:1": must be empty or a redis:// or rediss:// URL (redis://host:6379/0): it must start with redis:// or rediss:// (TLS) (from FORKD_CLUSTER__REDIS_URL)"#
             ]
         );
     }

@@ -277,7 +277,7 @@ impl Check<'_> {
         let redis_url = match crate::redis::parse_url(&raw.redis_url) {
             Ok(target) => target,
             Err(e) => {
-                let allowed = format!("empty or a redis:// URL (redis://host:6379/0): it {e}");
+                let allowed = format!("empty or a redis:// or rediss:// URL (redis://host:6379/0): it {e}");
                 self.fail("cluster.redis_url", format!("{:?}", without_password(&raw.redis_url)), &allowed);
                 None
             }
