@@ -74,16 +74,34 @@ pub fn run(args: &[String]) -> i32 {
     }
 }
 
-/// With a TLS listener: the certificate and key read and checked against each other
-/// (unreadable, not PEM, or not a pair: exit 2, like a bad configuration).
+/// The files TLS needs, read and checked: with a TLS listener its certificate and key
+/// (against each other); with TLS to PostgreSQL or Redis the roots (`sslrootcert`,
+/// `ssl_ca_certs`, or the system's). Unreadable, not PEM, not a pair, no certificate: exit 2,
+/// like a bad configuration, one line each.
 fn check_tls(cfg: &config::Config) -> Result<(), i32> {
-    if cfg.tls.listen.is_none() {
+    let mut problems = Vec::new();
+    if cfg.tls.listen.is_some() {
+        if let Err(e) = crate::tls::load(&cfg.tls.cert_file, &cfg.tls.key_file) {
+            problems.push(e.to_string());
+        }
+    }
+    if let Some(url) = cfg.cluster.database_url.as_ref().filter(|u| u.tls()) {
+        if let Err(e) = crate::tls::client::config(url.root_cert()) {
+            problems.push(format!("cluster.database_url: the roots for sslmode=require: {e}"));
+        }
+    }
+    if let Some(target) = cfg.cluster.redis_url.as_ref().filter(|t| t.tls) {
+        if let Err(e) = crate::tls::client::config(target.ca_file.as_deref()) {
+            problems.push(format!("cluster.redis_url: the roots for rediss://: {e}"));
+        }
+    }
+    if problems.is_empty() {
         return Ok(());
     }
-    crate::tls::load(&cfg.tls.cert_file, &cfg.tls.key_file).map(drop).map_err(|e| {
-        eprintln!("forkd: config: {e}");
-        EXIT_USAGE
-    })
+    for line in problems {
+        eprintln!("forkd: config: {line}");
+    }
+    Err(EXIT_USAGE)
 }
 
 fn load(args: &[String]) -> Result<config::Config, i32> {

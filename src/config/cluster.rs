@@ -36,6 +36,8 @@ pub struct DatabaseUrl {
     url: String,
     /// `sslrootcert`: the PEM file of the roots a TLS server's certificate must chain to.
     root_cert: Option<String>,
+    /// `sslmode=require` (or `verify-full`): every connection is TLS.
+    tls: bool,
 }
 
 impl DatabaseUrl {
@@ -52,6 +54,11 @@ impl DatabaseUrl {
     /// `sslrootcert`, if given (only with `sslmode=require`).
     pub fn root_cert(&self) -> Option<&str> {
         self.root_cert.as_deref()
+    }
+
+    /// Whether every connection is TLS (`sslmode=require` or `verify-full`).
+    pub fn tls(&self) -> bool {
+        self.tls
     }
 }
 
@@ -129,7 +136,7 @@ impl FromStr for DatabaseUrl {
         if root_cert.is_some() && !tls {
             return Err("sslrootcert needs sslmode=require (or verify-full)".into());
         }
-        Ok(DatabaseUrl { url: normal, root_cert })
+        Ok(DatabaseUrl { url: normal, root_cert, tls })
     }
 }
 
@@ -201,6 +208,7 @@ mod tests {
                 .expect("valid");
         assert_eq!(tls.expose(), "postgres://u:pw@h/db?sslmode=require&application_name=a");
         assert_eq!(tls.root_cert(), Some("/etc/ca x.pem"));
+        assert!(tls.tls() && !upper.tls());
         assert!(!format!("{tls:?}").contains("pw"));
         assert_eq!(upper.root_cert(), None);
     }

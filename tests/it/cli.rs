@@ -91,6 +91,31 @@ fn check_config_prints_one_line_per_problem() {
 }
 
 #[test]
+fn check_config_reads_the_roots_for_tls_to_postgres_and_redis() {
+    let d = tmp();
+    let ca = crate::tls::Pki::new().ca_pem;
+    fs::write(d.path().join("ca.pem"), ca).unwrap();
+    fs::write(d.path().join("empty.pem"), "not PEM\n").unwrap();
+    let dir = d.path().display();
+    let cluster = |pg_roots: &str, redis_roots: &str| {
+        format!(
+            "[cluster]\ndatabase_url = \"postgres://forkd@db.internal/forkd?sslmode=verify-full&sslrootcert={dir}/{pg_roots}\"\n\
+             redis_url = \"rediss://cache.internal:6380/0?ssl_ca_certs={dir}/{redis_roots}\""
+        )
+    };
+    let good = write_config(&d, &cluster("ca.pem", "ca.pem"));
+    let out = check_config(&d, &good, &[]);
+    assert_eq!(out.code(), Some(0), "readable roots (nothing is connected to): {out:?}");
+    let bad = write_config(&d, &cluster("missing.pem", "empty.pem"));
+    let out = check_config(&d, &bad, &[]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    let lines = nonempty_lines(&out.stderr);
+    assert_eq!(lines.len(), 2, "one line per unusable roots file: {lines:#?}");
+    assert!(lines[0].contains("cluster.database_url") && lines[0].contains("missing.pem"), "{lines:#?}");
+    assert!(lines[1].contains("cluster.redis_url") && lines[1].contains("no certificate"), "{lines:#?}");
+}
+
+#[test]
 fn check_config_refuses_negative_workers() {
     let d = tmp();
     let cfg = write_config(&d, "workers = -1");
