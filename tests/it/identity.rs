@@ -190,10 +190,14 @@ fn a_new_password_voids_the_old_tokens_at_once_on_every_worker() {
     let id = id_of(&s.signup("Changer", &email, PW, None));
     let (token, refresh_token, _) = s.login(&email, PW);
     let user = format!("/api/v1/users/{id}");
-    // Each worker has verified the token and holds the user in its memo (the second GET).
+    // Another user's profile, unchanged by what follows: answered from each worker's memo,
+    // without the pool, so only the event loop's own check can refuse it.
+    let (other, _) = s.user("Other");
+    let other = format!("/api/v1/users/{}", id_of(&other));
+    // Each worker has verified the token and holds both users in its memo (the second GETs).
     let mut conns: Vec<(i32, Conn)> = workers.iter().map(|&pid| (pid, s.conn_on(pid))).collect();
     for (pid, c) in &mut conns {
-        for path in ["/api/v1/auth/me", user.as_str(), user.as_str()] {
+        for path in ["/api/v1/auth/me", &user, &user, &other, &other] {
             let r = on(c, "GET", path, &token, None);
             ensure_eq!(s, r.status, 200, "GET {path} on worker {pid} before the change: {r:?}");
         }
@@ -211,7 +215,7 @@ fn a_new_password_voids_the_old_tokens_at_once_on_every_worker() {
     s.expect_data(&s.api("PATCH", &user, Some(&token), Some(&change)), 200, "change the password");
     // At once: no retry, on both workers' kept-alive connections, the memo's path included.
     for (pid, c) in &mut conns {
-        for path in ["/api/v1/auth/me", user.as_str(), "/api/v1/users"] {
+        for path in ["/api/v1/auth/me", &user, &other, "/api/v1/users"] {
             expect_void(&s, &on(c, "GET", path, &token, None), &format!("GET {path} on worker {pid} right after"));
         }
         let r = on(c, "PATCH", &user, &token, Some(&json!({"name": "after"})));
