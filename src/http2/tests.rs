@@ -262,9 +262,10 @@ fn settings_frame_says_what_we_configured() {
         let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
         values.push((id, value));
     }
-    // MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_HEADER_LIST_SIZE,
+    // MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_HEADER_LIST_SIZE
+    // (twice the limit: a list just over it gets the caller's 431),
     // ENABLE_CONNECT_PROTOCOL.
-    for want in [(0x3, 128), (0x4, 65_535), (0x6, 8192), (0x8, 1)] {
+    for want in [(0x3, 128), (0x4, 65_535), (0x6, 16_384), (0x8, 1)] {
         assert!(values.contains(&want), "setting {want:?} missing from {values:?}");
     }
 
@@ -461,6 +462,19 @@ fn the_129th_concurrent_stream_is_refused() {
     assert_eq!(refused[0].stream, 257);
     assert_eq!(error_code(refused[0]), u32::from(Reason::REFUSED_STREAM));
     assert!(raw.closed().is_none(), "the connection lives on");
+}
+
+#[test]
+fn a_header_list_just_over_the_limit_reaches_the_caller_for_its_431() {
+    // h2 decodes up to twice the limit: the caller sees the request, and
+    // `request::check` tells it to answer 431 (with its JSON error).
+    let mut pair = Pair::with(H2Settings::new(1024), client::Builder::new());
+    let req = Request::get("https://example.test/").header("x-big", "a".repeat(900)).body(()).expect("request");
+    let (_rf, _) = pair.request(req, true);
+    pair.pump();
+    let (_, head) = pair.only_request();
+    assert!(crate::http2::request::header_list_size(&head) > 1024);
+    assert_eq!(crate::http2::request::check(&head, 1024), Err(crate::http2::request::Fault::TooLarge));
 }
 
 #[test]
