@@ -850,6 +850,29 @@ fn the_peer_closing_ends_the_connection_cleanly() {
 }
 
 #[test]
+fn a_quiet_connection_ends_with_one_final_goaway_and_ignores_later_streams() {
+    let mut raw = Raw::new(H2Settings::default());
+    let mut bytes = raw_opening();
+    bytes.extend(get_root(1));
+    raw.send(&bytes);
+    assert!(!raw.server.is_quiet(), "a stream is open");
+    raw.server.respond(StreamId(1), 200, &[] as &[(&str, &str)], true).expect("respond");
+    raw.step();
+    assert!(raw.server.is_quiet(), "its answer went out");
+    let before = parse_frames(&raw.out).len();
+    raw.server.abort(Reason::NO_ERROR);
+    // A request racing the GOAWAY: never processed.
+    raw.send(&get_root(3));
+    raw.step();
+    assert!(matches!(raw.closed(), Some(None)), "{:?}", raw.events);
+    assert_eq!(raw.events.iter().filter(|e| matches!(e, Event::Request { .. })).count(), 1, "{:?}", raw.events);
+    // After the answer, exactly one frame: GOAWAY(last stream 1, NO_ERROR), no PING.
+    let frames = parse_frames(&raw.out);
+    let after: Vec<_> = frames[before..].iter().map(|f| (f.kind, f.payload.clone())).collect();
+    assert_eq!(after, [(GOAWAY, vec![0, 0, 0, 1, 0, 0, 0, 0])]);
+}
+
+#[test]
 fn graceful_shutdown_without_the_pings_answer() {
     // h2 follows its first GOAWAY with a PING, and sends the final GOAWAY
     // on the PONG. A client that never answers: show where that leaves us.
