@@ -1034,9 +1034,11 @@ impl Worker {
         let mut close = false;
         let mut end = false;
         let mut again = false;
+        // The last read stopped at its cap: the socket may hold more.
+        let mut full = false;
         for _ in 0..MAX_ROUNDS {
             let ConnState::Http2(sess) = &mut c.state else { return };
-            let mut full = false;
+            full = false;
             let backlog = c.out.len() - c.out_pos;
             if !c.eof && sess.conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
                 match read_into(&mut c.sock, &mut c.tls, &mut c.inbuf, &mut self.scratch, READ_AHEAD) {
@@ -1092,6 +1094,9 @@ impl Worker {
                 break;
             }
         }
+        // Out of rounds with input left in the socket: after the other connections'
+        // turn, come back for it (and for a FIN behind it, which raises no new edge).
+        again |= full;
         let generation = c.generation;
         let (starts, cancelled, relays, todo, left) = match &mut c.state {
             ConnState::Http2(sess) => {

@@ -338,3 +338,79 @@ fn a_client_that_leaves_in_the_sniff_is_noticed_before_and_after_the_header_time
     assert!(t.elapsed() < PROMPT, "{took:?}");
     s.assert_healthy();
 }
+
+/// An event stream idle between heartbeats (30 s apart here): its client's FIN closes it
+/// at once, over plain TCP and over TLS.
+#[test]
+fn a_client_that_leaves_an_idle_event_stream_is_closed_long_before_its_heartbeat() {
+    let (s, addr, pki, _d) = tls_server(1, "", &format!("[limits]\n{LIMITS}\n\n[sse]\nheartbeat_ms = 30000\n"));
+    let plain = s.sse_connected(&[]);
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let session = rustls::ClientConnection::new(client_config(&pki, rustls::DEFAULT_VERSIONS), name).expect("session");
+    let sock = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    sock.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    let mut tls = rustls::StreamOwned::new(session, sock);
+    let req = format!("GET /api/events HTTP/1.1\r\nHost: localhost:{}\r\n\r\n", addr.port());
+    tls.write_all(req.as_bytes()).expect("send over TLS");
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while find(&head, b"\r\n\r\n").is_none() {
+        let n = tls.read(&mut buf).unwrap_or_else(|e| panic!("event stream over TLS: {e}\nlog:\n{}", s.log_tail()));
+        assert!(n > 0, "event stream over TLS: closed before its head");
+        head.extend_from_slice(&buf[..n]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    plain.tcp().shutdown(std::net::Shutdown::Write).expect("half-close");
+    tls.sock.shutdown(std::net::Shutdown::Write).expect("half-close");
+    for port in [s.addr().port(), addr.port()] {
+        let t = Instant::now();
+        let ok = eventually(PROMPT, || tcp_sockets(port, TCP_CLOSE_WAIT) == 0);
+        assert!(ok, "port {port}: an idle event stream whose client left is still in CLOSE-WAIT\n{}", s.log_tail());
+        eprintln!("timing: event stream on port {port} closed {:?} after its client's FIN", t.elapsed());
+    }
+    s.assert_healthy();
+}
+
+/// An HTTP/2 client that writes a long burst, then its FIN, and reads nothing. The worker's
+/// loop is blocked meanwhile (`/_debug/block`), so the burst and the FIN wait in the socket
+/// together, behind more input than one drive of the connection reads (it yields to the
+/// other connections after a budget). No new readiness edge comes for bytes already in the
+/// socket: a drive that stops at its budget must come back for the rest, or the FIN is
+/// never seen.
+#[test]
+fn an_http2_fin_behind_a_long_burst_is_seen() {
+    const WARM: usize = 64 << 20;
+    const BURST: usize = (9 << 20) / 2;
+    let s = Server::builder().set("limits", LIMITS).start();
+    let mut sock = TcpStream::connect_timeout(&s.addr(), IO_TIMEOUT).expect("connect");
+    sock.set_write_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let mut bytes = PREFACE.to_vec();
+    bytes.extend(frame(SETTINGS, 0, 0, &[]));
+    // Frames of an unknown type (0x20), which h2 skips: no answer, no stream.
+    let filler = frame(0x20, 0, 0, &[0; 16_384]);
+    // Read at full speed first, so that the kernel grows the socket's receive buffer.
+    while bytes.len() < WARM {
+        bytes.extend_from_slice(&filler);
+    }
+    sock.write_all(&bytes).expect("warm-up");
+    let server_side = |of: &TcpStream| {
+        let port = of.local_addr().expect("addr").port();
+        move || tcp_entries().into_iter().find(|e| e.remote_port == port).map(|e| e.rx_queue)
+    };
+    let queued = server_side(&sock);
+    assert!(eventually(IO_TIMEOUT, || queued() == Some(0)), "the warm-up was not read: {:?}", queued());
+    // Block the worker's loop: once its request is read, the loop is inside the handler.
+    let mut blocker = s.conn();
+    blocker.send(&request("GET", "/_debug/block?ms=1500", &[], b""));
+    let unread = server_side(&blocker.stream);
+    assert!(eventually(IO_TIMEOUT, || unread() == Some(0)), "the blocking request was not read");
+    let block = thread::spawn(move || blocker.read_response());
+    // As much as the sockets take while the loop is blocked, then the FIN behind it.
+    let sent = sock.write(&filler.repeat(BURST / filler.len())).expect("burst");
+    sock.shutdown(std::net::Shutdown::Write).expect("half-close");
+    let t = Instant::now();
+    assert_eq!(block.join().expect("block").status, 200);
+    let took = assert_no_close_wait(&s, PROMPT, "an HTTP/2 FIN behind a long burst");
+    eprintln!("timing: closed {took:?} after the loop resumed ({:?} after the FIN behind {sent} bytes)", t.elapsed());
+    s.assert_healthy();
+}
