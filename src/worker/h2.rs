@@ -305,6 +305,10 @@ pub(super) struct H2Session {
     ending: Ending,
     /// The connection is cut at this deadline if still open.
     cut_at: Option<Instant>,
+    /// What the peer started sending and has not finished (the preface, a
+    /// frame, a header block), timed as a head; `None` once the connection
+    /// is ended for it.
+    unfinished: Option<crate::http2::Unfinished>,
     /// Streams the peer reset before their answer.
     peer_resets: u32,
     /// [`Event::Closed`] came: flush the output, then close.
@@ -339,6 +343,7 @@ impl H2Session {
             idle_since: Some(now),
             ending: Ending::No,
             cut_at: None,
+            unfinished: Some(crate::http2::Unfinished::new(now)),
             peer_resets: 0,
             closed: false,
             eof_fed: false,
@@ -353,16 +358,23 @@ impl H2Session {
     }
 
     /// The earliest deadline: a stream's body timeout, the idle timeout,
-    /// the end of a drain's wait for a quiet moment, the cut.
+    /// the end of a drain's wait for a quiet moment, the cut, the header
+    /// timeout of what the peer left unfinished.
     pub(super) fn deadline(&self, env: &Env) -> Option<Instant> {
         let idle = self.idle_since.map(|t| t + env.keepalive_timeout);
+        let head = self.head_since().map(|t| t + env.header_timeout);
         let bodies = self.exchanges.iter().filter_map(|e| e.deadline).min();
         let producers = self.exchanges.iter().filter_map(|e| e.produce.as_ref()?.deadline()).min();
         let quiet_by = match self.ending {
             Ending::WhenQuiet { by } => Some(by),
             Ending::No | Ending::GoingAway => None,
         };
-        [idle, bodies, producers, quiet_by, self.cut_at].into_iter().flatten().min()
+        [idle, head, bodies, producers, quiet_by, self.cut_at].into_iter().flatten().min()
+    }
+
+    /// Since when the peer has owed the rest of a head (or of the preface, or of a frame).
+    fn head_since(&self) -> Option<Instant> {
+        self.unfinished.as_ref().and_then(crate::http2::Unfinished::since)
     }
 
     /// Graceful stop: every event stream ends (as over HTTP/1.1, the client
@@ -1112,9 +1124,11 @@ impl Worker {
         let mut close = false;
         let mut end = false;
         let mut again = false;
+        // The last read stopped at its cap: the socket may hold more.
+        let mut full = false;
         for _ in 0..MAX_ROUNDS {
             let ConnState::Http2(sess) = &mut c.state else { return };
-            let mut full = false;
+            full = false;
             let backlog = c.out.len() - c.out_pos;
             if !c.eof && sess.conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
                 match read_into(&mut c.sock, &mut c.tls, &mut c.inbuf, &mut self.scratch, READ_AHEAD) {
@@ -1128,6 +1142,9 @@ impl Worker {
             }
             // Also what was read before the connection turned out to be HTTP/2.
             if !c.inbuf.is_empty() {
+                if let Some(u) = &mut sess.unfinished {
+                    u.feed(&c.inbuf, now);
+                }
                 sess.conn.feed(&c.inbuf);
                 c.inbuf.clear();
             }
@@ -1167,6 +1184,9 @@ impl Worker {
                 break;
             }
         }
+        // Out of rounds with input left in the socket: after the other connections'
+        // turn, come back for it (and for a FIN behind it, which raises no new edge).
+        again |= full;
         let generation = c.generation;
         let (starts, cancelled, relays, todo, left) = match &mut c.state {
             ConnState::Http2(sess) => {
@@ -1417,10 +1437,20 @@ impl Worker {
 
     /// The HTTP/2 connection's timer fired: 408 on streams whose body is
     /// late, the final GOAWAY when idle ([`Ending`]), the two-step GOAWAY
-    /// when a drain found no quiet moment in time, the cut at its deadline.
+    /// when a drain found no quiet moment in time, the cut at its deadline,
+    /// the end of a connection whose head is late.
     pub(super) fn h2_timer(&mut self, idx: usize, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http2(sess) = &mut c.state else { return };
+        if sess.head_since().is_some_and(|t| t + self.env.header_timeout <= now) {
+            // The preface, a header block or a frame not finished within the header
+            // timeout. A stream whose header block is incomplete cannot be answered
+            // (its fields are unknown, and nothing but its CONTINUATION may follow), so
+            // the connection ends: GOAWAY(PROTOCOL_ERROR), then the close, as nginx does.
+            log::debug!("HTTP/2: head not finished within the header timeout; closing");
+            sess.unfinished = None;
+            sess.conn.abort(Reason::PROTOCOL_ERROR);
+        }
         if sess.cut_at.is_some_and(|t| t <= now) {
             sess.cut_at = None;
             sess.conn.abort(Reason::NO_ERROR);
@@ -1462,6 +1492,31 @@ mod tests {
         assert_eq!(sniff(b"", Some(None)), Sniff::Wait);
         assert_eq!(sniff(b"", Some(Some(b"h2"))), Sniff::H2);
         assert_eq!(sniff(PREFACE, Some(Some(b"http/1.1"))), Sniff::H1);
+    }
+
+    #[test]
+    fn a_session_owes_its_preface_then_a_stalled_header_block_within_the_header_timeout() {
+        let env = Env {
+            common: crate::http::headers::Common::new(false),
+            max_head: 1024,
+            max_body: 16,
+            header_timeout: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(3),
+            keepalive_timeout: Duration::from_secs(5),
+            development: false,
+            draining: false,
+            alt_svc: None,
+        };
+        let now = Instant::now();
+        let mut sess = H2Session::new(H2Settings::default(), std::net::Ipv4Addr::LOCALHOST.into(), false, now);
+        assert_eq!(sess.deadline(&env), Some(now + env.header_timeout), "the preface is owed");
+        let fed = now + Duration::from_millis(100);
+        sess.unfinished.as_mut().expect("watched").feed(PREFACE, fed);
+        assert_eq!(sess.deadline(&env), Some(now + env.keepalive_timeout), "then the session idles");
+        // HEADERS on stream 1 without END_HEADERS: the head is owed from its first byte.
+        let headers = [0, 0, 1, 0x1, 0x1, 0, 0, 0, 1, 0x82];
+        sess.unfinished.as_mut().expect("watched").feed(&headers, fed);
+        assert_eq!(sess.deadline(&env), Some(fed + env.header_timeout));
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod headers;
 mod http1;
 mod install;
 mod limits;
+mod liveness;
 mod logging;
 mod process;
 
