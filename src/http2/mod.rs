@@ -18,6 +18,7 @@ mod conn;
 mod head;
 mod io;
 pub mod priority;
+pub mod request;
 #[cfg(test)]
 mod tests;
 mod unfinished;
