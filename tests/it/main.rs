@@ -14,6 +14,7 @@ mod headers;
 mod http1;
 mod install;
 mod limits;
+mod liveness;
 mod logging;
 mod process;
 
@@ -60,6 +61,7 @@ mod http3;
 mod h2config;
 mod h2drain;
 mod h2flood;
+mod h2idle;
 mod h2prio;
 mod h2util;
 mod h2ws;
