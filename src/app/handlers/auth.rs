@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use crate::app::ratelimit::LoginGuard;
 use crate::app::router::Router;
-use crate::app::session::{self, Caller};
+use crate::app::session;
 use crate::app::validate::{self, Fields};
 use crate::app::{App, Ctx, Handler, Reply};
 use crate::auth::jwt::{now_ms, Subject};
@@ -164,7 +164,7 @@ fn logout(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
 
 fn me(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let caller = session::require(app, req)?;
-    let Caller { user_id, .. } = caller;
+    let user_id = caller.user_id;
     let svc = app.svc;
     Ok(ctx.later(move || {
         session::confirm(svc, &caller)?;

@@ -8,7 +8,7 @@
 //! `crate::proto`'s.
 
 use crate::app::router::Router;
-use crate::app::{cors, validate, App, Ctx, Handler, Reply, WebSocket};
+use crate::app::{cors, session, validate, App, Ctx, Handler, Reply, WebSocket};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::proto::handshake::{self, HandshakeError};
@@ -40,7 +40,7 @@ fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         .ok_or(Error::Unauthorized("token required"))?;
     // The revocations this host knows of are checked too; the store is not asked (the upgrade
     // answers on the loop), so a token revoked on another host speaks until it expires.
-    let (caller, claims) = crate::app::session::from_token(app, &token)?;
+    let (caller, claims) = session::from_token(app, &token)?;
     upgrade(req, Some(caller.user_id), claims.name)
 }
 
