@@ -21,6 +21,7 @@ mod process;
 mod auth;
 mod cluster;
 mod cors;
+mod identity;
 mod posts;
 mod store;
 mod users;
