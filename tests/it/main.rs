@@ -56,6 +56,7 @@ mod tls;
 mod h3;
 mod h3client;
 mod h3drain;
+mod h3limits;
 mod http3;
 
 mod h2config;
