@@ -17,6 +17,7 @@
 mod conn;
 mod head;
 mod io;
+mod meter;
 pub mod priority;
 #[cfg(test)]
 mod tests;

@@ -38,7 +38,9 @@ use crate::http::reply::{FileRange, Upstream};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
-use crate::http2::{Event, H2Conn, H2Settings, Head, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId};
+use crate::http2::{
+    Event, H2Conn, H2Error, H2Settings, Head, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId,
+};
 
 /// Request fields looked up by name (constants: no name parsing per lookup).
 const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
@@ -61,8 +63,11 @@ const MAX_PEER_RESETS: u32 = 200;
 /// Event-handling rounds per drive before the connection yields to the others.
 const MAX_ROUNDS: usize = 32;
 
-/// Bytes read from disk per pool job for a download (as over HTTP/1.1).
+/// A download's unsent bytes past which no more is taken from its reads.
 const SLICE: usize = 64 * 1024;
+/// The least a download whose stream has any room reads ahead (one DATA frame
+/// of the default size): a tiny window does not make a pool job per few bytes.
+const READ_FLOOR: usize = 16 * 1024;
 /// Body bytes handed to h2 per stream per scheduling pass (one default-size
 /// DATA frame): h2 interleaves whatever it holds round-robin, so what it holds
 /// stays small and a more urgent stream that turns up is not queued behind
@@ -236,6 +241,30 @@ impl Exchange {
     /// not yet moved into `unsent`): more comes without the peer's help.
     fn reading(&self) -> bool {
         matches!(&self.produce, Some(Produce::Download(d)) if d.reading())
+    }
+
+    /// A download with bytes still to read: they are read once its stream's
+    /// window has room for them.
+    fn unread(&self) -> bool {
+        matches!(&self.produce, Some(Produce::Download(d)) if d.unread())
+    }
+
+    /// Ask the pool for a download's next bytes, as many as the stream may
+    /// send now (`room`, what [`H2Conn::writable`] said) less those already
+    /// held or asked for, and at least [`READ_FLOOR`] once it has room: a
+    /// stream whose window is closed reads nothing.
+    fn read_ahead(&mut self, room: usize, pool: &Pool, id: ExchangeId) {
+        let Some(Produce::Download(d)) = &mut self.produce else { return };
+        if room == 0 {
+            return;
+        }
+        let want = room.max(READ_FLOOR);
+        let mut held = self.unsent.len().saturating_add(usize::try_from(d.ahead()).unwrap_or(usize::MAX));
+        while held < want {
+            let Some((at, len, buf)) = d.next_read(want - held) else { break };
+            held += len;
+            pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
+        }
     }
 
     /// Move a download's next slice, if it is read, into `unsent`; whether
@@ -453,8 +482,12 @@ impl H2Session {
                 }
             }
             Event::Closed { error } => {
-                if let Some(e) = error {
-                    log::debug!("HTTP/2 connection ended: {e}");
+                match error {
+                    Some(H2Error::Codec { reason: Some(Reason::ENHANCE_YOUR_CALM), remote: false, .. }) => {
+                        log::info!("HTTP/2 flood from {}: GOAWAY(ENHANCE_YOUR_CALM)", self.peer);
+                    }
+                    Some(e) => log::debug!("HTTP/2 connection ended: {e}"),
+                    None => {}
                 }
                 self.closed = true;
                 while !self.exchanges.is_empty() {
@@ -726,7 +759,8 @@ impl H2Session {
             }
             let ex = &mut self.exchanges[i];
             if let Some(Produce::Download(d)) = &mut ex.produce {
-                // Slices in order into the unsent bytes, one slice ahead at most.
+                // Slices read, in order, into the unsent bytes; the next reads
+                // are asked for when the stream is offered a turn (`pump_data`).
                 while ex.unsent.len() < SLICE {
                     let Some(bytes) = d.take_next() else { break };
                     if ex.unsent.is_empty() {
@@ -734,11 +768,6 @@ impl H2Session {
                     } else {
                         ex.unsent.extend_from_slice(&bytes);
                     }
-                }
-                while ex.unsent.len() < SLICE {
-                    let Some((at, len, buf)) = d.next_slice(false) else { break };
-                    let id = ExchangeId { conn: cx.conn, stream: ex.stream.0, generation: cx.generation };
-                    cx.pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
                 }
                 if d.done() {
                     ex.done = true;
@@ -759,7 +788,7 @@ impl H2Session {
             }
             i += 1;
         }
-        if self.pump_data() {
+        if self.pump_data(cx) {
             queued = true;
         }
         // Streams whose body ended (or whose stream failed) while sending.
@@ -775,9 +804,10 @@ impl H2Session {
     }
 
     /// One scheduling pass (RFC 9218): DATA for the streams with unsent
-    /// bytes, the most urgent first, at most [`QUANTUM`] each. Streams that
-    /// end or fail are marked `gone`. Returns whether anything was queued.
-    fn pump_data(&mut self) -> bool {
+    /// bytes, the most urgent first, at most [`QUANTUM`] each, and disk reads
+    /// for downloads as far as their windows allow. Streams that end or fail
+    /// are marked `gone`. Returns whether anything was queued.
+    fn pump_data(&mut self, cx: &Cx<'_, '_>) -> bool {
         // No room in the output: every stream would be blocked.
         if self.conn.output_len() >= self.conn.settings().output_high_watermark {
             return false;
@@ -786,7 +816,7 @@ impl H2Session {
         self.ready.extend(
             self.exchanges
                 .iter()
-                .filter(|e| e.streaming && (!e.unsent.is_empty() || e.reading()))
+                .filter(|e| e.streaming && (!e.unsent.is_empty() || e.reading() || e.unread()))
                 .map(|e| (e.stream, e.priority)),
         );
         if self.ready.is_empty() {
@@ -796,33 +826,22 @@ impl H2Session {
         let (conn, exchanges) = (&mut self.conn, &mut self.exchanges);
         let pass = self.scheduler.pass(&self.ready, |stream| {
             let Some(ex) = exchanges.iter_mut().find(|e| e.stream == stream) else { return Sent::Nothing };
-            let mut sent = 0;
-            while sent < QUANTUM {
-                if ex.unsent.is_empty() && !ex.refill() {
-                    break;
-                }
-                let n = conn.writable(ex.stream).min(QUANTUM - sent);
-                if n == 0 {
-                    break;
-                }
-                let chunk = if n >= ex.unsent.len() {
-                    Bytes::from(std::mem::take(&mut ex.unsent))
-                } else {
-                    let c = Bytes::copy_from_slice(&ex.unsent[..n]);
-                    ex.unsent.drain(..n);
-                    c
-                };
-                let end = ex.done && ex.unsent.is_empty();
-                sent += chunk.len();
+            let sent = send_quantum(conn, ex);
+            if ex.gone {
                 queued = true;
-                if conn.send_data(ex.stream, chunk, end).is_err() || end {
-                    ex.gone = true;
-                    return Sent::All;
-                }
+                return Sent::All;
+            }
+            queued |= sent > 0;
+            if ex.unread() {
+                let room = conn.writable(ex.stream);
+                ex.read_ahead(room, cx.pool, cx.id(ex.stream));
             }
             if ex.unsent.is_empty() {
                 if ex.reading() {
                     Sent::Pending
+                } else if ex.unread() {
+                    // Its window is closed: nothing was read for it.
+                    Sent::Nothing
                 } else {
                     Sent::All
                 }
@@ -914,6 +933,37 @@ impl H2Session {
             }
         }
     }
+}
+
+/// Hand h2 up to [`QUANTUM`] of exchange `ex`'s unsent bytes, as its
+/// stream's window allows, taking its download's read slices as needed.
+/// Returns the bytes handed over; `ex.gone` once its body ended or its
+/// stream failed.
+fn send_quantum(conn: &mut H2Conn, ex: &mut Exchange) -> usize {
+    let mut sent = 0;
+    while sent < QUANTUM {
+        if ex.unsent.is_empty() && !ex.refill() {
+            break;
+        }
+        let n = conn.writable(ex.stream).min(QUANTUM - sent);
+        if n == 0 {
+            break;
+        }
+        let chunk = if n >= ex.unsent.len() {
+            Bytes::from(std::mem::take(&mut ex.unsent))
+        } else {
+            let c = Bytes::copy_from_slice(&ex.unsent[..n]);
+            ex.unsent.drain(..n);
+            c
+        };
+        let end = ex.done && ex.unsent.is_empty();
+        sent += chunk.len();
+        if conn.send_data(ex.stream, chunk, end).is_err() || end {
+            ex.gone = true;
+            break;
+        }
+    }
+    sent
 }
 
 /// Send a built head on `stream`: its early hints, the head, and its body
@@ -1022,6 +1072,9 @@ impl Worker {
         let mut close = false;
         let mut end = false;
         let mut again = false;
+        if let ConnState::Http2(sess) = &mut c.state {
+            sess.conn.begin_turn(now);
+        }
         for _ in 0..MAX_ROUNDS {
             let ConnState::Http2(sess) = &mut c.state else { return };
             let mut full = false;
@@ -1072,6 +1125,12 @@ impl Worker {
             // (the socket's writable edge) leaves h2's output queued: no
             // event would come for it, and the connection would stall until
             // some unrelated one.
+            // The turn's frames are read: the rest of the input (and of the
+            // socket) waits for the next turn, after the other connections.
+            if sess.conn.throttled() {
+                again = true;
+                break;
+            }
             let queued = sess.conn.output_len() > 0;
             if !(full || (!pending && (produced || queued))) {
                 break;
