@@ -65,9 +65,9 @@ const MAX_ROUNDS: usize = 32;
 
 /// A download's unsent bytes past which no more is taken from its reads.
 const SLICE: usize = 64 * 1024;
-/// The least a download whose stream has any room reads ahead (one DATA frame
-/// of the default size): a tiny window does not make a pool job per few bytes.
-const READ_FLOOR: usize = 16 * 1024;
+/// The least a download whose stream has any room reads ahead (a page): a
+/// tiny window does not make a pool job per few bytes.
+const READ_FLOOR: usize = 4 * 1024;
 /// Body bytes handed to h2 per stream per scheduling pass (one default-size
 /// DATA frame): h2 interleaves whatever it holds round-robin, so what it holds
 /// stays small and a more urgent stream that turns up is not queued behind
@@ -250,15 +250,18 @@ impl Exchange {
     }
 
     /// Ask the pool for a download's next bytes, as many as the stream may
-    /// send now (`room`, what [`H2Conn::writable`] said) less those already
-    /// held or asked for, and at least [`READ_FLOOR`] once it has room: a
-    /// stream whose window is closed reads nothing.
+    /// send now (`room`, what [`H2Conn::writable`] said before its turn) less
+    /// those already held or asked for: at least [`READ_FLOOR`] once it has
+    /// any room, and one [`SLICE`] more while its window is open beyond h2's
+    /// buffer (so the next read overlaps the sending of this one). A stream
+    /// whose window is closed reads nothing; one that stalls holds at most
+    /// what its window let it read.
     fn read_ahead(&mut self, room: usize, pool: &Pool, id: ExchangeId) {
         let Some(Produce::Download(d)) = &mut self.produce else { return };
         if room == 0 {
             return;
         }
-        let want = room.max(READ_FLOOR);
+        let want = if room >= SLICE { room + SLICE } else { room.max(READ_FLOOR) };
         let mut held = self.unsent.len().saturating_add(usize::try_from(d.ahead()).unwrap_or(usize::MAX));
         while held < want {
             let Some((at, len, buf)) = d.next_read(want - held) else { break };
@@ -826,6 +829,10 @@ impl H2Session {
         let (conn, exchanges) = (&mut self.conn, &mut self.exchanges);
         let pass = self.scheduler.pass(&self.ready, |stream| {
             let Some(ex) = exchanges.iter_mut().find(|e| e.stream == stream) else { return Sent::Nothing };
+            // What the stream may send before this turn's bytes: its window,
+            // up to h2's buffer (nothing of it is queued in h2 while the output
+            // has room).
+            let room = if ex.unread() { conn.writable(ex.stream) } else { 0 };
             let sent = send_quantum(conn, ex);
             if ex.gone {
                 queued = true;
@@ -833,7 +840,6 @@ impl H2Session {
             }
             queued |= sent > 0;
             if ex.unread() {
-                let room = conn.writable(ex.stream);
                 ex.read_ahead(room, cx.pool, cx.id(ex.stream));
             }
             if ex.unsent.is_empty() {

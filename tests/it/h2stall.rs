@@ -17,19 +17,21 @@ const RSS_BOUND_KIB: i64 = 10 * 1024;
 /// How long the worker is watched after the last head, for reads it should not do.
 const SETTLE: Duration = Duration::from_secs(1);
 
-/// A client whose stream windows are closed: nothing but heads can come.
-fn closed_window_client(server: &Server) -> H2Client {
+/// A client whose stream windows are `window` bytes and never reopened (its connection
+/// window is wide: only the streams stall).
+fn stalling_client(server: &Server, window: u32) -> H2Client {
     let mut builder = h2::client::Builder::new();
-    builder.initial_window_size(0);
+    builder.initial_window_size(window).initial_connection_window_size(64 << 20);
     H2Client::h2c_with(server.addr(), builder)
 }
 
 /// `CONNECTIONS` connections with `STREAMS` requests for `path` each, every response head
-/// received, no body byte let in. Returns the clients (the streams stay open while they live).
-fn stall(server: &Server, path: &str) -> Vec<(H2Client, Vec<h2::RecvStream>)> {
+/// received, no more than `window` body bytes let in per stream. Returns the clients (the
+/// streams stay open while they live).
+fn stall(server: &Server, path: &str, window: u32) -> Vec<(H2Client, Vec<h2::RecvStream>)> {
     let mut all = Vec::new();
     for _ in 0..CONNECTIONS {
-        let mut c = closed_window_client(server);
+        let mut c = stalling_client(server, window);
         let mut pending = Vec::new();
         for _ in 0..STREAMS {
             let req = c.build("GET", path, &[]);
@@ -47,7 +49,7 @@ fn stall(server: &Server, path: &str) -> Vec<(H2Client, Vec<h2::RecvStream>)> {
 }
 
 /// The worker's RSS over `SETTLE` after `stall`: the most it grew above `before`.
-fn growth_while_stalled(worker: i32, before: i64, clients: &mut [(H2Client, Vec<h2::RecvStream>)]) -> i64 {
+fn growth_while_stalled(worker: i32, before: i64, window: u32, clients: &mut [(H2Client, Vec<h2::RecvStream>)]) -> i64 {
     let deadline = Instant::now() + SETTLE;
     let mut most = 0;
     while Instant::now() < deadline {
@@ -57,45 +59,60 @@ fn growth_while_stalled(worker: i32, before: i64, clients: &mut [(H2Client, Vec<
         most = most.max(vm_rss_kib(worker) - before);
     }
     let received: usize = clients.iter().map(|(c, _)| c.received).sum();
-    assert!(received < 4 << 20, "{received} bytes came through closed windows");
+    let allowed = CONNECTIONS * STREAMS * (window as usize + 4096);
+    assert!(received < allowed, "{received} bytes came through windows of {window} bytes");
     most
 }
 
-/// Two rounds of `CONNECTIONS` × `STREAMS` stalled requests for `path`: each grows the worker
-/// by less than `RSS_BOUND_KIB`, and the second round does not grow it past the first.
-fn stalled_streams_hold_little(server: &Server, path: &str) {
+/// Two rounds of `CONNECTIONS` × `STREAMS` requests for `path` stalled after `window` bytes
+/// each: each round grows the worker by less than `RSS_BOUND_KIB`, and the second round does
+/// not grow it past the bound again.
+fn stalled_streams_hold_little(server: &Server, path: &str, window: u32) {
     let worker = server.wait_workers(1, IO_TIMEOUT)[0];
     // Warm up: one whole exchange of the kind, so lazily made state is there before `before`.
     let mut warm = H2Client::h2c(server.addr());
     assert_eq!(warm.get("/health").status, 200);
     drop(warm);
     let before = vm_rss_kib(worker);
-    let mut first = stall(server, path);
-    let grew = growth_while_stalled(worker, before, &mut first);
-    eprintln!("{path}: {} stalled streams grew the worker by {grew} KiB", CONNECTIONS * STREAMS);
-    assert!(grew < RSS_BOUND_KIB, "{path}: {} stalled streams grew the worker by {grew} KiB", CONNECTIONS * STREAMS);
+    let mut first = stall(server, path, window);
+    let grew = growth_while_stalled(worker, before, window, &mut first);
+    let what = format!("{path}: {} streams stalled after {window} bytes", CONNECTIONS * STREAMS);
+    eprintln!("{what}: the worker grew by {grew} KiB");
+    assert!(grew < RSS_BOUND_KIB, "{what}: the worker grew by {grew} KiB");
     drop(first);
     // The worker lets the connections go (its SSE count, when it keeps one, drops).
     assert!(eventually(IO_TIMEOUT, || server.get("/health").status == 200));
     let after_first = vm_rss_kib(worker);
-    let mut second = stall(server, path);
-    let grew_again = growth_while_stalled(worker, before, &mut second);
-    eprintln!("{path}: after the first round {} KiB, second round peak +{grew_again} KiB", after_first - before);
-    assert!(grew_again < RSS_BOUND_KIB, "{path}: the second round grew the worker by {grew_again} KiB");
+    let mut second = stall(server, path, window);
+    let grew_again = growth_while_stalled(worker, before, window, &mut second);
+    eprintln!("{what}: after the first round +{} KiB, second round peak +{grew_again} KiB", after_first - before);
+    assert!(grew_again < RSS_BOUND_KIB, "{what}: the second round grew the worker by {grew_again} KiB");
     drop(second);
 }
 
-#[test]
-fn four_hundred_stalled_downloads_hold_a_few_mib() {
+/// A server with `[download] dir` holding `big.bin` (8 MiB), no rate limit.
+fn download_server() -> (Server, tempfile::TempDir) {
     let tmp = tempfile::Builder::new().prefix("forkd-h2stall-").tempdir().expect("tempdir");
     std::fs::write(tmp.path().join("big.bin"), vec![0x42; 8 << 20]).expect("write");
     let server =
         Server::builder().no_rate_limit().set("download", &format!("dir = \"{}\"", tmp.path().display())).start();
-    stalled_streams_hold_little(&server, "/download/big.bin");
+    (server, tmp)
 }
 
 #[test]
-fn four_hundred_stalled_event_streams_hold_a_few_mib() {
+fn four_hundred_downloads_with_closed_windows_hold_a_few_mib() {
+    let (server, _files) = download_server();
+    stalled_streams_hold_little(&server, "/download/big.bin", 0);
+}
+
+#[test]
+fn four_hundred_downloads_stalled_after_8_kib_hold_a_few_mib() {
+    let (server, _files) = download_server();
+    stalled_streams_hold_little(&server, "/download/big.bin", 8192);
+}
+
+#[test]
+fn four_hundred_event_streams_with_closed_windows_hold_a_few_mib() {
     let server = Server::api_builder().start();
-    stalled_streams_hold_little(&server, "/api/events");
+    stalled_streams_hold_little(&server, "/api/events", 0);
 }
