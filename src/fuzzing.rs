@@ -289,8 +289,11 @@ pub fn json_body(data: &[u8]) {
     }
     for full in [true, false] {
         match users::user_changes(map.clone(), full) {
-            Ok(c) => {
-                assert!(!unknown(&user_keys[..]) && !map.contains_key("password"));
+            Ok(users::Edit { changes: c, password, current_password }) => {
+                assert!(!unknown(&[&user_keys[..], &["currentPassword"]].concat()));
+                assert!(password.as_deref().is_none_or(|p| validate::password(p).is_ok()));
+                assert!(current_password.is_none() || password.is_some());
+                assert!(c.password_hash.is_none(), "hashed on the pool, never from the body");
                 assert!(!full || (c.name.is_some() && c.email.is_some() && c.age.is_some()));
                 assert!(c.name.as_deref().is_none_or(|n| validate::name(n).is_ok()));
                 assert!(c.email.as_deref().is_none_or(|m| validate::email(m).is_ok()));

@@ -16,6 +16,12 @@
 //! live (they bump the counters of another region) — on from the moment the
 //! last of them is gone, for jobs made from then on.
 //!
+//! An entry answers without the pool, so without the store's check of the
+//! caller's token (`session::confirm`): the handler uses it only for tokens
+//! the table of revocations vouches for, read since that table's birth and
+//! since the foreign writers were gone ([`UserMemo::settled_by`]): they may
+//! have revoked accounts in another table.
+//!
 //! It owns only the map and its gate; it must not touch the store or sockets.
 
 use crossbeam_channel::{Receiver, Sender};
@@ -57,6 +63,8 @@ pub struct UserMemo {
     /// they are gone.
     foreign: Vec<i32>,
     next_check_ms: u64,
+    /// Wall-clock ms from which no foreign writer was alive (0: none ever was).
+    settled_ms: u64,
 }
 
 impl UserMemo {
@@ -64,7 +72,8 @@ impl UserMemo {
     /// `foreign`: pids of writers they do not see (checked until gone).
     pub fn new(on: bool, foreign: Vec<i32>) -> (UserMemo, Sender<Fill>) {
         let (tx, rx) = crossbeam_channel::unbounded();
-        (UserMemo { slots: Vec::new(), fills: rx, on, foreign, next_check_ms: 0 }, tx)
+        let settled_ms = if foreign.is_empty() { 0 } else { u64::MAX };
+        (UserMemo { slots: Vec::new(), fills: rx, on, foreign, next_check_ms: 0, settled_ms }, tx)
     }
 
     /// Whether a job made now may fill the memo and an entry may be used.
@@ -79,8 +88,17 @@ impl UserMemo {
         if now >= self.next_check_ms {
             self.next_check_ms = now + CHECK_MS;
             self.foreign.retain(|&pid| crate::sys::alive(pid));
+            if self.foreign.is_empty() {
+                self.settled_ms = crate::auth::jwt::now_ms();
+            }
         }
         self.foreign.is_empty()
+    }
+
+    /// Whether the memo is open and no foreign writer has lived since `read_ms`
+    /// (wall-clock ms), so that none can have revoked a token read then.
+    pub fn settled_by(&mut self, read_ms: u64) -> bool {
+        self.open() && read_ms >= self.settled_ms
     }
 
     /// The body and ETag of user `id` if held and current.
@@ -158,6 +176,24 @@ mod tests {
         assert!(!m.open());
         fill(&tx, 2, e.get(2), "two");
         assert!(m.get(2, e).is_none());
+        assert!(!m.settled_by(u64::MAX - 1));
+    }
+
+    #[test]
+    fn a_token_read_while_a_foreign_writer_lived_is_not_vouched_for() {
+        let (mut m, _tx) = UserMemo::new(true, Vec::new());
+        assert!(m.settled_by(0), "no foreign writer ever");
+        // A pid that is gone at once: the gate opens at the first check, from then on.
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let pid = child.id() as i32;
+        child.wait().expect("wait");
+        let (mut m, _tx) = UserMemo::new(true, vec![pid]);
+        let before = crate::auth::jwt::now_ms();
+        assert!(m.open());
+        assert!(!m.settled_by(before.saturating_sub(1)), "read while it may have lived");
+        assert!(m.settled_by(crate::auth::jwt::now_ms()));
+        let (mut off, _tx) = UserMemo::new(false, Vec::new());
+        assert!(!off.settled_by(u64::MAX), "off on PostgreSQL");
     }
 
     #[test]

@@ -7,6 +7,12 @@
 //! lists extensions the recipient must understand, and this verifier understands none). Every
 //! failure is the same [`AuthError::Invalid`], so callers cannot leak why.
 //!
+//! A token names an account, not only an id: besides `userId` it carries the account's token
+//! generation (`gen`) and the instant the account was read for it (`iatMs`), both required (a
+//! token without them, as issued before they existed, is invalid). Whether they are still
+//! the account's is not this file's business: `app::session` checks them against the
+//! workers' table of revocations and the store.
+//!
 //! The signing key never appears in a log line or in `Debug` output, and neither do tokens.
 
 use std::fmt;
@@ -37,6 +43,13 @@ pub struct Claims {
     pub exp: u64,
     /// Token id: 16 random bytes, lower-case hex.
     pub jti: String,
+    /// The account's token generation when the token was issued (`users.token_gen`): bumped
+    /// by a password or role change, which voids every token carrying an older one.
+    pub gen: i64,
+    /// When the account was read for this token, in milliseconds since the Unix epoch (`iat`
+    /// is its second): what the table of recent revocations compares with.
+    #[serde(rename = "iatMs")]
+    pub iat_ms: u64,
     /// Not before, seconds since the Unix epoch: never issued here, refused
     /// while in the future when a token carries it (a number, or invalid:
     /// `null` included).
@@ -51,6 +64,19 @@ pub struct Claims {
 /// An optional claim that, when present, must be a number (`null` is not).
 fn present_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     <u64 as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+/// Whom an access token is for: the account as the store had it when it was read.
+#[derive(Clone, Copy, Debug)]
+pub struct Subject<'a> {
+    /// The user's id.
+    pub user_id: i64,
+    /// Their role (`user` or `admin`).
+    pub role: &'a str,
+    /// Their display name.
+    pub name: &'a str,
+    /// Their token generation (`users.token_gen`).
+    pub gen: i64,
 }
 
 /// An HS256 access-token issuer and verifier bound to one secret, issuer, audience and lifetime.
@@ -80,6 +106,11 @@ pub(crate) fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
+/// Milliseconds since the Unix epoch by the wall clock (0 if the clock is before 1970).
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
 impl Jwt {
     /// A signer/verifier with HMAC key `secret` (see [`super::secret::resolve`] for its length
     /// rules), `iss = issuer`, `aud = audience`, and tokens living `ttl` (whole seconds).
@@ -104,22 +135,27 @@ impl Jwt {
         }
     }
 
-    /// A token for `user_id`/`role`/`name` issued at `now_unix`; returns (token, expires_in_secs). jti = 16 random bytes hex.
+    /// A token for `who`, whose account was read at `read_at_ms` (ms since the epoch, taken
+    /// before the read); returns (token, expires_in_secs). jti = 16 random bytes hex.
     ///
-    /// `exp = now_unix + ttl` (whole seconds). Fails with [`AuthError::Hash`] only if the
-    /// encoder fails, which does not happen for these claims.
-    pub fn issue(&self, user_id: i64, role: &str, name: &str, now_unix: u64) -> Result<(String, u64), AuthError> {
+    /// `iat` is `read_at_ms`'s second and `exp = iat + ttl` (whole seconds), so no token
+    /// outlives the account state it was made from by more than its lifetime. Fails with
+    /// [`AuthError::Hash`] only if the encoder fails, which does not happen for these claims.
+    pub fn issue(&self, who: &Subject<'_>, read_at_ms: u64) -> Result<(String, u64), AuthError> {
         let expires_in = self.ttl.as_secs();
+        let iat = read_at_ms / 1000;
         let claims = Claims {
-            user_id,
-            role: role.to_owned(),
+            user_id: who.user_id,
+            role: who.role.to_owned(),
             iss: self.issuer.clone(),
             aud: self.audience.clone(),
-            iat: now_unix,
-            exp: now_unix.saturating_add(expires_in),
+            iat,
+            exp: iat.saturating_add(expires_in),
             jti: to_hex(&random_bytes::<16>()),
+            gen: who.gen,
+            iat_ms: read_at_ms,
             nbf: None,
-            name: Some(name.to_owned()),
+            name: Some(who.name.to_owned()),
         };
         let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| AuthError::Hash(format!("jwt signing: {e}")))?;
@@ -180,7 +216,12 @@ mod tests {
         json!({
             "userId": 7, "role": "user", "iss": "forkd", "aud": "forkd-api",
             "iat": now, "exp": now + TTL, "jti": "00112233445566778899aabbccddeeff",
+            "gen": 0, "iatMs": now * 1000,
         })
+    }
+
+    fn who<'a>(user_id: i64, role: &'a str, name: &'a str) -> Subject<'a> {
+        Subject { user_id, role, name, gen: 0 }
     }
 
     /// Sign arbitrary claims with `alg` and the test secret.
@@ -196,7 +237,8 @@ mod tests {
     fn round_trip() {
         let jwt = jwt();
         let now = now_unix();
-        let (token, expires_in) = jwt.issue(42, "admin", "Zoë", now).expect("issue");
+        let subject = Subject { user_id: 42, role: "admin", name: "Zoë", gen: 5 };
+        let (token, expires_in) = jwt.issue(&subject, now * 1000 + 789).expect("issue");
         assert_eq!(expires_in, TTL);
         assert_eq!(token.split('.').count(), 3);
         let claims = jwt.verify(&token).expect("verify");
@@ -204,6 +246,7 @@ mod tests {
         assert_eq!(claims.name.as_deref(), Some("Zoë"));
         assert_eq!((claims.iss.as_str(), claims.aud.as_str()), ("forkd", "forkd-api"));
         assert_eq!((claims.iat, claims.exp), (now, now + TTL));
+        assert_eq!((claims.gen, claims.iat_ms), (5, now * 1000 + 789), "the account's generation, read when");
         assert_eq!(claims.jti.len(), 32);
         assert!(claims.jti.bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
 
@@ -216,11 +259,12 @@ mod tests {
         let payload: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts.next().unwrap_or("")).expect("b64"))
             .expect("payload json");
         assert_eq!((&payload["userId"], &payload["name"]), (&json!(42), &json!("Zoë")));
+        assert_eq!((&payload["gen"], &payload["iatMs"]), (&json!(5), &json!(now * 1000 + 789)));
         for key in ["role", "iss", "aud", "iat", "exp", "jti"] {
             assert!(payload.get(key).is_some(), "{key}");
         }
 
-        let (other, _) = jwt.issue(42, "admin", "N", now).expect("issue");
+        let (other, _) = jwt.issue(&who(42, "admin", "N"), now * 1000).expect("issue");
         assert_ne!(jwt.verify(&other).map(|c| c.jti), Ok(claims.jti), "jti is random");
     }
 
@@ -241,7 +285,7 @@ mod tests {
 
     #[test]
     fn other_secret_rejected() {
-        let (token, _) = jwt().issue(1, "user", "N", now_unix()).expect("issue");
+        let (token, _) = jwt().issue(&who(1, "user", "N"), now_ms()).expect("issue");
         let other = Jwt::new(b"another-secret-another-secret-another", "forkd", "forkd-api", Duration::from_secs(TTL));
         assert_eq!(other.verify(&token), Err(AuthError::Invalid));
     }
@@ -249,7 +293,7 @@ mod tests {
     #[test]
     fn tampered_signature() {
         let jwt = jwt();
-        let (token, _) = jwt.issue(1, "user", "N", now_unix()).expect("issue");
+        let (token, _) = jwt.issue(&who(1, "user", "N"), now_ms()).expect("issue");
         let (head, sig) = token.rsplit_once('.').expect("three parts");
         for i in [0, sig.len() / 2, sig.len() - 2] {
             let mut bytes = sig.as_bytes().to_vec();
@@ -263,7 +307,7 @@ mod tests {
     #[test]
     fn tampered_payload() {
         let jwt = jwt();
-        let (token, _) = jwt.issue(1, "user", "N", now_unix()).expect("issue");
+        let (token, _) = jwt.issue(&who(1, "user", "N"), now_ms()).expect("issue");
         let parts: Vec<&str> = token.split('.').collect();
         let mut payload: Value =
             serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).expect("b64")).expect("payload json");
@@ -326,10 +370,10 @@ mod tests {
     fn expired_by_one_second() {
         let jwt = jwt();
         let now = now_unix();
-        let (token, _) = jwt.issue(1, "user", "N", now - TTL - 1).expect("issue");
+        let (token, _) = jwt.issue(&who(1, "user", "N"), (now - TTL - 1) * 1000).expect("issue");
         assert_eq!(jwt.verify(&token), Err(AuthError::Invalid));
         // Long expired too.
-        let (token, _) = jwt.issue(1, "user", "N", 1_000).expect("issue");
+        let (token, _) = jwt.issue(&who(1, "user", "N"), 1_000_000).expect("issue");
         assert_eq!(jwt.verify(&token), Err(AuthError::Invalid));
     }
 
@@ -337,7 +381,7 @@ mod tests {
     fn expiring_now_is_expired() {
         let jwt = jwt();
         // exp == now (or already past, if the clock ticked in between): no leeway at all.
-        let (token, _) = jwt.issue(1, "user", "N", now_unix() - TTL).expect("issue");
+        let (token, _) = jwt.issue(&who(1, "user", "N"), (now_unix() - TTL) * 1000).expect("issue");
         assert_eq!(jwt.verify(&token), Err(AuthError::Invalid));
     }
 
@@ -380,7 +424,7 @@ mod tests {
             assert_eq!(jwt.verify(&sign_with_header(&hs, &claims)), Err(AuthError::Invalid), "nbf {bad}");
         }
         // What this service issues carries no nbf.
-        let (token, _) = jwt.issue(1, "user", "N", now).expect("issue");
+        let (token, _) = jwt.issue(&who(1, "user", "N"), now * 1000).expect("issue");
         assert_eq!(jwt.verify(&token).map(|c| c.nbf), Ok(None));
     }
 
@@ -389,9 +433,9 @@ mod tests {
         let now = now_unix();
         let other_iss = Jwt::new(SECRET, "someone-else", "forkd-api", Duration::from_secs(TTL));
         let other_aud = Jwt::new(SECRET, "forkd", "other-api", Duration::from_secs(TTL));
-        let (token, _) = other_iss.issue(1, "user", "N", now).expect("issue");
+        let (token, _) = other_iss.issue(&who(1, "user", "N"), now * 1000).expect("issue");
         assert_eq!(jwt().verify(&token), Err(AuthError::Invalid), "wrong iss");
-        let (token, _) = other_aud.issue(1, "user", "N", now).expect("issue");
+        let (token, _) = other_aud.issue(&who(1, "user", "N"), now * 1000).expect("issue");
         assert_eq!(jwt().verify(&token), Err(AuthError::Invalid), "wrong aud");
 
         // Arrays are not accepted either, even if they contain the right value.
@@ -417,10 +461,34 @@ mod tests {
         }
     }
 
+    /// Tokens issued before the account binding existed carry neither claim: refused (their
+    /// clients refresh, and the refresh checks the account).
+    #[test]
+    fn a_token_without_the_account_binding_is_invalid() {
+        let jwt = jwt();
+        for missing in ["gen", "iatMs"] {
+            let mut claims = good_claims(now_unix());
+            claims.as_object_mut().map(|o| o.remove(missing));
+            assert_eq!(jwt.verify(&sign(Algorithm::HS256, &claims)), Err(AuthError::Invalid), "without {missing}");
+        }
+        let mut claims = good_claims(now_unix());
+        claims.as_object_mut().map(|o| (o.remove("gen"), o.remove("iatMs")));
+        assert_eq!(jwt.verify(&sign(Algorithm::HS256, &claims)), Err(AuthError::Invalid), "a token of the old shape");
+    }
+
     #[test]
     fn wrong_claim_types() {
         let jwt = jwt();
-        for (key, value) in [("exp", json!("9999999999")), ("userId", json!("7")), ("role", json!(1))] {
+        for (key, value) in [
+            ("exp", json!("9999999999")),
+            ("userId", json!("7")),
+            ("role", json!(1)),
+            ("gen", json!("0")),
+            ("gen", json!(null)),
+            ("gen", json!(1.5)),
+            ("iatMs", json!(-1)),
+            ("iatMs", json!("1")),
+        ] {
             let mut claims = good_claims(now_unix());
             claims[key] = value;
             assert_eq!(jwt.verify(&sign(Algorithm::HS256, &claims)), Err(AuthError::Invalid), "{key}");

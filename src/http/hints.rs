@@ -3,22 +3,23 @@
 //!
 //! A route that knows which files its answer will need (the front page's
 //! script and style) attaches an [`EarlyHints`] to its [`super::response::Response`].
-//! The response writer, not the handler, puts them on the wire: on HTTP/1.1
-//! the prebuilt `103` message goes out right before the final response, and
-//! the final response repeats the same `Link` fields (a client that ignores
-//! interim responses still learns them). The values are kept apart from the
-//! HTTP/1.1 bytes so another framing can send the same list.
+//! The response writers, not the handler, put them on the wire: over HTTP/2
+//! and HTTP/3 a `103` with the `Link` fields goes out right before the final
+//! response; on every protocol the final response carries the same fields
+//! (a client that ignores interim responses still learns them). HTTP/1.1
+//! gets no `103`: clients there that take the first status line for the
+//! answer (Python's `http.client`, so `requests`) would read the 103 as the
+//! whole response, and browsers act on a 103 only over HTTP/2 and later.
 //!
 //! Everything here is built once (at start, from static data); writing a
 //! hint is copying bytes. Nothing here may hold a value a client sent: a
 //! field value is never checked again when it is written.
 
-/// The `Link` fields of one kind of response, and their HTTP/1.1 forms.
+/// The `Link` fields of one kind of response, and their HTTP/1.1 form.
 #[derive(Debug)]
 pub struct EarlyHints {
     links: Vec<String>,
     fields: Vec<u8>,
-    informational: Vec<u8>,
 }
 
 /// A hint that cannot be written as a header field value.
@@ -57,10 +58,7 @@ impl EarlyHints {
             fields.extend_from_slice(l.as_bytes());
             fields.extend_from_slice(b"\r\n");
         }
-        let mut informational = b"HTTP/1.1 103 Early Hints\r\n".to_vec();
-        informational.extend_from_slice(&fields);
-        informational.extend_from_slice(b"\r\n");
-        EarlyHints { links, fields, informational }
+        EarlyHints { links, fields }
     }
 
     /// The `Link` field values, in order.
@@ -72,11 +70,6 @@ impl EarlyHints {
     pub fn fields(&self) -> &[u8] {
         &self.fields
     }
-
-    /// The whole HTTP/1.1 `103 Early Hints` message (status line, fields, blank line).
-    pub fn informational(&self) -> &[u8] {
-        &self.informational
-    }
 }
 
 #[cfg(test)]
@@ -84,7 +77,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_the_103_and_the_final_fields() {
+    fn renders_the_link_values_and_the_final_fields() {
         let h = EarlyHints::preload(&[("/static/app.1.js", "script"), ("/static/app.2.css", "style")]).expect("valid");
         assert_eq!(
             h.links(),
@@ -93,12 +86,6 @@ mod tests {
         let fields =
             "Link: </static/app.1.js>; rel=preload; as=script\r\nLink: </static/app.2.css>; rel=preload; as=style\r\n";
         assert_eq!(std::str::from_utf8(h.fields()), Ok(fields));
-        assert_eq!(String::from_utf8_lossy(h.informational()), format!("HTTP/1.1 103 Early Hints\r\n{fields}\r\n"));
-        // One complete message: httparse reads it as a 103 with both fields and nothing after.
-        let mut hdrs = [httparse::EMPTY_HEADER; 4];
-        let mut resp = httparse::Response::new(&mut hdrs);
-        assert_eq!(resp.parse(h.informational()), Ok(httparse::Status::Complete(h.informational().len())));
-        assert_eq!((resp.code, resp.headers.len()), (Some(103), 2));
     }
 
     #[test]

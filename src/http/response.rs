@@ -321,7 +321,8 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Whether a final response with early hints is preceded by `103 Early Hints`.
+/// Whether a final response with early hints is preceded by `103 Early Hints`
+/// (over HTTP/2 and HTTP/3: the HTTP/1.1 writer never sends one).
 ///
 /// Not to an HTTP/1.0 request: a 1.0 client may not understand a 1xx, and
 /// RFC 9110 §15.2 forbids sending it one. Not to `HEAD` either: the hints

@@ -319,6 +319,21 @@ impl Http1 {
         }
     }
 
+    /// The first bytes of a head arrived (a no-op after that): the header
+    /// timer runs from now, and [`Http1::on_timeout`] answers `408` if the
+    /// head is not complete by then. [`Http1::advance`] calls it; so does a
+    /// caller that holds the bytes back while it decides the protocol (they
+    /// may be the start of the HTTP/2 preface), since that wait is part of
+    /// the head.
+    pub fn head_started(&mut self, env: &Env, now: Instant) {
+        if self.phase == Phase::Idle {
+            self.phase = Phase::Head;
+            self.fresh = false;
+            self.cur.started = now;
+            self.deadline = Some((now + env.header_timeout, Timeout::Request));
+        }
+    }
+
     /// The connection's timer fired. Returns `Close` when it should go.
     pub fn on_timeout(&mut self, out: &mut Vec<u8>, svc: &mut dyn Service, env: &mut Env, now: Instant) -> Progress {
         match self.deadline {
@@ -352,12 +367,7 @@ impl Http1 {
         env: &mut Env,
         now: Instant,
     ) -> Result<Option<usize>, Error> {
-        if self.phase == Phase::Idle {
-            self.phase = Phase::Head;
-            self.fresh = false;
-            self.cur.started = now;
-            self.deadline = Some((now + env.header_timeout, Timeout::Request));
-        }
+        self.head_started(env, now);
         let mut hdrs = parse::header_slots();
         let seen = &self.host[..self.host_len];
         let (head, parsed) = match parse::parse_seen(&inbuf[pos..], &mut hdrs, env.max_head, seen)? {
@@ -729,6 +739,25 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(h.on_timeout(&mut out, &mut svc, &mut e, later), Progress::Close);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn bytes_held_back_by_the_caller_start_the_head_and_its_408() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut svc = Echo { pending: false, log: Vec::new() };
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+        // `PRI * HTTP` waits for the rest of the HTTP/2 preface, out of the codec's sight.
+        let first = now + Duration::from_millis(300);
+        h.head_started(&e, first);
+        h.head_started(&e, first + Duration::from_millis(300));
+        assert_eq!(h.deadline(), Some((first + e.header_timeout, Timeout::Request)), "timed from the first byte");
+        let (mut out, due) = (Vec::new(), first + e.header_timeout);
+        assert_eq!(h.on_timeout(&mut out, &mut svc, &mut e, due), Progress::Close);
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 408") && text.contains("\"code\":"), "{text}");
+        assert!(text.contains("Connection: close"), "{text}");
+        assert_eq!(h.phase(), Phase::Closing);
     }
 
     #[test]

@@ -7,21 +7,20 @@
 //! sockets.
 
 use crate::http::headers::Common;
-use crate::http::response::{itoa_buf, reason, sends_early_hints, Delimit, RequestMeta, Response};
+use crate::http::response::{itoa_buf, reason, Delimit, RequestMeta, Response};
 
 /// Serialise `resp` into `out`; returns the number of body bytes written.
-/// A response with early hints is preceded by its `103 Early Hints` message
-/// when [`sends_early_hints`] allows.
+///
+/// A response with early hints carries their `Link` fields, and no
+/// `103 Early Hints` goes before it: HTTP/1.1 clients that take the first
+/// status line for the answer (Python's `http.client`, so `requests`) would
+/// read the 103 as the whole response, and browsers act on a 103 only over
+/// HTTP/2 and HTTP/3, which send it.
 pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>, common: &mut Common) -> usize {
     let body = resp.body.as_bytes();
     let bodyless = resp.status == 204 || resp.status == 304 || resp.status < 200 || meta.delimit != Delimit::Length;
-    let hinted = resp.early_hints.map_or(0, |h| h.informational().len() + h.fields().len());
+    let hinted = resp.early_hints.map_or(0, |h| h.fields().len());
     out.reserve(common.block_len() + 256 + hinted + if meta.head { 0 } else { body.len() });
-    if let Some(hints) = resp.early_hints {
-        if sends_early_hints(resp.status, meta) {
-            out.extend_from_slice(hints.informational());
-        }
-    }
     // Status line to `x-request-id: `: the same bytes for every response of
     // one shape within one second, so copied whole from the last such head.
     let conn = if meta.delimit == Delimit::Upgrade {
@@ -357,7 +356,7 @@ mod tests {
     }
 
     #[test]
-    fn early_hints_precede_a_final_response_to_http11_get_only() {
+    fn early_hints_are_link_fields_of_the_final_response_and_never_a_103() {
         let hints: &'static EarlyHints = Box::leak(Box::new(
             EarlyHints::preload(&[("/static/a.1.js", "script"), ("/static/a.2.css", "style")]).expect("valid"),
         ));
@@ -374,23 +373,18 @@ mod tests {
             String::from_utf8(out).expect("utf8")
         };
         let cases = [
-            ("HTTP/1.1 GET", RequestMeta { ..base }, true),
-            ("HTTP/1.0 GET", RequestMeta { http10: true, ..base }, false),
-            ("HEAD", RequestMeta { head: true, ..base }, false),
-            ("upgrade", RequestMeta { delimit: Delimit::Upgrade, ..base }, false),
-            ("chunked", RequestMeta { delimit: Delimit::Chunked, ..base }, true),
+            ("HTTP/1.1 GET", RequestMeta { ..base }),
+            ("HTTP/1.0 GET", RequestMeta { http10: true, ..base }),
+            ("HEAD", RequestMeta { head: true, ..base }),
+            ("upgrade", RequestMeta { delimit: Delimit::Upgrade, ..base }),
+            ("chunked", RequestMeta { delimit: Delimit::Chunked, ..base }),
         ];
-        for (what, meta, early) in cases {
+        for (what, meta) in cases {
             let text = write(&resp, &meta);
-            assert_eq!(
-                text.starts_with(&format!("HTTP/1.1 103 Early Hints\r\n{link}\r\nHTTP/1.1 200 OK\r\n")),
-                early,
-                "{what}: {text}"
-            );
-            assert_eq!(text.matches("103 Early Hints").count(), usize::from(early), "{what}: {text}");
-            assert_eq!(text.matches("Link: ").count(), 2 + 2 * usize::from(early), "{what}: {text}");
-            let head = &text[text.find("HTTP/1.1 200").expect("final")..];
-            assert!(head.contains(link), "{what}: the final response carries the Link fields: {text}");
+            assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{what}: the final response first: {text}");
+            assert!(!text.contains("103"), "{what}: no 103: {text}");
+            assert_eq!(text.matches("Link: ").count(), 2, "{what}: {text}");
+            assert!(text.contains(link), "{what}: the response carries the Link fields: {text}");
         }
         // Never before another interim response, and not without hints.
         let mut cont = Response::new(100);

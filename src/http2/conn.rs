@@ -65,10 +65,16 @@ pub struct H2Settings {
     /// stream whose consumer holds its bytes back does not stall the
     /// others' uploads.
     pub connection_window_size: u32,
-    /// SETTINGS_MAX_HEADER_LIST_SIZE: the largest header block accepted
-    /// (the server's `limits.max_header_bytes`). h2 also derives from it how
-    /// many CONTINUATION frames one header block may take (h2 ≥ 0.4.4), so
-    /// a CONTINUATION flood ends the connection.
+    /// The largest header list accepted (the server's
+    /// `limits.max_header_bytes`, RFC 9113 §6.5.2 size); the caller answers
+    /// a larger one with 431 ([`super::request::check`]). h2 is given twice
+    /// this, as SETTINGS_MAX_HEADER_LIST_SIZE and as its own limit, so that
+    /// a list just over it reaches the caller, whose 431 carries the JSON
+    /// error and the usual fields (h2's own 431 is a bare `:status`); h2
+    /// answers that bare 431 beyond twice, ends the connection beyond eight
+    /// times, and derives from it how many CONTINUATION frames one header
+    /// block may take (h2 ≥ 0.4.4), so a CONTINUATION flood ends the
+    /// connection.
     pub max_header_list_size: u32,
     /// Streams the peer reset before they were accepted, queued at once;
     /// beyond this the connection ends with `GOAWAY(ENHANCE_YOUR_CALM)`
@@ -347,12 +353,13 @@ impl H2Conn {
         let mut builder = server::Builder::new();
         builder
             // The SETTINGS frame: MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE
-            // (RFC 9113 §6.5.2: at most 2^31 - 1), MAX_HEADER_LIST_SIZE,
-            // ENABLE_CONNECT_PROTOCOL = 1 (RFC 8441: WebSocket over h2).
+            // (RFC 9113 §6.5.2: at most 2^31 - 1), MAX_HEADER_LIST_SIZE (see
+            // `H2Settings::max_header_list_size`), ENABLE_CONNECT_PROTOCOL = 1
+            // (RFC 8441: WebSocket over h2).
             .max_concurrent_streams(settings.max_concurrent_streams)
             .initial_window_size(settings.initial_window_size.min(MAX_WINDOW_SIZE))
             .initial_connection_window_size(settings.connection_window_size.min(MAX_WINDOW_SIZE))
-            .max_header_list_size(settings.max_header_list_size)
+            .max_header_list_size(settings.max_header_list_size.saturating_mul(2))
             .enable_connect_protocol()
             // Defences. MAX_HEADER_LIST_SIZE above also bounds a header
             // block's CONTINUATION frames (h2 >= 0.4.4: a CONTINUATION flood
@@ -445,6 +452,18 @@ impl H2Conn {
     /// (no readiness event will come for bytes already received).
     pub fn throttled(&self) -> bool {
         !self.is_closed() && self.io.with_meter(|m| m.throttled()).unwrap_or(false)
+    }
+
+    /// The connection is open and carries nothing: no stream is tracked
+    /// here, and h2 has no stream either (none received and not yet
+    /// accepted, none with frames still queued). A GOAWAY now
+    /// ([`H2Conn::abort`] with `NO_ERROR`) is the last frame: nothing is
+    /// in flight that it could cut or that could follow it.
+    pub fn is_quiet(&self) -> bool {
+        match &self.state {
+            State::Open(conn) => self.streams.is_empty() && !conn.has_streams(),
+            State::Handshake(_) | State::Aborted | State::Closed => false,
+        }
     }
 
     /// Drive h2 and append what happened to `events`: call after every
@@ -793,8 +812,14 @@ impl H2Conn {
         Ok(())
     }
 
-    /// Start a graceful shutdown: GOAWAY now, open streams may finish, then
-    /// [`Event::Closed`] with no error. Keep calling [`H2Conn::advance`].
+    /// Start a graceful shutdown the way RFC 9113 §6.8 suggests: GOAWAY
+    /// with the largest stream id and a PING now, the GOAWAY naming the
+    /// last stream processed once the PING is answered; open streams may
+    /// finish, then [`Event::Closed`] with no error. Keep calling
+    /// [`H2Conn::advance`]. Frames follow the first GOAWAY, which some
+    /// clients refuse (Python's `h2` takes any frame after a GOAWAY as a
+    /// protocol error): when [`H2Conn::is_quiet`], a single final GOAWAY
+    /// ([`H2Conn::abort`] with `NO_ERROR`) is the better close.
     pub fn graceful_shutdown(&mut self) {
         match &mut self.state {
             State::Open(conn) => conn.graceful_shutdown(),
@@ -803,8 +828,11 @@ impl H2Conn {
         }
     }
 
-    /// End the connection now: GOAWAY with `reason`, open streams are
-    /// dropped. [`Event::Closed`] follows on the next advance.
+    /// End the connection now: GOAWAY with `reason` and the last stream
+    /// processed, open streams are dropped. h2 reads no frame after it, so a
+    /// stream above that id is never processed: a client may safely retry
+    /// it. [`Event::Closed`] follows on the next advance (before the
+    /// handshake ended: without a GOAWAY).
     pub fn abort(&mut self, reason: Reason) {
         match &mut self.state {
             State::Open(conn) => conn.abrupt_shutdown(reason),

@@ -19,11 +19,14 @@ mod head;
 mod io;
 mod meter;
 pub mod priority;
+pub mod request;
 #[cfg(test)]
 mod tests;
+mod unfinished;
 
 pub use conn::{Event, H2Conn, H2Error, H2Settings, RequestHead, StreamId};
 pub use h2::Reason;
 pub use head::{Head, Heads};
 pub use io::Io;
 pub use priority::{Priority, Scheduler, Sent};
+pub use unfinished::Unfinished;

@@ -267,9 +267,10 @@ fn settings_frame_says_what_we_configured() {
         let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
         values.push((id, value));
     }
-    // MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_HEADER_LIST_SIZE,
+    // MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_HEADER_LIST_SIZE
+    // (twice the limit: a list just over it gets the caller's 431),
     // ENABLE_CONNECT_PROTOCOL.
-    for want in [(0x3, 128), (0x4, 65_535), (0x6, 8192), (0x8, 1)] {
+    for want in [(0x3, 128), (0x4, 65_535), (0x6, 16_384), (0x8, 1)] {
         assert!(values.contains(&want), "setting {want:?} missing from {values:?}");
     }
 
@@ -466,6 +467,19 @@ fn the_129th_concurrent_stream_is_refused() {
     assert_eq!(refused[0].stream, 257);
     assert_eq!(error_code(refused[0]), u32::from(Reason::REFUSED_STREAM));
     assert!(raw.closed().is_none(), "the connection lives on");
+}
+
+#[test]
+fn a_header_list_just_over_the_limit_reaches_the_caller_for_its_431() {
+    // h2 decodes up to twice the limit: the caller sees the request, and
+    // `request::check` tells it to answer 431 (with its JSON error).
+    let mut pair = Pair::with(H2Settings::new(1024), client::Builder::new());
+    let req = Request::get("https://example.test/").header("x-big", "a".repeat(900)).body(()).expect("request");
+    let (_rf, _) = pair.request(req, true);
+    pair.pump();
+    let (_, head) = pair.only_request();
+    assert!(crate::http2::request::header_list_size(&head) > 1024);
+    assert_eq!(crate::http2::request::check(&head, 1024), Err(crate::http2::request::Fault::TooLarge));
 }
 
 #[test]
@@ -838,6 +852,29 @@ fn the_peer_closing_ends_the_connection_cleanly() {
     assert!(matches!(raw.closed(), Some(None)), "{:?}", raw.events);
     let frames = parse_frames(&raw.out);
     assert!(frames.iter().any(|f| f.kind == HEADERS && f.stream == 1), "the response went out");
+}
+
+#[test]
+fn a_quiet_connection_ends_with_one_final_goaway_and_ignores_later_streams() {
+    let mut raw = Raw::new(H2Settings::default());
+    let mut bytes = raw_opening();
+    bytes.extend(get_root(1));
+    raw.send(&bytes);
+    assert!(!raw.server.is_quiet(), "a stream is open");
+    raw.server.respond(StreamId(1), 200, &[] as &[(&str, &str)], true).expect("respond");
+    raw.step();
+    assert!(raw.server.is_quiet(), "its answer went out");
+    let before = parse_frames(&raw.out).len();
+    raw.server.abort(Reason::NO_ERROR);
+    // A request racing the GOAWAY: never processed.
+    raw.send(&get_root(3));
+    raw.step();
+    assert!(matches!(raw.closed(), Some(None)), "{:?}", raw.events);
+    assert_eq!(raw.events.iter().filter(|e| matches!(e, Event::Request { .. })).count(), 1, "{:?}", raw.events);
+    // After the answer, exactly one frame: GOAWAY(last stream 1, NO_ERROR), no PING.
+    let frames = parse_frames(&raw.out);
+    let after: Vec<_> = frames[before..].iter().map(|f| (f.kind, f.payload.clone())).collect();
+    assert_eq!(after, [(GOAWAY, vec![0, 0, 0, 1, 0, 0, 0, 0])]);
 }
 
 #[test]

@@ -9,7 +9,16 @@
 //! [`Request`] state per request stream. Per request stream, the output is a queue of frames
 //! that quinn takes as its flow control allows; a producer may add to it while
 //! [`H3Conn::may_send`] says so, and gets [`Event::Writable`] when it may again. A stalled
-//! stream never holds up another.
+//! stream never holds up another. A stream the client stops (`STOP_SENDING`) is reset at once
+//! (RFC 9000 §3.5): quinn frees a stream, and gives the client its credit for a new one
+//! (`MAX_STREAMS`), only once both directions are over.
+//!
+//! Its timers, beside quinn's: the handshake must complete within `header_timeout` of the
+//! first packet (else the connection is closed), and a request head within `header_timeout`
+//! of its stream's opening ([`Event::HeadTimeout`]); a connection with no request stream open
+//! (and every response acknowledged) for `keepalive` after its handshake sends GOAWAY and
+//! closes, whatever else (PINGs) the client sends. Before the client's address is validated, datagrams go out only while
+//! whole ones fit in three times what arrived ([`Budget`], RFC 9000 §8.1).
 //!
 //! Errors are mapped in one place ([`H3Conn::fail`]): a stream error resets the stream (both
 //! directions), a connection error closes the connection with its code. This file must not
@@ -24,6 +33,7 @@ use quinn_proto::{
     VarInt, WriteError,
 };
 
+use super::amplification::{opened_frames, Budget};
 use super::error::{Code, H3Error};
 use super::frame;
 use super::head::{write_response_head, RequestHead};
@@ -46,6 +56,12 @@ pub enum Event {
     /// A request whose field section passed `SETTINGS_MAX_FIELD_SECTION_SIZE`: answer 431
     /// (its body is discarded).
     TooLarge {
+        /// The request's stream.
+        stream: StreamId,
+    },
+    /// A request head still incomplete `header_timeout` after its stream opened: answer 408
+    /// (finishing the answer refuses the rest of its input).
+    HeadTimeout {
         /// The request's stream.
         stream: StreamId,
     },
@@ -87,6 +103,12 @@ pub struct StreamGone;
 pub struct ConnLimits {
     /// Largest decoded field section (`limits.max_header_bytes`): beyond it, 431.
     pub max_field_section: usize,
+    /// A request head must be complete this long after its stream opened, and the handshake
+    /// this long after the connection's first packet (`limits.header_timeout_ms`): else
+    /// [`Event::HeadTimeout`], or the connection is closed.
+    pub header_timeout: Duration,
+    /// With no request stream for this long, GOAWAY and close (`limits.keepalive_timeout_ms`).
+    pub keepalive: Duration,
 }
 
 /// One HTTP/3 connection (see the module doc).
@@ -101,6 +123,19 @@ pub struct H3Conn {
     events: VecDeque<Event>,
     /// The highest request stream accepted.
     last_request: Option<StreamId>,
+    /// Request streams whose head has not arrived, oldest first, with its deadline (an entry
+    /// whose head arrived is dropped when it reaches the front).
+    heads: VecDeque<(Instant, StreamId)>,
+    /// The handshake must be over by then (`header_timeout` after the first packet).
+    handshake_by: Instant,
+    /// Since when no request stream is open after the handshake (`None`: one is, the
+    /// handshake is not over, or GOAWAY was sent).
+    idle_since: Option<Instant>,
+    /// What the client's address may still be sent before it is validated (`None`: it is).
+    unvalidated: Option<Budget>,
+    /// The datagram being handled may validate the address (see `amplification.rs`): the
+    /// frames quinn had opened before it.
+    proof: Option<u64>,
     /// The GOAWAY sent: request streams from this ID on are refused.
     goaway: Option<u64>,
     /// After GOAWAY, no close before this: quinn drops stream data not yet sent when the
@@ -111,8 +146,10 @@ pub struct H3Conn {
 }
 
 impl H3Conn {
-    /// An HTTP/3 connection over an accepted QUIC connection.
-    pub fn new(quic: Connection, limits: ConnLimits) -> H3Conn {
+    /// An HTTP/3 connection over a QUIC connection accepted at `now`; `validated`: the
+    /// client's address is (a Retry token), so the anti-amplification limit does not apply.
+    /// Hand it the length of the datagram that opened it ([`Self::received`]).
+    pub fn new(quic: Connection, limits: ConnLimits, validated: bool, now: Instant) -> H3Conn {
         let mut conn = H3Conn {
             quic,
             limits,
@@ -122,6 +159,11 @@ impl H3Conn {
             requests: HashMap::new(),
             events: VecDeque::new(),
             last_request: None,
+            heads: VecDeque::new(),
+            handshake_by: now + limits.header_timeout,
+            idle_since: None,
+            unvalidated: (!validated).then(Budget::default),
+            proof: None,
             goaway: None,
             close_after: None,
             closed: false,
@@ -140,10 +182,27 @@ impl H3Conn {
         self.peers.settings
     }
 
+    /// A datagram of `len` bytes for this connection arrived from `from`, before its event is
+    /// handled: it adds to what may be sent before the address is validated; `keyed`: it holds
+    /// only packets protected with handshake keys (`amplification::keyed_only`), so if quinn
+    /// opens any of them the address is validated.
+    pub fn received(&mut self, from: std::net::SocketAddr, len: usize, keyed: bool) {
+        let Some(budget) = &mut self.unvalidated else { return };
+        if from == self.quic.remote_address() {
+            budget.received(len);
+            self.proof = keyed.then(|| opened_frames(&self.quic.stats().frame_rx));
+        }
+    }
+
     /// Hands quinn an event from the endpoint (a datagram for this connection), then
     /// processes what it caused.
     pub fn handle_event(&mut self, now: Instant, event: ConnectionEvent) {
         self.quic.handle_event(event);
+        if let Some(before) = self.proof.take() {
+            if opened_frames(&self.quic.stats().frame_rx) > before {
+                self.unvalidated = None;
+            }
+        }
         self.process(now);
     }
 
@@ -160,14 +219,30 @@ impl H3Conn {
 
     /// When [`Self::handle_timeout`] is next due.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
-        let close = self.close_after.filter(|_| !self.closed && self.requests.is_empty());
-        [self.quic.poll_timeout(), close].into_iter().flatten().min()
+        let close = self.close_after.filter(|_| !self.closed && self.streams_over());
+        let idle = self.idle_since.filter(|_| !self.closed).map(|t| t + self.limits.keepalive);
+        let handshake = Some(self.handshake_by).filter(|_| !self.closed && self.quic.is_handshaking());
+        [self.quic.poll_timeout(), close, self.next_head_deadline(), idle, handshake].into_iter().flatten().min()
     }
 
     /// The next datagram(s) to send (up to `max_datagrams` segments of one GSO batch), written
-    /// into `buf`.
+    /// into `buf`. Before the client's address is validated, only as many as fit whole in the
+    /// anti-amplification budget (none: the rest waits for more from the client).
     pub fn poll_transmit(&mut self, now: Instant, max_datagrams: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
-        self.quic.poll_transmit(now, max_datagrams, buf)
+        // A completed handshake validated the address (a closed connection never completed).
+        if self.unvalidated.is_some() && !self.quic.is_handshaking() && !self.quic.is_closed() {
+            self.unvalidated = None;
+        }
+        let Some(budget) = &mut self.unvalidated else { return self.quic.poll_transmit(now, max_datagrams, buf) };
+        // quinn's datagrams during the handshake are at most the path's MTU (and an Initial
+        // is padded to 1 200).
+        let fit = budget.datagrams(self.quic.current_mtu().max(1200)).min(max_datagrams);
+        if fit == 0 {
+            return None;
+        }
+        let transmit = self.quic.poll_transmit(now, fit, buf)?;
+        budget.sent(transmit.size);
+        Some(transmit)
     }
 
     /// An event for the endpoint (new CIDs, drained), to hand to `Endpoint::handle_event`.
@@ -307,15 +382,11 @@ impl H3Conn {
                         self.flush(id);
                     }
                 }
-                QuicEvent::Stream(StreamEvent::Stopped { id, .. }) => {
+                QuicEvent::Stream(StreamEvent::Stopped { id, error_code }) => {
                     if Some(id) == self.control {
                         self.fail(now, None, H3Error::conn(Code::ClosedCriticalStream, "control stream stopped"));
-                    } else if let Some(r) = self.requests.get_mut(&id) {
-                        r.outbox.done = true;
-                        r.outbox.out.clear();
-                        r.outbox.queued = 0;
-                        self.events.push_back(Event::Aborted { stream: id });
-                        self.forget_if_done(now, id);
+                    } else {
+                        self.stopped(now, id, error_code);
                     }
                 }
                 QuicEvent::Stream(StreamEvent::Finished { id }) => self.forget_if_done(now, id),
@@ -342,7 +413,74 @@ impl H3Conn {
         if self.quic.is_closed() {
             self.lost();
         }
+        self.expire_heads(now);
+        self.watch_idle(now);
         self.close_if_done(now);
+    }
+
+    /// The client stopped `id` (it wants no more of the response): the stream is reset with
+    /// the client's code, as RFC 9000 §3.5 requires (quinn frees it, and gives the client its
+    /// credit back, only then), and the request's input is refused.
+    fn stopped(&mut self, now: Instant, id: StreamId, error_code: VarInt) {
+        let _ = self.quic.send_stream(id).reset(error_code);
+        let Some(r) = self.requests.get_mut(&id) else { return };
+        if r.phase != Phase::Done {
+            let _ = self.quic.recv_stream(id).stop(code(Code::RequestCancelled));
+        }
+        r.abandon();
+        self.events.push_back(Event::Aborted { stream: id });
+        self.forget_if_done(now, id);
+    }
+
+    /// The earliest deadline of a request head still awaited (dropping those that arrived).
+    fn next_head_deadline(&mut self) -> Option<Instant> {
+        while let Some(&(deadline, id)) = self.heads.front() {
+            if self.requests.get(&id).is_some_and(|r| r.phase == Phase::Head && r.outbox.open()) {
+                return Some(deadline);
+            }
+            self.heads.pop_front();
+        }
+        None
+    }
+
+    /// Reports the request streams whose head is late ([`Event::HeadTimeout`], once each).
+    fn expire_heads(&mut self, now: Instant) {
+        while let Some(deadline) = self.next_head_deadline() {
+            if deadline > now {
+                break;
+            }
+            if let Some((_, stream)) = self.heads.pop_front() {
+                self.events.push_back(Event::HeadTimeout { stream });
+            }
+        }
+    }
+
+    /// Closes a connection whose handshake is late; keeps `idle_since` (no request stream
+    /// open, every response acknowledged: quinn has no send stream but our control stream)
+    /// and sends GOAWAY once it is `keepalive` old.
+    fn watch_idle(&mut self, now: Instant) {
+        if self.closed || self.goaway.is_some() {
+            self.idle_since = None;
+            return;
+        }
+        if self.quic.is_handshaking() {
+            if now >= self.handshake_by {
+                log::debug!("HTTP/3 handshake not done within {:?}: closed", self.limits.header_timeout);
+                self.quic.close(now, code(Code::NoError), Bytes::new());
+                self.lost();
+            }
+            return;
+        }
+        if !self.streams_over() {
+            self.idle_since = None;
+            return;
+        }
+        let since = *self.idle_since.get_or_insert(now);
+        if now >= since + self.limits.keepalive {
+            log::debug!("HTTP/3 connection idle for {:?}: GOAWAY", self.limits.keepalive);
+            self.idle_since = None;
+            self.go_away(now);
+        }
     }
 
     fn lost(&mut self) {
@@ -368,6 +506,8 @@ impl H3Conn {
             return;
         }
         self.requests.insert(id, Request::new(self.limits.max_field_section));
+        self.heads.push_back((now + self.limits.header_timeout, id));
+        self.idle_since = None;
         self.read(now, id);
     }
 
@@ -480,7 +620,14 @@ impl H3Conn {
                     ob.queued -= written.bytes;
                 }
                 Err(WriteError::Blocked) => {}
-                Err(WriteError::Stopped(_) | WriteError::ClosedStream) => {
+                Err(WriteError::Stopped(error_code)) => {
+                    // Its `Stopped` event may not have been seen yet: it resets the stream.
+                    let _ = self.quic.send_stream(stream).reset(error_code);
+                    *ob = Outbox { done: true, ..Outbox::default() };
+                    self.events.push_back(Event::Aborted { stream });
+                    return;
+                }
+                Err(WriteError::ClosedStream) => {
                     *ob = Outbox { done: true, ..Outbox::default() };
                     self.events.push_back(Event::Aborted { stream });
                     return;
@@ -488,7 +635,9 @@ impl H3Conn {
             }
         }
         if ob.out.is_empty() && ob.fin {
-            let _ = self.quic.send_stream(stream).finish();
+            if let Err(quinn_proto::FinishError::Stopped(error_code)) = self.quic.send_stream(stream).finish() {
+                let _ = self.quic.send_stream(stream).reset(error_code);
+            }
             ob.done = true;
         }
         if ob.paused && ob.queued < WATERMARK && !ob.done {
@@ -518,13 +667,20 @@ impl H3Conn {
         self.close_if_done(now);
     }
 
-    /// After GOAWAY, closes the connection once no request is left.
+    /// No request stream is open and quinn holds no response data (its only send stream is
+    /// our control stream).
+    fn streams_over(&mut self) -> bool {
+        self.requests.is_empty() && self.quic.streams().send_streams() <= usize::from(self.control.is_some())
+    }
+
+    /// After GOAWAY, closes the connection once no request is left and every response is
+    /// acknowledged (quinn drops what it has not sent when it closes).
     fn close_if_done(&mut self, now: Instant) {
         if self.goaway.is_some()
-            && self.requests.is_empty()
             && !self.closed
             && self.control_out.out.is_empty()
             && self.close_after.is_some_and(|t| now >= t)
+            && self.streams_over()
         {
             self.quic.close(now, code(Code::NoError), Bytes::new());
         }

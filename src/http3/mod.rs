@@ -16,6 +16,8 @@
 //! - `conn.rs`: [`conn::H3Conn`], one connection over a `quinn_proto::Connection`: reads and
 //!   writes its streams, response frames out through a per-stream queue that pauses its
 //!   producer at a watermark (back pressure per exchange), GOAWAY, the error mapping.
+//! - `amplification.rs`: the 3× limit before a client's address is validated, kept exactly
+//!   (quinn lets one datagram pass it).
 //! - `server.rs`: [`server::Server`], one worker's quinn `Endpoint` and its connections:
 //!   datagrams in, datagrams out, timers; Retry under load; stateless resets.
 //! - `keys.rs`, `setup.rs`: the connection-ID, stateless-reset, Retry-token and ticket keys
@@ -96,6 +98,7 @@
 //! subtle enough), and only draining connections pay for it, one copy through a local
 //! socket per datagram they receive, for as long as they drain.
 
+mod amplification;
 pub mod conn;
 pub mod error;
 pub mod frame;

@@ -6,7 +6,9 @@
 //!
 //! Address validation: while the owner says it is under load ([`Server::set_under_load`]), a
 //! new connection whose address is not yet validated is answered with a Retry (its token
-//! sealed with the shared key, so any worker accepts it). A packet for a connection this
+//! sealed with the shared key, so any worker accepts it). Until it is validated, a
+//! connection sends at most three times what it received (each connection counts the
+//! datagrams handed to it, `amplification.rs`). A packet for a connection this
 //! endpoint does not know, whose CID forkd issued, is answered with a stateless reset (quinn
 //! does it, with the shared reset key). This file must not touch sockets or handlers.
 
@@ -138,10 +140,13 @@ impl Server {
             return None;
         }
         let mut buf = Vec::new();
+        let (len, keyed) = (data.len(), super::amplification::keyed_only(&data));
         let event = self.endpoint.handle(now, remote, local_ip, ecn, data, &mut buf)?;
         let ch = match event {
             DatagramEvent::ConnectionEvent(ch, event) => {
-                self.conns.get_mut(&ch)?.handle_event(now, event);
+                let conn = self.conns.get_mut(&ch)?;
+                conn.received(remote, len, keyed);
+                conn.handle_event(now, event);
                 ch
             }
             DatagramEvent::Response(transmit) => {
@@ -156,9 +161,11 @@ impl Server {
                     }
                     return None;
                 }
+                let validated = incoming.remote_address_validated();
                 match self.endpoint.accept(incoming, now, &mut buf, None) {
                     Ok((ch, quic)) => {
-                        let mut conn = H3Conn::new(quic, self.limits);
+                        let mut conn = H3Conn::new(quic, self.limits, validated, now);
+                        conn.received(remote, len, false);
                         conn.handle_timeout(now);
                         self.conns.insert(ch, conn);
                         ch

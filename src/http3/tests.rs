@@ -28,6 +28,9 @@ use super::varint;
 const CLIENT: &str = "127.0.0.1:40000";
 const SERVER: &str = "127.0.0.1:4433";
 const SECRET: [u8; 32] = [9; 32];
+/// The HTTP/3 limits of the servers here (a small field section).
+const CONN: ConnLimits =
+    ConnLimits { max_field_section: 4096, header_timeout: Duration::from_secs(10), keepalive: Duration::from_secs(5) };
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().expect("literal address")
@@ -35,9 +38,13 @@ fn addr(s: &str) -> SocketAddr {
 
 /// A certificate for `localhost`: the server's key and the client's trust root.
 fn certificate() -> (Arc<rustls::sign::CertifiedKey>, CertificateDer<'static>) {
+    certificate_for(vec!["localhost".into()])
+}
+
+/// A certificate for `names` (the first `localhost`): the server's key and the client's root.
+fn certificate_for(names: Vec<String>) -> (Arc<rustls::sign::CertifiedKey>, CertificateDer<'static>) {
     let key = rcgen::KeyPair::generate().expect("key");
-    let cert =
-        rcgen::CertificateParams::new(vec!["localhost".into()]).expect("params").self_signed(&key).expect("cert");
+    let cert = rcgen::CertificateParams::new(names).expect("params").self_signed(&key).expect("cert");
     let der = CertificateDer::from(cert.der().to_vec());
     let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
     let signing = crate::tls::provider().key_provider.load_private_key(private).expect("key loads");
@@ -106,11 +113,38 @@ impl Pair {
         store: Option<Arc<dyn rustls::server::StoresServerSessions>>,
         limits: setup::Limits,
     ) -> Pair {
+        Pair::with_all(under_load, store, limits, CONN)
+    }
+
+    /// A pair whose server has the HTTP/3 limits `conn`.
+    fn with_conn(conn: ConnLimits) -> Pair {
+        let limits = setup::Limits { max_field_section: 4096, ..setup::Limits::default() };
+        Pair::with_all(false, None, limits, conn)
+    }
+
+    /// [`Pair::with_limits`] whose server has the HTTP/3 limits `conn`.
+    fn with_all(
+        under_load: bool,
+        store: Option<Arc<dyn rustls::server::StoresServerSessions>>,
+        limits: setup::Limits,
+        conn: ConnLimits,
+    ) -> Pair {
+        Pair::with_certificate(under_load, store, limits, conn, certificate())
+    }
+
+    /// [`Pair::with_all`] whose server has the certificate `cert` (key, root).
+    fn with_certificate(
+        under_load: bool,
+        store: Option<Arc<dyn rustls::server::StoresServerSessions>>,
+        limits: setup::Limits,
+        conn: ConnLimits,
+        cert: (Arc<rustls::sign::CertifiedKey>, CertificateDer<'static>),
+    ) -> Pair {
         let early = store.is_some();
-        let (key, root) = certificate();
+        let (key, root) = cert;
         let keys = QuicKeys::derive(&SECRET);
         let config = setup::server_config(Arc::clone(&key), &keys, &limits, store).expect("server config");
-        let mut server = Server::new(setup::endpoint_config(&keys, 1), config, ConnLimits { max_field_section: 4096 });
+        let mut server = Server::new(setup::endpoint_config(&keys, 1), config, conn);
         server.set_under_load(under_load);
 
         let mut roots = rustls::RootCertStore::empty();
@@ -618,7 +652,7 @@ fn another_worker_answers_a_stray_packet_with_a_stateless_reset() {
     let (key, _) = certificate();
     let keys = QuicKeys::derive(&SECRET);
     let config = setup::server_config(key, &keys, &setup::Limits::default(), None).expect("config");
-    let mut other = Server::new(setup::endpoint_config(&keys, 2), config, ConnLimits { max_field_section: 4096 });
+    let mut other = Server::new(setup::endpoint_config(&keys, 2), config, CONN);
     let mut answers = Vec::new();
     let later = p.now + Duration::from_secs(1);
     let padded = [&stray[..], &[0u8; 40][..]].concat();
@@ -657,8 +691,7 @@ fn a_sibling_of_the_same_slot_drops_the_others_packets_instead_of_resetting() {
     let keys = QuicKeys::derive(&SECRET);
     let sibling = |gen: u8, on: bool, refuse_new: bool| {
         let config = setup::server_config(key.clone(), &keys, &setup::Limits::default(), None).expect("config");
-        let mut s =
-            Server::new(setup::worker_endpoint_config(&keys, 1, gen), config, ConnLimits { max_field_section: 4096 });
+        let mut s = Server::new(setup::worker_endpoint_config(&keys, 1, gen), config, CONN);
         s.set_identity(1, gen, keys.worker_cids(1, gen));
         s.set_sibling(on, refuse_new);
         s
@@ -732,7 +765,7 @@ fn resume_on_another_worker(
     let keys = QuicKeys::derive(&SECRET);
     let limits = setup::Limits { max_field_section: 4096, ..setup::Limits::default() };
     let config = setup::server_config(Arc::clone(&p.cert), &keys, &limits, Some(other)).expect("config");
-    p.server = Server::new(setup::endpoint_config(&keys, 2), config, ConnLimits { max_field_section: 4096 });
+    p.server = Server::new(setup::endpoint_config(&keys, 2), config, CONN);
     p.reconnect();
     assert!(p.client.has_0rtt(), "the client offers 0-RTT");
     let get = p.get("/early");
@@ -811,4 +844,195 @@ fn an_idle_connection_is_forgotten_after_the_idle_timeout() {
     p.run_until(|p| p.server.is_empty());
     let idle = p.now - quiet_since;
     assert!(idle >= Duration::from_millis(1_900) && idle < Duration::from_secs(5), "forgotten after {idle:?}");
+}
+
+#[test]
+fn a_head_late_past_the_header_timeout_is_reported_once() {
+    let mut p = Pair::with_conn(ConnLimits { header_timeout: Duration::from_secs(1), ..CONN });
+    // Ten bytes of a head, then nothing; a whole request beside it.
+    let id = p.client.streams().open(Dir::Bi).expect("a stream");
+    let mut block = Vec::new();
+    Encoder.begin(&mut block);
+    Encoder.field(b":method", b"GET", &mut block);
+    Encoder.field(b":path", b"/a-long-enough-path", &mut block);
+    let mut head = Vec::new();
+    frame::write_header(frame::ty::HEADERS, block.len() as u64, &mut head);
+    head.extend_from_slice(&block);
+    p.client.send_stream(id).write(&head[..10]).expect("written");
+    p.watch(id);
+    let whole = p.get("/");
+    let opened = p.now;
+    let (mut late, mut requests) = (Vec::new(), 0);
+    p.run_until(|p| {
+        for (ch, event) in p.server_events() {
+            match event {
+                Event::HeadTimeout { stream } => {
+                    late.push((stream, p.now - opened));
+                    let conn = p.server.conn(ch).expect("connection");
+                    conn.send_head(stream, 408, []).expect("open");
+                    conn.finish(stream).expect("open");
+                }
+                Event::Request { stream, .. } => {
+                    assert_eq!(stream, whole);
+                    requests += 1;
+                }
+                _ => {}
+            }
+        }
+        p.streams[&id].fin
+    });
+    assert_eq!(late.len(), 1, "one report, for the late head only: {late:?}");
+    assert_eq!(late[0].0, id);
+    assert!(late[0].1 >= Duration::from_secs(1) && late[0].1 < Duration::from_millis(1_500), "{late:?}");
+    assert_eq!((requests, p.response(id).status()), (1, Some(&b"408"[..])));
+}
+
+#[test]
+fn pings_do_not_keep_open_a_connection_with_no_request_stream() {
+    let mut p = Pair::with_conn(ConnLimits { keepalive: Duration::from_secs(1), ..CONN });
+    let id = p.get("/");
+    p.watch(id);
+    p.answer_until_fin(id, 204);
+    let answered = p.now;
+    // A PING every 100 ms: the QUIC connection is never idle.
+    while p.lost.is_none() && p.now < answered + Duration::from_secs(4) {
+        p.now += Duration::from_millis(100);
+        p.client.ping();
+        p.client.handle_timeout(p.now);
+        let _ = p.server.handle_timeouts(p.now);
+        while p.pump() {}
+    }
+    let after = p.now - answered;
+    assert!(p.server_control().iter().any(|f| matches!(f, Frame::Goaway(4))), "{:?}", p.server_control());
+    match &p.lost {
+        Some(ConnectionError::ApplicationClosed(close)) => assert_eq!(close.error_code, VarInt::from_u32(0x100)),
+        other => panic!("closed with H3_NO_ERROR, not {other:?}"),
+    }
+    assert!(after >= Duration::from_secs(1) && after < Duration::from_secs(3), "closed {after:?} after the answer");
+}
+
+#[test]
+fn a_stream_the_client_stops_is_reset_and_its_credit_comes_back() {
+    let limits = setup::Limits { max_field_section: 4096, max_streams: 2, ..setup::Limits::default() };
+    let mut p = Pair::with_limits(false, None, limits);
+    // Two answers that go on (event streams), both stopped by the client once their heads
+    // are in.
+    let ids = [p.get("/events"), p.get("/events")];
+    for id in ids {
+        p.watch(id);
+    }
+    let mut aborted = 0;
+    p.run_until(|p| {
+        for (ch, event) in p.server_events() {
+            let conn = p.server.conn(ch).expect("connection");
+            match event {
+                Event::Request { stream, .. } => conn.send_head(stream, 200, []).expect("open"),
+                Event::Aborted { .. } => aborted += 1,
+                _ => {}
+            }
+        }
+        ids.iter().all(|id| !p.streams[id].bytes.is_empty())
+    });
+    assert!(p.client.streams().open(Dir::Bi).is_none(), "the limit of 2 is reached");
+    for id in ids {
+        p.client.recv_stream(id).stop(VarInt::from_u32(Code::RequestCancelled.value() as u32)).expect("open");
+        p.streams.remove(&id);
+    }
+    let mut third = None;
+    p.run_until(|p| {
+        for (_, event) in p.server_events() {
+            if let Event::Aborted { .. } = event {
+                aborted += 1;
+            }
+        }
+        third = p.client.streams().open(Dir::Bi);
+        third.is_some()
+    });
+    assert_eq!(aborted, 2, "each stopped stream is over for its producer");
+}
+
+#[test]
+fn answers_before_address_validation_stay_within_three_times_what_arrived() {
+    let mut p = Pair::with(false, true);
+    // A session to resume, then a client whose datagrams reach the server while the
+    // server's never come back: its address is never validated.
+    let id = p.get("/");
+    p.watch(id);
+    p.answer_until_fin(id, 204);
+    p.reconnect();
+    assert!(p.client.has_0rtt(), "the client resumes with 0-RTT keys");
+    // Requests that fill the first datagram and spill into a smaller second one.
+    let path = format!("/{}", "e".repeat(300));
+    for _ in 0..4 {
+        p.get(&path);
+    }
+    let (mut received, mut sent, mut new) = (0, 0, None);
+    let mut buf = Vec::new();
+    while let Some(t) = p.client.poll_transmit(p.now, 1, &mut buf) {
+        received += t.size;
+        let mut answers = Vec::new();
+        let datagram = BytesMut::from(&buf[..t.size]);
+        new = new.or(p.server.handle_datagram(p.now, addr(CLIENT), None, None, datagram, &mut answers));
+        sent += answers.iter().map(|a| a.transmit.size).sum::<usize>();
+        buf.clear();
+    }
+    let new = new.expect("a new connection");
+    // Every early GET is answered with 2 000 bytes; the server's loss timers fire as they will.
+    let body = Bytes::from(vec![b'x'; 2000]);
+    let end = p.now + Duration::from_secs(20);
+    while p.now < end {
+        let Some(conn) = p.server.conn(new) else { break };
+        while let Some(event) = conn.poll_event() {
+            if let Event::Request { stream, .. } = event {
+                conn.send_head(stream, 200, []).expect("open");
+                conn.send_data(stream, body.clone()).expect("open");
+                conn.finish(stream).expect("open");
+            }
+        }
+        while let Some(out) = p.server.poll_transmit(p.now, new, 10) {
+            sent += out.transmit.size;
+        }
+        let Some(next) = p.server.conn(new).and_then(H3Conn::poll_timeout) else { break };
+        p.now = p.now.max(next);
+        let _ = p.server.handle_timeouts(p.now);
+    }
+    eprintln!("{sent} bytes for {received}: {:.2}x", sent as f64 / received as f64);
+    assert!(sent > 0 && sent <= 3 * received, "{sent} bytes for {received}: {:.2}x", sent as f64 / received as f64);
+}
+
+#[test]
+fn a_certificate_larger_than_the_first_flight_does_not_wait_for_loss_timers() {
+    // The client's Handshake packets validate its address as they do quinn's: the rest of a
+    // long chain goes out on their arrival, not after loss timers.
+    let names: Vec<String> =
+        std::iter::once("localhost".to_string()).chain((0..400).map(|i| format!("host-{i}.example.org"))).collect();
+    let cert = certificate_for(names);
+    assert!(cert.1.len() > 8_000, "a certificate of {} bytes", cert.1.len());
+    let limits = setup::Limits { max_field_section: 4096, ..setup::Limits::default() };
+    let start = Instant::now();
+    let p = Pair::with_certificate(false, None, limits, CONN, cert);
+    let took = p.now - start;
+    assert!(took < Duration::from_millis(200), "the handshake took {took:?} of loss timers");
+}
+
+#[test]
+fn a_handshake_not_done_within_the_header_timeout_is_closed() {
+    let mut p = Pair::with_conn(ConnLimits { header_timeout: Duration::from_secs(1), ..CONN });
+    // A second client whose first flight arrives and which never answers.
+    p.reconnect();
+    let (start, mut buf, mut new) = (p.now, Vec::new(), None);
+    while let Some(t) = p.client.poll_transmit(p.now, 1, &mut buf) {
+        let datagram = BytesMut::from(&buf[..t.size]);
+        new = new.or(p.server.handle_datagram(p.now, addr(CLIENT), None, None, datagram, &mut Vec::new()));
+        buf.clear();
+    }
+    let new = new.expect("a new connection");
+    while p.server.conn(new).is_some_and(|c| !c.quic().is_closed()) && p.now < start + Duration::from_secs(60) {
+        while p.server.poll_transmit(p.now, new, 10).is_some() {}
+        let Some(next) = p.server.conn(new).and_then(H3Conn::poll_timeout) else { break };
+        p.now = p.now.max(next);
+        let _ = p.server.handle_timeouts(p.now);
+    }
+    let took = p.now - start;
+    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(2), "closed after {took:?}");
 }

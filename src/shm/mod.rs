@@ -4,8 +4,8 @@
 //! It holds only fixed-size records of atomics (no pointers, no locks), laid
 //! out once. Today: one [`ProcRecord`] per live worker process (heartbeat,
 //! state, counters), a parallel [`metrics::ProcMetrics`] block per process
-//! plus the retired block (`GET /metrics`), the rate-limit table and the user change
-//! counters ([`epochs`]); later
+//! plus the retired block (`GET /metrics`), the rate-limit table, the user change
+//! counters ([`epochs`]) and the recent revocations of access tokens ([`revoked`]); later
 //! zones are added here as more fixed arrays. The shared cache, sized from the configuration, lives in
 //! its own mapping instead ([`cache`]), and so do HTTP/3's TLS sessions ([`sessions`]). It must not grow, allocate or hold
 //! Rust pointers.
@@ -14,6 +14,7 @@ pub mod cache;
 pub mod epochs;
 pub mod metrics;
 pub mod ratelimit;
+pub mod revoked;
 pub mod sessions;
 
 use std::io;
@@ -88,6 +89,8 @@ pub struct Region {
     pub rate: ratelimit::RateTable,
     /// Change counters of user records (what a worker's memo of users checks).
     pub users: epochs::Epochs,
+    /// Accounts whose access tokens were revoked lately (what the event loop checks).
+    pub revoked: revoked::Revocations,
     /// One past the highest record index ever claimed: readers that walk the
     /// records stop here. A walk over all [`MAX_PROCS`] records maps in 128 KiB
     /// of pages no process ever wrote (a read of untouched shared memory still
@@ -103,7 +106,9 @@ impl Region {
         // SAFETY: the mapping is page-aligned (≥ 64), large enough, zero-filled
         // (a valid value for every atomic in `Region`) and never unmapped, so a
         // shared `'static` reference to it is sound; all access goes through atomics.
-        Ok(unsafe { &*(ptr as *const Region) })
+        let region = unsafe { &*(ptr as *const Region) };
+        region.revoked.start(crate::auth::jwt::now_ms());
+        Ok(region)
     }
 
     /// Claim a free record for a new process (supervisor only).

@@ -61,17 +61,78 @@ both!(users_and_emails, |store: &Store| {
     let taken = UserChanges { email: Some("BOB@X.IO".into()), ..Default::default() };
     assert!(matches!(store.update_user(alice.id, &taken), Err(StoreError::Duplicate("email"))));
     let recase = UserChanges { email: Some("ALICE@example.com".into()), age: Some(None), ..Default::default() };
-    let changed = store.update_user(alice.id, &recase).expect("own e-mail re-cased").expect("exists");
+    let changed = store.update_user(alice.id, &recase).expect("own e-mail re-cased").expect("exists").user;
     assert_eq!((changed.email.as_str(), changed.age, changed.name.as_str()), ("ALICE@example.com", None, "Alice"));
     assert!(changed.updated_at >= alice.updated_at && changed.created_at == alice.created_at);
     assert_eq!(store.update_user(9999, &UserChanges::default()).expect("update"), None);
 
     let post = store.create_post(bob.id, "t", "b").expect("post");
-    store.insert_refresh("h1", "fam", bob.id, NOW + 100).expect("token");
+    store.insert_refresh("h1", "fam", bob.id, 0, NOW + 100).expect("token");
     assert!(store.delete_user(bob.id).expect("delete"));
     assert!(!store.delete_user(bob.id).expect("delete again"));
     assert_eq!(store.get_post(post.id).expect("get"), None, "posts go with their author");
     assert_eq!(store.rotate_refresh("h1", "h2", NOW, NOW + 10).expect("rotate"), Rotation::Invalid);
+});
+
+both!(ids_are_never_given_twice, |store: &Store| {
+    // SQLite: `AUTOINCREMENT` (migration 3). PostgreSQL: `BIGSERIAL` draws from a sequence,
+    // which never hands a value out twice. Either way the newest row, deleted, keeps its id.
+    let a = store.create_user(&new_user("a", "a@x.io", None, Role::User)).expect("user").id;
+    let b = store.create_user(&new_user("b", "b@x.io", None, Role::User)).expect("user").id;
+    let p1 = store.create_post(a, "t", "").expect("post").id;
+    let p2 = store.create_post(a, "t", "").expect("post").id;
+    assert!(store.delete_post(p2).expect("delete the newest post"));
+    assert!(store.delete_user(b).expect("delete the newest user"));
+    let c = store.create_user(&new_user("c", "c@x.io", None, Role::User)).expect("user").id;
+    assert!(c > b, "a new user got id {c}, the deleted newest one had {b}");
+    let p3 = store.create_post(a, "t", "").expect("post").id;
+    assert!(p3 > p2 && p2 > p1, "a new post got id {p3}, the deleted newest one had {p2}");
+    assert!(store.delete_user(a).expect("delete a user with posts"));
+    let d = store.create_user(&new_user("d", "d@x.io", None, Role::User)).expect("user").id;
+    assert!(d > c);
+    assert_eq!(store.create_post(d, "t", "").expect("post").id, p3 + 1, "posts deleted by the cascade too");
+});
+
+both!(token_generation_follows_password_and_role, |store: &Store| {
+    let u = store.create_user(&new_user("u", "u@x.io", None, Role::User)).expect("user");
+    assert_eq!((u.token_gen, store.token_gen(u.id).expect("gen")), (0, Some(0)));
+    let change = |c: UserChanges| store.update_user(u.id, &c).expect("update").expect("exists");
+    let name = change(UserChanges { name: Some("n".into()), email: Some("U@x.io".into()), ..Default::default() });
+    assert_eq!((name.revoked, name.user.token_gen), (false, 0), "name and e-mail leave tokens alone");
+    let same_role = change(UserChanges { role: Some(Role::User), ..Default::default() });
+    assert_eq!((same_role.revoked, same_role.user.token_gen), (false, 0), "the role it already has");
+    let promoted = change(UserChanges { role: Some(Role::Admin), ..Default::default() });
+    assert_eq!((promoted.revoked, promoted.user.token_gen, promoted.user.role), (true, 1, Role::Admin));
+    let password = change(UserChanges { password_hash: Some("$argon2id$new".into()), ..Default::default() });
+    assert_eq!((password.revoked, password.user.token_gen), (true, 2));
+    assert_eq!(store.password_hash(u.id).expect("hash").as_deref(), Some("$argon2id$new"));
+    let (found, hash) = store.user_by_email("u@x.io").expect("by e-mail").expect("found");
+    assert_eq!((found.token_gen, hash.as_str()), (2, "$argon2id$new"));
+    assert_eq!(store.get_user(u.id).expect("get").map(|u| u.token_gen), Some(2));
+    let both = change(UserChanges {
+        role: Some(Role::User),
+        password_hash: Some("$argon2id$newer".into()),
+        ..Default::default()
+    });
+    assert_eq!((both.revoked, both.user.token_gen), (true, 3), "one change, one step");
+    let json = serde_json::to_value(&both.user).expect("json");
+    assert!(json.get("tokenGen").is_none() && json.get("token_gen").is_none(), "never shown: {json}");
+
+    // A refresh-token family is bound to the generation of its login.
+    store.insert_refresh("old", "before", u.id, 3, NOW + 100).expect("insert");
+    store.insert_refresh("stale", "raced", u.id, 2, NOW + 100).expect("a login that read the old generation");
+    change(UserChanges { password_hash: Some("$argon2id$newest".into()), ..Default::default() });
+    assert_eq!(store.rotate_refresh("old", "x1", NOW, NOW + 200).expect("rotate"), Rotation::Invalid);
+    assert_eq!(store.rotate_refresh("stale", "x2", NOW, NOW + 200).expect("rotate"), Rotation::Invalid);
+    store.insert_refresh("new", "after", u.id, 4, NOW + 100).expect("insert");
+    assert_eq!(
+        store.rotate_refresh("new", "x3", NOW, NOW + 200).expect("rotate"),
+        Rotation::Rotated { user_id: u.id, gen: 4 }
+    );
+
+    assert!(store.delete_user(u.id).expect("delete"));
+    assert_eq!((store.token_gen(u.id).expect("gen"), store.password_hash(u.id).expect("hash")), (None, None));
+    assert_eq!(store.rotate_refresh("x3", "x4", NOW, NOW + 200).expect("rotate"), Rotation::Invalid);
 });
 
 both!(list_filters_sorts_and_pages, |store: &Store| {
@@ -138,18 +199,24 @@ both!(posts_newest_first, |store: &Store| {
 
 both!(refresh_families, |store: &Store| {
     let uid = store.create_user(&new_user("u", "u@x.io", None, Role::User)).expect("user").id;
-    store.insert_refresh("h1", "fam", uid, NOW + 100).expect("insert");
-    assert!(matches!(store.insert_refresh("h1", "fam", uid, NOW), Err(StoreError::Duplicate("hash"))));
-    assert_eq!(store.rotate_refresh("h1", "h2", NOW, NOW + 200).expect("rotate"), Rotation::Rotated { user_id: uid });
+    store.insert_refresh("h1", "fam", uid, 0, NOW + 100).expect("insert");
+    assert!(matches!(store.insert_refresh("h1", "fam", uid, 0, NOW), Err(StoreError::Duplicate("hash"))));
+    assert_eq!(
+        store.rotate_refresh("h1", "h2", NOW, NOW + 200).expect("rotate"),
+        Rotation::Rotated { user_id: uid, gen: 0 }
+    );
     assert_eq!(store.rotate_refresh("h1", "h3", NOW, NOW + 200).expect("reuse"), Rotation::Reused);
     assert_eq!(store.rotate_refresh("h2", "h4", NOW, NOW + 200).expect("revoked"), Rotation::Invalid);
     assert_eq!(store.rotate_refresh("nope", "h5", NOW, NOW + 200).expect("unknown"), Rotation::Invalid);
-    store.insert_refresh("e1", "expired", uid, NOW).expect("insert");
+    store.insert_refresh("e1", "expired", uid, 0, NOW).expect("insert");
     assert_eq!(store.rotate_refresh("e1", "e2", NOW, NOW + 200).expect("expired"), Rotation::Invalid);
-    store.insert_refresh("l1", "live", uid, NOW + 10).expect("insert");
-    assert_eq!(store.rotate_refresh("l1", "l2", NOW, NOW + 200).expect("rotate"), Rotation::Rotated { user_id: uid });
+    store.insert_refresh("l1", "live", uid, 0, NOW + 10).expect("insert");
+    assert_eq!(
+        store.rotate_refresh("l1", "l2", NOW, NOW + 200).expect("rotate"),
+        Rotation::Rotated { user_id: uid, gen: 0 }
+    );
     assert!(store.revoke_family("g0").is_ok_and(|known| !known));
-    store.insert_refresh("g1", "gone", uid, NOW + 100).expect("insert");
+    store.insert_refresh("g1", "gone", uid, 0, NOW + 100).expect("insert");
     assert!(store.revoke_family("g1").expect("logout"));
     assert_eq!(store.rotate_refresh("g1", "g2", NOW, NOW + 200).expect("after logout"), Rotation::Invalid);
     // "expired" and "gone" have no token alive at NOW + 150; "fam" (h2) and "live" (l2) do,
@@ -163,7 +230,7 @@ both!(one_of_two_concurrent_rotations_wins, |store: &Store| {
     let uid = store.create_user(&new_user("u", "u@x.io", None, Role::User)).expect("user").id;
     for round in 0..5 {
         let (old, family) = (format!("r{round}"), format!("f{round}"));
-        store.insert_refresh(&old, &family, uid, NOW + 100).expect("insert");
+        store.insert_refresh(&old, &family, uid, 0, NOW + 100).expect("insert");
         let barrier = std::sync::Barrier::new(2);
         let outcomes: Vec<Rotation> = std::thread::scope(|s| {
             let spawn = |n: u8| {
@@ -177,7 +244,7 @@ both!(one_of_two_concurrent_rotations_wins, |store: &Store| {
             vec![a.join().expect("join"), b.join().expect("join")]
         });
         assert!(
-            outcomes.contains(&Rotation::Rotated { user_id: uid }) && outcomes.contains(&Rotation::Reused),
+            outcomes.contains(&Rotation::Rotated { user_id: uid, gen: 0 }) && outcomes.contains(&Rotation::Reused),
             "{outcomes:?}"
         );
     }
@@ -204,7 +271,7 @@ fn postgres_unmigrated_database_is_refused_then_served_after_migrate() {
     let Some(url) = pg::testutil::fresh_database("unmigrated") else { return };
     let store = Store::open(Target::Postgres(&url), 1).expect("open connects to nothing");
     match store.ping() {
-        Err(StoreError::Unavailable(m)) => assert!(m.contains("schema version 0, expected 2"), "{m}"),
+        Err(StoreError::Unavailable(m)) => assert!(m.contains("schema version 0, expected 3"), "{m}"),
         other => panic!("expected Unavailable, got {other:?}"),
     }
     // Two hosts migrating at once: the advisory lock makes one wait, both succeed.

@@ -122,6 +122,77 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         );
         ",
     },
+    // Ids are never given twice, and every account carries a token generation.
+    //
+    // SQLite: an `INTEGER PRIMARY KEY` without `AUTOINCREMENT` takes the highest id in use
+    // plus one, so deleting the newest row hands its id to the next insert (a new account
+    // inheriting a deleted one's id while tokens for that id are still valid). SQLite cannot
+    // change a column, so each table with an integer id is rebuilt as SQLite prescribes
+    // (sqlite.org/lang_altertable.html, "other kinds of schema changes"): a new table, the rows
+    // copied with their ids, the old one dropped, the new one renamed, its indexes made again;
+    // the runner turns foreign-key enforcement off around it (else dropping `users` would
+    // cascade to every post and token) and checks the keys before it commits. Copying the ids
+    // into an `AUTOINCREMENT` table sets its `sqlite_sequence` row to the highest id, and the
+    // rename carries that row over. (An id deleted before this migration, above every id left,
+    // can still be given once more: nothing recorded it.)
+    //
+    // PostgreSQL: `BIGSERIAL` draws from a sequence, which never goes back (a value drawn by a
+    // transaction that rolls back is skipped, not reused), so its tables stay as they are.
+    //
+    // Both: `users.token_gen` is bumped when an account's password or role changes; an access
+    // token carries the value it was issued under and a refresh-token family the value of its
+    // login, and neither is accepted once they differ (see `app::session`).
+    Migration {
+        version: 3,
+        sql: "
+        CREATE TABLE users_new (
+            id            INTEGER PRIMARY KEY AUTOINCREMENT,
+            name          TEXT NOT NULL,
+            email         TEXT NOT NULL UNIQUE COLLATE NOCASE,
+            password_hash TEXT NOT NULL,
+            age           INTEGER,
+            role          TEXT NOT NULL CHECK (role IN ('user', 'admin')),
+            created_at    TEXT NOT NULL,
+            updated_at    TEXT NOT NULL,
+            token_gen     INTEGER NOT NULL DEFAULT 0
+        );
+        INSERT INTO users_new (id, name, email, password_hash, age, role, created_at, updated_at)
+            SELECT id, name, email, password_hash, age, role, created_at, updated_at FROM users;
+        DROP TABLE users;
+        ALTER TABLE users_new RENAME TO users;
+
+        CREATE TABLE posts_new (
+            id         INTEGER PRIMARY KEY AUTOINCREMENT,
+            user_id    INTEGER NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+            title      TEXT NOT NULL,
+            body       TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        INSERT INTO posts_new (id, user_id, title, body, created_at, updated_at)
+            SELECT id, user_id, title, body, created_at, updated_at FROM posts;
+        DROP TABLE posts;
+        ALTER TABLE posts_new RENAME TO posts;
+        CREATE INDEX posts_user_id ON posts (user_id, id);
+
+        CREATE TABLE notifications_new (
+            id         INTEGER PRIMARY KEY AUTOINCREMENT,
+            title      TEXT NOT NULL,
+            body       TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        INSERT INTO notifications_new (id, title, body, created_at)
+            SELECT id, title, body, created_at FROM notifications;
+        DROP TABLE notifications;
+        ALTER TABLE notifications_new RENAME TO notifications;
+
+        ALTER TABLE token_families ADD COLUMN gen INTEGER NOT NULL DEFAULT 0;
+        ",
+        postgres: "
+        ALTER TABLE users ADD COLUMN token_gen BIGINT NOT NULL DEFAULT 0;
+        ALTER TABLE token_families ADD COLUMN gen BIGINT NOT NULL DEFAULT 0;
+        ",
+    },
 ];
 
 /// The schema version this binary expects (the last migration's).
@@ -139,8 +210,27 @@ pub(crate) fn current_version(conn: &Connection) -> Result<u32, StoreError> {
 /// Fails if the database is newer than this binary (a downgrade), rather than running old
 /// code against a schema it does not know.
 pub(crate) fn run(conn: &mut Connection) -> Result<(), StoreError> {
+    run_until(conn, latest_version())
+}
+
+/// Apply the migrations up to version `last` (all of them in [`run`]; fewer in tests that
+/// need a database as an older binary left it).
+///
+/// Foreign-key enforcement is off while migrations run (a rebuilt table is dropped while
+/// others still refer to it, and SQLite ignores the setting inside a transaction, so it is
+/// changed around them) and each migration checks every key before it commits: one that
+/// would leave a dangling reference fails and changes nothing.
+fn run_until(conn: &mut Connection, last: u32) -> Result<(), StoreError> {
+    conn.pragma_update(None, "foreign_keys", false)?;
+    let applied = apply(conn, last);
+    let restored = conn.pragma_update(None, "foreign_keys", true);
+    applied?;
+    Ok(restored?)
+}
+
+fn apply(conn: &mut Connection, last: u32) -> Result<(), StoreError> {
     let latest = latest_version();
-    for m in MIGRATIONS {
+    for m in MIGRATIONS.iter().filter(|m| m.version <= last) {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let version = current_version(&tx)?;
         if version > latest {
@@ -152,6 +242,13 @@ pub(crate) fn run(conn: &mut Connection) -> Result<(), StoreError> {
             continue; // dropping `tx` rolls back an empty transaction
         }
         tx.execute_batch(m.sql)?;
+        let dangling: i64 = tx.query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |row| row.get(0))?;
+        if dangling > 0 {
+            return Err(StoreError::Sql(format!(
+                "migration {} would leave {dangling} rows referring to missing rows",
+                m.version
+            )));
+        }
         tx.pragma_update(None, "user_version", m.version)?;
         tx.commit()?;
         log::info!("store: applied migration {}", m.version);
@@ -168,7 +265,13 @@ mod tests {
         for (i, m) in MIGRATIONS.iter().enumerate() {
             assert_eq!(m.version as usize, i + 1, "migration #{i} has version {}", m.version);
         }
-        assert_eq!(latest_version(), 2);
+        assert_eq!(latest_version(), 3);
+    }
+
+    /// The `CREATE` statement of `table`.
+    fn schema_of(conn: &Connection, table: &str) -> String {
+        conn.query_row("SELECT sql FROM sqlite_master WHERE name = ?1", [table], |r| r.get(0))
+            .unwrap_or_else(|e| panic!("{table}: {e}"))
     }
 
     #[test]
@@ -177,8 +280,110 @@ mod tests {
         run(&mut conn).expect("first");
         run(&mut conn).expect("second");
         assert_eq!(current_version(&conn).expect("version"), latest_version());
-        let tables: i64 =
-            conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'", [], |r| r.get(0)).expect("count");
+        let tables: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("count");
         assert_eq!(tables, 5, "users, posts, token_families, refresh_tokens, notifications");
+        for table in ["users", "posts", "notifications"] {
+            assert!(schema_of(&conn, table).contains("AUTOINCREMENT"), "{table}: {}", schema_of(&conn, table));
+        }
+    }
+
+    /// `INSERT … RETURNING id` of a user with this e-mail.
+    fn add_user(conn: &Connection, email: &str) -> i64 {
+        conn.query_row(
+            "INSERT INTO users (name, email, password_hash, role, created_at, updated_at) \
+             VALUES ('n', ?1, 'h', 'user', 't', 't') RETURNING id",
+            [email],
+            |r| r.get(0),
+        )
+        .expect("insert user")
+    }
+
+    fn add_post(conn: &Connection, user: i64) -> i64 {
+        conn.query_row(
+            "INSERT INTO posts (user_id, title, body, created_at, updated_at) VALUES (?1, 't', 'b', 't', 't') \
+             RETURNING id",
+            [user],
+            |r| r.get(0),
+        )
+        .expect("insert post")
+    }
+
+    fn count(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    #[test]
+    fn the_old_schema_gave_a_deleted_id_again_and_the_rebuilt_tables_never_do() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut conn = Connection::open(dir.path().join("old.db")).expect("open");
+        conn.pragma_update(None, "foreign_keys", true).expect("foreign keys");
+        run_until(&mut conn, 2).expect("the schema of an older binary");
+
+        // What the old tables do: the highest id, deleted, is the next insert's.
+        let (a, b, c) = (add_user(&conn, "a@x.io"), add_user(&conn, "b@x.io"), add_user(&conn, "c@x.io"));
+        conn.execute("DELETE FROM users WHERE id = ?1", [c]).expect("delete");
+        assert_eq!(add_user(&conn, "c2@x.io"), c, "the bug: INTEGER PRIMARY KEY reuses the highest deleted id");
+        let (pa, pb) = (add_post(&conn, a), add_post(&conn, b));
+        conn.execute_batch(
+            "INSERT INTO token_families (family, user_id) VALUES ('fam-b', 2);
+             INSERT INTO refresh_tokens (hash, family, user_id, expires_at) VALUES ('h-b', 'fam-b', 2, 99);
+             INSERT INTO notifications (title, body, created_at) VALUES ('n1', '', 't'), ('n2', '', 't');",
+        )
+        .expect("tokens and notifications");
+        let before: Vec<(i64, String, String)> = conn
+            .prepare("SELECT id, email, password_hash FROM users ORDER BY id")
+            .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect())
+            .expect("users before");
+
+        run(&mut conn).expect("migrate an old database");
+        assert_eq!(current_version(&conn).expect("version"), 3);
+        let after: Vec<(i64, String, String)> = conn
+            .prepare("SELECT id, email, password_hash FROM users ORDER BY id")
+            .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect())
+            .expect("users after");
+        assert_eq!(after, before, "every user kept, with its id");
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM posts"), 2);
+        assert_eq!(count(&conn, "SELECT seq FROM sqlite_sequence WHERE name = 'users'"), c);
+        assert_eq!(count(&conn, "SELECT seq FROM sqlite_sequence WHERE name = 'posts'"), pb);
+        assert_eq!(count(&conn, "SELECT seq FROM sqlite_sequence WHERE name = 'notifications'"), 2);
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM sqlite_sequence WHERE name LIKE '%_new'"), 0);
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM users WHERE token_gen = 0"), 3);
+        assert_eq!(count(&conn, "SELECT gen FROM token_families WHERE family = 'fam-b'"), 0);
+        assert_eq!(count(&conn, "PRAGMA foreign_keys"), 1, "enforcement is back on");
+        let index = schema_of(&conn, "posts_user_id");
+        assert!(index.contains("posts (user_id, id)"), "{index}");
+        assert!(schema_of(&conn, "posts").contains("REFERENCES users (id) ON DELETE CASCADE"));
+        let dup = conn.execute(
+            "INSERT INTO users (name, email, password_hash, role, created_at, updated_at) \
+             VALUES ('n', 'A@X.IO', 'h', 'user', 't', 't')",
+            [],
+        );
+        assert!(dup.is_err(), "the e-mail is still unique in any letter case");
+
+        // Never again: the highest user and post deleted, the next ones get new ids.
+        conn.execute("DELETE FROM users WHERE id = ?1", [c]).expect("delete the highest user");
+        assert_eq!(add_user(&conn, "d@x.io"), c + 1);
+        conn.execute("DELETE FROM posts WHERE id = ?1", [pb]).expect("delete the highest post");
+        assert_eq!(add_post(&conn, a), pb + 1);
+        // The keys still hold and still cascade.
+        assert!(conn
+            .execute(
+                "INSERT INTO posts (user_id, title, body, created_at, updated_at) VALUES (999, 't', '', 't', 't')",
+                []
+            )
+            .is_err());
+        conn.execute("DELETE FROM users WHERE id = ?1", [b]).expect("delete b");
+        assert_eq!(
+            count(&conn, "SELECT COUNT(*) FROM refresh_tokens") + count(&conn, "SELECT COUNT(*) FROM token_families"),
+            0
+        );
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM posts WHERE user_id = 2"), 0);
+        assert_eq!(count(&conn, &format!("SELECT COUNT(*) FROM posts WHERE id = {pa}")), 1);
     }
 }

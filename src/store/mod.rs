@@ -9,9 +9,9 @@
 //! [`Store`] is an enum of the two, and each call is one `match`: a handler's call costs a
 //! branch, never a virtual call or an allocation, and each backend keeps its SQL dialect in
 //! its own files. Both run the same numbered migrations and keep the same semantics
-//! (case-insensitive unique e-mail, token families and replay revocation, increasing
-//! notification ids, RFC 3339 timestamps with milliseconds, the same [`StoreError`]s);
-//! `conformance.rs` runs one set of scenarios against both.
+//! (case-insensitive unique e-mail, token families and replay revocation, ids that are never
+//! given twice, a token generation per user, RFC 3339 timestamps with milliseconds, the same
+//! [`StoreError`]s); `conformance.rs` runs one set of scenarios against both.
 //!
 //! Rules for everything under `store/`:
 //! - Calls block (on SQLite's busy timeout, on PostgreSQL with a deadline, or on the pool).
@@ -49,7 +49,7 @@ pub use error::StoreError;
 pub use notifications::Notification;
 pub use posts::Post;
 pub use tokens::Rotation;
-pub use users::{NewUser, Role, User, UserChanges, UserQuery, UserRef, UserSort};
+pub use users::{NewUser, Role, Updated, User, UserChanges, UserQuery, UserRef, UserSort};
 
 use crate::config::{Config, DatabaseUrl};
 
@@ -187,14 +187,27 @@ impl Store {
         dispatch!(self, s => s.user_by_email(email))
     }
 
+    /// The password hash of user `id`, if there is such a user.
+    pub fn password_hash(&self, id: i64) -> Result<Option<String>, StoreError> {
+        dispatch!(self, s => s.password_hash(id))
+    }
+
+    /// The token generation of user `id` ([`User::token_gen`]); `None` when there is no such
+    /// user. Ids are never given twice, so `None` means the account is gone for good.
+    pub fn token_gen(&self, id: i64) -> Result<Option<i64>, StoreError> {
+        dispatch!(self, s => s.token_gen(id))
+    }
+
     /// One page of users matching the filters, in the requested order; count and page from
     /// one snapshot.
     pub fn list_users(&self, q: &UserQuery) -> Result<Page<User>, StoreError> {
         dispatch!(self, s => s.list_users(q))
     }
 
-    /// Apply `c` to the user and bump `updated_at`; `None` if there is no such user.
-    pub fn update_user(&self, id: i64, c: &UserChanges) -> Result<Option<User>, StoreError> {
+    /// Apply `c` to the user and bump `updated_at`; `None` if there is no such user. A new
+    /// password, or a role other than the current one, also bumps the user's token generation
+    /// in the same transaction ([`Updated::revoked`]).
+    pub fn update_user(&self, id: i64, c: &UserChanges) -> Result<Option<Updated>, StoreError> {
         dispatch!(self, s => s.update_user(id, c))
     }
 
@@ -229,19 +242,22 @@ impl Store {
         dispatch!(self, s => s.delete_post(id))
     }
 
-    /// Store a live refresh token (by hash) in `family`, creating the family if it is new.
+    /// Store a live refresh token (by hash) in `family`, creating the family if it is new,
+    /// bound to token generation `gen` (the user's as read at login).
     pub fn insert_refresh(
         &self,
         hash: &str,
         family: &str,
         user_id: i64,
+        gen: i64,
         expires_at_unix: i64,
     ) -> Result<(), StoreError> {
-        dispatch!(self, s => s.insert_refresh(hash, family, user_id, expires_at_unix))
+        dispatch!(self, s => s.insert_refresh(hash, family, user_id, gen, expires_at_unix))
     }
 
-    /// Spend `old_hash` and store `new_hash` in its family, atomically: unknown, revoked or
-    /// expired → `Invalid`; already spent → the family is revoked, `Reused`; else `Rotated`.
+    /// Spend `old_hash` and store `new_hash` in its family, atomically: unknown, revoked,
+    /// expired, or of a generation the user has left → `Invalid`; already spent → the family
+    /// is revoked, `Reused`; else `Rotated` with the user's current generation.
     pub fn rotate_refresh(
         &self,
         old_hash: &str,

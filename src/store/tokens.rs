@@ -2,8 +2,10 @@
 //!
 //! Tokens are stored only as the hashes the caller passes (hex SHA-256); the raw token never
 //! reaches this file. Every token belongs to a family (one login); spending a token twice means
-//! it leaked, so the whole family is revoked. Minting, hashing and cookie handling belong to
-//! `auth/`; nothing here knows about HTTP.
+//! it leaked, so the whole family is revoked. A family also keeps the token generation its
+//! user had at login: once the user's password or role changes (the generation moves on) the
+//! family never rotates again. Minting, hashing and cookie handling belong to `auth/`;
+//! nothing here knows about HTTP.
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
@@ -17,28 +19,34 @@ pub enum Rotation {
     Rotated {
         /// Whose token it was.
         user_id: i64,
+        /// The user's token generation, read in the same transaction: the one the new access
+        /// token is issued under.
+        gen: i64,
     },
     /// The old token had already been spent: its whole family is now revoked.
     Reused,
-    /// Unknown, expired, or its family is revoked; nothing changed.
+    /// Unknown, expired, its family revoked, or its user's password or role changed since the
+    /// login (the family is then revoked).
     Invalid,
 }
 
 impl Sqlite {
-    /// Store a live token (by hash) in `family`, creating the family if it is new.
+    /// Store a live token (by hash) in `family`, creating the family if it is new with the
+    /// token generation `gen` (the user's, as read at login).
     pub fn insert_refresh(
         &self,
         hash: &str,
         family: &str,
         user_id: i64,
+        gen: i64,
         expires_at_unix: i64,
     ) -> Result<(), StoreError> {
         let mut conn = self.conn()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.prepare_cached(
-            "INSERT INTO token_families (family, user_id) VALUES (?1, ?2) ON CONFLICT (family) DO NOTHING",
+            "INSERT INTO token_families (family, user_id, gen) VALUES (?1, ?2, ?3) ON CONFLICT (family) DO NOTHING",
         )?
-        .execute(params![family, user_id])?;
+        .execute(params![family, user_id, gen])?;
         tx.prepare_cached("INSERT INTO refresh_tokens (hash, family, user_id, expires_at) VALUES (?1, ?2, ?3, ?4)")?
             .execute(params![hash, family, user_id, expires_at_unix])?;
         tx.commit()?;
@@ -48,8 +56,10 @@ impl Sqlite {
     /// Spend `old_hash` and store `new_hash` in its family, all in one `BEGIN IMMEDIATE`
     /// transaction, so two concurrent refreshes with the same token cannot both succeed.
     ///
-    /// In order: unknown → `Invalid`; family revoked → `Invalid`; already spent → revoke the
-    /// family, `Reused`; expired (`expires_at <= now_unix`) → `Invalid`; else `Rotated`.
+    /// In order: unknown (its user deleted included) → `Invalid`; family revoked → `Invalid`;
+    /// the family's generation is not the user's → revoke it, `Invalid`; already spent →
+    /// revoke the family, `Reused`; expired (`expires_at <= now_unix`) → `Invalid`; else
+    /// `Rotated`.
     pub fn rotate_refresh(
         &self,
         old_hash: &str,
@@ -61,16 +71,24 @@ impl Sqlite {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let found = tx
             .prepare_cached(
-                "SELECT t.family, t.user_id, t.expires_at, t.spent_at IS NOT NULL, f.revoked \
-                 FROM refresh_tokens t JOIN token_families f ON f.family = t.family WHERE t.hash = ?1",
+                "SELECT t.family, t.user_id, t.expires_at, t.spent_at IS NOT NULL, f.revoked, f.gen, u.token_gen \
+                 FROM refresh_tokens t JOIN token_families f ON f.family = t.family \
+                 JOIN users u ON u.id = t.user_id WHERE t.hash = ?1",
             )?
             .query_row([old_hash], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get(3)?, r.get(4)?))
+                let row: (String, i64, i64, bool, bool) = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?);
+                Ok((row, r.get::<_, i64>(5)?, r.get::<_, i64>(6)?))
             })
             .optional()?;
-        let Some((family, user_id, expires_at, spent, revoked)) = found else { return Ok(Rotation::Invalid) };
-        let revoked: bool = revoked;
+        let Some(((family, user_id, expires_at, spent, revoked), family_gen, gen)) = found else {
+            return Ok(Rotation::Invalid);
+        };
         if revoked {
+            return Ok(Rotation::Invalid);
+        }
+        if family_gen != gen {
+            revoke(&tx, &family)?;
+            tx.commit()?;
             return Ok(Rotation::Invalid);
         }
         if spent {
@@ -87,7 +105,7 @@ impl Sqlite {
         tx.prepare_cached("INSERT INTO refresh_tokens (hash, family, user_id, expires_at) VALUES (?1, ?2, ?3, ?4)")?
             .execute(params![new_hash, family, user_id, new_expires_unix])?;
         tx.commit()?;
-        Ok(Rotation::Rotated { user_id })
+        Ok(Rotation::Rotated { user_id, gen })
     }
 
     /// Revoke the family `hash` belongs to (logout); returns whether the token was known.
@@ -149,19 +167,19 @@ mod tests {
     #[test]
     fn rotate_then_reuse_revokes_the_family() {
         let (_dir, store, uid) = setup();
-        store.insert_refresh("h1", "fam", uid, NOW + 100).expect("insert");
+        store.insert_refresh("h1", "fam", uid, 0, NOW + 100).expect("insert");
         assert_eq!(
             store.rotate_refresh("h1", "h2", NOW, NOW + 200).expect("rotate"),
-            Rotation::Rotated { user_id: uid }
+            Rotation::Rotated { user_id: uid, gen: 0 }
         );
         assert_eq!(store.rotate_refresh("h1", "h3", NOW, NOW + 200).expect("reuse"), Rotation::Reused);
         assert_eq!(store.rotate_refresh("h2", "h4", NOW, NOW + 200).expect("new one"), Rotation::Invalid);
         assert_eq!(store.rotate_refresh("h1", "h5", NOW, NOW + 200).expect("again"), Rotation::Invalid);
         // Other families of the same user are untouched.
-        store.insert_refresh("g1", "other", uid, NOW + 100).expect("insert");
+        store.insert_refresh("g1", "other", uid, 0, NOW + 100).expect("insert");
         assert_eq!(
             store.rotate_refresh("g1", "g2", NOW, NOW + 200).expect("rotate"),
-            Rotation::Rotated { user_id: uid }
+            Rotation::Rotated { user_id: uid, gen: 0 }
         );
     }
 
@@ -169,24 +187,24 @@ mod tests {
     fn unknown_and_expired_are_invalid() {
         let (_dir, store, uid) = setup();
         assert_eq!(store.rotate_refresh("nope", "h2", NOW, NOW + 200).expect("rotate"), Rotation::Invalid);
-        store.insert_refresh("h1", "fam", uid, NOW).expect("insert");
+        store.insert_refresh("h1", "fam", uid, 0, NOW).expect("insert");
         assert_eq!(store.rotate_refresh("h1", "h2", NOW, NOW + 200).expect("expired"), Rotation::Invalid);
         assert_eq!(store.rotate_refresh("h2", "h3", NOW, NOW + 200).expect("not minted"), Rotation::Invalid);
-        assert!(matches!(store.insert_refresh("h1", "fam", uid, NOW), Err(StoreError::Duplicate("hash"))));
+        assert!(matches!(store.insert_refresh("h1", "fam", uid, 0, NOW), Err(StoreError::Duplicate("hash"))));
     }
 
     #[test]
     fn purging_deletes_dead_families_and_keeps_live_ones_whole() {
         let (_dir, store, uid) = setup();
         // Dead: its only token expired; also a revoked family whose tokens all expired.
-        store.insert_refresh("d1", "dead", uid, NOW - 1).expect("insert");
-        store.insert_refresh("r1", "revoked", uid, NOW).expect("insert");
+        store.insert_refresh("d1", "dead", uid, 0, NOW - 1).expect("insert");
+        store.insert_refresh("r1", "revoked", uid, 0, NOW).expect("insert");
         assert!(store.revoke_family("r1").expect("revoke"));
         // Live: rotated once; the spent first token has expired, the new one has not.
-        store.insert_refresh("l1", "live", uid, NOW + 10).expect("insert");
+        store.insert_refresh("l1", "live", uid, 0, NOW + 10).expect("insert");
         assert_eq!(
             store.rotate_refresh("l1", "l2", NOW, NOW + 200).expect("rotate"),
-            Rotation::Rotated { user_id: uid }
+            Rotation::Rotated { user_id: uid, gen: 0 }
         );
         assert_eq!(store.purge_expired_families(NOW + 100).expect("purge"), 2);
         assert_eq!(store.purge_expired_families(NOW + 100).expect("again"), 0);
@@ -197,12 +215,28 @@ mod tests {
     }
 
     #[test]
+    fn a_password_or_role_change_voids_the_families_of_earlier_logins() {
+        let (_dir, store, uid) = setup();
+        store.insert_refresh("h1", "fam", uid, 0, NOW + 100).expect("insert");
+        let password = super::super::UserChanges { password_hash: Some("h2".into()), ..Default::default() };
+        assert!(store.update_user(uid, &password).expect("update").expect("exists").revoked);
+        assert_eq!(store.rotate_refresh("h1", "h2", NOW, NOW + 200).expect("rotate"), Rotation::Invalid);
+        assert_eq!(store.rotate_refresh("h1", "h3", NOW, NOW + 200).expect("again"), Rotation::Invalid, "revoked");
+        // A login after the change (its family made with the new generation) refreshes.
+        store.insert_refresh("g1", "after", uid, 1, NOW + 100).expect("insert");
+        assert_eq!(
+            store.rotate_refresh("g1", "g2", NOW, NOW + 200).expect("rotate"),
+            Rotation::Rotated { user_id: uid, gen: 1 }
+        );
+    }
+
+    #[test]
     fn revoke_family_on_logout() {
         let (_dir, store, uid) = setup();
-        store.insert_refresh("h1", "fam", uid, NOW + 100).expect("insert");
+        store.insert_refresh("h1", "fam", uid, 0, NOW + 100).expect("insert");
         assert_eq!(
             store.rotate_refresh("h1", "h2", NOW, NOW + 200).expect("rotate"),
-            Rotation::Rotated { user_id: uid }
+            Rotation::Rotated { user_id: uid, gen: 0 }
         );
         assert!(store.revoke_family("h1").expect("revoke via a spent token"));
         assert!(!store.revoke_family("unknown").expect("revoke"));

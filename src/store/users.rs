@@ -2,12 +2,14 @@
 //! filters/sort/paging, update, delete).
 //!
 //! E-mail is unique case-insensitively (the column is `COLLATE NOCASE UNIQUE`) and stored as
-//! given. The password hash leaves this file only through [`Sqlite::user_by_email`], for login;
-//! [`User`] never carries it. No validation of lengths or formats happens here (that is the
+//! given. The password hash leaves this file only through [`Sqlite::user_by_email`] (login) and
+//! [`Sqlite::password_hash`] (a password change); [`User`] never carries it. Each user has a
+//! token generation (`token_gen`), bumped in the same statement that changes their password
+//! or role: what access tokens and refresh-token families are checked against. No validation of lengths or formats happens here (that is the
 //! handlers' job) and nothing here knows about HTTP.
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Value, ValueRef};
-use rusqlite::{params, params_from_iter, OptionalExtension, Row, ToSql};
+use rusqlite::{params, params_from_iter, OptionalExtension, Row, ToSql, TransactionBehavior};
 
 use super::sqlite::Sqlite;
 pub use super::Page;
@@ -16,7 +18,7 @@ use super::{Paging, StoreError};
 /// The columns of [`User`], in the order [`user_from_row`] reads them.
 macro_rules! user_cols {
     () => {
-        "id, name, email, age, role, created_at, updated_at"
+        "id, name, email, age, role, created_at, updated_at, token_gen"
     };
 }
 
@@ -80,6 +82,10 @@ pub struct User {
     pub created_at: String,
     /// Last change, same format.
     pub updated_at: String,
+    /// The account's token generation: bumped when its password or role changes, so that
+    /// tokens issued before no longer match. Never shown.
+    #[serde(skip)]
+    pub token_gen: i64,
 }
 
 /// A [`User`] whose text borrows from elsewhere (a database row: [`Sqlite::with_user`]).
@@ -141,6 +147,18 @@ pub struct UserChanges {
     pub age: Option<Option<i64>>,
     /// New role.
     pub role: Option<Role>,
+    /// New password hash (argon2id PHC string).
+    pub password_hash: Option<String>,
+}
+
+/// What [`Sqlite::update_user`] did.
+#[derive(Debug, PartialEq)]
+pub struct Updated {
+    /// The user as changed.
+    pub user: User,
+    /// The password or the role changed: the token generation moved on, and every token
+    /// issued before is void.
+    pub revoked: bool,
 }
 
 /// A column users can be sorted by; the only way a sort reaches SQL.
@@ -245,7 +263,23 @@ impl Sqlite {
         let conn = self.conn()?;
         let mut stmt =
             conn.prepare_cached(concat!("SELECT ", user_cols!(), ", password_hash FROM users WHERE email = ?1"))?;
-        Ok(stmt.query_row([email], |row| Ok((user_from_row(row)?, row.get(7)?))).optional()?)
+        Ok(stmt.query_row([email], |row| Ok((user_from_row(row)?, row.get(8)?))).optional()?)
+    }
+
+    /// The password hash of user `id`, if there is such a user (a password change checks the
+    /// current one).
+    pub fn password_hash(&self, id: i64) -> Result<Option<String>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached("SELECT password_hash FROM users WHERE id = ?1")?;
+        Ok(stmt.query_row([id], |row| row.get(0)).optional()?)
+    }
+
+    /// The token generation of user `id`; `None` when there is no such user (deleted: ids are
+    /// never given again, so a token for a missing id is void).
+    pub fn token_gen(&self, id: i64) -> Result<Option<i64>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached("SELECT token_gen FROM users WHERE id = ?1")?;
+        Ok(stmt.query_row([id], |row| row.get(0)).optional()?)
     }
 
     /// One page of users matching the filters, in the requested order. The count and the page
@@ -281,18 +315,31 @@ impl Sqlite {
         Ok(paging.finish(items, total))
     }
 
-    /// Apply `c` to the user and bump `updated_at`; `None` if there is no such user.
-    pub fn update_user(&self, id: i64, c: &UserChanges) -> Result<Option<User>, StoreError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached(concat!(
-            "UPDATE users SET name = COALESCE(?1, name), email = COALESCE(?2, email), ",
-            "age = CASE WHEN ?3 THEN ?4 ELSE age END, role = COALESCE(?5, role), updated_at = ",
-            now_sql!(),
-            " WHERE id = ?6 RETURNING ",
-            user_cols!()
-        ))?;
-        let args = params![c.name, c.email, c.age.is_some(), c.age.flatten(), c.role, id];
-        Ok(stmt.query_row(args, user_from_row).optional()?)
+    /// Apply `c` to the user and bump `updated_at`; `None` if there is no such user. A new
+    /// password, or a role other than the current one, bumps the token generation in the
+    /// same statement (the right-hand sides see the row as it was).
+    pub fn update_user(&self, id: i64, c: &UserChanges) -> Result<Option<Updated>, StoreError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let before: Option<i64> =
+            tx.prepare_cached("SELECT token_gen FROM users WHERE id = ?1")?.query_row([id], |r| r.get(0)).optional()?;
+        let Some(before) = before else { return Ok(None) };
+        let user = tx
+            .prepare_cached(concat!(
+                "UPDATE users SET name = COALESCE(?1, name), email = COALESCE(?2, email), ",
+                "age = CASE WHEN ?3 THEN ?4 ELSE age END, role = COALESCE(?5, role), ",
+                "password_hash = COALESCE(?7, password_hash), ",
+                "token_gen = token_gen + (COALESCE(?5, role) <> role OR ?7 IS NOT NULL), updated_at = ",
+                now_sql!(),
+                " WHERE id = ?6 RETURNING ",
+                user_cols!()
+            ))?
+            .query_row(
+                params![c.name, c.email, c.age.is_some(), c.age.flatten(), c.role, id, c.password_hash],
+                user_from_row,
+            )?;
+        tx.commit()?;
+        Ok(Some(Updated { revoked: user.token_gen != before, user }))
     }
 
     /// Delete the user, their posts and their refresh tokens; `false` if there was no such user.
@@ -303,13 +350,13 @@ impl Sqlite {
     }
 }
 
-/// Map a row selected with `user_cols!()` (columns 0..=6).
 /// Text column `i` of `row`, borrowed.
 fn text<'r>(row: &'r Row<'_>, i: usize) -> rusqlite::Result<&'r str> {
     let value = row.get_ref(i)?;
     value.as_str().map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, value.data_type(), Box::new(e)))
 }
 
+/// Map a row selected with `user_cols!()` (columns 0..=7).
 fn user_from_row(row: &Row<'_>) -> rusqlite::Result<User> {
     Ok(User {
         id: row.get(0)?,
@@ -319,6 +366,7 @@ fn user_from_row(row: &Row<'_>) -> rusqlite::Result<User> {
         role: row.get(4)?,
         created_at: row.get(5)?,
         updated_at: row.get(6)?,
+        token_gen: row.get(7)?,
     })
 }
 
@@ -469,17 +517,21 @@ mod tests {
 
         let nothing = UserChanges::default();
         let same = store.update_user(a.id, &nothing).expect("update").expect("exists");
-        assert_eq!((same.name.as_str(), same.age), ("A", Some(40)));
-        assert!(same.updated_at >= a.updated_at);
+        assert_eq!((same.user.name.as_str(), same.user.age, same.revoked), ("A", Some(40), false));
+        assert!(same.user.updated_at >= a.updated_at);
 
         let changes = UserChanges { name: Some("Ann".into()), age: Some(None), role: Some(Role::Admin), ..nothing };
         let ann = store.update_user(a.id, &changes).expect("update").expect("exists");
-        assert_eq!((ann.name.as_str(), ann.email.as_str(), ann.age, ann.role), ("Ann", "a@x.io", None, Role::Admin));
-        assert_eq!(ann.created_at, a.created_at);
+        let ann = (ann.revoked, ann.user);
+        assert_eq!(
+            (ann.1.name.as_str(), ann.1.email.as_str(), ann.1.age, ann.1.role, ann.0),
+            ("Ann", "a@x.io", None, Role::Admin, true)
+        );
+        assert_eq!((ann.1.created_at.as_str(), ann.1.token_gen), (a.created_at.as_str(), a.token_gen + 1));
 
         let own_email_recased = UserChanges { email: Some("A@X.IO".into()), ..Default::default() };
         let recased = store.update_user(a.id, &own_email_recased).expect("own e-mail").expect("exists");
-        assert_eq!(recased.email, "A@X.IO");
+        assert_eq!((recased.user.email.as_str(), recased.revoked), ("A@X.IO", false));
 
         let taken = UserChanges { email: Some("B@x.io".into()), ..Default::default() };
         assert!(matches!(store.update_user(a.id, &taken), Err(StoreError::Duplicate("email"))));
@@ -491,7 +543,7 @@ mod tests {
         let (_dir, store) = testutil::store(1);
         let a = store.create_user(&new_user("A", "a@x.io", None, Role::User)).expect("create");
         let post = store.create_post(a.id, "t", "b").expect("post");
-        store.insert_refresh("h1", "fam", a.id, i64::MAX).expect("token");
+        store.insert_refresh("h1", "fam", a.id, 0, i64::MAX).expect("token");
         assert!(store.delete_user(a.id).expect("delete"));
         assert!(!store.delete_user(a.id).expect("delete again"));
         assert_eq!(store.get_post(post.id).expect("get"), None);

@@ -301,6 +301,10 @@ impl Worker {
                     }
                 }
             }
+            if h.sniff && phase == Phase::Closing {
+                // The head timed out before the protocol was decided: HTTP/1.1 answered it.
+                h.sniff = false;
+            }
             if h.sniff {
                 let alpn = c.tls.as_ref().map(|t| if t.is_handshaking() { None } else { Some(t.alpn_protocol()) });
                 match h2::sniff(&c.inbuf, alpn.map(|a| a.map(|p| p.unwrap_or(b"")))) {
@@ -314,7 +318,9 @@ impl Worker {
                         break;
                     }
                     h2::Sniff::Wait if c.tls.is_none() && !c.inbuf.is_empty() => {
-                        // A prefix of the preface: wait for the rest (the header timer runs).
+                        // A prefix of the preface: wait for the rest. Not yet HTTP/2,
+                        // so the wait is part of an HTTP/1.1 head: its timer, its 408.
+                        h.codec.head_started(&self.env, now);
                         if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
                             close = true;
                         }
@@ -365,8 +371,10 @@ impl Worker {
             }
             other => other,
         };
-        // The client left while its request waits on upstreams: cancel them.
-        if c.eof && h.call.is_some() {
+        // The client left while its request waits (on upstreams, which are cancelled, or on
+        // a pool job, which runs to its end and whose answer is dropped): close now, not
+        // when the answer comes.
+        if c.eof && (h.call.is_some() || h.codec.phase() == Phase::Waiting) {
             close = true;
         }
         if close {
@@ -491,6 +499,6 @@ mod tests {
         let until = now + Duration::from_secs(2);
         assert_eq!(ConnState::Lingering(until).deadline(&env), Some(until));
         let h2 = ConnState::Http2(Box::new(H2Session::new(crate::http2::H2Settings::default(), PEER, false, now)));
-        assert_eq!(h2.deadline(&env), Some(now + env.keepalive_timeout), "a session with no stream idles out");
+        assert_eq!(h2.deadline(&env), Some(now + env.header_timeout), "a new session owes its preface");
     }
 }

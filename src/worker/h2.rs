@@ -38,6 +38,7 @@ use crate::http::reply::{FileRange, Upstream};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
+use crate::http2::request::{self, Fault};
 use crate::http2::{
     Event, H2Conn, H2Error, H2Settings, Head, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId,
 };
@@ -50,9 +51,16 @@ const SEC_WEBSOCKET_KEY: http::HeaderName = http::header::SEC_WEBSOCKET_KEY;
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// After a GOAWAY that asked for no stream to finish (an idle connection),
-/// the peer gets this long to acknowledge it before the connection is cut.
+/// After the two-step GOAWAY of a connection that reached its keep-alive
+/// timeout with a response still queued in h2, the peer gets this long to
+/// take it before the connection is cut.
 const GOAWAY_GRACE: Duration = Duration::from_secs(2);
+
+/// A draining connection that is busy gets this long (at most half its
+/// time to the cut) to fall quiet and be closed with one final GOAWAY;
+/// past it, the two-step GOAWAY tells its client to stop while its open
+/// streams finish.
+const QUIET_WAIT: Duration = Duration::from_secs(2);
 
 /// Streams the peer may reset before we answered them, per connection; one
 /// more ends the connection with `GOAWAY(ENHANCE_YOUR_CALM)`. h2 catches a
@@ -109,6 +117,34 @@ pub(super) fn sniff(first: &[u8], tls: Option<Option<&[u8]>>) -> Sniff {
         None if PREFACE.starts_with(first) => Sniff::Wait,
         None => Sniff::H1,
     }
+}
+
+/// How an HTTP/2 connection ends, from the server's side.
+///
+/// A GOAWAY is best the last frame of a connection, sent when no stream is
+/// open: its `last_stream_id` is then exact (h2 reads no frame after it, so
+/// a request racing it is never processed and its client may retry it), and
+/// no frame follows that a client could refuse (Python's `h2` takes any
+/// frame after a GOAWAY, even the answer to an open stream, as a protocol
+/// error). The connection then closes with a lingering close, so a request
+/// in flight does not turn our close into a reset that destroys the GOAWAY
+/// before the client reads it. nginx ends idle HTTP/2 connections the same
+/// way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// Serving: the keep-alive timer closes the connection once it has had
+    /// no stream for `keepalive_timeout`.
+    No,
+    /// The worker drains: the final GOAWAY goes out the moment no stream is
+    /// open; a connection still busy at `by` gets the two-step GOAWAY.
+    WhenQuiet {
+        /// When waiting for a quiet moment ends.
+        by: Instant,
+    },
+    /// A GOAWAY went out with streams open (RFC 9113 §6.8's two steps:
+    /// the largest id and a PING, then the last stream processed): they
+    /// finish, and the cut ends the rest.
+    GoingAway,
 }
 
 /// Where an exchange is.
@@ -297,8 +333,14 @@ pub(super) struct H2Session {
     secure: bool,
     /// Since when the connection has had no exchange (the keep-alive timer).
     idle_since: Option<Instant>,
-    /// A GOAWAY went out: the connection is cut at this deadline if still open.
+    /// How the connection is being ended.
+    ending: Ending,
+    /// The connection is cut at this deadline if still open.
     cut_at: Option<Instant>,
+    /// What the peer started sending and has not finished (the preface, a
+    /// frame, a header block), timed as a head; `None` once the connection
+    /// is ended for it.
+    unfinished: Option<crate::http2::Unfinished>,
     /// Streams the peer reset before their answer.
     peer_resets: u32,
     /// [`Event::Closed`] came: flush the output, then close.
@@ -331,7 +373,9 @@ impl H2Session {
             peer,
             secure,
             idle_since: Some(now),
+            ending: Ending::No,
             cut_at: None,
+            unfinished: Some(crate::http2::Unfinished::new(now)),
             peer_resets: 0,
             closed: false,
             eof_fed: false,
@@ -345,12 +389,24 @@ impl H2Session {
         }
     }
 
-    /// The earliest deadline: a stream's body timeout, the idle timeout, the cut.
+    /// The earliest deadline: a stream's body timeout, the idle timeout,
+    /// the end of a drain's wait for a quiet moment, the cut, the header
+    /// timeout of what the peer left unfinished.
     pub(super) fn deadline(&self, env: &Env) -> Option<Instant> {
         let idle = self.idle_since.map(|t| t + env.keepalive_timeout);
+        let head = self.head_since().map(|t| t + env.header_timeout);
         let bodies = self.exchanges.iter().filter_map(|e| e.deadline).min();
         let producers = self.exchanges.iter().filter_map(|e| e.produce.as_ref()?.deadline()).min();
-        [idle, bodies, producers, self.cut_at].into_iter().flatten().min()
+        let quiet_by = match self.ending {
+            Ending::WhenQuiet { by } => Some(by),
+            Ending::No | Ending::GoingAway => None,
+        };
+        [idle, head, bodies, producers, quiet_by, self.cut_at].into_iter().flatten().min()
+    }
+
+    /// Since when the peer has owed the rest of a head (or of the preface, or of a frame).
+    fn head_since(&self) -> Option<Instant> {
+        self.unfinished.as_ref().and_then(crate::http2::Unfinished::since)
     }
 
     /// Graceful stop: every event stream ends (as over HTTP/1.1, the client
@@ -380,9 +436,33 @@ impl H2Session {
         self.exchanges.iter().filter(|e| matches!(e.produce, Some(Produce::Events(_)))).map(|e| e.stream.0)
     }
 
-    /// Start a graceful shutdown (GOAWAY; open streams finish), cut at `cut_at`.
+    /// Drain the connection (the worker stops): the final GOAWAY as soon as
+    /// no stream is open (at the next drive), else the two-step GOAWAY after
+    /// [`QUIET_WAIT`] (at most half the time left); cut at `cut_at`.
     pub(super) fn shut_down(&mut self, cut_at: Instant) {
+        let now = Instant::now();
+        if self.ending == Ending::No {
+            let by = now + QUIET_WAIT.min(cut_at.saturating_duration_since(now) / 2);
+            self.ending = Ending::WhenQuiet { by };
+        }
+        self.cut_at = Some(self.cut_at.map_or(cut_at, |t| t.min(cut_at)));
+    }
+
+    /// Nothing is open on the connection (see [`H2Conn::is_quiet`]).
+    fn quiet(&self) -> bool {
+        self.exchanges.is_empty() && self.conn.is_quiet()
+    }
+
+    /// The last frame: GOAWAY(last stream processed, `NO_ERROR`), then the
+    /// close ([`Ending`]). Only when [`H2Session::quiet`].
+    fn final_goaway(&mut self) {
+        self.conn.abort(Reason::NO_ERROR);
+    }
+
+    /// The two-step GOAWAY (open streams finish), cut at `cut_at` at the latest.
+    fn go_away(&mut self, cut_at: Instant) {
         self.conn.graceful_shutdown();
+        self.ending = Ending::GoingAway;
         self.cut_at = Some(self.cut_at.map_or(cut_at, |t| t.min(cut_at)));
     }
 
@@ -436,6 +516,11 @@ impl H2Session {
             }
             self.events = events;
             if !self.service(cx, now) && quiet {
+                if matches!(self.ending, Ending::WhenQuiet { .. }) && self.quiet() {
+                    // Draining, and nothing is open: the final GOAWAY.
+                    self.final_goaway();
+                    continue;
+                }
                 return false;
             }
         }
@@ -527,9 +612,15 @@ impl H2Session {
             priority,
             gone: false,
         };
+        let checked = request::check(&ex.head, self.conn.settings().max_header_list_size as usize);
         self.exchanges.push(ex);
         self.idle_since = None;
         let i = self.exchanges.len() - 1;
+        match checked {
+            Ok(()) => {}
+            Err(Fault::TooLarge) => return self.fail(i, Error::HeaderTooLarge, cx, now),
+            Err(Fault::Malformed(why)) => return self.fail(i, Error::bad_request(why), cx, now),
+        }
         if declared.is_some_and(|n| n > cx.env.max_body) {
             return self.fail(i, Error::PayloadTooLarge, cx, now);
         }
@@ -582,6 +673,17 @@ impl H2Session {
         };
         let ex = &mut self.exchanges[i];
         ex.label = cx.glue.label();
+        if ex.connect_ws && !matches!(reply.body, Body::WebSocket(_)) {
+            // An extended CONNECT to a route that is not a WebSocket: the
+            // route's error stands; what a GET would have got is not for a
+            // CONNECT (a 2xx would open a tunnel), and nothing of it runs.
+            if matches!(reply.body, Body::Full) && reply.head.status >= 400 {
+                self.answer(i, reply.head, Delimit::Length, cx, now);
+            } else {
+                self.fail(i, Error::bad_request("not a WebSocket endpoint"), cx, now);
+            }
+            return;
+        }
         ex.body = Vec::new();
         match reply.body {
             Body::Full => {
@@ -1081,9 +1183,11 @@ impl Worker {
         if let ConnState::Http2(sess) = &mut c.state {
             sess.conn.begin_turn(now);
         }
+        // The last read stopped at its cap: the socket may hold more.
+        let mut full = false;
         for _ in 0..MAX_ROUNDS {
             let ConnState::Http2(sess) = &mut c.state else { return };
-            let mut full = false;
+            full = false;
             let backlog = c.out.len() - c.out_pos;
             if !c.eof && sess.conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
                 match read_into(&mut c.sock, &mut c.tls, &mut c.inbuf, &mut self.scratch, READ_AHEAD) {
@@ -1097,6 +1201,9 @@ impl Worker {
             }
             // Also what was read before the connection turned out to be HTTP/2.
             if !c.inbuf.is_empty() {
+                if let Some(u) = &mut sess.unfinished {
+                    u.feed(&c.inbuf, now);
+                }
                 sess.conn.feed(&c.inbuf);
                 c.inbuf.clear();
             }
@@ -1125,23 +1232,26 @@ impl Worker {
                 close = true;
                 break;
             }
-            // Go on while the socket had more to read, or while the socket
-            // took everything and h2 has output (or may make more, now that
-            // there is room). A drive that only flushed an older backlog
-            // (the socket's writable edge) leaves h2's output queued: no
-            // event would come for it, and the connection would stall until
-            // some unrelated one.
             // The turn's frames are read: the rest of the input (and of the
             // socket) waits for the next turn, after the other connections.
             if sess.conn.throttled() {
                 again = true;
                 break;
             }
+            // Go on while the socket had more to read, or while the socket
+            // took everything and h2 has output (or may make more, now that
+            // there is room). A drive that only flushed an older backlog
+            // (the socket's writable edge) leaves h2's output queued: no
+            // event would come for it, and the connection would stall until
+            // some unrelated one.
             let queued = sess.conn.output_len() > 0;
             if !(full || (!pending && (produced || queued))) {
                 break;
             }
         }
+        // Out of rounds with input left in the socket: after the other connections'
+        // turn, come back for it (and for a FIN behind it, which raises no new edge).
+        again |= full;
         let generation = c.generation;
         let (starts, cancelled, relays, todo, left) = match &mut c.state {
             ConnState::Http2(sess) => {
@@ -1391,16 +1501,37 @@ impl Worker {
     }
 
     /// The HTTP/2 connection's timer fired: 408 on streams whose body is
-    /// late, GOAWAY when idle, the cut after a GOAWAY's deadline.
+    /// late, the final GOAWAY when idle ([`Ending`]), the two-step GOAWAY
+    /// when a drain found no quiet moment in time, the cut at its deadline,
+    /// the end of a connection whose head is late.
     pub(super) fn h2_timer(&mut self, idx: usize, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http2(sess) = &mut c.state else { return };
+        if sess.head_since().is_some_and(|t| t + self.env.header_timeout <= now) {
+            // The preface, a header block or a frame not finished within the header
+            // timeout. A stream whose header block is incomplete cannot be answered
+            // (its fields are unknown, and nothing but its CONTINUATION may follow), so
+            // the connection ends: GOAWAY(PROTOCOL_ERROR), then the close, as nginx does.
+            log::debug!("HTTP/2: head not finished within the header timeout; closing");
+            sess.unfinished = None;
+            sess.conn.abort(Reason::PROTOCOL_ERROR);
+        }
         if sess.cut_at.is_some_and(|t| t <= now) {
             sess.cut_at = None;
             sess.conn.abort(Reason::NO_ERROR);
+        } else if matches!(sess.ending, Ending::WhenQuiet { by } if by <= now) && !sess.quiet() {
+            // Still busy: tell the client to stop; its open streams finish.
+            let cut_at = sess.cut_at.unwrap_or(now + GOAWAY_GRACE);
+            sess.go_away(cut_at);
         } else if sess.idle_since.is_some_and(|t| t + self.env.keepalive_timeout <= now) {
             sess.idle_since = None;
-            sess.shut_down(now + GOAWAY_GRACE);
+            if sess.quiet() {
+                sess.final_goaway();
+            } else {
+                // No exchange, but h2 still holds a response the client has
+                // not taken (its window is closed): it gets a little longer.
+                sess.go_away(now + GOAWAY_GRACE);
+            }
         }
         sess.tick(&self.app, now);
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
@@ -1426,6 +1557,31 @@ mod tests {
         assert_eq!(sniff(b"", Some(None)), Sniff::Wait);
         assert_eq!(sniff(b"", Some(Some(b"h2"))), Sniff::H2);
         assert_eq!(sniff(PREFACE, Some(Some(b"http/1.1"))), Sniff::H1);
+    }
+
+    #[test]
+    fn a_session_owes_its_preface_then_a_stalled_header_block_within_the_header_timeout() {
+        let env = Env {
+            common: crate::http::headers::Common::new(false),
+            max_head: 1024,
+            max_body: 16,
+            header_timeout: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(3),
+            keepalive_timeout: Duration::from_secs(5),
+            development: false,
+            draining: false,
+            alt_svc: None,
+        };
+        let now = Instant::now();
+        let mut sess = H2Session::new(H2Settings::default(), std::net::Ipv4Addr::LOCALHOST.into(), false, now);
+        assert_eq!(sess.deadline(&env), Some(now + env.header_timeout), "the preface is owed");
+        let fed = now + Duration::from_millis(100);
+        sess.unfinished.as_mut().expect("watched").feed(PREFACE, fed);
+        assert_eq!(sess.deadline(&env), Some(now + env.keepalive_timeout), "then the session idles");
+        // HEADERS on stream 1 without END_HEADERS: the head is owed from its first byte.
+        let headers = [0, 0, 1, 0x1, 0x1, 0, 0, 0, 1, 0x82];
+        sess.unfinished.as_mut().expect("watched").feed(&headers, fed);
+        assert_eq!(sess.deadline(&env), Some(fed + env.header_timeout));
     }
 
     #[test]

@@ -17,7 +17,10 @@
 //! handle and `stream` = the QUIC stream id, with a per-session generation: pool completions,
 //! bus events and upstream waits find it as they find an HTTP/2 stream. Response bodies go
 //! into the connection's per-stream queue while [`H3Conn::may_send`] allows; a download reads
-//! its next slices only as the stream (QUIC flow control) takes them ([`Download`]).
+//! its next slice only once the stream (QUIC flow control) took the last one ([`FileBody`]).
+//! A request head late past `header_timeout_ms` on its stream, or a body past
+//! `body_timeout_ms`, is answered 408 on that stream; a connection with no request stream
+//! for `keepalive_timeout_ms` is sent GOAWAY and closed (`http3::conn`).
 //!
 //! Hand-over: while a predecessor of the slot drains, one worker reads the socket
 //! ([`Handover`], `h3_inbox.rs`). A new worker says hello to its siblings' inboxes and reads
@@ -41,8 +44,8 @@ use mio::net::UdpSocket;
 use mio::{Interest, Registry};
 use quinn_proto::{ConnectionHandle, StreamId, VarInt};
 
-use super::download::Download;
 use super::fanout::MAX_BACKLOG;
+use super::h3_file::FileBody;
 
 use super::pool::{Completion, ExchangeId, Pool, Work};
 use super::produce::{Events, Ticking};
@@ -112,7 +115,7 @@ const GSO_BATCH: usize = {
         crate::sys::udp::MAX_SEGMENTS
     }
 };
-/// Bytes read from disk per pool job for a download (as over HTTP/1.1 and HTTP/2).
+/// Bytes of an event stream's backlog queued at a time.
 const SLICE: usize = 64 * 1024;
 /// Sessions (connections) at which new clients must prove their address (Retry) first, as
 /// a share of `limits.max_connections`.
@@ -125,7 +128,7 @@ enum Produce {
     /// Events from a timer.
     Ticker(Ticking),
     /// A byte range of a file, read on the pool slice by slice.
-    Download(Download),
+    Download(FileBody),
 }
 
 /// Where an exchange is.
@@ -249,7 +252,11 @@ impl H3 {
         // the low byte of the pid, which differs unless 256 processes were forked between them.
         // (Changed, before the first connection, where an acked predecessor has it: `settle`.)
         let generation = std::process::id() as u8;
-        let conn_limits = ConnLimits { max_field_section: limits.max_field_section };
+        let conn_limits = ConnLimits {
+            max_field_section: limits.max_field_section,
+            header_timeout: config.limits.header_timeout,
+            keepalive: config.limits.keepalive_timeout,
+        };
         let server = build_server(&keys, args.slot, generation, &server_config, conn_limits);
         args.socket.set_nonblocking(true)?;
         if !crate::sys::udp::enable_gro(&args.socket) {
@@ -647,6 +654,10 @@ fn run_session(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, '_>, now: 
                 let resp = Error::HeaderTooLarge.into_response(cx.env.development);
                 send_whole(conn, cx, stream, resp, b"", false);
             }
+            Event::HeadTimeout { stream } => {
+                let resp = Error::RequestTimeout.into_response(cx.env.development);
+                send_whole(conn, cx, stream, resp, b"", false);
+            }
             Event::Data { stream, data } => {
                 let Some(i) = sess.find(stream) else { continue };
                 let ex = &mut sess.exchanges[i];
@@ -787,7 +798,7 @@ fn dispatch(sess: &mut Session, conn: &mut H3Conn, i: usize, cx: &mut Cx<'_, '_>
             if answer(sess, conn, i, reply.head, Delimit::Sized(len), cx) {
                 let FileRange { file, offset, len } = f;
                 let ex = &mut sess.exchanges[i];
-                ex.produce = Some(Produce::Download(Download::new(file, offset, len, false)));
+                ex.produce = Some(Produce::Download(FileBody::new(file, offset, len)));
                 ex.done = len == 0;
             }
         }
@@ -919,16 +930,13 @@ fn service(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, '_>, _now: Ins
         }
         let mut gone = false;
         if let Some(Produce::Download(d)) = &mut ex.produce {
-            while conn.may_send(ex.stream) {
-                let Some(bytes) = d.take_next() else { break };
-                if conn.send_data(ex.stream, Bytes::from(bytes)).is_err() {
-                    gone = true;
-                    break;
-                }
+            if let Some(bytes) = d.take() {
+                gone = conn.send_data(ex.stream, Bytes::from(bytes)).is_err();
+                d.taken(conn.queued(ex.stream) == 0);
             }
-            // Slices only while the stream keeps up: at most a few ahead of its queue.
-            if !gone && conn.may_send(ex.stream) {
-                while let Some((at, len, buf)) = d.next_slice(false) {
+            // The next slice once quinn took all of this one (its size follows how it did).
+            if !gone && conn.queued(ex.stream) == 0 && conn.may_send(ex.stream) {
+                if let Some((at, len, buf)) = d.next_read() {
                     cx.pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
                 }
             }

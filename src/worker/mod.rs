@@ -30,6 +30,7 @@ mod fanout;
 mod glue;
 mod h2;
 mod h3;
+mod h3_file;
 mod h3_inbox;
 mod panics;
 mod pool;

@@ -357,7 +357,11 @@ fn hostile_tokens_are_all_401_invalid_token(p: Proto) {
     for (what, t) in &cases {
         check(what, &format!("Bearer {t}"));
     }
-    check("`Bearer` with an empty token", "Bearer ");
+    check("`Bearer` with no token", "Bearer");
+    if p == Proto::H1 {
+        // HTTP/2 refuses a field value that ends in a space (RFC 9113 §8.2.1) before any route.
+        check("`Bearer` with an empty token", "Bearer ");
+    }
     check("`Basic xyz`", "Basic xyz");
     ensure!(s, failures.is_empty(), "expected 401 {{code UNAUTHORIZED, message \"invalid token\"}} + WWW-Authenticate: Bearer for each; these differ:\n{}", failures.join("\n"));
 

@@ -23,7 +23,7 @@ const PW: &str = "cluster-password-1";
 const FAIL_BOUND: Duration = Duration::from_secs(6);
 
 /// The test server's URL, or `None` after saying the test is skipped.
-fn test_server() -> Option<String> {
+pub(crate) fn test_server() -> Option<String> {
     let url = std::env::var("TEST_DATABASE_URL").ok().filter(|v| !v.is_empty());
     if url.is_none() {
         eprintln!("skipped: TEST_DATABASE_URL not set (bin/pg-test-server starts one)");
@@ -52,7 +52,7 @@ fn with_database(url: &str, name: &str) -> String {
 }
 
 /// A new, empty database on the test server; its URL.
-fn fresh_database(base: &str, tag: &str) -> String {
+pub(crate) fn fresh_database(base: &str, tag: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     let name = format!("forkd_it_{tag}_{}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
     run_sql(base, &format!("CREATE DATABASE {name}"));
@@ -60,7 +60,7 @@ fn fresh_database(base: &str, tag: &str) -> String {
 }
 
 /// An API server (one worker unless `workers`) whose store is the database at `url`.
-fn host(url: &str, workers: usize) -> Server {
+pub(crate) fn host(url: &str, workers: usize) -> Server {
     Server::api_builder().workers(workers).set("cluster", &format!("database_url = \"{url}\"")).start()
 }
 

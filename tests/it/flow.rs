@@ -220,7 +220,7 @@ fn a_pipelined_flood_then_fin_is_answered_and_closed() {
 /// The states a connection can be in when its peer sends FIN (keeping its socket, so the
 /// server's side would sit in CLOSE-WAIT): each is closed by the server within a few
 /// seconds. Idle keep-alive, part of a head, part of a body, a request waiting on a pool
-/// job (closed once answered), an SSE stream, a WebSocket, a timer-driven stream (the
+/// job (the client left: closed without its answer), an SSE stream, a WebSocket, a timer-driven stream (the
 /// chat echo). Back-pressured input has its own tests above.
 #[test]
 fn a_peer_that_closes_is_closed_in_every_state() {

@@ -153,8 +153,8 @@ pub struct H3Client {
     pub retries: usize,
     /// The control stream is open.
     control: bool,
-    /// Request bytes not yet taken by their stream (stream, bytes, written so far).
-    pending: Vec<(StreamId, Vec<u8>, usize)>,
+    /// Request bytes not yet taken by their stream (stream, bytes, written so far, FIN after).
+    pending: Vec<(StreamId, Vec<u8>, usize, bool)>,
     buf: Vec<u8>,
 }
 
@@ -211,20 +211,19 @@ impl H3Client {
     /// Opens a request stream: the head (pseudo-headers first), `body` as one DATA frame,
     /// then FIN.
     pub fn request(&mut self, head: &[(&str, &str)], body: &[u8]) -> StreamId {
-        let id = self.conn.streams().open(Dir::Bi).expect("a request stream");
-        let mut block = Vec::new();
-        Encoder.begin(&mut block);
-        for (n, v) in head {
-            Encoder.field(n.as_bytes(), v.as_bytes(), &mut block);
-        }
-        let mut out = Vec::new();
-        frame::write_header(frame::ty::HEADERS, block.len() as u64, &mut out);
-        out.extend_from_slice(&block);
+        let mut out = headers_frame(head);
         if !body.is_empty() {
             frame::write_header(frame::ty::DATA, body.len() as u64, &mut out);
             out.extend_from_slice(body);
         }
-        self.pending.push((id, out, 0));
+        self.send_raw(out, true)
+    }
+
+    /// Opens a request stream and writes `bytes` as they are (any frames, or part of one);
+    /// FIN after them when `fin`.
+    pub fn send_raw(&mut self, bytes: Vec<u8>, fin: bool) -> StreamId {
+        let id = self.conn.streams().open(Dir::Bi).expect("a request stream");
+        self.pending.push((id, bytes, 0, fin));
         self.write_pending();
         self.streams.entry(id).or_default();
         self.flush();
@@ -234,17 +233,21 @@ impl H3Client {
     /// Writes what request streams still have to send as their windows allow; FIN after it.
     fn write_pending(&mut self) {
         let conn = &mut self.conn;
-        self.pending.retain_mut(|(id, out, at)| {
-            match conn.send_stream(*id).write(&out[*at..]) {
-                Ok(n) => *at += n,
-                Err(quinn_proto::WriteError::Blocked) => {}
-                // Stopped or reset by the server (an early answer): the rest is dropped.
-                Err(_) => return false,
+        self.pending.retain_mut(|(id, out, at, fin)| {
+            if *at < out.len() {
+                match conn.send_stream(*id).write(&out[*at..]) {
+                    Ok(n) => *at += n,
+                    Err(quinn_proto::WriteError::Blocked) => {}
+                    // Stopped or reset by the server (an early answer): the rest is dropped.
+                    Err(_) => return false,
+                }
             }
             if *at < out.len() {
                 return true;
             }
-            let _ = conn.send_stream(*id).finish();
+            if *fin {
+                let _ = conn.send_stream(*id).finish();
+            }
             false
         });
     }
@@ -253,15 +256,9 @@ impl H3Client {
     /// no new one (a load waits for answers instead of panicking).
     pub fn try_get(&mut self, path: &str) -> Option<StreamId> {
         let id = self.conn.streams().open(Dir::Bi)?;
-        let mut block = Vec::new();
-        Encoder.begin(&mut block);
-        for (n, v) in [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", path)] {
-            Encoder.field(n.as_bytes(), v.as_bytes(), &mut block);
-        }
-        let mut out = Vec::new();
-        frame::write_header(frame::ty::HEADERS, block.len() as u64, &mut out);
-        out.extend_from_slice(&block);
-        self.pending.push((id, out, 0));
+        let out =
+            headers_frame(&[(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", path)]);
+        self.pending.push((id, out, 0, true));
         self.write_pending();
         self.streams.entry(id).or_default();
         Some(id)
@@ -428,6 +425,19 @@ impl H3Client {
     pub fn partial(&self, id: StreamId) -> H3Response {
         self.streams.get(&id).map(|s| parse(&s.bytes)).unwrap_or_default()
     }
+}
+
+/// A HEADERS frame of `head` (name, value pairs, pseudo-headers first).
+pub fn headers_frame(head: &[(&str, &str)]) -> Vec<u8> {
+    let mut block = Vec::new();
+    Encoder.begin(&mut block);
+    for (n, v) in head {
+        Encoder.field(n.as_bytes(), v.as_bytes(), &mut block);
+    }
+    let mut out = Vec::new();
+    frame::write_header(frame::ty::HEADERS, block.len() as u64, &mut out);
+    out.extend_from_slice(&block);
+    out
 }
 
 /// A response stream's bytes as heads and body (a trailing partial frame is left out).

@@ -14,12 +14,14 @@ mod headers;
 mod http1;
 mod install;
 mod limits;
+mod liveness;
 mod logging;
 mod process;
 
 mod auth;
 mod cluster;
 mod cors;
+mod identity;
 mod posts;
 mod store;
 mod users;
@@ -54,11 +56,13 @@ mod tls;
 mod h3;
 mod h3client;
 mod h3drain;
+mod h3limits;
 mod http3;
 
 mod h2config;
 mod h2drain;
 mod h2flood;
+mod h2idle;
 mod h2prio;
 mod h2stall;
 mod h2util;

@@ -55,8 +55,8 @@ fn owner_creates_a_post_201_with_location_and_fields(p: Proto) {
     ensure_eq!(s, id_of(&g), pid, "any bearer may read a post");
 }
 
-both!(only_the_owner_may_post_and_an_unknown_user_is_404);
-fn only_the_owner_may_post_and_an_unknown_user_is_404(p: Proto) {
+both!(only_the_owner_may_post_and_a_token_of_no_account_is_401);
+fn only_the_owner_may_post_and_a_token_of_no_account_is_401(p: Proto) {
     let s = Server::start_api().on(p);
     let (owner, owner_token) = s.user("Owner");
     let (_, other) = s.user("Intruder");
@@ -70,7 +70,8 @@ fn only_the_owner_may_post_and_an_unknown_user_is_404(p: Proto) {
     s.expect_err(&r, 403, "FORBIDDEN", "POST a post for someone else");
     ensure_eq!(s, post_count(&s, &owner_token, uid), 0, "the refused post is not stored");
     // Unknown user. Its "owner" is a correctly signed token for an id that does not exist
-    // (forged with the known secret), or the token of a user who has since been deleted.
+    // (forged with the known secret), or the token of a user who has since been deleted: a
+    // token stands for an account, and neither has one (401, as for any void token).
     let ghost = jwt_sign(
         &json!({"alg": "HS256", "typ": "JWT"}),
         &good_claims(999_999, "user"),
@@ -78,7 +79,7 @@ fn only_the_owner_may_post_and_an_unknown_user_is_404(p: Proto) {
         TEST_JWT_SECRET.as_bytes(),
     );
     let r = s.api("POST", "/api/v1/users/999999/posts", Some(&ghost), Some(&json!({"title": "Ghost", "body": ""})));
-    s.expect_err(&r, 404, "NOT_FOUND", "POST a post for an unknown user (as that id)");
+    s.expect_err(&r, 401, "UNAUTHORIZED", "POST a post for an unknown user (as that id)");
     let (gone, gone_token) = s.user("Gone");
     let gone_id = id_of(&gone);
     let r = s.api("DELETE", &format!("/api/v1/users/{gone_id}"), Some(&gone_token), None);
@@ -89,7 +90,7 @@ fn only_the_owner_may_post_and_an_unknown_user_is_404(p: Proto) {
         Some(&gone_token),
         Some(&json!({"title": "Ghost", "body": ""})),
     );
-    s.expect_err(&r, 404, "NOT_FOUND", "POST a post for a deleted user (with its still-unexpired token)");
+    s.expect_err(&r, 401, "UNAUTHORIZED", "POST a post for a deleted user (with its still-unexpired token)");
     // Another caller posting for an unknown id: the contract does not order the owner
     // check and the existence check, so 403 (not the owner) or 404 (no such user).
     let r =

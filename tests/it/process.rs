@@ -348,6 +348,9 @@ fn crash_looping_slot_backs_off_then_recovers() {
         c.busy_timeout(Duration::from_secs(5)).expect("busy timeout");
         c.pragma_update(None, "user_version", v).expect("set user_version");
     };
+    let current: i64 = rusqlite::Connection::open(&db)
+        .and_then(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)))
+        .expect("read user_version");
     set_version(99);
     let old = server.workers();
     assert_eq!(old.len(), 1, "one worker: {old:?}");
@@ -355,7 +358,7 @@ fn crash_looping_slot_backs_off_then_recovers() {
     for delay in ["100ms", "200ms", "400ms"] {
         server.wait_log_line(Duration::from_secs(10), |l| l.contains(&format!("keeps failing; next start in {delay}")));
     }
-    set_version(2);
+    set_version(current);
     let healthy = eventually(Duration::from_secs(10), || {
         let w = server.workers();
         w.len() == 1

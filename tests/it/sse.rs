@@ -203,6 +203,10 @@ fn hostile_last_event_id_is_treated_as_absent(p: Proto) {
     s.notify(&admin, "old 2", "");
     let big = "9".repeat(10_000);
     for v in ["abc", "-5", big.as_str(), "1e3", " ", "0x1"] {
+        // A value of only white space is a malformed field over HTTP/2 (RFC 9113 §8.2.1): 400.
+        if v == " " && p != Proto::H1 {
+            continue;
+        }
         let shown = if v.len() > 20 { format!("<{} bytes>", v.len()) } else { format!("{v:?}") };
         let mut st = match s.sse_at("/api/events", &[("Last-Event-ID", v)]) {
             Ok(st) => st,

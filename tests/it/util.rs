@@ -1769,7 +1769,7 @@ pub fn jwt_parts(token: &str) -> (Value, Value, Vec<u8>) {
 pub fn good_claims(user_id: i64, role: &str) -> Value {
     let now = now_unix();
     json!({"userId": user_id, "role": role, "iss": "forkd", "aud": "forkd-api", "iat": now, "exp": now + 900,
-           "jti": format!("forged-{}", UNIQUE.fetch_add(1, Ordering::Relaxed))})
+           "jti": format!("forged-{}", UNIQUE.fetch_add(1, Ordering::Relaxed)), "gen": 0, "iatMs": now * 1000})
 }
 
 // ---- Set-Cookie ----

@@ -4,14 +4,21 @@
 //! after the same argon2 work whether the e-mail exists or not. Refresh
 //! tokens are random, stored only as hashes and rotated on every use; a
 //! spent one presented again revokes its whole family.
+//!
+//! Every token is bound to the account as read from the store: an access
+//! token carries its token generation and the instant it was read (taken
+//! before the read, so that a change committed after it is seen as later);
+//! a refresh-token family keeps the generation of its login and stops
+//! rotating once the account's moves on (see `session`).
 
 use serde_json::{Map, Value};
 
 use crate::app::ratelimit::LoginGuard;
 use crate::app::router::Router;
-use crate::app::session::{self, Caller};
+use crate::app::session;
 use crate::app::validate::{self, Fields};
 use crate::app::{App, Ctx, Handler, Reply};
+use crate::auth::jwt::{now_ms, Subject};
 use crate::auth::tokens;
 use crate::error::Error;
 use crate::http::request::{Method, Request};
@@ -51,6 +58,7 @@ fn login(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let slot = LoginGuard::new(app.svc.config, req.peer, &email).take(app.svc.rate)?;
     let svc = app.svc;
     Ok(ctx.later(move || {
+        let read_at = now_ms();
         let (user, hash) = match svc.store.user_by_email(&email)? {
             Some((user, hash)) => (Some(user), Some(hash)),
             None => (None, None),
@@ -71,19 +79,20 @@ fn login(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
             }
         };
         drop(slot); // a success gives its slot back
-        let family = tokens::new_family();
-        issue(svc, user.id, user.role.as_str(), &user.name, &family)
+        let who = Subject { user_id: user.id, role: user.role.as_str(), name: &user.name, gen: user.token_gen };
+        let (access, expires_in) = access_token(svc, &who, read_at)?;
+        let (refresh, hash) = tokens::new_refresh_token();
+        let expires = (session::now_unix() + svc.config.auth.refresh_ttl.as_secs()) as i64;
+        svc.store.insert_refresh(&hash, &tokens::new_family(), user.id, user.token_gen, expires)?;
+        Ok(token_response(svc, &access, expires_in, &refresh))
     }))
 }
 
-/// Issue an access token and a new refresh token in `family`.
-fn issue(svc: &crate::app::Services, user_id: i64, role: &str, name: &str, family: &str) -> Result<Response, Error> {
-    let now = session::now_unix();
-    let (access, expires_in) = svc.jwt.issue(user_id, role, name, now)?;
-    let (refresh, hash) = tokens::new_refresh_token();
-    let expires = (now + svc.config.auth.refresh_ttl.as_secs()) as i64;
-    svc.store.insert_refresh(&hash, family, user_id, expires)?;
-    Ok(token_response(svc, &access, expires_in, &refresh))
+/// An access token for `who`, whose row was read at `read_at` (ms).
+fn access_token(svc: &crate::app::Services, who: &Subject<'_>, read_at: u64) -> Result<(String, u64), Error> {
+    // Revocations are kept for as long as the longest token any worker issues lives.
+    svc.region.revoked.note_ttl(session::ttl_ms(svc));
+    Ok(svc.jwt.issue(who, read_at)?)
 }
 
 fn token_response(svc: &crate::app::Services, access: &str, expires_in: u64, refresh: &str) -> Response {
@@ -117,13 +126,18 @@ fn refresh(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> 
     let old = presented_token(req)?.ok_or(Error::Unauthorized("token required"))?;
     let svc = app.svc;
     Ok(ctx.later(move || {
-        let now = session::now_unix();
+        let read_at = now_ms();
+        let now = read_at / 1000;
         let (refresh, new_hash) = tokens::new_refresh_token();
         let expires = (now + svc.config.auth.refresh_ttl.as_secs()) as i64;
         match svc.store.rotate_refresh(&tokens::hash_token(&old), &new_hash, now as i64, expires)? {
-            Rotation::Rotated { user_id } => {
-                let user = svc.store.get_user(user_id)?.ok_or(Error::Unauthorized("invalid token"))?;
-                let (access, expires_in) = svc.jwt.issue(user.id, user.role.as_str(), &user.name, now)?;
+            Rotation::Rotated { user_id, gen } => {
+                // A change committed since the rotation moved the generation on: the token
+                // would be void at once, so none is made.
+                let user = svc.store.get_user(user_id)?.filter(|u| u.token_gen == gen);
+                let user = user.ok_or(Error::Unauthorized("invalid token"))?;
+                let who = Subject { user_id, role: user.role.as_str(), name: &user.name, gen };
+                let (access, expires_in) = access_token(svc, &who, read_at)?;
                 Ok(token_response(svc, &access, expires_in, &refresh))
             }
             Rotation::Reused => {
@@ -149,9 +163,11 @@ fn logout(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
 }
 
 fn me(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
-    let Caller { user_id, .. } = session::require(app, req)?;
+    let caller = session::require(app, req)?;
+    let user_id = caller.user_id;
     let svc = app.svc;
     Ok(ctx.later(move || {
+        session::confirm(svc, &caller)?;
         let rendered = svc.store.with_user(user_id, |user| {
             let mut r = Response::new(200);
             r.body = crate::http::response::Body::Bytes(crate::app::users::user_envelope(200, user));

@@ -114,6 +114,8 @@ fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let (title, body) = notification(validate::json_object(req)?)?;
     let svc = app.svc;
     Ok(ctx.later(move || {
+        // Still an admin, by the store's word (a demotion voids the token).
+        session::confirm(svc, &caller)?;
         let n = svc.store.create_notification(&title, &body)?;
         let json = serde_json::to_vec(&n).unwrap_or_default();
         // Stored first, then announced: the loop delivers it locally and on the bus.

@@ -1,6 +1,7 @@
-//! `/users/{id}/posts` and `/posts/{id}` (CONTRACT §5): a user's posts,
-//! paginated newest first; created by their owner; changed or removed by the
-//! owner or an admin.
+//! `/users/{id}/posts` and `/posts/{id}`: a user's posts, paginated newest
+//! first; created by their owner; changed or removed by the owner or an
+//! admin. Every job first asks the store whether the caller's token is still
+//! its account's (`session::confirm`).
 
 use serde_json::{Map, Value};
 
@@ -44,7 +45,7 @@ pub fn post_changes(map: Map<String, Value>) -> Result<(Option<String>, Option<S
 }
 
 fn list(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
-    session::require(app, req)?;
+    let caller = session::require(app, req)?;
     let user_id = path_id(ctx)?;
     let mut errors = Vec::new();
     let (page, limit) = paging(req, &mut errors);
@@ -53,6 +54,7 @@ fn list(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     }
     let svc = app.svc;
     Ok(ctx.later(move || {
+        session::confirm(svc, &caller)?;
         svc.store.get_user(user_id)?.ok_or(Error::NotFound)?;
         Ok(Response::envelope(200, &svc.store.list_posts(user_id, page, limit)?))
     }))
@@ -67,17 +69,18 @@ fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let (title, body) = new_post(validate::json_object(req)?)?;
     let svc = app.svc;
     Ok(ctx.later(move || {
-        svc.store.get_user(user_id)?.ok_or(Error::NotFound)?;
+        session::confirm(svc, &caller)?;
         let post = svc.store.create_post(user_id, &title, &body)?;
         Ok(envelope_with(201, &post, Some(("Location", format!("/api/v1/posts/{}", post.id)))))
     }))
 }
 
 fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
-    session::require(app, req)?;
+    let caller = session::require(app, req)?;
     let id = path_id(ctx)?;
     let svc = app.svc;
     Ok(ctx.later(move || {
+        session::confirm(svc, &caller)?;
         let post = svc.store.get_post(id)?.ok_or(Error::NotFound)?;
         Ok(Response::envelope(200, &post))
     }))
@@ -89,6 +92,7 @@ fn patch(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let (title, body) = post_changes(validate::json_object(req)?)?;
     let svc = app.svc;
     Ok(ctx.later(move || {
+        session::confirm(svc, &caller)?;
         let post = svc.store.get_post(id)?.ok_or(Error::NotFound)?;
         if post.user_id != caller.user_id && !caller.admin {
             return Err(Error::Forbidden("not allowed to change this post"));
@@ -103,6 +107,7 @@ fn delete(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let id = path_id(ctx)?;
     let svc = app.svc;
     Ok(ctx.later(move || {
+        session::confirm(svc, &caller)?;
         let post = svc.store.get_post(id)?.ok_or(Error::NotFound)?;
         if post.user_id != caller.user_id && !caller.admin {
             return Err(Error::Forbidden("not allowed to delete this post"));

@@ -1,6 +1,13 @@
-//! `/users` and `/users/{id}` (CONTRACT §5): sign-up, list with filter,
-//! sort and paging, read with ETag, replace/patch (If-Match), delete.
-//! Permission: self or admin for writes; `role` only by an admin.
+//! `/users` and `/users/{id}`: sign-up, list with filter, sort and paging,
+//! read with ETag, replace/patch (If-Match), delete. Permission: self or
+//! admin for writes; `role` only by an admin; a new `password` by its owner
+//! (with `currentPassword`, guarded like a login) or by an admin.
+//!
+//! A deletion, a new password or another role voids the account's tokens:
+//! the job records it in the workers' table of revocations after the commit
+//! and before its answer (`session::revoke`). Every job acting for a caller
+//! first asks the store whether the caller's token is still its account's
+//! (`session::confirm`).
 
 use std::io::Write;
 
@@ -8,6 +15,7 @@ use serde_json::{Map, Value};
 
 #[cfg(test)]
 use crate::app::health::fnv1a;
+use crate::app::ratelimit::LoginGuard;
 use crate::app::router::Router;
 use crate::app::session::{self, Caller};
 use crate::app::usermemo::Fill;
@@ -261,6 +269,9 @@ fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     }
     let svc = app.svc;
     Ok(ctx.later(move || {
+        if let Some(caller) = &caller {
+            session::confirm(svc, caller)?;
+        }
         let password_hash = svc
             .cpu
             .run(move || svc.passwords.hash(&password))
@@ -272,20 +283,25 @@ fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
 }
 
 fn list(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
-    session::require(app, req)?;
+    let caller = session::require(app, req)?;
     let query = list_query(req)?;
     let svc = app.svc;
-    Ok(ctx.later(move || Ok(Response::envelope(200, &svc.store.list_users(&query)?))))
+    Ok(ctx.later(move || {
+        session::confirm(svc, &caller)?;
+        Ok(Response::envelope(200, &svc.store.list_users(&query)?))
+    }))
 }
 
 fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
-    session::require(app, req)?;
+    let caller = session::require(app, req)?;
     let id = path_id(ctx)?;
     let svc = app.svc;
     let inm = req.header("if-none-match");
     let mut memo = app.user_memo.borrow_mut();
+    // Answered here only for a token the loop can vouch for alone (no store check).
+    let vouched = session::covered(svc, &caller) && memo.settled_by(caller.read_ms);
     // Rendered before and unchanged since (see `usermemo`): answered here, no pool job.
-    if let Some((tag, body)) = memo.get(id, &svc.region.users) {
+    if let Some((tag, body)) = memo.get(id, &svc.region.users).filter(|_| vouched) {
         if inm.is_some_and(|v| crate::app::health::etag_matches(v, tag.as_bytes())) {
             let mut r = Response::new(304);
             r.header("ETag", tag.clone());
@@ -300,6 +316,7 @@ fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     drop(memo);
     let if_none_match = inm.map(<[u8]>::to_vec);
     Ok(ctx.later(move || {
+        session::confirm(svc, &caller)?;
         // Read before the row: a write committed after it leaves the memo's entry stale.
         let epoch = svc.region.users.get(id);
         // Rendered straight from the row: no `User`, no copy of its text.
@@ -334,9 +351,19 @@ fn writer(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<(Caller, i64), 
     Ok((caller, id))
 }
 
+/// A validated replace (PUT) or patch body.
+pub struct Edit {
+    /// The fields to change; its `password_hash` is filled on the pool, from `password`.
+    pub changes: UserChanges,
+    /// A new password, in clear (8–128 characters).
+    pub password: Option<String>,
+    /// The current password, which changing one's own needs.
+    pub current_password: Option<String>,
+}
+
 /// A validated replace (`full`, PUT) or patch body, or 422 listing every problem.
-pub fn user_changes(map: Map<String, Value>, full: bool) -> Result<UserChanges, Error> {
-    let mut f = Fields::new(map, &["name", "email", "age", "role"]);
+pub fn user_changes(map: Map<String, Value>, full: bool) -> Result<Edit, Error> {
+    let mut f = Fields::new(map, &["name", "email", "age", "role", "password", "currentPassword"]);
     let name = f.string("name", full, validate::name);
     let email = f.string("email", full, validate::email);
     let age = match f.int("age", 0, 150) {
@@ -346,29 +373,71 @@ pub fn user_changes(map: Map<String, Value>, full: bool) -> Result<UserChanges, 
         Presence::Absent => None,
     };
     let role = role_field(&mut f);
+    let password = f.string("password", false, validate::password);
+    let current_password = f.string("currentPassword", false, validate::any);
+    if current_password.is_some() && password.is_none() && !f.has("password") {
+        f.error("currentPassword", "only with password");
+    }
     f.finish()?;
-    Ok(UserChanges { name, email, age, role })
+    Ok(Edit { changes: UserChanges { name, email, age, role, password_hash: None }, password, current_password })
 }
 
 fn changes(app: &App, req: &Request<'_>, ctx: &Ctx<'_>, full: bool) -> Result<Reply, Error> {
     let (caller, id) = writer(app, req, ctx)?;
-    let changes = user_changes(validate::json_object(req)?, full)?;
+    let Edit { mut changes, password, current_password } = user_changes(validate::json_object(req)?, full)?;
     if changes.role.is_some() && !caller.admin {
         return Err(Error::Forbidden("only an admin can change a role"));
     }
+    // One's own password needs the current one, whose checks count as login attempts
+    // (the account's, from this address): a stolen access token cannot guess it for long.
+    let own_password = password.is_some() && caller.user_id == id;
+    let guard = match (own_password, current_password) {
+        (false, _) => None,
+        (true, None) => {
+            let why = "is required to change your own password";
+            return Err(Error::Validation(vec![FieldError::new("currentPassword", why)]));
+        }
+        (true, Some(current)) => {
+            let slot = LoginGuard::new(app.svc.config, req.peer, &format!("#{id}")).take(app.svc.rate)?;
+            Some((slot, current))
+        }
+    };
     let wanted = req.header("if-match").and_then(|v| std::str::from_utf8(v).ok()).map(str::to_owned);
     let svc = app.svc;
     Ok(ctx.later(move || {
+        session::confirm(svc, &caller)?;
         if let Some(wanted) = wanted {
             let current = svc.store.get_user(id)?.ok_or(Error::NotFound)?;
             if !if_match(&wanted, &etag(current.borrowed())) {
                 return Err(Error::PreconditionFailed);
             }
         }
+        if let Some((slot, current)) = guard {
+            let hash = svc.store.password_hash(id)?.ok_or(Error::NotFound)?;
+            let right = svc
+                .cpu
+                .run(move || svc.passwords.verify(&current, &hash))
+                .ok_or_else(|| Error::Internal("password check failed".into()))?;
+            if !right {
+                slot.failed();
+                return Err(Error::Forbidden("current password is wrong"));
+            }
+        }
+        if let Some(password) = password {
+            let hash = svc
+                .cpu
+                .run(move || svc.passwords.hash(&password))
+                .ok_or_else(|| Error::Internal("password hashing failed".into()))??;
+            changes.password_hash = Some(hash);
+        }
         let updated = svc.store.update_user(id, &changes);
-        // After the commit, before the answer: memos of this user are stale from now on.
+        // After the commit, before the answer: memos of this user are stale from now on, and
+        // so are its tokens if the password or the role changed.
+        if matches!(&updated, Ok(Some(u)) if u.revoked) {
+            session::revoke(svc, id);
+        }
         svc.region.users.bump(id);
-        let user = updated?.ok_or(Error::NotFound)?;
+        let user = updated?.ok_or(Error::NotFound)?.user;
         let tag = etag(user.borrowed());
         Ok(user_response(200, user.borrowed(), ("ETag", tag)))
     }))
@@ -383,10 +452,15 @@ fn patch(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
 }
 
 fn delete(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
-    let (_, id) = writer(app, req, ctx)?;
+    let (caller, id) = writer(app, req, ctx)?;
     let svc = app.svc;
     Ok(ctx.later(move || {
+        session::confirm(svc, &caller)?;
         let deleted = svc.store.delete_user(id);
+        // After the commit, before the answer: its tokens are void, its memos stale.
+        if matches!(deleted, Ok(true)) {
+            session::revoke(svc, id);
+        }
         svc.region.users.bump(id);
         if !deleted? {
             return Err(Error::NotFound);
@@ -408,6 +482,7 @@ mod tests {
             role,
             created_at: "2026-11-22T10:00:00.123Z".into(),
             updated_at: "2026-11-23T11:30:00.456Z".into(),
+            token_gen: 3,
         }
     }
 

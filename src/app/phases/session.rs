@@ -3,7 +3,32 @@
 //! Verifying an HS256 token is a few microseconds of HMAC, so it runs on
 //! the event loop; anything touching the database or a password hash is a
 //! pool job in the handlers.
+//!
+//! **A token stands for an account, not for a number.** Ids are never given
+//! twice (the store's migration 3), and an access token carries, besides
+//! `userId`, the account's token generation (`gen`, bumped by a password or
+//! role change) and the instant its row was read (`iatMs`). A token is void
+//! once its account is deleted, or its password or role changes, and two
+//! checks see to it:
+//!
+//! - on the event loop, for every request with a token ([`optional`]): the
+//!   shared table of recent revocations (`shm::revoked`), one load. The worker
+//!   that deletes an account or changes its password or role records it there
+//!   after the commit and before its answer ([`revoke`]), so from that answer
+//!   on every worker of the host refuses the old tokens with 401;
+//! - on the pool, in every handler's job that acts for the caller
+//!   ([`confirm`]): the account's row, the truth. It catches what the table
+//!   cannot know: a change made on another host (PostgreSQL), by the workers of
+//!   another supervisor (a binary upgrade), or before this supervisor started.
+//!
+//! What the loop answers without the pool (the memo of users, the homepage,
+//! the chat's upgrade) relies on the table alone; the memo only for tokens the
+//! table covers (read since its birth, and since any foreign writer left).
+//!
+//! The per-worker cache of verified tokens ([`Verified`]) keeps only the
+//! signature's verdict: the revocation check runs on every use.
 
+use crate::app::Services;
 use crate::auth::jwt::Claims;
 use crate::auth::tokens::constant_time_eq;
 use crate::config::Config;
@@ -20,11 +45,15 @@ pub struct Caller {
     pub user_id: i64,
     /// Role from the token.
     pub admin: bool,
+    /// The account's token generation the token was issued under.
+    pub gen: i64,
+    /// When the account was read for the token (ms since the epoch).
+    pub read_ms: u64,
 }
 
-impl From<Claims> for Caller {
-    fn from(c: Claims) -> Caller {
-        Caller { user_id: c.user_id, admin: c.role == "admin" }
+impl From<&Claims> for Caller {
+    fn from(c: &Claims) -> Caller {
+        Caller { user_id: c.user_id, admin: c.role == "admin", gen: c.gen, read_ms: c.iat_ms }
     }
 }
 
@@ -38,10 +67,10 @@ pub fn require(app: &App, req: &Request<'_>) -> Result<Caller, Error> {
 ///
 /// Verifying an HS256 token (base64, JSON, HMAC) costs several microseconds;
 /// a client sends the same token with every request until it expires. The
-/// answer for a given token string never changes under one signing secret
-/// (a reload starts new workers with an empty map), so remembering it is
-/// exact, not an approximation: `exp` is still checked on every use. Failures
-/// are not kept.
+/// signature's answer for a given token string never changes under one
+/// signing secret (a reload starts new workers with an empty map), so
+/// remembering it is exact, not an approximation: `exp` and the revocations
+/// are still checked on every use. Failures are not kept.
 ///
 /// Bounded in count ([`VERIFIED_MAX`]: emptied when full) and in time: every
 /// [`VERIFIED_IDLE`] seconds, on a miss, tokens unused for that long or
@@ -124,7 +153,9 @@ impl Verified {
     }
 }
 
-/// A valid bearer token if one is sent; a bad one is still 401.
+/// A valid bearer token if one is sent; a bad one is still 401, and so is
+/// one whose account was revoked since it was read (as far as this host's
+/// table knows; [`confirm`] checks the store).
 pub fn optional(app: &App, req: &Request<'_>) -> Result<Option<Caller>, Error> {
     let Some(value) = req.header("authorization") else { return Ok(None) };
     let token = value
@@ -135,14 +166,64 @@ pub fn optional(app: &App, req: &Request<'_>) -> Result<Option<Caller>, Error> {
         .and_then(|t| std::str::from_utf8(t).ok())
         .ok_or(Error::Unauthorized("invalid token"))?;
     let now = crate::auth::jwt::now_unix();
-    if let Some(caller) = app.verified.borrow_mut().get(token, now) {
-        return Ok(Some(caller));
-    }
+    let remembered = app.verified.borrow_mut().get(token, now);
+    let caller = match remembered {
+        Some(caller) => caller,
+        None => {
+            let claims = app.svc.jwt.verify(token)?;
+            let caller = Caller::from(&claims);
+            app.verified.borrow_mut().insert(token, caller, claims.exp, now);
+            caller
+        }
+    };
+    standing(app.svc, caller).map(Some)
+}
+
+/// The caller of an access token given elsewhere than in `Authorization`
+/// (the chat's `?token=`), with the same checks as [`optional`]; and its
+/// claims.
+pub fn from_token(app: &App, token: &str) -> Result<(Caller, Claims), Error> {
     let claims = app.svc.jwt.verify(token)?;
-    let exp = claims.exp;
-    let caller = Caller::from(claims);
-    app.verified.borrow_mut().insert(token, caller, exp, now);
-    Ok(Some(caller))
+    let caller = standing(app.svc, Caller::from(&claims))?;
+    Ok((caller, claims))
+}
+
+/// `caller`, unless the table of recent revocations voids its token.
+fn standing(svc: &Services, caller: Caller) -> Result<Caller, Error> {
+    if svc.region.revoked.revoked(caller.user_id, caller.read_ms) {
+        return Err(Error::Unauthorized("invalid token"));
+    }
+    Ok(caller)
+}
+
+/// Whether the table of recent revocations has seen every revocation that
+/// could concern `caller`'s token, so that the loop may answer for it alone
+/// (the memo of users). The memo's own gate (no foreign writer since the
+/// token was read) is the caller's to add.
+pub fn covered(svc: &Services, caller: &Caller) -> bool {
+    svc.region.revoked.covers(caller.read_ms)
+}
+
+/// The store's word on `caller` (in a pool job, before acting for it): its
+/// account still exists and has the token's generation, else 401 `invalid
+/// token`. One indexed read by id.
+pub fn confirm(svc: &Services, caller: &Caller) -> Result<(), Error> {
+    match svc.store.token_gen(caller.user_id)? {
+        Some(gen) if gen == caller.gen => Ok(()),
+        _ => Err(Error::Unauthorized("invalid token")),
+    }
+}
+
+/// Record that user `id`'s tokens read until now are void: after the
+/// deletion, or the password or role change, committed, and before the
+/// answer goes out (pool jobs).
+pub fn revoke(svc: &Services, id: i64) {
+    svc.region.revoked.revoke(id, crate::auth::jwt::now_ms(), ttl_ms(svc));
+}
+
+/// This worker's access-token lifetime in ms.
+pub fn ttl_ms(svc: &Services) -> u64 {
+    u64::try_from(svc.config.auth.access_ttl.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The value of cookie `name`.
@@ -194,7 +275,7 @@ pub fn now_unix() -> u64 {
 mod tests {
     use super::*;
 
-    const ME: Caller = Caller { user_id: 7, admin: false };
+    const ME: Caller = Caller { user_id: 7, admin: false, gen: 0, read_ms: 0 };
 
     #[test]
     fn a_remembered_token_answers_until_it_expires() {
@@ -234,7 +315,7 @@ mod tests {
     fn tokens_with_the_same_signature_tail_are_still_told_apart() {
         let mut v = Verified::default();
         v.insert("head-a.payload.SIGNATURE", ME, 10_000, 0);
-        v.insert("head-b.payload.SIGNATURE", Caller { user_id: 8, admin: true }, 10_000, 0);
+        v.insert("head-b.payload.SIGNATURE", Caller { user_id: 8, admin: true, ..ME }, 10_000, 0);
         assert_eq!(v.get("head-a.payload.SIGNATURE", 1).map(|c| c.user_id), Some(7));
         assert_eq!(v.get("head-b.payload.SIGNATURE", 1).map(|c| c.user_id), Some(8));
         assert!(v.get("head-c.payload.SIGNATURE", 1).is_none());

@@ -107,13 +107,14 @@ impl Pg {
         hash: &str,
         family: &str,
         user_id: i64,
+        gen: i64,
         expires_at_unix: i64,
     ) -> Result<(), StoreError> {
         self.call(|s| {
             s.begin("")?;
             s.execute(
-                "INSERT INTO token_families (family, user_id) VALUES ($1, $2) ON CONFLICT (family) DO NOTHING",
-                &[&family, &user_id],
+                "INSERT INTO token_families (family, user_id, gen) VALUES ($1, $2, $3) ON CONFLICT (family) DO NOTHING",
+                &[&family, &user_id, &gen],
             )?;
             s.execute(
                 "INSERT INTO refresh_tokens (hash, family, user_id, expires_at) VALUES ($1, $2, $3, $4)",
@@ -133,16 +134,25 @@ impl Pg {
     ) -> Result<Rotation, StoreError> {
         let outcome = self.call(|s| {
             s.begin("")?;
+            // The user's row is locked too: a password or role change waits for this rotation,
+            // or this rotation for it, never both reading the old generation.
             let found = s.query_opt(
-                "SELECT t.family, t.user_id, t.expires_at, t.spent_at IS NOT NULL, f.revoked \
-                 FROM refresh_tokens t JOIN token_families f ON f.family = t.family WHERE t.hash = $1 FOR UPDATE",
+                "SELECT t.family, t.user_id, t.expires_at, t.spent_at IS NOT NULL, f.revoked, f.gen, u.token_gen \
+                 FROM refresh_tokens t JOIN token_families f ON f.family = t.family \
+                 JOIN users u ON u.id = t.user_id WHERE t.hash = $1 FOR UPDATE",
                 &[&old_hash],
             )?;
             // Returning without COMMIT rolls back (nothing was written).
             let Some(row) = found else { return Ok(Rotation::Invalid) };
             let (family, user_id, expires_at, spent, revoked): (String, i64, i64, bool, bool) =
                 (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?, row.try_get(4)?);
+            let (family_gen, gen): (i64, i64) = (row.try_get(5)?, row.try_get(6)?);
             if revoked {
+                return Ok(Rotation::Invalid);
+            }
+            if family_gen != gen {
+                s.execute("UPDATE token_families SET revoked = true WHERE family = $1", &[&family])?;
+                s.commit()?;
                 return Ok(Rotation::Invalid);
             }
             if spent {
@@ -159,7 +169,7 @@ impl Pg {
                 &[&new_hash, &family, &user_id, &new_expires_unix],
             )?;
             s.commit()?;
-            Ok(Rotation::Rotated { user_id })
+            Ok(Rotation::Rotated { user_id, gen })
         })?;
         if outcome == Rotation::Reused {
             log::warn!("store: refresh token re-used; family revoked");

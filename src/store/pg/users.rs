@@ -8,14 +8,14 @@
 use tokio_postgres::Row;
 
 use super::super::users::escape_like;
-use super::super::{NewUser, Page, Paging, Role, User, UserChanges, UserQuery, UserRef, UserSort};
+use super::super::{NewUser, Page, Paging, Role, Updated, User, UserChanges, UserQuery, UserRef, UserSort};
 use super::{pg_now, Fail, Params, Pg};
 use crate::store::StoreError;
 
 /// The columns of [`User`], in the order [`user_from_row`] reads them.
 macro_rules! user_cols {
     () => {
-        "id, name, email, age, role, created_at, updated_at"
+        "id, name, email, age, role, created_at, updated_at, token_gen"
     };
 }
 
@@ -69,9 +69,26 @@ impl Pg {
         self.read(|s| {
             let sql = concat!("SELECT ", user_cols!(), ", password_hash FROM users WHERE lower(email) = lower($1)");
             match s.query_opt(sql, &[&email])? {
-                Some(row) => Ok(Some((user_from_row(&row)?, row.try_get(7)?))),
+                Some(row) => Ok(Some((user_from_row(&row)?, row.try_get(8)?))),
                 None => Ok(None),
             }
+        })
+    }
+
+    /// See `Store::password_hash`.
+    pub(crate) fn password_hash(&self, id: i64) -> Result<Option<String>, StoreError> {
+        self.read(|s| {
+            let row = s.query_opt("SELECT password_hash FROM users WHERE id = $1", &[&id])?;
+            row.map(|r| r.try_get(0)).transpose().map_err(Fail::from)
+        })
+    }
+
+    /// See `Store::token_gen`: a read on the shared connection, as every request with an access
+    /// token makes one (see `app::session`).
+    pub(crate) fn token_gen(&self, id: i64) -> Result<Option<i64>, StoreError> {
+        self.read(|s| {
+            let row = s.query_opt("SELECT token_gen FROM users WHERE id = $1", &[&id])?;
+            row.map(|r| r.try_get(0)).transpose().map_err(Fail::from)
         })
     }
 
@@ -112,19 +129,31 @@ impl Pg {
         })
     }
 
-    /// See `Store::update_user`.
-    pub(crate) fn update_user(&self, id: i64, c: &UserChanges) -> Result<Option<User>, StoreError> {
+    /// See `Store::update_user`: the row locked, then changed, in one transaction; the token
+    /// generation moves on in the `UPDATE` itself (its right-hand sides see the row as it was).
+    pub(crate) fn update_user(&self, id: i64, c: &UserChanges) -> Result<Option<Updated>, StoreError> {
         self.call(|s| {
+            s.begin("")?;
+            // Returning without COMMIT rolls back (nothing was written).
+            let Some(row) = s.query_opt("SELECT token_gen FROM users WHERE id = $1 FOR UPDATE", &[&id])? else {
+                return Ok(None);
+            };
+            let before: i64 = row.try_get(0)?;
             let sql = concat!(
                 "UPDATE users SET name = COALESCE($1, name), email = COALESCE($2, email), ",
-                "age = CASE WHEN $3 THEN $4 ELSE age END, role = COALESCE($5, role), updated_at = ",
+                "age = CASE WHEN $3 THEN $4 ELSE age END, role = COALESCE($5, role), ",
+                "password_hash = COALESCE($7, password_hash), ",
+                "token_gen = token_gen + (COALESCE($5, role) <> role OR $7::text IS NOT NULL)::int, updated_at = ",
                 pg_now!(),
                 " WHERE id = $6 RETURNING ",
                 user_cols!()
             );
             let role = c.role.map(Role::as_str);
-            let params: &Params<'_> = &[&c.name, &c.email, &c.age.is_some(), &c.age.flatten(), &role, &id];
-            s.query_opt(sql, params)?.as_ref().map(user_from_row).transpose()
+            let params: &Params<'_> =
+                &[&c.name, &c.email, &c.age.is_some(), &c.age.flatten(), &role, &id, &c.password_hash];
+            let user = user_from_row(&s.query_one(sql, params)?)?;
+            s.commit()?;
+            Ok(Some(Updated { revoked: user.token_gen != before, user }))
         })
     }
 
@@ -140,7 +169,7 @@ fn role(row: &Row, i: usize) -> Result<Role, Fail> {
     Role::parse(text).ok_or_else(|| Fail::Mapping(format!("unknown role {text:?}")))
 }
 
-/// Map a row selected with `user_cols!()` (columns 0..=6).
+/// Map a row selected with `user_cols!()` (columns 0..=7).
 fn user_from_row(row: &Row) -> Result<User, Fail> {
     Ok(User {
         id: row.try_get(0)?,
@@ -150,6 +179,7 @@ fn user_from_row(row: &Row) -> Result<User, Fail> {
         role: role(row, 4)?,
         created_at: row.try_get(5)?,
         updated_at: row.try_get(6)?,
+        token_gen: row.try_get(7)?,
     })
 }
 

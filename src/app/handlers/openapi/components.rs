@@ -270,17 +270,23 @@ fn schemas(config: &Config) -> Value {
             "properties": {"name": name, "email": email,
                 "password": {"type": "string", "minLength": 8, "maxLength": 128}, "age": age,
                 "role": {"type": "string", "enum": ["user", "admin"], "description": "Anything but `user` needs an admin's bearer token (else 403)"}}}));
+    let password = json!({"type": "string", "minLength": 8, "maxLength": 128,
+        "description": "A new password: voids every token issued before (the caller logs in again)"});
+    let current = json!({"type": "string",
+        "description": "Required to change your own password (422 without, 403 when wrong; failures count as login attempts)"});
+    let role = json!({"type": "string", "enum": ["user", "admin"],
+        "description": "Admins only (else 403); another role voids the user's tokens"});
     m.insert(
         "UserReplace".into(),
         json!({"type": "object", "additionalProperties": false, "required": ["name", "email"],
-            "properties": {"name": name, "email": email, "age": age,
-                "role": {"type": "string", "enum": ["user", "admin"], "description": "Admins only (else 403)"}}}),
+            "properties": {"name": name, "email": email, "age": age, "role": role,
+                "password": password, "currentPassword": current}}),
     );
     m.insert(
         "UserPatch".into(),
         json!({"type": "object", "additionalProperties": false,
-            "properties": {"name": name, "email": email, "age": age,
-                "role": {"type": "string", "enum": ["user", "admin"], "description": "Admins only (else 403)"}}}),
+            "properties": {"name": name, "email": email, "age": age, "role": role,
+                "password": password, "currentPassword": current}}),
     );
     m.insert(
         "NewPost".into(),

@@ -619,7 +619,8 @@ fn users(p: &mut Paths<'_>) {
             .ok(ok(304, "Not modified", Content::Empty, NO_STORE).header("ETag", etag()))
             .errors(&[404, 503]),
     );
-    let write = "The user itself or an admin (else 403, checked before 404). `role` is for admins only (403).";
+    let write = "The user itself or an admin (else 403, checked before 404). `role` is for admins only (403). \
+                 A new `password` or another `role` voids the user's access and refresh tokens.";
     let if_match = header_param("If-Match", "The user's current `ETag` (or `*`): 412 when it does not match");
     p.versioned(
         "PUT",
