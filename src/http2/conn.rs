@@ -7,6 +7,14 @@
 //! [`H2Conn::send_data`] and friends, then calls `advance` again so h2
 //! writes the frames. Nothing here blocks or sleeps.
 //!
+//! Work per turn: the caller starts each drive of the connection with
+//! [`H2Conn::begin_turn`]; h2 then reads at most
+//! [`H2Settings::frames_per_turn`] units of input (a meter walks the frame
+//! headers before h2 sees them), and [`H2Conn::throttled`] says when input
+//! waits for the next turn. Control frames beyond what requests, DATA sent
+//! and time pay for ([`H2Settings::max_control_burst`]) end the connection
+//! with `GOAWAY(ENHANCE_YOUR_CALM)`, reported as [`Event::Closed`].
+//!
 //! Flow control, both ways:
 //! - Receiving: request body bytes count against the stream's and the
 //!   connection's receive windows until the caller hands them back with

@@ -76,6 +76,10 @@ const SLICE: usize = 64 * 1024;
 /// The least a download whose stream has any room reads ahead (a page): a
 /// tiny window does not make a pool job per few bytes.
 const READ_FLOOR: usize = 4 * 1024;
+/// Body bytes a download must have sent before it reads ahead beyond its
+/// window: more than any initial window, so its client has shown, by its
+/// WINDOW_UPDATEs, that it reads.
+const PROVEN: u64 = 256 * 1024;
 /// Body bytes handed to h2 per stream per scheduling pass (one default-size
 /// DATA frame): h2 interleaves whatever it holds round-robin, so what it holds
 /// stays small and a more urgent stream that turns up is not queued behind
@@ -261,6 +265,8 @@ struct Exchange {
     /// Its body ended, or its stream failed, while sending: it is removed
     /// after the scheduling pass.
     gone: bool,
+    /// Body bytes handed to h2 so far.
+    body_sent: u64,
 }
 
 impl Exchange {
@@ -287,19 +293,21 @@ impl Exchange {
 
     /// Ask the pool for a download's next bytes, as many as the stream may
     /// send now (`room`, what [`H2Conn::writable`] said before its turn) less
-    /// those already held or asked for: at least [`READ_FLOOR`] once it has
-    /// any room, and one [`SLICE`] more while its window is open beyond h2's
-    /// buffer (so the next read overlaps the sending of this one). A stream
-    /// whose window is closed reads nothing; one that stalls holds at most
-    /// what its window let it read.
+    /// those already held or asked for, at least [`READ_FLOOR`] once it has
+    /// any room. A stream that has sent [`PROVEN`] bytes and whose window is
+    /// open beyond h2's buffer reads two [`SLICE`]s more, so that the disk
+    /// keeps ahead of a fast client. A stream whose window is closed reads
+    /// nothing; one that stalls early holds at most what its window let it
+    /// read.
     fn read_ahead(&mut self, room: usize, pool: &Pool, id: ExchangeId) {
         let Some(Produce::Download(d)) = &mut self.produce else { return };
         if room == 0 {
             return;
         }
-        let want = if room >= SLICE { room + SLICE } else { room.max(READ_FLOOR) };
+        let want = if room >= SLICE && self.body_sent >= PROVEN { room + 2 * SLICE } else { room.max(READ_FLOOR) };
         let mut held = self.unsent.len().saturating_add(usize::try_from(d.ahead()).unwrap_or(usize::MAX));
-        while held < want {
+        // Whole slices while something is held: fewer, larger reads.
+        while held < want && (held == 0 || want - held >= SLICE) {
             let Some((at, len, buf)) = d.next_read(want - held) else { break };
             held += len;
             pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
@@ -611,6 +619,7 @@ impl H2Session {
             connect_ws,
             priority,
             gone: false,
+            body_sent: 0,
         };
         let checked = request::check(&ex.head, self.conn.settings().max_header_list_size as usize);
         self.exchanges.push(ex);
@@ -1066,6 +1075,7 @@ fn send_quantum(conn: &mut H2Conn, ex: &mut Exchange) -> usize {
         };
         let end = ex.done && ex.unsent.is_empty();
         sent += chunk.len();
+        ex.body_sent += chunk.len() as u64;
         if conn.send_data(ex.stream, chunk, end).is_err() || end {
             ex.gone = true;
             break;

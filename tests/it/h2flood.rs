@@ -10,7 +10,8 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -303,23 +304,33 @@ fn assert_probe(server: &Server, what: &str) {
 /// `GET /health` on fresh connections every 25 ms, on a thread, until stopped.
 struct Prober {
     stop: mpsc::Sender<()>,
+    /// Probes done so far.
+    done: Arc<AtomicUsize>,
     thread: JoinHandle<Vec<(Duration, Result<u16, String>)>>,
 }
 
 impl Prober {
     fn start(addr: SocketAddr) -> Prober {
         let (stop, rx) = mpsc::channel::<()>();
+        let done = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&done);
         let thread = thread::spawn(move || {
             let mut probes = Vec::new();
             loop {
                 probes.push(probe(addr));
+                count.fetch_add(1, Ordering::Relaxed);
                 // Paced by the stop signal: a probe every 25 ms until it comes.
                 if !matches!(rx.recv_timeout(Duration::from_millis(25)), Err(mpsc::RecvTimeoutError::Timeout)) {
                     return probes;
                 }
             }
         });
-        Prober { stop, thread }
+        Prober { stop, done, thread }
+    }
+
+    /// Waits until at least `n` probes are done (bounded by `IO_TIMEOUT` each).
+    fn wait_for(&self, n: usize) {
+        eventually(IO_TIMEOUT * n as u32, || self.done.load(Ordering::Relaxed) >= n);
     }
 
     /// Every probe's time and status.
@@ -641,7 +652,9 @@ fn window_toggling_settings_over_128_downloads_end_with_calm_and_spare_the_worke
     a.read_until(IO_TIMEOUT, |s| s.goaway.is_some());
     let took = t.elapsed();
     let used = cpu_ms(worker) - cpu;
-    // The same worker answers others meanwhile.
+    // The same worker answers others meanwhile (and right after, when the flood ends sooner
+    // than five probes take).
+    prober.wait_for(5);
     let probes = prober.finish();
     let failed: Vec<_> = probes.iter().filter(|(_, status)| status != &Ok(200)).collect();
     let mut times: Vec<Duration> = probes.iter().map(|(took, _)| *took).collect();
