@@ -77,4 +77,22 @@ impl Env {
             resp.header("Alt-Svc", v);
         }
     }
+
+    /// The environment the socket-free unit tests run codecs and sessions in: a 1 KiB head
+    /// limit, a 16-byte body limit, 1 s / 3 s / 5 s header, body and keep-alive timeouts.
+    #[cfg(test)]
+    pub fn testing() -> Env {
+        use std::time::Duration;
+        Env {
+            common: super::headers::Common::new(false),
+            max_head: 1024,
+            max_body: 16,
+            header_timeout: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(3),
+            keepalive_timeout: Duration::from_secs(5),
+            development: false,
+            draining: false,
+            alt_svc: None,
+        }
+    }
 }

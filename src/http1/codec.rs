@@ -589,7 +589,6 @@ impl Http1 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::headers::Common;
     use crate::http::reply::{Producer, WebSocket};
     use crate::http::response::Body as Bytes;
 
@@ -616,17 +615,7 @@ mod tests {
     }
 
     fn env() -> Env {
-        Env {
-            common: Common::new(false),
-            max_head: 1024,
-            max_body: 16,
-            header_timeout: Duration::from_secs(1),
-            body_timeout: Duration::from_secs(3),
-            keepalive_timeout: Duration::from_secs(1),
-            development: true,
-            draining: false,
-            alt_svc: None,
-        }
+        Env { keepalive_timeout: Duration::from_secs(1), development: true, ..Env::testing() }
     }
 
     fn run(input: &[u8]) -> (String, Progress, Echo) {

@@ -470,20 +470,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::http::headers::Common;
 
     fn env() -> Env {
-        Env {
-            common: Common::new(false),
-            max_head: 1024,
-            max_body: 16,
-            header_timeout: Duration::from_secs(1),
-            body_timeout: Duration::from_secs(3),
-            keepalive_timeout: Duration::from_secs(5),
-            development: false,
-            draining: false,
-            alt_svc: None,
-        }
+        Env::testing()
     }
 
     const PEER: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);

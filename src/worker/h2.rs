@@ -1571,17 +1571,7 @@ mod tests {
 
     #[test]
     fn a_session_owes_its_preface_then_a_stalled_header_block_within_the_header_timeout() {
-        let env = Env {
-            common: crate::http::headers::Common::new(false),
-            max_head: 1024,
-            max_body: 16,
-            header_timeout: Duration::from_secs(1),
-            body_timeout: Duration::from_secs(3),
-            keepalive_timeout: Duration::from_secs(5),
-            development: false,
-            draining: false,
-            alt_svc: None,
-        };
+        let env = Env::testing();
         let now = Instant::now();
         let mut sess = H2Session::new(H2Settings::default(), std::net::Ipv4Addr::LOCALHOST.into(), false, now);
         assert_eq!(sess.deadline(&env), Some(now + env.header_timeout), "the preface is owed");

@@ -22,19 +22,6 @@ fn write_in_background(stream: &std::net::TcpStream, bytes: Vec<u8>) -> thread::
     thread::spawn(move || w.write_all(&bytes).and_then(|()| w.flush()))
 }
 
-/// Waits until none of the server's sockets is in CLOSE-WAIT (the server closed every
-/// connection whose peer closed); panics with the count and the log otherwise.
-fn assert_no_close_wait(s: &Server, within: Duration, what: &str) {
-    let port = s.addr().port();
-    let ok = eventually(within, || tcp_sockets(port, TCP_CLOSE_WAIT) == 0);
-    assert!(
-        ok,
-        "{what}: {} server socket(s) still in CLOSE-WAIT after {within:?}\nlog:\n{}",
-        tcp_sockets(port, TCP_CLOSE_WAIT),
-        s.log_tail()
-    );
-}
-
 /// Writes `n` pipelined `GET /health` on `c` before reading anything (from a thread of
 /// its own: the write finishes only if the server reads), half-closes `c` if `fin`, then
 /// reads the `n` answers, each a 200.

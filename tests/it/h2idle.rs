@@ -153,11 +153,7 @@ fn httpx_posting_across_the_idle_timeout_gets_every_answer_once() {
 
 #[test]
 fn curl_posting_across_the_idle_timeout_gets_every_answer_once() {
-    let has_h2 = Command::new("curl")
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"))
-        .unwrap_or(false);
+    let has_h2 = curl_has_http2();
     if !has_h2 {
         eprintln!("curl with HTTP/2 not installed: skipped");
         return;

@@ -284,11 +284,7 @@ fn sigterm_sends_goaway_and_an_open_stream_finishes() {
 /// `curl` with its HTTP/2 support, when installed: prior knowledge and a POST.
 #[test]
 fn curl_with_prior_knowledge_when_installed() {
-    let has_h2 = std::process::Command::new("curl")
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"))
-        .unwrap_or(false);
+    let has_h2 = curl_has_http2();
     if !has_h2 {
         eprintln!("curl with HTTP/2 not installed: skipped");
         return;
@@ -639,11 +635,7 @@ fn sigterm_ends_an_h2_event_stream_and_cuts_a_stuck_stream_at_the_deadline() {
 /// `GET /` over HTTP/2: `103 Early Hints` before the page (seen through curl, when it has HTTP/2).
 #[test]
 fn get_root_sends_early_hints_over_h2_when_curl_is_installed() {
-    let has_h2 = std::process::Command::new("curl")
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"))
-        .unwrap_or(false);
+    let has_h2 = curl_has_http2();
     let server = Server::start("");
     // Whatever the client, the final response carries the same `Link` fields.
     let mut c = H2Client::h2c(server.addr());

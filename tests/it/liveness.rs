@@ -36,20 +36,6 @@ fn assert_at_header_timeout(elapsed: Duration, what: &str) {
     assert!(elapsed <= HEADER_TIMEOUT + LATE, "{what}: too late, after {elapsed:?}");
 }
 
-/// Waits until no server socket of `s` is in CLOSE-WAIT; panics with the count otherwise.
-fn assert_no_close_wait(s: &Server, within: Duration, what: &str) -> Duration {
-    let t = Instant::now();
-    let port = s.addr().port();
-    let ok = eventually(within, || tcp_sockets(port, TCP_CLOSE_WAIT) == 0);
-    assert!(
-        ok,
-        "{what}: {} server socket(s) still in CLOSE-WAIT after {within:?}\nlog:\n{}",
-        tcp_sockets(port, TCP_CLOSE_WAIT),
-        s.log_tail()
-    );
-    t.elapsed()
-}
-
 /// The header names of `r` that every error carries, for comparing two answers.
 fn header_names(r: &Response) -> Vec<String> {
     let mut names: Vec<String> = r.headers.iter().map(|(k, _)| k.clone()).collect();

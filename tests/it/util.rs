@@ -2776,6 +2776,31 @@ pub fn tcp_sockets(port: u16, state: u8) -> usize {
     tcp_entries().iter().filter(|e| e.local_port == port && e.state == state).count()
 }
 
+/// Waits until none of the server's sockets is in CLOSE-WAIT (the server closed every
+/// connection whose peer closed); panics with the count and the log otherwise. Returns how
+/// long that took.
+pub fn assert_no_close_wait(s: &Server, within: Duration, what: &str) -> Duration {
+    let t = Instant::now();
+    let port = s.addr().port();
+    let ok = eventually(within, || tcp_sockets(port, TCP_CLOSE_WAIT) == 0);
+    assert!(
+        ok,
+        "{what}: {} server socket(s) still in CLOSE-WAIT after {within:?}\nlog:\n{}",
+        tcp_sockets(port, TCP_CLOSE_WAIT),
+        s.log_tail()
+    );
+    t.elapsed()
+}
+
+/// Whether the installed `curl` speaks HTTP/2 (false when there is no curl).
+pub fn curl_has_http2() -> bool {
+    Command::new("curl")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"))
+        .unwrap_or(false)
+}
+
 /// Polls `child` for its exit, up to `timeout`; `None` if it is still running.
 pub fn wait_child(child: &mut std::process::Child, timeout: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + timeout;
