@@ -7,6 +7,14 @@
 //! [`H2Conn::send_data`] and friends, then calls `advance` again so h2
 //! writes the frames. Nothing here blocks or sleeps.
 //!
+//! Work per turn: the caller starts each drive of the connection with
+//! [`H2Conn::begin_turn`]; h2 then reads at most
+//! [`H2Settings::frames_per_turn`] units of input (a meter walks the frame
+//! headers before h2 sees them), and [`H2Conn::throttled`] says when input
+//! waits for the next turn. Control frames beyond what requests, DATA sent
+//! and time pay for ([`H2Settings::max_control_burst`]) end the connection
+//! with `GOAWAY(ENHANCE_YOUR_CALM)`, reported as [`Event::Closed`].
+//!
 //! Flow control, both ways:
 //! - Receiving: request body bytes count against the stream's and the
 //!   connection's receive windows until the caller hands them back with
@@ -41,6 +49,7 @@ use http::{Method, Response, StatusCode, Uri};
 
 use super::head::HOP_BY_HOP;
 use super::io::Io;
+use super::meter::Meter;
 
 /// The id of one stream on one connection (odd, client-initiated). The
 /// worker keys its exchanges by it.
@@ -94,6 +103,18 @@ pub struct H2Settings {
     /// The connection's output buffer: at or above this many bytes h2 stops
     /// writing and [`H2Conn::writable`] is 0 until the caller drains it.
     pub output_high_watermark: usize,
+    /// Work units of peer input h2 reads per turn ([`H2Conn::begin_turn`]):
+    /// a frame is one, a SETTINGS that changes INITIAL_WINDOW_SIZE one more
+    /// per open stream. The rest waits for the next turn, so one
+    /// connection's frames never hold up the worker's other connections.
+    pub frames_per_turn: u32,
+    /// Control frames (PING, SETTINGS, WINDOW_UPDATE, PRIORITY, RST_STREAM,
+    /// unknown types; a window-changing SETTINGS counts once per open
+    /// stream) the peer may send beyond what its requests, the DATA we send
+    /// and the time elapsed pay for; beyond this the connection ends with
+    /// `GOAWAY(ENHANCE_YOUR_CALM)` (PING, SETTINGS and WINDOW_UPDATE floods,
+    /// and SETTINGS that make h2 revisit every stream).
+    pub max_control_burst: u32,
 }
 
 impl H2Settings {
@@ -119,6 +140,12 @@ impl H2Settings {
             // at most 8 MiB of response data is buffered per connection.
             max_send_buffer_size: 64 * 1024,
             output_high_watermark: crate::http::service::HIGH_WATERMARK,
+            // A few hundred microseconds of h2's work per turn.
+            frames_per_turn: 1024,
+            // Far above what browsers, curl and h2 clients send (a handful of
+            // SETTINGS, PING and WINDOW_UPDATE frames per many requests); a
+            // flood of 9-byte frames ends within ~90 KB.
+            max_control_burst: 10_000,
         }
     }
 }
@@ -320,13 +347,17 @@ pub struct H2Conn {
     settings: H2Settings,
     /// [`H2Conn::graceful_shutdown`] was asked before the handshake ended.
     shutdown_asked: bool,
+    /// The peer's control frames were a flood: the connection ends with
+    /// `GOAWAY(ENHANCE_YOUR_CALM)`.
+    flooded: bool,
 }
 
 impl H2Conn {
     /// A connection whose client preface has not arrived yet. Our SETTINGS
     /// are written on the first [`H2Conn::advance`].
     pub fn new(settings: H2Settings) -> H2Conn {
-        let io = Io::new(settings.output_high_watermark);
+        let meter = Meter::new(settings.frames_per_turn, settings.max_control_burst);
+        let io = Io::metered(settings.output_high_watermark, meter);
         let mut builder = server::Builder::new();
         builder
             // The SETTINGS frame: MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE
@@ -362,6 +393,7 @@ impl H2Conn {
             streams: VecDeque::new(),
             settings,
             shutdown_asked: false,
+            flooded: false,
         }
     }
 
@@ -416,6 +448,20 @@ impl H2Conn {
         self.streams.len()
     }
 
+    /// Start a turn: h2 may read [`H2Settings::frames_per_turn`] units of
+    /// input until the next call. Call once per drive of the connection by
+    /// the event loop, before its first [`H2Conn::advance`].
+    pub fn begin_turn(&mut self, now: std::time::Instant) {
+        self.io.with_meter(|m| m.begin_turn(now));
+    }
+
+    /// This turn's units are spent and input waits: call
+    /// [`H2Conn::begin_turn`] and [`H2Conn::advance`] again on a later turn
+    /// (no readiness event will come for bytes already received).
+    pub fn throttled(&self) -> bool {
+        !self.is_closed() && self.io.with_meter(|m| m.throttled()).unwrap_or(false)
+    }
+
     /// The connection is open and carries nothing: no stream is tracked
     /// here, and h2 has no stream either (none received and not yet
     /// accepted, none with frames still queued). A GOAWAY now
@@ -447,14 +493,23 @@ impl H2Conn {
                 Poll::Ready(Err(e)) => return self.close(Some(e.into()), events),
             }
         }
+        let open = self.streams.len();
+        self.io.with_meter(|m| m.set_open_streams(open));
         if !self.accept(events) {
             return;
         }
         self.poll_streams(events);
         // Flush what polling the streams queued (WINDOW_UPDATEs, resets) and
         // take anything that arrived meanwhile.
-        if self.accept(events) {
-            self.poll_streams(events);
+        if !self.accept(events) {
+            return;
+        }
+        self.poll_streams(events);
+        if !self.flooded && self.io.with_meter(|m| m.flooded()).unwrap_or(false) {
+            self.flooded = true;
+            self.abort(Reason::ENHANCE_YOUR_CALM);
+            // Queue the GOAWAY; the close follows once it is written.
+            self.accept(events);
         }
     }
 
@@ -500,6 +555,7 @@ impl H2Conn {
                             blocked: false,
                         },
                     );
+                    self.io.with_meter(Meter::credit_request);
                     events.push(Event::Request { stream: id, head });
                 }
             }
@@ -561,6 +617,14 @@ impl H2Conn {
     }
 
     fn close(&mut self, error: Option<H2Error>, events: &mut Vec<Event>) {
+        let error = error.or_else(|| {
+            self.flooded.then(|| H2Error::Codec {
+                reason: Some(Reason::ENHANCE_YOUR_CALM),
+                go_away: true,
+                remote: false,
+                message: "control-frame flood".to_string(),
+            })
+        });
         self.state = State::Closed;
         self.streams.clear();
         events.push(Event::Closed { error });

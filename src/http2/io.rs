@@ -8,6 +8,10 @@
 //! than its cap (back pressure: h2 stops producing until the caller drains
 //! and polls again). Wakers are never stored: the caller re-polls on every
 //! readiness event.
+//!
+//! A server connection's `Io` carries a [`Meter`]: h2 reads only the input
+//! the meter admits (whole frames, so many per turn, none once the peer's
+//! control frames are a flood), and the meter sees every byte h2 writes.
 
 use std::cell::RefCell;
 use std::io::{self, Write};
@@ -17,6 +21,8 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::meter::Meter;
 
 /// Both buffers of one connection.
 struct Buffers {
@@ -30,6 +36,8 @@ struct Buffers {
     output_cap: usize,
     /// h2 shut its write side down (it has nothing more to send).
     shutdown: bool,
+    /// What h2 may read of `input` (none: all of it).
+    meter: Option<Meter>,
 }
 
 /// A shared handle on a connection's input and output buffers.
@@ -53,8 +61,21 @@ impl Io {
             output: Vec::new(),
             output_cap: output_cap.max(1),
             shutdown: false,
+            meter: None,
         };
         Io { inner: Rc::new(RefCell::new(buffers)) }
+    }
+
+    /// [`Io::new`] for a server connection: h2 reads only what `meter` admits.
+    pub fn metered(output_cap: usize, meter: Meter) -> Io {
+        let io = Io::new(output_cap);
+        io.inner.borrow_mut().meter = Some(meter);
+        io
+    }
+
+    /// Run `f` on the meter, if there is one.
+    pub fn with_meter<T>(&self, f: impl FnOnce(&mut Meter) -> T) -> Option<T> {
+        self.inner.borrow_mut().meter.as_mut().map(f)
     }
 
     /// Append bytes received from the peer.
@@ -127,14 +148,25 @@ impl Io {
 
 impl AsyncRead for Io {
     fn poll_read(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let mut b = self.inner.borrow_mut();
+        let b = &mut *self.inner.borrow_mut();
         if b.input.is_empty() {
             // Ready with nothing filled is EOF to the reader.
             return if b.eof { Poll::Ready(Ok(())) } else { Poll::Pending };
         }
-        let n = b.input.len().min(buf.remaining());
+        let admitted = match &mut b.meter {
+            Some(m) => m.admit(&b.input, b.eof),
+            None => b.input.len(),
+        };
+        if admitted == 0 {
+            // The rest waits for the next turn (or more bytes of its frame).
+            return Poll::Pending;
+        }
+        let n = admitted.min(buf.remaining());
         buf.put_slice(&b.input[..n]);
         b.input.advance(n);
+        if let Some(m) = &mut b.meter {
+            m.consumed(n);
+        }
         Poll::Ready(Ok(()))
     }
 }
@@ -149,6 +181,9 @@ impl AsyncWrite for Io {
         // it, whatever h2 has queued.
         let n = data.len().min(b.output_cap - b.output.len());
         b.output.extend_from_slice(&data[..n]);
+        if let Some(m) = &mut b.meter {
+            m.wrote(&data[..n]);
+        }
         Poll::Ready(Ok(n))
     }
 

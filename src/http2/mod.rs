@@ -13,10 +13,13 @@
 //! [`H2Conn::advance`], which the caller calls after every readiness event
 //! (input arrived, output drained, the application produced data, a timer).
 //! h2 never needs to wake anyone, because the caller always polls again.
+//! How much input h2 reads per turn, and when the peer's control frames are
+//! a flood, is the `meter`'s to say.
 
 mod conn;
 mod head;
 mod io;
+mod meter;
 pub mod priority;
 pub mod request;
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use bytes::Bytes;
 use h2::client::{self, ResponseFuture, SendRequest};
@@ -111,7 +112,9 @@ impl Raw {
         self.step();
     }
 
+    /// One turn, as the worker drives a connection once per readiness event.
     fn step(&mut self) {
+        self.server.begin_turn(Instant::now());
         for _ in 0..8 {
             self.server.advance(&mut self.events);
             self.max_output = self.max_output.max(self.server.output_len());
@@ -174,6 +177,7 @@ impl Pair {
                 pair.pump();
                 return pair;
             }
+            server.begin_turn(Instant::now());
             server.advance(&mut events);
             shuttle(&mut server, &cio, &mut s2c);
         }
@@ -183,6 +187,7 @@ impl Pair {
     /// Poll both sides and move bytes until nothing moves (bounded).
     fn pump(&mut self) {
         for _ in 0..500 {
+            self.server.begin_turn(Instant::now());
             self.server.advance(&mut self.events);
             if self.client_result.is_none() {
                 if let Poll::Ready(r) = self.client.as_mut().poll(&mut cx()) {
@@ -1083,4 +1088,129 @@ fn unreserve_hands_the_connection_window_to_the_stream_that_waits() {
     pair.server.unreserve(a);
     assert_eq!(pair.server.writable(b), 65_535);
     assert_eq!(pair.server.writable(a), 0);
+}
+
+/// The GOAWAY among `out`'s frames, if any, with its error code.
+fn goaway_code(out: &[u8]) -> Option<u32> {
+    parse_frames(out).into_iter().find(|f| f.kind == GOAWAY).map(|f| error_code(&f))
+}
+
+#[test]
+fn a_ping_flood_ends_with_enhance_your_calm() {
+    let mut raw = Raw::new(H2Settings::default());
+    raw.send(&raw_opening());
+    let ping = frame(PING, 0, 0, b"floodpng");
+    let mut pings = 0;
+    while !raw.server.is_closed() && pings < 100_000 {
+        raw.send(&ping.repeat(500));
+        pings += 500;
+    }
+    assert!(pings <= 12_000, "cut within the burst allowance: {pings} PINGs sent");
+    let error = raw.closed().expect("closed").as_ref().expect("an error");
+    assert!(matches!(error, H2Error::Codec { reason: Some(Reason::ENHANCE_YOUR_CALM), .. }), "{error:?}");
+    assert_eq!(goaway_code(&raw.out), Some(u32::from(Reason::ENHANCE_YOUR_CALM)));
+}
+
+#[test]
+fn floods_of_each_control_frame_type_end_with_enhance_your_calm() {
+    let window_update = frame(WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
+    let priority = frame(0x2, 0, 1, &[0, 0, 0, 0, 15]);
+    let unknown = frame(0xfa, 0, 0, b"what");
+    let settings = frame(SETTINGS, 0, 0, &[]);
+    for (what, f) in
+        [("WINDOW_UPDATE", window_update), ("PRIORITY", priority), ("unknown", unknown), ("SETTINGS", settings)]
+    {
+        let mut raw = Raw::new(H2Settings::default());
+        let mut opening = raw_opening();
+        // An open stream: a POST whose body never ends.
+        opening.extend(frame(HEADERS, 0x4, 1, &[0x83, 0x86, 0x84]));
+        raw.send(&opening);
+        let mut sent = 0;
+        while !raw.server.is_closed() && sent < 100_000 {
+            raw.send(&f.repeat(500));
+            sent += 500;
+        }
+        assert!(sent <= 12_000, "{what}: cut within the burst allowance: {sent} frames sent");
+        assert_eq!(goaway_code(&raw.out), Some(u32::from(Reason::ENHANCE_YOUR_CALM)), "{what}");
+    }
+}
+
+#[test]
+fn settings_toggling_the_window_of_128_streams_end_with_enhance_your_calm_early() {
+    let mut raw = Raw::new(H2Settings::default());
+    raw.send(&raw_opening());
+    let mut heads = Vec::new();
+    for i in 0..128 {
+        heads.extend(get_root(1 + 2 * i));
+    }
+    raw.send(&heads);
+    assert_eq!(raw.server.open_streams(), 128);
+    let toggle = |size: u32| {
+        let mut p = 4u16.to_be_bytes().to_vec();
+        p.extend_from_slice(&size.to_be_bytes());
+        frame(SETTINGS, 0, 0, &p)
+    };
+    let mut toggles = 0;
+    while !raw.server.is_closed() && toggles < 10_000 {
+        raw.send(&toggle(1 + 65_534 * (toggles % 2)));
+        toggles += 1;
+    }
+    // Each one makes h2 revisit 128 streams: it counts as 129 control frames.
+    assert!(toggles <= 100, "cut after {toggles} toggles");
+    assert_eq!(goaway_code(&raw.out), Some(u32::from(Reason::ENHANCE_YOUR_CALM)));
+}
+
+#[test]
+fn a_turn_reads_its_frames_and_leaves_the_rest_for_the_next() {
+    let settings = H2Settings { frames_per_turn: 100, ..H2Settings::default() };
+    let mut raw = Raw::new(settings);
+    raw.send(&raw_opening());
+    raw.out.clear();
+    raw.server.feed(&frame(PING, 0, 0, b"turnturn").repeat(250));
+    raw.step();
+    let acks = |raw: &Raw| parse_frames(&raw.out).iter().filter(|f| f.kind == PING).count();
+    assert_eq!(acks(&raw), 100, "one turn's frames");
+    assert!(raw.server.throttled() && raw.server.input_len() > 0);
+    raw.step();
+    raw.step();
+    assert_eq!(acks(&raw), 250);
+    assert!(!raw.server.throttled());
+}
+
+#[test]
+fn a_download_through_a_tiny_window_is_not_a_flood_of_window_updates() {
+    // 256-byte stream windows: the client answers nearly every DATA frame
+    // with a WINDOW_UPDATE, far more of them than the burst allowance.
+    let mut builder = client::Builder::new();
+    builder.initial_window_size(256);
+    let mut pair = Pair::with(H2Settings::default(), builder);
+    let (mut rf, _) = pair.request(get("/big"), true);
+    pair.pump();
+    let (stream, _) = pair.only_request();
+    pair.server.respond(stream, 200, &[] as &[(&str, &str)], false).expect("respond");
+    let total = 4 << 20;
+    let (mut sent, mut body, mut recv) = (0, Vec::new(), None);
+    for _ in 0..100_000 {
+        if sent < total {
+            let n = pair.server.writable(stream).min(total - sent);
+            if n > 0 {
+                sent += n;
+                pair.server.send_data(stream, Bytes::from(vec![9; n]), sent == total).expect("send");
+            }
+        }
+        pair.pump();
+        if recv.is_none() {
+            recv = response(&mut rf).map(|r| r.expect("ok").into_body());
+        }
+        if let Some(recv) = &mut recv {
+            if read_body(recv, &mut body, true) {
+                break;
+            }
+        }
+    }
+    assert_eq!(body.len(), total);
+    // Each DATA frame (at most 256 bytes) was answered by a WINDOW_UPDATE.
+    let data = parse_frames(&pair.s2c).iter().filter(|f| f.kind == DATA).count();
+    assert!(data > 12_000, "{data} DATA frames");
+    assert!(pair.server.open_streams() == 0 && !pair.server.is_closed(), "still open after {data} DATA frames");
 }

@@ -286,7 +286,9 @@ impl Worker {
             let hold = phase == Phase::Waiting || c.out.len() - c.out_pos > HIGH_WATERMARK;
             if !c.eof && phase != Phase::Closing && !(hold && c.inbuf.len() >= READ_AHEAD) {
                 self.bufs.fill(&mut c.inbuf);
-                let cap = if hold { READ_AHEAD } else { usize::MAX };
+                // Until the sniff decides, at most what HTTP/2 would read ahead: a fast
+                // client's flood behind the preface stays in its socket.
+                let cap = if hold || h.sniff { READ_AHEAD } else { usize::MAX };
                 let read = match c.tls {
                     None => read_plain_batch(&mut c.sock, &mut c.inbuf, &mut self.scratch, cap, self.edge),
                     Some(_) => read_into(&mut c.sock, &mut c.tls, &mut c.inbuf, &mut self.scratch, cap),

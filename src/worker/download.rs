@@ -6,9 +6,10 @@
 //! connection back to the codec (keep-alive, then the pipelined requests).
 //!
 //! An HTTP/2 download keeps the same [`Download`] in its exchange (`h2.rs`,
-//! `Produce::Download`) and moves its slices into the stream's unsent bytes
-//! as its flow control allows; it never uses `sendfile`. This file must not
-//! write HTTP framing or know a route.
+//! `Produce::Download`): it reads only as much as its stream may send
+//! ([`Download::next_read`], asked with the stream's window), moves the
+//! slices into the stream's unsent bytes, and never uses `sendfile`. This
+//! file must not write HTTP framing or know a route.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -63,11 +64,31 @@ impl Download {
     /// written (`writing`) and the reads in flight; `None` once the client must catch up
     /// or every slice is asked for.
     pub(super) fn next_slice(&mut self, writing: bool) -> Option<(u64, usize, Vec<u8>)> {
-        if self.next_read >= self.end || usize::from(writing) + self.ready.len() + self.in_flight >= READS_AHEAD {
+        self.read(usize::from(writing), SLICE as usize)
+    }
+
+    /// The next read of at most `max` bytes (an HTTP/2 stream's window), while fewer
+    /// than [`READS_AHEAD`] reads are in flight or read and not taken.
+    pub(super) fn next_read(&mut self, max: usize) -> Option<(u64, usize, Vec<u8>)> {
+        self.read(0, max)
+    }
+
+    /// Bytes asked for and not yet taken: reads in flight and slices read.
+    pub(super) fn ahead(&self) -> u64 {
+        self.next_read - self.sent
+    }
+
+    /// Bytes remain to be asked for.
+    pub(super) fn unread(&self) -> bool {
+        self.next_read < self.end
+    }
+
+    fn read(&mut self, writing: usize, max: usize) -> Option<(u64, usize, Vec<u8>)> {
+        if max == 0 || self.next_read >= self.end || writing + self.ready.len() + self.in_flight >= READS_AHEAD {
             return None;
         }
         let at = self.next_read;
-        let len = (self.end - at).min(SLICE) as usize;
+        let len = (self.end - at).min(SLICE).min(max as u64) as usize;
         let buf = self.spare.take().unwrap_or_else(|| Vec::with_capacity(len));
         self.next_read += len as u64;
         self.in_flight += 1;
@@ -332,6 +353,22 @@ mod tests {
         assert!(d.done());
         assert!(d.next_slice(false).is_none(), "nothing more to read");
         assert!(!d.reading());
+    }
+
+    #[test]
+    fn reads_for_a_window_are_no_longer_than_it() {
+        let mut d = download(0, 3 * SLICE);
+        assert!(d.next_read(0).is_none(), "a closed window reads nothing");
+        assert!(d.unread() && d.ahead() == 0);
+        let (at, len, _) = d.next_read(1000).expect("first");
+        assert_eq!((at, len), (0, 1000));
+        let (at, len, _) = d.next_read(10 * SLICE as usize).expect("second");
+        assert_eq!((at, len), (1000, SLICE as usize), "a slice at most");
+        assert_eq!(d.ahead(), 1000 + SLICE);
+        assert!(d.next_read(1).is_none(), "two reads in flight");
+        assert!(d.arrived(0, vec![1; 1000]));
+        assert_eq!(d.take_next().map(|b| b.len()), Some(1000));
+        assert_eq!(d.ahead(), SLICE);
     }
 
     #[test]

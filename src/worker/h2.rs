@@ -39,7 +39,9 @@ use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http2::request::{self, Fault};
-use crate::http2::{Event, H2Conn, H2Settings, Head, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId};
+use crate::http2::{
+    Event, H2Conn, H2Error, H2Settings, Head, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId,
+};
 
 /// Request fields looked up by name (constants: no name parsing per lookup).
 const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
@@ -69,8 +71,15 @@ const MAX_PEER_RESETS: u32 = 200;
 /// Event-handling rounds per drive before the connection yields to the others.
 const MAX_ROUNDS: usize = 32;
 
-/// Bytes read from disk per pool job for a download (as over HTTP/1.1).
+/// A download's unsent bytes past which no more is taken from its reads.
 const SLICE: usize = 64 * 1024;
+/// The least a download whose stream has any room reads ahead (a page): a
+/// tiny window does not make a pool job per few bytes.
+const READ_FLOOR: usize = 4 * 1024;
+/// Body bytes a download must have sent before it reads ahead beyond its
+/// window: more than any initial window, so its client has shown, by its
+/// WINDOW_UPDATEs, that it reads.
+const PROVEN: u64 = 256 * 1024;
 /// Body bytes handed to h2 per stream per scheduling pass (one default-size
 /// DATA frame): h2 interleaves whatever it holds round-robin, so what it holds
 /// stays small and a more urgent stream that turns up is not queued behind
@@ -256,6 +265,8 @@ struct Exchange {
     /// Its body ended, or its stream failed, while sending: it is removed
     /// after the scheduling pass.
     gone: bool,
+    /// Body bytes handed to h2 so far.
+    body_sent: u64,
 }
 
 impl Exchange {
@@ -272,6 +283,35 @@ impl Exchange {
     /// not yet moved into `unsent`): more comes without the peer's help.
     fn reading(&self) -> bool {
         matches!(&self.produce, Some(Produce::Download(d)) if d.reading())
+    }
+
+    /// A download with bytes still to read: they are read once its stream's
+    /// window has room for them.
+    fn unread(&self) -> bool {
+        matches!(&self.produce, Some(Produce::Download(d)) if d.unread())
+    }
+
+    /// Ask the pool for a download's next bytes, as many as the stream may
+    /// send now (`room`, what [`H2Conn::writable`] said before its turn) less
+    /// those already held or asked for, at least [`READ_FLOOR`] once it has
+    /// any room. A stream that has sent [`PROVEN`] bytes and whose window is
+    /// open beyond h2's buffer reads two [`SLICE`]s more, so that the disk
+    /// keeps ahead of a fast client. A stream whose window is closed reads
+    /// nothing; one that stalls early holds at most what its window let it
+    /// read.
+    fn read_ahead(&mut self, room: usize, pool: &Pool, id: ExchangeId) {
+        let Some(Produce::Download(d)) = &mut self.produce else { return };
+        if room == 0 {
+            return;
+        }
+        let want = if room >= SLICE && self.body_sent >= PROVEN { room + 2 * SLICE } else { room.max(READ_FLOOR) };
+        let mut held = self.unsent.len().saturating_add(usize::try_from(d.ahead()).unwrap_or(usize::MAX));
+        // Whole slices while something is held: fewer, larger reads.
+        while held < want && (held == 0 || want - held >= SLICE) {
+            let Some((at, len, buf)) = d.next_read(want - held) else { break };
+            held += len;
+            pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
+        }
     }
 
     /// Move a download's next slice, if it is read, into `unsent`; whether
@@ -538,8 +578,12 @@ impl H2Session {
                 }
             }
             Event::Closed { error } => {
-                if let Some(e) = error {
-                    log::debug!("HTTP/2 connection ended: {e}");
+                match error {
+                    Some(H2Error::Codec { reason: Some(Reason::ENHANCE_YOUR_CALM), remote: false, .. }) => {
+                        log::info!("HTTP/2 flood from {}: GOAWAY(ENHANCE_YOUR_CALM)", self.peer);
+                    }
+                    Some(e) => log::debug!("HTTP/2 connection ended: {e}"),
+                    None => {}
                 }
                 self.closed = true;
                 while !self.exchanges.is_empty() {
@@ -575,6 +619,7 @@ impl H2Session {
             connect_ws,
             priority,
             gone: false,
+            body_sent: 0,
         };
         let checked = request::check(&ex.head, self.conn.settings().max_header_list_size as usize);
         self.exchanges.push(ex);
@@ -828,7 +873,8 @@ impl H2Session {
             }
             let ex = &mut self.exchanges[i];
             if let Some(Produce::Download(d)) = &mut ex.produce {
-                // Slices in order into the unsent bytes, one slice ahead at most.
+                // Slices read, in order, into the unsent bytes; the next reads
+                // are asked for when the stream is offered a turn (`pump_data`).
                 while ex.unsent.len() < SLICE {
                     let Some(bytes) = d.take_next() else { break };
                     if ex.unsent.is_empty() {
@@ -836,11 +882,6 @@ impl H2Session {
                     } else {
                         ex.unsent.extend_from_slice(&bytes);
                     }
-                }
-                while ex.unsent.len() < SLICE {
-                    let Some((at, len, buf)) = d.next_slice(false) else { break };
-                    let id = ExchangeId { conn: cx.conn, stream: ex.stream.0, generation: cx.generation };
-                    cx.pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
                 }
                 if d.done() {
                     ex.done = true;
@@ -861,7 +902,7 @@ impl H2Session {
             }
             i += 1;
         }
-        if self.pump_data() {
+        if self.pump_data(cx) {
             queued = true;
         }
         // Streams whose body ended (or whose stream failed) while sending.
@@ -877,9 +918,10 @@ impl H2Session {
     }
 
     /// One scheduling pass (RFC 9218): DATA for the streams with unsent
-    /// bytes, the most urgent first, at most [`QUANTUM`] each. Streams that
-    /// end or fail are marked `gone`. Returns whether anything was queued.
-    fn pump_data(&mut self) -> bool {
+    /// bytes, the most urgent first, at most [`QUANTUM`] each, and disk reads
+    /// for downloads as far as their windows allow. Streams that end or fail
+    /// are marked `gone`. Returns whether anything was queued.
+    fn pump_data(&mut self, cx: &Cx<'_, '_>) -> bool {
         // No room in the output: every stream would be blocked.
         if self.conn.output_len() >= self.conn.settings().output_high_watermark {
             return false;
@@ -888,7 +930,7 @@ impl H2Session {
         self.ready.extend(
             self.exchanges
                 .iter()
-                .filter(|e| e.streaming && (!e.unsent.is_empty() || e.reading()))
+                .filter(|e| e.streaming && (!e.unsent.is_empty() || e.reading() || e.unread()))
                 .map(|e| (e.stream, e.priority)),
         );
         if self.ready.is_empty() {
@@ -898,33 +940,25 @@ impl H2Session {
         let (conn, exchanges) = (&mut self.conn, &mut self.exchanges);
         let pass = self.scheduler.pass(&self.ready, |stream| {
             let Some(ex) = exchanges.iter_mut().find(|e| e.stream == stream) else { return Sent::Nothing };
-            let mut sent = 0;
-            while sent < QUANTUM {
-                if ex.unsent.is_empty() && !ex.refill() {
-                    break;
-                }
-                let n = conn.writable(ex.stream).min(QUANTUM - sent);
-                if n == 0 {
-                    break;
-                }
-                let chunk = if n >= ex.unsent.len() {
-                    Bytes::from(std::mem::take(&mut ex.unsent))
-                } else {
-                    let c = Bytes::copy_from_slice(&ex.unsent[..n]);
-                    ex.unsent.drain(..n);
-                    c
-                };
-                let end = ex.done && ex.unsent.is_empty();
-                sent += chunk.len();
+            // What the stream may send before this turn's bytes: its window,
+            // up to h2's buffer (nothing of it is queued in h2 while the output
+            // has room).
+            let room = if ex.unread() { conn.writable(ex.stream) } else { 0 };
+            let sent = send_quantum(conn, ex);
+            if ex.gone {
                 queued = true;
-                if conn.send_data(ex.stream, chunk, end).is_err() || end {
-                    ex.gone = true;
-                    return Sent::All;
-                }
+                return Sent::All;
+            }
+            queued |= sent > 0;
+            if ex.unread() {
+                ex.read_ahead(room, cx.pool, cx.id(ex.stream));
             }
             if ex.unsent.is_empty() {
                 if ex.reading() {
                     Sent::Pending
+                } else if ex.unread() {
+                    // Its window is closed: nothing was read for it.
+                    Sent::Nothing
                 } else {
                     Sent::All
                 }
@@ -1016,6 +1050,38 @@ impl H2Session {
             }
         }
     }
+}
+
+/// Hand h2 up to [`QUANTUM`] of exchange `ex`'s unsent bytes, as its
+/// stream's window allows, taking its download's read slices as needed.
+/// Returns the bytes handed over; `ex.gone` once its body ended or its
+/// stream failed.
+fn send_quantum(conn: &mut H2Conn, ex: &mut Exchange) -> usize {
+    let mut sent = 0;
+    while sent < QUANTUM {
+        if ex.unsent.is_empty() && !ex.refill() {
+            break;
+        }
+        let n = conn.writable(ex.stream).min(QUANTUM - sent);
+        if n == 0 {
+            break;
+        }
+        let chunk = if n >= ex.unsent.len() {
+            Bytes::from(std::mem::take(&mut ex.unsent))
+        } else {
+            let c = Bytes::copy_from_slice(&ex.unsent[..n]);
+            ex.unsent.drain(..n);
+            c
+        };
+        let end = ex.done && ex.unsent.is_empty();
+        sent += chunk.len();
+        ex.body_sent += chunk.len() as u64;
+        if conn.send_data(ex.stream, chunk, end).is_err() || end {
+            ex.gone = true;
+            break;
+        }
+    }
+    sent
 }
 
 /// Send a built head on `stream`: its early hints, the head, and its body
@@ -1124,6 +1190,9 @@ impl Worker {
         let mut close = false;
         let mut end = false;
         let mut again = false;
+        if let ConnState::Http2(sess) = &mut c.state {
+            sess.conn.begin_turn(now);
+        }
         // The last read stopped at its cap: the socket may hold more.
         let mut full = false;
         for _ in 0..MAX_ROUNDS {
@@ -1171,6 +1240,12 @@ impl Worker {
             }
             if c.eof && sess.exchanges.is_empty() && sess.conn.output_len() == 0 && !pending {
                 close = true;
+                break;
+            }
+            // The turn's frames are read: the rest of the input (and of the
+            // socket) waits for the next turn, after the other connections.
+            if sess.conn.throttled() {
+                again = true;
                 break;
             }
             // Go on while the socket had more to read, or while the socket

@@ -427,6 +427,7 @@ pub mod wire {
     pub const GOAWAY: u8 = 0x7;
     pub const WINDOW_UPDATE: u8 = 0x8;
     pub const CONTINUATION: u8 = 0x9;
+    pub const PRIORITY_FRAME: u8 = 0x2;
     // Flags.
     pub const END_STREAM: u8 = 0x1;
     pub const ACK: u8 = 0x1;
@@ -435,5 +436,6 @@ pub mod wire {
     pub const PRIORITY: u8 = 0x20;
     // Error codes.
     pub const FLOW_CONTROL_ERROR: u32 = 0x3;
+    pub const ENHANCE_YOUR_CALM: u32 = 0xb;
     pub const REFUSED_STREAM: u32 = 0x7;
 }

@@ -64,6 +64,7 @@ mod h2drain;
 mod h2flood;
 mod h2idle;
 mod h2prio;
+mod h2stall;
 mod h2util;
 mod h2ws;
 mod http2;
