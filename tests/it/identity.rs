@@ -205,7 +205,7 @@ fn a_new_password_voids_the_old_tokens_at_once_on_every_worker() {
 
     // Refused changes revoke nothing.
     let r = s.api("PATCH", &user, Some(&token), Some(&json!({"password": NEW_PW})));
-    let v = s.expect_err(&r, 422, "VALIDATION_ERROR", "a new password without the current one");
+    let v = s.expect_err(&r, 403, "FORBIDDEN", "a new password without the current one");
     ensure!(s, v.to_string().contains("currentPassword"), "the error names currentPassword: {v}");
     let wrong = json!({"password": NEW_PW, "currentPassword": "not-the-password"});
     s.expect_err(&s.api("PATCH", &user, Some(&token), Some(&wrong)), 403, "FORBIDDEN", "a wrong current password");

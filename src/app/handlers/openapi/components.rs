@@ -273,7 +273,7 @@ fn schemas(config: &Config) -> Value {
     let password = json!({"type": "string", "minLength": 8, "maxLength": 128,
         "description": "A new password: voids every token issued before (the caller logs in again)"});
     let current = json!({"type": "string",
-        "description": "Required to change your own password (422 without, 403 when wrong; failures count as login attempts)"});
+        "description": "Required to change your own password (403 without or when wrong; failures count as login attempts); ignored without `password`"});
     let role = json!({"type": "string", "enum": ["user", "admin"],
         "description": "Admins only (else 403); another role voids the user's tokens"});
     m.insert(
