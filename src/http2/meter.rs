@@ -31,19 +31,10 @@
 
 use std::time::Instant;
 
-/// Frame types (RFC 9113 §6).
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const SETTINGS: u8 = 0x4;
-const CONTINUATION: u8 = 0x9;
-/// SETTINGS flag: an acknowledgement (empty).
-const ACK: u8 = 0x1;
+use super::frame::{payload_len, Walker, ACK, CONTINUATION, DATA, HEADERS, HEADER_LEN, PREFACE_LEN, SETTINGS};
+
 /// SETTINGS_INITIAL_WINDOW_SIZE's identifier.
 const INITIAL_WINDOW_SIZE: u16 = 0x4;
-/// The frame header's length.
-const HEAD: usize = 9;
-/// The client connection preface, which comes before the first frame.
-const PREFACE_LEN: usize = 24;
 /// The largest SETTINGS payload read for its identifiers before it is
 /// admitted (a valid one under the default frame size has at most 2,730
 /// settings); a longer one is charged as if it changed the window.
@@ -79,11 +70,8 @@ pub struct Meter {
     open_streams: u32,
     /// When time last paid the level back.
     refilled: Option<Instant>,
-    /// Output walk: bytes of the current outgoing frame still to come.
-    out_owed: usize,
-    /// Output walk: the outgoing frame header so far.
-    out_head: [u8; HEAD],
-    out_head_len: usize,
+    /// The frames h2 writes.
+    out: Walker,
 }
 
 impl Meter {
@@ -102,9 +90,7 @@ impl Meter {
             flooded: false,
             open_streams: 0,
             refilled: None,
-            out_owed: 0,
-            out_head: [0; HEAD],
-            out_head_len: 0,
+            out: Walker::default(),
         }
     }
 
@@ -183,7 +169,7 @@ impl Meter {
                     break;
                 }
             }
-            self.owed = HEAD + frame_len(rest);
+            self.owed = HEADER_LEN + payload_len(rest);
         }
         self.admitted
     }
@@ -194,49 +180,31 @@ impl Meter {
     }
 
     /// h2 wrote `out`: each DATA frame in it pays back [`DATA_CREDIT`].
-    pub fn wrote(&mut self, mut out: &[u8]) {
-        while !out.is_empty() {
-            if self.out_owed > 0 {
-                let n = self.out_owed.min(out.len());
-                self.out_owed -= n;
-                out = &out[n..];
-                continue;
+    pub fn wrote(&mut self, out: &[u8]) {
+        let level = &mut self.level;
+        self.out.feed(out, |ty, _| {
+            if ty == DATA {
+                *level = level.saturating_sub(DATA_CREDIT);
             }
-            let n = (HEAD - self.out_head_len).min(out.len());
-            self.out_head[self.out_head_len..self.out_head_len + n].copy_from_slice(&out[..n]);
-            self.out_head_len += n;
-            out = &out[n..];
-            if self.out_head_len == HEAD {
-                self.out_head_len = 0;
-                self.out_owed = frame_len(&self.out_head);
-                if self.out_head[3] == DATA {
-                    self.level = self.level.saturating_sub(DATA_CREDIT);
-                }
-            }
-        }
+        });
     }
 
     /// The units the frame at the start of `rest` costs, once enough of it
     /// is there to tell (`None`: wait for more bytes).
     fn cost(&self, rest: &[u8]) -> Option<u32> {
-        let head = rest.get(..HEAD)?;
+        let head = rest.get(..HEADER_LEN)?;
         if head[3] != SETTINGS || head[4] & ACK != 0 {
             return Some(1);
         }
-        let len = frame_len(head);
+        let len = payload_len(head);
         let window = if len > SETTINGS_SCAN {
             true
         } else {
-            let payload = rest.get(HEAD..HEAD + len)?;
+            let payload = rest.get(HEADER_LEN..HEADER_LEN + len)?;
             payload.chunks_exact(6).any(|s| u16::from_be_bytes([s[0], s[1]]) == INITIAL_WINDOW_SIZE)
         };
         Some(if window { 1 + self.open_streams } else { 1 })
     }
-}
-
-/// The payload length in a frame header (its first three bytes).
-fn frame_len(head: &[u8]) -> usize {
-    usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2])
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 //! a flood, is the `meter`'s to say.
 
 mod conn;
+mod frame;
 mod head;
 mod io;
 mod meter;

@@ -15,26 +15,15 @@
 
 use std::time::Instant;
 
-/// The client preface (RFC 9113 §3.4); its bytes are only counted here.
-const PREFACE_LEN: usize = 24;
-/// Frame header length (RFC 9113 §4.1).
-const HEADER_LEN: usize = 9;
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const PUSH_PROMISE: u8 = 0x5;
-const CONTINUATION: u8 = 0x9;
-const END_HEADERS: u8 = 0x4;
+use super::frame::{Walker, CONTINUATION, DATA, END_HEADERS, HEADERS, PREFACE_LEN, PUSH_PROMISE};
 
 /// The frame-header walker of one connection's input.
 #[derive(Debug)]
 pub struct Unfinished {
-    /// Preface bytes still to come.
+    /// Preface bytes still to come (only counted: h2 checks them).
     preface: usize,
-    /// The frame header being received, and how many of its bytes came.
-    header: [u8; HEADER_LEN],
-    got: usize,
-    /// Payload bytes of the current frame still to come.
-    left: usize,
+    /// The frames after it.
+    frames: Walker,
     /// The current frame is DATA.
     data: bool,
     /// A header block started and its END_HEADERS has not come.
@@ -47,15 +36,7 @@ impl Unfinished {
     /// A connection whose preface is owed from `now` (it comes first in what
     /// [`Unfinished::feed`] sees).
     pub fn new(now: Instant) -> Unfinished {
-        Unfinished {
-            preface: PREFACE_LEN,
-            header: [0; HEADER_LEN],
-            got: 0,
-            left: 0,
-            data: false,
-            block: false,
-            since: Some(now),
-        }
+        Unfinished { preface: PREFACE_LEN, frames: Walker::default(), data: false, block: false, since: Some(now) }
     }
 
     /// The peer's next bytes, as they are handed to h2, received at `now`.
@@ -63,28 +44,17 @@ impl Unfinished {
         let n = self.preface.min(bytes.len());
         self.preface -= n;
         bytes = &bytes[n..];
-        while !bytes.is_empty() {
-            if self.left > 0 {
-                let n = self.left.min(bytes.len());
-                self.left -= n;
-                bytes = &bytes[n..];
-                continue;
+        let (data, block) = (&mut self.data, &mut self.block);
+        self.frames.feed(bytes, |ty, flags| {
+            *data = ty == DATA;
+            if matches!(ty, HEADERS | PUSH_PROMISE | CONTINUATION) {
+                *block = flags & END_HEADERS == 0;
             }
-            let n = (HEADER_LEN - self.got).min(bytes.len());
-            self.header[self.got..self.got + n].copy_from_slice(&bytes[..n]);
-            self.got += n;
-            bytes = &bytes[n..];
-            if self.got == HEADER_LEN {
-                self.got = 0;
-                let h = &self.header;
-                self.left = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
-                self.data = h[3] == DATA;
-                if matches!(h[3], HEADERS | PUSH_PROMISE | CONTINUATION) {
-                    self.block = h[4] & END_HEADERS == 0;
-                }
-            }
-        }
-        let owed = self.preface > 0 || self.got > 0 || self.block || (self.left > 0 && !self.data);
+        });
+        let owed = self.preface > 0
+            || self.frames.mid_header()
+            || self.block
+            || (self.frames.payload_left() > 0 && !self.data);
         self.since = if owed { self.since.or(Some(now)) } else { None };
     }
 
@@ -101,6 +71,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::http2::frame::HEADER_LEN;
 
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 

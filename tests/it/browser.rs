@@ -224,14 +224,7 @@ fn browser_server(b: ServerBuilder, tls: Option<&(PathBuf, PathBuf)>, h3: bool) 
             let b = if h3 { b.set("http3", "enabled = true") } else { b };
             let s = b
                 .top(&format!("public_origin = \"https://127.0.0.1:{port}\""))
-                .set(
-                    "tls",
-                    &format!(
-                        "listen = \"127.0.0.1:{port}\"\ncert_file = \"{}\"\nkey_file = \"{}\"",
-                        cert.display(),
-                        key.display()
-                    ),
-                )
+                .set("tls", &tls_section(port, cert, key))
                 .start();
             (s, format!("https://127.0.0.1:{port}"))
         }

@@ -170,14 +170,7 @@ fn curl_posting_across_the_idle_timeout_never_applies_an_unanswered_post() {
     let s = Server::api_builder()
         .top(&format!("public_origin = \"https://localhost:{port}\""))
         .set("limits", "keepalive_timeout_ms = 330")
-        .set(
-            "tls",
-            &format!(
-                "listen = \"127.0.0.1:{port}\"\ncert_file = \"{}\"\nkey_file = \"{}\"",
-                cert.display(),
-                key.display()
-            ),
-        )
+        .set("tls", &tls_section(port, &cert, &key))
         .start();
     let (uid, token) = poster(&s);
     let url = format!("https://localhost:{port}/api/v1/users/{uid}/posts");

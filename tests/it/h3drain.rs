@@ -206,14 +206,7 @@ fn server(
         .workers(workers)
         .top(&format!("public_origin = \"https://localhost:{port}\""))
         .top("shutdown_timeout_ms = 10000")
-        .set(
-            "tls",
-            &format!(
-                "listen = \"127.0.0.1:{port}\"\ncert_file = \"{}\"\nkey_file = \"{}\"",
-                cert.display(),
-                key.display()
-            ),
-        )
+        .set("tls", &tls_section(port, &cert, &key))
         .set("http3", "enabled = true")
         .set("rate_limit", "enabled = false")
         .env("RUST_LOG", "info,access=off");

@@ -2792,6 +2792,11 @@ pub fn assert_no_close_wait(s: &Server, within: Duration, what: &str) -> Duratio
     t.elapsed()
 }
 
+/// A `[tls]` section's body: listen on 127.0.0.1:`port` with this certificate and key.
+pub fn tls_section(port: u16, cert: &Path, key: &Path) -> String {
+    format!("listen = \"127.0.0.1:{port}\"\ncert_file = \"{}\"\nkey_file = \"{}\"", cert.display(), key.display())
+}
+
 /// Whether the installed `curl` speaks HTTP/2 (false when there is no curl).
 pub fn curl_has_http2() -> bool {
     Command::new("curl")
