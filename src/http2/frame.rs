@@ -67,6 +67,23 @@ impl Walker {
     }
 }
 
+/// Wire bytes for the socket-free tests of this module's neighbours.
+#[cfg(test)]
+pub(super) mod testing {
+    /// The client connection preface.
+    pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    /// A frame's bytes.
+    pub(crate) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let mut out = len.to_be_bytes()[1..].to_vec();
+        out.extend_from_slice(&[kind, flags]);
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -210,17 +210,8 @@ impl Meter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http2::frame::testing::{frame, PREFACE};
     use std::time::Duration;
-
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-        f.extend_from_slice(&[kind, flags]);
-        f.extend_from_slice(&stream.to_be_bytes());
-        f.extend_from_slice(payload);
-        f
-    }
 
     fn ping() -> Vec<u8> {
         frame(0x6, 0, 0, b"12345678")

@@ -12,13 +12,12 @@ use h2::client::{self, ResponseFuture, SendRequest};
 use h2::RecvStream;
 use http::{Method, Request, Response};
 
+use super::frame::testing::{frame, PREFACE};
 use super::*;
 
 fn cx() -> Context<'static> {
     Context::from_waker(Waker::noop())
 }
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 // Frame types.
 const DATA: u8 = 0x0;
@@ -36,15 +35,6 @@ struct Frame {
     flags: u8,
     stream: u32,
     payload: Vec<u8>,
-}
-
-/// A frame's bytes.
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len() as u32;
-    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.extend_from_slice(payload);
-    out
 }
 
 /// The complete frames in `bytes` (a server's output from its first byte).

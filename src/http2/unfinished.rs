@@ -71,17 +71,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::http2::frame::testing::{frame, PREFACE};
     use crate::http2::frame::HEADER_LEN;
-
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-        f.extend_from_slice(&[kind, flags]);
-        f.extend_from_slice(&stream.to_be_bytes());
-        f.extend_from_slice(payload);
-        f
-    }
 
     /// Whether something is owed after each byte of `input`, fed one byte at a time.
     fn owed_after_each_byte(input: &[u8]) -> Vec<bool> {
