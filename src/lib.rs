@@ -28,6 +28,7 @@ pub mod logging;
 pub mod net;
 pub mod proto;
 pub mod redis;
+pub mod resources;
 pub mod shm;
 pub mod store;
 pub mod supervisor;

@@ -83,6 +83,8 @@ pub struct Config {
     pub cluster: Cluster,
     /// `[debug]`
     pub debug: Debug,
+    /// `[[resources]]`: the declared resources (with the built-in ones).
+    pub resources: crate::resources::Registry,
 }
 
 /// `environment`.
@@ -337,7 +339,9 @@ impl Config {
 
 impl Default for Config {
     fn default() -> Self {
-        validate::resolve(&RawConfig::default(), &env::Sources::new()).0
+        let mut config = validate::resolve(&RawConfig::default(), &env::Sources::new()).0;
+        config.resources = crate::resources::parse::registry(None, &mut Vec::new());
+        config
     }
 }
 
@@ -423,24 +427,29 @@ fn parse(name: &str, text: &str) -> Result<Table, ConfigErrors> {
 
 /// The file's table with the environment applied, checked, deserialized and resolved.
 fn from_table(table: Table, env: &[(String, String)]) -> Result<Config, ConfigErrors> {
-    resolve_table(table, env).map(|(config, _, _)| config)
+    resolve_table(table, env).map(|(config, _, _, _)| config)
 }
 
 /// [`from_table`], also returning the raw values and which variables set which keys.
+/// The `[[resources]]` array is taken out first and read by `crate::resources::parse`; it is
+/// returned as written (for `print-config`).
 fn resolve_table(
     mut table: Table,
     env: &[(String, String)],
-) -> Result<(Config, RawConfig, env::Sources), ConfigErrors> {
+) -> Result<(Config, RawConfig, env::Sources, Option<Value>), ConfigErrors> {
     let defaults = raw::default_table();
     let mut problems = Vec::new();
+    let declared = table.remove("resources");
     let sources = env::apply(&mut table, &defaults, env, &mut problems);
     raw::check_keys(&mut table, &defaults, &mut problems);
+    let resources = crate::resources::parse::registry(declared.as_ref(), &mut problems);
     match Value::Table(table).try_into::<RawConfig>() {
         Ok(raw) => {
-            let (config, found) = validate::resolve(&raw, &sources);
+            let (mut config, found) = validate::resolve(&raw, &sources);
+            config.resources = resources;
             problems.extend(found);
             if problems.is_empty() {
-                return Ok((config, raw, sources));
+                return Ok((config, raw, sources, declared));
             }
         }
         Err(e) => problems.push(format!("config: {}", e.message().replace('\n', "; "))),
@@ -453,14 +462,14 @@ fn resolve_table(
 /// that [`load`] reads back to the same values. Every key is there with its doc comment; the
 /// signing secret is never written (a set `auth.jwt_secret` is a comment saying so).
 pub fn print(path: Option<&Path>, env: &[(String, String)]) -> Result<String, ConfigErrors> {
-    let (_, raw, sources) = resolve_table(read(path)?, env)?;
-    Ok(print::render(&raw, &print::Origin { file: path, sources: &sources }))
+    let (_, raw, sources, declared) = resolve_table(read(path)?, env)?;
+    Ok(print::render(&raw, declared.as_ref(), &print::Origin { file: path, sources: &sources }))
 }
 
 /// [`print()`] on the text of a config file named `file`. Reads no file and no environment.
 pub fn print_toml(file: &Path, text: &str, env: &[(String, String)]) -> Result<String, ConfigErrors> {
-    let (_, raw, sources) = resolve_table(parse(&file.display().to_string(), text)?, env)?;
-    Ok(print::render(&raw, &print::Origin { file: Some(file), sources: &sources }))
+    let (_, raw, sources, declared) = resolve_table(parse(&file.display().to_string(), text)?, env)?;
+    Ok(print::render(&raw, declared.as_ref(), &print::Origin { file: Some(file), sources: &sources }))
 }
 
 fn one(problem: String) -> ConfigErrors {

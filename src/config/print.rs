@@ -44,7 +44,7 @@ const DEFAULTS_HEADER: &str = "\
 ";
 
 /// `raw` as commented TOML, with a header naming `origin`.
-pub(super) fn render(raw: &RawConfig, origin: &Origin<'_>) -> String {
+pub(super) fn render(raw: &RawConfig, declared: Option<&Value>, origin: &Origin<'_>) -> String {
     let table = match Value::try_from(raw) {
         Ok(Value::Table(table)) => table,
         _ => Table::new(), // unreachable: plain structs of scalars always serialize
@@ -65,8 +65,63 @@ pub(super) fn render(raw: &RawConfig, origin: &Origin<'_>) -> String {
             key(&mut out, field, values.and_then(|t| t.get(field.name)), &path, origin.sources);
         }
     }
+    resources(&mut out, declared);
     out
 }
+
+/// The declared resources as written (normalised by the TOML writer), or, when there are
+/// none, the commented example of one.
+fn resources(out: &mut String, declared: Option<&Value>) {
+    out.push('\n');
+    let mut table = Table::new();
+    match declared {
+        Some(list @ Value::Array(items)) if !items.is_empty() => {
+            out.push_str(RESOURCES_DOC);
+            table.insert("resources".into(), list.clone());
+            out.push_str(&toml::to_string(&table).unwrap_or_default());
+        }
+        _ => {
+            out.push_str(RESOURCES_DOC);
+            for line in RESOURCES_EXAMPLE.lines() {
+                let _ = writeln!(out, "# {line}");
+            }
+        }
+    }
+}
+
+/// The comment above `[[resources]]`.
+const RESOURCES_DOC: &str = "\
+# [[resources]]: collections you declare; each is served under /api/v1/<name> with lists
+# (filter, sort, search, pages), ETags, access rules and change events, on SQLite or
+# PostgreSQL. The built-in `posts` (under /users/{id}/posts) is one; declaring `posts` here
+# replaces it. `forkd migrate` shows the schema changes a new declaration needs.
+";
+
+/// A commented example declaration (what `forkd.example.toml` shows).
+const RESOURCES_EXAMPLE: &str = r#"[[resources]]
+name = "articles"        # ^[a-z][a-z0-9_]{0,39}$, a plural noun
+parent = ""              # "" = top level; "users" or another resource = nested
+read = "public"          # public | signed_in | owner | admin
+create = "signed_in"     # signed_in | owner (of the parent record) | admin
+update = "owner"         # owner | admin (an admin always may)
+delete = "owner"         # owner | admin
+events = true            # push changes on /api/events
+default_sort = "-createdAt"   # a list's order without ?sort= (default "id")
+
+[resources.fields.title]
+type = "string"          # string text integer number boolean enum datetime email url ref
+required = true
+min = 1
+max = 200
+sort = true
+search = true
+
+[resources.fields.status]
+type = "enum"
+values = ["draft", "published", "archived"]
+default = "draft"
+filter = true
+transitions = { draft = ["published"], published = ["archived"] }"#;
 
 fn header(origin: &Origin<'_>) -> String {
     if origin.file.is_none() && origin.sources.is_empty() {
@@ -132,7 +187,7 @@ mod tests {
     const SECRET: &str = "0123456789abcdef0123456789abcdef";
 
     fn defaults() -> String {
-        render(&RawConfig::default(), &Origin { file: None, sources: &Sources::new() })
+        render(&RawConfig::default(), None, &Origin { file: None, sources: &Sources::new() })
     }
 
     #[test]
@@ -187,8 +242,11 @@ mod tests {
         )
         .expect("parses");
         let sources = Sources::from([("workers".to_string(), "FORKD_WORKERS".to_string())]);
-        let text =
-            render(&raw, &Origin { file: Some(std::path::Path::new("/etc/forkd/forkd.toml")), sources: &sources });
+        let text = render(
+            &raw,
+            None,
+            &Origin { file: Some(std::path::Path::new("/etc/forkd/forkd.toml")), sources: &sources },
+        );
         assert!(text.starts_with("# forkd configuration in effect"), "{text}");
         assert!(text.contains("file /etc/forkd/forkd.toml, FORKD_* variables: FORKD_WORKERS,"), "{text}");
         assert!(text.contains("\nworkers = 3  # from FORKD_WORKERS\n"), "{text}");
@@ -202,11 +260,11 @@ mod tests {
     fn the_secret_is_never_printed() {
         let mut raw = RawConfig::default();
         raw.auth.jwt_secret = SECRET.to_string();
-        let text = render(&raw, &Origin { file: None, sources: &Sources::new() });
+        let text = render(&raw, None, &Origin { file: None, sources: &Sources::new() });
         assert!(!text.contains(SECRET), "{text}");
         assert!(text.contains("\n# jwt_secret = (set; not shown)\n"), "{text}");
         let sources = Sources::from([("auth.jwt_secret".to_string(), "FORKD_AUTH__JWT_SECRET".to_string())]);
-        let text = render(&raw, &Origin { file: None, sources: &sources });
+        let text = render(&raw, None, &Origin { file: None, sources: &sources });
         assert!(!text.contains(SECRET), "{text}");
         assert!(text.contains("\n# jwt_secret = (set, from FORKD_AUTH__JWT_SECRET; not shown)\n"), "{text}");
         let back: RawConfig = toml::from_str(&text).expect("still parses");
@@ -217,13 +275,13 @@ mod tests {
     fn a_database_password_is_never_printed() {
         let mut raw = RawConfig::default();
         raw.cluster.database_url = "postgres://forkd:s3cret@db:5432/forkd".to_string();
-        let text = render(&raw, &Origin { file: None, sources: &Sources::new() });
+        let text = render(&raw, None, &Origin { file: None, sources: &Sources::new() });
         assert!(!text.contains("s3cret"), "{text}");
         assert!(text.contains("\ndatabase_url = \"postgres://forkd@db:5432/forkd\"  # password not shown\n"), "{text}");
         let back: RawConfig = toml::from_str(&text).expect("still parses");
         assert_eq!(back.cluster.database_url, "postgres://forkd@db:5432/forkd", "read back without the password");
         raw.cluster.database_url = "postgres://forkd@db:5432/forkd".to_string();
-        let text = render(&raw, &Origin { file: None, sources: &Sources::new() });
+        let text = render(&raw, None, &Origin { file: None, sources: &Sources::new() });
         assert!(text.contains("\ndatabase_url = \"postgres://forkd@db:5432/forkd\"\n"), "{text}");
     }
 }

@@ -161,6 +161,7 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
         http3,
         cluster: c.cluster(&raw.cluster),
         debug: Debug { routes: raw.debug.routes },
+        resources: crate::resources::Registry::default(),
     };
     (config, c.problems)
 }

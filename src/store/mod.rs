@@ -38,6 +38,7 @@ pub mod migrations;
 pub mod notifications;
 pub mod pg;
 pub mod posts;
+pub mod records;
 pub(crate) mod sqlite;
 pub mod tokens;
 pub mod users;
@@ -240,6 +241,71 @@ impl Store {
     /// Delete the post; `false` if there was no such post.
     pub fn delete_post(&self, id: i64) -> Result<bool, StoreError> {
         dispatch!(self, s => s.delete_post(id))
+    }
+
+    /// Create a record of `scope.res` owned by `owner_id` (under `parent_id` when nested), in
+    /// one transaction: every `ref` names a record `viewer` may read (else `Refused::Ref`),
+    /// the parent exists (else `Refused::Parent`), a `unique` field's duplicate is
+    /// `StoreError::Duplicate(field)`, and, when the resource has `events`, the change event is
+    /// stored in the same transaction and returned.
+    pub fn record_create(
+        &self,
+        scope: records::Scope,
+        viewer: records::Viewer,
+        owner_id: i64,
+        parent_id: Option<i64>,
+        cells: Vec<crate::resources::value::Cell>,
+    ) -> records::Guarded<(crate::resources::record::Record, Option<records::Change>), std::convert::Infallible> {
+        let _ = (scope, viewer, owner_id, parent_id, cells);
+        Err(StoreError::Unavailable("records: not implemented".into()))
+    }
+
+    /// The record `id` of `scope.res`, if any.
+    pub fn record_get(
+        &self,
+        scope: records::Scope,
+        id: i64,
+    ) -> Result<Option<crate::resources::record::Record>, StoreError> {
+        let _ = (scope, id);
+        Err(StoreError::Unavailable("records: not implemented".into()))
+    }
+
+    /// One page of `scope.res`'s records matching `q`, count and page from one snapshot.
+    pub fn record_list(
+        &self,
+        scope: records::Scope,
+        q: &records::ListQuery,
+    ) -> Result<Page<crate::resources::record::Record>, StoreError> {
+        let _ = (scope, q);
+        Err(StoreError::Unavailable("records: not implemented".into()))
+    }
+
+    /// Change record `id` in one transaction: read it (locked), ask `guard` for its new cells
+    /// (every field, in declaration order; the guard checks access, `If-Match`, transitions
+    /// and merges a patch), check refs as `record_create`, write, bump `updated_at`, store the
+    /// change event. `Ok(Ok(None))`: no such record.
+    pub fn record_update<E>(
+        &self,
+        scope: records::Scope,
+        viewer: records::Viewer,
+        id: i64,
+        guard: impl FnOnce(&crate::resources::record::Record) -> Result<Vec<crate::resources::value::Cell>, E>,
+    ) -> records::Guarded<Option<(crate::resources::record::Record, Option<records::Change>)>, E> {
+        let _ = (scope, viewer, id, guard);
+        Err(StoreError::Unavailable("records: not implemented".into()))
+    }
+
+    /// Delete record `id` (and, through the database's cascades, its children) in one
+    /// transaction after `guard` agreed, storing the change event. `Ok(Ok(None))`: no such
+    /// record.
+    pub fn record_delete<E>(
+        &self,
+        scope: records::Scope,
+        id: i64,
+        guard: impl FnOnce(&crate::resources::record::Record) -> Result<(), E>,
+    ) -> records::Guarded<Option<(crate::resources::record::Record, Option<records::Change>)>, E> {
+        let _ = (scope, id, guard);
+        Err(StoreError::Unavailable("records: not implemented".into()))
     }
 
     /// Store a live refresh token (by hash) in `family`, creating the family if it is new,
