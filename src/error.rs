@@ -34,6 +34,8 @@ pub enum Error {
     NotFound,
     /// 409: e.g. a duplicate e-mail.
     Conflict(&'static str),
+    /// 409 naming fields (a duplicate value of a unique field, a refused state transition).
+    ConflictFields(Vec<FieldError>),
     /// 412: `If-Match` does not match.
     PreconditionFailed,
     /// 422: schema failure; every bad field listed.
@@ -89,7 +91,7 @@ impl Error {
             Error::Unauthorized(_) => 401,
             Error::Forbidden(_) => 403,
             Error::NotFound => 404,
-            Error::Conflict(_) => 409,
+            Error::Conflict(_) | Error::ConflictFields(_) => 409,
             Error::PreconditionFailed => 412,
             Error::Validation(_) => 422,
             Error::UpgradeRequired => 426,
@@ -116,7 +118,7 @@ impl Error {
             Error::Unauthorized(_) => "UNAUTHORIZED",
             Error::Forbidden(_) => "FORBIDDEN",
             Error::NotFound => "NOT_FOUND",
-            Error::Conflict(_) => "CONFLICT",
+            Error::Conflict(_) | Error::ConflictFields(_) => "CONFLICT",
             Error::PreconditionFailed => "PRECONDITION_FAILED",
             Error::Validation(_) => "VALIDATION_ERROR",
             Error::UpgradeRequired => "UPGRADE_REQUIRED",
@@ -142,6 +144,7 @@ impl Error {
             Error::BadParams(_) => "invalid query parameters",
             Error::Unauthorized(m) | Error::Forbidden(m) | Error::Conflict(m) | Error::UnsupportedMediaType(m) => m,
             Error::NotFound => "resource not found",
+            Error::ConflictFields(_) => "conflict",
             Error::PreconditionFailed => "precondition failed",
             Error::Validation(_) => "validation failed",
             Error::UpgradeRequired => "WebSocket version 13 required",
@@ -165,7 +168,7 @@ impl Error {
         let mut body = serde_json::Map::new();
         body.insert("code".into(), self.code().into());
         body.insert("message".into(), self.message().into());
-        if let Error::BadParams(errors) | Error::Validation(errors) = &self {
+        if let Error::BadParams(errors) | Error::Validation(errors) | Error::ConflictFields(errors) = &self {
             let list = errors.iter().map(|e| serde_json::json!({"field": e.field, "message": e.message})).collect();
             body.insert("errors".into(), serde_json::Value::Array(list));
         }
@@ -209,7 +212,8 @@ impl From<crate::store::StoreError> for Error {
     fn from(e: crate::store::StoreError) -> Error {
         use crate::store::StoreError;
         match e {
-            StoreError::Duplicate(_) => Error::Conflict("email already registered"),
+            StoreError::Duplicate("email") => Error::Conflict("email already registered"),
+            StoreError::Duplicate(field) => Error::ConflictFields(vec![FieldError::new(field, "is already taken")]),
             StoreError::Unavailable(d) => {
                 log::error!("database unavailable: {d}");
                 Error::ServiceUnavailable("database unavailable")

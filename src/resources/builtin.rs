@@ -28,3 +28,15 @@ pub fn posts() -> Resource {
         fields: vec![title, body],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The declaration schema migration 4 records for the built-in posts (a migration is never
+    /// edited, so this text is fixed): it must still read back as today's built-in `posts`.
+    #[test]
+    fn the_posts_declaration_migration_4_records_is_the_built_in_one() {
+        let recorded: super::Resource =
+            serde_json::from_str(crate::store::migrations::POSTS_DECLARATION).expect("recorded declaration parses");
+        assert_eq!(recorded, super::posts());
+    }
+}

@@ -25,6 +25,18 @@ pub(crate) struct Migration {
     pub(crate) postgres: &'static str,
 }
 
+/// The built-in `posts` declaration as migration 4 records it in `forkd_resources`
+/// (`crate::resources::builtin::posts`, serialised as {"name":"posts","parent":"users","read":"signed_in","create":"owner","update":"owner","delete":"owner","events":false,"default_sort":[{"key":"id","desc":true}],"fields":[{"name":"title","kind":"string","required":true,"min":1.0,"max":200.0,"unique":false,"sort":false,"filter":false,"search":false,"default":null,"values":[],"transitions":[],"refers":null},{"name":"body","kind":"text","required":false,"min":null,"max":10000.0,"unique":false,"sort":false,"filter":false,"search":false,"default":"","values":[],"transitions":[],"refers":null}]}ON).
+macro_rules! posts_declaration {
+    () => {
+        r#"{"name":"posts","parent":"users","read":"signed_in","create":"owner","update":"owner","delete":"owner","events":false,"default_sort":[{"key":"id","desc":true}],"fields":[{"name":"title","kind":"string","required":true,"min":1.0,"max":200.0,"unique":false,"sort":false,"filter":false,"search":false,"default":null,"values":[],"transitions":[],"refers":null},{"name":"body","kind":"text","required":false,"min":null,"max":10000.0,"unique":false,"sort":false,"filter":false,"search":false,"default":"","values":[],"transitions":[],"refers":null}]}"#
+    };
+}
+
+/// [`posts_declaration!`] as a constant.
+#[cfg(test)]
+pub(crate) const POSTS_DECLARATION: &str = posts_declaration!();
+
 /// Every migration, in order; versions are 1, 2, 3, … with no gaps.
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -193,8 +205,65 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         ALTER TABLE token_families ADD COLUMN gen BIGINT NOT NULL DEFAULT 0;
         ",
     },
+    Migration {
+        version: 4,
+        // Declared resources: notifications also hold change events (one id sequence, so
+        // `Last-Event-ID` replays both); the posts table takes the layout of a declared
+        // resource nested under users (`owner_id`, `parent_id`); `forkd_resources` records
+        // the declaration each resource table was last migrated to.
+        sql: concat!(
+            "
+        ALTER TABLE notifications ADD COLUMN kind TEXT NOT NULL DEFAULT 'notification';
+        ALTER TABLE notifications ADD COLUMN resource TEXT;
+        ALTER TABLE notifications ADD COLUMN action TEXT;
+        ALTER TABLE notifications ADD COLUMN record_id INTEGER;
+        ALTER TABLE notifications ADD COLUMN owner_id INTEGER;
+        ALTER TABLE notifications ADD COLUMN data TEXT;
+        ALTER TABLE posts RENAME COLUMN user_id TO owner_id;
+        ALTER TABLE posts ADD COLUMN parent_id INTEGER REFERENCES users (id) ON DELETE CASCADE;
+        UPDATE posts SET parent_id = owner_id;
+        DROP INDEX posts_user_id;
+        CREATE INDEX posts_owner_id ON posts (owner_id, id);
+        CREATE INDEX posts_parent_id ON posts (parent_id, id);
+        CREATE TABLE forkd_resources (
+            name        TEXT PRIMARY KEY,
+            declaration TEXT NOT NULL,
+            applied_at  TEXT NOT NULL
+        );
+        INSERT INTO forkd_resources (name, declaration, applied_at) VALUES ('posts', '",
+            posts_declaration!(),
+            "', ",
+            now_sql!(),
+            ");
+        "
+        ),
+        postgres: concat!(
+            "
+        ALTER TABLE notifications
+            ADD COLUMN kind TEXT NOT NULL DEFAULT 'notification',
+            ADD COLUMN resource TEXT,
+            ADD COLUMN action TEXT,
+            ADD COLUMN record_id BIGINT,
+            ADD COLUMN owner_id BIGINT,
+            ADD COLUMN data TEXT;
+        ALTER TABLE posts RENAME COLUMN user_id TO owner_id;
+        ALTER TABLE posts ADD COLUMN parent_id BIGINT REFERENCES users (id) ON DELETE CASCADE;
+        UPDATE posts SET parent_id = owner_id;
+        DROP INDEX posts_user_id;
+        CREATE INDEX posts_owner_id ON posts (owner_id, id);
+        CREATE INDEX posts_parent_id ON posts (parent_id, id);
+        CREATE TABLE forkd_resources (
+            name        TEXT PRIMARY KEY,
+            declaration TEXT NOT NULL,
+            applied_at  TEXT NOT NULL
+        );
+        INSERT INTO forkd_resources (name, declaration, applied_at) VALUES ('posts', '",
+            posts_declaration!(),
+            "', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'));
+        "
+        ),
+    },
 ];
-
 /// The schema version this binary expects (the last migration's).
 pub(crate) fn latest_version() -> u32 {
     MIGRATIONS.last().map_or(0, |m| m.version)
@@ -265,7 +334,7 @@ mod tests {
         for (i, m) in MIGRATIONS.iter().enumerate() {
             assert_eq!(m.version as usize, i + 1, "migration #{i} has version {}", m.version);
         }
-        assert_eq!(latest_version(), 3);
+        assert_eq!(latest_version(), 4);
     }
 
     /// The `CREATE` statement of `table`.
@@ -287,7 +356,7 @@ mod tests {
                 |r| r.get(0),
             )
             .expect("count");
-        assert_eq!(tables, 5, "users, posts, token_families, refresh_tokens, notifications");
+        assert_eq!(tables, 6, "users, posts, token_families, refresh_tokens, notifications, forkd_resources");
         for table in ["users", "posts", "notifications"] {
             assert!(schema_of(&conn, table).contains("AUTOINCREMENT"), "{table}: {}", schema_of(&conn, table));
         }
@@ -319,6 +388,25 @@ mod tests {
     }
 
     #[test]
+    fn migration_4_gives_posts_the_layout_of_a_declared_resource() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        run_until(&mut conn, 3).expect("version 3");
+        let a = add_user(&conn, "a@x.io");
+        let p = add_post(&conn, a);
+        conn.execute("INSERT INTO notifications (title, body, created_at) VALUES ('n', '', 't')", []).expect("n");
+        run(&mut conn).expect("version 4");
+        assert_eq!(count(&conn, &format!("SELECT owner_id FROM posts WHERE id = {p}")), a);
+        assert_eq!(count(&conn, &format!("SELECT parent_id FROM posts WHERE id = {p}")), a);
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM notifications WHERE kind = 'notification'"), 1);
+        let recorded: String = conn
+            .query_row("SELECT declaration FROM forkd_resources WHERE name = 'posts'", [], |r| r.get(0))
+            .expect("posts recorded");
+        assert_eq!(recorded, POSTS_DECLARATION);
+        conn.execute("DELETE FROM users WHERE id = ?1", [a]).expect("delete the author");
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM posts"), 0, "posts still go with their user");
+    }
+
+    #[test]
     fn the_old_schema_gave_a_deleted_id_again_and_the_rebuilt_tables_never_do() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut conn = Connection::open(dir.path().join("old.db")).expect("open");
@@ -341,7 +429,7 @@ mod tests {
             .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect())
             .expect("users before");
 
-        run(&mut conn).expect("migrate an old database");
+        run_until(&mut conn, 3).expect("migrate an old database");
         assert_eq!(current_version(&conn).expect("version"), 3);
         let after: Vec<(i64, String, String)> = conn
             .prepare("SELECT id, email, password_hash FROM users ORDER BY id")

