@@ -24,6 +24,7 @@ use crate::http::request::{Method, Request};
 use crate::http::response::Response;
 use crate::http::sse;
 use crate::resources::audience::{Audience, Selection};
+use crate::resources::record::{change_json, Action, Record};
 use crate::resources::Registry;
 use crate::store::records::Viewer;
 use crate::store::Logged;
@@ -196,10 +197,41 @@ fn create(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     }))
 }
 
+/// `POST /_debug/change` (debug routes only): publish a change event as the resource handlers
+/// do after a commit, without storing it, so the fan-out's filter can be tested on its own.
+/// Body: `{"eventId", "resource", "action", "recordId", "ownerId"}`.
+pub fn debug_change(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
+    let v: Value = serde_json::from_slice(req.body).map_err(|_| Error::bad_request("malformed JSON"))?;
+    let int = |k: &str| v[k].as_i64().ok_or(Error::bad_request("eventId, recordId and ownerId are integers"));
+    let (id, record_id, owner_id) = (int("eventId")?, int("recordId")?, int("ownerId")?);
+    let registry = &app.svc.config.resources;
+    let res = v["resource"].as_str().and_then(|n| registry.get(n)).ok_or(Error::bad_request("unknown resource"))?;
+    let action = match v["action"].as_str() {
+        Some("create") => Action::Create,
+        Some("update") => Action::Update,
+        Some("delete") => Action::Delete,
+        _ => return Err(Error::bad_request("action is create, update or delete")),
+    };
+    let record = (action != Action::Delete).then(|| Record {
+        id: record_id,
+        owner_id,
+        parent_id: None,
+        cells: res.fields.iter().map(|_| crate::resources::value::Cell::Null).collect(),
+        created_at: String::new(),
+        updated_at: String::new(),
+    });
+    let data = change_json(res, action, record_id, record.as_ref());
+    let change = crate::store::records::Change { id, resource: res.name.clone(), action, record_id, owner_id, data };
+    let svc = app.svc;
+    Ok(ctx.later(move || {
+        publish_change(svc, &change);
+        Ok(Response::new(204))
+    }))
+}
+
 /// Push a stored change event to every `/api/events` stream, in every worker and on every host,
 /// whose caller may read the record (called by the resource handlers after the commit; the
 /// worker's fan-out checks each stream's [`Audience`]).
-#[allow(dead_code)] // until the resource handlers call it
 pub fn publish_change(svc: &crate::app::Services, change: &crate::store::records::Change) {
     let event =
         ChangeEvent { id: change.id, owner_id: change.owner_id, resource: &change.resource, data: &change.data };
@@ -211,7 +243,6 @@ pub fn publish_change(svc: &crate::app::Services, change: &crate::store::records
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::record::{change_json, Action};
 
     #[test]
     fn a_change_from_the_bus_is_one_change_event_of_its_resource() {

@@ -1,0 +1,243 @@
+//! Change events of declared resources on `/api/events` (`events = true`): a stream knows its
+//! user (`Authorization: Bearer` or `?token=`; a bad token is 401), `?resources=` narrows it,
+//! and a change reaches exactly the streams whose caller may read the record, on every worker
+//! and across hosts (Redis). "Never" is bounded without sleeps: after the change, a public
+//! change (or a notification) is published, and a stream that must not see the first one gets
+//! the second one as its next event.
+//!
+//! The changes here are published through `POST /_debug/change` (the call the resource
+//! handlers make after a commit, without the store), so the fan-out's filter is tested on
+//! its own.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::util::*;
+
+/// An `owner`-read resource and a `public` one, both with events, and the built-in `posts`
+/// (no events).
+const RESOURCES: &str = r#"name = "notes"
+read = "owner"
+create = "signed_in"
+update = "owner"
+delete = "owner"
+events = true
+[resources.fields.title]
+type = "string"
+required = true
+max = 200
+
+[[resources]]
+name = "news"
+read = "public"
+create = "signed_in"
+update = "owner"
+delete = "owner"
+events = true
+[resources.fields.title]
+type = "string"
+required = true"#;
+
+fn server(workers: usize) -> Server {
+    Server::api_builder().workers(workers).set("[resources]", RESOURCES).start()
+}
+
+/// A user's id and token.
+fn user(s: &Server, name: &str) -> (i64, String) {
+    let (u, t) = s.user(name);
+    (u["id"].as_i64().unwrap_or_else(|| panic!("no id in {u}")), t)
+}
+
+/// Publishes change `event_id` of record `record` of `resource`, owned by `owner`.
+fn change(s: &Server, event_id: i64, resource: &str, action: &str, record: i64, owner: i64) {
+    let body =
+        json!({"eventId": event_id, "resource": resource, "action": action, "recordId": record, "ownerId": owner});
+    let r = s.call("POST", "/_debug/change", &[("Content-Type", "application/json")], body.to_string().as_bytes());
+    ensure_eq!(s, r.status, 204, "POST /_debug/change {body}: {r:?}");
+}
+
+/// An event stream at `path` with `headers`, on worker `pid`: connections are opened until
+/// one lands there; the preamble is read.
+fn stream_on(s: &Server, pid: i32, path: &str, headers: &[(&str, &str)]) -> SseStream {
+    for _ in 0..200 {
+        let opened = match s.session() {
+            Session::H1(mut c) => {
+                if c.get("/_debug/pid").json()["pid"] != pid {
+                    continue;
+                }
+                SseStream::open_on(c, path, headers)
+            }
+            Session::H2(mut c) => {
+                let r = h2_exchange(&mut c, "GET", "/_debug/pid", &[], b"", IO_TIMEOUT).expect("GET /_debug/pid");
+                if r.json()["pid"] != pid {
+                    continue;
+                }
+                SseStream::open_h2(*c, path, headers)
+            }
+        };
+        let mut st = opened.unwrap_or_else(|r| panic!("GET {path}: {r:?}\nlog:\n{}", s.log_tail()));
+        st.expect_preamble().unwrap_or_else(|e| panic!("GET {path} preamble: {e}\nlog:\n{}", s.log_tail()));
+        return st;
+    }
+    panic!("no connection landed on worker {pid} in 200 tries");
+}
+
+/// The next event that is not a heartbeat: `(event, id, data)`.
+fn next(s: &Server, st: &mut SseStream, what: &str) -> (String, i64, Value) {
+    let ev = st.next_non_heartbeat(IO_TIMEOUT).unwrap_or_else(|e| panic!("{what}: {e}\nlog:\n{}", s.log_tail()));
+    let id = ev.id().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{what}: no numeric id in {ev:?}"));
+    (ev.event().unwrap_or_default().to_string(), id, ev.data_json())
+}
+
+/// Asserts the next event of `st` is change `id` of `resource` with `action` on `record`.
+fn expect_change(s: &Server, st: &mut SseStream, id: i64, resource: &str, action: &str, record: i64, what: &str) {
+    let (event, got, data) = next(s, st, what);
+    ensure_eq!(s, (event.as_str(), got), ("change", id), "{what}: event and id ({data})");
+    ensure_eq!(s, data["resource"], json!(resource), "{what}: resource in {data}");
+    ensure_eq!(s, data["action"], json!(action), "{what}: action in {data}");
+    ensure_eq!(s, data["id"], json!(record), "{what}: record id in {data}");
+    if action == "delete" {
+        ensure_eq!(s, data["record"], Value::Null, "{what}: a delete carries no record");
+    } else {
+        ensure_eq!(s, data["record"]["id"], json!(record), "{what}: the record in {data}");
+    }
+}
+
+both!(an_owner_only_change_reaches_its_owner_and_admins_on_every_worker_and_nobody_else);
+fn an_owner_only_change_reaches_its_owner_and_admins_on_every_worker_and_nobody_else(p: Proto) {
+    let s = server(2).on(p);
+    let pids = s.wait_workers(2, Duration::from_secs(10));
+    let (alice, alice_token) = user(&s, "Alice");
+    let (_, bob_token) = user(&s, "Bob");
+    let (_, admin_token) = s.admin();
+    let bearer = |t: &str| format!("Bearer {t}");
+    let (alice_h, bob_h, admin_h) = (bearer(&alice_token), bearer(&bob_token), bearer(&admin_token));
+    let by_query = format!("/api/events?token={alice_token}");
+    // On each worker: Alice (header and ?token=), an admin; Bob and an anonymous stream.
+    let mut may = Vec::new();
+    let mut may_not = Vec::new();
+    for &pid in &pids {
+        may.push((format!("Alice on {pid}"), stream_on(&s, pid, "/api/events", &[("Authorization", &alice_h)])));
+        may.push((format!("Alice by ?token= on {pid}"), stream_on(&s, pid, &by_query, &[])));
+        may.push((format!("admin on {pid}"), stream_on(&s, pid, "/api/events", &[("Authorization", &admin_h)])));
+        may_not.push((format!("Bob on {pid}"), stream_on(&s, pid, "/api/events", &[("Authorization", &bob_h)])));
+        may_not.push((format!("anonymous on {pid}"), stream_on(&s, pid, "/api/events", &[])));
+    }
+    change(&s, 1001, "notes", "create", 7, alice);
+    change(&s, 1002, "notes", "update", 7, alice);
+    change(&s, 1003, "notes", "delete", 7, alice);
+    change(&s, 1004, "news", "create", 8, alice);
+    for (who, st) in &mut may {
+        expect_change(&s, st, 1001, "notes", "create", 7, who);
+        expect_change(&s, st, 1002, "notes", "update", 7, who);
+        expect_change(&s, st, 1003, "notes", "delete", 7, who);
+        expect_change(&s, st, 1004, "news", "create", 8, who);
+    }
+    for (who, st) in &mut may_not {
+        expect_change(&s, st, 1004, "news", "create", 8, &format!("{who}: the public change, none of Alice's notes"));
+    }
+}
+
+both!(resources_narrows_a_stream_and_notifications_still_flow);
+fn resources_narrows_a_stream_and_notifications_still_flow(p: Proto) {
+    let s = server(1).on(p);
+    let pid = s.wait_workers(1, Duration::from_secs(10))[0];
+    let (alice, token) = user(&s, "Alice");
+    let (_, admin) = s.admin();
+    let auth = format!("Bearer {token}");
+    let mut news = stream_on(&s, pid, "/api/events?resources=news", &[("Authorization", &auth)]);
+    let mut both = stream_on(&s, pid, "/api/events?resources=news%2Cnotes", &[("Authorization", &auth)]);
+    // Event ids are one sequence: the changes come after the notification.
+    let n = s.notify(&admin, "Still here", "");
+    let nid = n["id"].as_i64().expect("notification id");
+    change(&s, nid + 1, "notes", "create", 1, alice);
+    change(&s, nid + 2, "news", "create", 2, alice);
+    for (who, st) in [("news,notes", &mut both), ("news", &mut news)] {
+        let (event, id, data) = next(&s, st, who);
+        ensure_eq!(s, (event.as_str(), id), ("notification", nid), "{who}: notifications flow ({data})");
+    }
+    expect_change(&s, &mut both, nid + 1, "notes", "create", 1, "news,notes");
+    expect_change(&s, &mut both, nid + 2, "news", "create", 2, "news,notes");
+    expect_change(&s, &mut news, nid + 2, "news", "create", 2, "news only: not the note");
+}
+
+both!(a_bad_token_or_resource_name_opens_no_stream_and_the_token_is_not_logged);
+fn a_bad_token_or_resource_name_opens_no_stream_and_the_token_is_not_logged(p: Proto) {
+    let s = server(1).on(p);
+    let (_, token) = user(&s, "Alice");
+    let forged = format!("{token}x");
+    for (path, headers) in [
+        ("/api/events".to_string(), vec![("Authorization", format!("Bearer {forged}"))]),
+        (format!("/api/events?token={forged}"), vec![]),
+        ("/api/events?token=not.a.jwt".to_string(), vec![]),
+    ] {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let r = s.get_with(&path, &headers);
+        ensure_eq!(s, r.status, 401, "{path} {headers:?}: {r:?}");
+        ensure_eq!(s, r.json()["code"], json!("UNAUTHORIZED"), "{path}: {r:?}");
+        ensure!(s, r.header("www-authenticate").is_some(), "{path}: WWW-Authenticate: {r:?}");
+    }
+    for list in ["nope", "news,nope", "posts"] {
+        let path = format!("/api/events?resources={list}");
+        let r = s.get_with(&path, &[("Authorization", &format!("Bearer {token}"))]);
+        ensure_eq!(s, r.status, 400, "{path}: {r:?}");
+        ensure_eq!(s, r.json()["errors"][0]["field"], json!("resources"), "{path}: names the parameter: {r:?}");
+    }
+    // A valid ?token= opens the stream, and its value stays out of the log.
+    let mut st = s.sse(&[]);
+    drop(st.expect_preamble());
+    let path = format!("/api/events?token={token}");
+    let mut st = s.sse_at(&path, &[]).unwrap_or_else(|r| panic!("{path}: {r:?}"));
+    st.expect_preamble().unwrap_or_else(|e| panic!("{e}"));
+    drop(st);
+    s.wait_log_line(Duration::from_secs(5), |l| l.contains("/api/events?token=REDACTED"));
+    ensure!(s, !s.logs().contains(&token), "the token reached the log");
+    ensure!(s, !s.logs().contains(&forged), "the forged token reached the log");
+}
+
+/// `TEST_REDIS_URL` with database `db`, emptied, or `None` (and a message) when unset.
+fn shared_redis(db: u32, test: &str) -> Option<String> {
+    match std::env::var("TEST_REDIS_URL") {
+        Ok(url) if !url.is_empty() => Some(format!("{}/{db}", url.trim_end_matches('/'))),
+        _ => {
+            eprintln!("SKIPPED changes::{test}: TEST_REDIS_URL is not set (start one with bin/redis-test-server)");
+            None
+        }
+    }
+}
+
+#[test]
+fn an_owner_only_change_on_one_host_reaches_only_its_readers_on_the_other() {
+    let test = "an_owner_only_change_on_one_host_reaches_only_its_readers_on_the_other";
+    let Some(url) = shared_redis(21, test) else { return };
+    let host = || {
+        let s = Server::api_builder()
+            .workers(2)
+            .set("[resources]", RESOURCES)
+            .env("FORKD_CLUSTER__REDIS_URL", &url)
+            .start();
+        s.wait_log_line(Duration::from_secs(10), |l| l.contains("redis: connected"));
+        s
+    };
+    let (a, b) = (host(), host());
+    // Accounts on A; their tokens are good on B too (one signing secret).
+    let (alice, alice_token) = user(&a, "Alice");
+    let (_, bob_token) = user(&a, "Bob");
+    let mut streams = Vec::new();
+    for pid in b.wait_workers(2, Duration::from_secs(10)) {
+        for (who, auth) in [("Alice", Some(&alice_token)), ("Bob", Some(&bob_token)), ("anonymous", None)] {
+            let auth = auth.map(|t| format!("Bearer {t}"));
+            let headers: Vec<(&str, &str)> = auth.iter().map(|v| ("Authorization", v.as_str())).collect();
+            streams.push((format!("{who} on B's worker {pid}"), stream_on(&b, pid, "/api/events", &headers)));
+        }
+    }
+    change(&a, 3001, "notes", "create", 5, alice);
+    change(&a, 3002, "news", "create", 6, alice);
+    for (who, st) in &mut streams {
+        if who.starts_with("Alice") {
+            expect_change(&b, st, 3001, "notes", "create", 5, who);
+        }
+        expect_change(&b, st, 3002, "news", "create", 6, who);
+    }
+}
