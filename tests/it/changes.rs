@@ -5,9 +5,10 @@
 //! change (or a notification) is published, and a stream that must not see the first one gets
 //! the second one as its next event.
 //!
-//! The changes here are published through `POST /_debug/change` (the call the resource
-//! handlers make after a commit, without the store), so the fan-out's filter is tested on
-//! its own.
+//! Live changes here are published through `POST /_debug/change` (the call the resource
+//! handlers make after a commit, without the store), and stored ones are written into the
+//! store's `notifications` table as the record calls write them, so the fan-out's filter and
+//! the replay's are tested on their own.
 
 use std::time::Duration;
 
@@ -194,6 +195,71 @@ fn a_bad_token_or_resource_name_opens_no_stream_and_the_token_is_not_logged(p: P
     s.wait_log_line(Duration::from_secs(5), |l| l.contains("/api/events?token=REDACTED"));
     ensure!(s, !s.logs().contains(&token), "the token reached the log");
     ensure!(s, !s.logs().contains(&forged), "the forged token reached the log");
+}
+
+/// Stores a change event as the record calls do (a `kind = 'change'` row of `notifications`,
+/// in the notifications' id sequence), straight into the server's SQLite file; its id.
+fn log_change(s: &Server, resource: &str, action: &str, record: i64, owner: i64) -> i64 {
+    let db = rusqlite::Connection::open(s.dir().join("data").join("forkd.db")).expect("open the store");
+    db.busy_timeout(IO_TIMEOUT).expect("busy timeout");
+    let rec = if action == "delete" { Value::Null } else { json!({"id": record, "ownerId": owner, "title": "t"}) };
+    let data = json!({"resource": resource, "action": action, "id": record, "record": rec}).to_string();
+    db.query_row(
+        "INSERT INTO notifications (title, body, created_at, kind, resource, action, record_id, owner_id, data) \
+         VALUES ('', '', '2026-01-01T00:00:00.000Z', 'change', ?1, ?2, ?3, ?4, ?5) RETURNING id",
+        rusqlite::params![resource, action, record, owner, data],
+        |r| r.get(0),
+    )
+    .expect("insert a change row")
+}
+
+both!(last_event_id_replays_notifications_and_the_changes_each_stream_may_read_in_order);
+fn last_event_id_replays_notifications_and_the_changes_each_stream_may_read_in_order(p: Proto) {
+    let s = server(1).on(p);
+    let pid = s.wait_workers(1, Duration::from_secs(10))[0];
+    let (alice, alice_token) = user(&s, "Alice");
+    let (bob, bob_token) = user(&s, "Bob");
+    let (_, admin_token) = s.admin();
+    let id = |n: Value| n["id"].as_i64().expect("notification id");
+    let n1 = id(s.notify(&admin_token, "one", ""));
+    let alice_note = log_change(&s, "notes", "create", 1, alice);
+    let bob_note = log_change(&s, "notes", "create", 2, bob);
+    let n2 = id(s.notify(&admin_token, "two", ""));
+    let news = log_change(&s, "news", "update", 3, bob);
+    let alice_gone = log_change(&s, "notes", "delete", 1, alice);
+    let everything = vec![n1, alice_note, bob_note, n2, news, alice_gone];
+    let cases: Vec<(&str, Option<&str>, &str, &str, Vec<i64>)> = vec![
+        ("Alice", Some(&alice_token), "/api/events", "0", vec![n1, alice_note, n2, news, alice_gone]),
+        ("Bob", Some(&bob_token), "/api/events", "0", vec![n1, bob_note, n2, news]),
+        ("anonymous", None, "/api/events", "0", vec![n1, n2, news]),
+        ("admin", Some(&admin_token), "/api/events", "0", everything.clone()),
+        ("Alice, news only", Some(&alice_token), "/api/events?resources=news", "0", vec![n1, n2, news]),
+        ("Alice after her note", Some(&alice_token), "/api/events", "", vec![n2, news, alice_gone]),
+    ];
+    let after_note = alice_note.to_string();
+    let mut streams = Vec::new();
+    for (who, token, path, last, want) in cases {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let last = if last.is_empty() { after_note.as_str() } else { last };
+        let mut headers = vec![("Last-Event-ID", last)];
+        headers.extend(auth.iter().map(|v| ("Authorization", v.as_str())));
+        streams.push((who, want, stream_on(&s, pid, path, &headers)));
+    }
+    // A live notification after the replay bounds each stream's list.
+    let live = id(s.notify(&admin_token, "live", ""));
+    for (who, want, st) in &mut streams {
+        let mut got = Vec::new();
+        loop {
+            let (event, id, data) = next(&s, st, who);
+            if id == live {
+                break;
+            }
+            let kind = if [n1, n2].contains(&id) { "notification" } else { "change" };
+            ensure_eq!(s, event.as_str(), kind, "{who}: event {id} ({data})");
+            got.push(id);
+        }
+        ensure_eq!(s, &got, want, "{who}: the replay, in id order, then the live notification");
+    }
 }
 
 /// `TEST_REDIS_URL` with database `db`, emptied, or `None` (and a message) when unset.
