@@ -199,4 +199,45 @@ mod tests {
         let notes: Vec<i64> = s.notifications_after(0, 100).expect("after").iter().map(|n| n.id).collect();
         assert_eq!(notes, [n1, n2], "notifications only");
     }
+
+    #[test]
+    fn postgres_replays_notifications_and_changes_in_one_sequence() {
+        use super::super::{Store, Target};
+        use std::str::FromStr;
+        let Some(url) = super::super::pg::testutil::fresh_database("events_after") else { return };
+        Store::migrate(Target::Postgres(&url)).expect("migrate");
+        let store = Store::open(Target::Postgres(&url), 2).expect("open");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let config = tokio_postgres::Config::from_str(url.expose()).expect("url parses");
+        let client = rt.block_on(async {
+            let (client, conn) = config.connect(tokio_postgres::NoTls).await.expect("connect");
+            tokio::spawn(conn);
+            client
+        });
+        let change = |action: &str, owner: i64| -> i64 {
+            let sql = "INSERT INTO notifications (title, body, created_at, kind, resource, action, record_id, owner_id, data) \
+                       VALUES ('', '', 't', 'change', 'notes', $1, 7, $2, '{}') RETURNING id";
+            rt.block_on(client.query_one(sql, &[&action, &owner])).expect("change row").get(0)
+        };
+        let n1 = store.create_notification("one", "").expect("create").id;
+        let c1 = change("create", 4);
+        let n2 = store.create_notification("two", "").expect("create").id;
+        let c2 = change("update", 5);
+        let ids: Vec<i64> = store.events_after(0, 100).expect("events").iter().map(Logged::id).collect();
+        assert_eq!(ids, [n1, c1, n2, c2], "one id order");
+        let last = store.events_after(n2, 100).expect("events");
+        let want = Change {
+            id: c2,
+            resource: "notes".into(),
+            action: Action::Update,
+            record_id: 7,
+            owner_id: 5,
+            data: b"{}".to_vec(),
+        };
+        assert_eq!(last, [Logged::Change(want)]);
+        let ids: Vec<i64> = store.events_after(0, 2).expect("events").iter().map(Logged::id).collect();
+        assert_eq!(ids, [n2, c2], "the limit keeps the newest");
+        let notes: Vec<i64> = store.notifications_after(0, 100).expect("after").iter().map(|n| n.id).collect();
+        assert_eq!(notes, [n1, n2], "notifications only");
+    }
 }
