@@ -261,42 +261,57 @@ fn last_event_id_replays_notifications_and_the_changes_each_stream_may_read_in_o
     }
 }
 
-/// `TEST_REDIS_URL` with database `db`, emptied, or `None` (and a message) when unset.
-fn shared_redis(db: u32, test: &str) -> Option<String> {
-    match std::env::var("TEST_REDIS_URL") {
-        Ok(url) if !url.is_empty() => Some(format!("{}/{db}", url.trim_end_matches('/'))),
-        _ => {
-            eprintln!("SKIPPED changes::{test}: TEST_REDIS_URL is not set (start one with bin/redis-test-server)");
-            None
-        }
-    }
+/// Stores a change event in the PostgreSQL database at `url`, as the record calls do; its id.
+fn log_change_pg(url: &str, resource: &str, record: i64, owner: i64) -> i64 {
+    use std::str::FromStr;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let config = tokio_postgres::Config::from_str(url).expect("url parses");
+        let (client, conn) = config.connect(tokio_postgres::NoTls).await.expect("connect to the test server");
+        let driver = tokio::spawn(conn);
+        let data =
+            json!({"resource": resource, "action": "create", "id": record, "record": {"id": record}}).to_string();
+        let sql =
+            "INSERT INTO notifications (title, body, created_at, kind, resource, action, record_id, owner_id, data) \
+                   VALUES ('', '', '2026-01-01T00:00:00.000Z', 'change', $1, 'create', $2, $3, $4) RETURNING id";
+        let id: i64 = client.query_one(sql, &[&resource, &record, &owner, &data]).await.expect("a change row").get(0);
+        drop(client);
+        let _ = driver.await;
+        id
+    })
 }
 
+/// Two hosts on one PostgreSQL and one Redis: an owner-only change published on A reaches,
+/// on B's two workers, only Alice's streams (Bob's and anonymous ones get the public change
+/// after it as their next event); and stored changes replayed on B from the shared table are
+/// filtered the same way.
 #[test]
-fn an_owner_only_change_on_one_host_reaches_only_its_readers_on_the_other() {
-    let test = "an_owner_only_change_on_one_host_reaches_only_its_readers_on_the_other";
-    let Some(url) = shared_redis(21, test) else { return };
+fn an_owner_only_change_on_one_host_reaches_only_its_readers_on_the_other_live_and_by_replay() {
+    let Some(base) = crate::cluster::test_server() else { return };
+    let Some(redis) = std::env::var("TEST_REDIS_URL").ok().filter(|v| !v.is_empty()) else {
+        eprintln!("skipped: TEST_REDIS_URL not set (bin/redis-test-server starts one)");
+        return;
+    };
+    let url = crate::cluster::fresh_database(&base, "changes");
+    let cluster = format!("database_url = \"{url}\"\nredis_url = \"{}/21\"", redis.trim_end_matches('/'));
     let host = || {
-        let s = Server::api_builder()
-            .workers(2)
-            .set("[resources]", RESOURCES)
-            .env("FORKD_CLUSTER__REDIS_URL", &url)
-            .start();
+        let s = Server::api_builder().workers(2).set("[resources]", RESOURCES).set("cluster", &cluster).start();
         s.wait_log_line(Duration::from_secs(10), |l| l.contains("redis: connected"));
         s
     };
     let (a, b) = (host(), host());
-    // Accounts on A; their tokens are good on B too (one signing secret).
     let (alice, alice_token) = user(&a, "Alice");
-    let (_, bob_token) = user(&a, "Bob");
-    let mut streams = Vec::new();
-    for pid in b.wait_workers(2, Duration::from_secs(10)) {
-        for (who, auth) in [("Alice", Some(&alice_token)), ("Bob", Some(&bob_token)), ("anonymous", None)] {
-            let auth = auth.map(|t| format!("Bearer {t}"));
-            let headers: Vec<(&str, &str)> = auth.iter().map(|v| ("Authorization", v.as_str())).collect();
-            streams.push((format!("{who} on B's worker {pid}"), stream_on(&b, pid, "/api/events", &headers)));
-        }
-    }
+    let (bob, bob_token) = user(&a, "Bob");
+    let (_, admin) = a.admin();
+    let people = [("Alice", Some(&alice_token)), ("Bob", Some(&bob_token)), ("anonymous", None)];
+    let open = |pid: i32, who: &str, token: Option<&String>, last: Option<&str>| {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let mut headers: Vec<(&str, &str)> = auth.iter().map(|v| ("Authorization", v.as_str())).collect();
+        headers.extend(last.map(|l| ("Last-Event-ID", l)));
+        (format!("{who} on B's worker {pid}"), stream_on(&b, pid, "/api/events", &headers))
+    };
+    let pids = b.wait_workers(2, Duration::from_secs(10));
+    let mut streams: Vec<_> = pids.iter().flat_map(|&pid| people.map(|(who, t)| open(pid, who, t, None))).collect();
     change(&a, 3001, "notes", "create", 5, alice);
     change(&a, 3002, "news", "create", 6, alice);
     for (who, st) in &mut streams {
@@ -304,5 +319,23 @@ fn an_owner_only_change_on_one_host_reaches_only_its_readers_on_the_other() {
             expect_change(&b, st, 3001, "notes", "create", 5, who);
         }
         expect_change(&b, st, 3002, "news", "create", 6, who);
+    }
+    // Stored changes, replayed on B from the shared table; a live notification bounds each.
+    let alices = log_change_pg(&url, "notes", 7, alice);
+    let bobs = log_change_pg(&url, "notes", 8, bob);
+    let news = log_change_pg(&url, "news", 9, bob);
+    let mut streams: Vec<_> = people.map(|(who, t)| open(pids[0], who, t, Some("0"))).into_iter().collect();
+    let live = a.notify(&admin, "after the replay", "")["id"].as_i64().expect("notification id");
+    for ((who, st), want) in streams.iter_mut().zip([vec![alices, news], vec![bobs, news], vec![news]]) {
+        let mut got = Vec::new();
+        loop {
+            let (event, id, data) = next(&b, st, who);
+            if id == live {
+                break;
+            }
+            ensure_eq!(b, event.as_str(), "change", "{who}: replayed event {id} ({data})");
+            got.push(id);
+        }
+        ensure_eq!(b, got, want, "{who}: the stored changes it may read, then the live notification");
     }
 }
