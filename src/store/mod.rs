@@ -47,7 +47,7 @@ use std::fmt;
 use std::path::Path;
 
 pub use error::StoreError;
-pub use notifications::Notification;
+pub use notifications::{Logged, Notification};
 pub use posts::Post;
 pub use tokens::Rotation;
 pub use users::{NewUser, Role, Updated, User, UserChanges, UserQuery, UserRef, UserSort};
@@ -347,6 +347,12 @@ impl Store {
     /// Up to `limit` notifications with an id above `after` (the newest ones), oldest first.
     pub fn notifications_after(&self, after: i64, limit: usize) -> Result<Vec<Notification>, StoreError> {
         dispatch!(self, s => s.notifications_after(after, limit))
+    }
+
+    /// Up to `limit` entries of the event log (notifications and change events, one id
+    /// sequence) with an id above `after` (the newest ones), oldest first.
+    pub fn events_after(&self, after: i64, limit: usize) -> Result<Vec<Logged>, StoreError> {
+        dispatch!(self, s => s.events_after(after, limit))
     }
 }
 
