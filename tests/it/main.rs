@@ -29,6 +29,7 @@ mod users;
 mod versioning;
 
 mod browser;
+mod changes;
 mod early_hints;
 mod pages;
 mod ratelimit;

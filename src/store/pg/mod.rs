@@ -52,6 +52,7 @@
 mod error;
 mod migrate;
 pub(crate) mod records;
+mod resources;
 mod users;
 
 use std::collections::{HashMap, VecDeque};
