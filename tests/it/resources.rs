@@ -582,6 +582,48 @@ fn a_state_change_not_listed_is_409_naming_the_allowed_states(p: Proto) {
     ensure_eq!(s, d["status"].as_str(), Some("archived"), "a listed change");
 }
 
+both!(every_write_is_a_change_event_on_the_stream);
+fn every_write_is_a_change_event_on_the_stream(p: Proto) {
+    let s = start(p);
+    let (_, token) = s.user("Streamer");
+    let path = "/api/events?resources=articles";
+    let opened = match s.session() {
+        Session::H1(c) => SseStream::open_on(c, path, &[]),
+        Session::H2(c) => SseStream::open_h2(*c, path, &[]),
+    };
+    let mut st = opened.unwrap_or_else(|r| panic!("GET {path}: {r:?}\nlog:\n{}", s.log_tail()));
+    st.expect_preamble().unwrap_or_else(|e| panic!("preamble: {e}\nlog:\n{}", s.log_tail()));
+    let mut next = |what: &str| {
+        let ev = st.next_non_heartbeat(IO_TIMEOUT).unwrap_or_else(|e| panic!("{what}: {e}\nlog:\n{}", s.log_tail()));
+        ensure_eq!(s, ev.event(), Some("change"), "{what}: {ev:?}");
+        ev.data_json()
+    };
+    let a = article(&s, &token, "streamed", json!({}));
+    let id = id_of(&a);
+    let d = next("create");
+    ensure_eq!(
+        s,
+        (d["resource"].clone(), d["action"].clone(), d["id"].clone()),
+        (json!("articles"), json!("create"), json!(id)),
+        "{d}"
+    );
+    ensure_eq!(s, d["record"], a, "the created record");
+    let path = format!("/api/v1/articles/{id}");
+    let u = s.expect_data(&s.api("PATCH", &path, Some(&token), Some(&json!({"views": 3}))), 200, "PATCH");
+    let d = next("update");
+    ensure_eq!(s, (d["action"].clone(), d["record"].clone()), (json!("update"), u), "{d}");
+    let r = s.api("PATCH", &path, Some(&token), Some(&json!({"status": "archived"})));
+    s.expect_err(&r, 409, "CONFLICT", "a refused change");
+    s.expect_bodyless("DELETE", &path, &[("Authorization", &format!("Bearer {token}"))], 204, "DELETE");
+    let d = next("delete after a refused change (which sent nothing)");
+    ensure_eq!(
+        s,
+        (d["action"].clone(), d["id"].clone(), d["record"].clone()),
+        (json!("delete"), json!(id), Value::Null),
+        "{d}"
+    );
+}
+
 /// The rules that touch SQL most (unique, ref, cascade, filters, owner lists), on PostgreSQL.
 #[test]
 fn the_engine_on_postgresql() {
