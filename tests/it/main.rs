@@ -23,6 +23,7 @@ mod cluster;
 mod cors;
 mod identity;
 mod posts;
+mod resources;
 mod store;
 mod users;
 mod versioning;
