@@ -39,6 +39,7 @@ pub mod notifications;
 pub mod pg;
 pub mod posts;
 pub mod records;
+pub mod schema;
 pub(crate) mod sqlite;
 pub mod tokens;
 pub mod users;
@@ -135,6 +136,20 @@ impl Store {
         match target.into() {
             Target::Sqlite(path) => sqlite::Sqlite::migrate(path),
             Target::Postgres(url) => pg::Pg::migrate(url),
+        }
+    }
+
+    /// The declared resources' tables against `registry` (`store::schema`): the plan, applied
+    /// as `mode` allows. Called by the supervisor after [`Store::migrate`] (before fork and on
+    /// `SIGHUP`, additive only), by `check-config` and by `forkd migrate`.
+    pub fn migrate_resources<'a>(
+        target: impl Into<Target<'a>>,
+        registry: &crate::resources::Registry,
+        mode: schema::Mode,
+    ) -> Result<schema::Plan, StoreError> {
+        match target.into() {
+            Target::Sqlite(path) => sqlite::Sqlite::migrate_resources(path, registry, mode),
+            Target::Postgres(url) => pg::Pg::migrate_resources(url, registry, mode),
         }
     }
 
