@@ -334,6 +334,8 @@ fn etag_304_and_if_match_412(p: Proto) {
     s.expect_err(&r, 412, "PRECONDITION_FAILED", "PATCH with a stale tag");
     let r = s.api_h("PUT", &path, Some(&token), Some(&json!({"title": "x", "slug": "etag"})), &[("If-Match", &tag)]);
     s.expect_err(&r, 412, "PRECONDITION_FAILED", "PUT with a stale tag");
+    let r = s.api_h("DELETE", &path, Some(&token), None, &[("If-Match", &tag)]);
+    s.expect_err(&r, 412, "PRECONDITION_FAILED", "DELETE with a stale tag");
     ensure_eq!(s, list(&s, None, &path), d, "stale writes change nothing");
     let r = s.api("GET", &path, None, None);
     ensure_eq!(s, r.header("etag").map(str::to_string), fresh, "GET shows the tag PATCH returned");
