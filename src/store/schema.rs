@@ -60,8 +60,10 @@ enum Action {
     DropColumn(String),
     /// Drop and add the column.
     Rebuild(Field),
-    /// Create (`true`) or drop an index on a field: (field, unique).
-    Index(String, bool, bool),
+    /// Drop these indexes (before columns change).
+    DropIndexes(Vec<String>),
+    /// Create these indexes (after columns change).
+    CreateIndexes(Vec<Index>),
     /// Drop and create the table (a new parent).
     Recreate,
     /// Only the recorded declaration changes.
@@ -196,27 +198,36 @@ pub fn plan(recorded: &[(String, String)], registry: &Registry) -> Result<Plan, 
                 steps.push(step(
                     format!("{fat}: now unique (destructive: fails if two records share a value)"),
                     true,
-                    Action::Index(f.name.clone(), true, true),
-                ));
-            } else if !f.unique && o.unique {
-                steps.push(step(
-                    format!("{fat}: no longer unique (index dropped)"),
-                    false,
-                    Action::Index(f.name.clone(), true, false),
+                    Action::Record,
                 ));
             }
-            let (idx, oidx) = (f.sort || f.filter, o.sort || o.filter);
-            if idx != oidx {
-                steps.push(step(
-                    format!(
-                        "{fat}: {} (index {})",
-                        if idx { "now sorted or filtered" } else { "no longer sorted or filtered" },
-                        if idx { "created" } else { "dropped" }
-                    ),
-                    false,
-                    Action::Index(f.name.clone(), false, idx),
-                ));
-            }
+        }
+        let (old_idx, new_idx) = (indexes(was), indexes(r));
+        // A rebuilt column loses its indexes with it: they are made again.
+        let rebuilt: Vec<String> = steps[before..]
+            .iter()
+            .filter_map(|s| match &s.action {
+                Action::Rebuild(f) => Some(ident(&f.name)),
+                _ => None,
+            })
+            .collect();
+        let touches = |i: &Index| rebuilt.iter().any(|c| i.columns.contains(c.as_str()));
+        let gone: Vec<String> =
+            old_idx.iter().filter(|i| !new_idx.contains(i) || touches(i)).map(|i| i.name.clone()).collect();
+        let made: Vec<Index> = new_idx.iter().filter(|i| !old_idx.contains(i) || touches(i)).cloned().collect();
+        if !gone.is_empty() {
+            steps.insert(
+                before,
+                step(format!("{at}: indexes dropped: {}", gone.join(", ")), false, Action::DropIndexes(gone)),
+            );
+        }
+        if !made.is_empty() {
+            let names: Vec<&str> = made.iter().map(|i| i.name.as_str()).collect();
+            steps.push(step(
+                format!("{at}: indexes created: {}", names.join(", ")),
+                false,
+                Action::CreateIndexes(made),
+            ));
         }
         if steps.len() == before {
             steps.push(step(format!("{at}: rules or limits relaxed (recorded)"), false, Action::Record));
@@ -267,20 +278,59 @@ pub(crate) fn statements(d: Dialect, step: &Step, registry: &Registry) -> Vec<St
             v.extend(add_column(d, name, f));
             v
         }
-        Action::Index(f, unique, true) => vec![plain(index(name, f, *unique))],
-        Action::Index(f, unique, false) => {
-            vec![plain(format!("DROP INDEX IF EXISTS {}", index_name(name, f, *unique)))]
+        Action::DropIndexes(names) => {
+            names.iter().map(|n| plain(format!("DROP INDEX IF EXISTS {}", ident(n)))).collect()
         }
+        Action::CreateIndexes(list) => list.iter().map(|x| plain(x.sql(name))).collect(),
     }
 }
 
-fn index_name(table: &str, field: &str, unique: bool) -> String {
-    ident(&format!("{table}_{field}_{}", if unique { "key" } else { "idx" }))
+/// An index of a resource's table.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Index {
+    /// `<table>_<field>_key` (unique), `<table>_<fields>_idx`.
+    name: String,
+    /// The columns, quoted, comma-separated.
+    columns: String,
+    unique: bool,
 }
 
-fn index(table: &str, field: &str, unique: bool) -> String {
-    let (u, cols) = if unique { ("UNIQUE ", ident(field)) } else { ("", format!("{}, id", ident(field))) };
-    format!("CREATE {u}INDEX IF NOT EXISTS {} ON {} ({cols})", index_name(table, field, unique), ident(table))
+impl Index {
+    fn sql(&self, table: &str) -> String {
+        let u = if self.unique { "UNIQUE " } else { "" };
+        format!("CREATE {u}INDEX IF NOT EXISTS {} ON {} ({})", ident(&self.name), ident(table), self.columns)
+    }
+}
+
+/// Every index a resource's table has: owner and parent (with `id`, for their lists), a
+/// unique index per unique field, `(field, id)` per sorted or filtered field, and
+/// `(filter, sort, id)` per pair of a filtered field and a sorted one, so that a filtered,
+/// sorted page walks one index and stops after the page, whatever the table's size.
+pub(crate) fn indexes(r: &Resource) -> Vec<Index> {
+    let t = &r.name;
+    let idx = |name: String, columns: String, unique: bool| Index { name, columns, unique };
+    let mut v = vec![idx(format!("{t}_owner_idx"), "owner_id, id".into(), false)];
+    if r.nested() {
+        v.push(idx(format!("{t}_parent_idx"), "parent_id, id".into(), false));
+    }
+    for f in &r.fields {
+        if f.unique {
+            v.push(idx(format!("{t}_{}_key", f.name), ident(&f.name), true));
+        }
+        if f.sort || f.filter {
+            v.push(idx(format!("{t}_{}_idx", f.name), format!("{}, id", ident(&f.name)), false));
+        }
+    }
+    for f in r.fields.iter().filter(|f| f.filter) {
+        for s in r.fields.iter().filter(|s| s.sort && s.name != f.name) {
+            v.push(idx(
+                format!("{t}_{}_{}_idx", f.name, s.name),
+                format!("{}, {}, id", ident(&f.name), ident(&s.name)),
+                false,
+            ));
+        }
+    }
+    v
 }
 
 fn create(d: Dialect, r: &Resource) -> Vec<Statement> {
@@ -299,24 +349,7 @@ fn create(d: Dialect, r: &Resource) -> Vec<Statement> {
     cols.push("created_at TEXT NOT NULL".into());
     cols.push("updated_at TEXT NOT NULL".into());
     let mut v: Vec<Statement> = vec![(format!("CREATE TABLE IF NOT EXISTS {t} ({})", cols.join(", ")), None)];
-    v.push((
-        format!("CREATE INDEX IF NOT EXISTS {} ON {t} (owner_id, id)", ident(&format!("{}_owner_idx", r.name))),
-        None,
-    ));
-    if r.nested() {
-        v.push((
-            format!("CREATE INDEX IF NOT EXISTS {} ON {t} (parent_id, id)", ident(&format!("{}_parent_idx", r.name))),
-            None,
-        ));
-    }
-    for f in &r.fields {
-        if f.unique {
-            v.push((index(&r.name, &f.name, true), None));
-        }
-        if f.sort || f.filter {
-            v.push((index(&r.name, &f.name, false), None));
-        }
-    }
+    v.extend(indexes(r).iter().map(|x| (x.sql(&r.name), None)));
     v
 }
 
@@ -329,19 +362,13 @@ fn add_column(d: Dialect, table: &str, f: &Field) -> Vec<Statement> {
             v.push((format!("UPDATE {t} SET {} = {ph}", ident(&f.name)), Some((f.kind, cell))));
         }
     }
-    if f.unique {
-        v.push((index(table, &f.name, true), None));
-    }
-    if f.sort || f.filter {
-        v.push((index(table, &f.name, false), None));
-    }
     v
 }
 
 fn drop_column(table: &str, field: &str) -> Vec<Statement> {
     vec![
-        (format!("DROP INDEX IF EXISTS {}", index_name(table, field, true)), None),
-        (format!("DROP INDEX IF EXISTS {}", index_name(table, field, false)), None),
+        (format!("DROP INDEX IF EXISTS {}", ident(&format!("{table}_{field}_key"))), None),
+        (format!("DROP INDEX IF EXISTS {}", ident(&format!("{table}_{field}_idx"))), None),
         (format!("ALTER TABLE {} DROP COLUMN {}", ident(table), ident(field)), None),
     ]
 }

@@ -5,7 +5,8 @@
 //! value goes through `resources::value::check`, the one check of a value against a field.
 //!
 //! A new record ([`create`]) and a replacement ([`replace`]) take every field: an absent one
-//! becomes its default, else null (a required one is an error). A patch ([`patch`]) takes only
+//! becomes its default, else null (a required one is an error); an explicit `null` for a field
+//! with a default is that default (such a field never holds null). A patch ([`patch`]) takes only
 //! the fields given; [`merge`] lays it onto the current record inside the store's transaction.
 //! [`transitions`] is the state-machine check of a change (409), also run there.
 //!
@@ -56,6 +57,7 @@ pub fn patch(res: &Resource, map: Map<String, Value>) -> Result<Patch, Error> {
         .iter()
         .map(|f| {
             let v = map.get(&f.name)?;
+            let v = if v.is_null() { f.default.as_ref().unwrap_or(v) } else { v };
             check(f, v).map_err(|m| errors.push(FieldError::new(&f.name, m))).ok()
         })
         .collect();
@@ -118,7 +120,8 @@ fn every_field(res: &Resource, map: &Map<String, Value>, errors: &mut Vec<FieldE
     res.fields
         .iter()
         .map(|f| {
-            let given = map.get(&f.name).or(f.default.as_ref());
+            // A field with a default never holds null: an explicit null stands for the default.
+            let given = map.get(&f.name).filter(|v| !(v.is_null() && f.default.is_some())).or(f.default.as_ref());
             let checked = match given {
                 Some(v) => check(f, v),
                 None if f.required => Err("is required".to_string()),
