@@ -13,10 +13,12 @@
 //! then costs no more than `/health`. A unit test compares its `paths` with
 //! [`crate::app::router::Router::routes`], both ways, so a route cannot be added
 //! or removed without the document following. Operations are in `paths.rs`,
-//! shared schemas, headers and error responses in `components.rs`.
+//! shared schemas, headers and error responses in `components.rs`, and what
+//! each declared resource adds (the built-in `posts` too) in `resources.rs`.
 
 mod components;
 mod paths;
+mod resources;
 
 use std::sync::OnceLock;
 
@@ -56,18 +58,31 @@ pub fn document(config: &Config) -> Value {
             "description": DESCRIPTION,
         },
         "servers": [{"url": "/"}],
-        "tags": paths::TAGS.iter().map(|(name, description)| json!({"name": name, "description": description})).collect::<Vec<_>>(),
+        "tags": tags(config),
         "paths": Value::Object(paths.into_map()),
         "components": components::components(config),
     })
+}
+
+/// The tags in display order: the built-in groups, each resource's after `users`.
+fn tags(config: &Config) -> Vec<Value> {
+    let tag = |name: &str, description: &str| json!({"name": name, "description": description});
+    let mut out = Vec::new();
+    for (name, description) in paths::TAGS {
+        out.push(tag(name, description));
+        if *name == "users" {
+            out.extend(resources::tags(&config.resources).iter().map(|(n, d)| tag(n, d)));
+        }
+    }
+    out
 }
 
 const DESCRIPTION: &str = "\
 A pre-forked HTTP/1.1 service. Success bodies are `{\"code\", \"message\", \"data\"}` envelopes \
 (paginated `data` is `{\"items\", \"total\", \"page\", \"pageSize\", \"totalPages\"}`); errors are \
 `{\"code\": \"<STRING>\", \"message\", \"errors\"?, \"stack\"?}` with `Content-Type: application/json`. \
-Resources live under `/api/v1`; `/api/users`, `/api/posts`, `/api/auth` and `/api/notifications` \
-answer too, the version taken from `?version=1` or `Accept: application/vnd.forkd+json; version=1` \
+Resources live under `/api/v1`; `/api/users`, `/api/auth`, `/api/notifications` and each declared \
+resource's `/api/<name>` (the built-in `posts` among them) answer too, the version taken from `?version=1` or `Accept: application/vnd.forkd+json; version=1` \
 (any other version is 400). Every `/api/*` route and `/csp-report` is rate limited per client \
 address (the `RateLimit-*` headers; over the limit 429 with `Retry-After`). Unsafe methods with an \
 `Origin` that is neither the service's own nor allow-listed are refused with 403. `HEAD` is answered \
@@ -210,11 +225,12 @@ mod tests {
         assert!(validate::password(&"p".repeat(len(pw, "maxLength"))).is_ok());
         assert!(validate::password(&"p".repeat(len(pw, "maxLength") + 1)).is_err());
         assert_eq!((user["age"]["minimum"].as_i64(), user["age"]["maximum"].as_i64()), (Some(0), Some(150)));
-        let post = &doc["components"]["schemas"]["NewPost"]["properties"];
-        assert!(validate::title(&"t".repeat(len(&post["title"], "maxLength"))).is_ok());
-        assert!(validate::title(&"t".repeat(len(&post["title"], "maxLength") + 1)).is_err());
-        assert!(validate::post_body(&"b".repeat(len(&post["body"], "maxLength"))).is_ok());
-        assert!(validate::post_body(&"b".repeat(len(&post["body"], "maxLength") + 1)).is_err());
+        let post = &doc["components"]["schemas"]["postsInput"]["properties"];
+        for f in &crate::resources::builtin::posts().fields {
+            let max = len(&post[&f.name], "maxLength");
+            assert!(crate::resources::value::check(f, &json!("t".repeat(max))).is_ok(), "{}", f.name);
+            assert!(crate::resources::value::check(f, &json!("t".repeat(max + 1))).is_err(), "{}", f.name);
+        }
         let n = &doc["components"]["schemas"]["NewNotification"]["properties"];
         let body = "b".repeat(len(&n["body"], "maxLength"));
         let ok = |b: &str| {
