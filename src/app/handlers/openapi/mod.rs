@@ -102,6 +102,45 @@ mod tests {
         c
     }
 
+    /// A configuration with declared resources: one top level, one nested under it with a
+    /// `ref`, one under users that replaces nothing.
+    fn declared() -> Config {
+        let text = r#"
+            [[resources]]
+            name = "articles"
+            read = "public"
+            [resources.fields.title]
+            type = "string"
+            required = true
+            max = 100
+            sort = true
+            [resources.fields.state]
+            type = "enum"
+            values = ["draft", "live"]
+            default = "draft"
+            transitions = { draft = ["live"] }
+            [[resources]]
+            name = "comments"
+            parent = "articles"
+            read = "owner"
+            [resources.fields.about]
+            type = "ref"
+            ref = "articles"
+            [[resources]]
+            name = "notes"
+            parent = "users"
+            [resources.fields.at]
+            type = "datetime"
+            filter = true
+        "#;
+        let table: toml::Table = text.parse().expect("toml");
+        let mut errors = Vec::new();
+        let mut c = Config::default();
+        c.resources = crate::resources::parse::registry(table.get("resources"), &mut errors);
+        assert_eq!(errors, Vec::<String>::new());
+        c
+    }
+
     /// `(METHOD, path)` of every documented operation.
     fn documented(doc: &Value) -> BTreeSet<(String, String)> {
         let mut out = BTreeSet::new();
@@ -126,8 +165,7 @@ mod tests {
 
     #[test]
     fn every_route_is_documented_and_every_documented_operation_is_routed() {
-        for echo in [false, true] {
-            let c = config(echo);
+        for (echo, c) in [(false, config(false)), (true, config(true)), (false, declared())] {
             let (doc, routes) = (documented(&document(&c)), served(&c));
             let missing: Vec<_> = routes.difference(&doc).collect();
             let extra: Vec<_> = doc.difference(&routes).collect();
@@ -135,6 +173,16 @@ mod tests {
             assert!(extra.is_empty(), "documented but not routed (echo {echo}): {extra:?}");
         }
         assert!(served(&config(true)).contains(&("GET".into(), "/ws/echo".into())));
+        let doc = documented(&document(&declared()));
+        for op in [
+            ("GET", "/api/v1/articles"),
+            ("POST", "/api/v1/articles/{id}/comments"),
+            ("PUT", "/api/comments/{id}"),
+            ("GET", "/api/v1/users/{id}/notes"),
+            ("PATCH", "/api/v1/posts/{id}"),
+        ] {
+            assert!(doc.contains(&(op.0.into(), op.1.into())), "{op:?}");
+        }
     }
 
     #[test]
@@ -171,7 +219,7 @@ mod tests {
                 _ => {}
             }
         }
-        for c in [config(false), {
+        for c in [config(false), declared(), {
             let mut c = config(true);
             c.rate_limit.enabled = false;
             c.csp_report_only = true;
@@ -186,7 +234,9 @@ mod tests {
 
     #[test]
     fn operations_have_unique_ids_and_responses() {
-        let doc = document(&config(true));
+        let mut c = declared();
+        c.websocket.echo = true;
+        let doc = document(&c);
         let mut ids = BTreeSet::new();
         for (path, item) in doc["paths"].as_object().into_iter().flatten() {
             for (method, op) in item.as_object().into_iter().flatten() {

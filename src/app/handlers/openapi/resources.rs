@@ -195,7 +195,7 @@ fn resource(p: &mut Paths<'_>, config: &Config, r: &Resource) {
         .auth(Auth::Bearer)
         .param(if_match())
         .body(json_body(&format!("{name}Replace"), true))
-        .ok(record_ok(200, "The record"))
+        .ok(record_ok(200, "The record").header("ETag", etag()))
         .errors(&[404, 409, 412, 503]),
     );
     p.versioned(
@@ -209,7 +209,7 @@ fn resource(p: &mut Paths<'_>, config: &Config, r: &Resource) {
         .auth(Auth::Bearer)
         .param(if_match())
         .body(json_body(&format!("{name}Patch"), true))
-        .ok(record_ok(200, "The record"))
+        .ok(record_ok(200, "The record").header("ETag", etag()))
         .errors(&[404, 409, 412, 503]),
     );
     let children: Vec<&str> = config.resources.children(name).map(|c| c.name.as_str()).collect();
@@ -223,8 +223,9 @@ fn resource(p: &mut Paths<'_>, config: &Config, r: &Resource) {
         &item,
         &op("delete", format!("Delete a record of {name}"), format!("{}{cascade}", write_rule(r.delete, r)))
             .auth(Auth::Bearer)
+            .param(if_match())
             .ok(ok(204, "Deleted", Content::Empty, NO_STORE))
-            .errors(&[404, 503]),
+            .errors(&[404, 412, 503]),
     );
 }
 
