@@ -135,10 +135,9 @@ mod tests {
         "#;
         let table: toml::Table = text.parse().expect("toml");
         let mut errors = Vec::new();
-        let mut c = Config::default();
-        c.resources = crate::resources::parse::registry(table.get("resources"), &mut errors);
+        let resources = crate::resources::parse::registry(table.get("resources"), &mut errors);
         assert_eq!(errors, Vec::<String>::new());
-        c
+        Config { resources, ..Config::default() }
     }
 
     /// `(METHOD, path)` of every documented operation.
