@@ -1,5 +1,5 @@
 //! The command line (CONTRACT §1): `serve`, `check-config`, `print-config`,
-//! `gen-secret`, `user create`, `--version`. Parses arguments, loads the configuration and hands over to
+//! `gen-secret`, `user create`, `migrate`, `--version`. Parses arguments, loads the configuration and hands over to
 //! the supervisor. The only place besides `main` that prints to stdout/stderr
 //! directly (before logging exists).
 
@@ -15,6 +15,9 @@ const USAGE: &str = "usage:
   forkd gen-secret                   print a fresh 256-bit secret (base64)
   forkd user create --email E --name N [--age A] [--role user|admin] --password-stdin [--config FILE]
                                      create a user in the database (works while the service runs)
+  forkd migrate [--config FILE] [--apply]
+                                     show the schema changes the declared resources need;
+                                     --apply makes them, destructive ones included
   forkd --version                    print the version";
 
 /// Exit code for a bad command line or configuration.
@@ -45,6 +48,9 @@ pub fn run(args: &[String]) -> i32 {
             Ok(cfg) => check_tls(&cfg).map_or_else(
                 |code| code,
                 |()| {
+                    if let Err(code) = check_schema(&cfg) {
+                        return code;
+                    }
                     match cfg.tls.listen {
                         Some(tls) => {
                             println!("configuration ok: {} worker(s) on {} and {tls} (TLS)", cfg.workers, cfg.listen)
@@ -67,6 +73,7 @@ pub fn run(args: &[String]) -> i32 {
             Err(code) => code,
         },
         "user" => user(rest),
+        "migrate" => migrate(rest),
         other => {
             eprintln!("forkd: unknown command `{other}`\n{USAGE}");
             EXIT_USAGE
@@ -164,6 +171,73 @@ fn serve(cfg: config::Config, source: config::Source) -> i32 {
         return 1;
     }
     crate::supervisor::run(cfg, source)
+}
+
+/// `check-config`: the schema changes the declared resources need that only `forkd migrate
+/// --apply` makes, one line each (exit 2). A database that cannot be reached is a warning.
+fn check_schema(cfg: &config::Config) -> Result<(), i32> {
+    use crate::store::{schema::Mode, Store, Target};
+    match Store::migrate_resources(Target::of(cfg), &cfg.resources, Mode::Plan) {
+        Ok(plan) => {
+            let lines: Vec<&str> = plan.destructive().map(|s| s.line.as_str()).collect();
+            if lines.is_empty() {
+                return Ok(());
+            }
+            for line in lines {
+                eprintln!("forkd: schema: {line}");
+            }
+            eprintln!("forkd: schema: these changes wait for `forkd migrate --apply`");
+            Err(EXIT_USAGE)
+        }
+        Err(e) => {
+            eprintln!("forkd: warning: the database was not checked for schema changes: {e}");
+            Ok(())
+        }
+    }
+}
+
+/// `forkd migrate [--config FILE] [--apply]`: print the schema changes the declared resources
+/// need (one line each), or, with `--apply`, make them all and say what was done.
+fn migrate(args: &[String]) -> i32 {
+    use crate::store::{schema::Mode, Store, Target};
+    let mut apply = false;
+    let cfg = match load_with(args, |flag, _| {
+        if flag == "--apply" {
+            apply = true;
+            return true;
+        }
+        false
+    }) {
+        Ok(cfg) => cfg,
+        Err(code) => return code,
+    };
+    let target = Target::of(&cfg);
+    if let Err(e) = Store::migrate(target) {
+        eprintln!("forkd: database {target}: {e}");
+        return 1;
+    }
+    let mode = if apply { Mode::All } else { Mode::Plan };
+    match Store::migrate_resources(target, &cfg.resources, mode) {
+        Ok(plan) if plan.is_empty() => {
+            println!("schema: nothing to do; the tables match the declared resources");
+            0
+        }
+        Ok(plan) => {
+            for step in &plan.steps {
+                let kind = if step.destructive { "destructive" } else { "additive" };
+                let done = if plan.applied { "applied" } else { "pending" };
+                println!("{done} ({kind}): {}", step.line);
+            }
+            if !plan.applied {
+                println!("run `forkd migrate --apply` to make these changes");
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("forkd: database {target}: declared resources: {e}");
+            1
+        }
+    }
 }
 
 fn gen_secret() -> i32 {

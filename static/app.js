@@ -43,7 +43,9 @@ const backoff = () => Math.min(60000, feedRetry * 2 ** feedTry++);
 async function feed() {
   status("feed-st", "connecting");
   let r;
-  try { r = await fetch("/api/events", { headers: { Accept: "text/event-stream", "Last-Event-ID": String(lastId) }, cache: "no-store" }); }
+  // Signed in: the stream is the user's (changes of records only they may read reach it).
+  const sent = token, auth = sent && Date.now() < expAt ? { Authorization: "Bearer " + sent } : {};
+  try { r = await fetch("/api/events", { headers: { Accept: "text/event-stream", "Last-Event-ID": String(lastId), ...auth }, cache: "no-store" }); }
   catch { return feedLater("offline, retrying", backoff()); }
   if (r.status === 429) { const n = wait(r); return feedLater("rate limited, retry in " + n + " s", n * 1000 + 250); }
   if (r.status !== 200 || !r.body) return feedLater((r.status >= 500 ? "unavailable" : "offline") + ", retrying", backoff());
@@ -54,6 +56,7 @@ async function feed() {
     for (;;) {
       const { value, done } = await rd.read();
       if (done) break;
+      if (token !== sent) { rd.cancel(); return feed(); } // signed in or out: reopen as the new caller
       buf += value.replace(/\r\n?/g, "\n");
       for (let i; (i = buf.indexOf("\n\n")) >= 0; buf = buf.slice(i + 2)) event(buf.slice(0, i));
     }

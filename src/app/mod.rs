@@ -269,9 +269,19 @@ impl App {
         events::notification_event(payload, self.svc.config.debug.routes)
     }
 
-    /// Pool work replaying notifications after `after`.
-    pub fn sse_replay(&self, after: i64) -> Box<dyn FnOnce() -> (Vec<u8>, i64) + Send> {
-        events::replay(self, after)
+    /// Pool work replaying the events after `after` that `audience` may see.
+    pub fn sse_replay(
+        &self,
+        after: i64,
+        audience: &crate::resources::audience::Audience,
+    ) -> Box<dyn FnOnce() -> (Vec<u8>, i64) + Send> {
+        events::replay(self, after, audience.clone())
+    }
+
+    /// The SSE event for a change from the bus: its id, its resource's index in the registry,
+    /// the record's owner, and the rendered event.
+    pub fn sse_change(&self, payload: &[u8]) -> Option<events::LiveChange> {
+        events::change_event(&self.svc.config.resources, payload)
     }
 
     /// What a text message from `user_id` (called `name`) on `/ws` asks for.

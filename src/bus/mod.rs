@@ -38,6 +38,9 @@ pub enum Topic {
     Notification,
     /// WebSocket room traffic (JSON: `{"room", "except"?, "message"}`).
     Room,
+    /// A stored change of a declared resource's record ([`ChangeEvent`], binary) for the
+    /// `/api/events` streams that may read the record.
+    Change,
     /// A write into the shared upstream cache ([`CacheEntry`], binary), for
     /// the other hosts only: local workers share the same cache and ignore it,
     /// and the supervisor does not forward it to them.
@@ -50,6 +53,7 @@ impl Topic {
             Topic::Notification => 1,
             Topic::Room => 2,
             Topic::Cache => 3,
+            Topic::Change => 4,
         }
     }
 
@@ -58,6 +62,7 @@ impl Topic {
             1 => Some(Topic::Notification),
             2 => Some(Topic::Room),
             3 => Some(Topic::Cache),
+            4 => Some(Topic::Change),
             _ => None,
         }
     }
@@ -152,6 +157,50 @@ impl CacheEntry<'_> {
         }
         let (key, value) = rest.split_at(key_len);
         Self::fits(key, value).then_some(CacheEntry { key, value, expires_wall_ms })
+    }
+}
+
+/// The payload of a [`Topic::Change`] message: one stored change event.
+///
+/// Wire: event id (i64 LE), the record owner's user id (i64 LE), the resource name's length
+/// (u8), the name, then the event's data (the JSON the stream shows). The resource travels
+/// by name, not by registry index, so hosts whose declarations list resources in another
+/// order (a rolling reload) still agree on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChangeEvent<'a> {
+    /// The event id (the notifications' sequence).
+    pub id: i64,
+    /// The changed record's owner: who may read it under an `owner` rule.
+    pub owner_id: i64,
+    /// The resource's name.
+    pub resource: &'a str,
+    /// The event's data: `{"resource","action","id","record"}`.
+    pub data: &'a [u8],
+}
+
+const CHANGE_HEADER: usize = 17;
+
+impl ChangeEvent<'_> {
+    /// The payload (`None` for a resource name over 255 bytes, which no declaration has).
+    pub fn encode(&self) -> Option<Vec<u8>> {
+        let name_len = u8::try_from(self.resource.len()).ok()?;
+        let mut v = Vec::with_capacity(CHANGE_HEADER + self.resource.len() + self.data.len());
+        v.extend_from_slice(&self.id.to_le_bytes());
+        v.extend_from_slice(&self.owner_id.to_le_bytes());
+        v.push(name_len);
+        v.extend_from_slice(self.resource.as_bytes());
+        v.extend_from_slice(self.data);
+        Some(v)
+    }
+
+    /// Decode a payload; `None` for anything malformed.
+    pub fn decode(payload: &[u8]) -> Option<ChangeEvent<'_>> {
+        let id = i64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
+        let owner_id = i64::from_le_bytes(payload.get(8..16)?.try_into().ok()?);
+        let name_len = usize::from(*payload.get(16)?);
+        let resource = std::str::from_utf8(payload.get(CHANGE_HEADER..CHANGE_HEADER + name_len)?).ok()?;
+        let data = &payload[CHANGE_HEADER + name_len..];
+        Some(ChangeEvent { id, owner_id, resource, data })
     }
 }
 
@@ -287,6 +336,24 @@ mod tests {
         assert!(over.len() < MAX_MESSAGE - HEADER);
         over.push(b'x');
         assert_eq!(CacheEntry::decode(&over), None);
+    }
+
+    #[test]
+    fn change_events_round_trip_and_truncated_ones_are_rejected() {
+        let e = ChangeEvent { id: 41, owner_id: -3, resource: "notes", data: b"{\"resource\":\"notes\"}" };
+        let p = e.encode().expect("a short name");
+        assert_eq!(ChangeEvent::decode(&p), Some(e));
+        let m = encode(Topic::Change, 9, 1, &p);
+        let d = decode(&m).expect("a message");
+        assert_eq!((d.topic, ChangeEvent::decode(d.payload)), (Topic::Change, Some(e)));
+        for n in 0..CHANGE_HEADER + e.resource.len() {
+            assert_eq!(ChangeEvent::decode(&p[..n]), None, "{n} bytes");
+        }
+        let mut bad_name = p.clone();
+        bad_name[CHANGE_HEADER] = 0xFF;
+        assert_eq!(ChangeEvent::decode(&bad_name), None, "a name that is not UTF-8");
+        let long = "x".repeat(256);
+        assert_eq!(ChangeEvent { resource: &long, ..e }.encode(), None);
     }
 
     #[test]

@@ -52,10 +52,13 @@ pub enum Body {
 
 /// Who produces the events of a [`Body::Producer`].
 pub enum Producer {
-    /// An `/api/events` stream: bus notifications, replayed after `last_event_id` first.
+    /// An `/api/events` stream: bus notifications and the changes `audience` may see,
+    /// replayed after `last_event_id` first.
     Events {
         /// The client's `Last-Event-ID`.
         last_event_id: Option<i64>,
+        /// Who the stream is for and which resources it asked for.
+        audience: crate::resources::audience::Audience,
     },
     /// Events that come from a timer.
     Ticker(Box<dyn Ticker>),

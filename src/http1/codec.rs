@@ -812,7 +812,7 @@ mod tests {
 
     impl Service for Streamer {
         fn call(&mut self, _: &Request<'_>) -> Reply {
-            Reply::stream(Response::new(200), Producer::Events { last_event_id: None })
+            Reply::stream(Response::new(200), Producer::Events { last_event_id: None, audience: Default::default() })
         }
         fn finished(&mut self, _: &Finished<'_>) {}
     }
@@ -838,7 +838,10 @@ mod tests {
     impl Service for Kinds {
         fn call(&mut self, req: &Request<'_>) -> Reply {
             match req.path {
-                "/stream" => Reply::stream(Response::new(200), Producer::Events { last_event_id: None }),
+                "/stream" => Reply::stream(
+                    Response::new(200),
+                    Producer::Events { last_event_id: None, audience: Default::default() },
+                ),
                 "/sized" => {
                     let file = std::fs::File::open("/dev/null").expect("/dev/null");
                     Reply::file(Response::new(200), std::sync::Arc::new(file), 0, 5)

@@ -6,17 +6,21 @@
 //!   line naming resource and field (it runs in the supervisor, before any fork);
 //! - [`value`] is the one check of a JSON value against a [`Field`] (used for request bodies,
 //!   query filters and declared defaults alike) and the typed [`value::Cell`] it yields;
-//! - [`builtin`] holds the built-in `posts` declaration.
+//! - [`builtin`] holds the built-in `posts` declaration;
+//! - [`audience`] decides which event streams a change may go to, by the same `read` rule.
 //!
 //! Nothing here touches HTTP, SQL or sockets. Names that reach SQL (resource and field names)
 //! are checked here against strict patterns, and the store quotes them besides.
 
+pub mod audience;
 pub mod builtin;
 pub mod parse;
 pub mod record;
 pub mod value;
 
 use std::fmt;
+
+use crate::store::records::Viewer;
 
 /// Who may list and get records (`read`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -30,6 +34,19 @@ pub enum Read {
     Owner,
     /// Admins only.
     Admin,
+}
+
+impl Read {
+    /// Whether `viewer` (`None`: no token) may read a record owned by `owner_id` under this
+    /// rule. The one rule: the resource routes and the event streams both ask it.
+    pub fn allows(self, viewer: Option<&Viewer>, owner_id: i64) -> bool {
+        match self {
+            Read::Public => true,
+            Read::SignedIn => viewer.is_some(),
+            Read::Owner => viewer.is_some_and(|v| v.admin || v.user_id == owner_id),
+            Read::Admin => viewer.is_some_and(|v| v.admin),
+        }
+    }
 }
 
 /// Who may create records (`create`).

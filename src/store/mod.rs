@@ -39,6 +39,7 @@ pub mod notifications;
 pub mod pg;
 pub mod posts;
 pub mod records;
+pub mod schema;
 pub(crate) mod sqlite;
 pub mod tokens;
 pub mod users;
@@ -47,7 +48,7 @@ use std::fmt;
 use std::path::Path;
 
 pub use error::StoreError;
-pub use notifications::Notification;
+pub use notifications::{Logged, Notification};
 pub use posts::Post;
 pub use tokens::Rotation;
 pub use users::{NewUser, Role, Updated, User, UserChanges, UserQuery, UserRef, UserSort};
@@ -135,6 +136,20 @@ impl Store {
         match target.into() {
             Target::Sqlite(path) => sqlite::Sqlite::migrate(path),
             Target::Postgres(url) => pg::Pg::migrate(url),
+        }
+    }
+
+    /// The declared resources' tables against `registry` (`store::schema`): the plan, applied
+    /// as `mode` allows. Called by the supervisor after [`Store::migrate`] (before fork and on
+    /// `SIGHUP`, additive only), by `check-config` and by `forkd migrate`.
+    pub fn migrate_resources<'a>(
+        target: impl Into<Target<'a>>,
+        registry: &crate::resources::Registry,
+        mode: schema::Mode,
+    ) -> Result<schema::Plan, StoreError> {
+        match target.into() {
+            Target::Sqlite(path) => sqlite::Sqlite::migrate_resources(path, registry, mode),
+            Target::Postgres(url) => pg::Pg::migrate_resources(url, registry, mode),
         }
     }
 
@@ -256,8 +271,7 @@ impl Store {
         parent_id: Option<i64>,
         cells: Vec<crate::resources::value::Cell>,
     ) -> records::Guarded<(crate::resources::record::Record, Option<records::Change>), std::convert::Infallible> {
-        let _ = (scope, viewer, owner_id, parent_id, cells);
-        Err(StoreError::Unavailable("records: not implemented".into()))
+        dispatch!(self, s => s.record_create(scope, viewer, owner_id, parent_id, cells))
     }
 
     /// The record `id` of `scope.res`, if any.
@@ -266,8 +280,7 @@ impl Store {
         scope: records::Scope,
         id: i64,
     ) -> Result<Option<crate::resources::record::Record>, StoreError> {
-        let _ = (scope, id);
-        Err(StoreError::Unavailable("records: not implemented".into()))
+        dispatch!(self, s => s.record_get(scope, id))
     }
 
     /// One page of `scope.res`'s records matching `q`, count and page from one snapshot.
@@ -276,8 +289,7 @@ impl Store {
         scope: records::Scope,
         q: &records::ListQuery,
     ) -> Result<Page<crate::resources::record::Record>, StoreError> {
-        let _ = (scope, q);
-        Err(StoreError::Unavailable("records: not implemented".into()))
+        dispatch!(self, s => s.record_list(scope, q))
     }
 
     /// Change record `id` in one transaction: read it (locked), ask `guard` for its new cells
@@ -291,8 +303,7 @@ impl Store {
         id: i64,
         guard: impl FnOnce(&crate::resources::record::Record) -> Result<Vec<crate::resources::value::Cell>, E>,
     ) -> records::Guarded<Option<(crate::resources::record::Record, Option<records::Change>)>, E> {
-        let _ = (scope, viewer, id, guard);
-        Err(StoreError::Unavailable("records: not implemented".into()))
+        dispatch!(self, s => s.record_update(scope, viewer, id, guard))
     }
 
     /// Delete record `id` (and, through the database's cascades, its children) in one
@@ -304,8 +315,7 @@ impl Store {
         id: i64,
         guard: impl FnOnce(&crate::resources::record::Record) -> Result<(), E>,
     ) -> records::Guarded<Option<(crate::resources::record::Record, Option<records::Change>)>, E> {
-        let _ = (scope, id, guard);
-        Err(StoreError::Unavailable("records: not implemented".into()))
+        dispatch!(self, s => s.record_delete(scope, id, guard))
     }
 
     /// Store a live refresh token (by hash) in `family`, creating the family if it is new,
@@ -352,6 +362,12 @@ impl Store {
     /// Up to `limit` notifications with an id above `after` (the newest ones), oldest first.
     pub fn notifications_after(&self, after: i64, limit: usize) -> Result<Vec<Notification>, StoreError> {
         dispatch!(self, s => s.notifications_after(after, limit))
+    }
+
+    /// Up to `limit` entries of the event log (notifications and change events, one id
+    /// sequence) with an id above `after` (the newest ones), oldest first.
+    pub fn events_after(&self, after: i64, limit: usize) -> Result<Vec<Logged>, StoreError> {
+        dispatch!(self, s => s.events_after(after, limit))
     }
 }
 

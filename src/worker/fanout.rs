@@ -4,7 +4,9 @@
 //! held events; [`Ws`]: the codec, rooms, pings), WebSocket rooms, and the
 //! bus: publishing, receiving, and delivering a message to every local
 //! subscriber with back pressure (a subscriber whose unsent output passes
-//! [`MAX_BACKLOG`] is dropped rather than buffered without bound).
+//! [`MAX_BACKLOG`] is dropped rather than buffered without bound). Every
+//! event stream is registered with its [`Audience`]; a change event goes only
+//! to the streams whose audience may see it, never to the others.
 //!
 //! What the bytes mean comes from the app (`App::sse_*`, the WebSocket
 //! handlers) behind the panic guard; HTTP framing is the codecs'. This file
@@ -25,6 +27,11 @@ use crate::app::handlers::ws::{self, Action};
 use crate::bus::{self, Topic};
 use crate::proto::ws as wire;
 use crate::proto::ws::{Event, Message, WsConn};
+use crate::resources::audience::Audience;
+
+/// This worker's event streams, by exchange, with who each is for (the filter of every
+/// change event).
+pub(super) type Subscribers = HashMap<ExchangeId, Audience>;
 
 /// Unsent bytes one subscriber may accumulate before it is dropped.
 pub const MAX_BACKLOG: usize = 1 << 20;
@@ -398,53 +405,83 @@ impl Worker {
             Topic::Notification => {
                 let app = &self.app;
                 let Ok(rendered) = guard("SSE notification", || app.sse_notification(payload)) else {
-                    // The event is rendered once for every subscriber: none of them can
-                    // have it. Their streams end (cleanly); each client reconnects with
-                    // `Last-Event-ID` and gets it from the store's replay.
-                    let subscribers: Vec<ExchangeId> = self.sse.iter().copied().collect();
-                    for id in subscribers {
-                        if super::h3::is_h3(id) {
-                            self.h3_abort_exchange(id);
-                        } else if id.stream != 0 {
-                            self.h2_abort_exchange(id);
-                        } else {
-                            self.abort_stream(id.conn);
-                        }
-                    }
+                    self.abort_event_streams();
                     return;
                 };
                 let Some((id, event)) = rendered else { return };
-                // Rendered once; each subscriber's codec frames it.
-                let event: Arc<[u8]> = event.into();
-                let subscribers: Vec<ExchangeId> = self.sse.iter().copied().collect();
-                for sub in subscribers {
-                    if super::h3::is_h3(sub) {
-                        self.h3_event(sub, id, &event);
-                        continue;
-                    }
-                    if sub.stream != 0 {
-                        self.h2_event(sub, id, &event);
-                        continue;
-                    }
-                    let idx = sub.conn;
-                    let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
-                    let ConnState::Http1(h) = &mut c.state else { continue };
-                    let Some(Stream::Sse(s)) = &mut h.stream else { continue };
-                    if !s.live(id, &event) {
-                        continue;
-                    }
-                    if c.out.len() - c.out_pos > MAX_BACKLOG {
-                        log::warn!("SSE subscriber is not reading; dropping it");
-                        self.close(idx);
-                        continue;
-                    }
-                    h.codec.data(&mut c.out, &event);
-                    self.flush_conn(idx);
-                }
+                let mut targets = std::mem::take(&mut self.sse_targets);
+                targets.clear();
+                targets.extend(self.sse.keys().copied());
+                self.send_event(&targets, id, &event.into());
+                self.sse_targets = targets;
+            }
+            Topic::Change => {
+                let app = &self.app;
+                let Ok(rendered) = guard("SSE change", || app.sse_change(payload)) else {
+                    self.abort_event_streams();
+                    return;
+                };
+                let Some(change) = rendered else { return };
+                // Only the streams whose caller may read the record, of the resources they asked for.
+                let registry = &self.config.resources;
+                let mut targets = std::mem::take(&mut self.sse_targets);
+                targets.clear();
+                targets.extend(
+                    self.sse
+                        .iter()
+                        .filter(|(_, audience)| audience.sees(registry, change.resource, change.owner_id))
+                        .map(|(id, _)| *id),
+                );
+                self.send_event(&targets, change.id, &change.event.into());
+                self.sse_targets = targets;
             }
             Topic::Room => self.deliver_room(payload),
             // For other hosts: this worker already shares the cache it was written to.
             Topic::Cache => {}
+        }
+    }
+
+    /// An event could not be rendered, so none of this worker's streams can have it: each
+    /// ends (cleanly), and its client reconnects with `Last-Event-ID` and gets the event from
+    /// the store's replay.
+    fn abort_event_streams(&mut self) {
+        let subscribers: Vec<ExchangeId> = self.sse.keys().copied().collect();
+        for id in subscribers {
+            if super::h3::is_h3(id) {
+                self.h3_abort_exchange(id);
+            } else if id.stream != 0 {
+                self.h2_abort_exchange(id);
+            } else {
+                self.abort_stream(id.conn);
+            }
+        }
+    }
+
+    /// Send event `id` (rendered once; each subscriber's codec frames it) to `targets`.
+    fn send_event(&mut self, targets: &[ExchangeId], id: i64, event: &Arc<[u8]>) {
+        for &sub in targets {
+            if super::h3::is_h3(sub) {
+                self.h3_event(sub, id, event);
+                continue;
+            }
+            if sub.stream != 0 {
+                self.h2_event(sub, id, event);
+                continue;
+            }
+            let idx = sub.conn;
+            let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
+            let ConnState::Http1(h) = &mut c.state else { continue };
+            let Some(Stream::Sse(s)) = &mut h.stream else { continue };
+            if !s.live(id, event) {
+                continue;
+            }
+            if c.out.len() - c.out_pos > MAX_BACKLOG {
+                log::warn!("SSE subscriber is not reading; dropping it");
+                self.close(idx);
+                continue;
+            }
+            h.codec.data(&mut c.out, event);
+            self.flush_conn(idx);
         }
     }
 }

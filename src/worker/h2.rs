@@ -17,7 +17,6 @@
 //! the most urgent ready streams a [`QUANTUM`] of DATA and lets less urgent
 //! ones wait while those can go on.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -846,8 +845,8 @@ impl H2Session {
         let id = cx.id(self.exchanges[i].stream);
         let ex = &mut self.exchanges[i];
         match p {
-            Producer::Events { last_event_id } => {
-                match Events::start(cx.glue.app, last_event_id, id, cx.sse, cx.pool, &mut ex.unsent, now) {
+            Producer::Events { last_event_id, audience } => {
+                match Events::start(cx.glue.app, last_event_id, audience, id, cx.sse, cx.pool, &mut ex.unsent, now) {
                     Some(e) => ex.produce = Some(Produce::Events(e)),
                     None => ex.done = true,
                 }
@@ -1157,7 +1156,7 @@ struct Cx<'a, 'g> {
     env: &'a mut Env,
     pool: &'a Pool,
     /// The worker's event-stream subscribers.
-    sse: &'a mut HashSet<ExchangeId>,
+    sse: &'a mut super::fanout::Subscribers,
     conn: usize,
     generation: u32,
 }

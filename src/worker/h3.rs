@@ -576,7 +576,7 @@ struct Cx<'a, 'g> {
     glue: &'a mut Glue<'g>,
     env: &'a mut Env,
     pool: &'a Pool,
-    sse: &'a mut HashSet<ExchangeId>,
+    sse: &'a mut super::fanout::Subscribers,
     heads: &'a mut Heads,
     /// Upstream waits to start (the worker owns the upstream sockets).
     starts: &'a mut Vec<(ExchangeId, Upstream)>,
@@ -895,8 +895,8 @@ fn answer(
 fn start_producer(ex: &mut Exchange, p: Producer, cx: &mut Cx<'_, '_>, now: Instant) {
     let id = cx.id(ex.stream);
     match p {
-        Producer::Events { last_event_id } => {
-            match Events::start(cx.glue.app, last_event_id, id, cx.sse, cx.pool, &mut ex.unsent, now) {
+        Producer::Events { last_event_id, audience } => {
+            match Events::start(cx.glue.app, last_event_id, audience, id, cx.sse, cx.pool, &mut ex.unsent, now) {
                 Some(e) => ex.produce = Some(Produce::Events(e)),
                 None => ex.done = true,
             }

@@ -205,8 +205,9 @@ struct Worker {
     bus: Endpoint,
     bus_seq: u64,
     published: crossbeam_channel::Receiver<crate::app::Publish>,
-    /// Event-stream subscribers, by exchange (HTTP/1.1 connections and HTTP/2 streams).
-    sse: std::collections::HashSet<ExchangeId>,
+    /// Event-stream subscribers, by exchange (HTTP/1.1 connections, HTTP/2 and HTTP/3
+    /// streams), with who each is for.
+    sse: fanout::Subscribers,
     rooms: fanout::Rooms,
     up: crate::upstream::conn::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,
@@ -220,6 +221,8 @@ struct Worker {
     room_frame: Vec<u8>,
     /// The members a room message goes to (kept between messages).
     room_members: Vec<ExchangeId>,
+    /// The event streams an event goes to (kept between events).
+    sse_targets: Vec<ExchangeId>,
 }
 
 /// The HTTP/2 settings `[http2]` asks for, or `None` when it is off.
@@ -357,6 +360,7 @@ impl Worker {
             done: Vec::new(),
             room_frame: Vec::new(),
             room_members: Vec::new(),
+            sse_targets: Vec::new(),
         })
     }
 

@@ -8,14 +8,15 @@
 //! It must not touch a socket, a codec or the exchange table: the glue in `h2.rs` / `h3.rs`
 //! registers the subscription and submits the replay job this returns.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::fanout::Subscribers;
 use super::panics::guard;
 use super::pool::{ExchangeId, Pool, Work, REPLAY_PANICKED};
 use crate::app::App;
 use crate::http::service::HIGH_WATERMARK;
+use crate::resources::audience::Audience;
 
 /// How long a ticker whose stream is backed up waits before it is asked again.
 const TICK_BACKOFF: Duration = Duration::from_millis(50);
@@ -32,24 +33,26 @@ pub(super) struct Events {
 }
 
 impl Events {
-    /// The stream `id` subscribes: the preamble goes into `out`, the subscription into `sse`,
-    /// the replay after `last_event_id` (if any) to the pool. `None`: app code panicked; end
-    /// the stream.
+    /// The stream `id` of `audience` subscribes: the preamble goes into `out`, the
+    /// subscription into `sse`, the replay after `last_event_id` (if any) to the pool. `None`:
+    /// app code panicked; end the stream.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn start(
         app: &App,
         last_event_id: Option<i64>,
+        audience: Audience,
         id: ExchangeId,
-        sse: &mut HashSet<ExchangeId>,
+        sse: &mut Subscribers,
         pool: &Pool,
         out: &mut Vec<u8>,
         now: Instant,
     ) -> Option<Events> {
         let start = guard("SSE stream start", || {
-            (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after)))
+            (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after, &audience)))
         });
         let (preamble, every, replay) = start.ok()?;
         out.extend_from_slice(&preamble);
-        sse.insert(id);
+        sse.insert(id, audience);
         let events = Events {
             replaying: replay.is_some(),
             last_id: last_event_id.unwrap_or(0),

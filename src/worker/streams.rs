@@ -81,10 +81,14 @@ impl Worker {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
         match p {
-            Producer::Events { last_event_id } => {
+            Producer::Events { last_event_id, audience } => {
                 let app = &self.app;
                 let start = guard("SSE stream start", || {
-                    (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after)))
+                    (
+                        app.sse_preamble(),
+                        app.sse_heartbeat_every(),
+                        last_event_id.map(|after| app.sse_replay(after, &audience)),
+                    )
                 });
                 let Ok((preamble, every, replay)) = start else {
                     // The head went out: end the body at once.
@@ -95,7 +99,7 @@ impl Worker {
                 h.codec.data(&mut c.out, &preamble);
                 h.stream = Some(Stream::Sse(Sse::new(last_event_id, now + every)));
                 let generation = c.generation;
-                self.sse.insert(ExchangeId::h1(idx, generation));
+                self.sse.insert(ExchangeId::h1(idx, generation), audience);
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
                 self.metrics.set_sse_streams(self.sse.len());
                 if let Some(job) = replay {

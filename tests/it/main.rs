@@ -23,11 +23,13 @@ mod cluster;
 mod cors;
 mod identity;
 mod posts;
+mod resources;
 mod store;
 mod users;
 mod versioning;
 
 mod browser;
+mod changes;
 mod early_hints;
 mod pages;
 mod ratelimit;

@@ -46,6 +46,7 @@ pub fn routes(r: &mut Router<Handler>) {
         .add(Method::Get, "/_debug/alloc", alloc)
         .add(Method::Get, "/_debug/big", big)
         .add(Method::Post, "/_debug/echo", echo)
+        .add(Method::Post, "/_debug/change", super::events::debug_change)
         .add(Method::Get, "/_debug/streams", streams);
     #[cfg(feature = "count-alloc")]
     r.add(Method::Get, "/_debug/allocations", allocations);

@@ -24,6 +24,8 @@ pub(crate) enum Fail {
     Runtime(std::io::Error),
     /// A row did not hold what the schema promises.
     Mapping(String),
+    /// A unique index of a declared resource refused a duplicate of this field.
+    Unique(&'static str),
     /// The database's schema is not this binary's (run the migrations).
     NotMigrated {
         /// The database's version.
@@ -53,10 +55,21 @@ impl From<tokio_postgres::Error> for Fail {
 }
 
 impl Fail {
+    /// The unique constraint a server error names, if it is a unique violation.
+    pub(crate) fn unique_constraint(&self) -> Option<&str> {
+        match self {
+            Fail::Db(e) if e.code().is_some_and(|c| c.code() == "23505") => {
+                e.as_db_error().and_then(|d| d.constraint())
+            }
+            _ => None,
+        }
+    }
+
     fn kind(&self) -> Kind {
         match self {
             Fail::Deadline | Fail::Runtime(_) | Fail::Connect(_) => Kind::Broken,
             Fail::Mapping(_) => Kind::Sql,
+            Fail::Unique(field) => Kind::Duplicate(field),
             Fail::NotMigrated { .. } => Kind::Broken,
             Fail::Db(e) => match e.code() {
                 Some(code) => classify(code.code(), e.as_db_error().and_then(|d| d.constraint())),
@@ -104,6 +117,7 @@ impl fmt::Display for Fail {
             Fail::Deadline => write!(f, "no answer within {:?}", super::CALL_DEADLINE),
             Fail::Runtime(e) => write!(f, "cannot start the client's runtime: {e}"),
             Fail::Mapping(why) => f.write_str(why),
+            Fail::Unique(field) => write!(f, "duplicate value for unique field `{field}`"),
             Fail::NotMigrated { found, wanted } => {
                 write!(f, "schema version {found}, expected {wanted}; run the migrations first")
             }

@@ -15,7 +15,7 @@ use super::{migrations, Fail, Session};
 /// How long a migration run may take, waiting for another host's lock included.
 pub(super) const DEADLINE: Duration = Duration::from_secs(60);
 /// The advisory lock key every forkd migrating this database takes ("forkd" in ASCII).
-const LOCK_KEY: i64 = 0x66_6f72_6b64;
+pub(super) const LOCK_KEY: i64 = 0x66_6f72_6b64;
 
 /// Apply every pending migration under the advisory lock.
 pub(super) fn run(s: &mut Session<'_>) -> Result<(), Fail> {

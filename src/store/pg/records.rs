@@ -13,7 +13,8 @@
 
 use tokio_postgres::Row;
 
-use super::super::{Notification, Page, Paging, Post, Rotation};
+use super::super::notifications::{logged_parts, LOGGED_COLUMNS};
+use super::super::{Logged, Notification, Page, Paging, Post, Rotation};
 use super::{pg_now, Fail, Pg};
 use crate::store::StoreError;
 
@@ -208,9 +209,37 @@ impl Pg {
     pub(crate) fn notifications_after(&self, after: i64, limit: usize) -> Result<Vec<Notification>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(|s| {
-            let sql = "SELECT id, title, body, created_at FROM \
-                       (SELECT * FROM notifications WHERE id > $1 ORDER BY id DESC LIMIT $2) newest ORDER BY id";
+            let sql = "SELECT id, title, body, created_at FROM (SELECT * FROM notifications \
+                       WHERE id > $1 AND kind = 'notification' ORDER BY id DESC LIMIT $2) newest ORDER BY id";
             s.query(sql, &[&after, &limit])?.iter().map(notification_from_row).collect()
+        })
+    }
+
+    /// See `Store::events_after`.
+    pub(crate) fn events_after(&self, after: i64, limit: usize) -> Result<Vec<Logged>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(|s| {
+            let sql = format!(
+                "SELECT {LOGGED_COLUMNS} FROM \
+                 (SELECT * FROM notifications WHERE id > $1 ORDER BY id DESC LIMIT $2) newest ORDER BY id"
+            );
+            let mut out = Vec::new();
+            for row in s.query(sql.as_str(), &[&after, &limit])? {
+                let parts = (
+                    row.try_get(0)?,
+                    row.try_get(1)?,
+                    row.try_get(2)?,
+                    row.try_get(3)?,
+                    row.try_get(4)?,
+                    row.try_get(5)?,
+                    row.try_get(6)?,
+                    row.try_get(7)?,
+                    row.try_get(8)?,
+                    row.try_get(9)?,
+                );
+                out.extend(logged_parts(parts));
+            }
+            Ok(out)
         })
     }
 }

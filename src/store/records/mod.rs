@@ -107,3 +107,35 @@ pub struct Scope {
     /// The one this call is about.
     pub res: Res,
 }
+
+pub(crate) mod sql;
+pub(crate) mod sqlite;
+
+/// How a `ref` field's value is checked: the table holding the record, and whether it must
+/// be the viewer's own; `None`: the viewer may read no record of it.
+pub(crate) fn ref_check<'r>(registry: &'r Registry, target: &'r str, viewer: Viewer) -> Option<(&'r str, Option<i64>)> {
+    if target == "users" {
+        return Some(("users", None));
+    }
+    let to = registry.get(target)?;
+    match to.read {
+        crate::resources::Read::Public | crate::resources::Read::SignedIn => Some((&to.name, None)),
+        _ if viewer.admin => Some((&to.name, None)),
+        crate::resources::Read::Owner => Some((&to.name, Some(viewer.user_id))),
+        crate::resources::Read::Admin => None,
+    }
+}
+
+/// The `ref` fields of `res` with a value, with what checks them: (field, id, table, owner).
+pub(crate) fn refs<'a>(
+    scope: Scope,
+    viewer: Viewer,
+    cells: &'a [Cell],
+) -> impl Iterator<Item = (&'static str, i64, Option<(&'static str, Option<i64>)>)> + 'a {
+    scope.res.fields.iter().zip(cells).filter_map(move |(f, c)| match (f.kind, c, f.refers.as_deref()) {
+        (crate::resources::Kind::Ref, Cell::Int(id), Some(target)) => {
+            Some((f.name.as_str(), *id, ref_check(scope.registry, target, viewer)))
+        }
+        _ => None,
+    })
+}
