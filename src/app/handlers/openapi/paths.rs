@@ -335,7 +335,23 @@ fn events_schema() -> Value {
         {"type": "object", "required": ["event", "data", "id"],
             "properties": {"event": {"const": "notification"}, "id": {"type": "string", "pattern": "^[0-9]+$"},
                 "data": json_data(schema("Notification"))}},
+        {"type": "object", "required": ["event", "data", "id"],
+            "properties": {"event": {"const": "change"}, "id": {"type": "string", "pattern": "^[0-9]+$"},
+                "data": json_data(json!({"type": "object", "required": ["resource", "action", "id", "record"],
+                    "additionalProperties": false,
+                    "properties": {"resource": {"type": "string"},
+                        "action": {"type": "string", "enum": ["create", "update", "delete"]},
+                        "id": {"type": "integer", "minimum": 1}, "record": {"type": ["object", "null"]}}}))}},
     ]})
+}
+
+/// `?resources=` of `/api/events`: a comma list of the resources whose changes are pushed
+/// (blanks around a name and empty items are ignored).
+fn resources_pattern(config: &Config) -> Value {
+    let names: Vec<&str> = config.resources.list.iter().filter(|r| r.events).map(|r| r.name.as_str()).collect();
+    let item =
+        if names.is_empty() { "[ \\t]*".to_owned() } else { format!("[ \\t]*(?:(?:{})[ \\t]*)?", names.join("|")) };
+    json!({"type": "string", "pattern": format!("^{item}(?:,{item})*$")})
 }
 
 /// One event of a chat answer: a chunk, the closing `[DONE]`, or an error that ends the stream.
@@ -419,13 +435,29 @@ fn service(p: &mut Paths<'_>) {
             "streams",
             "Server-sent events",
             "Starts with `retry: <ms>` and `event: connected` (`data: {\"message\":\"connected\"}`); then \
-             `event: heartbeat` (`data: {\"time\": <ms since the epoch>}`) periodically and `event: notification` \
-             with `id: <n>` and the notification as data. `Last-Event-ID: n` replays the notifications after `n` \
-             first. The stream does not end by itself.",
+             `event: heartbeat` (`data: {\"time\": <ms since the epoch>}`) periodically, `event: notification` \
+             with `id: <n>` and the notification as data, and `event: change` with `id: <n>` (the same sequence) \
+             for each create, update and delete of a declared resource with `events = true` whose record the \
+             stream's user may read (`data: {\"resource\", \"action\", \"id\", \"record\"}`, `record` null on a \
+             delete). The stream's user comes from the bearer token or `?token=` (a bad token is 401); without \
+             one the stream is anonymous and gets changes of `public` resources only. `Last-Event-ID: n` \
+             replays what came after `n` first, by the same rule. The stream does not end by itself.",
         )
+        .auth(Auth::Optional)
         .param(header_param(
             "Last-Event-ID",
-            "Replay notifications after this id (a non-negative integer; anything else is ignored)",
+            "Replay notifications and changes after this id (a non-negative integer; anything else is ignored)",
+        ))
+        .param(query(
+            "token",
+            "An access token, for clients that cannot send `Authorization` (never logged)",
+            json!({"type": "string"}),
+        ))
+        .param(query(
+            "resources",
+            "Only the changes of these resources (a comma list of resources with `events = true`; \
+             notifications still arrive); another name is 400",
+            resources_pattern(p.config),
         ))
         .ok(ok(200, "The event stream", Content::Raw(vec![SSE], events_schema()), "no-cache")),
     );

@@ -468,7 +468,7 @@ fn value(f: &Field, which: Body, nullable: bool) -> Value {
         Kind::Datetime => {
             s.insert("format".into(), "date-time".into());
             s.insert("pattern".into(), DATETIME.into());
-            s.insert("not".into(), json!({"pattern": PAST_9999}));
+            s.insert("not".into(), json!({"type": "string", "pattern": PAST_9999}));
             notes.push("RFC 3339; stored and returned in UTC with milliseconds".into());
             "string"
         }
