@@ -48,7 +48,9 @@ try {
   const page = await ctx.newPage();
   page.on("console", m => { if (m.type() === "error") s.console.push(m.text()); });
   page.on("pageerror", e => s.pageErrors.push(e.message));
-  page.on("requestfailed", r => s.failed.push(`${r.method()} ${r.url()} ${r.failure()?.errorText}`));
+  // The page ends its own event stream to open it again as the user who signed in or out.
+  const ownAbort = r => r.url().endsWith("/api/events") && r.failure()?.errorText === "net::ERR_ABORTED";
+  page.on("requestfailed", r => { if (!ownAbort(r)) s.failed.push(`${r.method()} ${r.url()} ${r.failure()?.errorText}`); });
   page.on("response", r => { if (r.status() >= 400) s.failed.push(`${r.request().method()} ${r.url()} → ${r.status()}`); });
 
   // 1. Signed out, the records view is hidden.
