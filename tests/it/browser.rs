@@ -308,11 +308,12 @@ fn front_page(mode: Mode) {
             .and_then(|h| h.strip_suffix(ext))
             .is_some_and(|h| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit()))
     };
+    let once = |stem: &str, ext: &str| fetched.iter().filter(|p| hashed(p, stem, ext)).count() == 1;
     assert!(
         fetched.len() == 3
-            && hashed(&fetched[0], "/static/app.", ".css")
-            && hashed(&fetched[1], "/static/app.", ".js")
-            && hashed(&fetched[2], "/static/records.", ".js"),
+            && once("/static/app.", ".css")
+            && once("/static/app.", ".js")
+            && once("/static/records.", ".js"),
         "/static/app.<hash>.css and .js and records.<hash>.js, each fetched once: {fetched:?}\n{show}"
     );
     assert_eq!(step("bodyBackground"), "rgb(245, 246, 248)", "the stylesheet applies\n{show}");
