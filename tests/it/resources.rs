@@ -1,7 +1,8 @@
 //! Declared resources (`[[resources]]`): every rule of the engine from the outside, over
 //! HTTP/1.1 and h2c, on a configuration declaring `articles` (public read, a state machine, a
 //! unique slug, every field type, sort/filter/search fields), `notes` (owner read), `comments`
-//! (nested under articles, owner read, a `ref` to notes) and `tags` (admin only). A few of the
+//! (nested under articles, owner read, a `ref` to notes), `steps` (nested under notes),
+//! `replies` (nested under articles, created by the article's owner) and `tags` (admin only). A few of the
 //! rules run again on PostgreSQL (skipped without `TEST_DATABASE_URL`).
 
 use serde_json::{json, Value};
@@ -87,6 +88,24 @@ max = 500
 [resources.fields.note]
 type = "ref"
 ref = "notes"
+
+[[resources]]
+name = "steps"
+parent = "notes"
+read = "signed_in"
+
+[resources.fields.text]
+type = "string"
+required = true
+
+[[resources]]
+name = "replies"
+parent = "articles"
+create = "owner"
+
+[resources.fields.text]
+type = "string"
+required = true
 
 [[resources]]
 name = "tags"
@@ -334,6 +353,8 @@ fn etag_304_and_if_match_412(p: Proto) {
     s.expect_err(&r, 412, "PRECONDITION_FAILED", "PATCH with a stale tag");
     let r = s.api_h("PUT", &path, Some(&token), Some(&json!({"title": "x", "slug": "etag"})), &[("If-Match", &tag)]);
     s.expect_err(&r, 412, "PRECONDITION_FAILED", "PUT with a stale tag");
+    let r = s.api_h("DELETE", &path, Some(&token), None, &[("If-Match", &tag)]);
+    s.expect_err(&r, 412, "PRECONDITION_FAILED", "DELETE with a stale tag");
     ensure_eq!(s, list(&s, None, &path), d, "stale writes change nothing");
     let r = s.api("GET", &path, None, None);
     ensure_eq!(s, r.header("etag").map(str::to_string), fresh, "GET shows the tag PATCH returned");
@@ -512,6 +533,29 @@ fn nested_routes_are_404_for_a_missing_or_unreadable_parent(p: Proto) {
         s.expect_err(&r, 404, "NOT_FOUND", &format!("{m} under a non-numeric id"));
     }
     ensure_eq!(s, total(&s, Some(&token), "/api/v1/comments"), 0, "nothing stored");
+    // A parent the caller may not read (another's owner-read note) is as missing.
+    let (_, other) = s.user("Other");
+    let r = s.api("POST", "/api/v1/notes", Some(&token), Some(&json!({"body": "mine"})));
+    let note = id_of(&s.expect_data(&r, 201, "a note"));
+    let steps = format!("/api/v1/notes/{note}/steps");
+    for (m, body) in [("GET", None), ("POST", Some(json!({"text": "x"})))] {
+        let r = s.api(m, &steps, Some(&other), body.as_ref());
+        s.expect_err(&r, 404, "NOT_FOUND", &format!("{m} under another's note"));
+    }
+    let r = s.api("POST", &steps, Some(&token), Some(&json!({"text": "first"})));
+    let step = s.expect_data(&r, 201, "a step under one's own note");
+    ensure_eq!(s, ids(&list(&s, Some(&token), &steps)), vec![id_of(&step)], "the note's steps");
+    // `create = "owner"` under a readable parent: only its owner (or an admin).
+    let a = article(&s, &token, "replied", json!({}));
+    let replies = format!("/api/v1/articles/{}/replies", id_of(&a));
+    let r = s.api("POST", &replies, Some(&other), Some(&json!({"text": "me too"})));
+    s.expect_err(&r, 403, "FORBIDDEN", "a reply by someone who does not own the article");
+    let r = s.api("POST", &replies, Some(&token), Some(&json!({"text": "thanks"})));
+    s.expect_data(&r, 201, "a reply by the article's owner");
+    let (_, admin) = s.admin();
+    let r = s.api("POST", &replies, Some(&admin), Some(&json!({"text": "moderated"})));
+    s.expect_data(&r, 201, "a reply by an admin");
+    ensure_eq!(s, total(&s, Some(&token), &replies), 2, "two replies stored");
 }
 
 both!(a_ref_to_a_missing_or_unreadable_record_is_422);
