@@ -480,7 +480,7 @@ fn value(f: &Field, which: Body, nullable: bool) -> Value {
             "string"
         }
         Kind::Url => {
-            s.insert("format".into(), "uri".into());
+            // No `format: uri`: the check takes IRIs too (`https://x.io/ª`), which `uri` refuses.
             s.insert("maxLength".into(), json!(MAX_URL));
             s.insert("pattern".into(), URL.into());
             notes.push(format!("An absolute http or https URL of at most {MAX_URL} characters"));
