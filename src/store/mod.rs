@@ -39,6 +39,7 @@ pub mod notifications;
 pub mod pg;
 pub mod posts;
 pub mod records;
+pub mod schema;
 pub(crate) mod sqlite;
 pub mod tokens;
 pub mod users;
@@ -53,6 +54,7 @@ pub use tokens::Rotation;
 pub use users::{NewUser, Role, Updated, User, UserChanges, UserQuery, UserRef, UserSort};
 
 use crate::config::{Config, DatabaseUrl};
+use crate::resources::Registry;
 
 /// The largest page a list call returns, whatever the caller asks for.
 pub const MAX_LIMIT: u32 = 100;
@@ -135,6 +137,31 @@ impl Store {
         match target.into() {
             Target::Sqlite(path) => sqlite::Sqlite::migrate(path),
             Target::Postgres(url) => pg::Pg::migrate(url),
+        }
+    }
+
+    /// The schema changes `registry`'s declared resources need against what the database
+    /// recorded (see [`schema`]); changes nothing. An SQLite file that does not exist yet is
+    /// planned as the schema migrations will leave it.
+    pub fn plan_resources<'a>(target: impl Into<Target<'a>>, registry: &Registry) -> Result<schema::Plan, StoreError> {
+        match target.into() {
+            Target::Sqlite(path) => schema::sqlite::plan(path, registry),
+            Target::Postgres(url) => pg::Pg::plan_resources(url, registry),
+        }
+    }
+
+    /// Apply the schema changes of `registry` (after [`Store::migrate`]) in one transaction
+    /// (on PostgreSQL under the migration lock, so hosts starting together apply it once) and
+    /// record the declarations. A destructive step without `apply_destructive` applies
+    /// nothing: the returned plan marks it `Refused` and the rest `Held`.
+    pub fn migrate_resources<'a>(
+        target: impl Into<Target<'a>>,
+        registry: &Registry,
+        apply_destructive: bool,
+    ) -> Result<schema::Plan, StoreError> {
+        match target.into() {
+            Target::Sqlite(path) => schema::sqlite::migrate(path, registry, apply_destructive),
+            Target::Postgres(url) => pg::Pg::migrate_resources(url, registry, apply_destructive),
         }
     }
 

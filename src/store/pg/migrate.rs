@@ -19,11 +19,17 @@ const LOCK_KEY: i64 = 0x66_6f72_6b64;
 
 /// Apply every pending migration under the advisory lock.
 pub(super) fn run(s: &mut Session<'_>) -> Result<(), Fail> {
+    locked(s, apply_pending)
+}
+
+/// `f` under the migration lock (the declared resources' schema step takes it too, so a
+/// host applying a declaration waits for another's to commit and then finds it recorded).
+pub(super) fn locked<T>(s: &mut Session<'_>, f: impl FnOnce(&mut Session<'_>) -> Result<T, Fail>) -> Result<T, Fail> {
     s.batch(&format!("SELECT pg_advisory_lock({LOCK_KEY})"))?;
-    let result = apply_pending(s);
+    let result = f(s);
     // Closing the connection releases the lock too; unlocking is only tidiness.
     let unlocked = s.batch(&format!("SELECT pg_advisory_unlock({LOCK_KEY})"));
-    result.and(unlocked)
+    result.and_then(|v| unlocked.map(|()| v))
 }
 
 fn apply_pending(s: &mut Session<'_>) -> Result<(), Fail> {

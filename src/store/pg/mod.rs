@@ -53,6 +53,7 @@ mod error;
 mod migrate;
 pub(crate) mod records;
 mod resources;
+mod schema;
 mod users;
 
 use std::collections::{HashMap, VecDeque};
@@ -250,12 +251,18 @@ impl Pg {
 
     /// Apply the pending migrations (see `migrate.rs`); one connection, closed on return.
     pub(crate) fn migrate(url: &DatabaseUrl) -> Result<(), StoreError> {
+        Self::once(url, migrate::run)
+    }
+
+    /// `f` on a connection of its own, within the migrations' deadline; closed on return (a
+    /// transaction `f` left open goes with it).
+    fn once<T>(url: &DatabaseUrl, f: impl FnOnce(&mut Session<'_>) -> Result<T, Fail>) -> Result<T, StoreError> {
         let settings = Self::settings(url)?;
         let deadline = Instant::now() + migrate::DEADLINE;
         let (rt, client) = connect(&settings, deadline).map_err(|e| e.into_store(&url.to_string()))?;
         let mut conn = Conn::new(rt, client);
         let mut session = Session { conn: &mut conn, deadline, in_tx: false };
-        migrate::run(&mut session).map_err(|e| e.into_store(&url.to_string()))
+        f(&mut session).map_err(|e| e.into_store(&url.to_string()))
     }
 
     /// A pool of at most `pool_size` (at least one) connections, none opened yet.

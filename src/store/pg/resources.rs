@@ -25,10 +25,10 @@ const INSERT_CHANGE: &str = concat!(
     "FROM (SELECT pg_advisory_xact_lock(474316302694)) AS serial RETURNING id"
 );
 
-type Arg = Box<dyn ToSql + Sync + Send>;
+pub(super) type Arg = Box<dyn ToSql + Sync + Send>;
 
 /// A cell as a parameter of a column of `kind` (a null typed as the column).
-fn arg(kind: Kind, c: &Cell) -> Arg {
+pub(super) fn arg(kind: Kind, c: &Cell) -> Arg {
     match (c, kind) {
         (Cell::Int(n), _) => Box::new(*n),
         (Cell::Num(n), _) => Box::new(*n),

@@ -25,7 +25,7 @@ const INSERT_CHANGE: &str = concat!(
 );
 
 /// A cell as an SQLite value.
-fn value(c: &Cell) -> Value {
+pub(crate) fn value(c: &Cell) -> Value {
     match c {
         Cell::Null => Value::Null,
         Cell::Int(n) => Value::Integer(*n),
