@@ -139,3 +139,6 @@ pub(crate) fn refs<'a>(
         _ => None,
     })
 }
+
+#[cfg(test)]
+mod tests;
