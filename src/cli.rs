@@ -1,5 +1,5 @@
-//! The command line (CONTRACT §1): `serve`, `check-config`, `print-config`,
-//! `gen-secret`, `user create`, `--version`. Parses arguments, loads the configuration and hands over to
+//! The command line: `serve`, `check-config`, `print-config`, `gen-secret`, `user create`,
+//! `migrate`, `--version`. Parses arguments, loads the configuration and hands over to
 //! the supervisor. The only place besides `main` that prints to stdout/stderr
 //! directly (before logging exists).
 
@@ -15,6 +15,9 @@ const USAGE: &str = "usage:
   forkd gen-secret                   print a fresh 256-bit secret (base64)
   forkd user create --email E --name N [--age A] [--role user|admin] --password-stdin [--config FILE]
                                      create a user in the database (works while the service runs)
+  forkd migrate [--config FILE] [--apply]
+                                     show the schema changes the declared resources need;
+                                     --apply makes them, destructive ones included
   forkd --version                    print the version";
 
 /// Exit code for a bad command line or configuration.
@@ -51,7 +54,7 @@ pub fn run(args: &[String]) -> i32 {
                         }
                         None => println!("configuration ok: {} worker(s) on {}", cfg.workers, cfg.listen),
                     }
-                    0
+                    check_schema(&cfg)
                 },
             ),
             Err(code) => code,
@@ -67,6 +70,7 @@ pub fn run(args: &[String]) -> i32 {
             Err(code) => code,
         },
         "user" => user(rest),
+        "migrate" => migrate(rest),
         other => {
             eprintln!("forkd: unknown command `{other}`\n{USAGE}");
             EXIT_USAGE
@@ -314,4 +318,91 @@ fn user_create(args: &[String]) -> i32 {
             1
         }
     }
+}
+
+/// `check-config`'s look at the database: the declared resources' schema changes, planned
+/// against what the database recorded. Additive ones are listed (they apply at start);
+/// destructive ones are problems (exit 2). A database that cannot be asked is a warning only.
+fn check_schema(cfg: &config::Config) -> i32 {
+    use crate::store::{Store, Target};
+    let target = Target::of(cfg);
+    let plan = match Store::plan_resources(target, &cfg.resources) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("forkd: warning: the schema was not checked against the database: {e}");
+            return 0;
+        }
+    };
+    for step in plan.steps.iter().filter(|s| !s.destructive) {
+        println!("schema: applies at start: {step}");
+    }
+    let mut refused = 0;
+    for step in plan.destructive() {
+        eprintln!("forkd: config: {step}; `forkd migrate --apply` makes it");
+        refused += 1;
+    }
+    if refused > 0 {
+        EXIT_USAGE
+    } else {
+        0
+    }
+}
+
+/// Usage of `forkd migrate`.
+const MIGRATE_USAGE: &str = "usage:
+  forkd migrate [--config FILE] [--apply]
+
+Show the schema changes the declared resources ([[resources]]) need against what the
+database recorded, one line per change naming resource and field; \"nothing to do\" when
+there is none. Additive changes also apply at start and on SIGHUP; destructive ones
+(a resource or field removed, a field retyped, a narrowed limit, ...) only here.
+
+  --apply        make every change, destructive ones included, and say what was dropped
+  --config FILE  the configuration (its database)";
+
+/// `forkd migrate`: the plan, or (`--apply`) the plan applied.
+fn migrate(args: &[String]) -> i32 {
+    use crate::store::{Store, Target};
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{MIGRATE_USAGE}");
+        return 0;
+    }
+    let mut apply = false;
+    let cfg = match load_with(args, |flag, _| {
+        apply |= flag == "--apply";
+        flag == "--apply"
+    }) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let target = Target::of(&cfg);
+    let result = if apply {
+        std::fs::create_dir_all(&cfg.data_dir)
+            .map_err(|e| format!("data_dir {}: {e}", cfg.data_dir.display()))
+            .and_then(|()| Store::migrate(target).map_err(|e| e.to_string()))
+            .and_then(|()| Store::migrate_resources(target, &cfg.resources, true).map_err(|e| e.to_string()))
+    } else {
+        Store::plan_resources(target, &cfg.resources).map_err(|e| e.to_string())
+    };
+    let plan = match result {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("forkd: migrate: {e}");
+            return 1;
+        }
+    };
+    if plan.is_empty() {
+        println!("nothing to do");
+        return 0;
+    }
+    let verb = if apply { "applied" } else { "planned" };
+    for step in &plan.steps {
+        println!("{verb}: {step}");
+    }
+    match (apply, plan.destructive().count()) {
+        (true, _) => println!("{} change(s) applied", plan.steps.len()),
+        (false, 0) => println!("{} change(s); they also apply at start", plan.steps.len()),
+        (false, n) => println!("{} change(s), {n} destructive; `forkd migrate --apply` makes them", plan.steps.len()),
+    }
+    0
 }

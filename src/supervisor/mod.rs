@@ -14,6 +14,7 @@ mod listen;
 mod notify;
 mod pidfile;
 mod redis;
+mod schema;
 mod table;
 
 use std::io;
@@ -261,8 +262,10 @@ impl Supervisor {
             Some(Ok(s)) => s,
             _ => rand::random(),
         };
-        let target = crate::store::Target::of(&config);
-        crate::store::Store::migrate(target).map_err(|e| io::Error::other(format!("database {target}: {e}")))?;
+        schema::migrate(&config, "start").map_err(|e| match e {
+            schema::Failure::Database(_) => io::Error::other(e.to_string()),
+            schema::Failure::Refused(_) => io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+        })?;
         dirs::prepare_download_dir(&config.download.dir);
         // SQLite's caches are freed with its connection; give the pages back so
         // the supervisor (and every worker forked from it) starts small.
@@ -582,9 +585,8 @@ impl Supervisor {
                 return;
             }
         };
-        let target = crate::store::Target::of(&new);
-        if let Err(e) = crate::store::Store::migrate(target) {
-            log::error!("SIGHUP: reload refused: database {target}: {e}");
+        if let Err(e) = schema::migrate(&new, "SIGHUP") {
+            log::error!("SIGHUP: reload refused: {e}; the running configuration stays");
             return;
         }
         if new.download.dir != self.config.download.dir {
