@@ -1,5 +1,5 @@
-//! The command line: `serve`, `check-config`, `print-config`, `gen-secret`, `user create`,
-//! `migrate`, `--version`. Parses arguments, loads the configuration and hands over to
+//! The command line (CONTRACT §1): `serve`, `check-config`, `print-config`,
+//! `gen-secret`, `user create`, `migrate`, `--version`. Parses arguments, loads the configuration and hands over to
 //! the supervisor. The only place besides `main` that prints to stdout/stderr
 //! directly (before logging exists).
 
@@ -48,13 +48,16 @@ pub fn run(args: &[String]) -> i32 {
             Ok(cfg) => check_tls(&cfg).map_or_else(
                 |code| code,
                 |()| {
+                    if let Err(code) = check_schema(&cfg) {
+                        return code;
+                    }
                     match cfg.tls.listen {
                         Some(tls) => {
                             println!("configuration ok: {} worker(s) on {} and {tls} (TLS)", cfg.workers, cfg.listen)
                         }
                         None => println!("configuration ok: {} worker(s) on {}", cfg.workers, cfg.listen),
                     }
-                    check_schema(&cfg)
+                    0
                 },
             ),
             Err(code) => code,
@@ -168,6 +171,73 @@ fn serve(cfg: config::Config, source: config::Source) -> i32 {
         return 1;
     }
     crate::supervisor::run(cfg, source)
+}
+
+/// `check-config`: the schema changes the declared resources need that only `forkd migrate
+/// --apply` makes, one line each (exit 2). A database that cannot be reached is a warning.
+fn check_schema(cfg: &config::Config) -> Result<(), i32> {
+    use crate::store::{schema::Mode, Store, Target};
+    match Store::migrate_resources(Target::of(cfg), &cfg.resources, Mode::Plan) {
+        Ok(plan) => {
+            let lines: Vec<&str> = plan.destructive().map(|s| s.line.as_str()).collect();
+            if lines.is_empty() {
+                return Ok(());
+            }
+            for line in lines {
+                eprintln!("forkd: schema: {line}");
+            }
+            eprintln!("forkd: schema: these changes wait for `forkd migrate --apply`");
+            Err(EXIT_USAGE)
+        }
+        Err(e) => {
+            eprintln!("forkd: warning: the database was not checked for schema changes: {e}");
+            Ok(())
+        }
+    }
+}
+
+/// `forkd migrate [--config FILE] [--apply]`: print the schema changes the declared resources
+/// need (one line each), or, with `--apply`, make them all and say what was done.
+fn migrate(args: &[String]) -> i32 {
+    use crate::store::{schema::Mode, Store, Target};
+    let mut apply = false;
+    let cfg = match load_with(args, |flag, _| {
+        if flag == "--apply" {
+            apply = true;
+            return true;
+        }
+        false
+    }) {
+        Ok(cfg) => cfg,
+        Err(code) => return code,
+    };
+    let target = Target::of(&cfg);
+    if let Err(e) = Store::migrate(target) {
+        eprintln!("forkd: database {target}: {e}");
+        return 1;
+    }
+    let mode = if apply { Mode::All } else { Mode::Plan };
+    match Store::migrate_resources(target, &cfg.resources, mode) {
+        Ok(plan) if plan.is_empty() => {
+            println!("schema: nothing to do; the tables match the declared resources");
+            0
+        }
+        Ok(plan) => {
+            for step in &plan.steps {
+                let kind = if step.destructive { "destructive" } else { "additive" };
+                let done = if plan.applied { "applied" } else { "pending" };
+                println!("{done} ({kind}): {}", step.line);
+            }
+            if !plan.applied {
+                println!("run `forkd migrate --apply` to make these changes");
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("forkd: database {target}: declared resources: {e}");
+            1
+        }
+    }
 }
 
 fn gen_secret() -> i32 {
@@ -318,91 +388,4 @@ fn user_create(args: &[String]) -> i32 {
             1
         }
     }
-}
-
-/// `check-config`'s look at the database: the declared resources' schema changes, planned
-/// against what the database recorded. Additive ones are listed (they apply at start);
-/// destructive ones are problems (exit 2). A database that cannot be asked is a warning only.
-fn check_schema(cfg: &config::Config) -> i32 {
-    use crate::store::{Store, Target};
-    let target = Target::of(cfg);
-    let plan = match Store::plan_resources(target, &cfg.resources) {
-        Ok(plan) => plan,
-        Err(e) => {
-            eprintln!("forkd: warning: the schema was not checked against the database: {e}");
-            return 0;
-        }
-    };
-    for step in plan.steps.iter().filter(|s| !s.destructive) {
-        println!("schema: applies at start: {step}");
-    }
-    let mut refused = 0;
-    for step in plan.destructive() {
-        eprintln!("forkd: config: {step}; `forkd migrate --apply` makes it");
-        refused += 1;
-    }
-    if refused > 0 {
-        EXIT_USAGE
-    } else {
-        0
-    }
-}
-
-/// Usage of `forkd migrate`.
-const MIGRATE_USAGE: &str = "usage:
-  forkd migrate [--config FILE] [--apply]
-
-Show the schema changes the declared resources ([[resources]]) need against what the
-database recorded, one line per change naming resource and field; \"nothing to do\" when
-there is none. Additive changes also apply at start and on SIGHUP; destructive ones
-(a resource or field removed, a field retyped, a narrowed limit, ...) only here.
-
-  --apply        make every change, destructive ones included, and say what was dropped
-  --config FILE  the configuration (its database)";
-
-/// `forkd migrate`: the plan, or (`--apply`) the plan applied.
-fn migrate(args: &[String]) -> i32 {
-    use crate::store::{Store, Target};
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{MIGRATE_USAGE}");
-        return 0;
-    }
-    let mut apply = false;
-    let cfg = match load_with(args, |flag, _| {
-        apply |= flag == "--apply";
-        flag == "--apply"
-    }) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let target = Target::of(&cfg);
-    let result = if apply {
-        std::fs::create_dir_all(&cfg.data_dir)
-            .map_err(|e| format!("data_dir {}: {e}", cfg.data_dir.display()))
-            .and_then(|()| Store::migrate(target).map_err(|e| e.to_string()))
-            .and_then(|()| Store::migrate_resources(target, &cfg.resources, true).map_err(|e| e.to_string()))
-    } else {
-        Store::plan_resources(target, &cfg.resources).map_err(|e| e.to_string())
-    };
-    let plan = match result {
-        Ok(plan) => plan,
-        Err(e) => {
-            eprintln!("forkd: migrate: {e}");
-            return 1;
-        }
-    };
-    if plan.is_empty() {
-        println!("nothing to do");
-        return 0;
-    }
-    let verb = if apply { "applied" } else { "planned" };
-    for step in &plan.steps {
-        println!("{verb}: {step}");
-    }
-    match (apply, plan.destructive().count()) {
-        (true, _) => println!("{} change(s) applied", plan.steps.len()),
-        (false, 0) => println!("{} change(s); they also apply at start", plan.steps.len()),
-        (false, n) => println!("{} change(s), {n} destructive; `forkd migrate --apply` makes them", plan.steps.len()),
-    }
-    0
 }

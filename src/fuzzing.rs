@@ -7,7 +7,8 @@
 //! and split input, the safety promises of the redirect check). See
 //! [`TARGETS`] for the list.
 
-use crate::app::handlers::{auth, chat, download, events, posts, redirect as redirect_check, users};
+use crate::app::handlers::{auth, chat, download, events, redirect as redirect_check, users};
+use crate::app::resources::body;
 use crate::app::validate;
 use crate::error::Error;
 use crate::http::request::Method;
@@ -303,17 +304,22 @@ pub fn json_body(data: &[u8]) {
         }
     }
     let post_keys = ["title", "body"];
-    match posts::new_post(map.clone()) {
-        Ok((title, body)) => {
+    let posts = crate::resources::builtin::posts();
+    let text = |c: &crate::resources::value::Cell| c.as_str().map(str::to_owned);
+    match body::create(&posts, map.clone()) {
+        Ok(cells) => {
             assert!(!unknown(&post_keys));
+            let (title, body) = (text(&cells[0]).unwrap_or_default(), text(&cells[1]).unwrap_or_default());
             assert!(validate::title(&title).is_ok() && validate::post_body(&body).is_ok());
         }
         Err(e) => rejected(e),
     }
-    match posts::post_changes(map.clone()) {
-        Ok((title, body)) => {
+    match body::patch(&posts, map.clone()) {
+        Ok(cells) => {
             assert!(!unknown(&post_keys));
+            let title = cells[0].as_ref().and_then(text);
             assert!(title.as_deref().is_none_or(|t| validate::title(t).is_ok()));
+            let body = cells[1].as_ref().and_then(text);
             assert!(body.as_deref().is_none_or(|b| validate::post_body(b).is_ok()));
         }
         Err(e) => rejected(e),

@@ -90,10 +90,13 @@ const claims = t => {
   try { return parse(new TextDecoder().decode(Uint8Array.from(atob(t.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")), c => c.charCodeAt(0)))); }
   catch { return null; }
 };
+// The session for the page's other scripts (records.js): the token and role, or null.
+const session = detail => document.dispatchEvent(new CustomEvent("forkd:session", { detail }));
 const keep = d => {
   token = d.accessToken; refresh = d.refreshToken || null; expAt = Date.now() + d.expiresIn * 1e3;
   const c = claims(token) || {};
   me = { id: c.userId, name: c.name };
+  session({ token, role: c.role, userId: c.userId });
 };
 const busy = (form, on) => { for (const b of $(form).querySelectorAll("button")) b.disabled = on; };
 function show(form) {
@@ -135,7 +138,7 @@ $("signup").addEventListener("submit", async e => {
   busy("signup", false);
 });
 function out(msg) {
-  token = refresh = me = null; clearTimeout(wsTimer);
+  token = refresh = me = null; clearTimeout(wsTimer); session(null);
   const w = ws;
   if (w) { if (w.readyState === WebSocket.OPEN) w.close(1000); else w.onopen = () => w.close(1000); }
   show("login"); $("who").textContent = ""; status("auth-st", "signed out"); status("chat-st", "sign in to chat");

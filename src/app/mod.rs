@@ -11,6 +11,7 @@
 mod cache;
 pub mod handlers;
 pub mod phases;
+pub mod resources;
 pub mod router;
 pub mod usermemo;
 pub mod validate;
@@ -19,8 +20,8 @@ pub mod validate;
 // other (`crate::app::session`, `crate::app::debug`); outside `app/` they are reached
 // through `handlers::`/`phases::`.
 use handlers::{
-    assets, auth, chat, csp_report, debug, download, events, health, homepage, metrics, openapi, pages, posts,
-    redirect, users, ws,
+    assets, auth, chat, csp_report, debug, download, events, health, homepage, metrics, openapi, pages, redirect,
+    users, ws,
 };
 use phases::{cors, https, ratelimit, session, version};
 
@@ -92,6 +93,8 @@ pub struct Ctx<'a> {
     config: &'static Config,
     /// [`Ctx::later`] made a job that decorates its own response.
     decorated: &'a std::cell::Cell<bool>,
+    /// The matched route pattern's index (what [`App::mount`] looks up).
+    route: usize,
 }
 
 impl Ctx<'_> {
@@ -119,6 +122,8 @@ type Handler = fn(&App, &Request<'_>, &Ctx<'_>) -> Result<Reply, Error>;
 /// The application: the route table and what handlers precompute at start.
 pub struct App {
     router: Router<Handler>,
+    /// The declared resource each resource route answers for, by pattern index.
+    mounts: resources::routes::Mounts,
     svc: &'static Services,
     config_body: &'static [u8],
     config_etag: &'static str,
@@ -145,6 +150,7 @@ impl App {
     pub fn new(svc: &'static Services, user_memo: usermemo::UserMemo) -> App {
         let config = svc.config;
         let router = routes(config);
+        let mounts = resources::routes::mounts(&router, &config.resources);
         let route_labels = metrics::route_labels(&router);
         if router.patterns().count() >= crate::shm::metrics::ROUTES {
             log::warn!("more route patterns than metrics slots: the last ones count as `other`");
@@ -162,6 +168,7 @@ impl App {
         let alt_svc = alt_svc_value(config).map(|v| &*Box::leak(v.into_boxed_str()));
         App {
             router,
+            mounts,
             svc,
             config_body,
             config_etag,
@@ -201,7 +208,7 @@ impl App {
                     self.route(
                         req,
                         found,
-                        Ctx { draining, params: Params::default(), decor, config, decorated: &decorated },
+                        Ctx { draining, params: Params::default(), decor, config, decorated: &decorated, route: 0 },
                     )
                 }
                 Err(e) => {
@@ -287,12 +294,17 @@ impl App {
         self.svc.config.sse.heartbeat
     }
 
+    /// The declared resource the matched route answers for (404 on a built-in route).
+    fn mount(&self, ctx: &Ctx<'_>) -> Result<resources::routes::Mount, Error> {
+        self.mounts.get(ctx.route).ok_or(Error::NotFound)
+    }
+
     /// Route to the handler; `ctx` comes with empty path parameters, filled here.
     fn route<'r>(&self, req: &Request<'r>, found: Match<'_, 'r, Handler>, ctx: Ctx<'r>) -> Result<Reply, Error> {
         cors::check_origin(self.svc.config, req)?;
-        version::check(req)?;
+        version::check(req, &self.svc.config.resources)?;
         match found {
-            Match::Found(h, params, _) => h(self, req, &Ctx { params, ..ctx }),
+            Match::Found(h, params, route) => h(self, req, &Ctx { params, route, ..ctx }),
             Match::MethodNotAllowed(allow, _) if req.method == Method::Options => {
                 let mut r = Response::new(204);
                 r.header("Allow", allow);
@@ -322,7 +334,7 @@ fn routes(config: &Config) -> Router<Handler> {
     // Versioned resources answer under /api/v1 and, version negotiated, under /api.
     for base in ["/api/v1", "/api"] {
         users::routes(&mut router, base);
-        posts::routes(&mut router, base);
+        resources::routes::add(&mut router, &config.resources, base);
         auth::routes(&mut router, base);
         events::routes(&mut router, base);
     }

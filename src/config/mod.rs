@@ -870,8 +870,8 @@ max_frame_size = 16384
             found,
             [
                 "unknown key foo in section [rate_limit] (from FORKD_RATE_LIMIT__FOO)",
-                "unknown key max_heder_bytes in section [limits]; did you mean `max_header_bytes`?",
                 "unknown key lisen; did you mean `listen`?",
+                "unknown key max_heder_bytes in section [limits]; did you mean `max_header_bytes`?",
                 "unknown section [nope]",
             ]
         );
@@ -887,14 +887,14 @@ max_frame_size = 16384
         assert_eq!(
             found,
             [
-                "cors = [{}]: must be a table",
-                "unknown key keepalive in section [limits]",
-                "unknown key workers in section [limits] (it is a top-level key: put it before the first [section])",
-                "unknown section [limts]; did you mean `[limits]`?",
-                "unknown key max_header_bytes (it belongs in section [limits])",
-                "unknown section [typo]",
-                "unknown section [websocket.rooms]",
                 "unknown key wrkers; did you mean `workers`?",
+                "unknown key max_header_bytes (it belongs in section [limits])",
+                "unknown section [limts]; did you mean `[limits]`?",
+                "unknown section [typo]",
+                "unknown key workers in section [limits] (it is a top-level key: put it before the first [section])",
+                "unknown key keepalive in section [limits]",
+                "cors = [{}]: must be a table",
+                "unknown section [websocket.rooms]",
             ]
         );
     }

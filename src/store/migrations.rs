@@ -33,8 +33,8 @@ macro_rules! posts_declaration {
     };
 }
 
-/// [`posts_declaration!`] as a constant: what a database holds before any declaration was
-/// applied (`store::schema` plans from it while `forkd_resources` does not exist yet).
+/// [`posts_declaration!`] as a constant.
+#[cfg(test)]
 pub(crate) const POSTS_DECLARATION: &str = posts_declaration!();
 
 /// Every migration, in order; versions are 1, 2, 3, … with no gaps.

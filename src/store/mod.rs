@@ -54,7 +54,6 @@ pub use tokens::Rotation;
 pub use users::{NewUser, Role, Updated, User, UserChanges, UserQuery, UserRef, UserSort};
 
 use crate::config::{Config, DatabaseUrl};
-use crate::resources::Registry;
 
 /// The largest page a list call returns, whatever the caller asks for.
 pub const MAX_LIMIT: u32 = 100;
@@ -140,28 +139,17 @@ impl Store {
         }
     }
 
-    /// The schema changes `registry`'s declared resources need against what the database
-    /// recorded (see [`schema`]); changes nothing. An SQLite file that does not exist yet is
-    /// planned as the schema migrations will leave it.
-    pub fn plan_resources<'a>(target: impl Into<Target<'a>>, registry: &Registry) -> Result<schema::Plan, StoreError> {
-        match target.into() {
-            Target::Sqlite(path) => schema::sqlite::plan(path, registry),
-            Target::Postgres(url) => pg::Pg::plan_resources(url, registry),
-        }
-    }
-
-    /// Apply the schema changes of `registry` (after [`Store::migrate`]) in one transaction
-    /// (on PostgreSQL under the migration lock, so hosts starting together apply it once) and
-    /// record the declarations. A destructive step without `apply_destructive` applies
-    /// nothing: the returned plan marks it `Refused` and the rest `Held`.
+    /// The declared resources' tables against `registry` (`store::schema`): the plan, applied
+    /// as `mode` allows. Called by the supervisor after [`Store::migrate`] (before fork and on
+    /// `SIGHUP`, additive only), by `check-config` and by `forkd migrate`.
     pub fn migrate_resources<'a>(
         target: impl Into<Target<'a>>,
-        registry: &Registry,
-        apply_destructive: bool,
+        registry: &crate::resources::Registry,
+        mode: schema::Mode,
     ) -> Result<schema::Plan, StoreError> {
         match target.into() {
-            Target::Sqlite(path) => schema::sqlite::migrate(path, registry, apply_destructive),
-            Target::Postgres(url) => pg::Pg::migrate_resources(url, registry, apply_destructive),
+            Target::Sqlite(path) => sqlite::Sqlite::migrate_resources(path, registry, mode),
+            Target::Postgres(url) => pg::Pg::migrate_resources(url, registry, mode),
         }
     }
 

@@ -66,6 +66,45 @@ impl Sqlite {
         conn.close().map_err(|(_, e)| StoreError::from(e))
     }
 
+    /// The declared resources' tables against `registry` (see `store::schema`): planned, and
+    /// applied as `mode` allows, in one `BEGIN IMMEDIATE` transaction. A database file that
+    /// does not exist yet is planned against an empty schema (and not created).
+    pub fn migrate_resources(
+        path: &Path,
+        registry: &crate::resources::Registry,
+        mode: super::schema::Mode,
+    ) -> Result<super::schema::Plan, StoreError> {
+        use super::records::sql::Dialect;
+        use super::schema;
+        if mode == schema::Mode::Plan && !path.exists() {
+            return schema::plan(&[], registry).map_err(StoreError::Sql);
+        }
+        let mut conn = open_connection(path, false)?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let recorded: Vec<(String, String)> = tx
+            .prepare("SELECT name, declaration FROM forkd_resources ORDER BY rowid")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        let mut plan = schema::plan(&recorded, registry).map_err(StoreError::Sql)?;
+        if plan.applies_in(mode) && !plan.is_empty() {
+            for step in &plan.steps {
+                for (sql, param) in schema::statements(Dialect::Sqlite, step, registry) {
+                    match param {
+                        Some((_, cell)) => tx.execute(&sql, [super::records::sqlite::value(&cell)])?,
+                        None => tx.execute(&sql, [])?,
+                    };
+                }
+                match registry.get(&step.resource) {
+                    Some(r) => tx.execute(&schema::record_sql(Dialect::Sqlite), [&r.name, &schema::declaration(r)])?,
+                    None => tx.execute("DELETE FROM forkd_resources WHERE name = ?1", [&step.resource])?,
+                };
+            }
+            tx.commit()?;
+            plan.applied = true;
+        }
+        Ok(plan)
+    }
+
     /// Open `pool_size` connections (at least one) to an existing, migrated database. Each has
     /// WAL, `busy_timeout` 5000 ms, `foreign_keys` on and `synchronous = NORMAL`.
     ///

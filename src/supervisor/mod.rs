@@ -14,7 +14,6 @@ mod listen;
 mod notify;
 mod pidfile;
 mod redis;
-mod schema;
 mod table;
 
 use std::io;
@@ -226,6 +225,31 @@ pub fn run(config: Config, source: crate::config::Source) -> i32 {
     }
 }
 
+/// Why the declared resources' tables could not be brought to a configuration.
+enum SchemaRefused {
+    /// Destructive changes, one line each: they wait for `forkd migrate --apply`.
+    Destructive(String),
+    /// The database failed.
+    Failed(String),
+}
+
+/// Apply the additive schema changes `config`'s declared resources need; refuse (and apply
+/// nothing) when any change is destructive.
+fn schema_step(config: &Config) -> Result<(), SchemaRefused> {
+    use crate::store::schema::Mode;
+    let target = crate::store::Target::of(config);
+    let plan = crate::store::Store::migrate_resources(target, &config.resources, Mode::Additive)
+        .map_err(|e| SchemaRefused::Failed(e.to_string()))?;
+    if !plan.applied && plan.destructive().next().is_some() {
+        let lines: Vec<&str> = plan.destructive().map(|s| s.line.as_str()).collect();
+        return Err(SchemaRefused::Destructive(lines.join("\n")));
+    }
+    for step in &plan.steps {
+        log::info!("schema: {}", step.line);
+    }
+    Ok(())
+}
+
 impl Supervisor {
     fn start(config: Config, source: crate::config::Source) -> io::Result<Supervisor> {
         // First, before anything opens a descriptor: what systemd or an upgrading
@@ -262,9 +286,16 @@ impl Supervisor {
             Some(Ok(s)) => s,
             _ => rand::random(),
         };
-        schema::migrate(&config, "start").map_err(|e| match e {
-            schema::Failure::Database(_) => io::Error::other(e.to_string()),
-            schema::Failure::Refused(_) => io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+        let target = crate::store::Target::of(&config);
+        crate::store::Store::migrate(target).map_err(|e| io::Error::other(format!("database {target}: {e}")))?;
+        schema_step(&config).map_err(|e| match e {
+            SchemaRefused::Destructive(lines) => io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "declared resources: destructive schema changes refused (run `forkd migrate --apply`):\n{lines}"
+                ),
+            ),
+            SchemaRefused::Failed(why) => io::Error::other(format!("database {target}: declared resources: {why}")),
         })?;
         dirs::prepare_download_dir(&config.download.dir);
         // SQLite's caches are freed with its connection; give the pages back so
@@ -585,9 +616,25 @@ impl Supervisor {
                 return;
             }
         };
-        if let Err(e) = schema::migrate(&new, "SIGHUP") {
-            log::error!("SIGHUP: reload refused: {e}; the running configuration stays");
+        let target = crate::store::Target::of(&new);
+        if let Err(e) = crate::store::Store::migrate(target) {
+            log::error!("SIGHUP: reload refused: database {target}: {e}");
             return;
+        }
+        match schema_step(&new) {
+            Ok(()) => {}
+            Err(SchemaRefused::Destructive(lines)) => {
+                for line in lines.lines() {
+                    log::error!(
+                        "SIGHUP: reload refused: destructive schema change (run `forkd migrate --apply`): {line}"
+                    );
+                }
+                return;
+            }
+            Err(SchemaRefused::Failed(why)) => {
+                log::error!("SIGHUP: reload refused: database {target}: declared resources: {why}");
+                return;
+            }
         }
         if new.download.dir != self.config.download.dir {
             dirs::prepare_download_dir(&new.download.dir);

@@ -126,7 +126,10 @@ let closing = false;
 function watch(page, s, name) {
   page.on("console", m => { if (m.type() === "error") s.console.push(`${name}: ${m.text()}`); });
   page.on("pageerror", e => s.pageErrors.push(`${name}: ${e.message}`));
-  page.on("requestfailed", r => { if (!closing) s.failed.push(`${name}: ${r.method()} ${r.url()} ${r.failure()?.errorText}`); });
+  // The page itself ends its event stream to open it again as the user who just signed in
+  // or out (the stream's audience is fixed when it opens): that abort is not a failure.
+  const ownAbort = r => r.url().endsWith("/api/events") && r.failure()?.errorText === "net::ERR_ABORTED";
+  page.on("requestfailed", r => { if (!closing && !ownAbort(r)) s.failed.push(`${name}: ${r.method()} ${r.url()} ${r.failure()?.errorText}`); });
   page.on("response", r => { if (r.status() >= 400) s.failed.push(`${name}: ${r.request().method()} ${r.url()} → ${r.status()}`); });
 }
 

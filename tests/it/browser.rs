@@ -136,11 +136,12 @@ fn start_chromium(profile: &Path, log: &Path, extra: &[String]) -> (Owned, Strin
     (chromium, url)
 }
 
-/// Runs the script (bounded by [`SCRIPT_TIMEOUT`]); returns its JSON report and its stderr.
-fn run_script(root: &Path, dir: &Path, args: &[String], env: &[(String, String)]) -> (Value, String) {
-    let err_path = dir.join("front.stderr");
+/// Runs `tests/browser/<script>` (bounded by [`SCRIPT_TIMEOUT`]); returns its JSON report and
+/// its stderr.
+fn run_script(root: &Path, dir: &Path, script: &str, args: &[String], env: &[(String, String)]) -> (Value, String) {
+    let err_path = dir.join(format!("{script}.stderr"));
     let child = Command::new("node")
-        .arg(root.join("tests/browser/front.mjs"))
+        .arg(root.join("tests/browser").join(script))
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(root.join("tests/browser"))
@@ -291,7 +292,7 @@ fn front_page(mode: Mode) {
         format!("--limited={limited_url}"),
         format!("--admin-token={admin}"),
     ];
-    let (r, log) = run_script(&root, tmp.path(), &args, &env);
+    let (r, log) = run_script(&root, tmp.path(), "front.mjs", &args, &env);
     drop(chromium);
     let quic = if mode == Mode::H3 { quic_errors(&net_log) } else { String::new() };
     let show = format!("report: {r:#}\nscript log:\n{log}\nserver log:\n{}{quic}", s.log_tail());
@@ -302,14 +303,18 @@ fn front_page(mode: Mode) {
     // (the preload from the `Link` fields is the fetch the tag uses), and the style applies.
     let mut fetched: Vec<String> = strings(&step("staticFetches"));
     fetched.sort();
-    let hashed = |p: &str, ext: &str| {
-        p.strip_prefix("/static/app.")
+    let hashed = |p: &str, stem: &str, ext: &str| {
+        p.strip_prefix(stem)
             .and_then(|h| h.strip_suffix(ext))
             .is_some_and(|h| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit()))
     };
+    let once = |stem: &str, ext: &str| fetched.iter().filter(|p| hashed(p, stem, ext)).count() == 1;
     assert!(
-        fetched.len() == 2 && hashed(&fetched[0], ".css") && hashed(&fetched[1], ".js"),
-        "/static/app.<hash>.css and .js, each fetched once: {fetched:?}\n{show}"
+        fetched.len() == 3
+            && once("/static/app.", ".css")
+            && once("/static/app.", ".js")
+            && once("/static/records.", ".js"),
+        "/static/app.<hash>.css and .js and records.<hash>.js, each fetched once: {fetched:?}\n{show}"
     );
     assert_eq!(step("bodyBackground"), "rgb(245, 246, 248)", "the stylesheet applies\n{show}");
 
@@ -443,6 +448,130 @@ fn front_page(mode: Mode) {
             "error steps: an unexpected failed request {f:?}\n{show}"
         );
     }
+}
+
+/// Declared resources for the records view: a top-level one with a unique field, an enum with
+/// transitions and limits, and one nested under it.
+const RECORDS: &str = r#"
+[[resources]]
+name = "articles"
+read = "public"
+[resources.fields.title]
+type = "string"
+required = true
+min = 1
+max = 120
+[resources.fields.slug]
+type = "string"
+required = true
+unique = true
+max = 80
+[resources.fields.status]
+type = "enum"
+values = ["draft", "published", "archived"]
+default = "draft"
+transitions = { draft = ["published"], published = ["archived"] }
+[resources.fields.rating]
+type = "integer"
+min = 0
+max = 5
+[resources.fields.body]
+type = "text"
+max = 5000
+
+[[resources]]
+name = "comments"
+parent = "articles"
+[resources.fields.text]
+type = "text"
+required = true
+"#;
+
+/// The records view of the front page (HTTP/1.1): an admin signs in, sees the declared
+/// resources, creates a record of `articles` from the form the page builds out of
+/// `/api/openapi.json`, edits it, and the API has what the page wrote; signed out, the view
+/// is hidden. No console error, no CSP violation, no failed request.
+#[test]
+fn records_view_in_a_real_browser() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if let Some(why) = missing(&root) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let tmp = tempfile::Builder::new().prefix("forkd-records-").tempdir().expect("tempdir");
+    let s = Server::api_builder().top("public_origin = \"http://{listen}\"").top(RECORDS).start();
+    let (admin, token) = s.admin();
+    let email = admin["email"].as_str().unwrap_or_default().to_string();
+    let profile = tmp.path().join("profile");
+    fs::create_dir(&profile).expect("profile dir");
+    let (chromium, cdp) = start_chromium(&profile, &tmp.path().join("chromium.log"), &["--disable-quic".to_string()]);
+    let args = [
+        format!("--cdp={cdp}"),
+        format!("--url=http://{}", s.addr()),
+        format!("--email={email}"),
+        "--password=admin-password-1".to_string(),
+    ];
+    let (r, log) = run_script(&root, tmp.path(), "records.mjs", &args, &[]);
+    drop(chromium);
+    let show = format!("report: {r:#}\nscript log:\n{log}\nserver log:\n{}", s.log_tail());
+    assert!(r["error"].is_null(), "the browser script failed: {}\n{show}", r["error"]);
+    let step = |k: &str| r["steps"][k].clone();
+
+    assert_eq!(step("hiddenSignedOut"), true, "no records view before signing in\n{show}");
+    let names = strings(&step("resources"));
+    for name in ["posts", "articles", "comments"] {
+        assert!(names.iter().any(|n| n == name), "{name} among the resources: {names:?}\n{show}");
+    }
+    // The table: `id`, every field, `updatedAt`.
+    let mut columns = strings(&step("columns"));
+    assert_eq!(
+        (columns.first().map(String::as_str), columns.last().map(String::as_str)),
+        (Some("id"), Some("updatedAt")),
+        "{show}"
+    );
+    columns.sort();
+    assert_eq!(columns, ["body", "id", "rating", "slug", "status", "title", "updatedAt"], "{show}");
+    // The form follows the schema: the required title with its limit, a text area for the
+    // text field, the enum as a select offering only the state a record starts in.
+    let form = step("createForm");
+    let field = |k: &str| form.as_array().into_iter().flatten().find(|f| f["key"] == k).cloned().unwrap_or_default();
+    assert_eq!(
+        (field("title")["required"].as_bool(), field("title")["maxLength"].as_i64()),
+        (Some(true), Some(120)),
+        "{show}"
+    );
+    assert_eq!(field("body")["tag"], "textarea", "{show}");
+    assert_eq!(field("rating")["type"], "number", "{show}");
+    assert_eq!(strings(&field("status")["options"]), ["", "draft"], "create offers the start state only\n{show}");
+    assert!(step("created").as_str().is_some_and(|t| t.starts_with("created #")), "{show}");
+    assert_eq!(step("pageLine"), "page 1 of 1 · 1 record", "{show}");
+    assert_eq!(strings(&step("editStates")), ["", "draft", "published", "archived"], "{show}");
+    assert!(step("saved").as_str().is_some_and(|t| t.starts_with("saved #")), "{show}");
+    assert_eq!(step("errorBoxHidden"), true, "{show}");
+    assert_eq!(step("hiddenAfterSignOut"), true, "{show}");
+
+    // What the page wrote is what the API holds.
+    let list = s.api("GET", "/api/v1/articles", Some(&token), None);
+    assert_eq!(list.status, 200, "{list:?}");
+    let items = list.json()["data"]["items"].clone();
+    assert_eq!(items.as_array().map(Vec::len), Some(1), "{items}");
+    let rec = &items[0];
+    assert_eq!(
+        (&rec["title"], &rec["slug"], &rec["status"], &rec["rating"]),
+        (
+            &serde_json::json!("Edited in the browser"),
+            &serde_json::json!("written-in-the-browser"),
+            &serde_json::json!("published"),
+            &serde_json::json!(4)
+        ),
+        "{rec}"
+    );
+    assert_eq!(rec["ownerId"], admin["id"], "{rec}");
+
+    for k in ["console", "pageErrors", "csp", "failed"] {
+        assert!(strings(&r["main"][k]).is_empty(), "records view: {k} must be empty\n{show}");
+    }
+    assert!(!s.logs().contains("/csp-report"), "no CSP report reached the server\n{show}");
 }
 
 /// The QUIC failures in Chromium's net log (`--log-net-log`): the events whose type names

@@ -263,7 +263,7 @@ fn check_config_names_an_unknown_section_as_a_section() {
     assert_eq!(out.code(), Some(2), "{out:?}");
     assert_eq!(
         problems(&out),
-        ["unknown section [limts]; did you mean `[limits]`?", "unknown section [typo]"],
+        ["unknown section [typo]", "unknown section [limts]; did you mean `[limits]`?"],
         "{out:?}"
     );
 }
@@ -277,9 +277,9 @@ fn check_config_names_key_and_section_and_suggests_the_close_key() {
     assert_eq!(
         problems(&out),
         [
-            "unknown key frobnicate in section [limits]",
-            "unknown key max_heder_bytes in section [limits]; did you mean `max_header_bytes`?",
             "unknown key lisen; did you mean `listen`?",
+            "unknown key max_heder_bytes in section [limits]; did you mean `max_header_bytes`?",
+            "unknown key frobnicate in section [limits]",
         ],
         "{out:?}"
     );

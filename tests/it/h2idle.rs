@@ -114,7 +114,7 @@ print(json.dumps(out))
 
 /// The posts of user `uid`, as the store counts them.
 fn post_total(s: &Server, token: &str, uid: i64) -> i64 {
-    let r = s.api("GET", &format!("/api/v1/users/{uid}/posts?pageSize=1"), Some(token), None);
+    let r = s.api("GET", &format!("/api/v1/users/{uid}/posts?limit=1"), Some(token), None);
     s.expect_data(&r, 200, "list posts")["total"].as_i64().unwrap_or_else(|| panic!("no total in {r:?}"))
 }
 

@@ -24,6 +24,7 @@ mod cors;
 mod identity;
 mod migrate;
 mod posts;
+mod resources;
 mod store;
 mod users;
 mod versioning;

@@ -46,7 +46,9 @@ type = "text"
 "#;
 
 const VIEWS_REMOVED: &str =
-    "resources.articles.fields.views: removed (destructive: the column is dropped with its values)";
+    "resources.articles.fields.views: removed (destructive: the column and its values are dropped)";
+/// What `forkd migrate` says when the tables match the declarations.
+const NOTHING: &str = "schema: nothing to do; the tables match the declared resources";
 
 /// A config file in `dir` for a free port, its data in `data`, plus `extra`.
 fn config(dir: &Path, data: &Path, name: &str, extra: &str) -> String {
@@ -66,7 +68,7 @@ fn a_removed_field_stops_the_start_until_forkd_migrate_applies_it() {
     let d = tempfile::tempdir().expect("tempdir");
     let data = d.path().join("data");
     let s = serve(&data, WITH_VIEWS);
-    s.wait_log_line(START_TIMEOUT, |l| l.contains("store: applied resources.articles: new resource (table created)"));
+    s.wait_log_line(START_TIMEOUT, |l| l.contains("schema: resources.articles: new resource (table created)"));
     drop(s);
 
     let without = config(d.path(), &data, "without.toml", WITHOUT_VIEWS);
@@ -77,26 +79,26 @@ fn a_removed_field_stops_the_start_until_forkd_migrate_applies_it() {
 
     let check = run_forkd(d.path(), &["check-config", "--config", &without], &[]);
     assert_eq!(check.code(), Some(2), "{check:?}");
-    assert!(check.stderr.lines().any(|l| l.starts_with("forkd: config: ") && l.contains(VIEWS_REMOVED)), "{check:?}");
+    assert!(check.stderr.lines().any(|l| l == format!("forkd: schema: {VIEWS_REMOVED}")), "{check:?}");
 
     let plan = run_forkd(d.path(), &["migrate", "--config", &without], &[]);
     assert_eq!(plan.code(), Some(0), "{plan:?}");
-    assert!(plan.stdout.lines().any(|l| l == format!("planned: {VIEWS_REMOVED}")), "{plan:?}");
+    assert!(plan.stdout.lines().any(|l| l == format!("pending (destructive): {VIEWS_REMOVED}")), "{plan:?}");
 
     let applied = run_forkd(d.path(), &["migrate", "--config", &without, "--apply"], &[]);
     assert_eq!(applied.code(), Some(0), "{applied:?}");
     assert!(
-        applied.stdout.lines().any(|l| l == format!("applied: {VIEWS_REMOVED}")),
+        applied.stdout.lines().any(|l| l == format!("applied (destructive): {VIEWS_REMOVED}")),
         "says what it dropped: {applied:?}"
     );
     let again = run_forkd(d.path(), &["migrate", "--config", &without], &[]);
-    assert_eq!(again.stdout.trim(), "nothing to do", "{again:?}");
+    assert_eq!(again.stdout.trim(), NOTHING, "{again:?}");
     let check = run_forkd(d.path(), &["check-config", "--config", &without], &[]);
     assert_eq!(check.code(), Some(0), "{check:?}");
 
     let s = serve(&data, WITHOUT_VIEWS);
     s.assert_healthy();
-    assert!(!s.logs().contains("schema change refused"), "{}", s.log_tail());
+    assert!(!s.logs().contains("destructive"), "{}", s.log_tail());
 }
 
 #[test]
@@ -106,16 +108,15 @@ fn an_additive_change_applies_at_start() {
     drop(serve(&data, WITH_VIEWS));
     let with_note = config(d.path(), &data, "note.toml", WITH_NOTE);
     let check = run_forkd(d.path(), &["check-config", "--config", &with_note], &[]);
-    assert_eq!(check.code(), Some(0), "{check:?}");
-    assert!(
-        check.stdout.contains("schema: applies at start: resources.articles.fields.note: new field (column added)"),
-        "{check:?}"
-    );
+    assert_eq!(check.code(), Some(0), "an additive change is no problem: {check:?}");
+    let plan = run_forkd(d.path(), &["migrate", "--config", &with_note], &[]);
+    let line = "pending (additive): resources.articles.fields.note: new field (column added)";
+    assert!(plan.stdout.lines().any(|l| l == line), "{plan:?}");
     let s = serve(&data, WITH_NOTE);
-    s.wait_log_line(START_TIMEOUT, |l| l.contains("store: applied resources.articles.fields.note: new field"));
+    s.wait_log_line(START_TIMEOUT, |l| l.contains("schema: resources.articles.fields.note: new field"));
     drop(s);
     let plan = run_forkd(d.path(), &["migrate", "--config", &with_note], &[]);
-    assert_eq!((plan.code(), plan.stdout.trim()), (Some(0), "nothing to do"), "{plan:?}");
+    assert_eq!((plan.code(), plan.stdout.trim()), (Some(0), NOTHING), "{plan:?}");
 }
 
 #[test]
@@ -129,9 +130,8 @@ fn sighup_with_a_destructive_change_keeps_the_running_configuration() {
     std::fs::write(s.config_path(), text.replace(WITH_VIEWS.trim_start(), WITHOUT_VIEWS.trim_start()))
         .expect("write config");
     s.signal(Signal::SIGHUP);
-    let line = s.wait_log_line(Duration::from_secs(10), |l| l.contains("SIGHUP: schema change refused"));
+    let line = s.wait_log_line(Duration::from_secs(10), |l| l.contains("SIGHUP: reload refused"));
     assert!(line.contains(VIEWS_REMOVED), "{line}");
-    s.wait_log_line(Duration::from_secs(10), |l| l.contains("SIGHUP: reload refused"));
     s.assert_healthy();
     assert_eq!(s.workers(), before, "no worker was replaced");
     assert!(!s.logs().contains("configuration reloaded"), "{}", s.log_tail());
@@ -140,7 +140,7 @@ fn sighup_with_a_destructive_change_keeps_the_running_configuration() {
     std::fs::write(s.config_path(), text.replace(WITH_VIEWS.trim_start(), WITH_NOTE.trim_start()))
         .expect("write config");
     s.signal(Signal::SIGHUP);
-    s.wait_log_line(Duration::from_secs(10), |l| l.contains("store: applied resources.articles.fields.note"));
+    s.wait_log_line(Duration::from_secs(10), |l| l.contains("schema: resources.articles.fields.note: new field"));
     s.wait_log_line(Duration::from_secs(10), |l| l.contains("SIGHUP: configuration reloaded"));
     assert!(eventually(Duration::from_secs(10), || s.workers() != before), "the worker is replaced");
     s.assert_healthy();
@@ -161,12 +161,12 @@ fn two_hosts_on_postgresql_apply_once_and_agree() {
         (ha.join().expect("a"), hb.join().expect("b"))
     });
     assert_eq!((out_a.code(), out_b.code()), (Some(0), Some(0)), "{out_a:?}\n{out_b:?}");
-    let created = "applied: resources.articles: new resource (table created)";
+    let created = "applied (additive): resources.articles: new resource (table created)";
     let firsts = [&out_a, &out_b].iter().filter(|o| o.stdout.contains(created)).count();
     assert_eq!(firsts, 1, "one host created the table, the other found it recorded:\n{out_a:?}\n{out_b:?}");
     for cfg in [&a, &b] {
         let plan = run_forkd(d.path(), &["migrate", "--config", cfg], &[]);
-        assert_eq!(plan.stdout.trim(), "nothing to do", "{plan:?}");
+        assert_eq!(plan.stdout.trim(), NOTHING, "{plan:?}");
     }
     // A host still on an older declaration is caught.
     let older = config(d.path(), &data, "older.toml", &format!("{cluster}{WITHOUT_VIEWS}"));

@@ -75,3 +75,157 @@ fn openapi_document_answers_head_without_a_body(p: Proto) {
     assert!(r.body.is_empty(), "{r:?}");
     assert!(r.header("content-length").is_some_and(|n| n != "0"), "{r:?}");
 }
+
+/// Declared resources for the document tests: a public top-level one with limits, an enum
+/// with transitions, sort, filter and search fields; an owner-only one nested under it.
+const DECLARED: &str = r#"
+[[resources]]
+name = "articles"
+read = "public"
+create = "signed_in"
+update = "owner"
+delete = "admin"
+default_sort = "-createdAt"
+
+[resources.fields.title]
+type = "string"
+required = true
+min = 3
+max = 120
+sort = true
+search = true
+
+[resources.fields.status]
+type = "enum"
+values = ["draft", "published", "archived"]
+default = "draft"
+filter = true
+transitions = { draft = ["published"], published = ["archived"] }
+
+[resources.fields.rating]
+type = "integer"
+min = 1
+max = 5
+filter = true
+
+[resources.fields.link]
+type = "url"
+
+[[resources]]
+name = "comments"
+parent = "articles"
+read = "owner"
+
+[resources.fields.text]
+type = "text"
+required = true
+max = 2000
+
+[resources.fields.about]
+type = "ref"
+ref = "articles"
+"#;
+
+both!(openapi_document_describes_each_declared_resource);
+fn openapi_document_describes_each_declared_resource(p: Proto) {
+    let server = Server::start(DECLARED).on(p);
+    let r = server.get("/api/openapi.json");
+    assert_eq!(r.status, 200, "{r:?}");
+    let doc = r.json();
+    let paths = &doc["paths"];
+    let schemas = &doc["components"]["schemas"];
+
+    // Paths: top level, records, nested under the parent's records, versioned and not.
+    for (path, methods) in [
+        ("/api/v1/articles", &["get", "post"][..]),
+        ("/api/v1/articles/{id}", &["get", "put", "patch", "delete"][..]),
+        ("/api/v1/articles/{id}/comments", &["get", "post"][..]),
+        ("/api/v1/comments", &["get"][..]),
+        ("/api/v1/comments/{id}", &["get", "put", "patch", "delete"][..]),
+        ("/api/articles", &["get", "post"][..]),
+    ] {
+        for m in methods {
+            assert!(paths[path][m]["responses"].is_object(), "{m} {path} not documented");
+        }
+    }
+    assert!(paths["/api/v1/comments"].get("post").is_none(), "a nested resource is created under its parent");
+
+    // The record and the bodies, with the declared limits.
+    let record = &schemas["articles"];
+    for key in ["id", "ownerId", "title", "status", "rating", "link", "createdAt", "updatedAt"] {
+        assert!(record["properties"].get(key).is_some(), "record lacks {key}: {record}");
+    }
+    assert_eq!(schemas["comments"]["properties"]["parentId"]["type"], "integer");
+    assert!(record["properties"].get("parentId").is_none(), "a top-level record has no parentId");
+    let input = &schemas["articlesInput"];
+    assert_eq!(input["additionalProperties"], false);
+    assert_eq!(input["required"], serde_json::json!(["title"]), "status has a default");
+    let title = &input["properties"]["title"];
+    assert_eq!((title["minLength"].as_u64(), title["maxLength"].as_u64()), (Some(3), Some(120)), "{title}");
+    let rating = &input["properties"]["rating"];
+    assert_eq!((rating["minimum"].as_i64(), rating["maximum"].as_i64()), (Some(1), Some(5)), "{rating}");
+    assert_eq!(rating["type"], serde_json::json!(["integer", "null"]), "optional: nullable");
+    assert!(input["properties"]["link"]["pattern"]
+        .as_str()
+        .is_some_and(|p| p.starts_with("^[Hh][Tt][Tt][Pp][Ss]?://")));
+    assert_eq!(input["properties"]["link"]["maxLength"], 2048);
+    assert_eq!(input["properties"]["status"]["enum"], serde_json::json!(["draft", null]), "start states only");
+    assert_eq!(
+        schemas["articlesReplace"]["properties"]["status"]["enum"],
+        serde_json::json!(["draft", "published", "archived", null])
+    );
+    assert!(schemas["articlesPatch"].get("required").is_none_or(|r| r == &serde_json::json!([])));
+    assert_eq!(schemas["commentsInput"]["properties"]["about"]["minimum"], 1);
+    assert_eq!(schemas["articlesPage"]["properties"]["items"]["items"]["$ref"], "#/components/schemas/articles");
+
+    // List parameters: paging, sort over the sort fields, filters with ranges, q.
+    let list = &paths["/api/v1/articles"]["get"];
+    let params: Vec<&str> =
+        list["parameters"].as_array().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
+    for name in ["page", "limit", "sort", "status", "rating", "rating.gte", "rating.lte", "q"] {
+        assert!(params.contains(&name), "{name} missing from {params:?}");
+    }
+    assert!(!params.contains(&"title"), "title is not a filter field");
+    let comment_params = &paths["/api/v1/comments"]["get"]["parameters"];
+    assert!(comment_params.as_array().is_some_and(|a| a.iter().all(|p| p["name"] != "q")), "no search field, no q");
+
+    // Security follows the rules: public reads take an optional token, writes need one.
+    assert_eq!(list["security"], serde_json::json!([{}, {"bearer": []}]));
+    assert_eq!(paths["/api/v1/articles"]["post"]["security"], serde_json::json!([{"bearer": []}]));
+    assert_eq!(paths["/api/v1/comments/{id}"]["get"]["security"], serde_json::json!([{"bearer": []}]));
+    let responses = |path: &str, m: &str| paths[path][m]["responses"].as_object().cloned().unwrap_or_default();
+    for (path, m, codes) in [
+        ("/api/v1/articles", "post", &["201", "401", "403", "409", "422"][..]),
+        ("/api/v1/articles/{id}", "get", &["200", "304", "404"][..]),
+        ("/api/v1/articles/{id}", "patch", &["200", "404", "409", "412", "422"][..]),
+        ("/api/v1/articles/{id}/comments", "post", &["201", "404", "422"][..]),
+        ("/api/v1/articles/{id}", "delete", &["204", "403", "404"][..]),
+    ] {
+        let got = responses(path, m);
+        for c in codes {
+            assert!(got.contains_key(*c), "{m} {path} lacks {c}: {:?}", got.keys().collect::<Vec<_>>());
+        }
+    }
+    assert!(responses("/api/v1/articles", "get").contains_key("401"), "a bad token on a public read is 401");
+}
+
+both!(openapi_document_still_has_the_built_in_posts);
+fn openapi_document_still_has_the_built_in_posts(p: Proto) {
+    let server = Server::start("").on(p);
+    let doc = server.get("/api/openapi.json").json();
+    for (path, method) in [
+        ("/api/v1/users/{id}/posts", "get"),
+        ("/api/v1/users/{id}/posts", "post"),
+        ("/api/v1/posts/{id}", "get"),
+        ("/api/v1/posts/{id}", "patch"),
+        ("/api/v1/posts/{id}", "delete"),
+        ("/api/posts/{id}", "get"),
+    ] {
+        assert!(doc["paths"][path][method]["responses"].is_object(), "{method} {path} not documented");
+    }
+    let post = &doc["components"]["schemas"]["posts"]["properties"];
+    assert!(post.get("userId").is_some() && post.get("title").is_some(), "{post}");
+    let title = &doc["components"]["schemas"]["postsInput"]["properties"]["title"];
+    assert_eq!((title["minLength"].as_u64(), title["maxLength"].as_u64()), (Some(1), Some(200)), "{title}");
+    assert_eq!(doc["paths"]["/api/v1/posts/{id}"]["get"]["security"], serde_json::json!([{"bearer": []}]));
+}

@@ -28,6 +28,11 @@ const SOURCES: &[Source] = &[
         bytes: include_bytes!("../../../static/app.js"),
     },
     Source {
+        plain: "records.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../../../static/records.js"),
+    },
+    Source {
         plain: "app.css",
         content_type: "text/css; charset=utf-8",
         bytes: include_bytes!("../../../static/app.css"),

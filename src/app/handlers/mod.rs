@@ -15,7 +15,6 @@ pub(crate) mod homepage;
 pub mod metrics;
 pub(crate) mod openapi;
 pub(crate) mod pages;
-pub(crate) mod posts;
 pub(crate) mod redirect;
 pub(crate) mod users;
 pub mod ws;

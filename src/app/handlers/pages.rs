@@ -31,7 +31,7 @@ use crate::http::response::{Body, Response};
 /// keeps `Content-Length`.
 pub const NONCE_SLOT: &[u8; 24] = b"__FORKD_CSP_NONCE_SLOT__";
 
-/// The page's template: [`NONCE_SLOT`] in its two nonce attributes, the
+/// The page's template: [`NONCE_SLOT`] in its three nonce attributes, the
 /// files of `static/` by their plain names.
 pub const INDEX: &[u8] = include_bytes!("../../../static/index.html");
 
@@ -52,8 +52,8 @@ pub const fn count_slots(page: &[u8], slot: &[u8; 24]) -> usize {
     n
 }
 
-// The build fails if the page loses a nonce slot (its `<script>` and its stylesheet `<link>`).
-const _: () = assert!(count_slots(INDEX, NONCE_SLOT) == 2, "static/index.html must carry the nonce slot twice");
+// The build fails if the page loses a nonce slot (its two `<script>`s and its stylesheet `<link>`).
+const _: () = assert!(count_slots(INDEX, NONCE_SLOT) == 3, "static/index.html must carry the nonce slot three times");
 
 /// `Cache-Control` of `/static/*`.
 pub const IMMUTABLE: &str = "max-age=31536000, immutable";
@@ -172,24 +172,33 @@ mod tests {
         let text = page_text();
         let slot = std::str::from_utf8(NONCE_SLOT).expect("ascii");
         let (js, css) = (assets::url("app.js").expect("js"), assets::url("app.css").expect("css"));
-        assert_eq!(text.matches(slot).count(), 2, "the slot appears only where a nonce goes");
+        let records = assets::url("records.js").expect("records.js");
+        assert_eq!(text.matches(slot).count(), 3, "the slot appears only where a nonce goes");
         assert_eq!(text.matches(&format!("<script src=\"{js}\" nonce=\"{slot}\"></script>")).count(), 1, "{text}");
+        assert_eq!(text.matches(&format!("<script src=\"{records}\" nonce=\"{slot}\"></script>")).count(), 1);
         assert_eq!(text.matches(&format!("<link rel=\"stylesheet\" href=\"{css}\" nonce=\"{slot}\">")).count(), 1);
-        assert_eq!(text.matches("<script").count(), 1, "one script, the nonced one");
+        assert_eq!(text.matches("<script").count(), 2, "two scripts, both nonced");
         assert!(!text.contains("<style"), "no inline style");
         assert_eq!(text.matches("rel=\"stylesheet\"").count(), 1);
-        for plain in ["/static/app.js\"", "/static/app.css\"", "/static/favicon.ico\""] {
+        for plain in ["/static/app.js\"", "/static/records.js\"", "/static/app.css\"", "/static/favicon.ico\""] {
             assert!(!text.contains(plain), "a plain name is left in the page: {plain}");
         }
-        assert_eq!(index_page().len(), INDEX.len() + 2 * 9, "each of two names grew by `.<8 hex>`");
+        assert_eq!(index_page().len(), INDEX.len() + 3 * 9, "each of three names grew by `.<8 hex>`");
         assert!(std::ptr::eq(index_page(), index_page()), "built once");
     }
 
     #[test]
     fn page_stays_within_the_policy() {
         let (page, js, css) = (page_text(), file_text("app.js"), file_text("app.css"));
+        let records = file_text("records.js");
         // Small: sign-in and sign-up, the feed, the chat and their error handling.
         assert!(page.len() + js.len() + css.len() < 20 * 1024, "page over 20 KB");
+        // The records view: what the API describes, browsed and edited through the API.
+        assert!(records.len() < 10 * 1024, "records.js over 10 KB");
+        assert!(records.starts_with("\"use strict\";"));
+        for needle in ["fetch(\"/api/openapi.json\")", "\"forkd:session\"", "\"If-Match\"", "\"PATCH\"", "\"DELETE\""] {
+            assert!(records.contains(needle), "{needle}");
+        }
         assert!(page.starts_with("<!doctype html>"));
         assert!(js.starts_with("\"use strict\";"));
         // Inline style attributes and handlers would need 'unsafe-inline'.
@@ -201,13 +210,13 @@ mod tests {
         });
         assert!(!handler_attr, "inline event handler attribute");
         // Nothing external: no absolute URLs, no protocol-relative ones, no eval.
-        for text in [page, js, css] {
+        for text in [page, js, css, records] {
             for bad in ["http://", "https://", "src=\"//", "href=\"//", "eval(", "new Function", "innerHTML", "<iframe"]
             {
                 assert!(!text.contains(bad), "{bad}");
             }
         }
-        for text in [js, css] {
+        for text in [js, records, css] {
             assert!(!text.contains("<script") && !text.contains("<style"), "a file holds no tag");
         }
         for needle in [

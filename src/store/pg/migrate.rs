@@ -15,21 +15,15 @@ use super::{migrations, Fail, Session};
 /// How long a migration run may take, waiting for another host's lock included.
 pub(super) const DEADLINE: Duration = Duration::from_secs(60);
 /// The advisory lock key every forkd migrating this database takes ("forkd" in ASCII).
-const LOCK_KEY: i64 = 0x66_6f72_6b64;
+pub(super) const LOCK_KEY: i64 = 0x66_6f72_6b64;
 
 /// Apply every pending migration under the advisory lock.
 pub(super) fn run(s: &mut Session<'_>) -> Result<(), Fail> {
-    locked(s, apply_pending)
-}
-
-/// `f` under the migration lock (the declared resources' schema step takes it too, so a
-/// host applying a declaration waits for another's to commit and then finds it recorded).
-pub(super) fn locked<T>(s: &mut Session<'_>, f: impl FnOnce(&mut Session<'_>) -> Result<T, Fail>) -> Result<T, Fail> {
     s.batch(&format!("SELECT pg_advisory_lock({LOCK_KEY})"))?;
-    let result = f(s);
+    let result = apply_pending(s);
     // Closing the connection releases the lock too; unlocking is only tidiness.
     let unlocked = s.batch(&format!("SELECT pg_advisory_unlock({LOCK_KEY})"));
-    result.and_then(|v| unlocked.map(|()| v))
+    result.and(unlocked)
 }
 
 fn apply_pending(s: &mut Session<'_>) -> Result<(), Fail> {

@@ -53,7 +53,6 @@ mod error;
 mod migrate;
 pub(crate) mod records;
 mod resources;
-mod schema;
 mod users;
 
 use std::collections::{HashMap, VecDeque};
@@ -251,18 +250,73 @@ impl Pg {
 
     /// Apply the pending migrations (see `migrate.rs`); one connection, closed on return.
     pub(crate) fn migrate(url: &DatabaseUrl) -> Result<(), StoreError> {
-        Self::once(url, migrate::run)
-    }
-
-    /// `f` on a connection of its own, within the migrations' deadline; closed on return (a
-    /// transaction `f` left open goes with it).
-    fn once<T>(url: &DatabaseUrl, f: impl FnOnce(&mut Session<'_>) -> Result<T, Fail>) -> Result<T, StoreError> {
         let settings = Self::settings(url)?;
         let deadline = Instant::now() + migrate::DEADLINE;
         let (rt, client) = connect(&settings, deadline).map_err(|e| e.into_store(&url.to_string()))?;
         let mut conn = Conn::new(rt, client);
         let mut session = Session { conn: &mut conn, deadline, in_tx: false };
-        f(&mut session).map_err(|e| e.into_store(&url.to_string()))
+        migrate::run(&mut session).map_err(|e| e.into_store(&url.to_string()))
+    }
+
+    /// The declared resources' tables against `registry` (see `store::schema`), planned and
+    /// applied as `mode` allows in one transaction under the migration lock, so hosts
+    /// starting together apply each change once and agree on what was applied.
+    pub(crate) fn migrate_resources(
+        url: &DatabaseUrl,
+        registry: &crate::resources::Registry,
+        mode: super::schema::Mode,
+    ) -> Result<super::schema::Plan, StoreError> {
+        use super::records::sql::Dialect;
+        use super::schema;
+        let settings = Self::settings(url)?;
+        let deadline = Instant::now() + migrate::DEADLINE;
+        let shown = url.to_string();
+        let (rt, client) = connect(&settings, deadline).map_err(|e| e.into_store(&shown))?;
+        let mut conn = Conn::new(rt, client);
+        let mut s = Session { conn: &mut conn, deadline, in_tx: false };
+        let run = |s: &mut Session<'_>| -> Result<Result<schema::Plan, String>, Fail> {
+            s.begin("")?;
+            s.batch(&format!("SELECT pg_advisory_xact_lock({})", migrate::LOCK_KEY))?;
+            let recorded: Vec<(String, String)> = s
+                .query("SELECT name, declaration FROM forkd_resources ORDER BY applied_at, name", &[])?
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<Result<_, Fail>>()?;
+            let mut plan = match schema::plan(&recorded, registry) {
+                Ok(p) => p,
+                Err(e) => return Ok(Err(e)),
+            };
+            if plan.applies_in(mode) && !plan.is_empty() {
+                for step in &plan.steps {
+                    for (sql, param) in schema::statements(Dialect::Pg, step, registry) {
+                        match param {
+                            Some((kind, cell)) => {
+                                let arg = resources::arg(kind, &cell);
+                                s.execute(&sql, &[&*arg])?;
+                            }
+                            None => s.batch(&sql)?,
+                        }
+                    }
+                    match registry.get(&step.resource) {
+                        Some(r) => {
+                            let json = schema::declaration(r);
+                            s.execute(&schema::record_sql(Dialect::Pg), &[&r.name, &json])?;
+                        }
+                        None => {
+                            s.execute("DELETE FROM forkd_resources WHERE name = $1", &[&step.resource])?;
+                        }
+                    }
+                }
+                plan.applied = true;
+            }
+            s.commit()?;
+            Ok(Ok(plan))
+        };
+        match run(&mut s) {
+            Ok(Ok(plan)) => Ok(plan),
+            Ok(Err(e)) => Err(StoreError::Sql(e)),
+            Err(f) => Err(f.into_store(&shown)),
+        }
     }
 
     /// A pool of at most `pool_size` (at least one) connections, none opened yet.

@@ -55,7 +55,8 @@ pub struct ListQuery {
     pub filters: Vec<Filter>,
     /// `?q=`: case-insensitive "contains" over the `search` fields (any of them).
     pub q: Option<String>,
-    /// The order (ties are always broken by `id` ascending, appended by the store).
+    /// The order (ties are always broken by `id`, in the last key's direction, appended by
+    /// the store).
     pub sort: Vec<SortKey>,
     /// Page number from 1.
     pub page: u32,

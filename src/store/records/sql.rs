@@ -151,7 +151,7 @@ pub(crate) fn searched(res: &Resource) -> impl Iterator<Item = &Field> {
     res.fields.iter().filter(|f| f.search && f.kind.searchable())
 }
 
-/// `ORDER BY` of a list: the keys, then `id` ascending unless already a key.
+/// `ORDER BY` of a list: the keys, then `id` (in the last key's direction) unless a key.
 pub(crate) fn order_by(sort: &[SortKey]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut has_id = false;
@@ -167,8 +167,10 @@ pub(crate) fn order_by(sort: &[SortKey]) -> String {
         };
         parts.push(if k.desc { format!("{col} DESC") } else { col });
     }
+    // The tie-break follows the last key's direction, so one index on (key, id) read in one
+    // direction gives the whole order and a page stops after its rows.
     if !has_id {
-        parts.push("id".into());
+        parts.push(if sort.last().is_some_and(|k| k.desc) { "id DESC".into() } else { "id".into() });
     }
     parts.join(", ")
 }
@@ -227,7 +229,7 @@ mod tests {
         assert_eq!(order_by(&posts.default_sort), "id DESC");
         assert_eq!(
             order_by(&[SortKey { key: "createdAt".into(), desc: false }, SortKey { key: "title".into(), desc: true }]),
-            r#"created_at, "title" DESC, id"#
+            r#"created_at, "title" DESC, id DESC"#
         );
         assert_eq!(contains_pattern("a%b_c\\"), "%a\\%b\\_c\\\\%");
     }

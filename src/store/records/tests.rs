@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use super::*;
 use crate::resources::record::Record;
 use crate::resources::{builtin, Create, Field, Kind, Read, Write};
-use crate::store::schema::State;
+use crate::store::schema::Mode;
 use crate::store::{pg, Logged, NewUser, Role, Store, Target};
 
 /// The scenario `$f(target, store, registry)` as `$name::sqlite` and `$name::postgres`, on a
@@ -37,8 +37,8 @@ macro_rules! both {
 fn run(target: Target<'_>, f: impl FnOnce(Target<'_>, &Store, &'static Registry)) {
     Store::migrate(target).expect("migrate");
     let reg = registry();
-    let plan = Store::migrate_resources(target, reg, false).expect("migrate resources");
-    assert_eq!(plan.refused().count(), 0, "{plan:?}");
+    let plan = Store::migrate_resources(target, reg, Mode::Additive).expect("migrate resources");
+    assert!(plan.applied && plan.destructive().next().is_none(), "{plan:?}");
     let store = Store::open(target, 2).expect("open");
     f(target, &store, reg);
 }
@@ -225,7 +225,11 @@ both!(filters_sort_search_and_pages, |_t: Target<'_>, store: &Store, reg: &'stat
     assert_eq!(search("zzz"), Vec::<i64>::new());
     let sort = |keys: &[(&str, bool)]| keys.iter().map(|(k, d)| SortKey { key: (*k).into(), desc: *d }).collect();
     let q = ListQuery { sort: sort(&[("score", true)]), ..Default::default() };
-    assert_eq!(list(store, notes, q).0, [ids[4], ids[0], ids[2], ids[1], ids[3]], "ties by id ascending");
+    assert_eq!(
+        list(store, notes, q).0,
+        [ids[4], ids[2], ids[0], ids[1], ids[3]],
+        "ties by id, in the last key's direction"
+    );
     let q = ListQuery { sort: sort(&[("id", true)]), ..Default::default() };
     assert_eq!(list(store, notes, q).0, [ids[4], ids[3], ids[2], ids[1], ids[0]]);
     let q = ListQuery { sort: sort(&[("createdAt", true), ("title", false)]), ..Default::default() };
@@ -309,7 +313,8 @@ both!(schema_changes_apply_or_are_refused, |t: Target<'_>, store: &Store, reg: &
     let a = user(store, "a@x.io", Role::User);
     let kept = create(store, notes, a, None, note("kept", None, 4, false)).expect("note");
     store.close();
-    assert!(Store::plan_resources(t, reg).expect("plan").is_empty(), "applied and recorded");
+    let plan = |r: &Registry, mode| Store::migrate_resources(t, r, mode).expect("schema");
+    assert!(plan(reg, Mode::Plan).is_empty(), "applied and recorded");
 
     // Additive: a new field with a default, a new sorted field, a new resource.
     let mut next = reg.clone();
@@ -318,31 +323,27 @@ both!(schema_changes_apply_or_are_refused, |t: Target<'_>, store: &Store, reg: &
     n.fields.push(field("tag", Kind::String, |f| f.sort = true));
     next.list.push(resource("extras", Some("notes"), Read::Public, vec![field("x", Kind::Integer, |_| {})]));
     let next: &'static Registry = Box::leak(Box::new(next));
-    let plan = Store::migrate_resources(t, next, false).expect("additive");
-    assert_eq!(plan.steps.len(), 3, "{plan:?}");
-    assert!(plan.steps.iter().all(|s| s.state == State::Applied));
+    let added = plan(next, Mode::Additive);
+    assert!(added.applied && added.destructive().next().is_none(), "{added:?}");
     let store = Store::open(t, 2).expect("open");
     let got = store.record_get(scope(next, "notes"), kept.id).expect("get").expect("kept");
     assert_eq!(got.cells[7..], [Cell::Int(7), Cell::Null], "the default filled in");
     create(&store, scope(next, "extras"), a, Some(kept.id), vec![Cell::Int(1)]).expect("the new table works");
     store.close();
-    assert!(Store::plan_resources(t, next).expect("plan").is_empty(), "two plans agree once applied");
+    assert!(plan(next, Mode::Plan).is_empty(), "a second plan agrees once applied");
 
     // Destructive: back to the first registry drops `views`, `tag` and `extras`: refused.
-    let plan = Store::migrate_resources(t, reg, false).expect("refused");
-    let refused: Vec<String> = plan.refused().map(ToString::to_string).collect();
-    assert_eq!(
-        refused,
-        [
-            "resources.extras: removed (destructive: the table is dropped with its records)",
-            "resources.notes.fields.views: removed (destructive: the column is dropped with its values)",
-            "resources.notes.fields.tag: removed (destructive: the column is dropped with its values)",
-        ]
-    );
-    assert_eq!(Store::plan_resources(t, next).expect("plan"), Default::default(), "nothing applied");
-    let plan = Store::migrate_resources(t, reg, true).expect("applied");
-    assert_eq!(plan.steps.iter().filter(|s| s.state == State::Applied).count(), 3);
-    assert!(Store::plan_resources(t, reg).expect("plan").is_empty());
+    let refused = plan(reg, Mode::Additive);
+    assert!(!refused.applied);
+    let mut lines: Vec<&str> = refused.destructive().map(|s| s.line.as_str()).collect();
+    lines.sort_unstable();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(lines[0].starts_with("resources.extras: removed (destructive"), "{lines:#?}");
+    assert!(lines[1].starts_with("resources.notes.fields.tag: removed (destructive"), "{lines:#?}");
+    assert!(lines[2].starts_with("resources.notes.fields.views: removed (destructive"), "{lines:#?}");
+    assert!(plan(next, Mode::Plan).is_empty(), "nothing applied");
+    assert!(plan(reg, Mode::All).applied);
+    assert!(plan(reg, Mode::Plan).is_empty());
     let store = Store::open(t, 2).expect("open");
     let got = store.record_get(notes, kept.id).expect("get").expect("kept");
     assert_eq!(got.cells.len(), 7);

@@ -21,7 +21,12 @@ pub const ERRORS: &[(u16, &str, &str)] = &[
     ),
     (403, "FORBIDDEN", "Authenticated but not allowed, or a failed origin or CSRF check"),
     (404, "NOT_FOUND", "No such resource"),
-    (409, "CONFLICT", "The e-mail is already registered (any letter case)"),
+    (
+        409,
+        "CONFLICT",
+        "A duplicate: the e-mail is already registered (any letter case) or a `unique` field's value is taken; \
+         or a change of state its transitions do not allow. `errors` names the field (declared resources)",
+    ),
     (412, "PRECONDITION_FAILED", "`If-Match` does not match the current `ETag`"),
     (413, "PAYLOAD_TOO_LARGE", "The body is over the JSON body limit"),
     (415, "UNSUPPORTED_MEDIA_TYPE", "The body is not of a media type this route takes"),
@@ -188,7 +193,7 @@ fn error_schema(config: &Config, status: u16, code: &str) -> Value {
     if status == 422 {
         props.insert("errors".into(), json!({"$ref": "#/components/schemas/FieldErrors"}));
         required.push("errors");
-    } else if status == 400 {
+    } else if status == 400 || status == 409 {
         props.insert("errors".into(), json!({"$ref": "#/components/schemas/FieldErrors"}));
     }
     if status == 500 && config.is_development() {
@@ -213,6 +218,25 @@ pub const EMAIL_PATTERN: &str = concat!(
 /// expression for both rules would need a look-ahead).
 pub const EMAIL_LOCAL_LENGTH: &str = "^[^@]{1,64}@";
 
+/// Envelope B's `data`: a page of `item` (a schema's name).
+pub fn page(item: &str) -> Value {
+    json!({"type": "object", "additionalProperties": false,
+    "required": ["items", "total", "page", "pageSize", "totalPages"],
+    "properties": {
+        "items": {"type": "array", "items": {"$ref": format!("#/components/schemas/{item}")}},
+        "total": {"type": "integer", "minimum": 0},
+        "page": {"type": "integer", "minimum": 1},
+        "pageSize": {"type": "integer", "minimum": 1, "maximum": 100},
+        "totalPages": {"type": "integer", "minimum": 0},
+    }})
+}
+
+/// A timestamp as the service writes it: RFC 3339 in UTC.
+pub fn time() -> Value {
+    json!({"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?Z$",
+        "description": "RFC 3339, UTC"})
+}
+
 fn schemas(config: &Config) -> Value {
     let name = json!({"type": "string", "minLength": 1, "maxLength": 100, "pattern": NOT_ONLY_SPACE,
         "description": "1-100 characters, not only white space"});
@@ -221,22 +245,10 @@ fn schemas(config: &Config) -> Value {
         "description": "An e-mail address of at most 254 characters, at most 64 before the `@`; unique in any letter case"});
     let age = json!({"type": ["integer", "null"], "minimum": 0, "maximum": 150});
     let role = json!({"type": "string", "enum": ["user", "admin"]});
-    let time = json!({"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?Z$",
-        "description": "RFC 3339, UTC"});
+    let time = time();
     let id = json!({"type": "integer", "minimum": 1});
     let text = json!({"type": ["string", "null"]});
     let count = json!({"type": ["integer", "null"], "minimum": 0});
-    let page = |item: &str| {
-        json!({"type": "object", "additionalProperties": false,
-        "required": ["items", "total", "page", "pageSize", "totalPages"],
-        "properties": {
-            "items": {"type": "array", "items": {"$ref": format!("#/components/schemas/{item}")}},
-            "total": {"type": "integer", "minimum": 0},
-            "page": {"type": "integer", "minimum": 1},
-            "pageSize": {"type": "integer", "minimum": 1, "maximum": 100},
-            "totalPages": {"type": "integer", "minimum": 0},
-        }})
-    };
     let mut m = Map::new();
     m.insert(
         "User".into(),
@@ -246,20 +258,12 @@ fn schemas(config: &Config) -> Value {
                 "role": role, "createdAt": time, "updatedAt": time}}),
     );
     m.insert(
-        "Post".into(),
-        json!({"type": "object", "additionalProperties": false,
-            "required": ["id", "userId", "title", "body", "createdAt", "updatedAt"],
-            "properties": {"id": id, "userId": id, "title": {"type": "string"}, "body": {"type": "string"},
-                "createdAt": time, "updatedAt": time}}),
-    );
-    m.insert(
         "Notification".into(),
         json!({"type": "object", "additionalProperties": false,
             "required": ["id", "title", "body", "createdAt"],
             "properties": {"id": id, "title": {"type": "string"}, "body": {"type": "string"}, "createdAt": time}}),
     );
-    m.insert("UserPage".into(), json!(page("User")));
-    m.insert("PostPage".into(), json!(page("Post")));
+    m.insert("UserPage".into(), page("User"));
     m.insert(
         "FieldErrors".into(),
         json!({"type": "array", "items": {"type": "object", "additionalProperties": false,
@@ -287,18 +291,6 @@ fn schemas(config: &Config) -> Value {
         json!({"type": "object", "additionalProperties": false,
             "properties": {"name": name, "email": email, "age": age, "role": role,
                 "password": password, "currentPassword": current}}),
-    );
-    m.insert(
-        "NewPost".into(),
-        json!({"type": "object", "additionalProperties": false, "required": ["title"],
-            "properties": {"title": {"type": "string", "minLength": 1, "maxLength": 200},
-                "body": {"type": "string", "maxLength": 10000}}}),
-    );
-    m.insert(
-        "PostPatch".into(),
-        json!({"type": "object", "additionalProperties": false,
-            "properties": {"title": {"type": "string", "minLength": 1, "maxLength": 200},
-                "body": {"type": "string", "maxLength": 10000}}}),
     );
     m.insert(
         "NewNotification".into(),
@@ -364,6 +356,7 @@ fn schemas(config: &Config) -> Value {
                 "degraded": {"type": "array", "minItems": 1,
                     "items": {"type": "string", "enum": ["recentOrders", "recommendations"]}}}}),
     );
+    super::resources::schemas(&config.resources, &mut m);
     m.insert("CspReport".into(), json!({
             "description": "The `report-uri` form, or the Reporting API's list of reports (at least one `csp-violation`)",
             "oneOf": [

@@ -13,10 +13,12 @@
 //! then costs no more than `/health`. A unit test compares its `paths` with
 //! [`crate::app::router::Router::routes`], both ways, so a route cannot be added
 //! or removed without the document following. Operations are in `paths.rs`,
-//! shared schemas, headers and error responses in `components.rs`.
+//! shared schemas, headers and error responses in `components.rs`, and what
+//! each declared resource adds (the built-in `posts` too) in `resources.rs`.
 
 mod components;
 mod paths;
+mod resources;
 
 use std::sync::OnceLock;
 
@@ -56,18 +58,31 @@ pub fn document(config: &Config) -> Value {
             "description": DESCRIPTION,
         },
         "servers": [{"url": "/"}],
-        "tags": paths::TAGS.iter().map(|(name, description)| json!({"name": name, "description": description})).collect::<Vec<_>>(),
+        "tags": tags(config),
         "paths": Value::Object(paths.into_map()),
         "components": components::components(config),
     })
+}
+
+/// The tags in display order: the built-in groups, each resource's after `users`.
+fn tags(config: &Config) -> Vec<Value> {
+    let tag = |name: &str, description: &str| json!({"name": name, "description": description});
+    let mut out = Vec::new();
+    for (name, description) in paths::TAGS {
+        out.push(tag(name, description));
+        if *name == "users" {
+            out.extend(resources::tags(&config.resources).iter().map(|(n, d)| tag(n, d)));
+        }
+    }
+    out
 }
 
 const DESCRIPTION: &str = "\
 A pre-forked HTTP/1.1 service. Success bodies are `{\"code\", \"message\", \"data\"}` envelopes \
 (paginated `data` is `{\"items\", \"total\", \"page\", \"pageSize\", \"totalPages\"}`); errors are \
 `{\"code\": \"<STRING>\", \"message\", \"errors\"?, \"stack\"?}` with `Content-Type: application/json`. \
-Resources live under `/api/v1`; `/api/users`, `/api/posts`, `/api/auth` and `/api/notifications` \
-answer too, the version taken from `?version=1` or `Accept: application/vnd.forkd+json; version=1` \
+Resources live under `/api/v1`; `/api/users`, `/api/auth`, `/api/notifications` and each declared \
+resource's `/api/<name>` (the built-in `posts` among them) answer too, the version taken from `?version=1` or `Accept: application/vnd.forkd+json; version=1` \
 (any other version is 400). Every `/api/*` route and `/csp-report` is rate limited per client \
 address (the `RateLimit-*` headers; over the limit 429 with `Retry-After`). Unsafe methods with an \
 `Origin` that is neither the service's own nor allow-listed are refused with 403. `HEAD` is answered \
@@ -85,6 +100,44 @@ mod tests {
         let mut c = Config::default();
         c.websocket.echo = echo;
         c
+    }
+
+    /// A configuration with declared resources: one top level, one nested under it with a
+    /// `ref`, one under users that replaces nothing.
+    fn declared() -> Config {
+        let text = r#"
+            [[resources]]
+            name = "articles"
+            read = "public"
+            [resources.fields.title]
+            type = "string"
+            required = true
+            max = 100
+            sort = true
+            [resources.fields.state]
+            type = "enum"
+            values = ["draft", "live"]
+            default = "draft"
+            transitions = { draft = ["live"] }
+            [[resources]]
+            name = "comments"
+            parent = "articles"
+            read = "owner"
+            [resources.fields.about]
+            type = "ref"
+            ref = "articles"
+            [[resources]]
+            name = "notes"
+            parent = "users"
+            [resources.fields.at]
+            type = "datetime"
+            filter = true
+        "#;
+        let table: toml::Table = text.parse().expect("toml");
+        let mut errors = Vec::new();
+        let resources = crate::resources::parse::registry(table.get("resources"), &mut errors);
+        assert_eq!(errors, Vec::<String>::new());
+        Config { resources, ..Config::default() }
     }
 
     /// `(METHOD, path)` of every documented operation.
@@ -111,8 +164,7 @@ mod tests {
 
     #[test]
     fn every_route_is_documented_and_every_documented_operation_is_routed() {
-        for echo in [false, true] {
-            let c = config(echo);
+        for (echo, c) in [(false, config(false)), (true, config(true)), (false, declared())] {
             let (doc, routes) = (documented(&document(&c)), served(&c));
             let missing: Vec<_> = routes.difference(&doc).collect();
             let extra: Vec<_> = doc.difference(&routes).collect();
@@ -120,6 +172,16 @@ mod tests {
             assert!(extra.is_empty(), "documented but not routed (echo {echo}): {extra:?}");
         }
         assert!(served(&config(true)).contains(&("GET".into(), "/ws/echo".into())));
+        let doc = documented(&document(&declared()));
+        for op in [
+            ("GET", "/api/v1/articles"),
+            ("POST", "/api/v1/articles/{id}/comments"),
+            ("PUT", "/api/comments/{id}"),
+            ("GET", "/api/v1/users/{id}/notes"),
+            ("PATCH", "/api/v1/posts/{id}"),
+        ] {
+            assert!(doc.contains(&(op.0.into(), op.1.into())), "{op:?}");
+        }
     }
 
     #[test]
@@ -156,7 +218,7 @@ mod tests {
                 _ => {}
             }
         }
-        for c in [config(false), {
+        for c in [config(false), declared(), {
             let mut c = config(true);
             c.rate_limit.enabled = false;
             c.csp_report_only = true;
@@ -171,7 +233,9 @@ mod tests {
 
     #[test]
     fn operations_have_unique_ids_and_responses() {
-        let doc = document(&config(true));
+        let mut c = declared();
+        c.websocket.echo = true;
+        let doc = document(&c);
         let mut ids = BTreeSet::new();
         for (path, item) in doc["paths"].as_object().into_iter().flatten() {
             for (method, op) in item.as_object().into_iter().flatten() {
@@ -210,11 +274,12 @@ mod tests {
         assert!(validate::password(&"p".repeat(len(pw, "maxLength"))).is_ok());
         assert!(validate::password(&"p".repeat(len(pw, "maxLength") + 1)).is_err());
         assert_eq!((user["age"]["minimum"].as_i64(), user["age"]["maximum"].as_i64()), (Some(0), Some(150)));
-        let post = &doc["components"]["schemas"]["NewPost"]["properties"];
-        assert!(validate::title(&"t".repeat(len(&post["title"], "maxLength"))).is_ok());
-        assert!(validate::title(&"t".repeat(len(&post["title"], "maxLength") + 1)).is_err());
-        assert!(validate::post_body(&"b".repeat(len(&post["body"], "maxLength"))).is_ok());
-        assert!(validate::post_body(&"b".repeat(len(&post["body"], "maxLength") + 1)).is_err());
+        let post = &doc["components"]["schemas"]["postsInput"]["properties"];
+        for f in &crate::resources::builtin::posts().fields {
+            let max = len(&post[&f.name], "maxLength");
+            assert!(crate::resources::value::check(f, &json!("t".repeat(max))).is_ok(), "{}", f.name);
+            assert!(crate::resources::value::check(f, &json!("t".repeat(max + 1))).is_err(), "{}", f.name);
+        }
         let n = &doc["components"]["schemas"]["NewNotification"]["properties"];
         let body = "b".repeat(len(&n["body"], "maxLength"));
         let ok = |b: &str| {

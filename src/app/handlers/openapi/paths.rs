@@ -4,6 +4,8 @@
 //! requirement, the common headers); the versioned resources are added
 //! under `/api/v1` and, with the `version` query parameter, under `/api`.
 
+use std::borrow::Cow;
+
 use serde_json::{json, Map, Value};
 
 use super::components::{cache_control, error_ref, header, headers, limited};
@@ -15,7 +17,6 @@ use crate::config::Config;
 pub const TAGS: &[(&str, &str)] = &[
     ("auth", "Log in, rotate and revoke refresh tokens"),
     ("users", "Sign-up and user accounts"),
-    ("posts", "A user's posts"),
     ("notifications", "Notifications pushed to every event stream"),
     ("streams", "Server-sent events, chat, WebSocket"),
     ("aggregation", "Responses built from upstream services"),
@@ -79,13 +80,13 @@ impl Ok {
 #[derive(Clone)]
 pub struct Op {
     /// `operationId` (the unversioned copy gets `Unversioned` appended).
-    pub id: &'static str,
+    pub id: Cow<'static, str>,
     /// Its tag.
-    pub tag: &'static str,
+    pub tag: Cow<'static, str>,
     /// One line.
-    pub summary: &'static str,
+    pub summary: Cow<'static, str>,
     /// The details a caller needs.
-    pub description: &'static str,
+    pub description: Cow<'static, str>,
     /// Who may call it.
     pub auth: Auth,
     /// Query, header and cookie parameters (path parameters are added from the path).
@@ -99,12 +100,18 @@ pub struct Op {
 }
 
 impl Op {
-    fn new(id: &'static str, tag: &'static str, summary: &'static str, description: &'static str) -> Op {
+    /// An operation with no parameters, body or responses yet, callable by anyone.
+    pub fn new(
+        id: impl Into<Cow<'static, str>>,
+        tag: impl Into<Cow<'static, str>>,
+        summary: impl Into<Cow<'static, str>>,
+        description: impl Into<Cow<'static, str>>,
+    ) -> Op {
         Op {
-            id,
-            tag,
-            summary,
-            description,
+            id: id.into(),
+            tag: tag.into(),
+            summary: summary.into(),
+            description: description.into(),
             auth: Auth::None,
             params: Vec::new(),
             body: None,
@@ -112,23 +119,28 @@ impl Op {
             errors: Vec::new(),
         }
     }
-    fn auth(mut self, auth: Auth) -> Op {
+    /// See the field of the same name.
+    pub fn auth(mut self, auth: Auth) -> Op {
         self.auth = auth;
         self
     }
-    fn param(mut self, p: Value) -> Op {
+    /// See the field of the same name.
+    pub fn param(mut self, p: Value) -> Op {
         self.params.push(p);
         self
     }
-    fn body(mut self, b: Value) -> Op {
+    /// See the field of the same name.
+    pub fn body(mut self, b: Value) -> Op {
         self.body = Some(b);
         self
     }
-    fn ok(mut self, r: Ok) -> Op {
+    /// See the field of the same name.
+    pub fn ok(mut self, r: Ok) -> Op {
         self.ok.push(r);
         self
     }
-    fn errors(mut self, e: &[u16]) -> Op {
+    /// See the field of the same name.
+    pub fn errors(mut self, e: &[u16]) -> Op {
         self.errors.extend_from_slice(e);
         self
     }
@@ -136,7 +148,8 @@ impl Op {
 
 /// The `paths` object being built.
 pub struct Paths<'c> {
-    config: &'c Config,
+    /// The configuration the document describes.
+    pub config: &'c Config,
     map: Map<String, Value>,
 }
 
@@ -153,7 +166,7 @@ impl<'c> Paths<'c> {
 
     /// Add `method path` (upper-case method).
     pub fn add(&mut self, method: &str, path: &str, op: &Op) {
-        self.add_as(method, path, op, op.id.to_owned(), Vec::new());
+        self.add_as(method, path, op, op.id.to_string(), Vec::new());
     }
 
     /// Add a versioned resource under `/api/v1{rest}` and `/api{rest}`.
@@ -199,9 +212,9 @@ impl<'c> Paths<'c> {
         let mut o = Map::new();
         o.insert("operationId".into(), Value::String(id));
         o.insert("tags".into(), json!([op.tag]));
-        o.insert("summary".into(), op.summary.into());
+        o.insert("summary".into(), json!(op.summary));
         if !op.description.is_empty() {
-            o.insert("description".into(), op.description.into());
+            o.insert("description".into(), json!(op.description));
         }
         match op.auth {
             Auth::None => o.insert("security".into(), json!([])),
@@ -261,27 +274,27 @@ fn success(config: &Config, limited: bool, r: &Ok) -> Value {
     Value::Object(o)
 }
 
-fn schema(name: &str) -> Value {
+pub(super) fn schema(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
 }
 
-fn json_body(name: &str, required: bool) -> Value {
+pub(super) fn json_body(name: &str, required: bool) -> Value {
     json!({"required": required, "content": {"application/json": {"schema": schema(name)}}})
 }
 
-fn query(name: &str, description: &str, schema: Value) -> Value {
+pub(super) fn query(name: &str, description: &str, schema: Value) -> Value {
     json!({"name": name, "in": "query", "required": false, "description": description, "schema": schema})
 }
 
-fn header_param(name: &str, description: &str) -> Value {
+pub(super) fn header_param(name: &str, description: &str) -> Value {
     json!({"name": name, "in": "header", "required": false, "description": description, "schema": {"type": "string"}})
 }
 
-fn etag() -> Value {
+pub(super) fn etag() -> Value {
     header("A strong validator of the representation", json!({"type": "string", "pattern": "^\"[^\"]*\"$"}))
 }
 
-fn location() -> Value {
+pub(super) fn location() -> Value {
     header("Where the new resource lives", json!({"type": "string", "pattern": "^/api/v1/"}))
 }
 
@@ -292,7 +305,7 @@ fn set_cookie() -> Value {
     )
 }
 
-const NO_STORE: &str = "no-store";
+pub(super) const NO_STORE: &str = "no-store";
 const SSE: &str = "text/event-stream";
 
 fn status_ok() -> Content {
@@ -322,7 +335,23 @@ fn events_schema() -> Value {
         {"type": "object", "required": ["event", "data", "id"],
             "properties": {"event": {"const": "notification"}, "id": {"type": "string", "pattern": "^[0-9]+$"},
                 "data": json_data(schema("Notification"))}},
+        {"type": "object", "required": ["event", "data", "id"],
+            "properties": {"event": {"const": "change"}, "id": {"type": "string", "pattern": "^[0-9]+$"},
+                "data": json_data(json!({"type": "object", "required": ["resource", "action", "id", "record"],
+                    "additionalProperties": false,
+                    "properties": {"resource": {"type": "string"},
+                        "action": {"type": "string", "enum": ["create", "update", "delete"]},
+                        "id": {"type": "integer", "minimum": 1}, "record": {"type": ["object", "null"]}}}))}},
     ]})
+}
+
+/// `?resources=` of `/api/events`: a comma list of the resources whose changes are pushed
+/// (blanks around a name and empty items are ignored).
+fn resources_pattern(config: &Config) -> Value {
+    let names: Vec<&str> = config.resources.list.iter().filter(|r| r.events).map(|r| r.name.as_str()).collect();
+    let item =
+        if names.is_empty() { "[ \\t]*".to_owned() } else { format!("[ \\t]*(?:(?:{})[ \\t]*)?", names.join("|")) };
+    json!({"type": "string", "pattern": format!("^{item}(?:,{item})*$")})
 }
 
 /// One event of a chat answer: a chunk, the closing `[DONE]`, or an error that ends the stream.
@@ -340,7 +369,7 @@ fn chat_events_schema() -> Value {
     ]})
 }
 
-fn by_id(op: &str) -> Value {
+pub(super) fn by_id(op: &str) -> Value {
     json!({"operationId": op, "parameters": {"id": "$response.body#/data/id"}})
 }
 
@@ -349,7 +378,7 @@ pub fn all(p: &mut Paths<'_>) {
     service(p);
     files_and_pages(p);
     users(p);
-    posts(p);
+    super::resources::paths(p);
     auth(p);
     notifications(p);
     streams(p);
@@ -406,13 +435,29 @@ fn service(p: &mut Paths<'_>) {
             "streams",
             "Server-sent events",
             "Starts with `retry: <ms>` and `event: connected` (`data: {\"message\":\"connected\"}`); then \
-             `event: heartbeat` (`data: {\"time\": <ms since the epoch>}`) periodically and `event: notification` \
-             with `id: <n>` and the notification as data. `Last-Event-ID: n` replays the notifications after `n` \
-             first. The stream does not end by itself.",
+             `event: heartbeat` (`data: {\"time\": <ms since the epoch>}`) periodically, `event: notification` \
+             with `id: <n>` and the notification as data, and `event: change` with `id: <n>` (the same sequence) \
+             for each create, update and delete of a declared resource with `events = true` whose record the \
+             stream's user may read (`data: {\"resource\", \"action\", \"id\", \"record\"}`, `record` null on a \
+             delete). The stream's user comes from the bearer token or `?token=` (a bad token is 401); without \
+             one the stream is anonymous and gets changes of `public` resources only. `Last-Event-ID: n` \
+             replays what came after `n` first, by the same rule. The stream does not end by itself.",
         )
+        .auth(Auth::Optional)
         .param(header_param(
             "Last-Event-ID",
-            "Replay notifications after this id (a non-negative integer; anything else is ignored)",
+            "Replay notifications and changes after this id (a non-negative integer; anything else is ignored)",
+        ))
+        .param(query(
+            "token",
+            "An access token, for clients that cannot send `Authorization` (never logged)",
+            json!({"type": "string"}),
+        ))
+        .param(query(
+            "resources",
+            "Only the changes of these resources (a comma list of resources with `events = true`; \
+             notifications still arrive); another name is 400",
+            resources_pattern(p.config),
         ))
         .ok(ok(200, "The event stream", Content::Raw(vec![SSE], events_schema()), "no-cache")),
     );
@@ -561,10 +606,11 @@ fn files_and_pages(p: &mut Paths<'_>) {
 }
 
 fn users(p: &mut Paths<'_>) {
-    let links = json!({
+    let mut links = json!({
         "GetUser": by_id("getUser"), "ReplaceUser": by_id("replaceUser"), "PatchUser": by_id("patchUser"),
-        "DeleteUser": by_id("deleteUser"), "ListPosts": by_id("listPosts"), "CreatePost": by_id("createPost"),
+        "DeleteUser": by_id("deleteUser"),
     });
+    super::resources::child_links(p.config, "users", &mut links);
     p.versioned(
         "POST",
         "/users",
@@ -645,62 +691,7 @@ fn users(p: &mut Paths<'_>) {
     p.versioned(
         "DELETE",
         "/users/{id}",
-        &Op::new("deleteUser", "users", "Delete a user and their posts", "The user itself or an admin (else 403).")
-            .auth(Auth::Bearer)
-            .ok(ok(204, "Deleted", Content::Empty, NO_STORE))
-            .errors(&[404, 503]),
-    );
-}
-
-fn posts(p: &mut Paths<'_>) {
-    p.versioned(
-        "GET",
-        "/users/{id}/posts",
-        &Op::new("listPosts", "posts", "A user's posts, newest first", "")
-            .auth(Auth::Bearer)
-            .param(query(
-                "page",
-                "Page number",
-                json!({"type": "integer", "minimum": 1, "maximum": 1_000_000, "default": 1}),
-            ))
-            .param(query("limit", "Page size", json!({"type": "integer", "minimum": 1, "maximum": 100, "default": 20})))
-            .ok(ok(200, "A page of posts", Content::Envelope(schema("PostPage")), NO_STORE))
-            .errors(&[404, 503]),
-    );
-    let links =
-        json!({"GetPost": by_id("getPost"), "PatchPost": by_id("patchPost"), "DeletePost": by_id("deletePost")});
-    p.versioned(
-        "POST",
-        "/users/{id}/posts",
-        &Op::new("createPost", "posts", "Write a post", "Only the user `id` itself (else 403).")
-            .auth(Auth::Bearer)
-            .body(json_body("NewPost", true))
-            .ok(ok(201, "Created", Content::Envelope(schema("Post")), NO_STORE)
-                .header("Location", location())
-                .links(links))
-            .errors(&[404, 503]),
-    );
-    p.versioned(
-        "GET",
-        "/posts/{id}",
-        &Op::new("getPost", "posts", "Read a post", "")
-            .auth(Auth::Bearer)
-            .ok(ok(200, "The post", Content::Envelope(schema("Post")), NO_STORE))
-            .errors(&[404, 503]),
-    );
-    p.versioned(
-        "PATCH",
-        "/posts/{id}",
-        &Op::new("patchPost", "posts", "Change a post", "Its author or an admin (else 403).")
-            .auth(Auth::Bearer)
-            .body(json_body("PostPatch", true))
-            .ok(ok(200, "The post", Content::Envelope(schema("Post")), NO_STORE))
-            .errors(&[404, 503]),
-    );
-    p.versioned(
-        "DELETE",
-        "/posts/{id}",
-        &Op::new("deletePost", "posts", "Delete a post", "Its author or an admin (else 403).")
+        &Op::new("deleteUser", "users", "Delete a user and what they own", "The user itself or an admin (else 403). Every record the user owns goes with it (and those records' children).")
             .auth(Auth::Bearer)
             .ok(ok(204, "Deleted", Content::Empty, NO_STORE))
             .errors(&[404, 503]),
@@ -833,7 +824,7 @@ fn streams(p: &mut Paths<'_>) {
     .body(json_body("Chat", true))
     .ok(ok(200, "The answer's chunks", Content::Raw(vec![SSE], chat_events_schema()), "no-cache"))
     .errors(&[502, 504]);
-    p.add("POST", "/api/chat", &Op { id: "chatUnversioned", ..chat.clone() });
+    p.add("POST", "/api/chat", &Op { id: "chatUnversioned".into(), ..chat.clone() });
     p.add("POST", "/api/v1/chat", &chat);
 }
 
@@ -873,6 +864,6 @@ fn aggregation(p: &mut Paths<'_>) {
     .auth(Auth::Bearer)
     .ok(ok(200, "The homepage", Content::Envelope(schema("Homepage")), NO_STORE))
     .errors(&[502, 504]);
-    p.add("GET", "/api/homepage", &Op { id: "homepageUnversioned", ..home.clone() });
+    p.add("GET", "/api/homepage", &Op { id: "homepageUnversioned".into(), ..home.clone() });
     p.add("GET", "/api/v1/homepage", &home);
 }
