@@ -237,7 +237,7 @@ impl Drop for PooledConn<'_> {
 }
 
 /// Open one connection and apply the per-connection settings.
-pub(crate) fn open_connection(path: &Path, create: bool) -> Result<Connection, StoreError> {
+fn open_connection(path: &Path, create: bool) -> Result<Connection, StoreError> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
