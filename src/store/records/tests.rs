@@ -349,3 +349,20 @@ both!(schema_changes_apply_or_are_refused, |t: Target<'_>, store: &Store, reg: &
     assert_eq!(got.cells.len(), 7);
     assert_eq!(got.cells[0], text("kept"));
 });
+
+both!(a_parent_and_its_child_removed_together, |t: Target<'_>, store: &Store, reg: &'static Registry| {
+    let (notes, items) = (scope(reg, "notes"), scope(reg, "items"));
+    let a = user(store, "a@x.io", Role::User);
+    let n = create(store, notes, a, None, note("n", None, 1, false)).expect("note");
+    create(store, items, a, Some(n.id), vec![Cell::Null, Cell::Null]).expect("item");
+    store.close();
+    // A child recorded after its parent, whichever order the records are read in.
+    let mut more = reg.clone();
+    more.list.push(resource("zchildren", Some("notes"), Read::Public, vec![field("x", Kind::Integer, |_| {})]));
+    assert!(Store::migrate_resources(t, &more, Mode::Additive).expect("added").applied);
+    let mut fewer = reg.clone();
+    fewer.list.retain(|r| r.name != "notes" && r.name != "items");
+    let plan = Store::migrate_resources(t, &fewer, Mode::All).expect("the child's table goes first");
+    assert!(plan.applied && plan.destructive().count() == 3, "{plan:?}");
+    assert!(Store::migrate_resources(t, &fewer, Mode::Plan).expect("plan").is_empty());
+});
