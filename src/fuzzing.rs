@@ -17,6 +17,8 @@ use crate::http1::body::Chunked;
 use crate::http1::parse::{self, Framing};
 use crate::proto::ws::{Event, Message, WsConn};
 
+mod records;
+
 /// A fuzz target's entry function.
 pub type Target = fn(&[u8]);
 
@@ -31,6 +33,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("range", range),
     ("config", config),
     ("http3_frames", http3_frames),
+    ("records", records::records),
 ];
 
 /// Split lengths for feeding `len` bytes in pieces, chosen by `seed`
