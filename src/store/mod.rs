@@ -1,9 +1,9 @@
-//! The data store: a typed API (`Store::create_user`, `Store::list_posts`,
+//! The data store: a typed API (`Store::create_user`, `Store::record_list`,
 //! `Store::rotate_refresh`, …) over one of two backends, so no SQL ever appears outside this
 //! module and handlers do not know which backend serves them:
 //!
 //! - SQLite in WAL mode, one file under `data_dir` ([`sqlite`]; the resource files
-//!   [`users`], [`posts`], [`tokens`], [`notifications`] hold its calls and the shared types);
+//!   [`users`], [`tokens`], [`notifications`] and [`records`] hold its calls and the shared types);
 //! - PostgreSQL when `cluster.database_url` is set ([`pg`]), shared by every host.
 //!
 //! [`Store`] is an enum of the two, and each call is one `match`: a handler's call costs a
@@ -37,7 +37,6 @@ pub mod error;
 pub mod migrations;
 pub mod notifications;
 pub mod pg;
-pub mod posts;
 pub mod records;
 pub mod schema;
 pub(crate) mod sqlite;
@@ -49,7 +48,6 @@ use std::path::Path;
 
 pub use error::StoreError;
 pub use notifications::{Logged, Notification};
-pub use posts::Post;
 pub use tokens::Rotation;
 pub use users::{NewUser, Role, Updated, User, UserChanges, UserQuery, UserRef, UserSort};
 
@@ -227,35 +225,10 @@ impl Store {
         dispatch!(self, s => s.update_user(id, c))
     }
 
-    /// Delete the user, their posts and their refresh tokens; `false` if there was no such user.
+    /// Delete the user, the records they own (posts among them, by the tables' cascades) and
+    /// their refresh tokens; `false` if there was no such user.
     pub fn delete_user(&self, id: i64) -> Result<bool, StoreError> {
         dispatch!(self, s => s.delete_user(id))
-    }
-
-    /// Create a post by `user_id`. The user must exist (else an `Sql` error).
-    pub fn create_post(&self, user_id: i64, title: &str, body: &str) -> Result<Post, StoreError> {
-        dispatch!(self, s => s.create_post(user_id, title, body))
-    }
-
-    /// The post with this id, if any.
-    pub fn get_post(&self, id: i64) -> Result<Option<Post>, StoreError> {
-        dispatch!(self, s => s.get_post(id))
-    }
-
-    /// One page of `user_id`'s posts, newest (highest id) first.
-    pub fn list_posts(&self, user_id: i64, page: u32, limit: u32) -> Result<Page<Post>, StoreError> {
-        dispatch!(self, s => s.list_posts(user_id, page, limit))
-    }
-
-    /// Change the title and/or body (`None` keeps it) and bump `updated_at`; `None` if there is
-    /// no such post.
-    pub fn update_post(&self, id: i64, title: Option<&str>, body: Option<&str>) -> Result<Option<Post>, StoreError> {
-        dispatch!(self, s => s.update_post(id, title, body))
-    }
-
-    /// Delete the post; `false` if there was no such post.
-    pub fn delete_post(&self, id: i64) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.delete_post(id))
     }
 
     /// Create a record of `scope.res` owned by `owner_id` (under `parent_id` when nested), in

@@ -233,7 +233,9 @@ pub fn plan(recorded: &[(String, String)], registry: &Registry) -> Result<Plan, 
             steps.push(step(format!("{at}: rules or limits relaxed (recorded)"), false, Action::Record));
         }
     }
-    for o in &old {
+    // Removed tables go children first: PostgreSQL drops no table another one refers to.
+    let recorded = Registry { list: old, declared: Vec::new() };
+    for o in recorded.in_dependency_order().into_iter().rev() {
         if registry.get(&o.name).is_none() {
             steps.push(Step {
                 line: format!("resources.{}: removed (destructive: the table and its records are dropped)", o.name),

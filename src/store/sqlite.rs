@@ -1,6 +1,6 @@
 //! The SQLite backend: one database file in WAL mode, migrated by [`Sqlite::migrate`] and
 //! used through a small blocking pool of connections ([`Sqlite::open`]). The resource files
-//! (`users.rs`, `posts.rs`, `tokens.rs`, `notifications.rs`) implement the calls on it.
+//! (`users.rs`, `tokens.rs`, `notifications.rs`, `records/`) implement the calls on it.
 //!
 //! Connections are process-local: the supervisor migrates (and closes its connection) before
 //! fork; each worker opens its pool after fork. A connection never crosses a `fork`. Nothing

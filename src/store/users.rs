@@ -342,7 +342,7 @@ impl Sqlite {
         Ok(Some(Updated { revoked: user.token_gen != before, user }))
     }
 
-    /// Delete the user, their posts and their refresh tokens; `false` if there was no such user.
+    /// Delete the user, what they own and their refresh tokens; `false` if there was no such user.
     pub fn delete_user(&self, id: i64) -> Result<bool, StoreError> {
         let conn = self.conn()?;
         let deleted = conn.prepare_cached("DELETE FROM users WHERE id = ?1")?.execute([id])?;
@@ -403,6 +403,7 @@ mod tests {
     use super::super::sqlite::testutil;
     use super::super::Rotation;
     use super::*;
+    use crate::resources::value::Cell;
 
     fn new_user<'a>(name: &'a str, email: &'a str, age: Option<i64>, role: Role) -> NewUser<'a> {
         NewUser { name, email, password_hash: "$argon2id$fake", age, role }
@@ -542,11 +543,14 @@ mod tests {
     fn delete_cascades_posts_and_tokens() {
         let (_dir, store) = testutil::store(1);
         let a = store.create_user(&new_user("A", "a@x.io", None, Role::User)).expect("create");
-        let post = store.create_post(a.id, "t", "b").expect("post");
+        let posts = crate::store::records::testing::posts();
+        let viewer = crate::store::records::Viewer { user_id: a.id, admin: false };
+        let cells = vec![Cell::Text("t".into()), Cell::Text("b".into())];
+        let (post, _) = store.record_create(posts, viewer, a.id, Some(a.id), cells).expect("store").expect("post");
         store.insert_refresh("h1", "fam", a.id, 0, i64::MAX).expect("token");
         assert!(store.delete_user(a.id).expect("delete"));
         assert!(!store.delete_user(a.id).expect("delete again"));
-        assert_eq!(store.get_post(post.id).expect("get"), None);
+        assert_eq!(store.record_get(posts, post.id).expect("get"), None, "posts go with their user");
         assert_eq!(store.rotate_refresh("h1", "h2", 0, 10).expect("rotate"), Rotation::Invalid);
         let conn = store.conn().expect("conn");
         let left: i64 = conn

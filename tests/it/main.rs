@@ -22,6 +22,7 @@ mod auth;
 mod cluster;
 mod cors;
 mod identity;
+mod migrate;
 mod posts;
 mod resources;
 mod store;

@@ -1,5 +1,5 @@
-//! Posts, refresh tokens and notifications on PostgreSQL: the calls of `store/posts.rs`,
-//! `store/tokens.rs` and `store/notifications.rs` in PostgreSQL's dialect.
+//! Refresh tokens and notifications on PostgreSQL: the calls of `store/tokens.rs` and
+//! `store/notifications.rs` in PostgreSQL's dialect.
 //!
 //! Token rotation reads the token and its family `FOR UPDATE`: two hosts rotating the same
 //! token at once are serialised on those rows, and the second sees the first's `spent_at`
@@ -14,7 +14,7 @@
 use tokio_postgres::Row;
 
 use super::super::notifications::{logged_parts, LOGGED_COLUMNS};
-use super::super::{Logged, Notification, Page, Paging, Post, Rotation};
+use super::super::{Logged, Notification, Rotation};
 use super::{pg_now, Fail, Pg};
 use crate::store::StoreError;
 
@@ -32,76 +32,7 @@ pub(crate) const INSERT_NOTIFICATION: &str = concat!(
     " FROM (SELECT pg_advisory_xact_lock(474316302694)) AS serial RETURNING id, title, body, created_at"
 );
 
-/// The columns of [`Post`], in the order [`post_from_row`] reads them.
-macro_rules! post_cols {
-    () => {
-        "id, owner_id, title, body, created_at, updated_at"
-    };
-}
-
 impl Pg {
-    /// See `Store::create_post`.
-    pub(crate) fn create_post(&self, user_id: i64, title: &str, body: &str) -> Result<Post, StoreError> {
-        self.call(|s| {
-            let sql = concat!(
-                "INSERT INTO posts (owner_id, parent_id, title, body, created_at, updated_at) VALUES ($1, $1, $2, $3, ",
-                pg_now!(),
-                ", ",
-                pg_now!(),
-                ") RETURNING ",
-                post_cols!()
-            );
-            post_from_row(&s.query_one(sql, &[&user_id, &title, &body])?)
-        })
-    }
-
-    /// See `Store::get_post`.
-    pub(crate) fn get_post(&self, id: i64) -> Result<Option<Post>, StoreError> {
-        self.read(|s| {
-            let row = s.query_opt(concat!("SELECT ", post_cols!(), " FROM posts WHERE id = $1"), &[&id])?;
-            row.as_ref().map(post_from_row).transpose()
-        })
-    }
-
-    /// See `Store::list_posts`: the count and the page in one read-only snapshot.
-    pub(crate) fn list_posts(&self, user_id: i64, page: u32, limit: u32) -> Result<Page<Post>, StoreError> {
-        let paging = Paging::new(page, limit);
-        let (limit, offset) = (i64::from(paging.limit), paging.offset());
-        self.call(|s| {
-            s.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
-            let total: i64 = s.query_one("SELECT count(*) FROM posts WHERE owner_id = $1", &[&user_id])?.try_get(0)?;
-            let sql =
-                concat!("SELECT ", post_cols!(), " FROM posts WHERE owner_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3");
-            let items =
-                s.query(sql, &[&user_id, &limit, &offset])?.iter().map(post_from_row).collect::<Result<Vec<_>, _>>()?;
-            s.commit()?;
-            Ok(paging.finish(items, total))
-        })
-    }
-
-    /// See `Store::update_post`.
-    pub(crate) fn update_post(
-        &self,
-        id: i64,
-        title: Option<&str>,
-        body: Option<&str>,
-    ) -> Result<Option<Post>, StoreError> {
-        self.call(|s| {
-            let sql = concat!(
-                "UPDATE posts SET title = COALESCE($1, title), body = COALESCE($2, body), updated_at = ",
-                pg_now!(),
-                " WHERE id = $3 RETURNING ",
-                post_cols!()
-            );
-            s.query_opt(sql, &[&title, &body, &id])?.as_ref().map(post_from_row).transpose()
-        })
-    }
-
-    /// See `Store::delete_post`.
-    pub(crate) fn delete_post(&self, id: i64) -> Result<bool, StoreError> {
-        self.call(|s| Ok(s.execute("DELETE FROM posts WHERE id = $1", &[&id])? > 0))
-    }
-
     /// See `Store::insert_refresh`.
     pub(crate) fn insert_refresh(
         &self,
@@ -242,18 +173,6 @@ impl Pg {
             Ok(out)
         })
     }
-}
-
-/// Map a row selected with `post_cols!()` (columns 0..=5).
-fn post_from_row(row: &Row) -> Result<Post, Fail> {
-    Ok(Post {
-        id: row.try_get(0)?,
-        user_id: row.try_get(1)?,
-        title: row.try_get(2)?,
-        body: row.try_get(3)?,
-        created_at: row.try_get(4)?,
-        updated_at: row.try_get(5)?,
-    })
 }
 
 fn notification_from_row(row: &Row) -> Result<Notification, Fail> {

@@ -157,7 +157,8 @@ impl Pg {
         })
     }
 
-    /// See `Store::delete_user`: posts and tokens go with it (`ON DELETE CASCADE`).
+    /// See `Store::delete_user`: what the user owns and their tokens go with it (`ON DELETE
+    /// CASCADE`).
     pub(crate) fn delete_user(&self, id: i64) -> Result<bool, StoreError> {
         self.call(|s| Ok(s.execute("DELETE FROM users WHERE id = $1", &[&id])? > 0))
     }

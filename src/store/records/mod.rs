@@ -55,7 +55,8 @@ pub struct ListQuery {
     pub filters: Vec<Filter>,
     /// `?q=`: case-insensitive "contains" over the `search` fields (any of them).
     pub q: Option<String>,
-    /// The order (ties are always broken by `id` ascending, appended by the store).
+    /// The order (ties are always broken by `id`, in the last key's direction, appended by
+    /// the store).
     pub sort: Vec<SortKey>,
     /// Page number from 1.
     pub page: u32,
@@ -138,4 +139,35 @@ pub(crate) fn refs<'a>(
         }
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests;
+
+/// For tests elsewhere in the store: the built-in `posts` and a post of `user` (its own
+/// parent), as the posts routes create one.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Scope, Viewer};
+    use crate::resources::record::Record;
+    use crate::resources::value::Cell;
+    use crate::resources::Registry;
+    use crate::store::{Store, StoreError};
+
+    /// The built-in `posts`, in a registry of its own.
+    pub(crate) fn posts() -> Scope {
+        let registry: &'static Registry =
+            Box::leak(Box::new(Registry { list: crate::resources::builtin::resources(), declared: Vec::new() }));
+        Scope { registry, res: &registry.list[0] }
+    }
+
+    /// A post by `user` titled `title`; `Err` when the store refuses it (no such user).
+    pub(crate) fn add_post(store: &Store, user: i64, title: &str) -> Result<Record, StoreError> {
+        let viewer = Viewer { user_id: user, admin: false };
+        let cells = vec![Cell::Text(title.into()), Cell::Text(String::new())];
+        match store.record_create(posts(), viewer, user, Some(user), cells)? {
+            Ok((rec, _)) => Ok(rec),
+            Err(refused) => Err(StoreError::Sql(format!("{refused:?}"))),
+        }
+    }
 }

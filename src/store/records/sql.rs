@@ -190,7 +190,6 @@ pub(crate) fn contains_pattern(text: &str) -> String {
 }
 
 /// The SQL type of a field's column.
-#[allow(dead_code)] // used by the schema step
 pub(crate) fn column_type(d: Dialect, kind: Kind) -> &'static str {
     match (d, kind) {
         (Dialect::Sqlite, Kind::Integer | Kind::Ref | Kind::Boolean) => "INTEGER",

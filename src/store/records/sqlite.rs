@@ -69,8 +69,11 @@ fn write_error(res: &'static Resource, e: rusqlite::Error) -> StoreError {
     if let rusqlite::Error::SqliteFailure(err, Some(msg)) = &e {
         if err.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE {
             // "UNIQUE constraint failed: articles.slug"
-            let prefix = format!("{}.", res.name);
-            if let Some(f) = res.fields.iter().find(|f| msg.contains(&format!("{prefix}{}", f.name))) {
+            let columns = msg.rsplit(": ").next().unwrap_or_default();
+            let named = |f: &&crate::resources::Field| {
+                columns.split(", ").any(|c| c.split_once('.') == Some((res.name.as_str(), f.name.as_str())))
+            };
+            if let Some(f) = res.fields.iter().find(named) {
                 return StoreError::Duplicate(f.name.as_str());
             }
         }
@@ -245,5 +248,33 @@ impl Sqlite {
         let ch = change(&tx, res, Action::Delete, &current)?;
         tx.commit()?;
         Ok(Ok(Some((current, ch))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Field;
+
+    #[test]
+    fn a_unique_violation_names_exactly_its_field() {
+        let mut res = crate::resources::builtin::posts();
+        res.name = "notes".into();
+        for name in ["slug", "slugLong"] {
+            let mut f = Field::new(name, Kind::String);
+            f.unique = true;
+            res.fields.push(f);
+        }
+        let res: &'static Resource = Box::leak(Box::new(res));
+        let failure = |msg: &str| {
+            let code = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE);
+            rusqlite::Error::SqliteFailure(code, Some(msg.into()))
+        };
+        let e = write_error(res, failure("UNIQUE constraint failed: notes.slugLong"));
+        assert!(matches!(e, StoreError::Duplicate("slugLong")), "{e:?}");
+        let e = write_error(res, failure("UNIQUE constraint failed: notes.slug"));
+        assert!(matches!(e, StoreError::Duplicate("slug")), "{e:?}");
+        let e = write_error(res, failure("UNIQUE constraint failed: other.slug"));
+        assert!(matches!(e, StoreError::Sql(_)), "{e:?}");
     }
 }
