@@ -19,6 +19,8 @@ use crate::proto::ws::{Event, Message, WsConn};
 
 mod records;
 
+pub use records::records;
+
 /// A fuzz target's entry function.
 pub type Target = fn(&[u8]);
 
@@ -33,7 +35,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("range", range),
     ("config", config),
     ("http3_frames", http3_frames),
-    ("records", records::records),
+    ("records", records),
 ];
 
 /// Split lengths for feeding `len` bytes in pieces, chosen by `seed`
