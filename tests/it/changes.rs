@@ -8,7 +8,8 @@
 //! Live changes here are published through `POST /_debug/change` (the call the resource
 //! handlers make after a commit, without the store), and stored ones are written into the
 //! store's `notifications` table as the record calls write them, so the fan-out's filter and
-//! the replay's are tested on their own.
+//! the replay's are tested on their own; one test makes real writes through the resource
+//! routes (store, commit, bus) on two workers.
 
 use std::time::Duration;
 
@@ -340,5 +341,45 @@ fn an_owner_only_change_on_one_host_reaches_only_its_readers_on_the_other_live_a
             got.push(id);
         }
         ensure_eq!(b, got, want, "{who}: the stored changes it may read, then the live notification");
+    }
+}
+
+both!(a_real_note_reaches_only_its_owner_and_admins_on_both_workers);
+fn a_real_note_reaches_only_its_owner_and_admins_on_both_workers(p: Proto) {
+    let s = server(2).on(p);
+    let pids = s.wait_workers(2, Duration::from_secs(10));
+    let (_, alice_token) = user(&s, "Alice");
+    let (_, bob_token) = user(&s, "Bob");
+    let (_, admin_token) = s.admin();
+    let bearer = |t: &str| format!("Bearer {t}");
+    let (alice_h, bob_h, admin_h) = (bearer(&alice_token), bearer(&bob_token), bearer(&admin_token));
+    let mut may = Vec::new();
+    let mut may_not = Vec::new();
+    for &pid in &pids {
+        may.push((format!("Alice on {pid}"), stream_on(&s, pid, "/api/events", &[("Authorization", &alice_h)])));
+        may.push((format!("admin on {pid}"), stream_on(&s, pid, "/api/events", &[("Authorization", &admin_h)])));
+        may_not.push((format!("Bob on {pid}"), stream_on(&s, pid, "/api/events", &[("Authorization", &bob_h)])));
+        may_not.push((format!("anonymous on {pid}"), stream_on(&s, pid, "/api/events", &[])));
+    }
+    // A real write through the resource routes (store, commit, bus), not the debug route.
+    let r = s.api("POST", "/api/v1/notes", Some(&alice_token), Some(&json!({"title": "secret"})));
+    let note = s.expect_data(&r, 201, "Alice creates a note");
+    for (who, st) in &mut may {
+        let (event, _, data) = next(&s, st, who);
+        ensure_eq!(s, event.as_str(), "change", "{who}: {data}");
+        ensure_eq!(s, (&data["resource"], &data["action"]), (&json!("notes"), &json!("create")), "{who}: {data}");
+        ensure_eq!(s, data["record"], note, "{who}: the record as created");
+    }
+    let r = s.api("POST", "/api/v1/news", Some(&bob_token), Some(&json!({"title": "public"})));
+    let news = s.expect_data(&r, 201, "Bob posts news");
+    for (who, st) in may.iter_mut().chain(may_not.iter_mut()) {
+        let (event, _, data) = next(&s, st, who);
+        ensure_eq!(
+            s,
+            (event.as_str(), &data["resource"]),
+            ("change", &json!("news")),
+            "{who}: next is the news, never the note ({data})"
+        );
+        ensure_eq!(s, data["record"], news, "{who}: the news as created");
     }
 }
