@@ -1,7 +1,11 @@
-//! This worker's memo of rendered users: `GET /users/{id}` is answered on the
-//! event loop from the body and ETag the pool last rendered for that user, for
-//! as long as the user's change counter (`shm::epochs`, one for every worker)
-//! is where it was when the pool read the row.
+//! This worker's memo of rendered users and records: `GET /users/{id}` and a declared
+//! resource's `GET /<name>/{id}` are answered on the event loop from the body and ETag the
+//! pool last rendered, for as long as the entry's change counter (`shm::epochs`, one for
+//! every worker) is where it was when the pool read the row. A user's key is its id; a
+//! record's is [`record_key`] (its resource's place in the registry and its id). A record's
+//! entry also holds its owner (the loop checks the read rule) and the counter [`ALL`], which
+//! every delete that may cascade bumps (a user's, or a record's that has children): a
+//! record deleted with its parent is never answered from here.
 //!
 //! Exact, not a time-based cache: the pool reads the counter before the row,
 //! and every write to a user bumps it after its commit and before its answer
@@ -34,12 +38,24 @@ pub const MAX_ENTRIES: usize = 1024;
 /// How often (ms) a closed gate looks whether the foreign writers are gone.
 const CHECK_MS: u64 = 100;
 
-/// What a pool job rendered for user `id`, read under counter value `epoch`.
+/// The counter of cascading deletes (see the module doc).
+pub const ALL: i64 = -1;
+
+/// The memo key of record `id` of the resource at `index` in the registry.
+pub fn record_key(index: usize, id: i64) -> i64 {
+    ((index as i64 + 1) << 48) | (id & ((1 << 48) - 1))
+}
+
+/// What a pool job rendered for key `id`, read under counter value `epoch`.
 pub struct Fill {
-    /// The user.
+    /// The key: a user's id, or a [`record_key`].
     pub id: i64,
     /// The counter, read before the row.
     pub epoch: u64,
+    /// The record's owner (a user: itself).
+    pub owner: i64,
+    /// A record's: the counter [`ALL`], read before the row; `None` for a user.
+    pub all: Option<u64>,
     /// The strong ETag of the representation.
     pub tag: Value,
     /// The whole `200` body.
@@ -49,6 +65,8 @@ pub struct Fill {
 struct Entry {
     id: i64,
     epoch: u64,
+    owner: i64,
+    all: Option<u64>,
     tag: Value,
     body: Box<[u8]>,
 }
@@ -101,21 +119,22 @@ impl UserMemo {
         self.open() && read_ms >= self.settled_ms
     }
 
-    /// The body and ETag of user `id` if held and current.
-    pub fn get(&mut self, id: i64, epochs: &Epochs) -> Option<(&Value, &[u8])> {
+    /// The body, ETag and owner of key `id` if held and current.
+    pub fn get(&mut self, id: i64, epochs: &Epochs) -> Option<(&Value, &[u8], i64)> {
         while let Ok(f) = self.fills.try_recv() {
             if self.slots.is_empty() {
                 self.slots.resize_with(MAX_ENTRIES, || None);
             }
             let at = slot_of(f.id);
-            self.slots[at] = Some(Entry { id: f.id, epoch: f.epoch, tag: f.tag, body: f.body });
+            self.slots[at] =
+                Some(Entry { id: f.id, epoch: f.epoch, owner: f.owner, all: f.all, tag: f.tag, body: f.body });
         }
         if !self.open() {
             return None;
         }
         let slot = self.slots.get_mut(slot_of(id))?;
         match slot {
-            Some(e) if e.id == id && e.epoch == epochs.get(id) => {}
+            Some(e) if e.id == id && e.epoch == epochs.get(id) && e.all.is_none_or(|a| a == epochs.get(ALL)) => {}
             Some(e) if e.id == id => {
                 // Stale: dropped (the pool renders it again).
                 *slot = None;
@@ -123,7 +142,7 @@ impl UserMemo {
             }
             _ => return None,
         }
-        slot.as_ref().map(|e| (&e.tag, &e.body[..]))
+        slot.as_ref().map(|e| (&e.tag, &e.body[..], e.owner))
     }
 
     /// Users held.
@@ -135,7 +154,7 @@ impl UserMemo {
 
 /// The slot of user `id`.
 fn slot_of(id: i64) -> usize {
-    (id as u64 as usize) & (MAX_ENTRIES - 1)
+    crate::shm::epochs::spread(id) & (MAX_ENTRIES - 1)
 }
 
 #[cfg(test)]
@@ -147,7 +166,8 @@ mod tests {
     }
 
     fn fill(tx: &Sender<Fill>, id: i64, epoch: u64, body: &str) {
-        tx.send(Fill { id, epoch, tag: Value::Static("\"t\""), body: body.as_bytes().into() }).expect("send");
+        tx.send(Fill { id, epoch, owner: id, all: None, tag: Value::Static("\"t\""), body: body.as_bytes().into() })
+            .expect("send");
     }
 
     #[test]
@@ -156,13 +176,40 @@ mod tests {
         let (mut m, tx) = UserMemo::new(true, Vec::new());
         assert!(m.get(1, e).is_none());
         fill(&tx, 1, e.get(1), "one");
-        assert_eq!(m.get(1, e).map(|(_, b)| b.to_vec()), Some(b"one".to_vec()));
+        assert_eq!(m.get(1, e).map(|(_, b, _)| b.to_vec()), Some(b"one".to_vec()));
         e.bump(1);
         assert!(m.get(1, e).is_none(), "stale after a write");
         assert_eq!(m.held(), 0, "and dropped");
         // A fill read under the old counter is stale on arrival.
         fill(&tx, 1, e.get(1) - 1, "old");
         assert!(m.get(1, e).is_none());
+    }
+
+    #[test]
+    fn a_record_entry_also_goes_stale_with_a_cascading_delete() {
+        let e = epochs();
+        let (mut m, tx) = UserMemo::new(true, Vec::new());
+        let key = record_key(2, 7);
+        assert_ne!(key, record_key(1, 7), "one key per resource");
+        let (a, b) = (crate::shm::epochs::spread(key), crate::shm::epochs::spread(record_key(1, 7)));
+        assert_ne!(a & 4095, b & 4095, "and their counters apart");
+        assert_eq!(crate::shm::epochs::spread(7), 7, "a user's id is its own place");
+        let fill = |body: &str| Fill {
+            id: key,
+            epoch: e.get(key),
+            owner: 3,
+            all: Some(e.get(ALL)),
+            tag: Value::Static("\"t\""),
+            body: body.as_bytes().into(),
+        };
+        tx.send(fill("rec")).expect("send");
+        assert_eq!(m.get(key, e).map(|(_, b, o)| (b.to_vec(), o)), Some((b"rec".to_vec(), 3)));
+        e.bump(ALL);
+        assert!(m.get(key, e).is_none(), "stale after a delete that may cascade");
+        tx.send(fill("again")).expect("send");
+        assert!(m.get(key, e).is_some());
+        e.bump(key);
+        assert!(m.get(key, e).is_none(), "stale after its own write");
     }
 
     #[test]

@@ -12,6 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Counters in the array (a power of two).
 pub const EPOCHS: usize = 4096;
 
+/// `key`'s place in a table indexed by its low bits: a key below 2^48 (a user's id) is
+/// itself; the bits above (a record's resource, see `app::usermemo::record_key`) are mixed
+/// into the low ones, so records of different resources with the same id do not share.
+pub fn spread(key: i64) -> usize {
+    let k = key as u64;
+    (k ^ (k >> 48).wrapping_mul(0x9e37_79b9_7f4a_7c15)) as usize
+}
+
 /// The counters.
 #[repr(C)]
 pub struct Epochs {
@@ -26,7 +34,7 @@ impl Epochs {
     }
 
     fn counter(&self, id: i64) -> &AtomicU64 {
-        &self.counters[(id as u64 as usize) & (EPOCHS - 1)]
+        &self.counters[spread(id) & (EPOCHS - 1)]
     }
 
     /// `id`'s counter. Read before the record is (so that a write committed

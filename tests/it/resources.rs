@@ -705,3 +705,43 @@ fn the_engine_on_postgresql() {
     let n = article(&s, &alice, "pg3", json!({}));
     ensure!(s, id_of(&n) > id_of(&b), "ids never reused");
 }
+
+both!(a_record_read_again_is_never_stale_after_a_write_or_a_cascade);
+/// A record read twice is answered the second time from the worker's memo (one worker): a
+/// change, a delete, its parent's delete and its owner's delete must each be seen at once,
+/// and another user still gets 404 for an owner-only record the memo holds.
+fn a_record_read_again_is_never_stale_after_a_write_or_a_cascade(p: Proto) {
+    let s = Server::start(&format!("{}\n{RESOURCES}", Server::api_builder().workers(1).to_extra_toml())).on(p);
+    let (_, token) = s.user("Reader");
+    let (_, other) = s.user("Other");
+    let get = |path: &str, t: &str| s.api("GET", path, Some(t), None);
+    let a = article(&s, &token, "memo", json!({}));
+    let path = format!("/api/v1/articles/{}", id_of(&a));
+    for _ in 0..3 {
+        s.expect_data(&get(&path, &token), 200, "GET the article");
+    }
+    s.expect_data(&s.api("PATCH", &path, Some(&token), Some(&json!({"title": "Changed"}))), 200, "PATCH");
+    let d = s.expect_data(&get(&path, &token), 200, "GET after PATCH");
+    ensure_eq!(s, d["title"], json!("Changed"), "the change is seen at once: {d}");
+    // A note (owner read) held in the memo: its owner reads it, another user never does.
+    let r = s.api("POST", "/api/v1/notes", Some(&token), Some(&json!({"body": "mine"})));
+    let note = format!("/api/v1/notes/{}", id_of(&s.expect_data(&r, 201, "note")));
+    for _ in 0..3 {
+        s.expect_data(&get(&note, &token), 200, "GET own note");
+        s.expect_err(&get(&note, &other), 404, "NOT_FOUND", "another's note, memo or not");
+    }
+    // A step under the note, read until held; the note's delete takes it.
+    let r = s.api("POST", &format!("{note}/steps"), Some(&token), Some(&json!({"text": "one"})));
+    let step = format!("/api/v1/steps/{}", id_of(&s.expect_data(&r, 201, "step")));
+    for _ in 0..3 {
+        s.expect_data(&get(&step, &token), 200, "GET the step");
+    }
+    s.expect_bodyless("DELETE", &note, &[("Authorization", &format!("Bearer {token}"))], 204, "DELETE the note");
+    s.expect_err(&get(&step, &token), 404, "NOT_FOUND", "the step went with its note");
+    // The article's owner deleted: the article (held) goes with them.
+    let me = s.expect_data(&s.api("GET", "/api/v1/auth/me", Some(&token), None), 200, "me");
+    let (_, admin) = s.admin();
+    let r = s.api("DELETE", &format!("/api/v1/users/{}", id_of(&me)), Some(&admin), None);
+    ensure_eq!(s, r.status, 204, "DELETE the user: {r:?}");
+    s.expect_err(&get(&path, &other), 404, "NOT_FOUND", "the article went with its owner");
+}

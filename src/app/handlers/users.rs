@@ -301,7 +301,7 @@ fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     // Answered here only for a token the loop can vouch for alone (no store check).
     let vouched = session::covered(svc, &caller) && memo.settled_by(caller.read_ms);
     // Rendered before and unchanged since (see `usermemo`): answered here, no pool job.
-    if let Some((tag, body)) = memo.get(id, &svc.region.users).filter(|_| vouched) {
+    if let Some((tag, body, _)) = memo.get(id, &svc.region.users).filter(|_| vouched) {
         if inm.is_some_and(|v| crate::app::health::etag_matches(v, tag.as_bytes())) {
             let mut r = Response::new(304);
             r.header("ETag", tag.clone());
@@ -329,7 +329,7 @@ fn get(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
             }
             if let Some(fills) = &fills {
                 let body = user_envelope(200, user);
-                let _ = fills.send(Fill { id, epoch, tag: tag.clone(), body: body[..].into() });
+                let _ = fills.send(Fill { id, epoch, owner: id, all: None, tag: tag.clone(), body: body[..].into() });
                 let mut r = Response::new(200);
                 r.body = Body::Bytes(body);
                 r.header("ETag", tag);
@@ -454,11 +454,13 @@ fn delete(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     Ok(ctx.later(move || {
         session::confirm(svc, &caller)?;
         let deleted = svc.store.delete_user(id);
-        // After the commit, before the answer: its tokens are void, its memos stale.
+        // After the commit, before the answer: its tokens are void, its memos stale, and so
+        // are the memos of every record (what it owned went with it).
         if matches!(deleted, Ok(true)) {
             session::revoke(svc, id);
         }
         svc.region.users.bump(id);
+        svc.region.users.bump(crate::app::usermemo::ALL);
         if !deleted? {
             return Err(Error::NotFound);
         }

@@ -30,13 +30,13 @@ pub fn reader(app: &App, req: &Request<'_>, res: &Resource) -> Result<Option<Cal
 
 /// Whether `caller` may read `rec` of `res`.
 pub fn may_read(res: &Resource, caller: Option<&Caller>, rec: &Record) -> bool {
-    match (res.read, caller) {
-        (Read::Public, _) => true,
-        (_, None) => false,
-        (Read::SignedIn, Some(_)) => true,
-        (Read::Owner, Some(c)) => c.admin || c.user_id == rec.owner_id,
-        (Read::Admin, Some(c)) => c.admin,
-    }
+    may_read_owned(res, caller, rec.owner_id)
+}
+
+/// Whether `caller` may read a record of `res` owned by `owner` (the rule the event
+/// streams ask too).
+pub fn may_read_owned(res: &Resource, caller: Option<&Caller>, owner: i64) -> bool {
+    res.read.allows(caller.map(viewer).as_ref(), owner)
 }
 
 /// Narrow a list of `res` to what `caller` may read: 403 for a non-admin on an `admin` read,
