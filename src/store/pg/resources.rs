@@ -186,7 +186,10 @@ impl Pg {
             D.ph(n + 1)
         );
         self.call(|s| {
-            s.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
+            // Planned for the values at hand (in the same round trip as BEGIN): a generic plan
+            // of the count, made once for any filter value, may pick a bitmap heap scan where
+            // the value's statistics give an index-only one (ten times cheaper).
+            s.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL plan_cache_mode = force_custom_plan")?;
             let total: i64 = s.query_one(&count_sql, &refs_of(&args))?.try_get(0)?;
             let mut page_args = refs_of(&args);
             let offset = paging.offset();
