@@ -33,6 +33,29 @@ macro_rules! posts_declaration {
     };
 }
 
+/// The part of migration 4 both dialects share, after `posts` has its `parent_id` column:
+/// the column filled, the indexes of the new layout, `forkd_resources` and its first row,
+/// up to the `applied_at` value (each dialect's "now").
+macro_rules! migration_4_posts {
+    () => {
+        concat!(
+            "
+        UPDATE posts SET parent_id = owner_id;
+        DROP INDEX posts_user_id;
+        CREATE INDEX posts_owner_id ON posts (owner_id, id);
+        CREATE INDEX posts_parent_id ON posts (parent_id, id);
+        CREATE TABLE forkd_resources (
+            name        TEXT PRIMARY KEY,
+            declaration TEXT NOT NULL,
+            applied_at  TEXT NOT NULL
+        );
+        INSERT INTO forkd_resources (name, declaration, applied_at) VALUES ('posts', '",
+            posts_declaration!(),
+            "', "
+        )
+    };
+}
+
 /// [`posts_declaration!`] as a constant.
 #[cfg(test)]
 pub(crate) const POSTS_DECLARATION: &str = posts_declaration!();
@@ -221,18 +244,8 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         ALTER TABLE notifications ADD COLUMN data TEXT;
         ALTER TABLE posts RENAME COLUMN user_id TO owner_id;
         ALTER TABLE posts ADD COLUMN parent_id INTEGER REFERENCES users (id) ON DELETE CASCADE;
-        UPDATE posts SET parent_id = owner_id;
-        DROP INDEX posts_user_id;
-        CREATE INDEX posts_owner_id ON posts (owner_id, id);
-        CREATE INDEX posts_parent_id ON posts (parent_id, id);
-        CREATE TABLE forkd_resources (
-            name        TEXT PRIMARY KEY,
-            declaration TEXT NOT NULL,
-            applied_at  TEXT NOT NULL
-        );
-        INSERT INTO forkd_resources (name, declaration, applied_at) VALUES ('posts', '",
-            posts_declaration!(),
-            "', ",
+",
+            migration_4_posts!(),
             now_sql!(),
             ");
         "
@@ -248,18 +261,9 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             ADD COLUMN data TEXT;
         ALTER TABLE posts RENAME COLUMN user_id TO owner_id;
         ALTER TABLE posts ADD COLUMN parent_id BIGINT REFERENCES users (id) ON DELETE CASCADE;
-        UPDATE posts SET parent_id = owner_id;
-        DROP INDEX posts_user_id;
-        CREATE INDEX posts_owner_id ON posts (owner_id, id);
-        CREATE INDEX posts_parent_id ON posts (parent_id, id);
-        CREATE TABLE forkd_resources (
-            name        TEXT PRIMARY KEY,
-            declaration TEXT NOT NULL,
-            applied_at  TEXT NOT NULL
-        );
-        INSERT INTO forkd_resources (name, declaration, applied_at) VALUES ('posts', '",
-            posts_declaration!(),
-            "', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'));
+",
+            migration_4_posts!(),
+            "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'));
         "
         ),
     },
