@@ -16,7 +16,7 @@ use quinn_proto::{
     Event as QuicEvent, ReadError, StreamEvent, StreamId,
 };
 
-use crate::tls::Pki;
+use super::tls::Pki;
 
 /// What the client has read of one stream.
 #[derive(Debug, Default)]
