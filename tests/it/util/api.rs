@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+use super::http3::h3_exchange;
 use super::*;
 
 /// 48 known characters: configured as `[auth] jwt_secret` where a test forges tokens.
@@ -71,10 +72,11 @@ impl Server {
         body: &[u8],
         timeout: Duration,
     ) -> Response {
-        if self.proto == Proto::H2c {
-            let mut c = self.h2c();
-            return h2_exchange(&mut c, method, path, headers, body, timeout)
-                .unwrap_or_else(|e| panic!("h2c {e}\n--- server log (tail) ---\n{}", self.log_tail()));
+        if self.proto != Proto::H1 {
+            return self
+                .session()
+                .try_request(method, path, headers, body, timeout)
+                .unwrap_or_else(|e| panic!("{e}\n--- server log (tail) ---\n{}", self.log_tail()));
         }
         let mut c = self.conn();
         c.set_timeout(timeout);
@@ -105,6 +107,7 @@ impl Server {
                 c.try_read_response(method == "HEAD").map_err(|e| e.to_string())
             }
             Proto::H2c => h2_exchange(&mut self.h2c(), method, path, headers, body, timeout),
+            Proto::H3 => h3_exchange(&mut self.try_h3(timeout)?, method, path, headers, body, timeout),
         }
     }
 
@@ -150,18 +153,19 @@ impl Server {
         status: u16,
         what: &str,
     ) -> Response {
-        if self.proto == Proto::H2c {
+        if self.proto != Proto::H1 {
             // The stream ends with no DATA; the connection carries on.
-            let mut c = self.h2c();
-            let r = h2_exchange(&mut c, method, path, headers, b"", IO_TIMEOUT)
-                .unwrap_or_else(|e| panic!("{what}: h2c {e}\n{}", self.log_tail()));
+            let mut c = self.session();
+            let r = c
+                .try_request(method, path, headers, b"", IO_TIMEOUT)
+                .unwrap_or_else(|e| panic!("{what}: {e}\n{}", self.log_tail()));
             ensure!(self, r.status == status, "{what}: expected status {status}, got {}:\n{r:?}", r.status);
             ensure!(
                 self,
                 r.body.is_empty() && r.header("content-length").is_none_or(|v| v == "0"),
                 "{what}: a {status} must have no body: {r:?}"
             );
-            let h = h2_exchange(&mut c, "GET", "/health", &[], b"", IO_TIMEOUT);
+            let h = c.try_request("GET", "/health", &[], b"", IO_TIMEOUT);
             ensure!(
                 self,
                 matches!(&h, Ok(h) if h.status == 200),

@@ -14,6 +14,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::http2::H2Client;
+use super::proto::http3_for_new_servers;
+use super::tls::Pki;
 use super::*;
 
 /// Builds the TOML for a server: top-level lines and `[section]` lines, rendered after
@@ -23,6 +25,7 @@ pub struct ServerBuilder {
     top: Vec<String>,
     sections: Vec<(String, Vec<String>)>,
     env: Vec<(String, String)>,
+    http3: bool,
 }
 
 impl ServerBuilder {
@@ -67,8 +70,15 @@ impl ServerBuilder {
         s
     }
 
+    /// HTTP/3 on: a TLS listener on a free port with a throw-away certificate, and
+    /// `[http3] enabled` on its UDP port ([`Server::h3`] connects to it).
+    pub fn http3(mut self) -> Self {
+        self.http3 = true;
+        self
+    }
+
     pub fn start(self) -> Server {
-        Server::start_with(&self.to_extra_toml(), &self.env)
+        Server::launch(&self.to_extra_toml(), &self.env, self.http3)
     }
 }
 
@@ -120,6 +130,71 @@ pub fn render_config(listen: &str, data_dir: &Path, extra: &str) -> String {
     s
 }
 
+/// The config lines that turn HTTP/3 on.
+struct Http3Lines {
+    /// The https `public_origin` a server with a TLS listener must have.
+    origin: String,
+    tls: String,
+    http3: String,
+}
+
+/// A throw-away certificate written into `dir`, a free port for TLS and HTTP/3 (UDP on the
+/// same port), the config lines for them and the client side.
+fn http3_listener(dir: &Path) -> (Http3Lines, Http3Access) {
+    let pki = Pki::new();
+    let (cert, key) = (dir.join("h3-cert.pem"), dir.join("h3-key.pem"));
+    fs::write(&cert, &pki.cert_pem).expect("write cert");
+    fs::write(&key, &pki.key_pem).expect("write key");
+    let port = free_port();
+    let lines = Http3Lines {
+        origin: format!("public_origin = \"https://localhost:{port}\""),
+        tls: tls_section(port, &cert, &key),
+        http3: "enabled = true".into(),
+    };
+    let access =
+        Http3Access { addr: SocketAddr::from(([127, 0, 0, 1], port)), client: super::http3::client_config_1rtt(&pki) };
+    (lines, access)
+}
+
+/// Whether the top-level part of `extra` (before its first section) sets `key`.
+fn sets_top_level(extra: &str, key: &str) -> bool {
+    extra.lines().take_while(|l| !l.trim_start().starts_with('[')).any(|l| {
+        let l = l.trim_start();
+        l.starts_with(key) && l[key.len()..].trim_start().starts_with('=')
+    })
+}
+
+/// `extra` with `lines` in its `[section]`: right after the section's header when it has
+/// one, else in a new section at the end. Panics when `extra` already sets `listen` there
+/// (a test with its own TLS listener is not one to run over HTTP/3 by `protocols!`).
+fn with_section_lines(extra: &str, section: &str, lines: &str) -> String {
+    let header = format!("[{section}]");
+    let mut out = String::new();
+    let mut found = false;
+    let mut in_section = false;
+    for l in extra.lines() {
+        let t = l.trim();
+        if t.starts_with('[') {
+            in_section = t == header;
+        }
+        assert!(
+            !(in_section && t.starts_with("listen") && section == "tls"),
+            "this server sets its own [tls] listen; HTTP/3 from the harness would clash:\n{extra}"
+        );
+        out.push_str(l);
+        out.push('\n');
+        if t == header && !found {
+            found = true;
+            out.push_str(lines);
+            out.push('\n');
+        }
+    }
+    if !found {
+        out.push_str(&format!("\n{header}\n{lines}\n"));
+    }
+    out
+}
+
 /// A running `forkd serve` (the supervisor) in its own temp dir. Dropping it kills the
 /// supervisor and its workers.
 pub struct Server {
@@ -131,6 +206,16 @@ pub struct Server {
     pub config_text: String,
     /// What [`Server::call`] and the helpers built on it speak (HTTP/1.1 unless set).
     pub(super) proto: Proto,
+    /// Where and how to reach this server over HTTP/3, when it serves it.
+    pub(super) h3: Option<Http3Access>,
+}
+
+/// The HTTP/3 side of a server started with [`ServerBuilder::http3`].
+pub(super) struct Http3Access {
+    pub(super) addr: SocketAddr,
+    /// Trusts the server's throw-away CA; no 0-RTT, so every request is sent after the
+    /// handshake as over TCP.
+    pub(super) client: quinn_proto::ClientConfig,
 }
 
 impl Server {
@@ -144,9 +229,15 @@ impl Server {
     }
 
     pub fn start_with(extra_toml: &str, env: &[(String, String)]) -> Server {
+        Self::launch(extra_toml, env, false)
+    }
+
+    /// Starts a server, with HTTP/3 when `http3` or inside [`with_http3`].
+    fn launch(extra_toml: &str, env: &[(String, String)], http3: bool) -> Server {
+        let http3 = http3 || http3_for_new_servers();
         let mut last_log = String::new();
         for _attempt in 0..3 {
-            match Self::try_start(extra_toml, env) {
+            match Self::try_start(extra_toml, env, http3) {
                 Ok(s) => return s,
                 Err(log) => {
                     let in_use = log.to_lowercase().contains("address already in use")
@@ -162,14 +253,24 @@ impl Server {
     }
 
     /// Spawns and waits for readiness. `Err(log)` when it exits or never answers.
-    fn try_start(extra_toml: &str, env: &[(String, String)]) -> Result<Server, String> {
+    fn try_start(extra_toml: &str, env: &[(String, String)], http3: bool) -> Result<Server, String> {
         let dir = tempfile::Builder::new().prefix("forkd-it-").tempdir().expect("tempdir");
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let data_dir = dir.path().join("data");
         // `{listen}` in the extra TOML stands for the address chosen here (e.g. for
         // `public_origin = "http://{listen}"`, the origin a browser sends).
-        let config_text = render_config(&listen, &data_dir, &extra_toml.replace("{listen}", &listen));
+        let mut extra = extra_toml.replace("{listen}", &listen);
+        let h3 = http3.then(|| {
+            let (lines, access) = http3_listener(dir.path());
+            if !sets_top_level(&extra, "public_origin") {
+                extra = format!("{}\n{extra}", lines.origin);
+            }
+            extra = with_section_lines(&extra, "tls", &lines.tls);
+            extra = with_section_lines(&extra, "http3", &lines.http3);
+            access
+        });
+        let config_text = render_config(&listen, &data_dir, &extra);
         let config_path = dir.path().join("forkd.toml");
         fs::write(&config_path, &config_text).expect("write config");
         let log_path = dir.path().join("stderr.log");
@@ -199,6 +300,7 @@ impl Server {
             log_path,
             config_text,
             proto: Proto::H1,
+            h3,
         };
 
         let deadline = Instant::now() + START_TIMEOUT;
@@ -282,7 +384,7 @@ impl Server {
     }
 
     pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Response {
-        if self.proto == Proto::H2c {
+        if self.proto != Proto::H1 {
             return self.call("GET", path, headers, b"");
         }
         let mut c = self.conn();
@@ -297,6 +399,10 @@ impl Server {
             TcpStream::connect_timeout(&self.addr, IO_TIMEOUT)?; // refused → Err, as over HTTP/1.1
             let mut c = H2Client::h2c(self.addr);
             return h2_exchange(&mut c, "GET", path, &[], b"", timeout).map_err(io::Error::other);
+        }
+        if self.proto == Proto::H3 {
+            let mut c = Session::H3(Box::new(self.try_h3(timeout).map_err(io::Error::other)?));
+            return c.try_request("GET", path, &[], b"", timeout).map_err(io::Error::other);
         }
         let s = TcpStream::connect_timeout(&self.addr, IO_TIMEOUT)?;
         let mut c = Conn::from_stream(s, None);

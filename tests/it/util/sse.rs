@@ -5,7 +5,10 @@ use std::net::TcpStream;
 
 use serde_json::{json, Value};
 
+use quinn_proto::StreamId;
+
 use super::http2::{H2Client, H2Response, H2_DROPPED};
+use super::http3::{h3_fields, h3_response, is_informational, H3Client, H3Response};
 use super::*;
 
 /// One SSE event: the fields in order of arrival, plus the usual accessors.
@@ -51,7 +54,7 @@ impl SseEvent {
 }
 
 /// An open `text/event-stream` response, de-chunked and parsed incrementally: on an
-/// HTTP/1.1 connection, or one stream of an HTTP/2 connection (its DATA frames).
+/// HTTP/1.1 connection, or one stream of an HTTP/2 or HTTP/3 connection (its DATA frames).
 pub struct SseStream {
     src: SseSrc,
     pub head: Response,
@@ -63,6 +66,14 @@ pub struct SseStream {
 enum SseSrc {
     H1(Conn),
     H2(Box<(H2Client, ::h2::RecvStream)>),
+    H3(Box<H3Src>),
+}
+
+/// One request stream of an HTTP/3 connection and how much of its body is in `text`.
+struct H3Src {
+    c: H3Client,
+    id: StreamId,
+    taken: usize,
 }
 
 impl SseStream {
@@ -113,25 +124,56 @@ impl SseStream {
         Ok(SseStream { src: SseSrc::H2(Box::new((c, recv))), head, text: Vec::new(), chunked: false, ended: false })
     }
 
-    /// The HTTP/1.1 connection under the stream (panics for an HTTP/2 one).
+    /// Sends `GET path` with `headers` as a new stream of `c` and waits for the response
+    /// head. `Err(resp)` (the whole response) when it is not a 200 stream.
+    pub fn open_h3(mut c: H3Client, path: &str, headers: &[(&str, &str)]) -> Result<SseStream, Response> {
+        let fields = h3_fields("GET", path, headers, 0);
+        let head: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let id = c.request(&head, b"");
+        let final_head = |c: &H3Client| c.partial(id).heads.last().is_some_and(|h| !is_informational(h));
+        c.run_until(Instant::now() + IO_TIMEOUT, |c| {
+            final_head(c) || c.lost.is_some() || c.streams.get(&id).is_some_and(|s| s.fin || s.reset.is_some())
+        });
+        let partial = c.partial(id);
+        let Some(mut head) = h3_response(H3Response { heads: partial.heads, body: Vec::new() }) else {
+            panic!("GET {path} over HTTP/3: no response head: {:?}", c.streams.get(&id));
+        };
+        let is_stream =
+            head.status == 200 && media_type(head.header("content-type")).as_deref() == Some("text/event-stream");
+        if !is_stream {
+            head.body = c.try_response(id, Instant::now() + IO_TIMEOUT).map(|r| r.body).unwrap_or_default();
+            return Err(head);
+        }
+        let src = SseSrc::H3(Box::new(H3Src { c, id, taken: 0 }));
+        Ok(SseStream { src, head, text: Vec::new(), chunked: false, ended: false })
+    }
+
+    /// The HTTP/1.1 connection under the stream (panics for another protocol).
     pub fn h1_conn(&mut self) -> &mut Conn {
         match &mut self.src {
             SseSrc::H1(c) => c,
-            SseSrc::H2(_) => panic!("an HTTP/2 event stream has no HTTP/1.1 connection"),
+            _ => panic!("an HTTP/2 or HTTP/3 event stream has no HTTP/1.1 connection"),
         }
     }
 
-    /// The TCP socket the stream arrives on.
+    /// The TCP socket the stream arrives on (panics for HTTP/3, which has none).
     pub fn tcp(&self) -> &TcpStream {
         match &self.src {
             SseSrc::H1(c) => &c.stream,
             SseSrc::H2(b) => b.0.tcp(),
+            SseSrc::H3(_) => panic!("an HTTP/3 event stream has no TCP socket"),
         }
     }
 
-    /// Cuts the connection under the stream (both directions), as a client that goes away.
-    pub fn shutdown(&self) {
-        let _ = self.tcp().shutdown(std::net::Shutdown::Both);
+    /// Cuts the connection under the stream, as a client that goes away (HTTP/3: closes
+    /// the QUIC connection).
+    pub fn shutdown(&mut self) {
+        match &mut self.src {
+            SseSrc::H3(s) => s.c.close(0x100),
+            _ => {
+                let _ = self.tcp().shutdown(std::net::Shutdown::Both);
+            }
+        }
     }
 
     /// Reads what arrives within `wait` into `text` (HTTP/2: the stream's DATA).
@@ -168,6 +210,29 @@ impl SseStream {
                         return Ok(());
                     }
                     c.pump();
+                }
+            }
+            SseSrc::H3(s) => {
+                let until = Instant::now() + wait;
+                loop {
+                    let body = s.c.partial(s.id).body;
+                    if body.len() > s.taken {
+                        self.text.extend_from_slice(&body[s.taken..]);
+                        s.taken = body.len();
+                        return Ok(());
+                    }
+                    let got = &s.c.streams[&s.id];
+                    if let Some(code) = got.reset {
+                        return Err(format!("stream reset with code {code:#x}"));
+                    }
+                    if got.fin || s.c.lost.is_some() {
+                        self.ended = true;
+                        return Ok(());
+                    }
+                    if Instant::now() >= until {
+                        return Ok(());
+                    }
+                    s.c.step(until);
                 }
             }
         }
@@ -287,14 +352,23 @@ impl SseStream {
     }
 }
 
+impl Session {
+    /// `GET path` (with `headers`) as an event stream on this connection. `Err(the whole
+    /// response)` unless it is a 200 `text/event-stream`.
+    pub fn into_sse(self, path: &str, headers: &[(&str, &str)]) -> Result<SseStream, Response> {
+        match self {
+            Session::H1(c) => SseStream::open_on(c, path, headers),
+            Session::H2(c) => SseStream::open_h2(*c, path, headers),
+            Session::H3(c) => SseStream::open_h3(*c, path, headers),
+        }
+    }
+}
+
 impl Server {
     /// `GET path` (with `headers`) as an event stream on a fresh connection, in this server's
     /// protocol. `Err(the whole response)` unless it is a 200 `text/event-stream`.
     pub fn sse_at(&self, path: &str, headers: &[(&str, &str)]) -> Result<SseStream, Response> {
-        match self.proto {
-            Proto::H1 => SseStream::open_on(self.conn(), path, headers),
-            Proto::H2c => SseStream::open_h2(self.h2c(), path, headers),
-        }
+        self.session().into_sse(path, headers)
     }
 
     /// Opens `GET /api/events` (with `headers`) on a fresh connection; panics unless 200
