@@ -1,6 +1,7 @@
 //! The REST API seen by a client: builder options for API tests, requests with a token,
 //! users, logins and notifications, the public user shape, JWT forging (HMAC over sha2)
-//! and `Set-Cookie` parsing. Requests go over the server's `Proto`.
+//! and `Set-Cookie` parsing. Requests go over the server's `Proto`. The helpers assert only
+//! what the API promises (status, envelope, fields), never a protocol's framing.
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

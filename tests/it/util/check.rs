@@ -1,5 +1,6 @@
 //! Small validators with no extra crate: UUID v4, IMF-fixdate and RFC 3339 dates, base64,
-//! media types, percent-encoding, and the JSON error envelope.
+//! media types, percent-encoding, and the JSON error envelope. Pure functions: no socket,
+//! no server.
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -1,5 +1,6 @@
 //! `forkd` subcommands run as child processes (`check-config`, `user create`, …): bounded
-//! in time, with no `FORKD_*` variable but those a test gives.
+//! in time, with no `FORKD_*` variable but those a test gives. A long-running server is
+//! `server.rs`'s, not started here.
 
 use std::fmt;
 use std::fs::{self, File};

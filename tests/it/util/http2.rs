@@ -1,7 +1,9 @@
 //! A small blocking HTTP/2 test client: the `h2` crate's client polled by hand
 //! (no-op waker, no runtime) over `forkd::http2::Io` (an in-memory duplex),
 //! whose bytes this module moves to and from a std `TcpStream` (or a rustls
-//! client stream) with short read timeouts. Every wait is bounded.
+//! client stream) with short read timeouts. Every wait is bounded. `h2_exchange` gives an
+//! answer in the shape of an HTTP/1.1 [`Response`], for the parity tests; `wire` writes
+//! frames by hand for tests of malformed input. It asserts nothing about the server.
 
 #![allow(dead_code)]
 

@@ -1,7 +1,8 @@
 //! A small blocking HTTP/3 client for the integration tests: quinn-proto over a std
 //! `UdpSocket`, frames and QPACK from `forkd::http3`. One connection; requests are streams;
 //! every wait is bounded by a deadline (socket read timeouts, no sleeps). `h3_exchange`
-//! gives an answer in the shape of an HTTP/1.1 [`Response`], for the parity tests.
+//! gives an answer in the shape of an HTTP/1.1 [`Response`], for the parity tests. It
+//! asserts nothing about the server beyond a completed handshake where one is required.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -609,4 +610,44 @@ pub fn h3_response(r: H3Response) -> Option<Response> {
     out.body = r.body;
     out.interim = interim.iter().map(|h| shape(h)).collect();
     Some(out)
+}
+
+#[cfg(test)]
+mod selftest {
+    use super::*;
+
+    fn fields(f: &[(&str, &str)]) -> Vec<(String, String)> {
+        f.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn harness_h3_fields_map_a_request_as_h2_exchange_does() {
+        let f = h3_fields("POST", "/x", &[("Host", "a.example"), ("Connection", "close"), ("X-Y", "1")], 3);
+        let want = fields(&[
+            (":method", "POST"),
+            (":scheme", "https"),
+            (":authority", "a.example"),
+            (":path", "/x"),
+            ("x-y", "1"),
+            ("content-length", "3"),
+        ]);
+        assert_eq!(f, want);
+        let f = h3_fields("GET", "/", &[("Content-Length", "0")], 0);
+        assert_eq!(f[2], (":authority".to_string(), "localhost".to_string()));
+        assert_eq!(f.iter().filter(|(k, _)| k == "content-length").count(), 1, "{f:?}");
+    }
+
+    #[test]
+    fn harness_h3_response_keeps_informational_heads_apart() {
+        let hints = fields(&[(":status", "103"), ("link", "</a.css>; rel=preload")]);
+        let last = fields(&[(":status", "200"), ("content-type", "text/plain")]);
+        let r =
+            h3_response(H3Response { heads: vec![hints.clone(), last], body: b"hi".to_vec() }).expect("a final head");
+        assert_eq!((r.version.as_str(), r.status, r.body.as_slice()), ("HTTP/3", 200, &b"hi"[..]));
+        assert_eq!(r.headers, fields(&[("content-type", "text/plain")]));
+        assert_eq!(r.interim.len(), 1);
+        assert_eq!(r.interim[0].status, 103);
+        assert!(h3_response(H3Response { heads: vec![hints], body: Vec::new() }).is_none());
+        assert!(h3_response(H3Response::default()).is_none());
+    }
 }

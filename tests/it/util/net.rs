@@ -1,5 +1,6 @@
 //! The network as the kernel sees it: TCP socket states from `/proc/net/tcp{,6}` (to find
-//! connections the server left in CLOSE-WAIT), and whether curl speaks HTTP/2.
+//! connections the server left in CLOSE-WAIT), and whether curl speaks HTTP/2. It only
+//! reads: no socket is opened or closed here.
 
 use std::fs;
 use std::process::Command;

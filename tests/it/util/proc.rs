@@ -1,5 +1,6 @@
 //! Processes of the server under test, found through `/proc` and never by name: worker
-//! pids, signal masks, memory, liveness, and bounded waits for a child's exit.
+//! pids, signal masks, memory, liveness, and bounded waits for a child's exit. It signals
+//! only pids a test names, never a process found by name.
 
 use std::fs;
 use std::process::ExitStatus;

@@ -1,6 +1,7 @@
 //! The protocol a test speaks: `Proto` (HTTP/1.1, h2c, HTTP/3), `Session` (one connection
 //! for several requests), and the parity macros `both!` (HTTP/1.1 and h2c) and `protocols!`
-//! (HTTP/1.1, h2c and HTTP/3) that run one test body once per protocol.
+//! (HTTP/1.1, h2c and HTTP/3) that run one test body once per protocol. How to reach the
+//! server only: no assertion about what it answers.
 
 use std::cell::Cell;
 use std::net::SocketAddr;

@@ -478,3 +478,27 @@ pub(super) fn clear_forkd_env(cmd: &mut Command) {
         }
     }
 }
+
+#[cfg(test)]
+mod selftest {
+    use super::*;
+
+    #[test]
+    fn harness_section_lines_join_an_existing_section_or_open_one() {
+        let extra = "workers = 2\n[http3]\nmax_streams = 5\n";
+        assert_eq!(
+            with_section_lines(extra, "http3", "enabled = true"),
+            "workers = 2\n[http3]\nenabled = true\nmax_streams = 5\n"
+        );
+        assert_eq!(with_section_lines(extra, "tls", "listen = \"x\""), format!("{extra}\n[tls]\nlisten = \"x\"\n"));
+        assert!(sets_top_level("public_origin = \"http://a\"\n[tls]\n", "public_origin"));
+        assert!(!sets_top_level("[cors]\npublic_origin = 1\n", "public_origin"));
+        assert!(!sets_top_level("public_origin_x = 1\n", "public_origin"));
+    }
+
+    #[test]
+    #[should_panic(expected = "sets its own [tls] listen")]
+    fn harness_refuses_http3_over_a_test_s_own_tls_listener() {
+        with_section_lines("[tls]\nlisten = \"127.0.0.1:1\"\n", "tls", "listen = \"x\"");
+    }
+}

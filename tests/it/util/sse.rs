@@ -1,5 +1,6 @@
 //! Server-sent events read by a client: `SseStream` (one open `text/event-stream`,
-//! de-chunked and parsed as it arrives, over any protocol) and `SseEvent`.
+//! de-chunked and parsed as it arrives, over any protocol) and `SseEvent`. It parses what
+//! comes; what the events must say is the tests' part.
 
 use std::net::TcpStream;
 

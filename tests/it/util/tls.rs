@@ -1,5 +1,6 @@
 //! TLS for tests: a throw-away CA and server certificate (`Pki`), the `[tls]` config
-//! lines, a server with a TLS listener, and a rustls HTTPS client.
+//! lines, a server with a TLS listener, and a rustls HTTPS client. Each certificate is made
+//! for one test and trusted by that test's clients only.
 
 use std::fs;
 use std::io::{Read, Write};

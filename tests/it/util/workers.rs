@@ -1,5 +1,6 @@
 //! Views per worker: `/_debug/streams` asked until every worker has answered, and
-//! connections known to be served by a given worker.
+//! connections known to be served by a given worker. They need `[debug] routes`, which the
+//! harness turns on; nothing here changes a worker.
 
 use std::thread;
 

@@ -1,5 +1,6 @@
 //! A WebSocket (RFC 6455) client over a raw TCP connection: the handshake, masked frames
-//! out, server frames in, and the chat endpoint's greeting.
+//! out, server frames in, and the chat endpoint's greeting. HTTP/1.1 upgrades only:
+//! WebSocket over HTTP/2 is `http2::ws_connect`.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
