@@ -83,7 +83,7 @@ fn check_login_cookies(s: &Server, cookies: &[String], what: &str) -> (SetCookie
 // Login
 // ---------------------------------------------------------------------------------------
 
-both!(login_returns_tokens_and_sets_refresh_and_csrf_cookies);
+protocols!(login_returns_tokens_and_sets_refresh_and_csrf_cookies);
 fn login_returns_tokens_and_sets_refresh_and_csrf_cookies(p: Proto) {
     let s = Server::start_api().on(p);
     let email = unique_email("login");
@@ -99,7 +99,7 @@ fn login_returns_tokens_and_sets_refresh_and_csrf_cookies(p: Proto) {
     ensure!(s, user_shape_problems(&u).is_empty(), "/auth/me user shape {:?}", user_shape_problems(&u));
 }
 
-both!(access_token_is_hs256_with_the_contract_claims);
+protocols!(access_token_is_hs256_with_the_contract_claims);
 fn access_token_is_hs256_with_the_contract_claims(p: Proto) {
     let s = Server::start_api().on(p);
     let email = unique_email("claims");
@@ -133,7 +133,7 @@ fn access_token_is_hs256_with_the_contract_claims(p: Proto) {
     ensure!(s, c2["jti"] != c["jti"], "two logins must give two jti: {c} / {c2}");
 }
 
-both!(wrong_password_and_unknown_email_are_the_same_401);
+protocols!(wrong_password_and_unknown_email_are_the_same_401);
 fn wrong_password_and_unknown_email_are_the_same_401(p: Proto) {
     let s = Server::start_api().on(p);
     let email = unique_email("known");
@@ -153,7 +153,7 @@ fn wrong_password_and_unknown_email_are_the_same_401(p: Proto) {
     ensure_eq!(s, strip(&a), strip(&b), "wrong password and unknown e-mail must answer identically");
 }
 
-both!(login_with_missing_fields_is_422);
+protocols!(login_with_missing_fields_is_422);
 fn login_with_missing_fields_is_422(p: Proto) {
     let s = Server::start_api().on(p);
     let r = post_json(&s, "/api/v1/auth/login", &json!({}), &[]);
@@ -166,7 +166,7 @@ fn login_with_missing_fields_is_422(p: Proto) {
     s.expect_invalid(&r, &["email", "password"], "login with wrong types");
 }
 
-both!(login_timing_is_the_same_for_unknown_email_and_wrong_password);
+protocols!(login_timing_is_the_same_for_unknown_email_and_wrong_password);
 fn login_timing_is_the_same_for_unknown_email_and_wrong_password(p: Proto) {
     // The REAL default argon2 parameters (19456 KiB, 2 iterations).
     let s = Server::builder().no_rate_limit().jwt_secret(TEST_JWT_SECRET).start().on(p);
@@ -212,7 +212,7 @@ fn login_timing_is_the_same_for_unknown_email_and_wrong_password(p: Proto) {
 // Bearer tokens
 // ---------------------------------------------------------------------------------------
 
-both!(protected_routes_without_a_token_are_401_token_required);
+protocols!(protected_routes_without_a_token_are_401_token_required);
 fn protected_routes_without_a_token_are_401_token_required(p: Proto) {
     let s = Server::start_api().on(p);
     for (m, p) in [
@@ -228,7 +228,7 @@ fn protected_routes_without_a_token_are_401_token_required(p: Proto) {
     expect_401(&s, &r, "invalid token", "Bearer not-a-jwt");
 }
 
-both!(hostile_tokens_are_all_401_invalid_token);
+protocols!(hostile_tokens_are_all_401_invalid_token);
 fn hostile_tokens_are_all_401_invalid_token(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Target");
@@ -374,7 +374,7 @@ fn hostile_tokens_are_all_401_invalid_token(p: Proto) {
     s.expect_data(&r, 200, "control: the issued token still works");
 }
 
-both!(correctly_forged_hs256_token_with_the_right_secret_is_accepted);
+protocols!(correctly_forged_hs256_token_with_the_right_secret_is_accepted);
 fn correctly_forged_hs256_token_with_the_right_secret_is_accepted(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, _) = s.user("Forged");
@@ -391,7 +391,7 @@ fn correctly_forged_hs256_token_with_the_right_secret_is_accepted(p: Proto) {
     s.expect_data(&r, 200, "GET /api/v1/users with a forged-but-correct token");
 }
 
-both!(tokens_with_a_crit_header_or_a_future_nbf_are_401);
+protocols!(tokens_with_a_crit_header_or_a_future_nbf_are_401);
 /// Regression: a `crit` header parameter (RFC 7515 §4.1.11: extensions the verifier must
 /// understand; we understand none) and an `nbf` in the future were ignored. Both are
 /// `invalid token`, correctly signed or not, and so is an `nbf` that is not a number.
@@ -424,7 +424,7 @@ fn tokens_with_a_crit_header_or_a_future_nbf_are_401(p: Proto) {
     }
 }
 
-both!(a_token_accepted_before_is_refused_once_it_expires);
+protocols!(a_token_accepted_before_is_refused_once_it_expires);
 fn a_token_accepted_before_is_refused_once_it_expires(p: Proto) {
     // The worker remembers tokens it verified; expiry must still be checked on every use.
     let s = Server::start_api().on(p);
@@ -447,7 +447,7 @@ fn a_token_accepted_before_is_refused_once_it_expires(p: Proto) {
     expect_401(&s, &r, "invalid token", "an expired token used before");
 }
 
-both!(me_returns_the_current_user);
+protocols!(me_returns_the_current_user);
 fn me_returns_the_current_user(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Myself");
@@ -467,7 +467,7 @@ fn me_returns_the_current_user(p: Proto) {
 // Refresh, CSRF, logout
 // ---------------------------------------------------------------------------------------
 
-both!(refresh_rotates_and_replaying_a_spent_token_revokes_the_family);
+protocols!(refresh_rotates_and_replaying_a_spent_token_revokes_the_family);
 fn refresh_rotates_and_replaying_a_spent_token_revokes_the_family(p: Proto) {
     let s = Server::start_api().on(p);
     let email = unique_email("rot");
@@ -493,7 +493,7 @@ fn refresh_rotates_and_replaying_a_spent_token_revokes_the_family(p: Proto) {
     expect_401(&s, &r, "invalid token", "refresh with garbage");
 }
 
-both!(refresh_from_the_cookie_needs_the_matching_csrf_header);
+protocols!(refresh_from_the_cookie_needs_the_matching_csrf_header);
 fn refresh_from_the_cookie_needs_the_matching_csrf_header(p: Proto) {
     let s = Server::start_api().on(p);
     let email = unique_email("csrf");
@@ -517,7 +517,7 @@ fn refresh_from_the_cookie_needs_the_matching_csrf_header(p: Proto) {
     ensure!(s, rt2.value != rt.value, "a NEW refresh_token cookie after a cookie refresh");
 }
 
-both!(logout_revokes_the_refresh_token_and_clears_both_cookies);
+protocols!(logout_revokes_the_refresh_token_and_clears_both_cookies);
 fn logout_revokes_the_refresh_token_and_clears_both_cookies(p: Proto) {
     let s = Server::start_api().on(p);
     let email = unique_email("bye");
@@ -545,7 +545,7 @@ fn logout_revokes_the_refresh_token_and_clears_both_cookies(p: Proto) {
 // The signing secret: shared by workers; production needs a real one
 // ---------------------------------------------------------------------------------------
 
-both!(generated_secret_is_shared_by_both_workers);
+protocols!(generated_secret_is_shared_by_both_workers);
 fn generated_secret_is_shared_by_both_workers(p: Proto) {
     let s = Server::builder().workers(2).fast_argon2().no_rate_limit().start().on(p);
     let workers = s.wait_workers(2, Duration::from_secs(10));
@@ -590,7 +590,7 @@ fn production_without_a_secret_fails_check_config_with_exit_2() {
     assert!(out.stderr.contains("jwt_secret"), "the message must name auth.jwt_secret: {out:?}");
 }
 
-both!(production_with_a_40_byte_secret_file_starts_and_login_works);
+protocols!(production_with_a_40_byte_secret_file_starts_and_login_works);
 fn production_with_a_40_byte_secret_file_starts_and_login_works(p: Proto) {
     let keep = tempfile::Builder::new().prefix("forkd-secret-").tempdir().unwrap();
     let secret = "prod#secret!forty-bytes*0123456789abcdef";

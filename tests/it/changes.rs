@@ -63,21 +63,11 @@ fn change(s: &Server, event_id: i64, resource: &str, action: &str, record: i64, 
 /// one lands there; the preamble is read.
 fn stream_on(s: &Server, pid: i32, path: &str, headers: &[(&str, &str)]) -> SseStream {
     for _ in 0..200 {
-        let opened = match s.session() {
-            Session::H1(mut c) => {
-                if c.get("/_debug/pid").json()["pid"] != pid {
-                    continue;
-                }
-                SseStream::open_on(c, path, headers)
-            }
-            Session::H2(mut c) => {
-                let r = h2_exchange(&mut c, "GET", "/_debug/pid", &[], b"", IO_TIMEOUT).expect("GET /_debug/pid");
-                if r.json()["pid"] != pid {
-                    continue;
-                }
-                SseStream::open_h2(*c, path, headers)
-            }
-        };
+        let mut c = s.session();
+        if c.get("/_debug/pid").json()["pid"] != pid {
+            continue;
+        }
+        let opened = c.into_sse(path, headers);
         let mut st = opened.unwrap_or_else(|r| panic!("GET {path}: {r:?}\nlog:\n{}", s.log_tail()));
         st.expect_preamble().unwrap_or_else(|e| panic!("GET {path} preamble: {e}\nlog:\n{}", s.log_tail()));
         return st;
@@ -106,7 +96,7 @@ fn expect_change(s: &Server, st: &mut SseStream, id: i64, resource: &str, action
     }
 }
 
-both!(an_owner_only_change_reaches_its_owner_and_admins_on_every_worker_and_nobody_else);
+protocols!(an_owner_only_change_reaches_its_owner_and_admins_on_every_worker_and_nobody_else);
 fn an_owner_only_change_reaches_its_owner_and_admins_on_every_worker_and_nobody_else(p: Proto) {
     let s = server(2).on(p);
     let pids = s.wait_workers(2, Duration::from_secs(10));
@@ -144,7 +134,7 @@ fn an_owner_only_change_reaches_its_owner_and_admins_on_every_worker_and_nobody_
     }
 }
 
-both!(resources_narrows_a_stream_and_notifications_still_flow);
+protocols!(resources_narrows_a_stream_and_notifications_still_flow);
 fn resources_narrows_a_stream_and_notifications_still_flow(p: Proto) {
     let s = server(1).on(p);
     let pid = s.wait_workers(1, Duration::from_secs(10))[0];
@@ -167,7 +157,7 @@ fn resources_narrows_a_stream_and_notifications_still_flow(p: Proto) {
     expect_change(&s, &mut news, nid + 2, "news", "create", 2, "news only: not the note");
 }
 
-both!(a_bad_token_or_resource_name_opens_no_stream_and_the_token_is_not_logged);
+protocols!(a_bad_token_or_resource_name_opens_no_stream_and_the_token_is_not_logged);
 fn a_bad_token_or_resource_name_opens_no_stream_and_the_token_is_not_logged(p: Proto) {
     let s = server(1).on(p);
     let (_, token) = user(&s, "Alice");
@@ -217,7 +207,7 @@ fn log_change(s: &Server, resource: &str, action: &str, record: i64, owner: i64)
     .expect("insert a change row")
 }
 
-both!(last_event_id_replays_notifications_and_the_changes_each_stream_may_read_in_order);
+protocols!(last_event_id_replays_notifications_and_the_changes_each_stream_may_read_in_order);
 fn last_event_id_replays_notifications_and_the_changes_each_stream_may_read_in_order(p: Proto) {
     let s = server(1).on(p);
     let pid = s.wait_workers(1, Duration::from_secs(10))[0];
@@ -344,7 +334,7 @@ fn an_owner_only_change_on_one_host_reaches_only_its_readers_on_the_other_live_a
     }
 }
 
-both!(a_real_note_reaches_only_its_owner_and_admins_on_both_workers);
+protocols!(a_real_note_reaches_only_its_owner_and_admins_on_both_workers);
 fn a_real_note_reaches_only_its_owner_and_admins_on_both_workers(p: Proto) {
     let s = server(2).on(p);
     let pids = s.wait_workers(2, Duration::from_secs(10));

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use quinn_proto::StreamId;
+
 use crate::h2util::{H2Client, H2Response};
+use crate::h3client::{h3_fields, h3_response, is_informational, H3Client, H3Response};
 use crate::upstream::*;
 use crate::util::*;
 
@@ -99,6 +102,14 @@ struct ChatStream {
 enum Src {
     H1(Conn),
     H2(Box<(H2Client, h2::RecvStream)>),
+    H3(Box<H3Src>),
+}
+
+/// One request stream of an HTTP/3 connection and how much of its body is in `raw`.
+struct H3Src {
+    c: H3Client,
+    id: StreamId,
+    taken: usize,
 }
 
 impl ChatStream {
@@ -107,6 +118,7 @@ impl ChatStream {
         match s.proto() {
             Proto::H1 => Self::open_on(s.conn(), body),
             Proto::H2c => Self::open_h2(s.h2c(), body),
+            Proto::H3 => Self::open_h3(s.h3(), body),
         }
     }
 
@@ -115,6 +127,7 @@ impl ChatStream {
         match session {
             Session::H1(c) => Self::open_on(c, body),
             Session::H2(c) => Self::open_h2(*c, body),
+            Session::H3(c) => Self::open_h3(*c, body),
         }
     }
 
@@ -151,15 +164,56 @@ impl ChatStream {
         Ok(st)
     }
 
-    fn is_h2(&self) -> bool {
-        matches!(self.src, Src::H2(_))
+    /// `POST /api/chat` as a new stream of `c`. `Err(the whole response)` unless it is a
+    /// 200 `text/event-stream`.
+    fn open_h3(mut c: H3Client, body: &[u8]) -> Result<ChatStream, Response> {
+        let fields = h3_fields("POST", "/api/chat", &[("content-type", "application/json")], body.len());
+        let head: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let id = c.request(&head, body);
+        c.run_until(Instant::now() + IO_TIMEOUT, |c| {
+            c.partial(id).heads.last().is_some_and(|h| !is_informational(h))
+                || c.lost.is_some()
+                || c.streams.get(&id).is_some_and(|s| s.fin || s.reset.is_some())
+        });
+        let heads = c.partial(id).heads;
+        let head = h3_response(H3Response { heads, body: Vec::new() })
+            .unwrap_or_else(|| panic!("POST /api/chat over HTTP/3: no response head: {:?}", c.streams.get(&id)));
+        let st = ChatStream {
+            src: Src::H3(Box::new(H3Src { c, id, taken: 0 })),
+            head,
+            chunked: true,
+            raw: Vec::new(),
+            text: Vec::new(),
+            clean: 0,
+            ended: false,
+            eof: false,
+            last_read: Instant::now(),
+            h2_end: None,
+        };
+        let is_stream =
+            st.head.status == 200 && media_type(st.head.header("content-type")).as_deref() == Some("text/event-stream");
+        if !is_stream {
+            return Err(st.whole_response());
+        }
+        Ok(st)
     }
 
-    /// The client goes away: the connection under the stream is shut both ways.
-    fn cut(&self) {
-        let tcp = match &self.src {
+    /// Whether the body is the DATA of one stream (HTTP/2 or HTTP/3), ended by the
+    /// stream's end rather than by chunked framing.
+    fn is_h2(&self) -> bool {
+        matches!(self.src, Src::H2(_) | Src::H3(_))
+    }
+
+    /// The client goes away: the connection under the stream is shut both ways (HTTP/3:
+    /// the QUIC connection is closed).
+    fn cut(&mut self) {
+        let tcp = match &mut self.src {
             Src::H1(c) => &c.stream,
             Src::H2(b) => b.0.tcp(),
+            Src::H3(b) => {
+                b.c.close(0x100);
+                return;
+            }
         };
         let _ = tcp.shutdown(std::net::Shutdown::Both);
     }
@@ -247,6 +301,31 @@ impl ChatStream {
                     c.pump();
                 }
             }
+            Src::H3(b) => loop {
+                let body = b.c.partial(b.id).body;
+                if body.len() > b.taken {
+                    self.raw.extend_from_slice(&body[b.taken..]);
+                    b.taken = body.len();
+                    self.last_read = Instant::now();
+                }
+                let got = &b.c.streams[&b.id];
+                if let Some(code) = got.reset {
+                    self.h2_end = Some(Err(format!("the stream was reset with code {code:#x}")));
+                } else if got.fin {
+                    self.h2_end = Some(Ok(()));
+                }
+                if self.last_read >= now || self.h2_end.is_some() {
+                    return Ok(());
+                }
+                if b.c.lost.is_some() {
+                    self.eof = true;
+                    return Ok(());
+                }
+                if Instant::now() >= deadline {
+                    return Err("timed out".into());
+                }
+                b.c.step(deadline);
+            },
         };
         conn.stream.set_read_timeout(Some(deadline - now)).unwrap();
         let mut tmp = [0u8; 65536];
@@ -421,6 +500,7 @@ impl ChatStream {
                 Session::H1(c)
             }
             Src::H2(b) => Session::H2(Box::new(b.0)),
+            Src::H3(b) => Session::H3(Box::new(b.c)),
         })
     }
 }
@@ -499,7 +579,7 @@ fn check_keep_alive(s: &Server, st: ChatStream, what: &str) {
 // Validation
 // ---------------------------------------------------------------------------------------
 
-both!(chat_rejects_a_body_that_is_not_json);
+protocols!(chat_rejects_a_body_that_is_not_json);
 fn chat_rejects_a_body_that_is_not_json(p: Proto) {
     let up = streaming_upstream(&["never"], ZERO);
     let s = relay_server(&up).on(p);
@@ -514,7 +594,7 @@ fn chat_rejects_a_body_that_is_not_json(p: Proto) {
     s.assert_healthy();
 }
 
-both!(chat_validates_messages_before_contacting_the_upstream);
+protocols!(chat_validates_messages_before_contacting_the_upstream);
 fn chat_validates_messages_before_contacting_the_upstream(p: Proto) {
     let up = streaming_upstream(&["fine"], ZERO);
     let s = relay_server(&up).on(p);
@@ -562,7 +642,7 @@ fn chat_validates_messages_before_contacting_the_upstream(p: Proto) {
 // Built-in echo
 // ---------------------------------------------------------------------------------------
 
-both!(chat_echo_streams_the_last_user_message_word_by_word);
+protocols!(chat_echo_streams_the_last_user_message_word_by_word);
 fn chat_echo_streams_the_last_user_message_word_by_word(p: Proto) {
     let s = echo_server(20).on(p);
     let msgs = json!([
@@ -599,7 +679,7 @@ fn chat_echo_streams_the_last_user_message_word_by_word(p: Proto) {
     check_keep_alive(&s, st, "after two echo streams");
 }
 
-both!(chat_echo_chunks_are_streamed_not_buffered);
+protocols!(chat_echo_chunks_are_streamed_not_buffered);
 fn chat_echo_chunks_are_streamed_not_buffered(p: Proto) {
     let s = echo_server(150).on(p);
     let t = Instant::now();
@@ -621,7 +701,7 @@ fn chat_echo_chunks_are_streamed_not_buffered(p: Proto) {
 // Relay to an OpenAI-compatible upstream
 // ---------------------------------------------------------------------------------------
 
-both!(chat_relay_sends_model_stream_and_messages_and_forwards_deltas);
+protocols!(chat_relay_sends_model_stream_and_messages_and_forwards_deltas);
 fn chat_relay_sends_model_stream_and_messages_and_forwards_deltas(p: Proto) {
     let up = Upstream::start(|_| {
         Behaviour::sse(
@@ -660,7 +740,7 @@ fn chat_relay_sends_model_stream_and_messages_and_forwards_deltas(p: Proto) {
     ensure_eq!(s, b["messages"], msgs, "`messages` of the upstream request, as given: {b}");
 }
 
-both!(chat_relay_forwards_each_delta_as_it_arrives);
+protocols!(chat_relay_forwards_each_delta_as_it_arrives);
 fn chat_relay_forwards_each_delta_as_it_arrives(p: Proto) {
     let up = streaming_upstream(&["one", " two", " three", " four"], Duration::from_millis(200));
     let s = relay_server(&up).on(p);
@@ -685,7 +765,7 @@ fn chat_relay_forwards_each_delta_as_it_arrives(p: Proto) {
     ensure!(s, gap >= Duration::from_millis(400), "deltas 200 ms apart arrived within {gap:?} of each other");
 }
 
-both!(chat_relay_skips_deltas_without_content_and_reassembles_split_events);
+protocols!(chat_relay_skips_deltas_without_content_and_reassembles_split_events);
 fn chat_relay_skips_deltas_without_content_and_reassembles_split_events(p: Proto) {
     // Events packed into one chunk, an event split across chunks (apart in time, so they
     // are separate reads), and deltas without content (role, empty delta, finish reason).
@@ -712,7 +792,7 @@ fn chat_relay_skips_deltas_without_content_and_reassembles_split_events(p: Proto
     ensure_eq!(s, contents(&got), vec!["A", "B and C", "D"], "only deltas with content, each once, in order");
 }
 
-both!(chat_relay_forwards_a_burst_larger_than_one_read);
+protocols!(chat_relay_forwards_a_burst_larger_than_one_read);
 fn chat_relay_forwards_a_burst_larger_than_one_read(p: Proto) {
     // 2 000 deltas in one ~1 MB chunk: many socket reads, many times the client's output
     // watermark (the relay pauses and resumes), all relayed, in order.
@@ -727,7 +807,7 @@ fn chat_relay_forwards_a_burst_larger_than_one_read(p: Proto) {
     check_keep_alive(&s, st, "after a 1 MB burst");
 }
 
-both!(chat_relay_to_a_client_that_does_not_read_pauses_the_upstream);
+protocols!(chat_relay_to_a_client_that_does_not_read_pauses_the_upstream);
 fn chat_relay_to_a_client_that_does_not_read_pauses_the_upstream(p: Proto) {
     // The upstream has ~64 MB to send at once; the client reads nothing. Back pressure must
     // stop forkd reading the upstream (so the upstream's writes stall once the kernel
@@ -770,7 +850,7 @@ fn chat_relay_to_a_client_that_does_not_read_pauses_the_upstream(p: Proto) {
 // Upstream failures
 // ---------------------------------------------------------------------------------------
 
-both!(chat_upstream_refused_gives_502);
+protocols!(chat_upstream_refused_gives_502);
 fn chat_upstream_refused_gives_502(p: Proto) {
     let s = relay_server_to(&format!("{}{UPSTREAM_PATH}", closed_url())).on(p);
     let r = s.call("POST", "/api/chat", &[("Content-Type", "application/json")], &body_of(json!([user_msg("hi")])));
@@ -778,7 +858,7 @@ fn chat_upstream_refused_gives_502(p: Proto) {
     s.assert_healthy();
 }
 
-both!(chat_upstream_error_status_gives_502);
+protocols!(chat_upstream_error_status_gives_502);
 fn chat_upstream_error_status_gives_502(p: Proto) {
     let up = Upstream::start(|_| Behaviour::json(500, &json!({"error": {"message": "model overloaded"}})));
     let s = relay_server(&up).on(p);
@@ -788,7 +868,7 @@ fn chat_upstream_error_status_gives_502(p: Proto) {
     s.assert_healthy();
 }
 
-both!(chat_upstream_silence_gives_504);
+protocols!(chat_upstream_silence_gives_504);
 fn chat_upstream_silence_gives_504(p: Proto) {
     let up = Upstream::start(|_| Behaviour::Hang);
     let s = relay_server(&up).on(p);
@@ -832,12 +912,12 @@ fn failure_after_first_chunk(p: Proto, then: After, what: &str) -> Duration {
     t2.saturating_duration_since(t1)
 }
 
-both!(chat_upstream_closing_mid_stream_ends_with_an_error_event);
+protocols!(chat_upstream_closing_mid_stream_ends_with_an_error_event);
 fn chat_upstream_closing_mid_stream_ends_with_an_error_event(p: Proto) {
     failure_after_first_chunk(p, After::Close, "upstream closes after one delta");
 }
 
-both!(chat_upstream_going_silent_mid_stream_ends_with_an_error_event);
+protocols!(chat_upstream_going_silent_mid_stream_ends_with_an_error_event);
 fn chat_upstream_going_silent_mid_stream_ends_with_an_error_event(p: Proto) {
     let gap = failure_after_first_chunk(p, After::Hang, "upstream silent after one delta (timeout_ms = 400)");
     assert!(
@@ -897,7 +977,7 @@ fn close_delimited_upstream(answer: String) -> (String, std::thread::JoinHandle<
     (url, h)
 }
 
-both!(chat_upstream_ending_cleanly_without_done_ends_the_stream_normally);
+protocols!(chat_upstream_ending_cleanly_without_done_ends_the_stream_normally);
 /// Regression: an upstream stream that ended cleanly (last chunk, `Content-Length` reached,
 /// or the close that delimits its body) without `data: [DONE]` gave `event: error`. A clean
 /// end is a normal end: `data: [DONE]`, the end of the chunked body, keep-alive.
@@ -977,7 +1057,7 @@ fn leave_mid_stream(s: &Server, mut st: ChatStream, up: &Upstream, context: &str
     );
 }
 
-both!(chat_client_disconnect_cancels_the_upstream_request);
+protocols!(chat_client_disconnect_cancels_the_upstream_request);
 fn chat_client_disconnect_cancels_the_upstream_request(p: Proto) {
     let up = long_upstream();
     let s = relay_server(&up).on(p);
@@ -1001,7 +1081,7 @@ fn relay_server_https(front: &TlsFront, timeout_ms: u64) -> Server {
         .start()
 }
 
-both!(chat_relay_over_https);
+protocols!(chat_relay_over_https);
 fn chat_relay_over_https(p: Proto) {
     let up = streaming_upstream(&["Hel", "lo", " over", " TLS 🔒"], Duration::from_millis(50));
     let front = TlsFront::start(&up.url(), &["localhost"]);
@@ -1046,7 +1126,7 @@ fn chat_relay_over_https(p: Proto) {
     );
 }
 
-both!(chat_over_https_client_disconnect_cancels_the_upstream);
+protocols!(chat_over_https_client_disconnect_cancels_the_upstream);
 fn chat_over_https_client_disconnect_cancels_the_upstream(p: Proto) {
     let up = long_upstream();
     let front = TlsFront::start(&up.url(), &["localhost"]);

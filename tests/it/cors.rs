@@ -26,6 +26,8 @@ fn tokens(r: &Response, name: &str) -> Vec<String> {
     r.header_all(name).iter().flat_map(|v| v.split(',')).map(|t| t.trim().to_ascii_lowercase()).collect()
 }
 
+// HTTP/3: a server with HTTP/3 has a TLS listener, whose `public_origin` must be https;
+// these tests pin `public_origin = "http://app.example"`.
 both!(unsafe_methods_from_a_foreign_origin_are_403);
 fn unsafe_methods_from_a_foreign_origin_are_403(p: Proto) {
     let s = start().on(p);
@@ -72,6 +74,8 @@ fn unsafe_methods_from_a_foreign_origin_are_403(p: Proto) {
     ensure_eq!(s, g, victim, "the victim is unchanged");
 }
 
+// HTTP/3: a server with HTTP/3 has a TLS listener, whose `public_origin` must be https;
+// these tests pin `public_origin = "http://app.example"`.
 both!(unsafe_methods_from_our_own_an_allowed_or_no_origin_are_processed);
 fn unsafe_methods_from_our_own_an_allowed_or_no_origin_are_processed(p: Proto) {
     let s = start().on(p);
@@ -102,6 +106,8 @@ fn unsafe_methods_from_our_own_an_allowed_or_no_origin_are_processed(p: Proto) {
     }
 }
 
+// HTTP/3: a server with HTTP/3 has a TLS listener, whose `public_origin` must be https;
+// these tests pin `public_origin = "http://app.example"`.
 both!(allowed_origin_gets_cors_headers_with_credentials_and_vary);
 fn allowed_origin_gets_cors_headers_with_credentials_and_vary(p: Proto) {
     let s = start().on(p);
@@ -127,6 +133,8 @@ fn allowed_origin_gets_cors_headers_with_credentials_and_vary(p: Proto) {
     ensure_eq!(s, r.header("access-control-allow-origin"), Some(ALLOWED), "ACAO on a POST in {r:?}");
 }
 
+// HTTP/3: a server with HTTP/3 has a TLS listener, whose `public_origin` must be https;
+// these tests pin `public_origin = "http://app.example"`.
 both!(preflight_from_the_allowed_origin_is_204_with_methods_and_headers);
 fn preflight_from_the_allowed_origin_is_204_with_methods_and_headers(p: Proto) {
     let s = start().on(p);
@@ -152,6 +160,8 @@ fn preflight_from_the_allowed_origin_is_204_with_methods_and_headers(p: Proto) {
     ensure!(s, tokens(&r, "vary").iter().any(|t| t == "origin"), "preflight Vary must include Origin: {r:?}");
 }
 
+// HTTP/3: a server with HTTP/3 has a TLS listener, whose `public_origin` must be https;
+// these tests pin `public_origin = "http://app.example"`.
 both!(a_foreign_origin_gets_no_cors_header_at_all);
 fn a_foreign_origin_gets_no_cors_header_at_all(p: Proto) {
     let s = start().on(p);
@@ -175,6 +185,8 @@ fn a_foreign_origin_gets_no_cors_header_at_all(p: Proto) {
     ensure!(s, r.status == 200 && cors_headers(&r).is_empty(), "GET /health from {EVIL}: no Access-Control-*: {r:?}");
 }
 
+// HTTP/3: a server with HTTP/3 has a TLS listener, whose `public_origin` must be https;
+// these tests pin `public_origin = "http://app.example"`.
 both!(more_than_one_origin_line_is_403);
 /// Regression: only the first `Origin` line was checked, so a good origin first and a
 /// foreign one second passed. More than one `Origin` line on an unsafe method is 403, and so

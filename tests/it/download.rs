@@ -386,7 +386,7 @@ fn read_body(c: &mut Conn, mut h: u64, n: usize, deadline: Instant) -> Result<(u
 // Full downloads, HEAD, conditional requests
 // ---------------------------------------------------------------------------------------
 
-both!(full_download_head_and_byte_identical_body);
+protocols!(full_download_head_and_byte_identical_body);
 fn full_download_head_and_byte_identical_body(p: Proto) {
     let d = Dl::start(1).on(p);
     let data = pattern(3 * MIB, 1);
@@ -399,7 +399,7 @@ fn full_download_head_and_byte_identical_body(p: Proto) {
     ensure!(d.s, again.body == data, "second GET: {}", diff_at(&again.body, &data));
 }
 
-both!(bare_download_serves_the_file_named_default);
+protocols!(bare_download_serves_the_file_named_default);
 fn bare_download_serves_the_file_named_default(p: Proto) {
     let d = Dl::start(1).on(p);
     // Not there yet: 404, and the server looks again on the next request.
@@ -412,7 +412,7 @@ fn bare_download_serves_the_file_named_default(p: Proto) {
     check_full(&d.s, &r, "default", &path, &data, "GET /download (the file `default`)");
 }
 
-both!(head_has_the_get_headers_and_no_body);
+protocols!(head_has_the_get_headers_and_no_body);
 fn head_has_the_get_headers_and_no_body(p: Proto) {
     let d = Dl::start(1).on(p);
     let data = pattern(3 * MIB, 3);
@@ -442,7 +442,7 @@ fn head_has_the_get_headers_and_no_body(p: Proto) {
     health_in(&d.s, &mut c, "after HEAD");
 }
 
-both!(if_none_match_with_the_etag_is_304_without_body);
+protocols!(if_none_match_with_the_etag_is_304_without_body);
 fn if_none_match_with_the_etag_is_304_without_body(p: Proto) {
     let d = Dl::start(1).on(p);
     let data = pattern(100_000, 4);
@@ -467,7 +467,7 @@ fn if_none_match_with_the_etag_is_304_without_body(p: Proto) {
     ensure!(d.s, r2.header("etag") != Some(etag.as_str()), "the ETag must change with the file: {}", head_of(&r2));
 }
 
-both!(if_none_match_list_and_weak_comparison);
+protocols!(if_none_match_list_and_weak_comparison);
 fn if_none_match_list_and_weak_comparison(p: Proto) {
     // RFC 9110 §13.1.2: a list of tags; weak comparison (W/ prefix ignored).
     let d = Dl::start(1).on(p);
@@ -487,7 +487,7 @@ fn if_none_match_list_and_weak_comparison(p: Proto) {
     d.s.expect_bodyless("GET", "/download/data.bin", &[("If-None-Match", "*")], 304, "If-None-Match: *");
 }
 
-both!(non_ascii_name_gets_filename_star_and_an_ascii_fallback);
+protocols!(non_ascii_name_gets_filename_star_and_an_ascii_fallback);
 fn non_ascii_name_gets_filename_star_and_an_ascii_fallback(p: Proto) {
     let d = Dl::start(1).on(p);
     let data = pattern(5000, 7);
@@ -512,7 +512,7 @@ fn non_ascii_name_gets_filename_star_and_an_ascii_fallback(p: Proto) {
 // Ranges
 // ---------------------------------------------------------------------------------------
 
-both!(single_ranges_give_206_with_exact_bytes);
+protocols!(single_ranges_give_206_with_exact_bytes);
 fn single_ranges_give_206_with_exact_bytes(p: Proto) {
     let d = Dl::start(1).on(p);
     let data = pattern(3 * MIB, 9);
@@ -532,7 +532,7 @@ fn single_ranges_give_206_with_exact_bytes(p: Proto) {
     }
 }
 
-both!(range_edge_cases_per_rfc9110);
+protocols!(range_edge_cases_per_rfc9110);
 fn range_edge_cases_per_rfc9110(p: Proto) {
     let d = Dl::start(1).on(p);
     let data = pattern(1000, 10);
@@ -546,7 +546,7 @@ fn range_edge_cases_per_rfc9110(p: Proto) {
     check_206(&d.s, &r, &data, 0, 999, "Range: bytes=0-");
 }
 
-both!(if_range_applies_the_range_only_for_the_current_etag);
+protocols!(if_range_applies_the_range_only_for_the_current_etag);
 fn if_range_applies_the_range_only_for_the_current_etag(p: Proto) {
     // RFC 9110 §13.1.5: If-Range with the current strong ETag → the range (206); with any
     // other tag → the whole file (200).
@@ -560,7 +560,7 @@ fn if_range_applies_the_range_only_for_the_current_etag(p: Proto) {
     check_full(&d.s, &r, "data.bin", &path, &data, "Range with If-Range: <stale etag> → 200 full");
 }
 
-both!(unsatisfiable_range_is_416_with_star_content_range);
+protocols!(unsatisfiable_range_is_416_with_star_content_range);
 fn unsatisfiable_range_is_416_with_star_content_range(p: Proto) {
     let d = Dl::start(1).on(p);
     let data = pattern(3 * MIB, 11);
@@ -588,7 +588,7 @@ fn unsatisfiable_range_is_416_with_star_content_range(p: Proto) {
     check_full(&d.s, &r, "empty.bin", &d.files.join("empty.bin"), b"", "GET /download/empty.bin");
 }
 
-both!(malformed_or_multiple_ranges_are_ignored);
+protocols!(malformed_or_multiple_ranges_are_ignored);
 fn malformed_or_multiple_ranges_are_ignored(p: Proto) {
     let d = Dl::start(1).on(p);
     let data = pattern(100_000, 12);
@@ -599,7 +599,7 @@ fn malformed_or_multiple_ranges_are_ignored(p: Proto) {
     }
 }
 
-both!(a_range_end_past_the_file_even_past_u64_is_clamped_to_the_last_byte);
+protocols!(a_range_end_past_the_file_even_past_u64_is_clamped_to_the_last_byte);
 /// Regression: a Range end past the file was clamped only while it fitted in a u64; past it
 /// (`bytes=0-99999999999999999999999`) the header was ignored and the whole file sent with
 /// 200. RFC 9110 §14.1.2: an end past the file means its last byte → 206.
@@ -627,7 +627,7 @@ fn a_range_end_past_the_file_even_past_u64_is_clamped_to_the_last_byte(p: Proto)
 // Names that must not be served
 // ---------------------------------------------------------------------------------------
 
-both!(traversal_and_unservable_names_are_404);
+protocols!(traversal_and_unservable_names_are_404);
 fn traversal_and_unservable_names_are_404(p: Proto) {
     let d = Dl::start(1).on(p);
     let ok = pattern(1000, 13);
@@ -701,7 +701,7 @@ fn traversal_and_unservable_names_are_404(p: Proto) {
     d.s.assert_healthy();
 }
 
-both!(a_fifo_a_directory_or_a_socket_is_404_at_once_and_the_loop_keeps_serving);
+protocols!(a_fifo_a_directory_or_a_socket_is_404_at_once_and_the_loop_keeps_serving);
 /// Regression: `open()` of a FIFO blocks until a writer appears, so a FIFO in the download
 /// directory stalled the worker's loop until the watchdog killed it. Anything that is not a
 /// regular file (FIFO, directory, symlink to a directory, socket) is 404 at once, and the

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::util::*;
 
-both!(health_returns_ok_json);
+protocols!(health_returns_ok_json);
 fn health_returns_ok_json(p: Proto) {
     let server = Server::start("").on(p);
     let r = server.get("/health");
@@ -15,7 +15,7 @@ fn health_returns_ok_json(p: Proto) {
     assert_eq!(r.header("content-length"), Some("15"), "{r:?}");
 }
 
-both!(health_ready_returns_ok);
+protocols!(health_ready_returns_ok);
 fn health_ready_returns_ok(p: Proto) {
     let server = Server::start("").on(p);
     let r = server.get("/health/ready");
@@ -24,7 +24,7 @@ fn health_ready_returns_ok(p: Proto) {
     assert_eq!(media_type(r.header("content-type")).as_deref(), Some("application/json"), "{r:?}");
 }
 
-both!(api_config_returns_envelope_with_cache_headers);
+protocols!(api_config_returns_envelope_with_cache_headers);
 fn api_config_returns_envelope_with_cache_headers(p: Proto) {
     let server = Server::start("").on(p);
     let r = server.get("/api/config");
@@ -45,7 +45,7 @@ fn api_config_returns_envelope_with_cache_headers(p: Proto) {
     assert_eq!(r2.header("etag"), Some(etag), "ETag changed between two requests: {r2:?}");
 }
 
-both!(api_config_does_not_leak_secrets);
+protocols!(api_config_does_not_leak_secrets);
 fn api_config_does_not_leak_secrets(p: Proto) {
     let server = Server::builder()
         .set("auth", &format!("jwt_secret = \"{}\"", "S3cr3tValueForTests-0123456789abcdef"))
@@ -73,28 +73,28 @@ fn assert_304(server: &Server, inm: &str, etag: &str) {
     assert_eq!(next.status, 200, "request after a 304 (a stray body would break it): {next:?}");
 }
 
-both!(api_config_if_none_match_exact_gives_304);
+protocols!(api_config_if_none_match_exact_gives_304);
 fn api_config_if_none_match_exact_gives_304(p: Proto) {
     let server = Server::start("").on(p);
     let etag = config_etag(&server);
     assert_304(&server, &etag, &etag);
 }
 
-both!(api_config_if_none_match_in_a_list_gives_304);
+protocols!(api_config_if_none_match_in_a_list_gives_304);
 fn api_config_if_none_match_in_a_list_gives_304(p: Proto) {
     let server = Server::start("").on(p);
     let etag = config_etag(&server);
     assert_304(&server, &format!("\"other\", {etag}, \"x\""), &etag);
 }
 
-both!(api_config_if_none_match_star_gives_304);
+protocols!(api_config_if_none_match_star_gives_304);
 fn api_config_if_none_match_star_gives_304(p: Proto) {
     let server = Server::start("").on(p);
     let etag = config_etag(&server);
     assert_304(&server, "*", &etag);
 }
 
-both!(api_config_if_none_match_mismatch_gives_200);
+protocols!(api_config_if_none_match_mismatch_gives_200);
 fn api_config_if_none_match_mismatch_gives_200(p: Proto) {
     let server = Server::start("").on(p);
     let r = server.get_with("/api/config", &[("If-None-Match", "\"definitely-not-it\"")]);
@@ -102,7 +102,7 @@ fn api_config_if_none_match_mismatch_gives_200(p: Proto) {
     assert!(r.json()["data"].is_object(), "{r:?}");
 }
 
-both!(unknown_path_is_404_json);
+protocols!(unknown_path_is_404_json);
 fn unknown_path_is_404_json(p: Proto) {
     let server = Server::start("").on(p);
     let r = server.get("/no/such/thing");
@@ -110,7 +110,7 @@ fn unknown_path_is_404_json(p: Proto) {
     assert_eq!(r.json()["message"], "resource not found", "{r:?}");
 }
 
-both!(known_path_with_wrong_method_is_405_with_allow);
+protocols!(known_path_with_wrong_method_is_405_with_allow);
 fn known_path_with_wrong_method_is_405_with_allow(p: Proto) {
     let server = Server::start("").on(p);
     let mut c = server.session();
@@ -121,7 +121,7 @@ fn known_path_with_wrong_method_is_405_with_allow(p: Proto) {
     assert_json_error(&r, 405, Some("METHOD_NOT_ALLOWED"), "DELETE /health");
 }
 
-both!(debug_pid_reports_a_worker_pid);
+protocols!(debug_pid_reports_a_worker_pid);
 fn debug_pid_reports_a_worker_pid(p: Proto) {
     let server = Server::start("").on(p);
     let pid = server.debug_pid();
@@ -129,7 +129,7 @@ fn debug_pid_reports_a_worker_pid(p: Proto) {
     assert_eq!(workers, vec![pid], "/_debug/pid must be the worker, a child of the supervisor {}", server.pid());
 }
 
-both!(debug_big_body_arrives_whole);
+protocols!(debug_big_body_arrives_whole);
 fn debug_big_body_arrives_whole(p: Proto) {
     let server = Server::start("").on(p);
     let r = server.get("/_debug/big?kb=2048");
@@ -138,7 +138,7 @@ fn debug_big_body_arrives_whole(p: Proto) {
     assert!(r.body.iter().all(|&b| b == b'x'), "body is not all 'x'");
 }
 
-both!(debug_sleep_answers_after_sleeping);
+protocols!(debug_sleep_answers_after_sleeping);
 fn debug_sleep_answers_after_sleeping(p: Proto) {
     let server = Server::start("").on(p);
     let t = std::time::Instant::now();
@@ -148,7 +148,7 @@ fn debug_sleep_answers_after_sleeping(p: Proto) {
     assert!(t.elapsed() >= Duration::from_millis(190), "answered too soon: {:?}", t.elapsed());
 }
 
-both!(debug_block_answers_after_blocking);
+protocols!(debug_block_answers_after_blocking);
 fn debug_block_answers_after_blocking(p: Proto) {
     let server = Server::start("").on(p);
     let t = std::time::Instant::now();
@@ -158,7 +158,7 @@ fn debug_block_answers_after_blocking(p: Proto) {
     server.assert_healthy();
 }
 
-both!(head_and_get_health_send_the_same_header_names);
+protocols!(head_and_get_health_send_the_same_header_names);
 fn head_and_get_health_send_the_same_header_names(p: Proto) {
     let server = Server::start("").on(p);
     let mut c = server.session();
@@ -175,7 +175,7 @@ fn head_and_get_health_send_the_same_header_names(p: Proto) {
     }
 }
 
-both!(debug_routes_absent_when_disabled);
+protocols!(debug_routes_absent_when_disabled);
 fn debug_routes_absent_when_disabled(p: Proto) {
     let server = Server::start("[debug]\nroutes = false").on(p);
     for path in ["/_debug/pid", "/_debug/panic", "/_debug/sleep?ms=1"] {
@@ -194,7 +194,7 @@ fn allocation_counts_are_not_served_by_a_normal_build() {
     assert_json_error(&r, 404, Some("NOT_FOUND"), "/_debug/allocations without the count-alloc feature");
 }
 
-both!(handler_panic_is_500_and_worker_survives);
+protocols!(handler_panic_is_500_and_worker_survives);
 fn handler_panic_is_500_and_worker_survives(p: Proto) {
     let server = Server::start("").on(p);
     let before = server.debug_pid();
@@ -206,7 +206,7 @@ fn handler_panic_is_500_and_worker_survives(p: Proto) {
     assert_eq!(server.debug_pid(), before, "the worker was replaced after a handler panic");
 }
 
-both!(pool_job_panic_is_500_and_worker_survives);
+protocols!(pool_job_panic_is_500_and_worker_survives);
 fn pool_job_panic_is_500_and_worker_survives(p: Proto) {
     let server = Server::start("").on(p);
     let before = server.debug_pid();
@@ -219,7 +219,7 @@ fn pool_job_panic_is_500_and_worker_survives(p: Proto) {
     assert_eq!(r.status, 200, "pool after a panicking job: {r:?}");
 }
 
-both!(panic_keeps_the_connection_usable);
+protocols!(panic_keeps_the_connection_usable);
 fn panic_keeps_the_connection_usable(p: Proto) {
     let server = Server::start("").on(p);
     let mut c = server.session();

@@ -98,7 +98,7 @@ fn assert_no_store(r: &Response, what: &str) {
     assert_eq!(r.header("cache-control"), Some("no-store"), "{what}: expected Cache-Control: no-store, got {r:?}");
 }
 
-both!(security_headers_on_success_responses);
+protocols!(security_headers_on_success_responses);
 fn security_headers_on_success_responses(p: Proto) {
     let server = Server::start("").on(p);
     let mut c = server.session();
@@ -118,7 +118,7 @@ fn security_headers_on_success_responses(p: Proto) {
     assert_security_headers(&r, "POST /_debug/echo");
 }
 
-both!(security_headers_on_404_and_405);
+protocols!(security_headers_on_404_and_405);
 fn security_headers_on_404_and_405(p: Proto) {
     let server = Server::start("").on(p);
     let mut c = server.session();
@@ -171,7 +171,7 @@ fn security_headers_on_408() {
     assert_no_store(&r, "408");
 }
 
-both!(security_headers_on_500);
+protocols!(security_headers_on_500);
 fn security_headers_on_500(p: Proto) {
     let server = Server::start("").on(p);
     let r = server.get("/_debug/panic");
@@ -180,7 +180,7 @@ fn security_headers_on_500(p: Proto) {
     assert_no_store(&r, "500");
 }
 
-both!(csp_nonce_is_fresh_on_every_response);
+protocols!(csp_nonce_is_fresh_on_every_response);
 fn csp_nonce_is_fresh_on_every_response(p: Proto) {
     let server = Server::start("").on(p);
     let mut c = server.session();
@@ -196,7 +196,7 @@ fn csp_nonce_is_fresh_on_every_response(p: Proto) {
     assert_ne!(n[0], n[2], "two responses share a CSP nonce");
 }
 
-both!(csp_report_only_option_renames_the_header);
+protocols!(csp_report_only_option_renames_the_header);
 fn csp_report_only_option_renames_the_header(p: Proto) {
     let server = Server::start("csp_report_only = true").on(p);
     let r = server.get("/health");
@@ -207,7 +207,7 @@ fn csp_report_only_option_renames_the_header(p: Proto) {
     assert!(p.is_empty(), "404 with csp_report_only = true:\n  {}\n{r:?}", p.join("\n  "));
 }
 
-both!(date_header_is_a_current_imf_fixdate);
+protocols!(date_header_is_a_current_imf_fixdate);
 fn date_header_is_a_current_imf_fixdate(p: Proto) {
     let server = Server::start("").on(p);
     let r = server.get("/health");
@@ -216,7 +216,7 @@ fn date_header_is_a_current_imf_fixdate(p: Proto) {
     assert!((t - now_unix()).abs() <= 5, "Date {d:?} is {}s away from now", t - now_unix());
 }
 
-both!(server_header_carries_no_version);
+protocols!(server_header_carries_no_version);
 fn server_header_carries_no_version(p: Proto) {
     let server = Server::start("").on(p);
     for path in ["/health", "/nope"] {
@@ -228,7 +228,7 @@ fn server_header_carries_no_version(p: Proto) {
     }
 }
 
-both!(request_id_is_echoed_when_valid);
+protocols!(request_id_is_echoed_when_valid);
 fn request_id_is_echoed_when_valid(p: Proto) {
     let server = Server::start("").on(p);
     let max = "a".repeat(128);
@@ -241,7 +241,7 @@ fn request_id_is_echoed_when_valid(p: Proto) {
     assert_eq!(r.header("x-request-id"), Some("err-id-1"), "{r:?}");
 }
 
-both!(request_id_is_replaced_by_a_uuid_when_invalid);
+protocols!(request_id_is_replaced_by_a_uuid_when_invalid);
 fn request_id_is_replaced_by_a_uuid_when_invalid(p: Proto) {
     let server = Server::start("").on(p);
     let too_long = "a".repeat(129);
@@ -253,7 +253,7 @@ fn request_id_is_replaced_by_a_uuid_when_invalid(p: Proto) {
     }
 }
 
-both!(request_ids_are_fresh_uuids_when_absent);
+protocols!(request_ids_are_fresh_uuids_when_absent);
 fn request_ids_are_fresh_uuids_when_absent(p: Proto) {
     let server = Server::start("").on(p);
     let mut c = server.session();
@@ -265,7 +265,7 @@ fn request_ids_are_fresh_uuids_when_absent(p: Proto) {
     assert_ne!(a, b, "two requests without an id got the same one");
 }
 
-both!(api_config_is_cacheable_not_no_store);
+protocols!(api_config_is_cacheable_not_no_store);
 fn api_config_is_cacheable_not_no_store(p: Proto) {
     let server = Server::start("").on(p);
     let r = server.get("/api/config");

@@ -225,7 +225,7 @@ impl Home {
 // Authentication, mapping, parallelism
 // ---------------------------------------------------------------------------------------
 
-both!(homepage_requires_a_bearer_token);
+protocols!(homepage_requires_a_bearer_token);
 fn homepage_requires_a_bearer_token(p: Proto) {
     let h = Home::start(1, "", &[]).on(p);
     let r = h.s.api("GET", "/api/homepage", None, None);
@@ -247,7 +247,7 @@ fn homepage_requires_a_bearer_token(p: Proto) {
     );
 }
 
-both!(homepage_combines_the_three_upstream_answers);
+protocols!(homepage_combines_the_three_upstream_answers);
 fn homepage_combines_the_three_upstream_answers(p: Proto) {
     let h = Home::start(1, "", &[]).on(p);
     let (id, token) = h.user("Home Owner");
@@ -272,7 +272,7 @@ fn homepage_combines_the_three_upstream_answers(p: Proto) {
     }
 }
 
-both!(homepage_accepts_items_objects_and_a_missing_user_field);
+protocols!(homepage_accepts_items_objects_and_a_missing_user_field);
 fn homepage_accepts_items_objects_and_a_missing_user_field(p: Proto) {
     let h = Home::start(1, "", &[]).on(p);
     let (id, token) = h.user("Items User");
@@ -300,7 +300,7 @@ fn homepage_accepts_items_objects_and_a_missing_user_field(p: Proto) {
     ensure!(h.s, data.get("degraded").is_none(), "empty lists from the upstream are not failures: {data}");
 }
 
-both!(homepage_calls_the_three_upstreams_in_parallel);
+protocols!(homepage_calls_the_three_upstreams_in_parallel);
 fn homepage_calls_the_three_upstreams_in_parallel(p: Proto) {
     let h = Home::start(1, "", &[]).on(p);
     let (id, token) = h.user("Parallel User");
@@ -334,7 +334,7 @@ fn homepage_calls_the_three_upstreams_in_parallel(p: Proto) {
 // The users upstream failing: 502 / 504
 // ---------------------------------------------------------------------------------------
 
-both!(homepage_users_upstream_refused_gives_502);
+protocols!(homepage_users_upstream_refused_gives_502);
 fn homepage_users_upstream_refused_gives_502(p: Proto) {
     let h = Home::start(1, "", &["users"]).on(p);
     let (_, token) = h.user("Refused User");
@@ -343,7 +343,7 @@ fn homepage_users_upstream_refused_gives_502(p: Proto) {
     h.s.assert_healthy();
 }
 
-both!(homepage_users_upstream_bad_answers_give_502);
+protocols!(homepage_users_upstream_bad_answers_give_502);
 fn homepage_users_upstream_bad_answers_give_502(p: Proto) {
     let h = Home::start(1, "", &[]).on(p);
     let cases: Vec<(&str, Behaviour)> = vec![
@@ -364,7 +364,7 @@ fn homepage_users_upstream_bad_answers_give_502(p: Proto) {
     h.s.assert_healthy();
 }
 
-both!(homepage_users_upstream_timeout_gives_504);
+protocols!(homepage_users_upstream_timeout_gives_504);
 fn homepage_users_upstream_timeout_gives_504(p: Proto) {
     let h = Home::start(1, "timeout_ms = 400", &[]).on(p);
     let (id, token) = h.user("Slow Users");
@@ -399,7 +399,7 @@ fn list_failures() -> Vec<(&'static str, Behaviour)> {
     ]
 }
 
-both!(homepage_orders_failures_degrade_to_an_empty_list);
+protocols!(homepage_orders_failures_degrade_to_an_empty_list);
 fn homepage_orders_failures_degrade_to_an_empty_list(p: Proto) {
     let h = Home::start(1, "timeout_ms = 400", &[]).on(p);
     for (what, b) in list_failures() {
@@ -418,7 +418,7 @@ fn homepage_orders_failures_degrade_to_an_empty_list(p: Proto) {
     h.s.assert_healthy();
 }
 
-both!(homepage_recommendations_failures_degrade_to_an_empty_list);
+protocols!(homepage_recommendations_failures_degrade_to_an_empty_list);
 fn homepage_recommendations_failures_degrade_to_an_empty_list(p: Proto) {
     let h = Home::start(1, "timeout_ms = 400", &[]).on(p);
     for (what, b) in list_failures() {
@@ -436,7 +436,7 @@ fn homepage_recommendations_failures_degrade_to_an_empty_list(p: Proto) {
     h.s.assert_healthy();
 }
 
-both!(homepage_refused_lists_degrade_both);
+protocols!(homepage_refused_lists_degrade_both);
 fn homepage_refused_lists_degrade_both(p: Proto) {
     let h = Home::start(1, "", &["orders", "recommendations"]).on(p);
     let (id, token) = h.user("Refused Lists");
@@ -449,7 +449,7 @@ fn homepage_refused_lists_degrade_both(p: Proto) {
 // Caching
 // ---------------------------------------------------------------------------------------
 
-both!(homepage_caches_upstream_answers_per_user);
+protocols!(homepage_caches_upstream_answers_per_user);
 fn homepage_caches_upstream_answers_per_user(p: Proto) {
     let h = Home::start(1, "", &[]).on(p);
     let (a, ta) = h.user("Cached A");
@@ -477,7 +477,7 @@ fn homepage_caches_upstream_answers_per_user(p: Proto) {
     }
 }
 
-both!(homepage_cache_expires_after_the_ttl);
+protocols!(homepage_cache_expires_after_the_ttl);
 fn homepage_cache_expires_after_the_ttl(p: Proto) {
     let h = Home::start(1, "cache_ttl_secs = 1", &[]).on(p);
     let (id, token) = h.user("Short TTL");
@@ -498,7 +498,7 @@ fn homepage_cache_expires_after_the_ttl(p: Proto) {
     }
 }
 
-both!(homepage_failed_upstream_answers_are_not_cached);
+protocols!(homepage_failed_upstream_answers_are_not_cached);
 fn homepage_failed_upstream_answers_are_not_cached(p: Proto) {
     let h = Home::start(1, "", &[]).on(p);
     // Users upstream failing, then well: the second homepage asks again.
@@ -568,7 +568,7 @@ fn homepage_cache_is_shared_by_all_workers() {
 // Connections towards the upstreams
 // ---------------------------------------------------------------------------------------
 
-both!(homepage_reuses_keep_alive_connections_to_the_upstreams);
+protocols!(homepage_reuses_keep_alive_connections_to_the_upstreams);
 fn homepage_reuses_keep_alive_connections_to_the_upstreams(p: Proto) {
     let h = Home::start(1, "", &[]).on(p);
     let users: Vec<(i64, String)> = (0..3).map(|_| h.user("Keep Alive")).collect();
@@ -625,7 +625,7 @@ fn homepage_client_disconnect_cancels_the_upstream_requests() {
 // Built-in demo upstreams
 // ---------------------------------------------------------------------------------------
 
-both!(homepage_without_configured_upstreams_uses_the_builtin_demo);
+protocols!(homepage_without_configured_upstreams_uses_the_builtin_demo);
 fn homepage_without_configured_upstreams_uses_the_builtin_demo(p: Proto) {
     let s = Server::api_builder().start().on(p);
     let (_, token) = s.user("Demo User");
@@ -665,7 +665,7 @@ fn chunked_padded_orders(total: usize) -> Behaviour {
     }
 }
 
-both!(homepage_reads_large_upstream_answers_to_the_end);
+protocols!(homepage_reads_large_upstream_answers_to_the_end);
 fn homepage_reads_large_upstream_answers_to_the_end(p: Proto) {
     // Answers under the 1 MiB cap but far over one socket read: read to the end, on time.
     let h = Home::start(1, "timeout_ms = 2000", &[]).on(p);

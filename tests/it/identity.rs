@@ -39,7 +39,7 @@ fn on(c: &mut Conn, method: &str, path: &str, token: &str, body: Option<&Value>)
     c.read_response()
 }
 
-both!(a_deleted_accounts_token_never_acts_for_the_next_sign_up);
+protocols!(a_deleted_accounts_token_never_acts_for_the_next_sign_up);
 /// Regression: SQLite gave the deleted Bob's id to Eve, the next sign-up, and Bob's unexpired
 /// token then answered `/auth/me` as Eve, renamed her and posted as her.
 fn a_deleted_accounts_token_never_acts_for_the_next_sign_up(p: Proto) {

@@ -7,6 +7,10 @@ mod drainload;
 mod keepalive;
 mod util;
 
+/// The harness's HTTP/2 and HTTP/3 clients under the names the tests import them by.
+use util::http2 as h2util;
+use util::http3 as h3client;
+
 mod cli;
 mod endpoints;
 mod flow;
@@ -57,7 +61,6 @@ mod upgrade;
 mod tls;
 
 mod h3;
-mod h3client;
 mod h3drain;
 mod h3limits;
 mod http3;
@@ -68,6 +71,5 @@ mod h2flood;
 mod h2idle;
 mod h2prio;
 mod h2stall;
-mod h2util;
 mod h2ws;
 mod http2;

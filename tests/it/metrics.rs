@@ -84,6 +84,8 @@ fn reach_both_workers(s: &Server) -> usize {
     sent
 }
 
+// HTTP/3: `forkd_open_connections` counts TCP connections only, not HTTP/3 connections
+// (a server bug, reported), so the scrape's own HTTP/3 connection is not in it.
 both!(requests_are_counted_by_route_pattern_and_status);
 fn requests_are_counted_by_route_pattern_and_status(p: Proto) {
     let s = Server::api_builder().start().on(p);
@@ -128,7 +130,7 @@ fn requests_are_counted_by_route_pattern_and_status(p: Proto) {
     ensure!(s, m.get("forkd_open_connections") >= 1.0, "the scrape's own connection is open\n{}", m.text);
 }
 
-both!(histogram_is_cumulative_and_its_count_is_the_requests_counted);
+protocols!(histogram_is_cumulative_and_its_count_is_the_requests_counted);
 fn histogram_is_cumulative_and_its_count_is_the_requests_counted(p: Proto) {
     let s = Server::api_builder().start().on(p);
     ensure_eq!(s, s.get("/_debug/sleep?ms=300").status, 200, "a slow pool request");
@@ -150,7 +152,7 @@ fn histogram_is_cumulative_and_its_count_is_the_requests_counted(p: Proto) {
     ensure!(s, m.get("forkd_http_request_duration_seconds_sum") >= 0.3, "_sum in seconds\n{}", m.text);
 }
 
-both!(counts_are_summed_over_workers);
+protocols!(counts_are_summed_over_workers);
 fn counts_are_summed_over_workers(p: Proto) {
     let s = Server::api_builder().workers(2).start().on(p);
     s.wait_workers(2, Duration::from_secs(10));
@@ -163,7 +165,7 @@ fn counts_are_summed_over_workers(p: Proto) {
     }
 }
 
-both!(counts_survive_a_killed_worker);
+protocols!(counts_survive_a_killed_worker);
 fn counts_survive_a_killed_worker(p: Proto) {
     let s = Server::api_builder().workers(2).start().on(p);
     let before_workers = s.wait_workers(2, Duration::from_secs(10));

@@ -4,7 +4,7 @@
 
 use crate::util::*;
 
-both!(openapi_document_is_public_cacheable_json_of_openapi_3_1);
+protocols!(openapi_document_is_public_cacheable_json_of_openapi_3_1);
 fn openapi_document_is_public_cacheable_json_of_openapi_3_1(p: Proto) {
     let server = Server::start("").on(p);
     let r = server.get("/api/openapi.json");
@@ -36,7 +36,7 @@ fn openapi_document_is_public_cacheable_json_of_openapi_3_1(p: Proto) {
     assert_eq!(again.body, r.body);
 }
 
-both!(openapi_document_follows_the_configuration);
+protocols!(openapi_document_follows_the_configuration);
 fn openapi_document_follows_the_configuration(p: Proto) {
     let server = Server::builder()
         .set("websocket", "echo = true")
@@ -54,7 +54,7 @@ fn openapi_document_follows_the_configuration(p: Proto) {
     assert!(doc["paths"]["/api/v1/users"]["get"]["responses"].get("429").is_none(), "no 429 without a limiter");
 }
 
-both!(openapi_document_is_rate_limited_like_every_api_route);
+protocols!(openapi_document_is_rate_limited_like_every_api_route);
 fn openapi_document_is_rate_limited_like_every_api_route(p: Proto) {
     let server = Server::builder().set("rate_limit", "max = 2\nwindow_secs = 60").start().on(p);
     for _ in 0..2 {
@@ -66,7 +66,7 @@ fn openapi_document_is_rate_limited_like_every_api_route(p: Proto) {
     assert!(r.header("retry-after").is_some(), "{r:?}");
 }
 
-both!(openapi_document_answers_head_without_a_body);
+protocols!(openapi_document_answers_head_without_a_body);
 fn openapi_document_answers_head_without_a_body(p: Proto) {
     let server = Server::start("").on(p);
     let mut c = server.session();
@@ -126,7 +126,7 @@ type = "ref"
 ref = "articles"
 "#;
 
-both!(openapi_document_describes_each_declared_resource);
+protocols!(openapi_document_describes_each_declared_resource);
 fn openapi_document_describes_each_declared_resource(p: Proto) {
     let server = Server::start(DECLARED).on(p);
     let r = server.get("/api/openapi.json");
@@ -209,7 +209,7 @@ fn openapi_document_describes_each_declared_resource(p: Proto) {
     assert!(responses("/api/v1/articles", "get").contains_key("401"), "a bad token on a public read is 401");
 }
 
-both!(openapi_document_still_has_the_built_in_posts);
+protocols!(openapi_document_still_has_the_built_in_posts);
 fn openapi_document_still_has_the_built_in_posts(p: Proto) {
     let server = Server::start("").on(p);
     let doc = server.get("/api/openapi.json").json();

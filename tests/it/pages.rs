@@ -32,7 +32,7 @@ fn post_report(s: &Server, ct: &str, body: &[u8], marker: &str, what: &str) {
     ensure!(s, logged, "{what}: a log line naming the violated directive {marker:?} must appear");
 }
 
-both!(csp_report_accepts_the_three_formats_and_logs_the_directive);
+protocols!(csp_report_accepts_the_three_formats_and_logs_the_directive);
 fn csp_report_accepts_the_three_formats_and_logs_the_directive(p: Proto) {
     let s = Server::builder().start().on(p);
     post_report(
@@ -74,7 +74,7 @@ fn csp_report_accepts_the_three_formats_and_logs_the_directive(p: Proto) {
     s.assert_healthy();
 }
 
-both!(csp_report_is_rate_limited);
+protocols!(csp_report_is_rate_limited);
 fn csp_report_is_rate_limited(p: Proto) {
     let s = Server::builder().set("rate_limit", "enabled = true\nmax = 3\nwindow_secs = 900").start().on(p);
     let body = csp_report_body("img-src");
@@ -88,7 +88,7 @@ fn csp_report_is_rate_limited(p: Proto) {
     ensure!(s, r.header("retry-after").and_then(|v| v.parse::<u64>().ok()).is_some(), "Retry-After on 429: {r:?}");
 }
 
-both!(redirect_allows_local_paths_and_listed_hosts_only);
+protocols!(redirect_allows_local_paths_and_listed_hosts_only);
 fn redirect_allows_local_paths_and_listed_hosts_only(p: Proto) {
     let s = Server::builder().set("redirect", "allowed_hosts = [\"allowed.example\"]").start().on(p);
     let r = s.get("/redirect?path=/x");
@@ -124,7 +124,7 @@ fn redirect_allows_local_paths_and_listed_hosts_only(p: Proto) {
     }
 }
 
-both!(redirect_location_is_a_valid_uri_and_only_https_urls_redirect);
+protocols!(redirect_location_is_a_valid_uri_and_only_https_urls_redirect);
 /// Regression: `/redirect` copied characters that are not allowed in a URI (`"`, `<`, `>`,
 /// `^`, backtick, `{`, `|`, `}`) into `Location`; they are percent-encoded now, and escapes
 /// already there are kept as they are (never encoded twice). And `url=http://<allowed>`
@@ -196,7 +196,7 @@ fn csp_nonce(csp: &str, directive: &str) -> Option<String> {
     d.split_whitespace().find_map(|t| t.strip_prefix("'nonce-").and_then(|n| n.strip_suffix('\'')).map(str::to_string))
 }
 
-both!(index_page_nonce_favicon_and_static);
+protocols!(index_page_nonce_favicon_and_static);
 fn index_page_nonce_favicon_and_static(p: Proto) {
     let s = Server::builder().start().on(p);
     let page = |what: &str| -> (Response, String, String) {

@@ -24,7 +24,7 @@ fn post_count(s: &Server, token: &str, user_id: i64) -> i64 {
     s.expect_data(&r, 200, "list posts")["total"].as_i64().unwrap_or_else(|| panic!("no total in {r:?}"))
 }
 
-both!(owner_creates_a_post_201_with_location_and_fields);
+protocols!(owner_creates_a_post_201_with_location_and_fields);
 fn owner_creates_a_post_201_with_location_and_fields(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Writer");
@@ -55,7 +55,7 @@ fn owner_creates_a_post_201_with_location_and_fields(p: Proto) {
     ensure_eq!(s, id_of(&g), pid, "any bearer may read a post");
 }
 
-both!(only_the_owner_may_post_and_a_token_of_no_account_is_401);
+protocols!(only_the_owner_may_post_and_a_token_of_no_account_is_401);
 fn only_the_owner_may_post_and_a_token_of_no_account_is_401(p: Proto) {
     let s = Server::start_api().on(p);
     let (owner, owner_token) = s.user("Owner");
@@ -106,7 +106,7 @@ fn only_the_owner_may_post_and_a_token_of_no_account_is_401(p: Proto) {
     s.expect_err(&r, 404, "NOT_FOUND", "GET posts of a non-numeric user id");
 }
 
-both!(post_validation_boundaries);
+protocols!(post_validation_boundaries);
 fn post_validation_boundaries(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Validator");
@@ -153,7 +153,7 @@ fn post_validation_boundaries(p: Proto) {
     s.expect_err(&r, 415, "UNSUPPORTED_MEDIA_TYPE", "post as text/plain");
 }
 
-both!(user_posts_are_paginated_newest_first);
+protocols!(user_posts_are_paginated_newest_first);
 fn user_posts_are_paginated_newest_first(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Blogger");
@@ -199,7 +199,7 @@ fn user_posts_are_paginated_newest_first(p: Proto) {
     }
 }
 
-both!(post_writes_by_owner_or_admin_others_403);
+protocols!(post_writes_by_owner_or_admin_others_403);
 fn post_writes_by_owner_or_admin_others_403(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Author");
@@ -242,7 +242,7 @@ fn post_writes_by_owner_or_admin_others_403(p: Proto) {
     s.expect_err(&r, 404, "NOT_FOUND", "GET a post deleted by an admin");
 }
 
-both!(unknown_post_is_404_and_posts_need_a_bearer);
+protocols!(unknown_post_is_404_and_posts_need_a_bearer);
 fn unknown_post_is_404_and_posts_need_a_bearer(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Someone");

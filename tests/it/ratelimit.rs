@@ -40,7 +40,7 @@ fn assert_429(s: &Server, r: &Response, what: &str) {
     assert_no_x_ratelimit(s, r, what);
 }
 
-both!(one_count_across_two_workers_remaining_counts_down_then_429_everywhere);
+protocols!(one_count_across_two_workers_remaining_counts_down_then_429_everywhere);
 fn one_count_across_two_workers_remaining_counts_down_then_429_everywhere(p: Proto) {
     let s = limited(2, "enabled = true\nmax = 100\nwindow_secs = 900").on(p);
     s.wait_workers(2, Duration::from_secs(10));
@@ -101,7 +101,7 @@ fn one_count_across_two_workers_remaining_counts_down_then_429_everywhere(p: Pro
     ensure!(s, r.header("ratelimit-limit").is_none(), "GET / must carry no RateLimit headers: {r:?}");
 }
 
-both!(a_short_window_resets_the_count);
+protocols!(a_short_window_resets_the_count);
 fn a_short_window_resets_the_count(p: Proto) {
     let s = limited(2, "enabled = true\nmax = 3\nwindow_secs = 1").on(p);
     // The window may start at any point of a second: spend it, see the 429, then wait for
@@ -136,7 +136,7 @@ fn a_short_window_resets_the_count(p: Proto) {
     ensure!(s, ok, "the count must reset after the 1 s window (waited {:?})", t.elapsed());
 }
 
-both!(csp_report_is_counted_with_api_routes);
+protocols!(csp_report_is_counted_with_api_routes);
 fn csp_report_is_counted_with_api_routes(p: Proto) {
     let s = limited(2, "enabled = true\nmax = 4\nwindow_secs = 900").on(p);
     let report = serde_json::to_vec(&json!({"csp-report": {
@@ -255,7 +255,7 @@ fn concurrent_wrong_logins_check_at_most_login_max_failures_passwords() {
     assert_429(&s, &r, "the right password after the failures are spent");
 }
 
-both!(a_right_password_after_failures_logs_in_and_gives_its_slot_back);
+protocols!(a_right_password_after_failures_logs_in_and_gives_its_slot_back);
 /// A right password takes a slot like any attempt and gives it back: failures before it
 /// still count (they are not forgotten), the success itself does not.
 fn a_right_password_after_failures_logs_in_and_gives_its_slot_back(p: Proto) {
@@ -280,7 +280,7 @@ fn explanations(s: &Server) -> Vec<String> {
     s.logs().lines().filter(|l| l.contains("rate limit: a client went over")).map(str::to_string).collect()
 }
 
-both!(in_development_the_first_refusal_logs_which_limit_and_how_to_change_it_once);
+protocols!(in_development_the_first_refusal_logs_which_limit_and_how_to_change_it_once);
 fn in_development_the_first_refusal_logs_which_limit_and_how_to_change_it_once(p: Proto) {
     let s = limited(1, "enabled = true\nmax = 2\nwindow_secs = 900").on(p);
     for i in 0..6 {
@@ -296,7 +296,7 @@ fn in_development_the_first_refusal_logs_which_limit_and_how_to_change_it_once(p
     }
 }
 
-both!(in_production_a_refusal_is_not_explained_in_the_log);
+protocols!(in_production_a_refusal_is_not_explained_in_the_log);
 fn in_production_a_refusal_is_not_explained_in_the_log(p: Proto) {
     let s = Server::builder()
         .top("environment = \"production\"")

@@ -155,7 +155,7 @@ fn total(s: &Server, token: Option<&str>, path: &str) -> i64 {
     list(s, token, path)["total"].as_i64().unwrap_or_else(|| panic!("no total for {path}"))
 }
 
-both!(paths_of_a_resource_and_405_with_allow);
+protocols!(paths_of_a_resource_and_405_with_allow);
 fn paths_of_a_resource_and_405_with_allow(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Paths");
@@ -188,7 +188,7 @@ fn paths_of_a_resource_and_405_with_allow(p: Proto) {
     }
 }
 
-both!(each_type_refuses_a_bad_value_naming_the_field);
+protocols!(each_type_refuses_a_bad_value_naming_the_field);
 fn each_type_refuses_a_bad_value_naming_the_field(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Types");
@@ -242,7 +242,7 @@ fn each_type_refuses_a_bad_value_naming_the_field(p: Proto) {
     );
 }
 
-both!(required_null_unknown_managed_and_prototype_keys_are_422);
+protocols!(required_null_unknown_managed_and_prototype_keys_are_422);
 fn required_null_unknown_managed_and_prototype_keys_are_422(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Keys");
@@ -275,7 +275,7 @@ fn required_null_unknown_managed_and_prototype_keys_are_422(p: Proto) {
     s.expect_err(&r, 400, "BAD_REQUEST", "malformed JSON");
 }
 
-both!(post_is_201_with_location_owner_and_defaults);
+protocols!(post_is_201_with_location_owner_and_defaults);
 fn post_is_201_with_location_owner_and_defaults(p: Proto) {
     let s = start(p);
     let (u, token) = s.user("Creator");
@@ -297,7 +297,7 @@ fn post_is_201_with_location_owner_and_defaults(p: Proto) {
     ensure_eq!(s, list(&s, None, &loc), a, "GET {loc}");
 }
 
-both!(put_replaces_every_field);
+protocols!(put_replaces_every_field);
 fn put_replaces_every_field(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Replacer");
@@ -317,7 +317,7 @@ fn put_replaces_every_field(p: Proto) {
     ensure_eq!(s, list(&s, None, &path), d, "a refused PUT changes nothing");
 }
 
-both!(patch_changes_only_the_fields_given);
+protocols!(patch_changes_only_the_fields_given);
 fn patch_changes_only_the_fields_given(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Patcher");
@@ -335,7 +335,7 @@ fn patch_changes_only_the_fields_given(p: Proto) {
     ensure_eq!(s, list(&s, None, &path), d, "a refused PATCH changes nothing");
 }
 
-both!(etag_304_and_if_match_412);
+protocols!(etag_304_and_if_match_412);
 fn etag_304_and_if_match_412(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Tagger");
@@ -360,7 +360,7 @@ fn etag_304_and_if_match_412(p: Proto) {
     ensure_eq!(s, r.header("etag").map(str::to_string), fresh, "GET shows the tag PATCH returned");
 }
 
-both!(delete_is_204_cascades_to_children_and_ids_are_never_reused);
+protocols!(delete_is_204_cascades_to_children_and_ids_are_never_reused);
 fn delete_is_204_cascades_to_children_and_ids_are_never_reused(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Deleter");
@@ -382,7 +382,7 @@ fn delete_is_204_cascades_to_children_and_ids_are_never_reused(p: Proto) {
     ensure!(s, id_of(&b) > id && id > id_of(&first), "ids never reused: {} after {id}", id_of(&b));
 }
 
-both!(lists_page_sort_filter_and_search);
+protocols!(lists_page_sort_filter_and_search);
 fn lists_page_sort_filter_and_search(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Lister");
@@ -444,7 +444,7 @@ fn lists_page_sort_filter_and_search(p: Proto) {
     s.expect_err(&r, 400, "BAD_REQUEST", "q on a resource without search fields");
 }
 
-both!(owner_read_is_404_for_others_and_lists_only_ones_own);
+protocols!(owner_read_is_404_for_others_and_lists_only_ones_own);
 fn owner_read_is_404_for_others_and_lists_only_ones_own(p: Proto) {
     let s = start(p);
     let (_, alice) = s.user("Alice");
@@ -471,7 +471,7 @@ fn owner_read_is_404_for_others_and_lists_only_ones_own(p: Proto) {
     ensure_eq!(s, v["message"].as_str(), Some("token required"), "401 message");
 }
 
-both!(public_read_needs_no_token_but_a_bad_one_is_401);
+protocols!(public_read_needs_no_token_but_a_bad_one_is_401);
 fn public_read_needs_no_token_but_a_bad_one_is_401(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Public");
@@ -492,7 +492,7 @@ fn public_read_needs_no_token_but_a_bad_one_is_401(p: Proto) {
     }
 }
 
-both!(create_update_and_delete_rules_refuse_with_403);
+protocols!(create_update_and_delete_rules_refuse_with_403);
 fn create_update_and_delete_rules_refuse_with_403(p: Proto) {
     let s = start(p);
     let (_, owner) = s.user("Owner");
@@ -522,7 +522,7 @@ fn create_update_and_delete_rules_refuse_with_403(p: Proto) {
     ensure_eq!(s, total(&s, Some(&admin), "/api/v1/tags"), 1, "the tag is still there");
 }
 
-both!(nested_routes_are_404_for_a_missing_or_unreadable_parent);
+protocols!(nested_routes_are_404_for_a_missing_or_unreadable_parent);
 fn nested_routes_are_404_for_a_missing_or_unreadable_parent(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Nester");
@@ -558,7 +558,7 @@ fn nested_routes_are_404_for_a_missing_or_unreadable_parent(p: Proto) {
     ensure_eq!(s, total(&s, Some(&token), &replies), 2, "two replies stored");
 }
 
-both!(a_ref_to_a_missing_or_unreadable_record_is_422);
+protocols!(a_ref_to_a_missing_or_unreadable_record_is_422);
 fn a_ref_to_a_missing_or_unreadable_record_is_422(p: Proto) {
     let s = start(p);
     let (_, alice) = s.user("Alice");
@@ -581,7 +581,7 @@ fn a_ref_to_a_missing_or_unreadable_record_is_422(p: Proto) {
     s.expect_invalid(&r, &["note"], "PATCH a ref to another's note");
 }
 
-both!(a_duplicate_unique_value_is_409_naming_the_field);
+protocols!(a_duplicate_unique_value_is_409_naming_the_field);
 fn a_duplicate_unique_value_is_409_naming_the_field(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Unique");
@@ -596,7 +596,7 @@ fn a_duplicate_unique_value_is_409_naming_the_field(p: Proto) {
     ensure_eq!(s, total(&s, None, "/api/v1/articles"), 2, "nothing stored");
 }
 
-both!(a_state_change_not_listed_is_409_naming_the_allowed_states);
+protocols!(a_state_change_not_listed_is_409_naming_the_allowed_states);
 fn a_state_change_not_listed_is_409_naming_the_allowed_states(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("States");
@@ -626,15 +626,12 @@ fn a_state_change_not_listed_is_409_naming_the_allowed_states(p: Proto) {
     ensure_eq!(s, d["status"].as_str(), Some("archived"), "a listed change");
 }
 
-both!(every_write_is_a_change_event_on_the_stream);
+protocols!(every_write_is_a_change_event_on_the_stream);
 fn every_write_is_a_change_event_on_the_stream(p: Proto) {
     let s = start(p);
     let (_, token) = s.user("Streamer");
     let path = "/api/events?resources=articles";
-    let opened = match s.session() {
-        Session::H1(c) => SseStream::open_on(c, path, &[]),
-        Session::H2(c) => SseStream::open_h2(*c, path, &[]),
-    };
+    let opened = s.session().into_sse(path, &[]);
     let mut st = opened.unwrap_or_else(|r| panic!("GET {path}: {r:?}\nlog:\n{}", s.log_tail()));
     st.expect_preamble().unwrap_or_else(|e| panic!("preamble: {e}\nlog:\n{}", s.log_tail()));
     let mut next = |what: &str| {
@@ -706,7 +703,7 @@ fn the_engine_on_postgresql() {
     ensure!(s, id_of(&n) > id_of(&b), "ids never reused");
 }
 
-both!(a_record_read_again_is_never_stale_after_a_write_or_a_cascade);
+protocols!(a_record_read_again_is_never_stale_after_a_write_or_a_cascade);
 /// A record read twice is answered the second time from the worker's memo (one worker): a
 /// change, a delete, its parent's delete and its owner's delete must each be seen at once,
 /// and another user still gets 404 for an owner-only record the memo holds.

@@ -34,7 +34,7 @@ fn check_is(s: &Server, ev: &SseEvent, n: &Value, what: &str) {
     ensure_eq!(s, d.unwrap(), n.clone(), "{what}: data of the notification event");
 }
 
-both!(stream_head_preamble_and_heartbeats);
+protocols!(stream_head_preamble_and_heartbeats);
 fn stream_head_preamble_and_heartbeats(p: Proto) {
     let s = sse_server(1, "").on(p);
     let mut st = s.sse(&[]);
@@ -86,7 +86,7 @@ fn stream_head_preamble_and_heartbeats(p: Proto) {
     ensure!(s, times.windows(2).all(|w| w[1].1 >= w[0].1), "heartbeat times must not go back: {times:?}");
 }
 
-both!(notifications_api_auth_and_validation);
+protocols!(notifications_api_auth_and_validation);
 fn notifications_api_auth_and_validation(p: Proto) {
     let s = sse_server(1, "").on(p);
     let (_, admin) = s.admin();
@@ -124,7 +124,7 @@ fn notifications_api_auth_and_validation(p: Proto) {
     s.expect_data(&r, 201, "title of 200 and body of 2000 characters");
 }
 
-both!(a_notification_reaches_every_stream_on_both_workers);
+protocols!(a_notification_reaches_every_stream_on_both_workers);
 fn a_notification_reaches_every_stream_on_both_workers(p: Proto) {
     let s = sse_server(2, "").on(p);
     s.wait_workers(2, Duration::from_secs(10));
@@ -162,7 +162,7 @@ fn a_notification_reaches_every_stream_on_both_workers(p: Proto) {
     }
 }
 
-both!(last_event_id_replays_missed_notifications_before_live_ones);
+protocols!(last_event_id_replays_missed_notifications_before_live_ones);
 fn last_event_id_replays_missed_notifications_before_live_ones(p: Proto) {
     let s = sse_server(2, "").on(p);
     let (_, admin) = s.admin();
@@ -178,7 +178,7 @@ fn last_event_id_replays_missed_notifications_before_live_ones(p: Proto) {
     check_is(&s, &ev, &live, "live after replay");
 }
 
-both!(replay_limit_keeps_the_newest_oldest_first);
+protocols!(replay_limit_keeps_the_newest_oldest_first);
 fn replay_limit_keeps_the_newest_oldest_first(p: Proto) {
     let s = sse_server(1, "replay_limit = 2").on(p);
     let (_, admin) = s.admin();
@@ -195,7 +195,7 @@ fn replay_limit_keeps_the_newest_oldest_first(p: Proto) {
     check_is(&s, &ev, &live, "nothing but the newest two is replayed");
 }
 
-both!(hostile_last_event_id_is_treated_as_absent);
+protocols!(hostile_last_event_id_is_treated_as_absent);
 fn hostile_last_event_id_is_treated_as_absent(p: Proto) {
     let s = sse_server(1, "").on(p);
     let (_, admin) = s.admin();
@@ -220,7 +220,7 @@ fn hostile_last_event_id_is_treated_as_absent(p: Proto) {
     s.assert_healthy();
 }
 
-both!(disconnect_frees_streams_on_both_workers_at_once);
+protocols!(disconnect_frees_streams_on_both_workers_at_once);
 fn disconnect_frees_streams_on_both_workers_at_once(p: Proto) {
     let s = sse_server(2, "").on(p);
     s.wait_workers(2, Duration::from_secs(10));
@@ -244,7 +244,7 @@ fn disconnect_frees_streams_on_both_workers_at_once(p: Proto) {
     let _ = t;
 }
 
-both!(head_on_the_stream_is_the_head_only_and_the_connection_carries_on);
+protocols!(head_on_the_stream_is_the_head_only_and_the_connection_carries_on);
 fn head_on_the_stream_is_the_head_only_and_the_connection_carries_on(p: Proto) {
     let s = sse_server(1, "").on(p);
     let mut h2 = None;
@@ -271,10 +271,11 @@ fn head_on_the_stream_is_the_head_only_and_the_connection_carries_on(p: Proto) {
             ensure!(s, matches!(&r, Ok(r) if r.status == 200), "GET /health on the same connection: {r:?}");
             h
         }
-        Proto::H2c => {
-            // The stream ends with the head (END_STREAM, no DATA: no preamble, no heartbeat).
-            let mut c = s.h2c();
-            let h = h2_exchange(&mut c, "HEAD", "/api/events", &[], b"", Duration::from_millis(700))
+        Proto::H2c | Proto::H3 => {
+            // The stream ends with the head (no DATA: no preamble, no heartbeat).
+            let mut c = s.session();
+            let h = c
+                .try_request("HEAD", "/api/events", &[], b"", Duration::from_millis(700))
                 .unwrap_or_else(|e| panic!("HEAD /api/events must end with its head: {e}\n{}", s.log_tail()));
             ensure!(s, h.body.is_empty(), "HEAD /api/events: no DATA: {h:?}");
             h2 = Some(c);
@@ -284,7 +285,7 @@ fn head_on_the_stream_is_the_head_only_and_the_connection_carries_on(p: Proto) {
     ensure_eq!(s, h.status, 200, "HEAD /api/events: {h:?}");
     ensure_eq!(s, media_type(h.header("content-type")).as_deref(), Some("text/event-stream"), "Content-Type: {h:?}");
     if let Some(mut c) = h2 {
-        let r = h2_exchange(&mut c, "GET", "/health", &[], b"", IO_TIMEOUT);
+        let r = c.try_request("GET", "/health", &[], b"", IO_TIMEOUT);
         ensure!(s, matches!(&r, Ok(r) if r.status == 200), "GET /health on the same connection: {r:?}");
     }
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::util::*;
 
-both!(user_create_prints_the_user_and_works_while_the_server_runs);
+protocols!(user_create_prints_the_user_and_works_while_the_server_runs);
 fn user_create_prints_the_user_and_works_while_the_server_runs(p: Proto) {
     let s = Server::start_api().on(p);
     let email = unique_email("boot");
@@ -46,7 +46,7 @@ fn user_create_prints_the_user_and_works_while_the_server_runs(p: Proto) {
     ensure_eq!(s, g, u2, "GET returns what the CLI printed");
 }
 
-both!(user_create_with_a_duplicate_email_exits_nonzero);
+protocols!(user_create_with_a_duplicate_email_exits_nonzero);
 fn user_create_with_a_duplicate_email_exits_nonzero(p: Proto) {
     let s = Server::start_api().on(p);
     let email = unique_email("twice");
@@ -67,7 +67,7 @@ fn user_create_with_a_duplicate_email_exits_nonzero(p: Proto) {
     s.expect_err(&r, 409, "CONFLICT", "sign-up with the CLI user's e-mail");
 }
 
-both!(user_create_with_bad_input_exits_2_and_creates_nothing);
+protocols!(user_create_with_bad_input_exits_2_and_creates_nothing);
 fn user_create_with_bad_input_exits_2_and_creates_nothing(p: Proto) {
     let s = Server::start_api().on(p);
     let admin_email = unique_email("adm");
@@ -95,7 +95,7 @@ fn user_create_with_bad_input_exits_2_and_creates_nothing(p: Proto) {
     ensure_eq!(s, s.user_total(&t, ""), 1, "bad input creates nobody");
 }
 
-both!(health_ready_is_200_when_the_database_answers);
+protocols!(health_ready_is_200_when_the_database_answers);
 fn health_ready_is_200_when_the_database_answers(p: Proto) {
     let s = Server::start_api().on(p);
     let r = s.get("/health/ready");
@@ -195,7 +195,7 @@ fn sign_ups_acknowledged_before_sigterm_survive_a_restart() {
     }
 }
 
-both!(expired_refresh_token_families_are_deleted_when_a_worker_starts);
+protocols!(expired_refresh_token_families_are_deleted_when_a_worker_starts);
 fn expired_refresh_token_families_are_deleted_when_a_worker_starts(p: Proto) {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().join("data");

@@ -41,7 +41,7 @@ fn ts_key(s: &str) -> (String, String) {
 // Sign-up
 // ---------------------------------------------------------------------------------------
 
-both!(signup_returns_201_location_and_the_user_without_any_secret);
+protocols!(signup_returns_201_location_and_the_user_without_any_secret);
 fn signup_returns_201_location_and_the_user_without_any_secret(p: Proto) {
     let s = Server::start_api().on(p);
     let email = unique_email("ann");
@@ -82,7 +82,7 @@ fn signup_returns_201_location_and_the_user_without_any_secret(p: Proto) {
     );
 }
 
-both!(signup_validation_lists_every_bad_field_at_once_and_stores_nothing);
+protocols!(signup_validation_lists_every_bad_field_at_once_and_stores_nothing);
 fn signup_validation_lists_every_bad_field_at_once_and_stores_nothing(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -104,7 +104,7 @@ fn signup_validation_lists_every_bad_field_at_once_and_stores_nothing(p: Proto) 
     ensure_eq!(s, s.user_total(&admin, ""), before, "a 422 must store nothing");
 }
 
-both!(signup_field_boundaries);
+protocols!(signup_field_boundaries);
 fn signup_field_boundaries(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -170,7 +170,7 @@ fn signup_field_boundaries(p: Proto) {
     ensure_eq!(s, s.user_total(&admin, ""), before + good.len() as i64, "every good sign-up stored once");
 }
 
-both!(age_written_as_a_whole_float_is_that_integer);
+protocols!(age_written_as_a_whole_float_is_that_integer);
 /// Found by Schemathesis: `30.0` is an integer to JSON Schema (and to any
 /// JavaScript client), so the documented `age` accepts it as 30; `30.5` stays 422.
 fn age_written_as_a_whole_float_is_that_integer(p: Proto) {
@@ -186,7 +186,7 @@ fn age_written_as_a_whole_float_is_that_integer(p: Proto) {
     s.expect_invalid(&r, &["age"], "age 30.5");
 }
 
-both!(unknown_keys_including_prototype_pollution_names_are_422_and_store_nothing);
+protocols!(unknown_keys_including_prototype_pollution_names_are_422_and_store_nothing);
 fn unknown_keys_including_prototype_pollution_names_are_422_and_store_nothing(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -215,7 +215,7 @@ fn unknown_keys_including_prototype_pollution_names_are_422_and_store_nothing(p:
     }
 }
 
-both!(role_admin_at_signup_needs_an_admin_bearer);
+protocols!(role_admin_at_signup_needs_an_admin_bearer);
 fn role_admin_at_signup_needs_an_admin_bearer(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -236,7 +236,7 @@ fn role_admin_at_signup_needs_an_admin_bearer(p: Proto) {
     ensure_eq!(s, claims["role"].as_str(), Some("admin"), "the new admin's token role");
 }
 
-both!(duplicate_email_in_any_letter_case_is_409);
+protocols!(duplicate_email_in_any_letter_case_is_409);
 fn duplicate_email_in_any_letter_case_is_409(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -258,7 +258,7 @@ fn duplicate_email_in_any_letter_case_is_409(p: Proto) {
 // Hostile bodies
 // ---------------------------------------------------------------------------------------
 
-both!(malformed_json_is_400);
+protocols!(malformed_json_is_400);
 fn malformed_json_is_400(p: Proto) {
     let s = Server::start_api().on(p);
     for body in [&b"{\"name\":"[..], b"{name: \"x\"}", b"{\"a\":1,}", b"{\"name\":\"x\"} trailing", b"nul"] {
@@ -267,7 +267,7 @@ fn malformed_json_is_400(p: Proto) {
     }
 }
 
-both!(json_that_is_not_an_object_is_422);
+protocols!(json_that_is_not_an_object_is_422);
 fn json_that_is_not_an_object_is_422(p: Proto) {
     let s = Server::start_api().on(p);
     for body in ["[]", "\"x\"", "42", "[{\"name\":\"a\"}]"] {
@@ -276,7 +276,7 @@ fn json_that_is_not_an_object_is_422(p: Proto) {
     }
 }
 
-both!(body_that_is_not_application_json_is_415);
+protocols!(body_that_is_not_application_json_is_415);
 fn body_that_is_not_application_json_is_415(p: Proto) {
     let s = Server::start_api().on(p);
     let body = serde_json::to_vec(&signup_body("Tex", &unique_email("tex"))).unwrap();
@@ -293,7 +293,7 @@ fn body_that_is_not_application_json_is_415(p: Proto) {
     s.expect_data(&r, 201, "Content-Type: application/json; charset=utf-8 is JSON");
 }
 
-both!(body_one_byte_over_json_body_bytes_is_413_and_at_the_limit_is_accepted);
+protocols!(body_one_byte_over_json_body_bytes_is_413_and_at_the_limit_is_accepted);
 fn body_one_byte_over_json_body_bytes_is_413_and_at_the_limit_is_accepted(p: Proto) {
     let s = Server::start_api().on(p);
     let pad = |email: &str, n: usize| {
@@ -309,7 +309,7 @@ fn body_one_byte_over_json_body_bytes_is_413_and_at_the_limit_is_accepted(p: Pro
     s.assert_healthy();
 }
 
-both!(invalid_utf8_inside_a_json_string_is_400);
+protocols!(invalid_utf8_inside_a_json_string_is_400);
 fn invalid_utf8_inside_a_json_string_is_400(p: Proto) {
     let s = Server::start_api().on(p);
     let mut body = b"{\"name\":\"bad \xff\xfe here\",\"email\":\"".to_vec();
@@ -324,7 +324,7 @@ fn invalid_utf8_inside_a_json_string_is_400(p: Proto) {
     s.assert_healthy();
 }
 
-both!(ten_thousand_deep_nested_arrays_are_400_and_the_worker_survives);
+protocols!(ten_thousand_deep_nested_arrays_are_400_and_the_worker_survives);
 fn ten_thousand_deep_nested_arrays_are_400_and_the_worker_survives(p: Proto) {
     let s = Server::api_builder().set("limits", "json_body_bytes = 65536").start().on(p);
     let pid = s.debug_pid();
@@ -341,7 +341,7 @@ fn ten_thousand_deep_nested_arrays_are_400_and_the_worker_survives(p: Proto) {
     s.signup("After", &unique_email("after"), PW, None);
 }
 
-both!(sql_metacharacters_are_data_in_bodies_and_query_parameters);
+protocols!(sql_metacharacters_are_data_in_bodies_and_query_parameters);
 fn sql_metacharacters_are_data_in_bodies_and_query_parameters(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -423,7 +423,7 @@ fn sql_metacharacters_are_data_in_bodies_and_query_parameters(p: Proto) {
 // List
 // ---------------------------------------------------------------------------------------
 
-both!(list_filters_by_role_and_by_name_substring_case_insensitively);
+protocols!(list_filters_by_role_and_by_name_substring_case_insensitively);
 fn list_filters_by_role_and_by_name_substring_case_insensitively(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -449,7 +449,7 @@ fn list_filters_by_role_and_by_name_substring_case_insensitively(p: Proto) {
     ensure_eq!(s, d["total"].as_i64(), Some(0), "role=admin&q=bob");
 }
 
-both!(list_sorts_by_each_field_and_descending_with_a_minus);
+protocols!(list_sorts_by_each_field_and_descending_with_a_minus);
 fn list_sorts_by_each_field_and_descending_with_a_minus(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -486,7 +486,7 @@ fn list_sorts_by_each_field_and_descending_with_a_minus(p: Proto) {
     }
 }
 
-both!(list_paginates_with_total_and_total_pages_at_the_edges);
+protocols!(list_paginates_with_total_and_total_pages_at_the_edges);
 fn list_paginates_with_total_and_total_pages_at_the_edges(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -554,7 +554,7 @@ fn list_paginates_with_total_and_total_pages_at_the_edges(p: Proto) {
     ensure_eq!(s, d["totalPages"].as_i64(), Some(3), "21 users / 7 per page");
 }
 
-both!(list_rejects_bad_query_parameters_with_400_and_errors);
+protocols!(list_rejects_bad_query_parameters_with_400_and_errors);
 fn list_rejects_bad_query_parameters_with_400_and_errors(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -589,7 +589,7 @@ fn list_rejects_bad_query_parameters_with_400_and_errors(p: Proto) {
 // One user: GET / ETag, PUT, PATCH, DELETE
 // ---------------------------------------------------------------------------------------
 
-both!(get_user_has_a_strong_etag_and_if_none_match_gives_304);
+protocols!(get_user_has_a_strong_etag_and_if_none_match_gives_304);
 fn get_user_has_a_strong_etag_and_if_none_match_gives_304(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Etta");
@@ -622,7 +622,7 @@ fn get_user_has_a_strong_etag_and_if_none_match_gives_304(p: Proto) {
     ensure!(s, r.header("etag").is_some_and(|e| e != etag), "new ETag after a change: {r:?}");
 }
 
-both!(unknown_or_non_numeric_user_id_is_404);
+protocols!(unknown_or_non_numeric_user_id_is_404);
 fn unknown_or_non_numeric_user_id_is_404(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, token) = s.user("Finder");
@@ -641,7 +641,7 @@ fn unknown_or_non_numeric_user_id_is_404(p: Proto) {
     s.expect_err(&r, 404, "NOT_FOUND", "DELETE unknown id as admin");
 }
 
-both!(put_replaces_name_email_age_for_self_and_admin);
+protocols!(put_replaces_name_email_age_for_self_and_admin);
 fn put_replaces_name_email_age_for_self_and_admin(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Put Self");
@@ -686,7 +686,7 @@ fn put_replaces_name_email_age_for_self_and_admin(p: Proto) {
     ensure_eq!(s, (d["name"].as_str(), d["age"].as_i64()), (Some("By Admin"), Some(45)), "admin PUT result");
 }
 
-both!(patch_changes_a_subset_and_honours_if_match);
+protocols!(patch_changes_a_subset_and_honours_if_match);
 fn patch_changes_a_subset_and_honours_if_match(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Pat");
@@ -729,7 +729,7 @@ fn patch_changes_a_subset_and_honours_if_match(p: Proto) {
     s.expect_err(&r, 409, "CONFLICT", "PATCH to another user's e-mail (other case)");
 }
 
-both!(role_in_put_or_patch_needs_an_admin);
+protocols!(role_in_put_or_patch_needs_an_admin);
 fn role_in_put_or_patch_needs_an_admin(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Climber");
@@ -761,7 +761,7 @@ fn role_in_put_or_patch_needs_an_admin(p: Proto) {
     s.expect_invalid(&r, &["role"], "PATCH role root by an admin");
 }
 
-both!(another_users_put_patch_delete_are_403);
+protocols!(another_users_put_patch_delete_are_403);
 fn another_users_put_patch_delete_are_403(p: Proto) {
     let s = Server::start_api().on(p);
     let (victim, _) = s.user("Victim");
@@ -778,7 +778,7 @@ fn another_users_put_patch_delete_are_403(p: Proto) {
     ensure_eq!(s, g, victim, "the victim is unchanged");
 }
 
-both!(delete_user_is_204_then_404_and_their_posts_are_gone);
+protocols!(delete_user_is_204_then_404_and_their_posts_are_gone);
 fn delete_user_is_204_then_404_and_their_posts_are_gone(p: Proto) {
     let s = Server::start_api().on(p);
     let (u, token) = s.user("Leaver");

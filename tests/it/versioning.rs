@@ -8,7 +8,7 @@ use crate::util::*;
 
 const PW: &str = "user-password-1";
 
-both!(unversioned_api_paths_behave_as_v1);
+protocols!(unversioned_api_paths_behave_as_v1);
 fn unversioned_api_paths_behave_as_v1(p: Proto) {
     let s = Server::start_api().on(p);
     let email = unique_email("unver");
@@ -32,7 +32,7 @@ fn unversioned_api_paths_behave_as_v1(p: Proto) {
     s.expect_err(&r, 401, "UNAUTHORIZED", "GET /api/users without a token");
 }
 
-both!(version_query_parameter_1_is_accepted_and_others_are_400);
+protocols!(version_query_parameter_1_is_accepted_and_others_are_400);
 fn version_query_parameter_1_is_accepted_and_others_are_400(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -58,7 +58,7 @@ fn version_query_parameter_1_is_accepted_and_others_are_400(p: Proto) {
     ensure_eq!(s, s.user_total(&admin, ""), before, "an unsupported version stores nothing");
 }
 
-both!(accept_header_version_1_is_accepted_and_2_is_400);
+protocols!(accept_header_version_1_is_accepted_and_2_is_400);
 fn accept_header_version_1_is_accepted_and_2_is_400(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();
@@ -82,7 +82,7 @@ fn accept_header_version_1_is_accepted_and_2_is_400(p: Proto) {
     s.expect_data(&r, 200, "Accept: application/json (default version 1)");
 }
 
-both!(v2_paths_do_not_exist);
+protocols!(v2_paths_do_not_exist);
 fn v2_paths_do_not_exist(p: Proto) {
     let s = Server::start_api().on(p);
     let (_, admin) = s.admin();

@@ -1,6 +1,8 @@
 //! A small blocking HTTP/3 client for the integration tests: quinn-proto over a std
 //! `UdpSocket`, frames and QPACK from `forkd::http3`. One connection; requests are streams;
-//! every wait is bounded by a deadline (socket read timeouts, no sleeps).
+//! every wait is bounded by a deadline (socket read timeouts, no sleeps). `h3_exchange`
+//! gives an answer in the shape of an HTTP/1.1 [`Response`], for the parity tests. It
+//! asserts nothing about the server beyond a completed handshake where one is required.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -16,7 +18,9 @@ use quinn_proto::{
     Event as QuicEvent, ReadError, StreamEvent, StreamId,
 };
 
-use crate::tls::Pki;
+use super::http2::H2_DROPPED;
+use super::tls::Pki;
+use super::Response;
 
 /// What the client has read of one stream.
 #[derive(Debug, Default)]
@@ -117,8 +121,18 @@ impl rustls::client::ClientSessionStore for TicketStore {
     }
 }
 
+/// Like [`client_config`] without 0-RTT: every request goes after the handshake, as over
+/// TCP (the parity tests' client).
+pub fn client_config_1rtt(pki: &Pki) -> ClientConfig {
+    client_config_with(pki, false).0
+}
+
 /// [`client_config`] and its session store, to wait for tickets.
 pub fn client_config_with_tickets(pki: &Pki) -> (ClientConfig, Arc<TicketStore>) {
+    client_config_with(pki, true)
+}
+
+fn client_config_with(pki: &Pki, early_data: bool) -> (ClientConfig, Arc<TicketStore>) {
     use rustls::pki_types::{pem::PemObject, CertificateDer};
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).expect("CA PEM")).expect("CA");
@@ -128,7 +142,7 @@ pub fn client_config_with_tickets(pki: &Pki) -> (ClientConfig, Arc<TicketStore>)
         .with_root_certificates(roots)
         .with_no_client_auth();
     tls.alpn_protocols = vec![b"h3".to_vec()];
-    tls.enable_early_data = true;
+    tls.enable_early_data = early_data;
     let store = Arc::new(TicketStore {
         inner: rustls::client::ClientSessionMemoryCache::new(32),
         received: std::sync::atomic::AtomicUsize::new(0),
@@ -168,6 +182,18 @@ impl H3Client {
         c.run_until(deadline, |c| !c.conn.is_handshaking() || c.lost.is_some());
         assert!(c.lost.is_none() && !c.conn.is_handshaking(), "HTTP/3 handshake with {server}: {:?}", c.lost);
         c
+    }
+
+    /// Connects within `timeout`: `Err` when the handshake does not complete (no server,
+    /// or the connection was lost).
+    pub fn try_connect(server: SocketAddr, config: &ClientConfig, timeout: Duration) -> Result<H3Client, String> {
+        let mut c = H3Client::start(server, config);
+        c.run_until(Instant::now() + timeout, |c| !c.conn.is_handshaking() || c.lost.is_some());
+        match &c.lost {
+            Some(e) => Err(format!("handshake with {server}: {e}")),
+            None if c.conn.is_handshaking() => Err(format!("handshake with {server}: no answer within {timeout:?}")),
+            None => Ok(c),
+        }
     }
 
     /// Starts a connection (resuming a session `config` holds, with 0-RTT keys when it can)
@@ -294,6 +320,25 @@ impl H3Client {
         let s = &self.streams[&id];
         assert!(s.fin, "stream {id} ended: fin {}, reset {:?}, lost {:?}", s.fin, s.reset, self.lost);
         parse(&s.bytes)
+    }
+
+    /// Waits (until `deadline`) for stream `id` to end and parses its response: `Err` when
+    /// it was reset, the connection was lost, or the time ran out.
+    pub fn try_response(&mut self, id: StreamId, deadline: Instant) -> Result<H3Response, String> {
+        self.run_until(deadline, |c| {
+            c.lost.is_some() || c.streams.get(&id).is_some_and(|s| s.fin || s.reset.is_some())
+        });
+        let s = &self.streams[&id];
+        if let Some(code) = s.reset {
+            return Err(format!("stream {id} reset with code {code:#x}"));
+        }
+        if let Some(e) = &self.lost {
+            return Err(format!("connection lost: {e}"));
+        }
+        if !s.fin {
+            return Err(format!("stream {id} did not end in time ({} bytes so far)", s.bytes.len()));
+        }
+        Ok(parse(&s.bytes))
     }
 
     /// Moves the connection to a new local UDP port (a client whose address changed, as
@@ -427,6 +472,16 @@ impl H3Client {
     }
 }
 
+/// A dropped client closes its connection (`H3_NO_ERROR`), as a dropped TCP socket sends
+/// its FIN: the server frees it at once instead of at its idle timeout.
+impl Drop for H3Client {
+    fn drop(&mut self) {
+        if !self.conn.is_closed() {
+            self.close(0x100);
+        }
+    }
+}
+
 /// A HEADERS frame of `head` (name, value pairs, pseudo-headers first).
 pub fn headers_frame(head: &[(&str, &str)]) -> Vec<u8> {
     let mut block = Vec::new();
@@ -478,4 +533,121 @@ pub fn parse(bytes: &[u8]) -> H3Response {
         }
     }
     r
+}
+
+/// One exchange on `c` as a [`Response`] (`version` "HTTP/3", no reason phrase, field
+/// names lower-case): `headers` as given but for the connection-specific ones (a `Host`
+/// becomes `:authority`), `content-length` added for a body as the HTTP/1.1 [`request`]
+/// does. `Err` when the stream or the connection fails or `timeout` runs out.
+///
+/// [`request`]: super::request
+pub fn h3_exchange(
+    c: &mut H3Client,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> Result<Response, String> {
+    let fields = h3_fields(method, path, headers, body.len());
+    let head: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let id = c.request(&head, body);
+    let r = c.try_response(id, Instant::now() + timeout).map_err(|e| format!("{method} {path}: {e}"))?;
+    h3_response(r).ok_or_else(|| format!("{method} {path}: the stream ended without a final head"))
+}
+
+/// The fields of a request: the pseudo-headers, then `headers` but for the
+/// connection-specific ones (a `Host` becomes `:authority`), names lower-cased, and
+/// `content-length` for a body of `body_len` bytes unless given.
+pub fn h3_fields(method: &str, path: &str, headers: &[(&str, &str)], body_len: usize) -> Vec<(String, String)> {
+    let authority =
+        headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("host")).map_or("localhost", |(_, v)| *v).to_string();
+    let mut fields: Vec<(String, String)> = vec![
+        (":method".into(), method.into()),
+        (":scheme".into(), "https".into()),
+        (":authority".into(), authority),
+        (":path".into(), path.into()),
+    ];
+    let mut has_length = false;
+    for (k, v) in headers {
+        if H2_DROPPED.iter().any(|d| k.eq_ignore_ascii_case(d)) {
+            continue;
+        }
+        has_length |= k.eq_ignore_ascii_case("content-length");
+        fields.push((k.to_ascii_lowercase(), v.to_string()));
+    }
+    if body_len > 0 && !has_length {
+        fields.push(("content-length".into(), body_len.to_string()));
+    }
+    fields
+}
+
+/// Whether `head` is an informational (1xx) one.
+pub fn is_informational(head: &[(String, String)]) -> bool {
+    head.iter().any(|(n, v)| n == ":status" && v.starts_with('1'))
+}
+
+/// An HTTP/3 response in the shape of an HTTP/1.1 [`Response`]: informational heads
+/// (`103 Early Hints`) as `interim`; `None` without a final head.
+pub fn h3_response(r: H3Response) -> Option<Response> {
+    let shape = |head: &[(String, String)]| {
+        let status = head.iter().find(|(n, _)| n == ":status").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+        let headers = head.iter().filter(|(n, _)| !n.starts_with(':')).cloned().collect();
+        Response {
+            version: "HTTP/3".into(),
+            status,
+            reason: String::new(),
+            headers,
+            body: Vec::new(),
+            interim: Box::new([]),
+        }
+    };
+    let (last, interim) = r.heads.split_last()?;
+    if is_informational(last) {
+        return None;
+    }
+    let mut out = shape(last);
+    out.body = r.body;
+    out.interim = interim.iter().map(|h| shape(h)).collect();
+    Some(out)
+}
+
+#[cfg(test)]
+mod selftest {
+    use super::*;
+
+    fn fields(f: &[(&str, &str)]) -> Vec<(String, String)> {
+        f.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn harness_h3_fields_map_a_request_as_h2_exchange_does() {
+        let f = h3_fields("POST", "/x", &[("Host", "a.example"), ("Connection", "close"), ("X-Y", "1")], 3);
+        let want = fields(&[
+            (":method", "POST"),
+            (":scheme", "https"),
+            (":authority", "a.example"),
+            (":path", "/x"),
+            ("x-y", "1"),
+            ("content-length", "3"),
+        ]);
+        assert_eq!(f, want);
+        let f = h3_fields("GET", "/", &[("Content-Length", "0")], 0);
+        assert_eq!(f[2], (":authority".to_string(), "localhost".to_string()));
+        assert_eq!(f.iter().filter(|(k, _)| k == "content-length").count(), 1, "{f:?}");
+    }
+
+    #[test]
+    fn harness_h3_response_keeps_informational_heads_apart() {
+        let hints = fields(&[(":status", "103"), ("link", "</a.css>; rel=preload")]);
+        let last = fields(&[(":status", "200"), ("content-type", "text/plain")]);
+        let r =
+            h3_response(H3Response { heads: vec![hints.clone(), last], body: b"hi".to_vec() }).expect("a final head");
+        assert_eq!((r.version.as_str(), r.status, r.body.as_slice()), ("HTTP/3", 200, &b"hi"[..]));
+        assert_eq!(r.headers, fields(&[("content-type", "text/plain")]));
+        assert_eq!(r.interim.len(), 1);
+        assert_eq!(r.interim[0].status, 103);
+        assert!(h3_response(H3Response { heads: vec![hints], body: Vec::new() }).is_none());
+        assert!(h3_response(H3Response::default()).is_none());
+    }
 }

@@ -1,7 +1,9 @@
 //! A small blocking HTTP/2 test client: the `h2` crate's client polled by hand
 //! (no-op waker, no runtime) over `forkd::http2::Io` (an in-memory duplex),
 //! whose bytes this module moves to and from a std `TcpStream` (or a rustls
-//! client stream) with short read timeouts. Every wait is bounded.
+//! client stream) with short read timeouts. Every wait is bounded. `h2_exchange` gives an
+//! answer in the shape of an HTTP/1.1 [`Response`], for the parity tests; `wire` writes
+//! frames by hand for tests of malformed input. It asserts nothing about the server.
 
 #![allow(dead_code)]
 
@@ -18,7 +20,7 @@ use forkd::http2::Io;
 use h2::client::{self, ResponseFuture, SendRequest};
 use h2::{RecvStream, SendStream};
 
-use crate::util::IO_TIMEOUT;
+use super::{Response, IO_TIMEOUT};
 
 /// One read's wait while pumping.
 const TICK: Duration = Duration::from_millis(5);
@@ -438,4 +440,58 @@ pub mod wire {
     pub const FLOW_CONTROL_ERROR: u32 = 0x3;
     pub const ENHANCE_YOUR_CALM: u32 = 0xb;
     pub const REFUSED_STREAM: u32 = 0x7;
+}
+
+/// Headers that HTTP/2 forbids (RFC 9113 §8.2.2) or expresses as pseudo-headers: not sent.
+pub(super) const H2_DROPPED: &[&str] =
+    &["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"];
+
+/// One exchange on `c` as a [`Response`] (`version` "HTTP/2", no reason phrase, header
+/// names lower-case as HTTP/2 has them): `headers` as given but for the connection-specific
+/// ones (a `Host` becomes `:authority`), `Content-Length` added for a body as the HTTP/1.1
+/// [`request`] does. `Err` when the stream or the connection fails or `timeout` runs out.
+pub fn h2_exchange(
+    c: &mut H2Client,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> Result<Response, String> {
+    let authority = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+        .map_or_else(|| c.addr.to_string(), |(_, v)| v.to_string());
+    let mut b = http::Request::builder().method(method).uri(format!("http://{authority}{path}"));
+    let mut has_length = false;
+    for (k, v) in headers {
+        if H2_DROPPED.iter().any(|d| k.eq_ignore_ascii_case(d)) {
+            continue;
+        }
+        has_length |= k.eq_ignore_ascii_case("content-length");
+        b = b.header(*k, *v);
+    }
+    if !body.is_empty() && !has_length {
+        b = b.header("content-length", body.len());
+    }
+    let req = b.body(()).map_err(|e| format!("{method} {path}: not a valid HTTP/2 request: {e}"))?;
+    let r = c.exchange(req, body, timeout)?;
+    Ok(h2_response(r))
+}
+
+/// An HTTP/2 response in the shape of an HTTP/1.1 [`Response`].
+pub fn h2_response(r: H2Response) -> Response {
+    let headers = r
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    Response {
+        version: "HTTP/2".into(),
+        status: r.status,
+        reason: String::new(),
+        headers,
+        body: r.body,
+        interim: Box::new([]),
+    }
 }

@@ -1,0 +1,80 @@
+//! `forkd` subcommands run as child processes (`check-config`, `user create`, …): bounded
+//! in time, with no `FORKD_*` variable but those a test gives. A long-running server is
+//! `server.rs`'s, not started here.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::Ordering;
+
+use super::api::UNIQUE;
+use super::server::clear_forkd_env;
+use super::*;
+
+pub struct CliOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CliOutput {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+}
+
+impl fmt::Debug for CliOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status,
+            tail(&self.stdout, 4000),
+            tail(&self.stderr, 4000)
+        )
+    }
+}
+
+/// Runs `forkd args...` in `cwd` with no FORKD_* variables but `env`, bounded at 15 s.
+pub fn run_forkd(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> CliOutput {
+    run_forkd_input(cwd, args, env, b"")
+}
+
+/// Like [`run_forkd`], with `input` on standard input.
+pub fn run_forkd_input(cwd: &Path, args: &[&str], env: &[(&str, &str)], input: &[u8]) -> CliOutput {
+    let n = UNIQUE.fetch_add(1, Ordering::Relaxed);
+    let out_path = cwd.join(format!(".cli-{}-{n}-stdout", std::process::id()));
+    let err_path = cwd.join(format!(".cli-{}-{n}-stderr", std::process::id()));
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(File::create(&out_path).unwrap())
+        .stderr(File::create(&err_path).unwrap());
+    clear_forkd_env(&mut cmd);
+    cmd.env_remove("RUST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn forkd");
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin.write_all(input); // the child may exit without reading (bad input)
+    }
+    let Some(status) = wait_child(&mut child, Duration::from_secs(30)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "`forkd {}` did not exit within 30 s; stderr:\n{}",
+            args.join(" "),
+            fs::read_to_string(&err_path).unwrap_or_default()
+        );
+    };
+    let stdout = String::from_utf8_lossy(&fs::read(&out_path).unwrap_or_default()).into_owned();
+    let stderr = String::from_utf8_lossy(&fs::read(&err_path).unwrap_or_default()).into_owned();
+    let _ = fs::remove_file(&out_path);
+    let _ = fs::remove_file(&err_path);
+    CliOutput { status, stdout, stderr }
+}
