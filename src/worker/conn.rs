@@ -366,7 +366,7 @@ impl Worker {
             // A request that reached its handler runs to its end, whatever
             // becomes of the connection meanwhile (its answer is then dropped).
             Some(Body::Job(job)) => {
-                self.pool.submit(ExchangeId::h1(idx, c.generation), Work::Request(job));
+                self.pool.submit(ExchangeId::H1 { conn: idx, gen: c.generation }, Work::Request(job));
                 None
             }
             other => other,
@@ -392,7 +392,7 @@ impl Worker {
         match body {
             None | Some(Body::Full | Body::Job(_)) => {}
             Some(Body::Upstream(up)) => {
-                self.start_call(ExchangeId::h1(idx, generation), up);
+                self.start_call(ExchangeId::H1 { conn: idx, gen: generation }, up);
                 self.arm(idx);
                 return;
             }

@@ -188,8 +188,9 @@ impl Worker {
         let ConnState::Http1(h) = &mut c.state else { return };
         let Some(Stream::Download(d)) = &mut h.stream else { return };
         let writing = c.out.len() > c.out_pos;
+        let id = ExchangeId::H1 { conn: idx, gen: c.generation };
         while let Some((at, len, buf)) = d.next_slice(writing) {
-            self.pool.submit(ExchangeId::h1(idx, c.generation), Work::Read(Arc::clone(&d.file), at, len, buf));
+            self.pool.submit(id, Work::Read(Arc::clone(&d.file), at, len, buf));
         }
     }
 

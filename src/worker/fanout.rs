@@ -126,14 +126,20 @@ impl Ws {
 /// The WebSocket state and output buffer of exchange `id` (an HTTP/1.1
 /// connection's, or an HTTP/2 stream's), and its unsent output's length.
 fn ws_of(conns: &mut [Option<Conn>], id: ExchangeId) -> Option<(&mut Ws, &mut Vec<u8>, usize)> {
-    let c = conns.get_mut(id.conn)?.as_mut()?;
-    if c.generation != id.generation {
+    let (conn, gen) = match id {
+        ExchangeId::H1 { conn, gen } | ExchangeId::H2 { conn, gen, .. } => (conn, gen),
+        ExchangeId::H3 { .. } => return None,
+    };
+    let c = conns.get_mut(conn)?.as_mut()?;
+    if c.generation != gen {
         return None;
     }
     let backlog = c.backlog();
-    match &mut c.state {
-        ConnState::Http1(H1 { stream: Some(Stream::Ws(w)), .. }) if id.stream == 0 => Some((w, &mut c.out, backlog)),
-        ConnState::Http2(sess) if id.stream != 0 => sess.ws_of(id.stream),
+    match (&mut c.state, id) {
+        (ConnState::Http1(H1 { stream: Some(Stream::Ws(w)), .. }), ExchangeId::H1 { .. }) => {
+            Some((w, &mut c.out, backlog))
+        }
+        (ConnState::Http2(sess), ExchangeId::H2 { stream, .. }) => sess.ws_of(stream),
         _ => None,
     }
 }
@@ -266,10 +272,9 @@ impl Worker {
 
     /// Output was queued for WebSocket exchange `id`: send it.
     fn ws_flush(&mut self, id: ExchangeId) {
-        if id.stream == 0 {
-            self.flush_conn(id.conn);
-        } else {
-            self.drained.push((id.conn, id.generation));
+        match id {
+            ExchangeId::H1 { conn, .. } => self.flush_conn(conn),
+            ExchangeId::H2 { conn, gen, .. } | ExchangeId::H3 { conn, gen, .. } => self.drained.push((conn, gen)),
         }
     }
 
@@ -297,18 +302,19 @@ impl Worker {
             }
             if backlog > MAX_BACKLOG {
                 log::warn!("WebSocket member is not reading; dropping it");
-                if id.stream == 0 {
-                    self.close(id.conn);
-                } else {
-                    self.h2_drop_exchange(id);
+                match id {
+                    ExchangeId::H1 { conn, .. } => self.close(conn),
+                    ExchangeId::H2 { conn, stream, gen } => self.h2_drop_exchange(conn, stream, gen),
+                    // HTTP/3 carries no WebSocket: `ws_of` found no member.
+                    ExchangeId::H3 { .. } => {}
                 }
                 continue;
             }
             if !w.conn.is_open() {
                 continue;
             }
-            if id.stream == 0 && backlog == 0 {
-                self.write_direct(id.conn, &frame);
+            if let (ExchangeId::H1 { conn, .. }, 0) = (id, backlog) {
+                self.write_direct(conn, &frame);
                 continue;
             }
             out.extend_from_slice(&frame);
@@ -357,14 +363,14 @@ impl Worker {
     pub(super) fn forget_stream(&mut self, idx: usize, generation: u32, s: Stream) {
         match s {
             Stream::Sse(_) => {
-                self.sse.remove(&ExchangeId::h1(idx, generation));
+                self.sse.remove(&ExchangeId::H1 { conn: idx, gen: generation });
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
                 self.metrics.set_sse_streams(self.sse.len());
             }
             Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted => {}
             Stream::Ws(w) => {
                 for room in &w.rooms {
-                    if self.rooms.leave(room, ExchangeId::h1(idx, generation)) {
+                    if self.rooms.leave(room, ExchangeId::H1 { conn: idx, gen: generation }) {
                         self.svc.stats.members.fetch_sub(1, Relaxed);
                     }
                 }
@@ -447,12 +453,10 @@ impl Worker {
     fn abort_event_streams(&mut self) {
         let subscribers: Vec<ExchangeId> = self.sse.keys().copied().collect();
         for id in subscribers {
-            if super::h3::is_h3(id) {
-                self.h3_abort_exchange(id);
-            } else if id.stream != 0 {
-                self.h2_abort_exchange(id);
-            } else {
-                self.abort_stream(id.conn);
+            match id {
+                ExchangeId::H1 { conn, .. } => self.abort_stream(conn),
+                ExchangeId::H2 { conn, stream, gen } => self.h2_abort_exchange(conn, stream, gen),
+                ExchangeId::H3 { conn, stream, gen } => self.h3_abort_exchange(conn, stream, gen),
             }
         }
     }
@@ -460,15 +464,17 @@ impl Worker {
     /// Send event `id` (rendered once; each subscriber's codec frames it) to `targets`.
     fn send_event(&mut self, targets: &[ExchangeId], id: i64, event: &Arc<[u8]>) {
         for &sub in targets {
-            if super::h3::is_h3(sub) {
-                self.h3_event(sub, id, event);
-                continue;
-            }
-            if sub.stream != 0 {
-                self.h2_event(sub, id, event);
-                continue;
-            }
-            let idx = sub.conn;
+            let idx = match sub {
+                ExchangeId::H1 { conn, .. } => conn,
+                ExchangeId::H2 { conn, stream, gen } => {
+                    self.h2_event(conn, stream, gen, id, event);
+                    continue;
+                }
+                ExchangeId::H3 { conn, stream, gen } => {
+                    self.h3_event(conn, stream, gen, id, event);
+                    continue;
+                }
+            };
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
             let ConnState::Http1(h) = &mut c.state else { continue };
             let Some(Stream::Sse(s)) = &mut h.stream else { continue };
@@ -531,8 +537,8 @@ mod tests {
     #[test]
     fn rooms_list_each_member_once_and_forget_empty_rooms() {
         let mut rooms = Rooms::default();
-        let a = ExchangeId::h1(1, 1);
-        let b = ExchangeId { conn: 2, stream: 5, generation: 9 };
+        let a = ExchangeId::H1 { conn: 1, gen: 1 };
+        let b = ExchangeId::H2 { conn: 2, stream: 5, gen: 9 };
         assert!(rooms.join("r", a));
         assert!(!rooms.join("r", a), "already a member");
         assert!(rooms.join("r", b));

@@ -1163,7 +1163,7 @@ struct Cx<'a, 'g> {
 
 impl Cx<'_, '_> {
     fn id(&self, stream: StreamId) -> ExchangeId {
-        ExchangeId { conn: self.conn, stream: stream.0, generation: self.generation }
+        ExchangeId::H2 { conn: self.conn, stream: stream.0, gen: self.generation }
     }
 }
 
@@ -1281,18 +1281,18 @@ impl Worker {
             _ => Default::default(),
         };
         for (stream, t) in todo {
-            self.ws_todo(ExchangeId { conn: idx, stream, generation }, t);
+            self.ws_todo(ExchangeId::H2 { conn: idx, stream, gen: generation }, t);
         }
         self.h2_left(idx, generation, left);
         for (stream, call) in cancelled {
-            self.cancel_call(ExchangeId { conn: idx, stream, generation }, call);
+            self.cancel_call(ExchangeId::H2 { conn: idx, stream, gen: generation }, call);
         }
         for stream in relays {
-            self.relay_resume(ExchangeId { conn: idx, stream, generation });
+            self.relay_resume(ExchangeId::H2 { conn: idx, stream, gen: generation });
         }
         let started = !starts.is_empty();
         for (stream, up) in starts {
-            self.start_call(ExchangeId { conn: idx, stream: stream.0, generation }, up);
+            self.start_call(ExchangeId::H2 { conn: idx, stream: stream.0, gen: generation }, up);
         }
         if started {
             // What the upstreams answered at once (an error, a cached answer) goes out now.
@@ -1320,68 +1320,68 @@ impl Worker {
     }
 
     /// A pool job of an HTTP/2 exchange finished.
-    pub(super) fn h2_done(&mut self, id: ExchangeId, result: Completion) {
+    pub(super) fn h2_done(&mut self, conn: usize, stream: u32, generation: u32, result: Completion) {
         let now = Instant::now();
-        let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
-        if c.generation != id.generation {
+        let Some(Some(c)) = self.conns.get_mut(conn) else { return };
+        if c.generation != generation {
             return;
         }
         let ConnState::Http2(sess) = &mut c.state else { return };
-        let stream = StreamId(id.stream);
+        let stream = StreamId(stream);
         match result {
             Completion::Response(result) => {
                 let Some(i) = sess.find(stream) else { return };
                 // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
                 let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
                 let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-                let mut cx = cx!(self, &mut glue, id.conn, id.generation);
+                let mut cx = cx!(self, &mut glue, conn, generation);
                 sess.answer(i, resp, Delimit::Length, &mut cx, now);
             }
             other => sess.produced(stream, other),
         }
-        self.drive_h2(id.conn);
+        self.drive_h2(conn);
     }
 
-    /// A bus notification (`id`, rendered `event`) for an HTTP/2 event
+    /// A bus notification (`event_id`, rendered `event`) for an HTTP/2 event
     /// stream: queued on its exchange; the connection is driven after this
     /// turn's events.
-    pub(super) fn h2_event(&mut self, id: ExchangeId, event_id: i64, event: &Arc<[u8]>) {
-        let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
-        if c.generation != id.generation {
+    pub(super) fn h2_event(&mut self, conn: usize, stream: u32, generation: u32, event_id: i64, event: &Arc<[u8]>) {
+        let Some(Some(c)) = self.conns.get_mut(conn) else { return };
+        if c.generation != generation {
             return;
         }
         let ConnState::Http2(sess) = &mut c.state else { return };
-        sess.event(StreamId(id.stream), event_id, event);
-        self.drained.push((id.conn, id.generation));
+        sess.event(StreamId(stream), event_id, event);
+        self.drained.push((conn, generation));
     }
 
     /// App code behind an HTTP/2 event stream panicked: end that stream only.
-    pub(super) fn h2_abort_exchange(&mut self, id: ExchangeId) {
-        let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
-        if c.generation != id.generation {
+    pub(super) fn h2_abort_exchange(&mut self, conn: usize, stream: u32, generation: u32) {
+        let Some(Some(c)) = self.conns.get_mut(conn) else { return };
+        if c.generation != generation {
             return;
         }
         let ConnState::Http2(sess) = &mut c.state else { return };
-        if let Some(i) = sess.find(StreamId(id.stream)) {
+        if let Some(i) = sess.find(StreamId(stream)) {
             let ex = &mut sess.exchanges[i];
             ex.produce = None;
             ex.done = true;
         }
-        self.sse.remove(&id);
+        self.sse.remove(&ExchangeId::H2 { conn, stream, gen: generation });
         self.sse_count_changed();
-        self.drained.push((id.conn, id.generation));
+        self.drained.push((conn, generation));
     }
 
     /// An HTTP/2 connection closed: its subscriptions and upstream waits go.
     pub(super) fn forget_h2(&mut self, idx: usize, generation: u32, mut sess: H2Session) {
         for stream in sess.event_streams() {
-            self.sse.remove(&ExchangeId { conn: idx, stream, generation });
+            self.sse.remove(&ExchangeId::H2 { conn: idx, stream, gen: generation });
         }
         self.sse_count_changed();
         let mut calls = std::mem::take(&mut sess.cancelled);
         calls.extend(sess.exchanges.iter_mut().filter_map(|e| Some((e.stream.0, e.call.take()?))));
         for (stream, call) in calls {
-            self.cancel_call(ExchangeId { conn: idx, stream, generation }, call);
+            self.cancel_call(ExchangeId::H2 { conn: idx, stream, gen: generation }, call);
         }
         let mut left = std::mem::take(&mut sess.left);
         for ex in sess.exchanges.drain(..) {
@@ -1395,7 +1395,7 @@ impl Worker {
     /// WebSockets of connection `idx` that went away: out of their rooms, uncounted.
     fn h2_left(&mut self, idx: usize, generation: u32, left: Vec<(u32, Vec<String>)>) {
         for (stream, rooms) in left {
-            let id = ExchangeId { conn: idx, stream, generation };
+            let id = ExchangeId::H2 { conn: idx, stream, gen: generation };
             for room in &rooms {
                 if self.rooms.leave(room, id) {
                     self.svc.stats.members.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -1406,27 +1406,26 @@ impl Worker {
         }
     }
 
-    /// Drop HTTP/2 exchange `id` (a WebSocket member that stopped reading): its stream is reset.
-    pub(super) fn h2_drop_exchange(&mut self, id: ExchangeId) {
-        let Some(sess) = self.h2_session(id) else { return };
-        let stream = StreamId(id.stream);
-        let _ = sess.conn.reset(stream, Reason::CANCEL);
-        if let Some(i) = sess.find(stream) {
+    /// Drop the exchange on `stream` of HTTP/2 connection `conn` (a WebSocket member that stopped reading): its stream is reset.
+    pub(super) fn h2_drop_exchange(&mut self, conn: usize, stream: u32, generation: u32) {
+        let Some(sess) = self.h2_session(conn, generation) else { return };
+        let _ = sess.conn.reset(StreamId(stream), Reason::CANCEL);
+        if let Some(i) = sess.find(StreamId(stream)) {
             let ex = sess.exchanges.swap_remove(i);
             if sess.exchanges.is_empty() {
                 sess.idle_since = Some(Instant::now());
             }
             if let Some(Produce::Ws { ws, .. }) = ex.produce {
-                sess.left.push((id.stream, ws.rooms));
+                sess.left.push((stream, ws.rooms));
             }
         }
-        self.drained.push((id.conn, id.generation));
+        self.drained.push((conn, generation));
     }
 
-    /// The session of exchange `id`'s connection, if the exchange's connection is still there.
-    fn h2_session(&mut self, id: ExchangeId) -> Option<&mut H2Session> {
-        let c = self.conns.get_mut(id.conn)?.as_mut()?;
-        if c.generation != id.generation {
+    /// The session of connection `conn`, if it is still the one of generation `generation`.
+    fn h2_session(&mut self, conn: usize, generation: u32) -> Option<&mut H2Session> {
+        let c = self.conns.get_mut(conn)?.as_mut()?;
+        if c.generation != generation {
             return None;
         }
         match &mut c.state {
@@ -1435,72 +1434,78 @@ impl Worker {
         }
     }
 
-    /// Answer an HTTP/2 exchange that waited on upstreams (`stream`: its
+    /// Answer an HTTP/2 exchange that waited on upstreams (`relayed`: its
     /// body follows as relayed events). Returns whether a body follows.
-    pub(super) fn h2_respond_waiting(&mut self, id: ExchangeId, resp: Response, stream: bool) -> bool {
+    pub(super) fn h2_respond_waiting(
+        &mut self,
+        conn: usize,
+        stream: u32,
+        generation: u32,
+        resp: Response,
+        relayed: bool,
+    ) -> bool {
         let now = Instant::now();
-        let Some(Some(c)) = self.conns.get_mut(id.conn) else { return false };
-        if c.generation != id.generation {
+        let Some(Some(c)) = self.conns.get_mut(conn) else { return false };
+        if c.generation != generation {
             return false;
         }
         let ConnState::Http2(sess) = &mut c.state else { return false };
-        let Some(i) = sess.find(StreamId(id.stream)) else { return false };
+        let Some(i) = sess.find(StreamId(stream)) else { return false };
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        let mut cx = cx!(self, &mut glue, id.conn, id.generation);
-        let delimit = if stream { Delimit::Chunked } else { Delimit::Length };
+        let mut cx = cx!(self, &mut glue, conn, generation);
+        let delimit = if relayed { Delimit::Chunked } else { Delimit::Length };
         let follows = sess.answer(i, resp, delimit, &mut cx, now);
-        self.drained.push((id.conn, id.generation));
+        self.drained.push((conn, generation));
         follows
     }
 
     /// Relayed events for an HTTP/2 exchange: queued on it, sent as its
     /// window allows (the connection is driven after this turn's events).
-    pub(super) fn h2_relay_data(&mut self, id: ExchangeId, events: &[u8]) {
+    pub(super) fn h2_relay_data(&mut self, conn: usize, stream: u32, generation: u32, events: &[u8]) {
         if events.is_empty() {
             return;
         }
-        let Some(sess) = self.h2_session(id) else { return };
-        if let Some(i) = sess.find(StreamId(id.stream)) {
+        let Some(sess) = self.h2_session(conn, generation) else { return };
+        if let Some(i) = sess.find(StreamId(stream)) {
             sess.exchanges[i].unsent.extend_from_slice(events);
-            self.drained.push((id.conn, id.generation));
+            self.drained.push((conn, generation));
         }
     }
 
     /// The relay of an HTTP/2 exchange is behind its client: its upstream
     /// pauses until the stream's unsent bytes drain.
-    pub(super) fn h2_relay_slow(&mut self, id: ExchangeId) -> bool {
-        let Some(sess) = self.h2_session(id) else { return false };
-        sess.find(StreamId(id.stream)).is_some_and(|i| sess.exchanges[i].unsent.len() > HIGH_WATERMARK)
+    pub(super) fn h2_relay_slow(&mut self, conn: usize, stream: u32, generation: u32) -> bool {
+        let Some(sess) = self.h2_session(conn, generation) else { return false };
+        sess.find(StreamId(stream)).is_some_and(|i| sess.exchanges[i].unsent.len() > HIGH_WATERMARK)
     }
 
     /// The relay of an HTTP/2 exchange ended: its body ends once sent.
-    pub(super) fn h2_relay_done(&mut self, id: ExchangeId) {
-        let Some(sess) = self.h2_session(id) else { return };
-        if let Some(i) = sess.find(StreamId(id.stream)) {
+    pub(super) fn h2_relay_done(&mut self, conn: usize, stream: u32, generation: u32) {
+        let Some(sess) = self.h2_session(conn, generation) else { return };
+        if let Some(i) = sess.find(StreamId(stream)) {
             let ex = &mut sess.exchanges[i];
             ex.call = None;
             ex.done = true;
         }
-        self.drained.push((id.conn, id.generation));
+        self.drained.push((conn, generation));
     }
 
     /// The relay of an HTTP/2 exchange failed in app code after its head:
     /// the stream is reset (the client sees it cut short), its upstream closed.
-    pub(super) fn h2_relay_abort(&mut self, id: ExchangeId) {
+    pub(super) fn h2_relay_abort(&mut self, conn: usize, stream: u32, generation: u32) {
         let now = Instant::now();
-        let Some(sess) = self.h2_session(id) else { return };
-        let stream = StreamId(id.stream);
-        if let Some(i) = sess.find(stream) {
+        let Some(sess) = self.h2_session(conn, generation) else { return };
+        if let Some(i) = sess.find(StreamId(stream)) {
             let ex = sess.exchanges.swap_remove(i);
-            let _ = sess.conn.reset(stream, Reason::INTERNAL_ERROR);
+            let _ = sess.conn.reset(StreamId(stream), Reason::INTERNAL_ERROR);
             if sess.exchanges.is_empty() {
                 sess.idle_since = Some(now);
             }
             if let Some(call) = ex.call {
-                self.cancel_call(id, call);
+                self.cancel_call(ExchangeId::H2 { conn, stream, gen: generation }, call);
             }
         }
-        self.drained.push((id.conn, id.generation));
+        self.drained.push((conn, generation));
     }
 
     /// Publish the number of event streams (metrics, `/api/stats`).

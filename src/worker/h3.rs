@@ -13,9 +13,9 @@
 //! more. quinn's timers and the exchanges' own deadlines (body timeout, SSE heartbeats,
 //! tickers) make one deadline the loop waits for.
 //!
-//! An exchange is keyed by [`ExchangeId`] with `conn` = [`H3_BASE`] + the connection's
-//! handle and `stream` = the QUIC stream id, with a per-session generation: pool completions,
-//! bus events and upstream waits find it as they find an HTTP/2 stream. Response bodies go
+//! An exchange is keyed by [`ExchangeId::H3`]: `conn` = the connection's handle, `stream` =
+//! the QUIC stream id, with a per-session generation: pool completions, bus events and
+//! upstream waits find it as they find an HTTP/2 stream. Response bodies go
 //! into the connection's per-stream queue while [`H3Conn::may_send`] allows; a download reads
 //! its next slice only once the stream (QUIC flow control) took the last one ([`FileBody`]).
 //! A request head late past `header_timeout_ms` on its stream, or a body past
@@ -92,14 +92,6 @@ pub struct WorkerH3 {
 /// How long past `shutdown_timeout` a replacement waits at most for a predecessor that did
 /// not ack its hello (the supervisor's kill grace and some slack).
 const SIBLING_SLACK: Duration = Duration::from_secs(5);
-
-/// Exchange ids of HTTP/3 exchanges have `conn` at or above this (below: the TCP slab).
-pub(super) const H3_BASE: usize = 1 << 48;
-
-/// Whether exchange `id` is an HTTP/3 one.
-pub(super) fn is_h3(id: ExchangeId) -> bool {
-    id.conn >= H3_BASE
-}
 
 /// Datagrams read per turn before the loop serves the rest of its events.
 const READ_BUDGET: usize = 256;
@@ -588,8 +580,7 @@ struct Cx<'a, 'g> {
 
 impl Cx<'_, '_> {
     fn id(&self, stream: StreamId) -> ExchangeId {
-        let raw = VarInt::from(stream).into_inner();
-        ExchangeId { conn: H3_BASE + self.ch.0, stream: raw as u32, generation: self.generation }
+        exchange_id(self.ch, stream, self.generation)
     }
 }
 
@@ -606,14 +597,16 @@ fn build_server(
     server
 }
 
-/// The QUIC stream of an exchange id's `stream`.
-fn stream_of(id: ExchangeId) -> StreamId {
-    StreamId::from(VarInt::from_u32(id.stream))
+/// The id of the exchange on stream `stream` of session `ch` (generation `generation`).
+fn exchange_id(ch: ConnectionHandle, stream: StreamId, generation: u32) -> ExchangeId {
+    ExchangeId::H3 { conn: ch.0, stream: VarInt::from(stream).into_inner(), gen: generation }
 }
 
-/// The connection handle of an HTTP/3 exchange id.
-fn handle_of(id: ExchangeId) -> ConnectionHandle {
-    ConnectionHandle(id.conn - H3_BASE)
+/// The QUIC connection and stream of the parts of an [`ExchangeId::H3`]. Every such id is made
+/// from a [`StreamId`] ([`exchange_id`]), so `stream` is a valid varint; were it not, the
+/// largest varint names no open stream and the lookup finds nothing.
+fn quic_of(conn: usize, stream: u64) -> (ConnectionHandle, StreamId) {
+    (ConnectionHandle(conn), StreamId::from(VarInt::from_u64(stream).unwrap_or(VarInt::MAX)))
 }
 
 /// The id answered in `x-request-id`: the client's own when valid, else a fresh UUID.
@@ -1108,13 +1101,12 @@ impl Worker {
     }
 
     /// A pool job of an HTTP/3 exchange finished.
-    pub(super) fn h3_done(&mut self, id: ExchangeId, result: Completion) {
+    pub(super) fn h3_done(&mut self, conn: usize, stream: u64, generation: u32, result: Completion) {
         let Some(mut h3) = self.h3.take() else { return };
         let now = Instant::now();
-        let ch = handle_of(id);
-        let stream = stream_of(id);
+        let (ch, stream) = quic_of(conn, stream);
         if let (Some(conn), Some(sess)) = (h3.server.conn(ch), h3.sessions.get_mut(&ch)) {
-            if sess.generation == id.generation {
+            if sess.generation == generation {
                 if let Some(i) = sess.find(stream) {
                     let ex = &mut sess.exchanges[i];
                     match (result, &mut ex.produce) {
@@ -1122,7 +1114,7 @@ impl Worker {
                             let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
                             let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
                             let (mut s, mut c) = (Vec::new(), Vec::new());
-                            let mut cx = cx!(self, h3, &mut glue, &mut s, &mut c, ch, id.generation);
+                            let mut cx = cx!(self, h3, &mut glue, &mut s, &mut c, ch, generation);
                             answer(sess, conn, i, resp, Delimit::Length, &mut cx);
                         }
                         (Completion::Replay(bytes, last), Some(Produce::Events(e))) => {
@@ -1151,11 +1143,11 @@ impl Worker {
     }
 
     /// A bus notification for an HTTP/3 event stream: queued on its exchange.
-    pub(super) fn h3_event(&mut self, id: ExchangeId, event_id: i64, event: &Arc<[u8]>) {
+    pub(super) fn h3_event(&mut self, conn: usize, stream: u64, generation: u32, event_id: i64, event: &Arc<[u8]>) {
         let Some(h3) = self.h3.as_mut() else { return };
-        let ch = handle_of(id);
-        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == id.generation) else { return };
-        let Some(i) = sess.find(stream_of(id)) else { return };
+        let (ch, stream) = quic_of(conn, stream);
+        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == generation) else { return };
+        let Some(i) = sess.find(stream) else { return };
         let ex = &mut sess.exchanges[i];
         let Some(Produce::Events(e)) = &mut ex.produce else { return };
         e.live(event_id, event, &mut ex.unsent);
@@ -1163,12 +1155,12 @@ impl Worker {
     }
 
     /// App code behind an HTTP/3 event stream (or relay) failed: end that stream only.
-    pub(super) fn h3_abort_exchange(&mut self, id: ExchangeId) {
-        self.sse.remove(&id);
+    pub(super) fn h3_abort_exchange(&mut self, conn: usize, stream: u64, generation: u32) {
+        self.sse.remove(&ExchangeId::H3 { conn, stream, gen: generation });
         let Some(h3) = self.h3.as_mut() else { return };
-        let ch = handle_of(id);
-        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == id.generation) else { return };
-        if let Some(i) = sess.find(stream_of(id)) {
+        let (ch, stream) = quic_of(conn, stream);
+        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == generation) else { return };
+        if let Some(i) = sess.find(stream) {
             let ex = &mut sess.exchanges[i];
             ex.produce = None;
             ex.call = None;
@@ -1176,7 +1168,7 @@ impl Worker {
             if ex.stage != Stage::Streaming {
                 sess.exchanges.swap_remove(i);
                 if let Some(conn) = h3.server.conn(ch) {
-                    conn.reset(Instant::now(), stream_of(id), crate::http3::Code::InternalError);
+                    conn.reset(Instant::now(), stream, crate::http3::Code::InternalError);
                 }
             }
         }
@@ -1184,18 +1176,25 @@ impl Worker {
         self.sse_count_changed();
     }
 
-    /// Answers an HTTP/3 exchange that waited on upstreams (`stream`: a relayed body follows).
+    /// Answers an HTTP/3 exchange that waited on upstreams (`relayed`: a relayed body follows).
     /// Returns whether a body follows.
-    pub(super) fn h3_respond_waiting(&mut self, id: ExchangeId, resp: Response, stream: bool) -> bool {
+    pub(super) fn h3_respond_waiting(
+        &mut self,
+        conn: usize,
+        stream: u64,
+        generation: u32,
+        resp: Response,
+        relayed: bool,
+    ) -> bool {
         let Some(mut h3) = self.h3.take() else { return false };
-        let ch = handle_of(id);
+        let (ch, stream) = quic_of(conn, stream);
         let mut follows = false;
         if let (Some(conn), Some(sess)) = (h3.server.conn(ch), h3.sessions.get_mut(&ch)) {
-            if let Some(i) = sess.find(stream_of(id)).filter(|_| sess.generation == id.generation) {
+            if let Some(i) = sess.find(stream).filter(|_| sess.generation == generation) {
                 let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
                 let (mut s, mut c) = (Vec::new(), Vec::new());
-                let mut cx = cx!(self, h3, &mut glue, &mut s, &mut c, ch, id.generation);
-                let delimit = if stream { Delimit::Chunked } else { Delimit::Length };
+                let mut cx = cx!(self, h3, &mut glue, &mut s, &mut c, ch, generation);
+                let delimit = if relayed { Delimit::Chunked } else { Delimit::Length };
                 follows = answer(sess, conn, i, resp, delimit, &mut cx);
             }
         }
@@ -1205,31 +1204,32 @@ impl Worker {
     }
 
     /// Relayed events for an HTTP/3 exchange: queued on it.
-    pub(super) fn h3_relay_data(&mut self, id: ExchangeId, events: &[u8]) {
+    pub(super) fn h3_relay_data(&mut self, conn: usize, stream: u64, generation: u32, events: &[u8]) {
         let Some(h3) = self.h3.as_mut() else { return };
-        let ch = handle_of(id);
-        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == id.generation) else { return };
-        if let Some(i) = sess.find(stream_of(id)) {
+        let (ch, stream) = quic_of(conn, stream);
+        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == generation) else { return };
+        if let Some(i) = sess.find(stream) {
             sess.exchanges[i].unsent.extend_from_slice(events);
             h3.touched.insert(ch);
         }
     }
 
     /// Whether the relay of an HTTP/3 exchange is behind its client.
-    pub(super) fn h3_relay_slow(&mut self, id: ExchangeId) -> bool {
+    pub(super) fn h3_relay_slow(&mut self, conn: usize, stream: u64, generation: u32) -> bool {
         let Some(h3) = self.h3.as_mut() else { return false };
-        let Some(sess) = h3.sessions.get_mut(&handle_of(id)).filter(|s| s.generation == id.generation) else {
+        let (ch, stream) = quic_of(conn, stream);
+        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == generation) else {
             return false;
         };
-        sess.find(stream_of(id)).is_some_and(|i| sess.exchanges[i].unsent.len() > HIGH_WATERMARK)
+        sess.find(stream).is_some_and(|i| sess.exchanges[i].unsent.len() > HIGH_WATERMARK)
     }
 
     /// The relay of an HTTP/3 exchange ended: its body ends once sent.
-    pub(super) fn h3_relay_done(&mut self, id: ExchangeId) {
+    pub(super) fn h3_relay_done(&mut self, conn: usize, stream: u64, generation: u32) {
         let Some(h3) = self.h3.as_mut() else { return };
-        let ch = handle_of(id);
-        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == id.generation) else { return };
-        if let Some(i) = sess.find(stream_of(id)) {
+        let (ch, stream) = quic_of(conn, stream);
+        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == generation) else { return };
+        if let Some(i) = sess.find(stream) {
             let ex = &mut sess.exchanges[i];
             ex.call = None;
             ex.done = true;
@@ -1244,8 +1244,7 @@ impl Worker {
         for (ch, sess) in &h3.sessions {
             for ex in &sess.exchanges {
                 if matches!(ex.call, Some(CallState::Relay { .. })) && ex.unsent.len() <= HIGH_WATERMARK {
-                    let raw = VarInt::from(ex.stream).into_inner();
-                    out.push(ExchangeId { conn: H3_BASE + ch.0, stream: raw as u32, generation: sess.generation });
+                    out.push(exchange_id(*ch, ex.stream, sess.generation));
                 }
             }
         }
@@ -1275,12 +1274,7 @@ impl Worker {
         for (ch, sess) in &mut h3.sessions {
             for ex in &mut sess.exchanges {
                 if matches!(ex.produce, Some(Produce::Events(_))) {
-                    let raw = VarInt::from(ex.stream).into_inner();
-                    self.sse.remove(&ExchangeId {
-                        conn: H3_BASE + ch.0,
-                        stream: raw as u32,
-                        generation: sess.generation,
-                    });
+                    self.sse.remove(&exchange_id(*ch, ex.stream, sess.generation));
                     ex.produce = None;
                     ex.done = true;
                 }
@@ -1296,9 +1290,10 @@ impl Worker {
 
 impl H3 {
     /// The upstream wait of HTTP/3 exchange `id`, while it is open.
-    pub(super) fn call_slot(&mut self, id: ExchangeId) -> Option<&mut Option<CallState>> {
-        let sess = self.sessions.get_mut(&handle_of(id)).filter(|s| s.generation == id.generation)?;
-        let i = sess.find(stream_of(id))?;
+    pub(super) fn call_slot(&mut self, conn: usize, stream: u64, generation: u32) -> Option<&mut Option<CallState>> {
+        let (ch, stream) = quic_of(conn, stream);
+        let sess = self.sessions.get_mut(&ch).filter(|s| s.generation == generation)?;
+        let i = sess.find(stream)?;
         Some(&mut sess.exchanges[i].call)
     }
 

@@ -641,7 +641,7 @@ impl Worker {
                     self.forget_stream(idx, generation, s);
                 }
                 if let Some(call) = h.call {
-                    self.cancel_call(ExchangeId::h1(idx, generation), call);
+                    self.cancel_call(ExchangeId::H1 { conn: idx, gen: generation }, call);
                 }
             }
             ConnState::Http2(sess) => self.forget_h2(idx, generation, *sess),
@@ -664,17 +664,19 @@ impl Worker {
         done.extend(self.pool.completions());
         for d in done.drain(..) {
             let now = Instant::now();
-            let idx = d.id.conn;
-            if h3::is_h3(d.id) {
-                self.h3_done(d.id, d.result);
-                continue;
-            }
-            if d.id.stream != 0 {
-                self.h2_done(d.id, d.result);
-                continue;
-            }
+            let (idx, generation) = match d.id {
+                ExchangeId::H1 { conn, gen } => (conn, gen),
+                ExchangeId::H2 { conn, stream, gen } => {
+                    self.h2_done(conn, stream, gen, d.result);
+                    continue;
+                }
+                ExchangeId::H3 { conn, stream, gen } => {
+                    self.h3_done(conn, stream, gen, d.result);
+                    continue;
+                }
+            };
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
-            if c.generation != d.id.generation {
+            if c.generation != generation {
                 continue;
             }
             let result = match d.result {

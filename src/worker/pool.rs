@@ -123,7 +123,7 @@ impl Pool {
     /// Queue housekeeping that answers no exchange ([`Work::Chore`]).
     pub fn chore(&self, job: Box<dyn FnOnce() + Send>) {
         // No exchange has this id (no slab index reaches usize::MAX); nothing is sent back for it.
-        self.submit(ExchangeId { conn: usize::MAX, stream: 0, generation: 0 }, Work::Chore(job));
+        self.submit(ExchangeId::H1 { conn: usize::MAX, gen: 0 }, Work::Chore(job));
     }
 
     /// The results that are ready.

@@ -99,11 +99,11 @@ impl Worker {
                 h.codec.data(&mut c.out, &preamble);
                 h.stream = Some(Stream::Sse(Sse::new(last_event_id, now + every)));
                 let generation = c.generation;
-                self.sse.insert(ExchangeId::h1(idx, generation), audience);
+                self.sse.insert(ExchangeId::H1 { conn: idx, gen: generation }, audience);
                 self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
                 self.metrics.set_sse_streams(self.sse.len());
                 if let Some(job) = replay {
-                    self.pool.submit(ExchangeId::h1(idx, generation), Work::Replay(job));
+                    self.pool.submit(ExchangeId::H1 { conn: idx, gen: generation }, Work::Replay(job));
                 }
             }
             Producer::Ticker(ticker) => {
@@ -208,7 +208,7 @@ impl Worker {
             // What the messages before the panicking one asked for still happens.
             let generation = c.generation;
             for t in todo {
-                self.ws_todo(ExchangeId::h1(idx, generation), t);
+                self.ws_todo(ExchangeId::H1 { conn: idx, gen: generation }, t);
             }
             self.abort_stream(idx);
             return;
@@ -238,10 +238,10 @@ impl Worker {
             self.feed(idx);
         }
         if relay {
-            self.relay_resume(ExchangeId::h1(idx, generation));
+            self.relay_resume(ExchangeId::H1 { conn: idx, gen: generation });
         }
         for t in todo {
-            self.ws_todo(ExchangeId::h1(idx, generation), t);
+            self.ws_todo(ExchangeId::H1 { conn: idx, gen: generation }, t);
         }
     }
 
@@ -349,7 +349,7 @@ impl Worker {
             self.forget_stream(idx, generation, s);
         }
         if let Some(call) = call {
-            self.cancel_call(ExchangeId::h1(idx, generation), call);
+            self.cancel_call(ExchangeId::H1 { conn: idx, gen: generation }, call);
         }
         self.flush_conn(idx);
     }
@@ -363,7 +363,7 @@ impl Worker {
                 ConnState::Http2(sess) => {
                     let ended = sess.end_event_streams();
                     for stream in ended {
-                        self.sse.remove(&ExchangeId { conn: idx, stream, generation: c.generation });
+                        self.sse.remove(&ExchangeId::H2 { conn: idx, stream, gen: c.generation });
                     }
                     self.sse_count_changed();
                     continue;

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use mio::Interest;
 
 use super::conn::{Conn, ConnState};
-use super::h3::is_h3;
 use super::panics::{guard, Panicked};
 use super::pool::ExchangeId;
 use super::streams::Stream;
@@ -43,16 +42,17 @@ fn call_of<'a>(
     h3: &'a mut Option<Box<super::h3::H3>>,
     id: ExchangeId,
 ) -> Option<&'a mut Option<CallState>> {
-    if is_h3(id) {
-        return h3.as_mut()?.call_slot(id);
-    }
-    let c = conns.get_mut(id.conn)?.as_mut()?;
-    if c.generation != id.generation {
+    let (conn, gen) = match id {
+        ExchangeId::H1 { conn, gen } | ExchangeId::H2 { conn, gen, .. } => (conn, gen),
+        ExchangeId::H3 { conn, stream, gen } => return h3.as_mut()?.call_slot(conn, stream, gen),
+    };
+    let c = conns.get_mut(conn)?.as_mut()?;
+    if c.generation != gen {
         return None;
     }
-    match &mut c.state {
-        ConnState::Http1(h) if id.stream == 0 => Some(&mut h.call),
-        ConnState::Http2(sess) if id.stream != 0 => sess.call_slot(id.stream),
+    match (&mut c.state, id) {
+        (ConnState::Http1(h), ExchangeId::H1 { .. }) => Some(&mut h.call),
+        (ConnState::Http2(sess), ExchangeId::H2 { stream, .. }) => sess.call_slot(stream),
         _ => None,
     }
 }
@@ -530,13 +530,11 @@ impl Worker {
     /// Answer a client request that waited on upstreams (`stream`: a chunked
     /// head). For a stream, returns whether its body follows (not for `HEAD`).
     fn respond_waiting(&mut self, id: ExchangeId, resp: Response, stream: bool) -> bool {
-        if is_h3(id) {
-            return self.h3_respond_waiting(id, resp, stream);
-        }
-        if id.stream != 0 {
-            return self.h2_respond_waiting(id, resp, stream);
-        }
-        let idx = id.conn;
+        let idx = match id {
+            ExchangeId::H1 { conn, .. } => conn,
+            ExchangeId::H2 { conn, stream: s, gen } => return self.h2_respond_waiting(conn, s, gen, resp, stream),
+            ExchangeId::H3 { conn, stream: s, gen } => return self.h3_respond_waiting(conn, s, gen, resp, stream),
+        };
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
         let ConnState::Http1(h) = &mut c.state else { return false };
@@ -598,11 +596,15 @@ impl Worker {
                 if let Some(call) = call_of(&mut self.conns, &mut self.h3, id).and_then(Option::take) {
                     self.cancel_call(id, call);
                 }
-                self.drive(id.conn);
+                match id {
+                    ExchangeId::H1 { conn, .. } | ExchangeId::H2 { conn, .. } => self.drive(conn),
+                    // Answering touched the session; the turn's end sends what it queued.
+                    ExchangeId::H3 { .. } => {}
+                }
                 return;
             }
-            if id.stream == 0 && !is_h3(id) {
-                let Some(Some(c)) = self.conns.get_mut(id.conn) else { return };
+            if let ExchangeId::H1 { conn, .. } = id {
+                let Some(Some(c)) = self.conns.get_mut(conn) else { return };
                 let ConnState::Http1(h) = &mut c.state else { return };
                 h.stream = Some(Stream::Relay);
             }
@@ -625,25 +627,24 @@ impl Worker {
             }
             Ok(false) => {
                 self.relay_data(id, &events);
-                let slow = if is_h3(id) {
-                    self.h3_relay_slow(id)
-                } else if id.stream != 0 {
-                    self.h2_relay_slow(id)
-                } else {
-                    let idx = id.conn;
-                    // Flush first: only output still unsent after it may pause the upstream
-                    // (the client's writable event resumes it; none comes for a drained socket).
-                    self.flush_conn(idx);
-                    let Some(Some(c)) = self.conns.get_mut(idx) else {
-                        if let Some(ui) = ui {
-                            self.up_close(ui);
-                        }
-                        return;
-                    };
-                    let slow = c.out.len() - c.out_pos > HIGH_WATERMARK;
-                    // The client's drain resumes the upstream (`relay_resume`).
-                    c.paused |= slow;
-                    slow
+                let slow = match id {
+                    ExchangeId::H2 { conn, stream, gen } => self.h2_relay_slow(conn, stream, gen),
+                    ExchangeId::H3 { conn, stream, gen } => self.h3_relay_slow(conn, stream, gen),
+                    ExchangeId::H1 { conn: idx, .. } => {
+                        // Flush first: only output still unsent after it may pause the upstream
+                        // (the client's writable event resumes it; none comes for a drained socket).
+                        self.flush_conn(idx);
+                        let Some(Some(c)) = self.conns.get_mut(idx) else {
+                            if let Some(ui) = ui {
+                                self.up_close(ui);
+                            }
+                            return;
+                        };
+                        let slow = c.out.len() - c.out_pos > HIGH_WATERMARK;
+                        // The client's drain resumes the upstream (`relay_resume`).
+                        c.paused |= slow;
+                        slow
+                    }
                 };
                 if let Some(ui) = ui {
                     if let Some(Some(u)) = self.up.conns.get_mut(ui) {
@@ -683,36 +684,34 @@ impl Worker {
 
     /// Relayed events for the client of exchange `id`, framed by its codec.
     fn relay_data(&mut self, id: ExchangeId, events: &[u8]) {
-        if is_h3(id) {
-            self.h3_relay_data(id, events);
-        } else if id.stream != 0 {
-            self.h2_relay_data(id, events);
-        } else if let Some(Some(c)) = self.conns.get_mut(id.conn) {
-            if let ConnState::Http1(h) = &mut c.state {
-                h.codec.data(&mut c.out, events);
+        match id {
+            ExchangeId::H1 { conn, .. } => {
+                if let Some(Some(c)) = self.conns.get_mut(conn) {
+                    if let ConnState::Http1(h) = &mut c.state {
+                        h.codec.data(&mut c.out, events);
+                    }
+                }
             }
+            ExchangeId::H2 { conn, stream, gen } => self.h2_relay_data(conn, stream, gen, events),
+            ExchangeId::H3 { conn, stream, gen } => self.h3_relay_data(conn, stream, gen, events),
         }
     }
 
     /// A relay's last event is queued: end exchange `id`'s body.
     fn exchange_done(&mut self, id: ExchangeId) {
-        if is_h3(id) {
-            self.h3_relay_done(id);
-        } else if id.stream != 0 {
-            self.h2_relay_done(id);
-        } else {
-            self.stream_done(id.conn);
+        match id {
+            ExchangeId::H1 { conn, .. } => self.stream_done(conn),
+            ExchangeId::H2 { conn, stream, gen } => self.h2_relay_done(conn, stream, gen),
+            ExchangeId::H3 { conn, stream, gen } => self.h3_relay_done(conn, stream, gen),
         }
     }
 
     /// App code behind exchange `id`'s relay panicked after its head: cut it short.
     fn abort_exchange(&mut self, id: ExchangeId) {
-        if is_h3(id) {
-            self.h3_abort_exchange(id);
-        } else if id.stream != 0 {
-            self.h2_relay_abort(id);
-        } else {
-            self.abort_stream(id.conn);
+        match id {
+            ExchangeId::H1 { conn, .. } => self.abort_stream(conn),
+            ExchangeId::H2 { conn, stream, gen } => self.h2_relay_abort(conn, stream, gen),
+            ExchangeId::H3 { conn, stream, gen } => self.h3_abort_exchange(conn, stream, gen),
         }
     }
 
@@ -760,20 +759,20 @@ impl Worker {
         if !u.paused {
             return;
         }
-        if is_h3(id) {
-            if self.h3_relay_slow(id) {
-                return;
-            }
-        } else if id.stream != 0 {
-            if self.h2_relay_slow(id) {
-                return;
-            }
-        } else if let Some(Some(c)) = self.conns.get_mut(id.conn) {
-            if c.out.len() - c.out_pos > HIGH_WATERMARK {
-                // Still behind: the flush that drains it resumes the upstream.
-                c.paused = true;
-                return;
-            }
+        let behind = match id {
+            ExchangeId::H1 { conn, .. } => match self.conns.get_mut(conn) {
+                Some(Some(c)) if c.out.len() - c.out_pos > HIGH_WATERMARK => {
+                    // Still behind: the flush that drains it resumes the upstream.
+                    c.paused = true;
+                    true
+                }
+                _ => false,
+            },
+            ExchangeId::H2 { conn, stream, gen } => self.h2_relay_slow(conn, stream, gen),
+            ExchangeId::H3 { conn, stream, gen } => self.h3_relay_slow(conn, stream, gen),
+        };
+        if behind {
+            return;
         }
         let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
         u.paused = false;
