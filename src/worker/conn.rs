@@ -1,63 +1,44 @@
-//! One client connection: its transport (socket, TLS session, buffers,
-//! output progress, send deadline) and its protocol state, [`ConnState`].
+//! One TCP client connection: its transport ([`Transport`]) and its protocol state,
+//! [`ConnState`], and the HTTP/1.1 side of driving it.
 //!
-//! The protocol state is one enum, so a connection is exactly one of:
-//! HTTP/1.1 ([`H1`]: the codec and what the exchange in progress needs from
-//! the loop), HTTP/2 (the session with all its exchanges), or lingering
-//! (our side shut, the peer's input discarded until its FIN). What used to
-//! sit side by side (an HTTP/1.1 codec, an optional HTTP/2 session, a
-//! detached stream, an upstream wait, a linger deadline) could pair up in
-//! ways that mean nothing (an HTTP/2 session with an HTTP/1.1 event stream);
-//! now they cannot.
+//! The protocol state is one enum, so a connection is exactly one of: HTTP/1.1 ([`H1`]: the
+//! codec and what the exchange in progress needs from the loop), HTTP/2 (the session with all
+//! its exchanges), or lingering (our side shut, the peer's input discarded until its FIN).
 //!
-//! Event streams, WebSockets, downloads, relays and tickers over HTTP/1.1
-//! are sub-states of [`H1`] ([`H1::stream`]), not variants of their own:
-//! they keep the codec (a download, relay or ticker returns the connection
-//! to keep-alive, its pipelined requests waiting in the read buffer; an
-//! event stream's body is framed by the codec until its last chunk), and
-//! every one of them is driven the same way (read, flush, back pressure).
+//! Event streams, WebSockets, downloads, relays and tickers over HTTP/1.1 are sub-states of
+//! [`H1`] ([`H1::stream`]), not variants of their own: they keep the codec (a download, relay
+//! or ticker returns the connection to keep-alive, its pipelined requests waiting in the read
+//! buffer; an event stream's body is framed by the codec until its last chunk), and every one
+//! of them is driven the same way (read, flush, back pressure).
 //!
-//! HTTP/3 will not be a variant here: it runs over the slot's UDP socket,
-//! one socket for every peer, so an HTTP/3 connection has no `TcpStream`,
-//! no byte stream to read or flush, and no TLS session of its own. It will
-//! be its own slab (like the upstream connections), keyed by connection id
-//! and driven by datagrams; only its exchanges (`ExchangeId`) meet the rest
-//! of the worker.
+//! HTTP/3 is not a variant here: it runs over the slot's UDP socket, one socket for every
+//! peer, so an HTTP/3 connection has no `TcpStream`, no byte stream and no TLS session of its
+//! own; its sessions live in their own table (`h3.rs`) and only its exchanges
+//! ([`ExchangeId`]) meet the rest of the worker.
 //!
-//! This file owns the connection's bytes and their way to and from the
-//! socket ([`read_into`], [`flush`]); it must not know a route or a
-//! protocol's framing.
+//! Bytes reach and leave the socket through [`Transport`]; this file must not know a route.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::time::Instant;
 
-use mio::net::TcpStream;
-
+use super::call::CallState;
 use super::h2::{self, H2Session};
 use super::pool::{ExchangeId, Work};
 use super::streams::Stream;
-use super::upstream::CallState;
-use super::{Glue, Worker, LINGER, READ_AHEAD, SEND_TIMEOUT};
+use super::transport::Transport;
+use super::{Glue, Worker, LINGER, READ_AHEAD};
 use crate::app::Body;
 use crate::http::service::{Env, HIGH_WATERMARK};
 use crate::http1::codec::{Http1, Phase, Progress};
-use crate::net::{read_plain, read_plain_batch, write_some};
 
 /// A client connection: transport plus protocol state.
 pub(super) struct Conn {
-    pub(super) sock: TcpStream,
+    /// The socket, TLS session, buffers and send deadline.
+    pub(super) io: Transport,
     /// The client's address.
     pub(super) peer: std::net::IpAddr,
-    /// The TLS session of a connection accepted on `tls.listen`; `None`: plain bytes. All of
-    /// the connection's input and output goes through it ([`read_into`], [`flush`]).
-    pub(super) tls: Option<Box<rustls::ServerConnection>>,
-    pub(super) inbuf: Vec<u8>,
-    pub(super) out: Vec<u8>,
-    pub(super) out_pos: usize,
     pub(super) generation: u32,
-    pub(super) eof: bool,
     pub(super) timer_at: Option<Instant>,
-    pub(super) send_deadline: Option<Instant>,
     /// Its reading (or its relay's upstream) stopped because the output passed the
     /// high-watermark: input may be waiting that no new edge will announce, so the
     /// flush that drains the output resumes it.
@@ -126,149 +107,6 @@ impl H1 {
     }
 }
 
-impl Conn {
-    /// Output not yet on the wire: queued bytes, or TLS records rustls still holds.
-    pub(super) fn pending_out(&self) -> bool {
-        pending(&self.out, self.out_pos, &self.tls)
-    }
-
-    /// Queued output bytes not yet written to the socket (or to rustls).
-    pub(super) fn backlog(&self) -> usize {
-        self.out.len() - self.out_pos
-    }
-}
-
-/// [`Conn::pending_out`] from the connection's fields, for a caller that holds its state
-/// borrowed.
-pub(super) fn pending(out: &[u8], out_pos: usize, tls: &Option<Box<rustls::ServerConnection>>) -> bool {
-    out.len() > out_pos || tls.as_ref().is_some_and(|t| t.wants_write())
-}
-
-/// Read until `WouldBlock`, EOF or `cap` bytes buffered (plaintext, through the TLS session
-/// when there is one). `Ok(true)` on EOF.
-pub(super) fn read_into(
-    sock: &mut TcpStream,
-    tls: &mut Option<Box<rustls::ServerConnection>>,
-    inbuf: &mut Vec<u8>,
-    scratch: &mut [u8],
-    cap: usize,
-) -> io::Result<bool> {
-    match tls {
-        None => read_plain(sock, inbuf, scratch, cap),
-        Some(tls) => read_tls(sock, tls, inbuf, scratch, cap),
-    }
-}
-
-/// [`read_into`] through TLS: the plaintext rustls already decrypted first, then records
-/// from the socket. A TLS error (a failed handshake, a bad record) sends rustls' alert if
-/// the socket takes it and fails the connection; it is logged at debug level only, since
-/// any client (a scanner, a plain-HTTP request on the HTTPS port) can cause one.
-fn read_tls(
-    sock: &mut TcpStream,
-    tls: &mut rustls::ServerConnection,
-    inbuf: &mut Vec<u8>,
-    scratch: &mut [u8],
-    cap: usize,
-) -> io::Result<bool> {
-    loop {
-        loop {
-            if inbuf.len() >= cap {
-                return Ok(false);
-            }
-            match tls.reader().read(scratch) {
-                // The peer's close_notify.
-                Ok(0) => return Ok(true),
-                Ok(n) => inbuf.extend_from_slice(&scratch[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                // The TCP end without close_notify: the end all the same.
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(true),
-                Err(e) => return Err(e),
-            }
-        }
-        match tls.read_tls(sock) {
-            Ok(_) => {
-                if let Err(e) = tls.process_new_packets() {
-                    log::debug!("TLS: {e}");
-                    let _ = tls.write_tls(sock);
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Write queued output until done or `WouldBlock`, through the TLS session when there is
-/// one (then records rustls holds may remain: [`Conn::pending_out`]).
-pub(super) fn flush(
-    sock: &mut TcpStream,
-    tls: &mut Option<Box<rustls::ServerConnection>>,
-    out: &mut Vec<u8>,
-    pos: &mut usize,
-) -> io::Result<()> {
-    match tls {
-        None => flush_plain(sock, out, pos),
-        Some(tls) => flush_tls(sock, tls, out, pos),
-    }
-}
-
-/// [`flush`] through TLS: plaintext into rustls (up to its buffer limit; during the handshake
-/// it waits there), records out to the socket, until both are done or the socket is full.
-fn flush_tls(
-    sock: &mut TcpStream,
-    tls: &mut rustls::ServerConnection,
-    out: &mut Vec<u8>,
-    pos: &mut usize,
-) -> io::Result<()> {
-    loop {
-        while *pos < out.len() {
-            match tls.writer().write(&out[*pos..])? {
-                0 => break,
-                n => *pos += n,
-            }
-        }
-        if !tls.wants_write() {
-            break;
-        }
-        while tls.wants_write() {
-            match tls.write_tls(sock) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if *pos >= out.len() {
-            break;
-        }
-    }
-    if *pos >= out.len() {
-        out.clear();
-        *pos = 0;
-        if out.capacity() > 4 * HIGH_WATERMARK {
-            out.shrink_to(HIGH_WATERMARK);
-        }
-    }
-    Ok(())
-}
-
-/// Write queued plain output until done or `WouldBlock`.
-fn flush_plain(sock: &mut TcpStream, out: &mut Vec<u8>, pos: &mut usize) -> io::Result<()> {
-    write_some(sock, out, pos)?;
-    if *pos < out.len() {
-        return Ok(());
-    }
-    out.clear();
-    *pos = 0;
-    if out.capacity() > 4 * HIGH_WATERMARK {
-        out.shrink_to(HIGH_WATERMARK);
-    }
-    Ok(())
-}
-
 impl Worker {
     /// [`Worker::drive`] for an HTTP/1.1 connection between streams: read, run the codec
     /// (which may find the HTTP/2 preface first), write; then start what the reply's body
@@ -283,18 +121,14 @@ impl Worker {
         let mut end = false;
         loop {
             let phase = h.codec.phase();
-            let hold = phase == Phase::Waiting || c.out.len() - c.out_pos > HIGH_WATERMARK;
-            if !c.eof && phase != Phase::Closing && !(hold && c.inbuf.len() >= READ_AHEAD) {
-                self.bufs.fill(&mut c.inbuf);
+            let hold = phase == Phase::Waiting || c.io.out.len() - c.io.out_pos > HIGH_WATERMARK;
+            if !c.io.eof && phase != Phase::Closing && !(hold && c.io.inbuf.len() >= READ_AHEAD) {
+                self.bufs.fill(&mut c.io.inbuf);
                 // Until the sniff decides, at most what HTTP/2 would read ahead: a fast
                 // client's flood behind the preface stays in its socket.
                 let cap = if hold || h.sniff { READ_AHEAD } else { usize::MAX };
-                let read = match c.tls {
-                    None => read_plain_batch(&mut c.sock, &mut c.inbuf, &mut self.scratch, cap, self.edge),
-                    Some(_) => read_into(&mut c.sock, &mut c.tls, &mut c.inbuf, &mut self.scratch, cap),
-                };
-                match read {
-                    Ok(eof) => c.eof = eof,
+                match c.io.fill_batch(&mut self.scratch, cap, self.edge) {
+                    Ok(eof) => c.io.eof = eof,
                     Err(_) => {
                         close = true;
                         break;
@@ -306,22 +140,22 @@ impl Worker {
                 h.sniff = false;
             }
             if h.sniff {
-                let alpn = c.tls.as_ref().map(|t| if t.is_handshaking() { None } else { Some(t.alpn_protocol()) });
-                match h2::sniff(&c.inbuf, alpn.map(|a| a.map(|p| p.unwrap_or(b"")))) {
+                let alpn = c.io.tls.as_ref().map(|t| if t.is_handshaking() { None } else { Some(t.alpn_protocol()) });
+                match h2::sniff(&c.io.inbuf, alpn.map(|a| a.map(|p| p.unwrap_or(b"")))) {
                     h2::Sniff::H1 => h.sniff = false,
                     h2::Sniff::H2 => {
                         self.start_h2(idx);
                         return;
                     }
-                    h2::Sniff::Wait if c.eof => {
+                    h2::Sniff::Wait if c.io.eof => {
                         close = true;
                         break;
                     }
-                    h2::Sniff::Wait if c.tls.is_none() && !c.inbuf.is_empty() => {
+                    h2::Sniff::Wait if c.io.tls.is_none() && !c.io.inbuf.is_empty() => {
                         // A prefix of the preface: wait for the rest. Not yet HTTP/2,
                         // so the wait is part of an HTTP/1.1 head: its timer, its 408.
                         h.codec.head_started(&self.env, now);
-                        if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
+                        if c.io.flush().is_err() {
                             close = true;
                         }
                         break;
@@ -329,21 +163,20 @@ impl Worker {
                     h2::Sniff::Wait => {}
                 }
             }
-            self.bufs.fill(&mut c.out);
-            let progress = h.codec.advance(&mut c.inbuf, &mut c.out, &mut glue, &mut self.env, now);
-            match flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos) {
+            self.bufs.fill(&mut c.io.out);
+            let progress = h.codec.advance(&mut c.io.inbuf, &mut c.io.out, &mut glue, &mut self.env, now);
+            match c.io.flush() {
                 Ok(()) => {}
                 Err(_) => {
                     close = true;
                     break;
                 }
             }
-            if h.sniff && c.tls.as_ref().is_some_and(|t| !t.is_handshaking()) {
+            if h.sniff && c.io.tls.as_ref().is_some_and(|t| !t.is_handshaking()) {
                 // The handshake finished in this flush: decide by ALPN now.
                 continue;
             }
-            let pending_out = pending(&c.out, c.out_pos, &c.tls);
-            c.send_deadline = if pending_out { c.send_deadline.or(Some(now + SEND_TIMEOUT)) } else { None };
+            let pending_out = c.io.flushed(now);
             match progress {
                 Progress::Close => {
                     end = !pending_out;
@@ -351,7 +184,7 @@ impl Worker {
                 }
                 Progress::Paused if !pending_out => continue,
                 Progress::Detached => break,
-                Progress::NeedInput if c.eof => {
+                Progress::NeedInput if c.io.eof => {
                     // The peer finished sending: nothing more can complete.
                     close = !pending_out;
                     break;
@@ -374,7 +207,7 @@ impl Worker {
         // The client left while its request waits (on upstreams, which are cancelled, or on
         // a pool job, which runs to its end and whose answer is dropped): close now, not
         // when the answer comes.
-        if c.eof && (h.call.is_some() || h.codec.phase() == Phase::Waiting) {
+        if c.io.eof && (h.call.is_some() || h.codec.phase() == Phase::Waiting) {
             close = true;
         }
         if close {
@@ -387,7 +220,7 @@ impl Worker {
         }
         if h.stream.is_none() {
             // Between requests, or waiting on a job or upstreams: hold no empty buffer.
-            self.bufs.shed(&mut c.inbuf, &mut c.out);
+            self.bufs.shed(&mut c.io.inbuf, &mut c.io.out);
         }
         match body {
             None | Some(Body::Full | Body::Job(_)) => {}
@@ -421,25 +254,25 @@ impl Worker {
     /// `Connection: close` answer to a pipelining client).
     pub(super) fn end(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        if let Some(tls) = c.tls.as_mut().filter(|t| !c.eof && !t.is_handshaking()) {
+        if let Some(tls) = c.io.tls.as_mut().filter(|t| !c.io.eof && !t.is_handshaking()) {
             // TLS ends with close_notify before the FIN (best effort: it is one small record).
             tls.send_close_notify();
             while tls.wants_write() {
-                if !matches!(tls.write_tls(&mut c.sock), Ok(n) if n > 0) {
+                if !matches!(tls.write_tls(&mut c.io.sock), Ok(n) if n > 0) {
                     break;
                 }
             }
         }
-        if c.eof || c.sock.shutdown(std::net::Shutdown::Write).is_err() {
+        if c.io.eof || c.io.sock.shutdown(std::net::Shutdown::Write).is_err() {
             self.close(idx);
             return;
         }
         let state = std::mem::replace(&mut c.state, ConnState::Lingering(Instant::now() + LINGER));
-        c.tls = None;
-        self.bufs.give(std::mem::take(&mut c.inbuf));
-        self.bufs.give(std::mem::take(&mut c.out));
-        c.out_pos = 0;
-        c.send_deadline = None;
+        c.io.tls = None;
+        self.bufs.give(std::mem::take(&mut c.io.inbuf));
+        self.bufs.give(std::mem::take(&mut c.io.out));
+        c.io.out_pos = 0;
+        c.io.send_deadline = None;
         let generation = c.generation;
         self.release(idx, generation, state);
         self.linger(idx);
@@ -449,7 +282,7 @@ impl Worker {
     pub(super) fn linger(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         loop {
-            match c.sock.read(&mut self.scratch) {
+            match c.io.sock.read(&mut self.scratch) {
                 Ok(0) => break,
                 Ok(_) => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

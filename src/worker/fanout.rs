@@ -1,7 +1,7 @@
 //! Fan-out: who receives what. The per-worker registries of event-stream
 //! subscribers and WebSocket members (by exchange, HTTP/1.1 connection or
-//! HTTP/2 stream alike), their per-exchange state ([`Sse`]: replay and
-//! held events; [`Ws`]: the codec, rooms, pings), WebSocket rooms, and the
+//! HTTP/2 stream alike; a member's own state is `websocket.rs`'s, an event
+//! stream's `produce.rs`'s), WebSocket rooms, and the
 //! bus: publishing, receiving, and delivering a message to every local
 //! subscriber with back pressure (a subscriber whose unsent output passes
 //! [`MAX_BACKLOG`] is dropped rather than buffered without bound). Every
@@ -16,17 +16,16 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use super::conn::{Conn, ConnState, H1};
 use super::panics::guard;
 use super::pool::{ExchangeId, REPLAY_PANICKED};
-use super::streams::Stream;
+use super::streams::{Framed, Stream};
+use super::websocket::{Todo, Ws};
 use super::Worker;
-use crate::app::handlers::ws::{self, Action};
+use crate::app::handlers::ws;
 use crate::bus::{self, Topic};
 use crate::proto::ws as wire;
-use crate::proto::ws::{Event, Message, WsConn};
 use crate::resources::audience::Audience;
 
 /// This worker's event streams, by exchange, with who each is for (the filter of every
@@ -35,93 +34,6 @@ pub(super) type Subscribers = HashMap<ExchangeId, Audience>;
 
 /// Unsent bytes one subscriber may accumulate before it is dropped.
 pub const MAX_BACKLOG: usize = 1 << 20;
-
-/// How often an idle WebSocket is pinged; a peer that has not answered the
-/// previous ping by the next one is dropped.
-pub(super) const WS_PING_EVERY: Duration = Duration::from_secs(30);
-
-/// State of one WebSocket.
-pub struct Ws {
-    pub(super) conn: WsConn,
-    /// The authenticated user; `None` on the echo endpoint.
-    pub(super) user_id: Option<i64>,
-    /// That user's display name, when the token carried one.
-    pub(super) name: Option<String>,
-    /// Rooms this client is in.
-    pub(super) rooms: Vec<String>,
-    pub(super) next_ping: Instant,
-    pub(super) awaiting_pong: bool,
-}
-
-impl Ws {
-    /// A WebSocket of `user_id` (`None`: the echo endpoint), pinged from `now`.
-    pub(super) fn new(conn: WsConn, user_id: Option<i64>, name: Option<String>, now: Instant) -> Ws {
-        Ws { conn, user_id, name, rooms: Vec::new(), next_ping: now + WS_PING_EVERY, awaiting_pong: false }
-    }
-
-    /// Read `input` (complete messages only; returns the bytes used): control
-    /// frames are answered into `out`, echo messages echoed, chat messages
-    /// turned into replies (into `out`) and [`Todo`]s. `Err` if app code
-    /// panicked (what came before it stands). `closed`: the peer's close arrived.
-    pub(super) fn read(
-        &mut self,
-        app: &crate::app::App,
-        input: &[u8],
-        out: &mut Vec<u8>,
-        todo: &mut Vec<Todo>,
-        closed: &mut bool,
-    ) -> Result<usize, ()> {
-        let mut events = Vec::new();
-        let mut at = 0;
-        while at < input.len() {
-            let used = self.conn.read(&input[at..], out, &mut events);
-            at += used;
-            for ev in events.drain(..) {
-                let m = match ev {
-                    Event::Closed { .. } => {
-                        *closed = true;
-                        continue;
-                    }
-                    Event::Message(m) => m,
-                };
-                let action = match (self.user_id, m) {
-                    (None, Message::Text(t)) => {
-                        self.conn.send_text(&t, out);
-                        continue;
-                    }
-                    (None, Message::Binary(b)) => {
-                        self.conn.send_binary(&b, out);
-                        continue;
-                    }
-                    (Some(_), Message::Binary(_)) => guard("WebSocket message", || {
-                        Action::Reply(ws::error_message("binary messages are not supported"))
-                    }),
-                    (Some(uid), Message::Text(t)) => {
-                        guard("WebSocket message", || app.ws_text(uid, self.name.as_deref(), &t))
-                    }
-                };
-                let uid = self.user_id;
-                match action {
-                    Ok(Action::Reply(r)) => self.conn.send_text(&r, out),
-                    Ok(Action::Join(room)) => todo.push(Todo::Join(room)),
-                    Ok(Action::Leave(room)) => todo.push(Todo::Leave(room)),
-                    Ok(Action::Room { room, message, skip_sender }) => {
-                        todo.push(Todo::Join(room.clone()));
-                        todo.push(Todo::Room { room, message, skip_user: uid.filter(|_| skip_sender) });
-                    }
-                    Err(_) => return Err(()),
-                }
-            }
-            if used == 0 {
-                break;
-            }
-        }
-        if self.conn.take_pong() {
-            self.awaiting_pong = false;
-        }
-        Ok(at)
-    }
-}
 
 /// The WebSocket state and output buffer of exchange `id` (an HTTP/1.1
 /// connection's, or an HTTP/2 stream's), and its unsent output's length.
@@ -134,68 +46,13 @@ fn ws_of(conns: &mut [Option<Conn>], id: ExchangeId) -> Option<(&mut Ws, &mut Ve
     if c.generation != gen {
         return None;
     }
-    let backlog = c.backlog();
+    let backlog = c.io.backlog();
     match (&mut c.state, id) {
         (ConnState::Http1(H1 { stream: Some(Stream::Ws(w)), .. }), ExchangeId::H1 { .. }) => {
-            Some((w, &mut c.out, backlog))
+            Some((w, &mut c.io.out, backlog))
         }
         (ConnState::Http2(sess), ExchangeId::H2 { stream, .. }) => sess.ws_of(stream),
         _ => None,
-    }
-}
-
-/// Work a WebSocket message asks for, done once the connection is released.
-pub(super) enum Todo {
-    Join(String),
-    Leave(String),
-    Room { room: String, message: String, skip_user: Option<i64> },
-}
-
-/// State of one SSE stream.
-pub struct Sse {
-    /// A `Last-Event-ID` replay is running on the pool.
-    replaying: bool,
-    /// The last notification id sent (live events at or below it are skipped).
-    last_id: i64,
-    /// Live events that arrived during the replay.
-    held: Vec<(i64, Arc<[u8]>)>,
-    /// When the next heartbeat is due.
-    pub(super) next_beat: Instant,
-}
-
-impl Sse {
-    /// A subscriber that has seen every event up to `last_event_id` (then a
-    /// replay of what follows it runs on the pool), or none; heartbeat due at `next_beat`.
-    pub(super) fn new(last_event_id: Option<i64>, next_beat: Instant) -> Sse {
-        Sse { replaying: last_event_id.is_some(), last_id: last_event_id.unwrap_or(0), held: Vec::new(), next_beat }
-    }
-
-    /// A live event `id`: whether to send it now. During a replay it is held
-    /// (sent after the replay, unless the replay covered it); an event at or
-    /// below the last one sent is a duplicate.
-    pub(super) fn live(&mut self, id: i64, event: &Arc<[u8]>) -> bool {
-        if self.replaying {
-            self.held.push((id, Arc::clone(event)));
-            return false;
-        }
-        if id <= self.last_id {
-            return false;
-        }
-        self.last_id = id;
-        true
-    }
-
-    /// The replay, up to event `last`, has been sent: `send` gets the held
-    /// events it did not cover, in order of arrival; live events go out at once from now on.
-    pub(super) fn replayed(&mut self, last: i64, mut send: impl FnMut(&[u8])) {
-        self.last_id = self.last_id.max(last);
-        self.replaying = false;
-        for (id, event) in self.held.drain(..) {
-            if id > self.last_id {
-                send(&event);
-                self.last_id = id;
-            }
-        }
     }
 }
 
@@ -331,8 +188,8 @@ impl Worker {
     fn write_direct(&mut self, idx: usize, bytes: &[u8]) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let mut pos = 0;
-        if c.tls.is_none() && c.out.is_empty() {
-            if crate::net::write_some(&mut c.sock, bytes, &mut pos).is_err() {
+        if c.io.tls.is_none() && c.io.out.is_empty() {
+            if crate::net::write_some(&mut c.io.sock, bytes, &mut pos).is_err() {
                 self.close(idx);
                 return;
             }
@@ -340,8 +197,8 @@ impl Worker {
                 return;
             }
         }
-        self.bufs.fill(&mut c.out);
-        c.out.extend_from_slice(&bytes[pos..]);
+        self.bufs.fill(&mut c.io.out);
+        c.io.out.extend_from_slice(&bytes[pos..]);
         self.flush_conn(idx);
     }
 
@@ -354,8 +211,7 @@ impl Worker {
             self.abort_stream(idx);
             return;
         }
-        h.codec.data(&mut c.out, &bytes);
-        s.replayed(last, |event| h.codec.data(&mut c.out, event));
+        s.replayed(&bytes, last, &mut Framed { codec: &mut h.codec, out: &mut c.io.out });
         self.drive_stream(idx);
     }
 
@@ -478,15 +334,15 @@ impl Worker {
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
             let ConnState::Http1(h) = &mut c.state else { continue };
             let Some(Stream::Sse(s)) = &mut h.stream else { continue };
-            if !s.live(id, event) {
+            if !s.admit(id, event) {
                 continue;
             }
-            if c.out.len() - c.out_pos > MAX_BACKLOG {
+            if c.io.out.len() - c.io.out_pos > MAX_BACKLOG {
                 log::warn!("SSE subscriber is not reading; dropping it");
                 self.close(idx);
                 continue;
             }
-            h.codec.data(&mut c.out, event);
+            h.codec.data(&mut c.io.out, event);
             self.flush_conn(idx);
         }
     }
@@ -495,44 +351,6 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn event(text: &str) -> Arc<[u8]> {
-        Arc::from(text.as_bytes())
-    }
-
-    #[test]
-    fn live_events_are_sent_once_in_order() {
-        let mut s = Sse::new(None, Instant::now());
-        assert!(s.live(1, &event("a")));
-        assert!(s.live(3, &event("c")));
-        assert!(!s.live(3, &event("c")), "a duplicate (another worker's copy) is skipped");
-        assert!(!s.live(2, &event("b")), "an older id than the last sent is skipped");
-    }
-
-    #[test]
-    fn events_during_a_replay_are_held_and_sent_after_it_unless_it_covered_them() {
-        let mut s = Sse::new(Some(10), Instant::now());
-        for (id, text) in [(12, "twelve"), (15, "fifteen"), (11, "eleven")] {
-            assert!(!s.live(id, &event(text)), "held while the replay runs");
-        }
-        // The replay sent 11..=12 (the store had them).
-        let mut sent = Vec::new();
-        s.replayed(12, |e| sent.push(String::from_utf8_lossy(e).into_owned()));
-        assert_eq!(sent, ["fifteen"], "only what the replay did not cover, once");
-        assert!(!s.live(15, &event("fifteen")), "sent already");
-        assert!(s.live(16, &event("sixteen")), "live again after the replay");
-    }
-
-    #[test]
-    fn a_replay_that_found_nothing_keeps_the_last_event_id() {
-        let mut s = Sse::new(Some(7), Instant::now());
-        assert!(!s.live(5, &event("old")));
-        let mut sent = 0;
-        s.replayed(0, |_| sent += 1);
-        assert_eq!(sent, 0, "an event at or below Last-Event-ID is not sent again");
-        assert!(!s.live(7, &event("seven")));
-        assert!(s.live(8, &event("eight")));
-    }
 
     #[test]
     fn rooms_list_each_member_once_and_forget_empty_rooms() {

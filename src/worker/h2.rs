@@ -22,14 +22,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::conn::{flush, read_into, ConnState};
+use super::call::CallState;
+use super::conn::ConnState;
 use super::download::Download;
-use super::fanout::{Todo, Ws, MAX_BACKLOG, WS_PING_EVERY};
+use super::fanout::MAX_BACKLOG;
 use super::panics::guard;
 use super::pool::{Completion, ExchangeId, Pool, Work};
 use super::produce::{Events, Ticking};
-use super::upstream::CallState;
-use super::{Glue, Worker, READ_AHEAD, SEND_TIMEOUT};
+use super::websocket::{Todo, Ws, WS_PING_EVERY};
+use super::{Glue, Worker, READ_AHEAD};
 use crate::app::{Body, Producer, Services, WebSocket};
 use crate::error::Error;
 use crate::http::headers::valid_request_id;
@@ -1039,7 +1040,7 @@ impl H2Session {
                     }
                 }
                 Some(Produce::Ticker(t)) => {
-                    let go = t.tick(now, &mut ex.unsent);
+                    let go = t.tick(now, ex.unsent.len(), &mut ex.unsent).goes_on();
                     if !go {
                         ex.produce = None;
                         ex.done = true;
@@ -1172,7 +1173,7 @@ impl Worker {
     pub(super) fn start_h2(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let settings = self.h2.clone().unwrap_or_else(|| H2Settings::new(self.env.max_head));
-        let mut sess = H2Session::new(settings, c.peer, c.tls.is_some(), Instant::now());
+        let mut sess = H2Session::new(settings, c.peer, c.io.tls.is_some(), Instant::now());
         if self.env.draining {
             sess.shut_down(Instant::now() + cut_after(self.config.shutdown_timeout));
         }
@@ -1197,47 +1198,46 @@ impl Worker {
         for _ in 0..MAX_ROUNDS {
             let ConnState::Http2(sess) = &mut c.state else { return };
             full = false;
-            let backlog = c.out.len() - c.out_pos;
-            if !c.eof && sess.conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
-                match read_into(&mut c.sock, &mut c.tls, &mut c.inbuf, &mut self.scratch, READ_AHEAD) {
-                    Ok(eof) => c.eof = eof,
+            let backlog = c.io.out.len() - c.io.out_pos;
+            if !c.io.eof && sess.conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
+                match c.io.fill(&mut self.scratch, READ_AHEAD) {
+                    Ok(eof) => c.io.eof = eof,
                     Err(_) => {
                         close = true;
                         break;
                     }
                 }
-                full = c.inbuf.len() >= READ_AHEAD;
+                full = c.io.inbuf.len() >= READ_AHEAD;
             }
             // Also what was read before the connection turned out to be HTTP/2.
-            if !c.inbuf.is_empty() {
+            if !c.io.inbuf.is_empty() {
                 if let Some(u) = &mut sess.unfinished {
-                    u.feed(&c.inbuf, now);
+                    u.feed(&c.io.inbuf, now);
                 }
-                sess.conn.feed(&c.inbuf);
-                c.inbuf.clear();
+                sess.conn.feed(&c.io.inbuf);
+                c.io.inbuf.clear();
             }
-            if c.eof && !sess.eof_fed {
+            if c.io.eof && !sess.eof_fed {
                 sess.eof_fed = true;
                 sess.conn.feed_eof();
             }
             let mut cx = cx!(self, &mut glue, idx, c.generation);
             again = sess.step(&mut cx, now);
-            let before = c.out.len();
-            if c.out.len() - c.out_pos <= HIGH_WATERMARK {
-                sess.conn.drain_output(&mut c.out);
+            let before = c.io.out.len();
+            if c.io.out.len() - c.io.out_pos <= HIGH_WATERMARK {
+                sess.conn.drain_output(&mut c.io.out);
             }
-            let produced = c.out.len() > before;
-            if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
+            let produced = c.io.out.len() > before;
+            if c.io.flush().is_err() {
                 close = true;
                 break;
             }
-            let pending = c.out.len() > c.out_pos || c.tls.as_ref().is_some_and(|t| t.wants_write());
-            c.send_deadline = if pending { c.send_deadline.or(Some(now + SEND_TIMEOUT)) } else { None };
+            let pending = c.io.flushed(now);
             if sess.closed && sess.conn.output_len() == 0 {
                 end = !pending;
                 break;
             }
-            if c.eof && sess.exchanges.is_empty() && sess.conn.output_len() == 0 && !pending {
+            if c.io.eof && sess.exchanges.is_empty() && sess.conn.output_len() == 0 && !pending {
                 close = true;
                 break;
             }

@@ -47,10 +47,10 @@ use quinn_proto::{ConnectionHandle, StreamId, VarInt};
 use super::fanout::MAX_BACKLOG;
 use super::h3_file::FileBody;
 
+use super::call::CallState;
 use super::pool::{Completion, ExchangeId, Pool, Work};
 use super::produce::{Events, Ticking};
 use super::token::Tok;
-use super::upstream::CallState;
 use super::{Glue, Worker};
 use crate::app::{Body, Producer};
 use crate::config::Config;
@@ -970,7 +970,7 @@ fn tick(sess: &mut Session, app: &crate::app::App, now: Instant) {
     for ex in &mut sess.exchanges {
         let go = match &mut ex.produce {
             Some(Produce::Events(e)) => e.beat(app, now, &mut ex.unsent),
-            Some(Produce::Ticker(t)) => t.tick(now, &mut ex.unsent),
+            Some(Produce::Ticker(t)) => t.tick(now, ex.unsent.len(), &mut ex.unsent).goes_on(),
             _ => true,
         };
         if !go {

@@ -24,10 +24,12 @@
 //!   `bufs.rs`: the free list of connection buffers (idle ones hold none).
 
 mod bufs;
+mod call;
 mod conn;
 mod download;
 mod fanout;
 mod glue;
+mod h1_download;
 mod h2;
 mod h3;
 mod h3_file;
@@ -38,7 +40,9 @@ mod produce;
 mod streams;
 mod timers;
 mod token;
+mod transport;
 mod upstream;
+mod websocket;
 
 use std::io;
 use std::net::TcpListener as StdListener;
@@ -67,11 +71,10 @@ pub use h3::WorkerH3;
 use pool::{Completion, ExchangeId, Pool};
 use timers::Timers;
 use token::Tok;
+use transport::Transport;
 
 /// The loop turns at least this often, so the heartbeat stays fresh when idle.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(500);
-/// A connection whose output makes no progress this long is dropped (nginx `send_timeout`).
-const SEND_TIMEOUT: Duration = Duration::from_secs(60);
 /// Connections a worker must have held at once before it gives memory back when they go.
 const TRIM_PEAK: usize = 1024;
 /// How often a worker hands the allocator's free pages back to the kernel
@@ -593,16 +596,10 @@ impl Worker {
         let now = Instant::now();
         let secure = tls.is_some();
         self.conns[idx] = Some(Conn {
-            sock,
+            io: Transport::new(sock, tls, Vec::new(), Vec::new()),
             peer,
-            tls,
-            inbuf: Vec::new(),
-            out: Vec::new(),
-            out_pos: 0,
             generation,
-            eof: false,
             timer_at: None,
-            send_deadline: None,
             paused: false,
             state: ConnState::Http1(H1 {
                 sniff: self.h2.is_some(),
@@ -618,9 +615,9 @@ impl Worker {
 
     fn close(&mut self, idx: usize) {
         if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
-            let _ = self.poll.registry().deregister(&mut c.sock);
-            self.bufs.give(c.inbuf);
-            self.bufs.give(c.out);
+            let _ = self.poll.registry().deregister(&mut c.io.sock);
+            self.bufs.give(c.io.inbuf);
+            self.bufs.give(c.io.out);
             self.release(idx, c.generation, c.state);
             self.free.push(idx);
             self.live -= 1;
@@ -694,8 +691,8 @@ impl Worker {
             let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
             let ConnState::Http1(h) = &mut c.state else { continue };
             let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-            self.bufs.fill(&mut c.out);
-            h.codec.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
+            self.bufs.fill(&mut c.io.out);
+            h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, now);
             self.drive(idx);
         }
         self.done = done;
@@ -725,7 +722,7 @@ impl Worker {
     /// Queue the connection's earliest deadline (protocol, send, stream).
     fn arm(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let want = [c.state.deadline(&self.env), c.send_deadline].into_iter().flatten().min();
+        let want = [c.state.deadline(&self.env), c.io.send_deadline].into_iter().flatten().min();
         if let Some(at) = want {
             if c.timer_at.is_none_or(|t| at < t) {
                 c.timer_at = Some(at);
@@ -755,7 +752,7 @@ impl Worker {
             }
             c.timer_at = None;
             let lingered = matches!(c.state, ConnState::Lingering(until) if until <= now);
-            if lingered || c.send_deadline.is_some_and(|t| t <= now) {
+            if lingered || c.io.send_deadline.is_some_and(|t| t <= now) {
                 self.close(idx);
                 continue;
             }
@@ -766,7 +763,7 @@ impl Worker {
                     // `Close` (an idle keep-alive, or a 408 queued): `drive` flushes
                     // and ends the connection; otherwise the deadline moved later and
                     // `drive` re-arms it.
-                    h.codec.on_timeout(&mut c.out, &mut glue, &mut self.env, now);
+                    h.codec.on_timeout(&mut c.io.out, &mut glue, &mut self.env, now);
                     self.drive(idx);
                 }
                 ConnState::Http2(_) => self.h2_timer(idx, now),

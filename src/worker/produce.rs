@@ -1,12 +1,14 @@
-//! The body producers a multiplexed exchange (an HTTP/2 or an HTTP/3 stream) runs after its
-//! head, written once for both codecs: an `/api/events` subscription ([`Events`]: preamble,
-//! `Last-Event-ID` replay on the pool, live bus events held while the replay runs,
-//! heartbeats) and a timer-driven ticker ([`Ticking`], the chat echo). Each writes into the
-//! exchange's unsent bytes; the codec's glue moves those into its stream as flow control
-//! allows, and ends the stream when a producer says so (`false`).
+//! The timer- and bus-driven body producers an exchange runs after its head, written once for
+//! every protocol: an `/api/events` subscription ([`Events`]: preamble, `Last-Event-ID`
+//! replay on the pool, live bus events held while the replay runs, heartbeats) and a
+//! timer-driven ticker ([`Ticking`], the chat echo).
 //!
-//! It must not touch a socket, a codec or the exchange table: the glue in `h2.rs` / `h3.rs`
-//! registers the subscription and submits the replay job this returns.
+//! A producer writes through [`Emit`]: an HTTP/2 or HTTP/3 exchange's unsent bytes (a
+//! `Vec<u8>`; the codec's glue moves them into its stream as flow control allows), or an
+//! HTTP/1.1 connection's output framed by its codec, one chunk per write. The caller ends the
+//! exchange when a producer says so.
+//!
+//! It must not touch a socket, a codec's framing or the exchange table.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +23,20 @@ use crate::resources::audience::Audience;
 /// How long a ticker whose stream is backed up waits before it is asked again.
 const TICK_BACKOFF: Duration = Duration::from_millis(50);
 
-/// An `/api/events` subscription on a stream.
+/// Where a producer's bytes go.
+pub(super) trait Emit {
+    /// Send `bytes` (one event, a heartbeat, a replay) as the body's next piece.
+    fn emit(&mut self, bytes: &[u8]);
+}
+
+/// A multiplexed exchange's unsent bytes: the pieces are appended as they are.
+impl Emit for Vec<u8> {
+    fn emit(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// An `/api/events` subscription on an exchange.
 pub(super) struct Events {
     /// A `Last-Event-ID` replay runs on the pool.
     replaying: bool,
@@ -33,7 +48,13 @@ pub(super) struct Events {
 }
 
 impl Events {
-    /// The stream `id` of `audience` subscribes: the preamble goes into `out`, the
+    /// A subscriber that has seen every event up to `last_event_id` (then a replay of what
+    /// follows it runs on the pool), or none; heartbeat due at `next_beat`.
+    pub(super) fn new(last_event_id: Option<i64>, next_beat: Instant) -> Events {
+        Events { replaying: last_event_id.is_some(), last_id: last_event_id.unwrap_or(0), held: Vec::new(), next_beat }
+    }
+
+    /// The exchange `id` of `audience` subscribes: the preamble goes into `out`, the
     /// subscription into `sse`, the replay after `last_event_id` (if any) to the pool. `None`:
     /// app code panicked; end the stream.
     #[allow(clippy::too_many_arguments)]
@@ -44,21 +65,16 @@ impl Events {
         id: ExchangeId,
         sse: &mut Subscribers,
         pool: &Pool,
-        out: &mut Vec<u8>,
+        out: &mut impl Emit,
         now: Instant,
     ) -> Option<Events> {
         let start = guard("SSE stream start", || {
             (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after, &audience)))
         });
         let (preamble, every, replay) = start.ok()?;
-        out.extend_from_slice(&preamble);
+        out.emit(&preamble);
         sse.insert(id, audience);
-        let events = Events {
-            replaying: replay.is_some(),
-            last_id: last_event_id.unwrap_or(0),
-            held: Vec::new(),
-            next_beat: now + every,
-        };
+        let events = Events::new(last_event_id, now + every);
         if let Some(job) = replay {
             pool.submit(id, Work::Replay(job));
         }
@@ -71,13 +87,13 @@ impl Events {
     }
 
     /// A heartbeat into `out` if one is due; `false`: app code panicked, end the stream.
-    pub(super) fn beat(&mut self, app: &App, now: Instant, out: &mut Vec<u8>) -> bool {
+    pub(super) fn beat(&mut self, app: &App, now: Instant, out: &mut impl Emit) -> bool {
         if self.next_beat > now {
             return true;
         }
         match guard("SSE heartbeat", || (app.sse_heartbeat(), app.sse_heartbeat_every())) {
             Ok((beat, every)) => {
-                out.extend_from_slice(&beat);
+                out.emit(&beat);
                 self.next_beat = now + every;
                 true
             }
@@ -87,29 +103,41 @@ impl Events {
 
     /// The replay's result: its events, then the live ones held meanwhile that it did not
     /// cover. `false`: the replay panicked, end the stream.
-    pub(super) fn replayed(&mut self, bytes: &[u8], last: i64, out: &mut Vec<u8>) -> bool {
+    pub(super) fn replayed(&mut self, bytes: &[u8], last: i64, out: &mut impl Emit) -> bool {
         if last == REPLAY_PANICKED {
             return false;
         }
-        out.extend_from_slice(bytes);
+        out.emit(bytes);
         self.last_id = self.last_id.max(last);
         self.replaying = false;
         for (id, event) in self.held.drain(..) {
             if id > self.last_id {
-                out.extend_from_slice(&event);
+                out.emit(&event);
                 self.last_id = id;
             }
         }
         true
     }
 
-    /// A live event from the bus: held while the replay runs, else sent unless already sent.
-    pub(super) fn live(&mut self, id: i64, event: &Arc<[u8]>, out: &mut Vec<u8>) {
+    /// A live event `id` from the bus: whether to send it now. During a replay it is held
+    /// (sent after the replay, unless the replay covered it); an event at or below the last
+    /// one sent is a duplicate (another worker's copy, or one the replay sent).
+    pub(super) fn admit(&mut self, id: i64, event: &Arc<[u8]>) -> bool {
         if self.replaying {
-            self.held.push((id, event.clone()));
-        } else if id > self.last_id {
-            self.last_id = id;
-            out.extend_from_slice(event);
+            self.held.push((id, Arc::clone(event)));
+            return false;
+        }
+        if id <= self.last_id {
+            return false;
+        }
+        self.last_id = id;
+        true
+    }
+
+    /// A live event from the bus, sent into `out` if [`Events::admit`] lets it through.
+    pub(super) fn live(&mut self, id: i64, event: &Arc<[u8]>, out: &mut impl Emit) {
+        if self.admit(id, event) {
+            out.emit(event);
         }
     }
 }
@@ -131,23 +159,44 @@ impl Ticking {
         self.next
     }
 
-    /// Ask the ticker if it is due, unless `out` is backed up past the watermark (then again
-    /// after a short pause). `false`: the ticker is done or panicked, end the stream.
-    pub(super) fn tick(&mut self, now: Instant, out: &mut Vec<u8>) -> bool {
+    /// Ask the ticker for its event into `out` if it is due, unless the exchange's unsent
+    /// output (`backlog` bytes) is past the watermark (then again after a short pause).
+    pub(super) fn tick(&mut self, now: Instant, backlog: usize, out: &mut Vec<u8>) -> Tick {
         if self.next > now {
-            return true;
+            return Tick::Idle;
         }
-        if out.len() > HIGH_WATERMARK {
+        if backlog > HIGH_WATERMARK {
             self.next = now + TICK_BACKOFF;
-            return true;
+            return Tick::Idle;
         }
         match guard("stream ticker", || self.ticker.tick(out)) {
             Ok(Some(delay)) => {
                 self.next = now + delay;
-                true
+                Tick::More
             }
-            Ok(None) | Err(_) => false,
+            Ok(None) => Tick::Last,
+            Err(_) => Tick::Panicked,
         }
+    }
+}
+
+/// What one [`Ticking::tick`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Tick {
+    /// Not due, or held back while the exchange is backed up: nothing written.
+    Idle,
+    /// The ticker wrote an event and runs on.
+    More,
+    /// The ticker wrote its last event: the body ends.
+    Last,
+    /// App code panicked: the body is cut short.
+    Panicked,
+}
+
+impl Tick {
+    /// Whether the ticker runs on.
+    pub(super) fn goes_on(self) -> bool {
+        matches!(self, Tick::Idle | Tick::More)
     }
 }
 
@@ -167,6 +216,67 @@ mod tests {
 
     fn events(replaying: bool, last_id: i64) -> Events {
         Events { replaying, last_id, held: Vec::new(), next_beat: Instant::now() + Duration::from_secs(60) }
+    }
+
+    fn event(s: &str) -> Arc<[u8]> {
+        Arc::from(s.as_bytes())
+    }
+
+    /// Records each emitted piece (an HTTP/1.1 chunk each).
+    #[derive(Default)]
+    struct Pieces(Vec<Vec<u8>>);
+    impl Emit for Pieces {
+        fn emit(&mut self, bytes: &[u8]) {
+            self.0.push(bytes.to_vec());
+        }
+    }
+
+    #[test]
+    fn live_events_are_sent_once_in_order() {
+        let mut s = Events::new(None, Instant::now());
+        assert!(s.admit(1, &event("a")));
+        assert!(s.admit(3, &event("c")));
+        assert!(!s.admit(3, &event("c")), "a duplicate (another worker's copy) is skipped");
+        assert!(!s.admit(2, &event("b")), "an older id than the last sent is skipped");
+    }
+
+    #[test]
+    fn events_during_a_replay_are_held_and_sent_after_it_unless_it_covered_them() {
+        let mut s = Events::new(Some(10), Instant::now());
+        for (id, text) in [(12, "twelve"), (15, "fifteen"), (11, "eleven")] {
+            assert!(!s.admit(id, &event(text)), "held while the replay runs");
+        }
+        // The replay sent 11..=12 (the store had them).
+        let mut out = Pieces::default();
+        assert!(s.replayed(b"[11][12]", 12, &mut out));
+        assert_eq!(out.0, [&b"[11][12]"[..], b"fifteen"], "the replay, then only what it did not cover, each alone");
+        assert!(!s.admit(15, &event("fifteen")), "sent already");
+        assert!(s.admit(16, &event("sixteen")), "live again after the replay");
+    }
+
+    #[test]
+    fn a_replay_that_found_nothing_keeps_the_last_event_id() {
+        let mut s = Events::new(Some(7), Instant::now());
+        assert!(!s.admit(5, &event("old")));
+        let mut out = Pieces::default();
+        assert!(s.replayed(b"", 0, &mut out));
+        assert_eq!(out.0, [&b""[..]], "an event at or below Last-Event-ID is not sent again");
+        assert!(!s.admit(7, &event("seven")));
+        assert!(s.admit(8, &event("eight")));
+    }
+
+    #[test]
+    fn a_panicking_ticker_is_told_apart_from_one_that_ended() {
+        struct Boom;
+        impl crate::app::Ticker for Boom {
+            fn tick(&mut self, _: &mut Vec<u8>) -> Option<Duration> {
+                panic!("ticker bug")
+            }
+        }
+        let now = Instant::now();
+        let mut out = Vec::new();
+        assert_eq!(Ticking::new(Box::new(Boom), now).tick(now, 0, &mut out), Tick::Panicked);
+        assert!(!Tick::Panicked.goes_on() && !Tick::Last.goes_on() && Tick::Idle.goes_on() && Tick::More.goes_on());
     }
 
     #[test]
@@ -189,14 +299,14 @@ mod tests {
         let now = Instant::now();
         let mut t = Ticking::new(Box::new(Two(0)), now);
         let mut full = vec![0; HIGH_WATERMARK + 1];
-        assert!(t.tick(now, &mut full));
+        assert_eq!(t.tick(now, full.len(), &mut full), Tick::Idle);
         assert_eq!(full.len(), HIGH_WATERMARK + 1, "not asked while backed up");
         assert_eq!(t.next(), now + TICK_BACKOFF);
         let mut out = Vec::new();
-        assert!(t.tick(t.next(), &mut out));
+        assert_eq!(t.tick(t.next(), out.len(), &mut out), Tick::More);
         assert_eq!(out, b"a");
-        assert!(t.tick(now, &mut out), "not due yet");
-        assert!(!t.tick(t.next(), &mut out), "done after its second event");
+        assert_eq!(t.tick(now, out.len(), &mut out), Tick::Idle, "not due yet");
+        assert_eq!(t.tick(t.next(), out.len(), &mut out), Tick::Last, "done after its second event");
         assert_eq!(out, b"ab");
     }
 }

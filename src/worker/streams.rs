@@ -12,23 +12,25 @@
 //! and room registries) is `fanout.rs`'s.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::bufs::Bufs;
-use super::conn::{flush, read_into, Conn, ConnState, H1};
+use super::conn::{Conn, ConnState, H1};
 use super::download::Download;
-use super::fanout::{Sse, Ws, WS_PING_EVERY};
 use super::panics::guard;
-use super::pool::{ExchangeId, Work};
+use super::pool::ExchangeId;
+use super::produce::{Emit, Events, Tick, Ticking};
+use super::websocket::{Ws, WS_PING_EVERY};
 use super::{Worker, READ_AHEAD};
 use crate::app::handlers::ws;
 use crate::app::{Producer, WebSocket};
+use crate::http1::codec::Http1;
 use crate::proto::ws::WsConn;
 
 /// What a detached connection is.
 pub enum Stream {
     /// An `/api/events` stream.
-    Sse(Sse),
+    Sse(Events),
     /// A WebSocket (`/ws` or `/ws/echo`).
     Ws(Box<Ws>),
     /// A file body being sent.
@@ -42,23 +44,27 @@ pub enum Stream {
     Aborted,
 }
 
-/// A timer-driven stream: the app's producer and when it is due next.
-pub struct Ticking {
-    ticker: Box<dyn crate::app::Ticker>,
-    next: Instant,
+/// An HTTP/1.1 connection's output as a producer's [`Emit`]: each piece is framed by the
+/// codec (one chunk each when the body is chunked).
+pub(super) struct Framed<'a> {
+    pub(super) codec: &'a mut Http1,
+    pub(super) out: &'a mut Vec<u8>,
 }
 
-/// While a client is this far behind, a timer-driven stream waits.
-const TICK_BACKOFF: Duration = Duration::from_millis(50);
+impl Emit for Framed<'_> {
+    fn emit(&mut self, bytes: &[u8]) {
+        self.codec.data(self.out, bytes);
+    }
+}
 
 impl Stream {
     /// The stream's own next deadline.
     pub fn deadline(&self) -> Option<Instant> {
         match self {
-            Stream::Sse(s) => Some(s.next_beat),
+            Stream::Sse(s) => Some(s.next()),
             Stream::Ws(w) => Some(w.next_ping),
             Stream::Download(_) | Stream::Relay | Stream::Aborted => None,
-            Stream::Ticker(t) => Some(t.next),
+            Stream::Ticker(t) => Some(t.next()),
         }
     }
 }
@@ -71,7 +77,7 @@ impl Stream {
 /// They go back to the worker's free list ([`Bufs`]).
 fn shed_buffers(c: &mut Conn, bufs: &mut Bufs) {
     if matches!(c.state, ConnState::Http1(H1 { stream: Some(Stream::Sse(_) | Stream::Ws(_)), .. })) {
-        bufs.shed(&mut c.inbuf, &mut c.out);
+        bufs.shed(&mut c.io.inbuf, &mut c.io.out);
     }
 }
 
@@ -82,32 +88,21 @@ impl Worker {
         let ConnState::Http1(h) = &mut c.state else { return };
         match p {
             Producer::Events { last_event_id, audience } => {
-                let app = &self.app;
-                let start = guard("SSE stream start", || {
-                    (
-                        app.sse_preamble(),
-                        app.sse_heartbeat_every(),
-                        last_event_id.map(|after| app.sse_replay(after, &audience)),
-                    )
-                });
-                let Ok((preamble, every, replay)) = start else {
+                let id = ExchangeId::H1 { conn: idx, gen: c.generation };
+                let mut out = Framed { codec: &mut h.codec, out: &mut c.io.out };
+                let Some(events) =
+                    Events::start(&self.app, last_event_id, audience, id, &mut self.sse, &self.pool, &mut out, now)
+                else {
                     // The head went out: end the body at once.
-                    h.stream = Some(Stream::Sse(Sse::new(None, now)));
+                    h.stream = Some(Stream::Sse(Events::new(None, now)));
                     self.abort_stream(idx);
                     return;
                 };
-                h.codec.data(&mut c.out, &preamble);
-                h.stream = Some(Stream::Sse(Sse::new(last_event_id, now + every)));
-                let generation = c.generation;
-                self.sse.insert(ExchangeId::H1 { conn: idx, gen: generation }, audience);
-                self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
-                self.metrics.set_sse_streams(self.sse.len());
-                if let Some(job) = replay {
-                    self.pool.submit(ExchangeId::H1 { conn: idx, gen: generation }, Work::Replay(job));
-                }
+                h.stream = Some(Stream::Sse(events));
+                self.sse_count_changed();
             }
             Producer::Ticker(ticker) => {
-                h.stream = Some(Stream::Ticker(Ticking { ticker, next: now }));
+                h.stream = Some(Stream::Ticker(Ticking::new(ticker, now)));
                 self.stream_timer(idx, now);
                 return;
             }
@@ -124,7 +119,7 @@ impl Worker {
         let hello = user_id.map(|uid| guard("WebSocket greeting", || ws::connected(uid)));
         let panicked = matches!(hello, Some(Err(_)));
         if let Some(Ok(hello)) = hello {
-            conn.send_text(&hello, &mut c.out);
+            conn.send_text(&hello, &mut c.io.out);
         }
         h.stream = Some(Stream::Ws(Box::new(Ws::new(conn, user_id, name, now))));
         let ws = self.svc.stats.ws.fetch_add(1, Relaxed) + 1;
@@ -155,29 +150,29 @@ impl Worker {
         c.paused = false;
         loop {
             let mut more = false;
-            let held = ws && c.out.len() - c.out_pos > super::HIGH_WATERMARK;
+            let held = ws && c.io.out.len() - c.io.out_pos > super::HIGH_WATERMARK;
             // During a download, input is a pipelined request: keep it, bounded.
-            let input_full = ends && c.inbuf.len() >= READ_AHEAD;
-            if !c.eof && !input_full && !held {
-                let cap = c.inbuf.len() + READ_AHEAD;
-                match read_into(&mut c.sock, &mut c.tls, &mut c.inbuf, &mut self.scratch, cap) {
+            let input_full = ends && c.io.inbuf.len() >= READ_AHEAD;
+            if !c.io.eof && !input_full && !held {
+                let cap = c.io.inbuf.len() + READ_AHEAD;
+                match c.io.fill(&mut self.scratch, cap) {
                     // It stopped at `cap` only if it filled it: the socket may hold more.
                     Ok(eof) => {
-                        c.eof = eof;
-                        more = !eof && c.inbuf.len() >= cap;
+                        c.io.eof = eof;
+                        more = !eof && c.io.inbuf.len() >= cap;
                     }
                     Err(_) => close = true,
                 }
             }
             match &mut h.stream {
                 // A stream's client has nothing to say; an aborted one is only being flushed.
-                Some(Stream::Sse(_) | Stream::Aborted) => c.inbuf.clear(),
+                Some(Stream::Sse(_) | Stream::Aborted) => c.io.inbuf.clear(),
                 Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_)) => {}
                 Some(Stream::Ws(w)) => {
                     let mut closed = false;
-                    match w.read(&self.app, &c.inbuf, &mut c.out, &mut todo, &mut closed) {
+                    match w.read(&self.app, &c.io.inbuf, &mut c.io.out, &mut todo, &mut closed) {
                         Ok(used) => {
-                            c.inbuf.drain(..used);
+                            c.io.inbuf.drain(..used);
                         }
                         Err(()) => panicked = true,
                     }
@@ -185,10 +180,10 @@ impl Worker {
                 }
                 None => {}
             }
-            if close || panicked || c.eof || h.closing {
+            if close || panicked || c.io.eof || h.closing {
                 break;
             }
-            if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
+            if c.io.flush().is_err() {
                 close = true;
                 break;
             }
@@ -196,7 +191,7 @@ impl Worker {
             // while the output is below the watermark. Above it the flush met WouldBlock;
             // the writable edge, or a flush elsewhere (`flush_conn`), resumes reading.
             let stopped = more || held;
-            if stopped && c.out.len() - c.out_pos > super::HIGH_WATERMARK {
+            if stopped && c.io.out.len() - c.io.out_pos > super::HIGH_WATERMARK {
                 c.paused = true;
                 break;
             }
@@ -213,20 +208,19 @@ impl Worker {
             self.abort_stream(idx);
             return;
         }
-        if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
+        if c.io.flush().is_err() {
             close = true;
         }
-        let pending = c.pending_out();
-        c.send_deadline = if pending { c.send_deadline.or(Some(now + super::SEND_TIMEOUT)) } else { None };
+        let pending = c.io.flushed(now);
         let ConnState::Http1(h) = &mut c.state else { return };
         // A WebSocket peer that half-closed sends nothing more: the replies already
         // queued go out (bounded by the send timeout), then the connection closes.
-        if c.eof && ws {
+        if c.io.eof && ws {
             h.closing = true;
         }
         // A download ends on a write error or the send timeout, not on the peer's
         // half-close: the request was complete when it started.
-        if close || (c.eof && !download && !ws) || (h.closing && !pending) {
+        if close || (c.io.eof && !download && !ws) || (h.closing && !pending) {
             self.close(idx);
             return;
         }
@@ -249,19 +243,18 @@ impl Worker {
     /// connection paused by its output is queued to resume once it drains).
     pub(super) fn flush_conn(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        if flush(&mut c.sock, &mut c.tls, &mut c.out, &mut c.out_pos).is_err() {
+        if c.io.flush().is_err() {
             self.close(idx);
             return;
         }
-        let pending = c.pending_out();
-        c.send_deadline = if pending { c.send_deadline.or(Some(Instant::now() + super::SEND_TIMEOUT)) } else { None };
+        let pending = c.io.flushed(Instant::now());
         if matches!(&c.state, ConnState::Http1(h) if h.closing) && !pending {
             self.close(idx);
             return;
         }
         // Its reading (or its relay's upstream) waited for this output to drain: resume
         // it after this turn's events, not here (the caller may be delivering to many).
-        if c.paused && c.out.len() - c.out_pos <= super::HIGH_WATERMARK {
+        if c.paused && c.io.out.len() - c.io.out_pos <= super::HIGH_WATERMARK {
             c.paused = false;
             self.drained.push((idx, c.generation));
         }
@@ -275,21 +268,16 @@ impl Worker {
         let ConnState::Http1(h) = &mut c.state else { return };
         let app = &self.app;
         match &mut h.stream {
-            Some(Stream::Sse(s)) if s.next_beat <= now => {
-                match guard("SSE heartbeat", || (app.sse_heartbeat(), app.sse_heartbeat_every())) {
-                    Ok((beat, every)) => {
-                        h.codec.data(&mut c.out, &beat);
-                        s.next_beat = now + every;
-                    }
-                    Err(_) => {
-                        self.abort_stream(idx);
-                        return;
-                    }
+            Some(Stream::Sse(s)) => {
+                let alive = s.beat(app, now, &mut Framed { codec: &mut h.codec, out: &mut c.io.out });
+                if !alive {
+                    self.abort_stream(idx);
+                    return;
                 }
             }
             // Above the watermark its input is not read, so its pong may be waiting
             // unread: the send timeout judges that peer instead.
-            Some(Stream::Ws(w)) if w.next_ping <= now && c.out.len() - c.out_pos > super::HIGH_WATERMARK => {
+            Some(Stream::Ws(w)) if w.next_ping <= now && c.io.out.len() - c.io.out_pos > super::HIGH_WATERMARK => {
                 w.next_ping = now + WS_PING_EVERY;
             }
             Some(Stream::Ws(w)) if w.next_ping <= now => {
@@ -298,26 +286,25 @@ impl Worker {
                     self.close(idx);
                     return;
                 }
-                w.conn.ping(b"", &mut c.out);
+                w.conn.ping(b"", &mut c.io.out);
                 w.awaiting_pong = true;
                 w.next_ping = now + WS_PING_EVERY;
             }
-            Some(Stream::Ticker(t)) if t.next <= now => {
-                if c.out.len() - c.out_pos > super::HIGH_WATERMARK {
-                    t.next = now + TICK_BACKOFF;
-                } else {
-                    let mut event = Vec::new();
-                    let Ok(next) = guard("stream ticker", || t.ticker.tick(&mut event)) else {
+            Some(Stream::Ticker(t)) => {
+                let mut event = Vec::new();
+                let tick = t.tick(now, c.io.backlog(), &mut event);
+                if matches!(tick, Tick::More | Tick::Last) {
+                    h.codec.data(&mut c.io.out, &event);
+                }
+                match tick {
+                    Tick::Idle | Tick::More => {}
+                    Tick::Last => {
+                        self.stream_done(idx);
+                        return;
+                    }
+                    Tick::Panicked => {
                         self.abort_stream(idx);
                         return;
-                    };
-                    h.codec.data(&mut c.out, &event);
-                    match next {
-                        Some(delay) => t.next = now + delay,
-                        None => {
-                            self.stream_done(idx);
-                            return;
-                        }
                     }
                 }
             }
@@ -337,9 +324,9 @@ impl Worker {
         let mut old = h.stream.replace(Stream::Aborted);
         match &mut old {
             Some(Stream::Sse(_)) => {
-                h.codec.end_body(&mut c.out, &self.env, Instant::now());
+                h.codec.end_body(&mut c.io.out, &self.env, Instant::now());
             }
-            Some(Stream::Ws(w)) => w.conn.close(1011, "internal error", &mut c.out),
+            Some(Stream::Ws(w)) => w.conn.close(1011, "internal error", &mut c.io.out),
             _ => {}
         }
         h.closing = true;
@@ -373,9 +360,9 @@ impl Worker {
             };
             match &mut h.stream {
                 Some(Stream::Sse(_)) => {
-                    h.codec.end_body(&mut c.out, &self.env, Instant::now());
+                    h.codec.end_body(&mut c.io.out, &self.env, Instant::now());
                 }
-                Some(Stream::Ws(w)) => w.conn.close(1001, "server shutting down", &mut c.out),
+                Some(Stream::Ws(w)) => w.conn.close(1001, "server shutting down", &mut c.io.out),
                 // A download in flight finishes (the drain deadline bounds it).
                 Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted) | None => continue,
             }

@@ -15,13 +15,14 @@ use std::time::{Duration, Instant};
 
 use mio::Interest;
 
+use super::call::CallState;
 use super::conn::{Conn, ConnState};
 use super::panics::{guard, Panicked};
 use super::pool::ExchangeId;
 use super::streams::Stream;
 use super::token::Tok;
 use super::{Glue, Worker, HIGH_WATERMARK};
-use crate::app::{Fetched, RelaySink};
+use crate::app::Fetched;
 use crate::error::Error;
 use crate::http::reply::Upstream;
 use crate::http::response::Response;
@@ -55,32 +56,6 @@ fn call_of<'a>(
         (ConnState::Http2(sess), ExchangeId::H2 { stream, .. }) => sess.call_slot(stream),
         _ => None,
     }
-}
-
-/// A client request waiting on upstreams.
-pub enum CallState {
-    /// Parallel requests; the response is built when every result is in.
-    Gather {
-        /// Upstream connection per request while it runs.
-        ups: Vec<Option<usize>>,
-        /// Results as they arrive.
-        results: Vec<Option<Fetched>>,
-        /// Results still missing.
-        waiting: usize,
-        /// Builds the response.
-        finish: Box<dyn FnOnce(Vec<Fetched>) -> Result<Response, Error>>,
-    },
-    /// One upstream stream relayed as it arrives.
-    Relay {
-        /// The upstream connection while it runs.
-        up: Option<usize>,
-        /// The app's side of the relay.
-        sink: Box<dyn RelaySink>,
-        /// The upstream's head has been passed to the sink.
-        head_seen: bool,
-        /// The client's head has been sent (failures become an error event).
-        started: bool,
-    },
 }
 
 impl Worker {
@@ -540,9 +515,9 @@ impl Worker {
         let ConnState::Http1(h) = &mut c.state else { return false };
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         if stream {
-            h.codec.complete_stream(resp, &mut c.out, &mut glue, &mut self.env, now)
+            h.codec.complete_stream(resp, &mut c.io.out, &mut glue, &mut self.env, now)
         } else {
-            h.codec.complete(resp, &mut c.out, &mut glue, &mut self.env, now);
+            h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, now);
             self.drive(idx);
             false
         }
@@ -640,7 +615,7 @@ impl Worker {
                             }
                             return;
                         };
-                        let slow = c.out.len() - c.out_pos > HIGH_WATERMARK;
+                        let slow = c.io.out.len() - c.io.out_pos > HIGH_WATERMARK;
                         // The client's drain resumes the upstream (`relay_resume`).
                         c.paused |= slow;
                         slow
@@ -688,7 +663,7 @@ impl Worker {
             ExchangeId::H1 { conn, .. } => {
                 if let Some(Some(c)) = self.conns.get_mut(conn) {
                     if let ConnState::Http1(h) = &mut c.state {
-                        h.codec.data(&mut c.out, events);
+                        h.codec.data(&mut c.io.out, events);
                     }
                 }
             }
@@ -736,7 +711,7 @@ impl Worker {
     pub(super) fn stream_done(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
-        let keep_alive = h.codec.end_body(&mut c.out, &self.env, Instant::now());
+        let keep_alive = h.codec.end_body(&mut c.io.out, &self.env, Instant::now());
         h.call = None;
         let generation = c.generation;
         if let Some(s) = h.stream.take() {
@@ -761,7 +736,7 @@ impl Worker {
         }
         let behind = match id {
             ExchangeId::H1 { conn, .. } => match self.conns.get_mut(conn) {
-                Some(Some(c)) if c.out.len() - c.out_pos > HIGH_WATERMARK => {
+                Some(Some(c)) if c.io.out.len() - c.io.out_pos > HIGH_WATERMARK => {
                     // Still behind: the flush that drains it resumes the upstream.
                     c.paused = true;
                     true

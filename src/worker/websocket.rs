@@ -1,0 +1,106 @@
+//! One WebSocket exchange's state ([`Ws`]: the codec, the user, its rooms, pings) and how its
+//! messages become replies and room work ([`Todo`]), over HTTP/1.1 (after a `101`) and HTTP/2
+//! (an extended CONNECT) alike.
+//!
+//! What a message means comes from the app (`app::handlers::ws`) behind the panic guard. This
+//! file must not touch a socket, a connection or the room registry (`fanout.rs` does).
+
+use std::time::{Duration, Instant};
+
+use super::panics::guard;
+use crate::app::handlers::ws::{self, Action};
+use crate::proto::ws::{Event, Message, WsConn};
+
+/// How often an idle WebSocket is pinged; a peer that has not answered the
+/// previous ping by the next one is dropped.
+pub(super) const WS_PING_EVERY: Duration = Duration::from_secs(30);
+
+/// State of one WebSocket.
+pub struct Ws {
+    pub(super) conn: WsConn,
+    /// The authenticated user; `None` on the echo endpoint.
+    pub(super) user_id: Option<i64>,
+    /// That user's display name, when the token carried one.
+    pub(super) name: Option<String>,
+    /// Rooms this client is in.
+    pub(super) rooms: Vec<String>,
+    pub(super) next_ping: Instant,
+    pub(super) awaiting_pong: bool,
+}
+
+impl Ws {
+    /// A WebSocket of `user_id` (`None`: the echo endpoint), pinged from `now`.
+    pub(super) fn new(conn: WsConn, user_id: Option<i64>, name: Option<String>, now: Instant) -> Ws {
+        Ws { conn, user_id, name, rooms: Vec::new(), next_ping: now + WS_PING_EVERY, awaiting_pong: false }
+    }
+
+    /// Read `input` (complete messages only; returns the bytes used): control
+    /// frames are answered into `out`, echo messages echoed, chat messages
+    /// turned into replies (into `out`) and [`Todo`]s. `Err` if app code
+    /// panicked (what came before it stands). `closed`: the peer's close arrived.
+    pub(super) fn read(
+        &mut self,
+        app: &crate::app::App,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        todo: &mut Vec<Todo>,
+        closed: &mut bool,
+    ) -> Result<usize, ()> {
+        let mut events = Vec::new();
+        let mut at = 0;
+        while at < input.len() {
+            let used = self.conn.read(&input[at..], out, &mut events);
+            at += used;
+            for ev in events.drain(..) {
+                let m = match ev {
+                    Event::Closed { .. } => {
+                        *closed = true;
+                        continue;
+                    }
+                    Event::Message(m) => m,
+                };
+                let action = match (self.user_id, m) {
+                    (None, Message::Text(t)) => {
+                        self.conn.send_text(&t, out);
+                        continue;
+                    }
+                    (None, Message::Binary(b)) => {
+                        self.conn.send_binary(&b, out);
+                        continue;
+                    }
+                    (Some(_), Message::Binary(_)) => guard("WebSocket message", || {
+                        Action::Reply(ws::error_message("binary messages are not supported"))
+                    }),
+                    (Some(uid), Message::Text(t)) => {
+                        guard("WebSocket message", || app.ws_text(uid, self.name.as_deref(), &t))
+                    }
+                };
+                let uid = self.user_id;
+                match action {
+                    Ok(Action::Reply(r)) => self.conn.send_text(&r, out),
+                    Ok(Action::Join(room)) => todo.push(Todo::Join(room)),
+                    Ok(Action::Leave(room)) => todo.push(Todo::Leave(room)),
+                    Ok(Action::Room { room, message, skip_sender }) => {
+                        todo.push(Todo::Join(room.clone()));
+                        todo.push(Todo::Room { room, message, skip_user: uid.filter(|_| skip_sender) });
+                    }
+                    Err(_) => return Err(()),
+                }
+            }
+            if used == 0 {
+                break;
+            }
+        }
+        if self.conn.take_pong() {
+            self.awaiting_pong = false;
+        }
+        Ok(at)
+    }
+}
+
+/// Work a WebSocket message asks for, done once the connection is released.
+pub(super) enum Todo {
+    Join(String),
+    Leave(String),
+    Room { room: String, message: String, skip_user: Option<i64> },
+}
