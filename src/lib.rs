@@ -1,12 +1,13 @@
-//! forkd: a pre-forked, multi-process HTTP/1.1 service.
+//! forkd: a pre-forked, multi-process HTTP/1.1, HTTP/2 and HTTP/3 service.
 //!
 //! A supervisor ([`supervisor`]) binds one `SO_REUSEPORT` socket per worker
 //! slot and forks single-threaded workers ([`worker`]), each running one mio
-//! event loop plus a small thread pool. Bytes become requests in [`http`]
-//! (HTTP/2 framing, socket-free, in [`http2`]; HTTP/3 over QUIC, socket-free and not yet
-//! served, in [`http3`]);
-//! requests become responses in [`app`]; every error is rendered by
-//! [`error`]. State shared across workers lives in [`shm`]; every `unsafe`
+//! event loop plus a small thread pool. Bytes become requests in the codecs,
+//! each socket-free: [`http1`], [`http2`] and [`http3`] (over QUIC), under the
+//! protocol-neutral request, reply and service of [`http`]; the worker's one
+//! exchange engine drives all three. Requests become responses in [`app`]
+//! (declared resources in [`resources`], stored by [`store`]); every error is
+//! rendered by [`error`]. State shared across workers lives in [`shm`]; every `unsafe`
 //! operation lives in [`sys`]. See `docs/architecture.md`.
 
 #![deny(missing_docs)]

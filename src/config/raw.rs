@@ -135,12 +135,11 @@ section! {
         websocket: WebSocket = WebSocket::default(),
         /// Worker health checks.
         supervisor: Supervisor = Supervisor::default(),
-        /// HTTPS: a second listener speaking HTTP/1.1 over TLS.
+        /// HTTPS: a second listener speaking HTTP/1.1 (and HTTP/2 by ALPN) over TLS.
         tls: Tls = Tls::default(),
         /// HTTP/2: over TLS (ALPN `h2`) and by prior knowledge (h2c) on the plain listener.
         http2: Http2 = Http2::default(),
-        /// HTTP/3 over QUIC (UDP) beside the TLS listener (in progress: configured and checked,
-        /// not yet served).
+        /// HTTP/3 over QUIC (UDP) beside the TLS listener, with its certificate.
         http3: Http3 = Http3::default(),
         /// Several hosts as one service; empty = this host alone (SQLite and shared memory).
         cluster: Cluster = Cluster::default(),
@@ -317,8 +316,8 @@ section! {
 section! {
     /// `[tls]`: HTTPS on a second listener; empty `listen` = no TLS listener.
     Tls {
-        /// Listening address `ip:port` for HTTPS (TLS 1.3 and 1.2, ALPN `http/1.1`); not set: no
-        /// TLS listener. With it, `public_origin` must be the https origin.
+        /// Listening address `ip:port` for HTTPS (TLS 1.3 and 1.2, ALPN `h2` and `http/1.1`);
+        /// not set: no TLS listener. With it, `public_origin` must be the https origin.
         listen: String = ""; example "0.0.0.0:443",
         /// PEM certificate chain, leaf first; read at start and again on HUP.
         cert_file: String = ""; example "/etc/forkd/tls/cert.pem",

@@ -1,4 +1,4 @@
-//! What every codec (HTTP/1.1, HTTP/2) shares with the worker: the
+//! What every codec (HTTP/1.1, HTTP/2, HTTP/3) shares with the worker: the
 //! [`Service`] a connection hands complete requests to, the [`Finished`]
 //! record of an answered exchange (access log, metrics), the per-worker
 //! [`Env`] (limits, timeouts, common headers, draining) and the output

@@ -116,7 +116,7 @@ fn arbitrary_sections_never_panic() {
 }
 
 /// Cost of the codec on typical heads: `cargo test --release --lib -- --ignored
-/// qpack_cost --nocapture` (reported in `http3/mod.rs`, not asserted).
+/// qpack_cost --nocapture` (reported in docs/performance.md, not asserted).
 #[test]
 #[ignore]
 fn qpack_cost() {
