@@ -1,14 +1,15 @@
-//! HTTP, protocol-neutral: the request handlers see ([`request`]), the
-//! reply they return ([`reply`], [`response`]), the key of one exchange
+//! HTTP, protocol-neutral: the request handlers see ([`request`], its
+//! fields in [`fields`]), the reply they return ([`reply`], [`response`]), the key of one exchange
 //! ([`exchange`]), the service every codec hands requests to ([`service`]),
 //! the target and `Host` rules ([`target`]), the headers every response
 //! carries ([`headers`], [`hints`]) and event-stream framing ([`sse`]).
 //!
-//! The codecs that put these on the wire are `crate::http1` (HTTP/1.1) and
-//! `crate::http2`. Nothing here writes protocol framing, touches a socket, a
+//! The codecs that put these on the wire are `crate::http1` (HTTP/1.1),
+//! `crate::http2` and `crate::http3`. Nothing here writes protocol framing, touches a socket, a
 //! poll or a route.
 
 pub mod exchange;
+pub mod fields;
 pub mod headers;
 pub mod hints;
 pub mod reply;

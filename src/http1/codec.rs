@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Error;
 
+use crate::http::fields::Fields;
 use crate::http::headers::valid_request_id;
 use crate::http::reply::{Body, Reply};
 use crate::http::request::{Method, Request};
@@ -474,8 +475,7 @@ impl Http1 {
             method: head.method,
             path,
             query,
-            http10: head.http10,
-            headers: parsed.headers,
+            fields: Fields::lines(parsed.headers),
             body,
             request_id,
             peer: self.peer,
