@@ -130,7 +130,7 @@ impl Download {
 }
 
 /// Bytes read from disk per pool job: the contract's 64 KiB chunks.
-const SLICE: u64 = 64 * 1024;
+const SLICE: u64 = super::produce::SLICE as u64;
 /// Reads kept in flight per download, so the disk read of the next slice
 /// overlaps the socket write of this one. Measured on a 1 GiB loopback
 /// download: one 64 KiB read at a time gave 0.73-0.76 GB/s, one 128 KiB read

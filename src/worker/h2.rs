@@ -28,7 +28,7 @@ use super::download::Download;
 use super::fanout::MAX_BACKLOG;
 use super::panics::guard;
 use super::pool::{Completion, ExchangeId, Pool, Work};
-use super::produce::{Events, Ticking};
+use super::produce::{Events, Ticking, SLICE};
 use super::websocket::{Todo, Ws, WS_PING_EVERY};
 use super::{Glue, Worker, READ_AHEAD};
 use crate::app::{Body, Producer, Services, WebSocket};
@@ -71,8 +71,6 @@ const MAX_PEER_RESETS: u32 = 200;
 /// Event-handling rounds per drive before the connection yields to the others.
 const MAX_ROUNDS: usize = 32;
 
-/// A download's unsent bytes past which no more is taken from its reads.
-const SLICE: usize = 64 * 1024;
 /// The least a download whose stream has any room reads ahead (a page): a
 /// tiny window does not make a pool job per few bytes.
 const READ_FLOOR: usize = 4 * 1024;

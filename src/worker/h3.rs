@@ -49,7 +49,7 @@ use super::h3_file::FileBody;
 
 use super::call::CallState;
 use super::pool::{Completion, ExchangeId, Pool, Work};
-use super::produce::{Events, Ticking};
+use super::produce::{Events, Ticking, SLICE};
 use super::token::Tok;
 use super::{Glue, Worker};
 use crate::app::{Body, Producer};
@@ -107,8 +107,6 @@ const GSO_BATCH: usize = {
         crate::sys::udp::MAX_SEGMENTS
     }
 };
-/// Bytes of an event stream's backlog queued at a time.
-const SLICE: usize = 64 * 1024;
 /// Sessions (connections) at which new clients must prove their address (Retry) first, as
 /// a share of `limits.max_connections`.
 const UNDER_LOAD_SHARE: usize = 2;

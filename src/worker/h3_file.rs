@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 /// The first read, and the smallest.
 pub(super) const MIN_SLICE: usize = 4 * 1024;
-/// The largest read (the 64 KiB chunks of the other protocols).
-pub(super) const MAX_SLICE: usize = 64 * 1024;
+/// The largest read: the slice of every protocol.
+pub(super) const MAX_SLICE: usize = super::produce::SLICE;
 
 /// A byte range of a file being sent on one stream.
 pub(super) struct FileBody {

@@ -9,16 +9,20 @@
 //! [`App::handle`] through the [`Glue`] service.
 //!
 //! The rest, by seam:
-//! * `conn.rs`: a connection (`Conn`: transport + one `ConnState`), its
-//!   socket I/O through TLS or not, and the driving of HTTP/1.1.
+//! * `conn.rs`: a TCP connection (`Conn`: a `Transport` + one `ConnState`) and the driving of
+//!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline.
 //! * `h2.rs`: the HTTP/2 session glue and its exchanges.
-//! * `h3.rs`: HTTP/3: the slot's UDP socket, the QUIC endpoint and the
-//!   exchanges of its connections (a slab of its own, not a `ConnState`);
+//! * `h3.rs`: HTTP/3: the slot's UDP socket, the QUIC endpoint and the exchanges of its
+//!   connections (a table of its own, not a `ConnState`); `h3_file.rs`: an HTTP/3 file body;
 //!   `h3_inbox.rs`: who reads the slot's UDP socket while workers hand over.
-//! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event
-//!   streams, tickers, WebSockets, relays); `download.rs`: file bodies.
+//! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event streams, tickers,
+//!   WebSockets, relays); `h1_download.rs`: HTTP/1.1 file bodies (slices or `sendfile`).
+//! * `produce.rs`: the event-stream and ticker producers every protocol runs;
+//!   `download.rs`: a file body's read-ahead (HTTP/1.1 and HTTP/2); `websocket.rs`: one
+//!   WebSocket's state and messages.
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
-//! * `upstream.rs`: which exchange waits on which upstream connection.
+//! * `upstream.rs`: which exchange waits on which upstream connection; `call.rs`: what a
+//!   waiting exchange holds.
 //! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
 //!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens;
 //!   `bufs.rs`: the free list of connection buffers (idle ones hold none).

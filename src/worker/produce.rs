@@ -20,6 +20,10 @@ use crate::app::App;
 use crate::http::service::HIGH_WATERMARK;
 use crate::resources::audience::Audience;
 
+/// The unit a body moves in, on every protocol: one disk read of a file body, and the most of
+/// a producer's unsent bytes an exchange takes in (or queues) at a time.
+pub(super) const SLICE: usize = 64 * 1024;
+
 /// How long a ticker whose stream is backed up waits before it is asked again.
 const TICK_BACKOFF: Duration = Duration::from_millis(50);
 
