@@ -460,6 +460,11 @@ impl H3 {
         self.server.is_empty()
     }
 
+    /// Its open QUIC connections.
+    pub(super) fn connections(&self) -> usize {
+        self.server.len()
+    }
+
     /// Reads datagrams into the endpoint until `WouldBlock` or the budget (in datagrams: a
     /// GRO receive counts as the datagrams it brought). A datagram of an acked predecessor's
     /// connection goes to that predecessor's inbox instead (and counts against the budget too).
@@ -1037,6 +1042,7 @@ impl Worker {
             }
         }
         let live = self.live + h3.server.len();
+        self.record.connections.store(live as u64, std::sync::atomic::Ordering::Relaxed);
         h3.server.set_under_load(live >= h3.max_connections / UNDER_LOAD_SHARE);
         if writable {
             let mut starts = Vec::new();

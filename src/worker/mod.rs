@@ -612,9 +612,16 @@ impl Worker {
         });
         self.live += 1;
         self.peak = self.peak.max(self.live);
-        self.record.connections.store(self.live as u64, std::sync::atomic::Ordering::Relaxed);
+        self.publish_connections();
         // The first bytes may already be there; read them now.
         self.drive(idx);
+    }
+
+    /// The worker's open connections in its shared record (`forkd_open_connections`): TCP
+    /// connections and HTTP/3's QUIC connections alike.
+    fn publish_connections(&self) {
+        let quic = self.h3.as_ref().map_or(0, |h| h.connections());
+        self.record.connections.store((self.live + quic) as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn close(&mut self, idx: usize) {
@@ -625,7 +632,7 @@ impl Worker {
             self.release(idx, c.generation, c.state);
             self.free.push(idx);
             self.live -= 1;
-            self.record.connections.store(self.live as u64, std::sync::atomic::Ordering::Relaxed);
+            self.publish_connections();
             if self.drain_deadline.is_none() {
                 self.resume_accepting();
             }

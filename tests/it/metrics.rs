@@ -84,9 +84,7 @@ fn reach_both_workers(s: &Server) -> usize {
     sent
 }
 
-// HTTP/3: `forkd_open_connections` counts TCP connections only, not HTTP/3 connections
-// (a server bug, reported), so the scrape's own HTTP/3 connection is not in it.
-both!(requests_are_counted_by_route_pattern_and_status);
+protocols!(requests_are_counted_by_route_pattern_and_status);
 fn requests_are_counted_by_route_pattern_and_status(p: Proto) {
     let s = Server::api_builder().start().on(p);
     let before = scrape(&s);
