@@ -36,7 +36,7 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 }
 
 /// Bind a non-blocking `SO_REUSEPORT` UDP socket on `addr`: one per slot for HTTP/3, kept
-/// by the supervisor like the TCP ones (not yet read by the workers).
+/// by the supervisor like the TCP ones and read by the slot's worker.
 pub fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     s.set_reuse_port(true)?;

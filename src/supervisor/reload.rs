@@ -38,6 +38,76 @@ pub(super) fn schema_step(config: &Config) -> Result<(), SchemaRefused> {
     Ok(())
 }
 
+/// The settings a reload cannot change (their sockets or connection live as long as the
+/// supervisor), as the sentence refusing the reload; `None` when none changed. `activated`:
+/// the plain sockets were handed in by the service manager; `tls_activated`: the TLS ones too
+/// (a handed-in socket's address is not ours to change either way).
+pub(super) fn restart_only_change(old: &Config, new: &Config, activated: bool, tls_activated: bool) -> Option<String> {
+    if new.listen != old.listen && !activated {
+        return Some(format!("`listen` changed ({} → {}); restart to change the address", old.listen, new.listen));
+    }
+    if new.tls.listen != old.tls.listen && !tls_activated {
+        let show = |a: Option<SocketAddr>| a.map_or_else(|| "none".to_string(), |a| a.to_string());
+        return Some(format!(
+            "`tls.listen` changed ({} → {}); restart to change it",
+            show(old.tls.listen),
+            show(new.tls.listen)
+        ));
+    }
+    if new.cluster.redis_url != old.cluster.redis_url {
+        return Some("`cluster.redis_url` changed; restart to change it".to_owned());
+    }
+    if new.http3.listen != old.http3.listen {
+        let show = |a: Option<SocketAddr>| a.map_or_else(|| "off".to_string(), |a| a.to_string());
+        return Some(format!(
+            "the HTTP/3 address changed ({} → {}); restart to change it",
+            show(old.http3.listen),
+            show(new.http3.listen)
+        ));
+    }
+    None
+}
+
+/// Why a reload changes the worker count from `old_n` (running) to `new_n` (the reloaded
+/// configuration), given `configured` (the count of the configuration before the reload):
+/// a reload applies the configured count, so TTIN/TTOU changes are undone. `None`: no change.
+pub(super) fn workers_change(old_n: usize, new_n: usize, configured: usize) -> Option<String> {
+    if old_n == new_n {
+        return None;
+    }
+    Some(match (new_n != configured, old_n != configured) {
+        (true, false) => format!("`workers` changed from {configured} to {new_n} in the configuration"),
+        (true, true) => format!(
+            "`workers` changed from {configured} to {new_n} in the configuration; TTIN/TTOU adjustments are reset"
+        ),
+        (false, _) => "the configured count; TTIN/TTOU adjustments are reset".to_owned(),
+    })
+}
+
+/// Where a slot's replacement worker stands during a reload.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Replacement {
+    /// It serves: the slot's old workers drain.
+    Serving,
+    /// It exited before serving: the old one stays.
+    Exited,
+    /// It did not serve within [`RELOAD_START_TIMEOUT`]: it drains, the old one stays.
+    TimedOut,
+    /// Still starting: wait.
+    Starting,
+}
+
+/// The replacement's standing from its record's `state` (`None`: it is gone) and the time
+/// since it was forked.
+pub(super) fn replacement(state: Option<WorkerState>, elapsed: Duration) -> Replacement {
+    match state {
+        Some(WorkerState::Serving) => Replacement::Serving,
+        None => Replacement::Exited,
+        Some(_) if elapsed > RELOAD_START_TIMEOUT => Replacement::TimedOut,
+        Some(_) => Replacement::Starting,
+    }
+}
+
 impl Supervisor {
     /// SIGHUP: read the configuration again; if it is valid, apply it and
     /// replace the workers one slot at a time (the new worker serves before
@@ -53,35 +123,9 @@ impl Supervisor {
                 return;
             }
         };
-        if new.listen != self.config.listen && !self.activated {
-            log::error!(
-                "SIGHUP: reload refused: `listen` changed ({} → {}); restart to change the address",
-                self.config.listen,
-                new.listen
-            );
-            return;
-        }
         let tls_activated = self.activated && self.slots.first().is_some_and(|s| s.tls.is_some());
-        if new.tls.listen != self.config.tls.listen && !tls_activated {
-            let show = |a: Option<std::net::SocketAddr>| a.map_or_else(|| "none".to_string(), |a| a.to_string());
-            log::error!(
-                "SIGHUP: reload refused: `tls.listen` changed ({} → {}); restart to change it",
-                show(self.config.tls.listen),
-                show(new.tls.listen)
-            );
-            return;
-        }
-        if new.cluster.redis_url != self.config.cluster.redis_url {
-            log::error!("SIGHUP: reload refused: `cluster.redis_url` changed; restart to change it");
-            return;
-        }
-        if new.http3.listen != self.config.http3.listen {
-            let show = |a: Option<SocketAddr>| a.map_or_else(|| "off".to_string(), |a| a.to_string());
-            log::error!(
-                "SIGHUP: reload refused: the HTTP/3 address changed ({} → {}); restart to change it",
-                show(self.config.http3.listen),
-                show(new.http3.listen)
-            );
+        if let Some(why) = restart_only_change(&self.config, &new, self.activated, tls_activated) {
+            log::error!("SIGHUP: reload refused: {why}");
             return;
         }
         // The certificate and key are read again; a bad pair keeps the old one serving.
@@ -161,14 +205,7 @@ impl Supervisor {
         self.endpoints = Box::leak(Box::new(endpoints));
         // A reload applies the configured count: TTIN/TTOU changes since the
         // start (or the last reload) are undone, and the log says so.
-        if old_n != new_n {
-            let why = match (new_n != configured, old_n != configured) {
-                (true, false) => format!("`workers` changed from {configured} to {new_n} in the configuration"),
-                (true, true) => format!(
-                    "`workers` changed from {configured} to {new_n} in the configuration; TTIN/TTOU adjustments are reset"
-                ),
-                (false, _) => "the configured count; TTIN/TTOU adjustments are reset".to_owned(),
-            };
+        if let Some(why) = workers_change(old_n, new_n, configured) {
             log::info!("reload: workers {old_n} -> {new_n} ({why})");
         }
         for _ in old_n..new_n {
@@ -210,26 +247,26 @@ impl Supervisor {
                 }
                 Some((slot, pid, since)) => {
                     let state = self.table.iter().find(|p| p.pid == pid).map(|p| self.region.procs[p.record].state());
-                    match state {
-                        Some(WorkerState::Serving) => {
+                    match replacement(state, since.elapsed()) {
+                        Replacement::Serving => {
                             let old: Vec<i32> =
                                 self.table.serving(slot).filter(|p| p.pid != pid).map(|p| p.pid).collect();
                             for o in old {
                                 self.drain(o);
                             }
                         }
-                        None => {
+                        Replacement::Exited => {
                             log::error!(
                                 "SIGHUP: the new worker {pid} of slot {slot} exited before serving; the old one stays"
                             );
                         }
-                        Some(_) if since.elapsed() > RELOAD_START_TIMEOUT => {
+                        Replacement::TimedOut => {
                             log::error!(
                                 "SIGHUP: the new worker {pid} of slot {slot} did not start serving; the old one stays"
                             );
                             self.drain(pid);
                         }
-                        Some(_) => return,
+                        Replacement::Starting => return,
                     }
                     if let Some(r) = self.reload.as_mut() {
                         r.current = None;
@@ -237,5 +274,78 @@ impl Supervisor {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn an_unchanged_configuration_needs_no_restart() {
+        let c = Config::default();
+        assert_eq!(restart_only_change(&c, &c.clone(), false, false), None);
+    }
+
+    #[test]
+    fn a_new_listen_address_is_refused_unless_activated() {
+        let old = Config::default();
+        let mut new = old.clone();
+        new.listen = addr("127.0.0.1:1");
+        let why = restart_only_change(&old, &new, false, false).unwrap();
+        assert!(why.starts_with("`listen` changed ("), "{why}");
+        assert!(why.ends_with("127.0.0.1:1); restart to change the address"), "{why}");
+        assert_eq!(restart_only_change(&old, &new, true, false), None);
+    }
+
+    #[test]
+    fn a_new_tls_address_is_refused_unless_its_sockets_were_handed_in() {
+        let old = Config::default();
+        let mut new = old.clone();
+        new.tls.listen = Some(addr("127.0.0.1:2"));
+        let why = restart_only_change(&old, &new, true, false).unwrap();
+        assert!(why.contains("`tls.listen` changed ("), "{why}");
+        assert!(why.contains("→ 127.0.0.1:2)"), "{why}");
+        assert_eq!(restart_only_change(&old, &new, true, true), None);
+    }
+
+    #[test]
+    fn redis_and_the_http3_address_always_need_a_restart() {
+        let old = Config::default();
+        let new = crate::config::from_toml("t", "[cluster]\nredis_url = \"redis://127.0.0.1:3/\"\n", &[]).unwrap();
+        let why = restart_only_change(&old, &new, true, true).unwrap();
+        assert_eq!(why, "`cluster.redis_url` changed; restart to change it");
+        let mut new = old.clone();
+        new.http3.listen = Some(addr("127.0.0.1:4"));
+        let why = restart_only_change(&old, &new, true, true).unwrap();
+        assert!(why.starts_with("the HTTP/3 address changed ("), "{why}");
+        assert!(why.contains("→ 127.0.0.1:4)"), "{why}");
+    }
+
+    #[test]
+    fn the_worker_count_change_says_what_it_undoes() {
+        assert_eq!(workers_change(4, 4, 4), None);
+        assert_eq!(workers_change(4, 6, 4).unwrap(), "`workers` changed from 4 to 6 in the configuration");
+        assert_eq!(
+            workers_change(5, 6, 4).unwrap(),
+            "`workers` changed from 4 to 6 in the configuration; TTIN/TTOU adjustments are reset"
+        );
+        assert_eq!(workers_change(5, 4, 4).unwrap(), "the configured count; TTIN/TTOU adjustments are reset");
+    }
+
+    #[test]
+    fn a_replacement_is_waited_for_until_it_serves_exits_or_times_out() {
+        let short = Duration::from_millis(10);
+        let long = RELOAD_START_TIMEOUT + Duration::from_millis(1);
+        assert_eq!(replacement(Some(WorkerState::Serving), long), Replacement::Serving);
+        assert_eq!(replacement(None, short), Replacement::Exited);
+        assert_eq!(replacement(Some(WorkerState::Starting), short), Replacement::Starting);
+        assert_eq!(replacement(Some(WorkerState::Starting), RELOAD_START_TIMEOUT), Replacement::Starting);
+        assert_eq!(replacement(Some(WorkerState::Starting), long), Replacement::TimedOut);
+        assert_eq!(replacement(Some(WorkerState::Draining), long), Replacement::TimedOut);
     }
 }

@@ -24,6 +24,16 @@ pub(super) fn secret_pipe(secret: &[u8]) -> io::Result<std::os::fd::OwnedFd> {
     Ok(read)
 }
 
+/// The list of workers handed to the new supervisor: one `slot pid` line each.
+pub(super) fn worker_list(workers: impl Iterator<Item = (usize, i32)>) -> String {
+    workers.map(|(slot, pid)| format!("{slot} {pid}\n")).collect()
+}
+
+/// Whether what the new supervisor wrote on its pipe (empty: the pipe closed) says it serves.
+pub(super) fn reported_ready(report: &[u8]) -> bool {
+    report.starts_with(b"READY")
+}
+
 impl Supervisor {
     /// SIGUSR2: start a new supervisor from the binary on disk, handing it the
     /// slot sockets (`LISTEN_FDS`) and a pipe; once it reports that it serves,
@@ -73,7 +83,7 @@ impl Supervisor {
         // The new workers need our workers' pids: HTTP/3 siblings of each slot (they leave
         // the UDP sockets to ours until they drained), and writers their memo of users does
         // not see (`app::usermemo`). Without the list the upgrade does not start.
-        let list: String = self.table.iter().map(|p| format!("{} {}\n", p.slot, p.pid)).collect();
+        let list = worker_list(self.table.iter().map(|p| (p.slot, p.pid)));
         let workers = match secret_pipe(list.as_bytes()) {
             Ok(pipe) => Some(pipe),
             Err(e) => {
@@ -120,7 +130,7 @@ impl Supervisor {
         };
         let Some(u) = self.upgrade.take() else { return };
         let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&u.pipe.as_raw_fd()));
-        if n == 0 || !buf[..n].starts_with(b"READY") {
+        if !reported_ready(&buf[..n]) {
             log::error!("SIGUSR2: the new supervisor {} exited before serving; this one stays", u.pid);
             return;
         }
@@ -128,5 +138,33 @@ impl Supervisor {
         // systemd follows the new main process (allowed from the current main).
         self.notifier.send(&format!("MAINPID={}\nREADY=1\nSTATUS=upgraded", u.pid));
         self.graceful_stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worker_list_is_one_slot_and_pid_per_line() {
+        assert_eq!(worker_list([(0, 101), (1, 102), (0, 103)].into_iter()), "0 101\n1 102\n0 103\n");
+        assert_eq!(worker_list(std::iter::empty()), "");
+    }
+
+    #[test]
+    fn only_a_ready_report_completes_an_upgrade() {
+        assert!(reported_ready(b"READY"));
+        assert!(reported_ready(b"READY=1\n"));
+        assert!(!reported_ready(b""));
+        assert!(!reported_ready(b"READ"));
+        assert!(!reported_ready(b"FAILED"));
+    }
+
+    #[test]
+    fn a_secret_pipe_holds_the_secret_then_end_of_file() {
+        let read = secret_pipe(b"s3cret").unwrap();
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(read), &mut got).unwrap();
+        assert_eq!(got, b"s3cret");
     }
 }

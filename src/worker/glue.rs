@@ -1,5 +1,5 @@
 //! The bridge from a codec to the app: [`Glue`] is the [`Service`] every
-//! connection (HTTP/1.1 or HTTP/2) hands complete requests to. It runs
+//! connection (HTTP/1.1, HTTP/2 or HTTP/3) hands complete requests to. It runs
 //! handlers behind the panic boundary, counts finished requests in shared
 //! memory and writes the access log. The reply goes to the codec whole; what
 //! its body needs from the loop (a pool job, upstreams, a stream) the worker
