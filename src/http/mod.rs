@@ -1,5 +1,5 @@
-//! HTTP, protocol-neutral: the request handlers see ([`request`], its
-//! fields in [`fields`]), the reply they return ([`reply`], [`response`]), the key of one exchange
+//! HTTP, protocol-neutral: the request handlers see ([`request`]), the
+//! reply they return ([`reply`], [`response`]), the key of one exchange
 //! ([`exchange`]), the service every codec hands requests to ([`service`]),
 //! the target and `Host` rules ([`target`]), the headers every response
 //! carries ([`headers`], [`hints`]) and event-stream framing ([`sse`]).
@@ -9,7 +9,6 @@
 //! poll or a route.
 
 pub mod exchange;
-pub mod fields;
 pub mod headers;
 pub mod hints;
 pub mod reply;

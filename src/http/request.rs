@@ -1,8 +1,6 @@
-//! The parsed request handlers see: borrowed views into what the codec
-//! decoded, valid for the duration of one dispatch. A handler that
+//! The parsed request handlers see: borrowed views into the connection's
+//! read buffer, valid for the duration of one dispatch. A handler that
 //! finishes its work later (on the pool) copies what it needs.
-
-use super::fields::Fields;
 
 /// Request methods the service knows; anything else is `Other`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,8 +66,10 @@ pub struct Request<'a> {
     pub path: &'a str,
     /// The query string without `?` (empty when absent).
     pub query: &'a str,
+    /// `true` for HTTP/1.0.
+    pub http10: bool,
     /// The header fields as received.
-    pub fields: Fields<'a>,
+    pub headers: &'a [httparse::Header<'a>],
     /// The whole body (de-chunked).
     pub body: &'a [u8],
     /// The request id answered in `x-request-id`.
@@ -83,7 +83,7 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// The first header named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&'a [u8]> {
-        self.fields.get(name)
+        self.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
     }
 
     /// The first value of query parameter `key`, raw (not percent-decoded).

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use crate::error::Error;
 
-use crate::http::fields::Fields;
 use crate::http::headers::valid_request_id;
 use crate::http::reply::{Body, Reply};
 use crate::http::request::{Method, Request};
@@ -475,7 +474,8 @@ impl Http1 {
             method: head.method,
             path,
             query,
-            fields: Fields::lines(parsed.headers),
+            http10: head.http10,
+            headers: parsed.headers,
             body,
             request_id,
             peer: self.peer,

@@ -158,13 +158,7 @@ impl RequestHead {
         self.pseudo(self.path).unwrap_or("")
     }
 
-    /// The regular fields (no pseudo-header) as packed: the buffer and one span per field
-    /// (name start, value start, value end), for a view without copying.
-    pub fn regular_fields(&self) -> (&[u8], &[(u32, u32, u32)]) {
-        self.fields.spans_from(self.regular)
-    }
-
-    /// The regular fields (no pseudo-header), in order.
+    /// The regular fields (no pseudo-headers), in order.
     pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
         self.fields.iter().skip(self.regular)
     }

@@ -48,7 +48,7 @@ impl std::error::Error for HandshakeError {}
 ///
 /// `method` is the request method as sent; `headers` yields every header
 /// field as `(name, value)` (repeated fields are all looked at, so pass them
-/// all, e.g. `req.fields.iter()`).
+/// all, e.g. `req.headers.iter().map(|h| (h.name, h.value))`).
 pub fn accept_key<'a>(
     method: &str,
     headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,

@@ -33,7 +33,6 @@ use super::websocket::{Todo, Ws, WS_PING_EVERY};
 use super::{Glue, Worker, READ_AHEAD};
 use crate::app::{Body, Producer, Services, WebSocket};
 use crate::error::Error;
-use crate::http::fields::Fields;
 use crate::http::headers::valid_request_id;
 use crate::http::reply::{FileRange, Upstream};
 use crate::http::request::{Method, Request};
@@ -642,16 +641,29 @@ impl H2Session {
         let ex = &mut self.exchanges[i];
         ex.deadline = None;
         let reply = {
-            let fields = handler_fields(ex);
-            let mut hosts = fields.get_all("host");
+            // The handlers' view of the fields, on the stack unless there are many.
+            let mut stack = [httparse::EMPTY_HEADER; STACK_FIELDS];
+            let heap: Vec<httparse::Header<'_>>;
+            let n = handler_fields(ex).count();
+            let headers: &[httparse::Header<'_>] = if n <= STACK_FIELDS {
+                for (slot, field) in stack.iter_mut().zip(handler_fields(ex)) {
+                    *slot = field;
+                }
+                &stack[..n]
+            } else {
+                heap = handler_fields(ex).collect();
+                &heap
+            };
+            let mut hosts = headers.iter().filter(|h| h.name == "host");
             match (hosts.next(), hosts.next()) {
-                (Some(host), None) if crate::http::target::valid_host(host) => {
+                (Some(host), None) if crate::http::target::valid_host(host.value) => {
                     let (path, query) = crate::http::target::split_target(ex.target());
                     let req = Request {
                         method: if ex.connect_ws { Method::Get } else { ex.method },
                         path,
                         query,
-                        fields,
+                        http10: false,
+                        headers,
                         body: &ex.body,
                         request_id: ex.request_id.as_str(),
                         peer: self.peer,
@@ -1084,26 +1096,41 @@ fn send_head(conn: &mut H2Conn, stream: StreamId, head: Head, follows: bool) -> 
     Ok(())
 }
 
-/// Exchange `ex`'s request fields as the handlers see them, a view over
-/// h2's own field map: `:authority` plays the role of
+/// Request fields handed to the handlers from the stack ([`H2Session::dispatch`]);
+/// a request with more takes one allocation for them.
+const STACK_FIELDS: usize = 32;
+
+/// Exchange `ex`'s request fields as the handlers see them, the same
+/// `httparse::Header`s as over HTTP/1.1: `:authority` plays the role of
 /// `Host` (a `host` field is then dropped; without it the `host` field
 /// counts), and an extended CONNECT gets the HTTP/1.1 WebSocket handshake's
 /// fields, since that is what the handlers speak (its key is a placeholder
 /// no one checks: RFC 8441 §5 has none).
-fn handler_fields(ex: &Exchange) -> Fields<'_> {
-    let ws: &'static [(&'static str, &'static [u8])] = if !ex.connect_ws {
+fn handler_fields(ex: &Exchange) -> impl Iterator<Item = httparse::Header<'_>> {
+    let authority = ex.head.authority();
+    let host = authority.map(|a| httparse::Header { name: "host", value: a.as_bytes() });
+    let fields = ex
+        .head
+        .headers
+        .iter()
+        .filter(move |(name, _)| authority.is_none() || *name != http::header::HOST)
+        .map(|(name, value)| httparse::Header { name: name.as_str(), value: value.as_bytes() });
+    let ws: &[httparse::Header<'static>] = if !ex.connect_ws {
         &[]
     } else if ex.head.headers.contains_key(SEC_WEBSOCKET_KEY) {
         &WS_FIELDS[..2]
     } else {
         &WS_FIELDS
     };
-    Fields::map(ex.head.authority(), &ex.head.headers).with_extra(ws)
+    host.into_iter().chain(fields).chain(ws.iter().copied())
 }
 
 /// What an extended CONNECT adds to become the HTTP/1.1 WebSocket handshake.
-const WS_FIELDS: [(&str, &[u8]); 3] =
-    [("upgrade", b"websocket"), ("connection", b"upgrade"), ("sec-websocket-key", b"AAAAAAAAAAAAAAAAAAAAAA==")];
+const WS_FIELDS: [httparse::Header<'static>; 3] = [
+    httparse::Header { name: "upgrade", value: b"websocket" },
+    httparse::Header { name: "connection", value: b"upgrade" },
+    httparse::Header { name: "sec-websocket-key", value: b"AAAAAAAAAAAAAAAAAAAAAA==" },
+];
 
 /// The [`Cx`] of connection `conn`, built from the worker's fields one by one
 /// (so a session borrowed from `conns` can live beside it).

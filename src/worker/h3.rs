@@ -55,7 +55,6 @@ use super::{Glue, Worker};
 use crate::app::{Body, Producer};
 use crate::config::Config;
 use crate::error::Error;
-use crate::http::fields::Fields;
 use crate::http::headers::valid_request_id;
 use crate::http::reply::{FileRange, Upstream};
 use crate::http::request::{Method, Request};
@@ -625,6 +624,22 @@ fn request_id(head: &RequestHead, common: &mut crate::http::headers::Common) -> 
     }
 }
 
+/// Handler fields from the stack up to this many; more take an allocation.
+const STACK_FIELDS: usize = 32;
+
+/// The request's fields as the handlers see them (the same `httparse::Header`s as over
+/// HTTP/1.1): `:authority` plays the role of `Host`.
+fn handler_fields(head: &RequestHead) -> impl Iterator<Item = httparse::Header<'_>> {
+    let authority = head.authority();
+    let host = authority.map(|a| httparse::Header { name: "host", value: a.as_bytes() });
+    let fields = head
+        .fields()
+        .filter(move |(n, _)| authority.is_none() || *n != b"host")
+        // Field names are checked lower-case tokens (ASCII).
+        .map(|(n, v)| httparse::Header { name: std::str::from_utf8(n).unwrap_or(""), value: v });
+    host.into_iter().chain(fields)
+}
+
 /// Session `sess` of connection `conn`: handles what `conn` reported and services the
 /// streamed bodies.
 fn run_session(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, '_>, now: Instant) {
@@ -722,17 +737,28 @@ fn dispatch(sess: &mut Session, conn: &mut H3Conn, i: usize, cx: &mut Cx<'_, '_>
     let ex = &mut sess.exchanges[i];
     ex.deadline = None;
     let reply = {
-        let (buf, spans) = ex.head.regular_fields();
-        let fields = Fields::packed(ex.head.authority(), buf, spans);
-        let mut hosts = fields.get_all("host");
+        let mut stack = [httparse::EMPTY_HEADER; STACK_FIELDS];
+        let heap: Vec<httparse::Header<'_>>;
+        let n = handler_fields(&ex.head).count();
+        let headers: &[httparse::Header<'_>] = if n <= STACK_FIELDS {
+            for (slot, field) in stack.iter_mut().zip(handler_fields(&ex.head)) {
+                *slot = field;
+            }
+            &stack[..n]
+        } else {
+            heap = handler_fields(&ex.head).collect();
+            &heap
+        };
+        let mut hosts = headers.iter().filter(|h| h.name == "host");
         match (hosts.next(), hosts.next()) {
-            (Some(host), None) if crate::http::target::valid_host(host) => {
+            (Some(host), None) if crate::http::target::valid_host(host.value) => {
                 let (path, query) = crate::http::target::split_target(ex.target());
                 let req = Request {
                     method: ex.method,
                     path,
                     query,
-                    fields,
+                    http10: false,
+                    headers,
                     body: &ex.body,
                     request_id: &ex.request_id,
                     peer,

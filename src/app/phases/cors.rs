@@ -26,10 +26,10 @@ enum Origin<'a> {
 }
 
 fn origin<'a>(req: &Request<'a>) -> Origin<'a> {
-    let mut lines = req.fields.get_all("origin");
+    let mut lines = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("origin"));
     match (lines.next(), lines.next()) {
         (None, _) => Origin::Absent,
-        (Some(v), None) => Origin::One(v),
+        (Some(h), None) => Origin::One(h.value),
         (Some(_), Some(_)) => Origin::Several,
     }
 }
@@ -102,7 +102,8 @@ mod tests {
             method,
             path: "/api/v1/users",
             query: "",
-            fields: crate::http::fields::Fields::lines(&headers),
+            http10: false,
+            headers: &headers,
             body: b"",
             request_id: "t",
             peer: std::net::IpAddr::from([127, 0, 0, 1]),

@@ -62,12 +62,6 @@ impl Fields {
         (0..self.len()).filter_map(|i| self.get(i))
     }
 
-    /// The packed buffer and, per field from the `first`, where its name starts, where its
-    /// value starts and where its value ends.
-    pub fn spans_from(&self, first: usize) -> (&[u8], &[(u32, u32, u32)]) {
-        (&self.buf, self.spans.get(first..).unwrap_or(&[]))
-    }
-
     /// The first value of `name`.
     pub fn value(&self, name: &[u8]) -> Option<&[u8]> {
         self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
