@@ -180,6 +180,11 @@ impl App {
         }
     }
 
+    /// The services this app runs on.
+    pub fn services(&self) -> &'static Services {
+        self.svc
+    }
+
     /// Run one request through the phases; errors are rendered here, so the
     /// decoration (CORS) applies to them too. `route` gets the request's
     /// `/metrics` route slot (`shm::metrics::ROUTE_OTHER` when no pattern

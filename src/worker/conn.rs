@@ -320,7 +320,8 @@ mod tests {
         assert_eq!(ConnState::Http1(relaying).deadline(&env), None, "a relay's upstream has the timer, not the codec");
         let until = now + Duration::from_secs(2);
         assert_eq!(ConnState::Lingering(until).deadline(&env), Some(until));
-        let h2 = ConnState::Http2(Box::new(H2Session::new(crate::http2::H2Settings::default(), PEER, false, now)));
+        let h2 =
+            ConnState::Http2(Box::new(H2Session::new(crate::http2::H2Settings::default(), 0, 0, PEER, false, now)));
         assert_eq!(h2.deadline(&env), Some(now + env.header_timeout), "a new session owes its preface");
     }
 }

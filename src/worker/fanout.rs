@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::conn::{Conn, ConnState, H1};
+use super::engine::Reset;
 use super::panics::guard;
 use super::pool::{ExchangeId, REPLAY_PANICKED};
 use super::streams::{Framed, Stream};
@@ -51,7 +52,7 @@ fn ws_of(conns: &mut [Option<Conn>], id: ExchangeId) -> Option<(&mut Ws, &mut Ve
         (ConnState::Http1(H1 { stream: Some(Stream::Ws(w)), .. }), ExchangeId::H1 { .. }) => {
             Some((w, &mut c.io.out, backlog))
         }
-        (ConnState::Http2(sess), ExchangeId::H2 { stream, .. }) => sess.ws_of(stream),
+        (ConnState::Http2(sess), ExchangeId::H2 { stream, .. }) => sess.parts().0.ws_of(crate::http2::StreamId(stream)),
         _ => None,
     }
 }
@@ -131,7 +132,7 @@ impl Worker {
     fn ws_flush(&mut self, id: ExchangeId) {
         match id {
             ExchangeId::H1 { conn, .. } => self.flush_conn(conn),
-            ExchangeId::H2 { conn, gen, .. } | ExchangeId::H3 { conn, gen, .. } => self.drained.push((conn, gen)),
+            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.wake(id),
         }
     }
 
@@ -161,9 +162,7 @@ impl Worker {
                 log::warn!("WebSocket member is not reading; dropping it");
                 match id {
                     ExchangeId::H1 { conn, .. } => self.close(conn),
-                    ExchangeId::H2 { conn, stream, gen } => self.h2_drop_exchange(conn, stream, gen),
-                    // HTTP/3 carries no WebSocket: `ws_of` found no member.
-                    ExchangeId::H3 { .. } => {}
+                    ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_drop(id, Reset::Cancel),
                 }
                 continue;
             }
@@ -311,8 +310,7 @@ impl Worker {
         for id in subscribers {
             match id {
                 ExchangeId::H1 { conn, .. } => self.abort_stream(conn),
-                ExchangeId::H2 { conn, stream, gen } => self.h2_abort_exchange(conn, stream, gen),
-                ExchangeId::H3 { conn, stream, gen } => self.h3_abort_exchange(conn, stream, gen),
+                ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_abort(id),
             }
         }
     }
@@ -322,12 +320,8 @@ impl Worker {
         for &sub in targets {
             let idx = match sub {
                 ExchangeId::H1 { conn, .. } => conn,
-                ExchangeId::H2 { conn, stream, gen } => {
-                    self.h2_event(conn, stream, gen, id, event);
-                    continue;
-                }
-                ExchangeId::H3 { conn, stream, gen } => {
-                    self.h3_event(conn, stream, gen, id, event);
+                ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => {
+                    self.exchange_event(sub, id, event);
                     continue;
                 }
             };

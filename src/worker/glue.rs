@@ -61,3 +61,15 @@ impl Service for Glue<'_> {
         crate::logging::access(done);
     }
 }
+
+impl super::engine::Host for Glue<'_> {
+    fn app(&self) -> &App {
+        self.app
+    }
+
+    fn websocket_opened(&mut self) -> usize {
+        let n = self.app.services().stats.ws.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        self.metrics.set_websocket_clients(n);
+        self.config.websocket.max_message_bytes
+    }
+}

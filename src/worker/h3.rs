@@ -44,22 +44,17 @@ use mio::net::UdpSocket;
 use mio::{Interest, Registry};
 use quinn_proto::{ConnectionHandle, StreamId, VarInt};
 
-use super::fanout::MAX_BACKLOG;
+use super::engine::{self, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
 use super::h3_file::FileBody;
-
-use super::call::CallState;
-use super::pool::{Completion, ExchangeId, Pool, Work};
-use super::produce::{Events, Ticking, SLICE};
+use super::mux::engine_cx;
+use super::pool::{ExchangeId, Pool, Work};
+use super::produce::SLICE;
 use super::token::Tok;
 use super::{Glue, Worker};
-use crate::app::{Body, Producer};
 use crate::config::Config;
 use crate::error::Error;
-use crate::http::headers::valid_request_id;
-use crate::http::reply::{FileRange, Upstream};
-use crate::http::request::{Method, Request};
-use crate::http::response::{Delimit, RequestMeta, Response};
-use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
+use crate::http::reply::FileRange;
+use crate::http::response::{Delimit, RequestMeta};
 use crate::http2::{Heads, Priority};
 use crate::http3::conn::{ConnLimits, Event, H3Conn};
 use crate::http3::head::RequestHead;
@@ -111,77 +106,8 @@ const GSO_BATCH: usize = {
 /// a share of `limits.max_connections`.
 const UNDER_LOAD_SHARE: usize = 2;
 
-/// What produces a streamed body after its head.
-enum Produce {
-    /// An `/api/events` subscription.
-    Events(Events),
-    /// Events from a timer.
-    Ticker(Ticking),
-    /// A byte range of a file, read on the pool slice by slice.
-    Download(FileBody),
-}
-
-/// Where an exchange is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    /// The request body is arriving.
-    Receiving,
-    /// A pool job or upstreams are working on the answer.
-    Waiting,
-    /// The head went out; the body follows from `produce` / `unsent`.
-    Streaming,
-}
-
-/// One request stream.
-struct Exchange {
-    stream: StreamId,
-    method: Method,
-    head: Box<RequestHead>,
-    body: Vec<u8>,
-    stage: Stage,
-    started: Instant,
-    /// The whole body within `limits.body_timeout_ms` of the head.
-    deadline: Option<Instant>,
-    request_id: String,
-    label: u16,
-    produce: Option<Produce>,
-    /// Body bytes produced and not yet in the stream's queue.
-    unsent: Vec<u8>,
-    /// The body is complete once `unsent` is queued.
-    done: bool,
-    /// The upstream requests this exchange waits on, or its relay.
-    call: Option<CallState>,
-}
-
-impl Exchange {
-    fn target(&self) -> &str {
-        match self.head.path() {
-            "" => "/",
-            path => path,
-        }
-    }
-
-    fn produce_deadline(&self) -> Option<Instant> {
-        match &self.produce {
-            Some(Produce::Events(e)) => Some(e.next()),
-            Some(Produce::Ticker(t)) => Some(t.next()),
-            _ => None,
-        }
-    }
-}
-
 /// One QUIC connection's exchanges.
-struct Session {
-    generation: u32,
-    peer: IpAddr,
-    exchanges: Vec<Exchange>,
-}
-
-impl Session {
-    fn find(&self, stream: StreamId) -> Option<usize> {
-        self.exchanges.iter().position(|e| e.stream == stream)
-    }
-}
+type Session = Exchanges<StreamId, Box<RequestHead>>;
 
 /// The worker's HTTP/3 side.
 pub(super) struct H3 {
@@ -566,27 +492,6 @@ impl H3 {
     }
 }
 
-/// What a session needs from the worker while it handles events.
-struct Cx<'a, 'g> {
-    glue: &'a mut Glue<'g>,
-    env: &'a mut Env,
-    pool: &'a Pool,
-    sse: &'a mut super::fanout::Subscribers,
-    heads: &'a mut Heads,
-    /// Upstream waits to start (the worker owns the upstream sockets).
-    starts: &'a mut Vec<(ExchangeId, Upstream)>,
-    /// Upstream waits of exchanges that went away, to cancel.
-    cancelled: &'a mut Vec<(ExchangeId, CallState)>,
-    ch: ConnectionHandle,
-    generation: u32,
-}
-
-impl Cx<'_, '_> {
-    fn id(&self, stream: StreamId) -> ExchangeId {
-        exchange_id(self.ch, stream, self.generation)
-    }
-}
-
 /// The endpoint of worker slot `slot` whose CIDs carry `generation`.
 fn build_server(
     keys: &QuicKeys,
@@ -600,347 +505,110 @@ fn build_server(
     server
 }
 
-/// The id of the exchange on stream `stream` of session `ch` (generation `generation`).
-fn exchange_id(ch: ConnectionHandle, stream: StreamId, generation: u32) -> ExchangeId {
-    ExchangeId::H3 { conn: ch.0, stream: VarInt::from(stream).into_inner(), gen: generation }
+impl Key for StreamId {
+    fn id(self, conn: usize, gen: u32) -> ExchangeId {
+        ExchangeId::H3 { conn, stream: VarInt::from(self).into_inner(), gen }
+    }
 }
 
 /// The QUIC connection and stream of the parts of an [`ExchangeId::H3`]. Every such id is made
-/// from a [`StreamId`] ([`exchange_id`]), so `stream` is a valid varint; were it not, the
-/// largest varint names no open stream and the lookup finds nothing.
+/// from a [`StreamId`] ([`Key::id`]), so `stream` is a valid varint; were it not, the largest
+/// varint names no open stream and the lookup finds nothing.
 fn quic_of(conn: usize, stream: u64) -> (ConnectionHandle, StreamId) {
     (ConnectionHandle(conn), StreamId::from(VarInt::from_u64(stream).unwrap_or(VarInt::MAX)))
 }
 
-/// The id answered in `x-request-id`: the client's own when valid, else a fresh UUID.
-fn request_id(head: &RequestHead, common: &mut crate::http::headers::Common) -> String {
-    match head.fields().find(|(n, _)| *n == b"x-request-id") {
-        Some((_, v)) if valid_request_id(v) => String::from_utf8_lossy(v).into_owned(),
-        _ => {
-            let mut u = [0u8; 36];
-            common.uuid(&mut u);
-            String::from_utf8_lossy(&u).into_owned()
-        }
+impl engine::Head for Box<RequestHead> {
+    fn method(&self) -> &str {
+        RequestHead::method(self)
     }
-}
 
-/// Handler fields from the stack up to this many; more take an allocation.
-const STACK_FIELDS: usize = 32;
+    fn path(&self) -> &str {
+        RequestHead::path(self)
+    }
 
-/// The request's fields as the handlers see them (the same `httparse::Header`s as over
-/// HTTP/1.1): `:authority` plays the role of `Host`.
-fn handler_fields(head: &RequestHead) -> impl Iterator<Item = httparse::Header<'_>> {
-    let authority = head.authority();
-    let host = authority.map(|a| httparse::Header { name: "host", value: a.as_bytes() });
-    let fields = head
-        .fields()
-        .filter(move |(n, _)| authority.is_none() || *n != b"host")
+    fn authority(&self) -> Option<&str> {
+        RequestHead::authority(self)
+    }
+
+    fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
         // Field names are checked lower-case tokens (ASCII).
-        .map(|(n, v)| httparse::Header { name: std::str::from_utf8(n).unwrap_or(""), value: v });
-    host.into_iter().chain(fields)
+        RequestHead::fields(self).map(|(n, v)| (std::str::from_utf8(n).unwrap_or(""), v))
+    }
 }
 
-/// Session `sess` of connection `conn`: handles what `conn` reported and services the
-/// streamed bodies.
-fn run_session(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, '_>, now: Instant) {
-    while let Some(event) = conn.poll_event() {
-        match event {
-            Event::Request { stream, head } => on_request(sess, conn, stream, head, cx, now),
-            Event::TooLarge { stream } => {
-                let resp = Error::HeaderTooLarge.into_response(cx.env.development);
-                send_whole(conn, cx, stream, resp, b"", false);
-            }
-            Event::HeadTimeout { stream } => {
-                let resp = Error::RequestTimeout.into_response(cx.env.development);
-                send_whole(conn, cx, stream, resp, b"", false);
-            }
-            Event::Data { stream, data } => {
-                let Some(i) = sess.find(stream) else { continue };
-                let ex = &mut sess.exchanges[i];
-                if ex.stage != Stage::Receiving {
-                    continue;
-                }
-                if (ex.body.len() + data.len()) as u64 > cx.env.max_body {
-                    fail(sess, conn, i, Error::PayloadTooLarge, cx, now);
-                    continue;
-                }
-                ex.body.extend_from_slice(&data);
-            }
-            Event::End { stream } => {
-                if let Some(i) = sess.find(stream).filter(|&i| sess.exchanges[i].stage == Stage::Receiving) {
-                    dispatch(sess, conn, i, cx, now);
-                }
-            }
-            Event::Aborted { stream } => {
-                if let Some(i) = sess.find(stream) {
-                    remove(sess, i, cx);
-                }
-            }
-            Event::Writable { .. } => {}
-            Event::Closed => {
-                while !sess.exchanges.is_empty() {
-                    remove(sess, 0, cx);
-                }
-            }
+impl Sink for H3Conn {
+    type Stream = StreamId;
+
+    fn informational(&mut self, stream: StreamId, fields: http::HeaderMap) -> Result<(), Gone> {
+        self.send_head(stream, 103, fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))).map_err(|_| Gone)
+    }
+
+    fn send_head(
+        &mut self,
+        stream: StreamId,
+        status: http::StatusCode,
+        fields: http::HeaderMap,
+        end: bool,
+    ) -> Result<(), Gone> {
+        H3Conn::send_head(
+            self,
+            stream,
+            status.as_u16(),
+            fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+        )
+        .map_err(|_| Gone)?;
+        if end {
+            self.finish(stream).map_err(|_| Gone)?;
         }
+        Ok(())
     }
-    service(sess, conn, cx, now);
-}
 
-fn on_request(
-    sess: &mut Session,
-    conn: &mut H3Conn,
-    stream: StreamId,
-    head: Box<RequestHead>,
-    cx: &mut Cx<'_, '_>,
-    now: Instant,
-) {
-    let priority = Priority::from_fields(head.fields().filter(|(n, _)| *n == b"priority").map(|(_, v)| v));
-    // RFC 9218 urgency 0 (most urgent) .. 7; quinn sends higher priorities first.
-    conn.set_priority(stream, 7 - i32::from(priority.urgency.min(7)));
-    let ex = Exchange {
-        stream,
-        method: Method::parse(head.method()),
-        request_id: request_id(&head, &mut cx.env.common),
-        head,
-        body: Vec::new(),
-        stage: Stage::Receiving,
-        started: now,
-        deadline: Some(now + cx.env.body_timeout),
-        label: 0,
-        produce: None,
-        unsent: Vec::new(),
-        done: false,
-        call: None,
-    };
-    let early = ex.head.early && !ex.head.safe_for_early_data();
-    let declared = ex.head.content_length;
-    let connect = ex.head.method() == "CONNECT";
-    sess.exchanges.push(ex);
-    let i = sess.exchanges.len() - 1;
-    if early {
-        // RFC 8470: not replay-safe; the client sends it again after the handshake.
-        return fail(sess, conn, i, Error::TooEarly, cx, now);
+    fn send_data(&mut self, stream: StreamId, data: Bytes, end: bool) -> Result<(), Gone> {
+        if !data.is_empty() {
+            H3Conn::send_data(self, stream, data).map_err(|_| Gone)?;
+        }
+        if end {
+            self.finish(stream).map_err(|_| Gone)?;
+        }
+        Ok(())
     }
-    if declared.is_some_and(|n| n > cx.env.max_body) {
-        return fail(sess, conn, i, Error::PayloadTooLarge, cx, now);
-    }
-    if connect {
-        // No extended CONNECT (WebSocket) over HTTP/3, as a plain CONNECT over HTTP/2.
-        fail(sess, conn, i, Error::bad_request("CONNECT is not supported"), cx, now);
-    }
-}
 
-/// The request is complete: hand it to the app.
-fn dispatch(sess: &mut Session, conn: &mut H3Conn, i: usize, cx: &mut Cx<'_, '_>, now: Instant) {
-    let peer = sess.peer;
-    let ex = &mut sess.exchanges[i];
-    ex.deadline = None;
-    let reply = {
-        let mut stack = [httparse::EMPTY_HEADER; STACK_FIELDS];
-        let heap: Vec<httparse::Header<'_>>;
-        let n = handler_fields(&ex.head).count();
-        let headers: &[httparse::Header<'_>] = if n <= STACK_FIELDS {
-            for (slot, field) in stack.iter_mut().zip(handler_fields(&ex.head)) {
-                *slot = field;
-            }
-            &stack[..n]
-        } else {
-            heap = handler_fields(&ex.head).collect();
-            &heap
+    fn reset(&mut self, stream: StreamId, why: Reset) {
+        let code = match why {
+            Reset::Cancel => crate::http3::Code::RequestCancelled,
+            Reset::Internal => crate::http3::Code::InternalError,
         };
-        let mut hosts = headers.iter().filter(|h| h.name == "host");
-        match (hosts.next(), hosts.next()) {
-            (Some(host), None) if crate::http::target::valid_host(host.value) => {
-                let (path, query) = crate::http::target::split_target(ex.target());
-                let req = Request {
-                    method: ex.method,
-                    path,
-                    query,
-                    http10: false,
-                    headers,
-                    body: &ex.body,
-                    request_id: &ex.request_id,
-                    peer,
-                    secure: true,
-                };
-                Ok(cx.glue.call(&req))
-            }
-            _ => Err(Error::bad_request("missing or repeated Host")),
-        }
-    };
-    let reply = match reply {
-        Ok(r) => r,
-        Err(e) => return fail(sess, conn, i, e, cx, now),
-    };
-    let ex = &mut sess.exchanges[i];
-    ex.label = cx.glue.label();
-    ex.body = Vec::new();
-    match reply.body {
-        Body::Full => {
-            answer(sess, conn, i, reply.head, Delimit::Length, cx);
-        }
-        Body::Job(job) => {
-            ex.stage = Stage::Waiting;
-            cx.pool.submit(cx.id(ex.stream), Work::Request(job));
-        }
-        Body::Producer(p) => {
-            if answer(sess, conn, i, reply.head, Delimit::Chunked, cx) {
-                start_producer(&mut sess.exchanges[i], p, cx, now);
-            }
-        }
-        Body::File(f) => {
-            let len = f.len;
-            if answer(sess, conn, i, reply.head, Delimit::Sized(len), cx) {
-                let FileRange { file, offset, len } = f;
-                let ex = &mut sess.exchanges[i];
-                ex.produce = Some(Produce::Download(FileBody::new(file, offset, len)));
-                ex.done = len == 0;
-            }
-        }
-        Body::Upstream(up) => {
-            ex.stage = Stage::Waiting;
-            let id = cx.id(ex.stream);
-            cx.starts.push((id, up));
-        }
-        // A WebSocket needs an extended CONNECT, which HTTP/3 here does not offer.
-        Body::WebSocket(_) => fail(sess, conn, i, Error::bad_request("WebSocket needs an extended CONNECT"), cx, now),
+        H3Conn::reset(self, Instant::now(), stream, code);
     }
-}
 
-/// Answers exchange `i` with an error response.
-fn fail(sess: &mut Session, conn: &mut H3Conn, i: usize, e: Error, cx: &mut Cx<'_, '_>, _now: Instant) {
-    sess.exchanges[i].label = 0;
-    let resp = e.into_response(cx.env.development);
-    answer(sess, conn, i, resp, Delimit::Length, cx);
-}
+    /// QUIC's stream windows are quinn's: what arrived is already consumed.
+    fn release(&mut self, _stream: StreamId, _n: usize) {}
 
-/// Writes a whole response (head and body) on `stream` without an exchange.
-fn send_whole(conn: &mut H3Conn, cx: &mut Cx<'_, '_>, stream: StreamId, mut resp: Response, rid: &[u8], head: bool) {
-    let meta = RequestMeta { delimit: Delimit::Length, head, http10: false, keep_alive: true, request_id: rid };
-    if let Ok(h) = cx.heads.build(&mut resp, &meta, &mut cx.env.common) {
-        let _ = send_head(conn, stream, h, false);
+    fn file_body(f: FileRange) -> Produce {
+        Produce::Slices(FileBody::new(f.file, f.offset, f.len))
     }
-}
 
-/// Queues a built head (its early hints first) and its body; FIN unless the body `follows`.
-fn send_head(
-    conn: &mut H3Conn,
-    stream: StreamId,
-    head: crate::http2::Head,
-    follows: bool,
-) -> Result<(), crate::http3::conn::StreamGone> {
-    if let Some(hints) = &head.hints {
-        conn.send_head(stream, 103, hints.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())))?;
-    }
-    conn.send_head(
-        stream,
-        head.status.as_u16(),
-        head.fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
-    )?;
-    if !head.body.is_empty() {
-        conn.send_data(stream, head.body)?;
-    }
-    if !follows {
-        conn.finish(stream)?;
-    }
-    Ok(())
-}
-
-/// Sends `resp` on exchange `i`'s stream and logs it. Whole (or `HEAD`): the exchange is
-/// forgotten; otherwise its body follows (returns `true`).
-fn answer(
-    sess: &mut Session,
-    conn: &mut H3Conn,
-    i: usize,
-    mut resp: Response,
-    delimit: Delimit,
-    cx: &mut Cx<'_, '_>,
-) -> bool {
-    let ex = &sess.exchanges[i];
-    let head_only = ex.method == Method::Head;
-    let follows = !head_only && delimit != Delimit::Length;
-    let meta =
-        RequestMeta { delimit, head: head_only, http10: false, keep_alive: true, request_id: ex.request_id.as_bytes() };
-    let (bytes, sent) = match cx.heads.build(&mut resp, &meta, &mut cx.env.common) {
-        Ok(head) => (head.body.len(), send_head(conn, ex.stream, head, follows).is_ok()),
-        Err(_) => (0, false),
-    };
-    cx.glue.finished(&Finished {
-        method: if ex.method == Method::Other { "OTHER" } else { ex.method.as_str() },
-        target: ex.target().as_bytes(),
-        status: resp.status,
-        bytes,
-        elapsed: ex.started.elapsed(),
-        request_id: ex.request_id.as_bytes(),
-        label: ex.label,
-    });
-    if !sent {
-        conn.reset(Instant::now(), ex.stream, crate::http3::Code::InternalError);
-    }
-    if follows && sent {
-        sess.exchanges[i].stage = Stage::Streaming;
-        true
-    } else {
-        remove(sess, i, cx);
-        false
-    }
-}
-
-/// Exchange `ex`'s head went out; its events come from `p`.
-fn start_producer(ex: &mut Exchange, p: Producer, cx: &mut Cx<'_, '_>, now: Instant) {
-    let id = cx.id(ex.stream);
-    match p {
-        Producer::Events { last_event_id, audience } => {
-            match Events::start(cx.glue.app, last_event_id, audience, id, cx.sse, cx.pool, &mut ex.unsent, now) {
-                Some(e) => ex.produce = Some(Produce::Events(e)),
-                None => ex.done = true,
-            }
-        }
-        Producer::Ticker(ticker) => ex.produce = Some(Produce::Ticker(Ticking::new(ticker, now))),
-    }
-}
-
-/// Forgets exchange `i` (its subscription and upstream wait go too).
-fn remove(sess: &mut Session, i: usize, cx: &mut Cx<'_, '_>) {
-    let ex = sess.exchanges.swap_remove(i);
-    let id = cx.id(ex.stream);
-    if matches!(ex.produce, Some(Produce::Events(_))) {
-        cx.sse.remove(&id);
-    }
-    if let Some(call) = ex.call {
-        cx.cancelled.push((id, call));
-    }
-}
-
-/// Moves streaming exchanges' bytes into their streams while the streams take them, asks the
-/// pool for download slices as they do, ends finished bodies.
-fn service(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, '_>, _now: Instant) {
-    let mut i = 0;
-    while i < sess.exchanges.len() {
-        let id = cx.id(sess.exchanges[i].stream);
-        let ex = &mut sess.exchanges[i];
-        if ex.stage != Stage::Streaming {
-            i += 1;
-            continue;
-        }
+    /// A download's read slice goes into the stream's queue, and the next is read once
+    /// quinn took all of it (its size follows how it did); produced bytes go in while the
+    /// stream may send.
+    fn feed<H>(&mut self, ex: &mut Exchange<StreamId, H>, pool: &Pool, id: ExchangeId) -> bool {
         let mut gone = false;
-        if let Some(Produce::Download(d)) = &mut ex.produce {
+        if let Some(Produce::Slices(d)) = &mut ex.produce {
             if let Some(bytes) = d.take() {
-                gone = conn.send_data(ex.stream, Bytes::from(bytes)).is_err();
-                d.taken(conn.queued(ex.stream) == 0);
+                gone = H3Conn::send_data(self, ex.stream, Bytes::from(bytes)).is_err();
+                d.taken(self.queued(ex.stream) == 0);
             }
-            // The next slice once quinn took all of this one (its size follows how it did).
-            if !gone && conn.queued(ex.stream) == 0 && conn.may_send(ex.stream) {
+            if !gone && self.queued(ex.stream) == 0 && self.may_send(ex.stream) {
                 if let Some((at, len, buf)) = d.next_read() {
-                    cx.pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
+                    pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
                 }
             }
             if d.done() {
                 ex.done = true;
             }
         }
-        while !gone && !ex.unsent.is_empty() && conn.may_send(ex.stream) {
+        while !gone && !ex.unsent.is_empty() && self.may_send(ex.stream) {
             let n = ex.unsent.len().min(SLICE);
             let chunk = if n == ex.unsent.len() {
                 Bytes::from(std::mem::take(&mut ex.unsent))
@@ -949,55 +617,75 @@ fn service(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, '_>, _now: Ins
                 ex.unsent.drain(..n);
                 c
             };
-            gone = conn.send_data(ex.stream, chunk).is_err();
+            gone = H3Conn::send_data(self, ex.stream, chunk).is_err();
         }
-        if !gone && ex.unsent.len() > MAX_BACKLOG {
-            log::warn!("HTTP/3 event stream is not reading; resetting it");
-            conn.reset(Instant::now(), ex.stream, crate::http3::Code::RequestCancelled);
-            gone = true;
-        }
-        if !gone && ex.done && ex.unsent.is_empty() {
-            let _ = conn.finish(ex.stream);
-            gone = true;
-        }
-        if gone {
-            remove(sess, i, cx);
-        } else {
-            i += 1;
-        }
+        gone
+    }
+
+    /// quinn sends the streams' queues in their priority order itself.
+    fn pump<H>(&mut self, _: &mut [Exchange<StreamId, H>], _: &Pool, _: usize, _: u32) -> bool {
+        false
     }
 }
 
-/// Heartbeats and ticks that are due.
-fn tick(sess: &mut Session, app: &crate::app::App, now: Instant) {
-    for ex in &mut sess.exchanges {
-        let go = match &mut ex.produce {
-            Some(Produce::Events(e)) => e.beat(app, now, &mut ex.unsent),
-            Some(Produce::Ticker(t)) => t.tick(now, ex.unsent.len(), &mut ex.unsent).goes_on(),
-            _ => true,
-        };
-        if !go {
-            ex.produce = None;
-            ex.done = true;
-        }
+/// Writes a whole error response on `stream`, which has no exchange (its head was too large
+/// or late).
+fn send_whole(conn: &mut H3Conn, cx: &mut Cx<'_, Glue<'_>>, stream: StreamId, e: Error) {
+    let mut resp = e.into_response(cx.env.development);
+    let meta = RequestMeta { delimit: Delimit::Length, head: false, http10: false, keep_alive: true, request_id: b"" };
+    if let Ok(h) = cx.heads.build(&mut resp, &meta, &mut cx.env.common) {
+        let _ = engine::send_head(conn, stream, h, false);
     }
 }
 
-/// Builds the [`Cx`] of session `$ch` from the worker's fields (beside the taken-out `H3`).
-macro_rules! cx {
-    ($w:ident, $h3:ident, $glue:expr, $starts:expr, $cancelled:expr, $ch:expr, $generation:expr) => {
-        Cx {
-            glue: $glue,
-            env: &mut $w.env,
-            pool: &$w.pool,
-            sse: &mut $w.sse,
-            heads: &mut $h3.heads,
-            starts: $starts,
-            cancelled: $cancelled,
-            ch: $ch,
-            generation: $generation,
+/// Session `sess` of connection `conn`: handles what `conn` reported and services the
+/// streamed bodies.
+fn run_session(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, Glue<'_>>, now: Instant) {
+    while let Some(event) = conn.poll_event() {
+        match event {
+            Event::Request { stream, head } => on_request(sess, conn, stream, head, cx, now),
+            Event::TooLarge { stream } => send_whole(conn, cx, stream, Error::HeaderTooLarge),
+            Event::HeadTimeout { stream } => send_whole(conn, cx, stream, Error::RequestTimeout),
+            Event::Data { stream, data } => sess.data(stream, &data, false, conn, cx, now),
+            Event::End { stream } => sess.data(stream, &[], true, conn, cx, now),
+            Event::Aborted { stream } => {
+                sess.cancel(stream, cx.sse);
+            }
+            Event::Writable { .. } => {}
+            Event::Closed => sess.close_all(cx.sse),
         }
-    };
+    }
+    sess.service(conn, cx);
+}
+
+fn on_request(
+    sess: &mut Session,
+    conn: &mut H3Conn,
+    stream: StreamId,
+    head: Box<RequestHead>,
+    cx: &mut Cx<'_, Glue<'_>>,
+    now: Instant,
+) {
+    let priority = Priority::from_fields(head.fields().filter(|(n, _)| *n == b"priority").map(|(_, v)| v));
+    // RFC 9218 urgency 0 (most urgent) .. 7; quinn sends higher priorities first.
+    conn.set_priority(stream, 7 - i32::from(priority.urgency.min(7)));
+    let early = head.early && !head.safe_for_early_data();
+    let declared = head.content_length;
+    let connect = head.method() == "CONNECT";
+    // The end of the stream is an event of its own: a body may always follow.
+    let opening = Opening { stream, head, priority, body_follows: true, tunnel: false };
+    let i = sess.open(opening, &mut cx.env.common, cx.env.body_timeout, now);
+    if early {
+        // RFC 8470: not replay-safe; the client sends it again after the handshake.
+        return sess.fail(i, Error::TooEarly, conn, cx, now);
+    }
+    if declared.is_some_and(|n| n > cx.env.max_body) {
+        return sess.fail(i, Error::PayloadTooLarge, conn, cx, now);
+    }
+    if connect {
+        // No extended CONNECT (WebSocket) over HTTP/3, as a plain CONNECT over HTTP/2.
+        sess.fail(i, Error::bad_request("CONNECT is not supported"), conn, cx, now);
+    }
 }
 
 impl Worker {
@@ -1032,11 +720,10 @@ impl Worker {
             for ch in h3.server.handle_timeouts(now) {
                 h3.touched.insert(ch);
             }
+            let glue = Glue::new(&self.app, self.config, self.record, self.metrics);
             for (ch, sess) in &mut h3.sessions {
-                if sess.exchanges.iter().any(|e| e.produce_deadline().is_some_and(|t| t <= now))
-                    || sess.exchanges.iter().any(|e| e.deadline.is_some_and(|t| t <= now))
-                {
-                    tick(sess, &self.app, now);
+                if sess.deadline().is_some_and(|t| t <= now) {
+                    sess.tick(&glue, now);
                     h3.touched.insert(*ch);
                 }
             }
@@ -1045,8 +732,7 @@ impl Worker {
         self.record.connections.store(live as u64, std::sync::atomic::Ordering::Relaxed);
         h3.server.set_under_load(live >= h3.max_connections / UNDER_LOAD_SHARE);
         if writable {
-            let mut starts = Vec::new();
-            let mut cancelled = Vec::new();
+            let mut effects = Vec::new();
             let touched: Vec<ConnectionHandle> = h3.touched.drain().collect();
             let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
             let mut full = false;
@@ -1060,16 +746,14 @@ impl Worker {
                     h3.next_generation = h3.next_generation.wrapping_add(1);
                     let peer =
                         h3.server.conn(ch).map_or(IpAddr::from([0, 0, 0, 0]), |c| c.quic().remote_address().ip());
-                    h3.sessions.insert(ch, Session { generation, peer, exchanges: Vec::new() });
+                    h3.sessions.insert(ch, Session::new(ch.0, generation, peer, true, false, now));
                 }
                 if let (Some(conn), Some(sess)) = (h3.server.conn(ch), h3.sessions.get_mut(&ch)) {
-                    let generation = sess.generation;
-                    let mut cx = cx!(self, h3, &mut glue, &mut starts, &mut cancelled, ch, generation);
+                    let mut cx = engine_cx!(self, &mut glue, &mut h3.heads);
                     // Request bodies late past their deadline: 408.
-                    while let Some(i) = sess.exchanges.iter().position(|e| e.deadline.is_some_and(|t| t <= now)) {
-                        fail(sess, conn, i, Error::RequestTimeout, &mut cx, now);
-                    }
+                    sess.expire(conn, &mut cx, now);
                     run_session(sess, conn, &mut cx, now);
+                    effects.append(&mut sess.effects);
                 }
                 if !h3.flush(now, ch) {
                     full = true;
@@ -1077,24 +761,15 @@ impl Worker {
                 }
                 if h3.server.conn(ch).is_none() {
                     if let Some(mut sess) = h3.sessions.remove(&ch) {
-                        let generation = sess.generation;
-                        let mut cx = cx!(self, h3, &mut glue, &mut starts, &mut cancelled, ch, generation);
-                        while !sess.exchanges.is_empty() {
-                            remove(&mut sess, 0, &mut cx);
-                        }
+                        sess.close_all(&mut self.sse);
+                        effects.append(&mut sess.effects);
                     }
                 }
             }
+            let relays = h3.sessions.values().flat_map(|s| s.relays_ready()).collect();
             self.h3 = Some(h3);
-            for (id, call) in cancelled {
-                self.cancel_call(id, call);
-            }
-            for (id, up) in starts {
-                self.start_call(id, up);
-            }
-            for id in self.h3_relays_ready() {
-                self.relay_resume(id);
-            }
+            self.carry_out(effects);
+            self.resume_relays(relays);
             self.sse_count_changed();
             let Some(h3) = self.h3.as_mut() else { return };
             h3.refresh_deadline();
@@ -1102,157 +777,6 @@ impl Worker {
         }
         h3.refresh_deadline();
         self.h3 = Some(h3);
-    }
-
-    /// A pool job of an HTTP/3 exchange finished.
-    pub(super) fn h3_done(&mut self, conn: usize, stream: u64, generation: u32, result: Completion) {
-        let Some(mut h3) = self.h3.take() else { return };
-        let now = Instant::now();
-        let (ch, stream) = quic_of(conn, stream);
-        if let (Some(conn), Some(sess)) = (h3.server.conn(ch), h3.sessions.get_mut(&ch)) {
-            if sess.generation == generation {
-                if let Some(i) = sess.find(stream) {
-                    let ex = &mut sess.exchanges[i];
-                    match (result, &mut ex.produce) {
-                        (Completion::Response(result), _) => {
-                            let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
-                            let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-                            let (mut s, mut c) = (Vec::new(), Vec::new());
-                            let mut cx = cx!(self, h3, &mut glue, &mut s, &mut c, ch, generation);
-                            answer(sess, conn, i, resp, Delimit::Length, &mut cx);
-                        }
-                        (Completion::Replay(bytes, last), Some(Produce::Events(e))) => {
-                            let go = e.replayed(&bytes, last, &mut ex.unsent);
-                            if !go {
-                                ex.produce = None;
-                                ex.done = true;
-                            }
-                        }
-                        (Completion::Chunk(offset, bytes), Some(Produce::Download(d))) => {
-                            let arrived = d.arrived(offset, bytes);
-                            if !arrived {
-                                log::warn!("download read failed; resetting the HTTP/3 stream");
-                                ex.produce = None;
-                                conn.reset(now, stream, crate::http3::Code::InternalError);
-                                sess.exchanges.swap_remove(i);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }
-        h3.touched.insert(ch);
-        self.h3 = Some(h3);
-    }
-
-    /// A bus notification for an HTTP/3 event stream: queued on its exchange.
-    pub(super) fn h3_event(&mut self, conn: usize, stream: u64, generation: u32, event_id: i64, event: &Arc<[u8]>) {
-        let Some(h3) = self.h3.as_mut() else { return };
-        let (ch, stream) = quic_of(conn, stream);
-        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == generation) else { return };
-        let Some(i) = sess.find(stream) else { return };
-        let ex = &mut sess.exchanges[i];
-        let Some(Produce::Events(e)) = &mut ex.produce else { return };
-        e.live(event_id, event, &mut ex.unsent);
-        h3.touched.insert(ch);
-    }
-
-    /// App code behind an HTTP/3 event stream (or relay) failed: end that stream only.
-    pub(super) fn h3_abort_exchange(&mut self, conn: usize, stream: u64, generation: u32) {
-        self.sse.remove(&ExchangeId::H3 { conn, stream, gen: generation });
-        let Some(h3) = self.h3.as_mut() else { return };
-        let (ch, stream) = quic_of(conn, stream);
-        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == generation) else { return };
-        if let Some(i) = sess.find(stream) {
-            let ex = &mut sess.exchanges[i];
-            ex.produce = None;
-            ex.call = None;
-            ex.done = true;
-            if ex.stage != Stage::Streaming {
-                sess.exchanges.swap_remove(i);
-                if let Some(conn) = h3.server.conn(ch) {
-                    conn.reset(Instant::now(), stream, crate::http3::Code::InternalError);
-                }
-            }
-        }
-        h3.touched.insert(ch);
-        self.sse_count_changed();
-    }
-
-    /// Answers an HTTP/3 exchange that waited on upstreams (`relayed`: a relayed body follows).
-    /// Returns whether a body follows.
-    pub(super) fn h3_respond_waiting(
-        &mut self,
-        conn: usize,
-        stream: u64,
-        generation: u32,
-        resp: Response,
-        relayed: bool,
-    ) -> bool {
-        let Some(mut h3) = self.h3.take() else { return false };
-        let (ch, stream) = quic_of(conn, stream);
-        let mut follows = false;
-        if let (Some(conn), Some(sess)) = (h3.server.conn(ch), h3.sessions.get_mut(&ch)) {
-            if let Some(i) = sess.find(stream).filter(|_| sess.generation == generation) {
-                let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-                let (mut s, mut c) = (Vec::new(), Vec::new());
-                let mut cx = cx!(self, h3, &mut glue, &mut s, &mut c, ch, generation);
-                let delimit = if relayed { Delimit::Chunked } else { Delimit::Length };
-                follows = answer(sess, conn, i, resp, delimit, &mut cx);
-            }
-        }
-        h3.touched.insert(ch);
-        self.h3 = Some(h3);
-        follows
-    }
-
-    /// Relayed events for an HTTP/3 exchange: queued on it.
-    pub(super) fn h3_relay_data(&mut self, conn: usize, stream: u64, generation: u32, events: &[u8]) {
-        let Some(h3) = self.h3.as_mut() else { return };
-        let (ch, stream) = quic_of(conn, stream);
-        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == generation) else { return };
-        if let Some(i) = sess.find(stream) {
-            sess.exchanges[i].unsent.extend_from_slice(events);
-            h3.touched.insert(ch);
-        }
-    }
-
-    /// Whether the relay of an HTTP/3 exchange is behind its client.
-    pub(super) fn h3_relay_slow(&mut self, conn: usize, stream: u64, generation: u32) -> bool {
-        let Some(h3) = self.h3.as_mut() else { return false };
-        let (ch, stream) = quic_of(conn, stream);
-        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == generation) else {
-            return false;
-        };
-        sess.find(stream).is_some_and(|i| sess.exchanges[i].unsent.len() > HIGH_WATERMARK)
-    }
-
-    /// The relay of an HTTP/3 exchange ended: its body ends once sent.
-    pub(super) fn h3_relay_done(&mut self, conn: usize, stream: u64, generation: u32) {
-        let Some(h3) = self.h3.as_mut() else { return };
-        let (ch, stream) = quic_of(conn, stream);
-        let Some(sess) = h3.sessions.get_mut(&ch).filter(|s| s.generation == generation) else { return };
-        if let Some(i) = sess.find(stream) {
-            let ex = &mut sess.exchanges[i];
-            ex.call = None;
-            ex.done = true;
-            h3.touched.insert(ch);
-        }
-    }
-
-    /// HTTP/3 relays whose client caught up (their upstream may read again).
-    pub(super) fn h3_relays_ready(&self) -> Vec<ExchangeId> {
-        let Some(h3) = self.h3.as_ref() else { return Vec::new() };
-        let mut out = Vec::new();
-        for (ch, sess) in &h3.sessions {
-            for ex in &sess.exchanges {
-                if matches!(ex.call, Some(CallState::Relay { .. })) && ex.unsent.len() <= HIGH_WATERMARK {
-                    out.push(exchange_id(*ch, ex.stream, sess.generation));
-                }
-            }
-        }
-        out
     }
 
     /// The inbox is readable: its messages are taken this turn.
@@ -1276,13 +800,7 @@ impl Worker {
         h3.server.set_sibling(true, true);
         h3.server.go_away(now);
         for (ch, sess) in &mut h3.sessions {
-            for ex in &mut sess.exchanges {
-                if matches!(ex.produce, Some(Produce::Events(_))) {
-                    self.sse.remove(&exchange_id(*ch, ex.stream, sess.generation));
-                    ex.produce = None;
-                    ex.done = true;
-                }
-            }
+            sess.end_event_streams(&mut self.sse);
             h3.touched.insert(*ch);
         }
         for ch in h3.server.handles() {
@@ -1293,23 +811,30 @@ impl Worker {
 }
 
 impl H3 {
-    /// The upstream wait of HTTP/3 exchange `id`, while it is open.
-    pub(super) fn call_slot(&mut self, conn: usize, stream: u64, generation: u32) -> Option<&mut Option<CallState>> {
+    /// The session, connection, head builder and stream of HTTP/3 exchange `conn`/`stream`
+    /// of generation `generation`, while open; the connection runs at the end of the turn.
+    pub(super) fn parts(
+        &mut self,
+        conn: usize,
+        stream: u64,
+        generation: u32,
+    ) -> Option<(&mut Session, &mut H3Conn, &mut Heads, StreamId)> {
         let (ch, stream) = quic_of(conn, stream);
-        let sess = self.sessions.get_mut(&ch).filter(|s| s.generation == generation)?;
-        let i = sess.find(stream)?;
-        Some(&mut sess.exchanges[i].call)
+        let sess = self.sessions.get_mut(&ch).filter(|s| s.gen() == generation)?;
+        let conn = self.server.conn(ch)?;
+        self.touched.insert(ch);
+        Some((sess, conn, &mut self.heads, stream))
+    }
+
+    /// Connection `conn` has something to do: it runs at the end of this turn.
+    pub(super) fn touch(&mut self, conn: usize) {
+        self.touched.insert(ConnectionHandle(conn));
     }
 
     /// Recomputes the earliest deadline: quinn's timers, request bodies, producers.
     fn refresh_deadline(&mut self) {
         let quic = self.server.next_timeout();
-        let exchanges = self
-            .sessions
-            .values()
-            .flat_map(|s| s.exchanges.iter())
-            .filter_map(|e| [e.deadline, e.produce_deadline()].into_iter().flatten().min())
-            .min();
+        let exchanges = self.sessions.values().filter_map(Session::deadline).min();
         self.deadline = [quic, exchanges, self.handover.next_check()].into_iter().flatten().min();
     }
 }

@@ -31,6 +31,7 @@ mod bufs;
 mod call;
 mod conn;
 mod download;
+mod engine;
 mod fanout;
 mod glue;
 mod h1_download;
@@ -38,6 +39,7 @@ mod h2;
 mod h3;
 mod h3_file;
 mod h3_inbox;
+mod mux;
 mod panics;
 mod pool;
 mod produce;
@@ -652,7 +654,7 @@ impl Worker {
                     self.cancel_call(ExchangeId::H1 { conn: idx, gen: generation }, call);
                 }
             }
-            ConnState::Http2(sess) => self.forget_h2(idx, generation, *sess),
+            ConnState::Http2(sess) => self.forget_h2(*sess),
             ConnState::Lingering(_) => {}
         }
     }
@@ -674,12 +676,8 @@ impl Worker {
             let now = Instant::now();
             let (idx, generation) = match d.id {
                 ExchangeId::H1 { conn, gen } => (conn, gen),
-                ExchangeId::H2 { conn, stream, gen } => {
-                    self.h2_done(conn, stream, gen, d.result);
-                    continue;
-                }
-                ExchangeId::H3 { conn, stream, gen } => {
-                    self.h3_done(conn, stream, gen, d.result);
+                ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => {
+                    self.exchange_completed(d.id, d.result);
                     continue;
                 }
             };

@@ -348,10 +348,7 @@ impl Worker {
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
             let h = match &mut c.state {
                 ConnState::Http2(sess) => {
-                    let ended = sess.end_event_streams();
-                    for stream in ended {
-                        self.sse.remove(&ExchangeId::H2 { conn: idx, stream, gen: c.generation });
-                    }
+                    sess.parts().0.end_event_streams(&mut self.sse);
                     self.sse_count_changed();
                     continue;
                 }

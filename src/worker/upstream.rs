@@ -17,6 +17,7 @@ use mio::Interest;
 
 use super::call::CallState;
 use super::conn::{Conn, ConnState};
+use super::engine::Reset;
 use super::panics::{guard, Panicked};
 use super::pool::ExchangeId;
 use super::streams::Stream;
@@ -26,6 +27,7 @@ use crate::app::Fetched;
 use crate::error::Error;
 use crate::http::reply::Upstream;
 use crate::http::response::Response;
+use crate::http2::StreamId;
 use crate::upstream::conn::{client_error, connect_from, tls_session, up_io, Owner, Step, UpConn};
 use crate::upstream::wire::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
 
@@ -45,7 +47,10 @@ fn call_of<'a>(
 ) -> Option<&'a mut Option<CallState>> {
     let (conn, gen) = match id {
         ExchangeId::H1 { conn, gen } | ExchangeId::H2 { conn, gen, .. } => (conn, gen),
-        ExchangeId::H3 { conn, stream, gen } => return h3.as_mut()?.call_slot(conn, stream, gen),
+        ExchangeId::H3 { conn, stream, gen } => {
+            let (sess, _, _, stream) = h3.as_mut()?.parts(conn, stream, gen)?;
+            return sess.call_slot(stream);
+        }
     };
     let c = conns.get_mut(conn)?.as_mut()?;
     if c.generation != gen {
@@ -53,7 +58,7 @@ fn call_of<'a>(
     }
     match (&mut c.state, id) {
         (ConnState::Http1(h), ExchangeId::H1 { .. }) => Some(&mut h.call),
-        (ConnState::Http2(sess), ExchangeId::H2 { stream, .. }) => sess.call_slot(stream),
+        (ConnState::Http2(sess), ExchangeId::H2 { stream, .. }) => sess.parts().0.call_slot(StreamId(stream)),
         _ => None,
     }
 }
@@ -507,8 +512,7 @@ impl Worker {
     fn respond_waiting(&mut self, id: ExchangeId, resp: Response, stream: bool) -> bool {
         let idx = match id {
             ExchangeId::H1 { conn, .. } => conn,
-            ExchangeId::H2 { conn, stream: s, gen } => return self.h2_respond_waiting(conn, s, gen, resp, stream),
-            ExchangeId::H3 { conn, stream: s, gen } => return self.h3_respond_waiting(conn, s, gen, resp, stream),
+            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => return self.exchange_respond(id, resp, stream),
         };
         let now = Instant::now();
         let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
@@ -603,8 +607,7 @@ impl Worker {
             Ok(false) => {
                 self.relay_data(id, &events);
                 let slow = match id {
-                    ExchangeId::H2 { conn, stream, gen } => self.h2_relay_slow(conn, stream, gen),
-                    ExchangeId::H3 { conn, stream, gen } => self.h3_relay_slow(conn, stream, gen),
+                    ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_slow(id),
                     ExchangeId::H1 { conn: idx, .. } => {
                         // Flush first: only output still unsent after it may pause the upstream
                         // (the client's writable event resumes it; none comes for a drained socket).
@@ -667,8 +670,7 @@ impl Worker {
                     }
                 }
             }
-            ExchangeId::H2 { conn, stream, gen } => self.h2_relay_data(conn, stream, gen, events),
-            ExchangeId::H3 { conn, stream, gen } => self.h3_relay_data(conn, stream, gen, events),
+            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_data(id, events),
         }
     }
 
@@ -676,8 +678,7 @@ impl Worker {
     fn exchange_done(&mut self, id: ExchangeId) {
         match id {
             ExchangeId::H1 { conn, .. } => self.stream_done(conn),
-            ExchangeId::H2 { conn, stream, gen } => self.h2_relay_done(conn, stream, gen),
-            ExchangeId::H3 { conn, stream, gen } => self.h3_relay_done(conn, stream, gen),
+            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_done(id),
         }
     }
 
@@ -685,8 +686,7 @@ impl Worker {
     fn abort_exchange(&mut self, id: ExchangeId) {
         match id {
             ExchangeId::H1 { conn, .. } => self.abort_stream(conn),
-            ExchangeId::H2 { conn, stream, gen } => self.h2_relay_abort(conn, stream, gen),
-            ExchangeId::H3 { conn, stream, gen } => self.h3_abort_exchange(conn, stream, gen),
+            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_drop(id, Reset::Internal),
         }
     }
 
@@ -743,8 +743,7 @@ impl Worker {
                 }
                 _ => false,
             },
-            ExchangeId::H2 { conn, stream, gen } => self.h2_relay_slow(conn, stream, gen),
-            ExchangeId::H3 { conn, stream, gen } => self.h3_relay_slow(conn, stream, gen),
+            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_slow(id),
         };
         if behind {
             return;
