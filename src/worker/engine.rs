@@ -1164,6 +1164,13 @@ mod tests {
         Reply { head: Response::new(200), body: Body::Producer(Producer::Ticker(Box::new(t))) }
     }
 
+    /// A bench whose every request gets a [`Counting`] ticker, and its tick count.
+    fn ticker_bench(size: usize, boom: bool) -> (Rc<Cell<usize>>, Bench) {
+        let ticks = Rc::new(Cell::new(0));
+        let t = Rc::clone(&ticks);
+        (ticks, Bench::new(move || ticker(&t, size, boom)))
+    }
+
     fn file() -> Arc<std::fs::File> {
         Arc::new(std::fs::File::open("/dev/null").expect("/dev/null"))
     }
@@ -1214,9 +1221,7 @@ mod tests {
 
     #[test]
     fn a_ticker_is_held_back_while_its_stream_is_backed_up() {
-        let ticks = Rc::new(Cell::new(0));
-        let t = Rc::clone(&ticks);
-        let mut b = Bench::new(move || ticker(&t, HIGH_WATERMARK + 1, false));
+        let (ticks, mut b) = ticker_bench(HIGH_WATERMARK + 1, false);
         b.sink.room = 0;
         b.request(1, "GET");
         assert_eq!(b.sink.wrote, [Wrote::Head(1, 200, false)]);
@@ -1236,9 +1241,7 @@ mod tests {
 
     #[test]
     fn a_ticker_that_panics_ends_its_body_and_its_exchange() {
-        let ticks = Rc::new(Cell::new(0));
-        let t = Rc::clone(&ticks);
-        let mut b = Bench::new(move || ticker(&t, 1, true));
+        let (_, mut b) = ticker_bench(1, true);
         b.request(9, "GET");
         b.ex.tick(&b.host, Instant::now());
         assert!(b.ex.list[0].done, "the body ends");
@@ -1293,9 +1296,7 @@ mod tests {
 
     #[test]
     fn a_client_that_stops_reading_is_reset_past_the_backlog() {
-        let ticks = Rc::new(Cell::new(0));
-        let t = Rc::clone(&ticks);
-        let mut b = Bench::new(move || ticker(&t, MAX_BACKLOG + 1, false));
+        let (_, mut b) = ticker_bench(MAX_BACKLOG + 1, false);
         b.sink.room = 0;
         b.request(1, "GET");
         b.ex.tick(&b.host, Instant::now());
@@ -1306,9 +1307,7 @@ mod tests {
 
     #[test]
     fn a_body_deadline_and_a_producer_deadline_both_count() {
-        let ticks = Rc::new(Cell::new(0));
-        let t = Rc::clone(&ticks);
-        let mut b = Bench::new(move || ticker(&t, 1, false));
+        let (_, mut b) = ticker_bench(1, false);
         let now = Instant::now();
         let o = Opening {
             stream: S(1),

@@ -22,12 +22,10 @@ pub fn routes(r: &mut Router<Handler>, echo_enabled: bool) {
 }
 
 fn upgrade(req: &Request<'_>, user_id: Option<i64>, name: Option<String>) -> Result<Reply, Error> {
-    let accept = handshake::accept_key(req.method.as_str(), req.headers.iter()).map_err(
-        |e| match e {
-            HandshakeError::Version => Error::UpgradeRequired,
-            other => Error::BadRequest(other.to_string().into()),
-        },
-    )?;
+    let accept = handshake::accept_key(req.method.as_str(), req.headers.iter()).map_err(|e| match e {
+        HandshakeError::Version => Error::UpgradeRequired,
+        other => Error::BadRequest(other.to_string().into()),
+    })?;
     Ok(Reply::websocket(WebSocket { accept, user_id, name }))
 }
 
