@@ -198,3 +198,22 @@ pub fn refusal(head: Response, e: HandshakeError, development: bool) -> Response
     }
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_the_errors_response_then_the_replys_fields() {
+        let mut head = Response::new(101);
+        head.header("Vary", "Origin").header("Alt-Svc", "h3=\":443\"");
+        let r = refusal(head, HandshakeError::Version, false);
+        assert_eq!(r.status, 426);
+        let names: Vec<_> = r.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        assert_eq!(names, [("Sec-WebSocket-Version", "13"), ("Vary", "Origin"), ("Alt-Svc", "h3=\":443\"")]);
+        let r = refusal(Response::new(101), HandshakeError::Key, false);
+        assert_eq!((r.status, r.headers.len()), (400, 0));
+        let body = String::from_utf8_lossy(r.body.as_bytes()).into_owned();
+        assert!(body.contains("\"invalid Sec-WebSocket-Key\""), "{body}");
+    }
+}
