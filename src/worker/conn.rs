@@ -22,14 +22,58 @@ use std::io::{self, Read};
 use std::time::Instant;
 
 use super::call::CallState;
+use super::download::Download;
 use super::h2::{self, H2Session};
 use super::pool::{ExchangeId, Work};
-use super::streams::Stream;
+use super::produce::{Emit, Events, Ticking};
 use super::transport::Transport;
+use super::websocket::Ws;
 use super::{Glue, Worker, LINGER, READ_AHEAD};
 use crate::app::Body;
 use crate::http::service::{Env, HIGH_WATERMARK};
 use crate::http1::codec::{Http1, Phase, Progress};
+
+/// What a detached connection is.
+pub enum Stream {
+    /// An `/api/events` stream.
+    Sse(Events),
+    /// A WebSocket (`/ws` or `/ws/echo`).
+    Ws(Box<Ws>),
+    /// A file body being sent.
+    Download(Download),
+    /// An upstream stream relayed (its state is the connection's `call`).
+    Relay,
+    /// A chunked stream produced on a timer.
+    Ticker(Ticking),
+    /// A stream whose app code panicked: its end is queued, the connection
+    /// closes once the output is flushed, and nothing more is read or produced.
+    Aborted,
+}
+
+/// An HTTP/1.1 connection's output as a producer's [`Emit`]: each piece is framed by the
+/// codec (one chunk each when the body is chunked).
+pub(super) struct Framed<'a> {
+    pub(super) codec: &'a mut Http1,
+    pub(super) out: &'a mut Vec<u8>,
+}
+
+impl Emit for Framed<'_> {
+    fn emit(&mut self, bytes: &[u8]) {
+        self.codec.data(self.out, bytes);
+    }
+}
+
+impl Stream {
+    /// The stream's own next deadline.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self {
+            Stream::Sse(s) => Some(s.next()),
+            Stream::Ws(w) => Some(w.next_ping),
+            Stream::Download(_) | Stream::Relay | Stream::Aborted => None,
+            Stream::Ticker(t) => Some(t.next()),
+        }
+    }
+}
 
 /// A client connection: transport plus protocol state.
 pub(super) struct Conn {
@@ -104,6 +148,21 @@ impl H1 {
     /// A fresh connection's state: `codec` waits for the first head, the protocol undecided.
     pub(super) fn new(codec: Http1) -> H1 {
         H1 { codec, sniff: true, stream: None, call: None, closing: false }
+    }
+}
+
+impl Conn {
+    /// The connection speaks HTTP/2 from here on, through `sess`.
+    pub(super) fn become_h2(&mut self, sess: H2Session) {
+        self.state = ConnState::Http2(Box::new(sess));
+    }
+
+    /// An HTTP/2 connection's session and transport.
+    pub(super) fn h2_parts(&mut self) -> Option<(&mut H2Session, &mut Transport)> {
+        match &mut self.state {
+            ConnState::Http2(sess) => Some((sess, &mut self.io)),
+            _ => None,
+        }
     }
 }
 

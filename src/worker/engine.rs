@@ -29,11 +29,10 @@ use http::{HeaderMap, StatusCode};
 
 use super::call::CallState;
 use super::download::Download;
-use super::fanout::{Subscribers, MAX_BACKLOG};
 use super::h3_file::FileBody;
 use super::panics::guard;
 use super::pool::{Completion, ExchangeId, Pool, Work};
-use super::produce::{Events, Ticking};
+use super::produce::{Events, Subscribers, Ticking, MAX_BACKLOG};
 use super::websocket::{Todo, Ws, WS_PING_EVERY};
 use crate::app::{App, Body, Producer, WebSocket};
 use crate::error::Error;
@@ -137,6 +136,15 @@ pub(super) struct Cx<'a, V> {
     /// Builds the response heads.
     pub(super) heads: &'a mut Heads,
 }
+
+/// The engine's [`Cx`] from the worker's fields, one by one (so a session
+/// borrowed from `conns` or `h3` can live beside it).
+macro_rules! engine_cx {
+    ($w:ident, $host:expr, $heads:expr) => {
+        $crate::worker::engine::Cx { host: $host, env: &mut $w.env, pool: &$w.pool, sse: &mut $w.sse, heads: $heads }
+    };
+}
+pub(super) use engine_cx;
 
 /// Where an exchange is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -334,7 +342,8 @@ impl<K: Key, H: Head> Exchanges<K, H> {
 
     /// The earliest deadline of a request body or a producer.
     pub(super) fn deadline(&self) -> Option<Instant> {
-        self.list.iter().filter_map(|e| [e.deadline, e.produce.as_ref()?.deadline()].into_iter().flatten().min()).min()
+        let producers = self.list.iter().filter_map(|e| e.produce.as_ref()?.deadline());
+        self.list.iter().filter_map(|e| e.deadline).chain(producers).min()
     }
 
     /// A new exchange for a request head; its index. The codec then fails it (a malformed
@@ -1284,6 +1293,25 @@ mod tests {
         b.service();
         assert_eq!(b.sink.wrote.last(), Some(&Wrote::Reset(1, Reset::Cancel)));
         assert!(b.ex.is_empty());
+    }
+
+    #[test]
+    fn a_body_deadline_and_a_producer_deadline_both_count() {
+        let ticks = Rc::new(Cell::new(0));
+        let t = Rc::clone(&ticks);
+        let mut b = Bench::new(move || ticker(&t, 1, false));
+        let now = Instant::now();
+        let o = Opening {
+            stream: S(1),
+            head: TestHead("POST", "/x"),
+            priority: Priority::default(),
+            body_follows: true,
+            tunnel: false,
+        };
+        b.ex.open(o, &mut b.env.common, b.env.body_timeout, now);
+        assert_eq!(b.ex.deadline(), Some(now + b.env.body_timeout), "a body still arriving is timed");
+        b.request(3, "GET");
+        assert!(b.ex.deadline().is_some_and(|t| t <= now + Duration::from_millis(100)), "and so is a ticker");
     }
 
     #[test]

@@ -18,22 +18,15 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::conn::{Conn, ConnState, H1};
+use super::conn::{Framed, Stream};
 use super::engine::Reset;
 use super::panics::guard;
 use super::pool::{ExchangeId, REPLAY_PANICKED};
-use super::streams::{Framed, Stream};
+use super::produce::MAX_BACKLOG;
 use super::websocket::{Todo, Ws};
 use super::Worker;
 use crate::bus::{self, Topic};
 use crate::proto::ws as wire;
-use crate::resources::audience::Audience;
-
-/// This worker's event streams, by exchange, with who each is for (the filter of every
-/// change event).
-pub(super) type Subscribers = HashMap<ExchangeId, Audience>;
-
-/// Unsent bytes one subscriber may accumulate before it is dropped.
-pub const MAX_BACKLOG: usize = 1 << 20;
 
 /// The WebSocket state and output buffer of exchange `id` (an HTTP/1.1
 /// connection's, or an HTTP/2 stream's), and its unsent output's length.

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::conn::ConnState;
+use super::conn::Stream;
 use super::download::Download;
 use super::pool::{ExchangeId, Work};
-use super::streams::Stream;
 use super::Worker;
 use crate::http::reply::FileRange;
 

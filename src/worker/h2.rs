@@ -2,30 +2,24 @@
 //!
 //! A connection is HTTP/2 when a plain one opens with the client preface
 //! (prior knowledge, h2c) or a TLS one negotiated `h2` by ALPN. Its
-//! [`H2Session`] owns the codec and one [`Exchange`] per open stream, keyed
-//! by stream id: everything above the codec (pool completions through
-//! [`ExchangeId`], per-stream body timeouts, the access log) is per exchange,
-//! never per connection. Requests go through the same [`Glue`] and
-//! `App::handle` as HTTP/1.1; answers are rendered by the same response
-//! writer and handed to h2 as a head and DATA, without the HTTP/1.1
-//! connection fields.
-//!
-//! This module moves bytes between the connection's socket buffers and the
-//! codec and turns events into exchanges. It never looks at a route and
-//! never writes HTTP/2 frames itself. Streamed bodies go out in the order of
-//! their requests' `priority` (RFC 9218, [`Scheduler`]): each pass offers
-//! the most urgent ready streams a [`QUANTUM`] of DATA and lets less urgent
-//! ones wait while those can go on.
+//! [`H2Session`] owns the codec behind an [`H2Sink`] and the engine's
+//! [`Exchanges`], one per open stream (`engine.rs`: dispatch, answers,
+//! producers). This module moves bytes between the connection's transport
+//! and the codec, turns the codec's events into engine calls, and decides
+//! how the connection ends (GOAWAY, the keep-alive and header timers, the
+//! drain). Streamed bodies go out in the order of their requests'
+//! `priority` (RFC 9218, [`Scheduler`]): each pass offers the most urgent
+//! ready streams a [`QUANTUM`] of DATA and lets less urgent ones wait while
+//! those can go on. It never looks at a route and never writes HTTP/2
+//! frames itself.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::conn::ConnState;
 use super::download::Download;
-use super::engine::{self, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
-use super::mux::engine_cx;
+use super::engine::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
 use super::pool::{ExchangeId, Pool, Work};
 use super::produce::SLICE;
 use super::{Glue, Worker, READ_AHEAD};
@@ -564,7 +558,7 @@ impl Worker {
         if self.env.draining {
             sess.shut_down(now + cut_after(self.config.shutdown_timeout));
         }
-        c.state = ConnState::Http2(Box::new(sess));
+        c.become_h2(sess);
         self.drive_h2(idx);
     }
 
@@ -577,35 +571,35 @@ impl Worker {
         let mut close = false;
         let mut end = false;
         let mut again = false;
-        if let ConnState::Http2(sess) = &mut c.state {
+        if let Some((sess, _)) = c.h2_parts() {
             sess.out.conn.begin_turn(now);
         }
         // The last read stopped at its cap: the socket may hold more.
         let mut full = false;
         for _ in 0..MAX_ROUNDS {
-            let ConnState::Http2(sess) = &mut c.state else { return };
+            let Some((sess, io)) = c.h2_parts() else { return };
             full = false;
             let conn = &mut sess.out.conn;
-            let backlog = c.io.out.len() - c.io.out_pos;
-            if !c.io.eof && conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
-                match c.io.fill(&mut self.scratch, READ_AHEAD) {
-                    Ok(eof) => c.io.eof = eof,
+            let backlog = io.out.len() - io.out_pos;
+            if !io.eof && conn.input_len() < READ_AHEAD && backlog <= HIGH_WATERMARK {
+                match io.fill(&mut self.scratch, READ_AHEAD) {
+                    Ok(eof) => io.eof = eof,
                     Err(_) => {
                         close = true;
                         break;
                     }
                 }
-                full = c.io.inbuf.len() >= READ_AHEAD;
+                full = io.inbuf.len() >= READ_AHEAD;
             }
             // Also what was read before the connection turned out to be HTTP/2.
-            if !c.io.inbuf.is_empty() {
+            if !io.inbuf.is_empty() {
                 if let Some(u) = &mut sess.unfinished {
-                    u.feed(&c.io.inbuf, now);
+                    u.feed(&io.inbuf, now);
                 }
-                conn.feed(&c.io.inbuf);
-                c.io.inbuf.clear();
+                conn.feed(&io.inbuf);
+                io.inbuf.clear();
             }
-            if c.io.eof && !sess.eof_fed {
+            if io.eof && !sess.eof_fed {
                 sess.eof_fed = true;
                 conn.feed_eof();
             }
@@ -614,21 +608,21 @@ impl Worker {
             again = sess.step(&mut engine_cx!(self, &mut glue, &mut heads), now);
             sess.heads = heads;
             let conn = &mut sess.out.conn;
-            let before = c.io.out.len();
-            if c.io.out.len() - c.io.out_pos <= HIGH_WATERMARK {
-                conn.drain_output(&mut c.io.out);
+            let before = io.out.len();
+            if io.out.len() - io.out_pos <= HIGH_WATERMARK {
+                conn.drain_output(&mut io.out);
             }
-            let produced = c.io.out.len() > before;
-            if c.io.flush().is_err() {
+            let produced = io.out.len() > before;
+            if io.flush().is_err() {
                 close = true;
                 break;
             }
-            let pending = c.io.flushed(now);
+            let pending = io.flushed(now);
             if sess.closed && conn.output_len() == 0 {
                 end = !pending;
                 break;
             }
-            if c.io.eof && sess.ex.is_empty() && conn.output_len() == 0 && !pending {
+            if io.eof && sess.ex.is_empty() && conn.output_len() == 0 && !pending {
                 close = true;
                 break;
             }
@@ -653,9 +647,9 @@ impl Worker {
         // turn, come back for it (and for a FIN behind it, which raises no new edge).
         again |= full;
         let generation = c.generation;
-        let (effects, relays) = match &mut c.state {
-            ConnState::Http2(sess) => (std::mem::take(&mut sess.ex.effects), sess.ex.relays_ready().collect()),
-            _ => Default::default(),
+        let (effects, relays) = match c.h2_parts() {
+            Some((sess, _)) => (std::mem::take(&mut sess.ex.effects), sess.ex.relays_ready().collect()),
+            None => Default::default(),
         };
         self.carry_out(effects);
         self.resume_relays(relays);
@@ -689,7 +683,7 @@ impl Worker {
     /// the end of a connection whose head is late.
     pub(super) fn h2_timer(&mut self, idx: usize, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let ConnState::Http2(sess) = &mut c.state else { return };
+        let Some((sess, _)) = c.h2_parts() else { return };
         if sess.head_since().is_some_and(|t| t + self.env.header_timeout <= now) {
             // The preface, a header block or a frame not finished within the header
             // timeout. A stream whose header block is incomplete cannot be answered

@@ -15,8 +15,10 @@
 //!
 //! An exchange is keyed by [`ExchangeId::H3`]: `conn` = the connection's handle, `stream` =
 //! the QUIC stream id, with a per-session generation: pool completions, bus events and
-//! upstream waits find it as they find an HTTP/2 stream. Response bodies go
-//! into the connection's per-stream queue while [`H3Conn::may_send`] allows; a download reads
+//! upstream waits find it as they find an HTTP/2 stream. The exchanges are the engine's
+//! (`engine.rs`: dispatch, answers, producers), written through [`H3Conn`] as their `Sink`:
+//! response bodies go into the connection's per-stream queue while [`H3Conn::may_send`]
+//! allows; a download reads
 //! its next slice only once the stream (QUIC flow control) took the last one ([`FileBody`]).
 //! A request head late past `header_timeout_ms` on its stream, or a body past
 //! `body_timeout_ms`, is answered 408 on that stream; a connection with no request stream
@@ -44,9 +46,8 @@ use mio::net::UdpSocket;
 use mio::{Interest, Registry};
 use quinn_proto::{ConnectionHandle, StreamId, VarInt};
 
-use super::engine::{self, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
+use super::engine::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
 use super::h3_file::FileBody;
-use super::mux::engine_cx;
 use super::pool::{ExchangeId, Pool, Work};
 use super::produce::SLICE;
 use super::token::Tok;

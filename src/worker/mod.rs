@@ -11,7 +11,11 @@
 //! The rest, by seam:
 //! * `conn.rs`: a TCP connection (`Conn`: a `Transport` + one `ConnState`) and the driving of
 //!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline.
-//! * `h2.rs`: the HTTP/2 session glue and its exchanges.
+//! * `engine.rs`: the life of an exchange on a multiplexed connection (dispatch, answer,
+//!   producers, back pressure), written once for HTTP/2 and HTTP/3 against a codec's `Sink`;
+//!   `mux.rs`: routes an HTTP/2 or HTTP/3 `ExchangeId` to its session and carries out the
+//!   engine's effects.
+//! * `h2.rs`: an HTTP/2 connection's session (its sink, scheduler and ending).
 //! * `h3.rs`: HTTP/3: the slot's UDP socket, the QUIC endpoint and the exchanges of its
 //!   connections (a table of its own, not a `ConnState`); `h3_file.rs`: an HTTP/3 file body;
 //!   `h3_inbox.rs`: who reads the slot's UDP socket while workers hand over.
@@ -216,7 +220,7 @@ struct Worker {
     published: crossbeam_channel::Receiver<crate::app::Publish>,
     /// Event-stream subscribers, by exchange (HTTP/1.1 connections, HTTP/2 and HTTP/3
     /// streams), with who each is for.
-    sse: fanout::Subscribers,
+    sse: produce::Subscribers,
     rooms: fanout::Rooms,
     up: crate::upstream::conn::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,

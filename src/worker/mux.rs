@@ -9,20 +9,11 @@
 use std::sync::Arc;
 
 use super::conn::ConnState;
-use super::engine::Effect;
+use super::engine::{engine_cx, Effect};
 use super::pool::{Completion, ExchangeId};
 use super::{Glue, Worker};
 use crate::http::response::{Delimit, Response};
 use crate::http2::StreamId;
-
-/// The engine's [`super::engine::Cx`] from the worker's fields, one by one (so a session
-/// borrowed from `conns` or `h3` can live beside it).
-macro_rules! engine_cx {
-    ($w:ident, $host:expr, $heads:expr) => {
-        $crate::worker::engine::Cx { host: $host, env: &mut $w.env, pool: &$w.pool, sse: &mut $w.sse, heads: $heads }
-    };
-}
-pub(super) use engine_cx;
 
 /// Run `$body` with the exchanges, sink, head builder and stream of multiplexed exchange
 /// `$id`, if its session is still open; `None` otherwise (and for an HTTP/1.1 id).

@@ -10,10 +10,10 @@
 //!
 //! It must not touch a socket, a codec's framing or the exchange table.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::fanout::Subscribers;
 use super::panics::guard;
 use super::pool::{ExchangeId, Pool, Work, REPLAY_PANICKED};
 use crate::app::App;
@@ -26,6 +26,13 @@ pub(super) const SLICE: usize = 64 * 1024;
 
 /// How long a ticker whose stream is backed up waits before it is asked again.
 const TICK_BACKOFF: Duration = Duration::from_millis(50);
+
+/// This worker's event streams, by exchange, with who each is for (the filter of every
+/// change event).
+pub(super) type Subscribers = HashMap<ExchangeId, Audience>;
+
+/// Unsent bytes one subscriber may accumulate before it is dropped.
+pub const MAX_BACKLOG: usize = 1 << 20;
 
 /// Where a producer's bytes go.
 pub(super) trait Emit {

@@ -15,58 +15,14 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use super::bufs::Bufs;
-use super::conn::{Conn, ConnState, H1};
-use super::download::Download;
+use super::conn::{Conn, ConnState, Framed, Stream, H1};
 use super::panics::guard;
 use super::pool::ExchangeId;
-use super::produce::{Emit, Events, Tick, Ticking};
+use super::produce::{Events, Tick, Ticking};
 use super::websocket::{Ws, WS_PING_EVERY};
 use super::{Worker, READ_AHEAD};
 use crate::app::{Producer, WebSocket};
-use crate::http1::codec::Http1;
 use crate::proto::ws::WsConn;
-
-/// What a detached connection is.
-pub enum Stream {
-    /// An `/api/events` stream.
-    Sse(Events),
-    /// A WebSocket (`/ws` or `/ws/echo`).
-    Ws(Box<Ws>),
-    /// A file body being sent.
-    Download(Download),
-    /// An upstream stream relayed (its state is the connection's `call`).
-    Relay,
-    /// A chunked stream produced on a timer.
-    Ticker(Ticking),
-    /// A stream whose app code panicked: its end is queued, the connection
-    /// closes once the output is flushed, and nothing more is read or produced.
-    Aborted,
-}
-
-/// An HTTP/1.1 connection's output as a producer's [`Emit`]: each piece is framed by the
-/// codec (one chunk each when the body is chunked).
-pub(super) struct Framed<'a> {
-    pub(super) codec: &'a mut Http1,
-    pub(super) out: &'a mut Vec<u8>,
-}
-
-impl Emit for Framed<'_> {
-    fn emit(&mut self, bytes: &[u8]) {
-        self.codec.data(self.out, bytes);
-    }
-}
-
-impl Stream {
-    /// The stream's own next deadline.
-    pub fn deadline(&self) -> Option<Instant> {
-        match self {
-            Stream::Sse(s) => Some(s.next()),
-            Stream::Ws(w) => Some(w.next_ping),
-            Stream::Download(_) | Stream::Relay | Stream::Aborted => None,
-            Stream::Ticker(t) => Some(t.next()),
-        }
-    }
-}
 
 /// An event stream or WebSocket with nothing buffered holds no buffer. Both
 /// live long and are idle most of the time; a kept buffer has the capacity of

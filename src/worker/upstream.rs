@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use mio::Interest;
 
 use super::call::CallState;
+use super::conn::Stream;
 use super::conn::{Conn, ConnState};
 use super::engine::Reset;
 use super::panics::{guard, Panicked};
 use super::pool::ExchangeId;
-use super::streams::Stream;
 use super::token::Tok;
 use super::{Glue, Worker, HIGH_WATERMARK};
 use crate::app::Fetched;
