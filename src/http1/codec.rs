@@ -479,7 +479,7 @@ impl Http1 {
             path,
             query,
             http10: head.http10,
-            headers: parsed.headers,
+            headers: crate::http::fields::Fields::new(parsed.headers),
             body,
             request_id,
             peer: self.peer,

@@ -452,7 +452,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
                         path,
                         query,
                         http10: false,
-                        headers,
+                        headers: crate::http::fields::Fields::new(headers),
                         body: &ex.body,
                         request_id: ex.request_id.as_str(),
                         peer,
