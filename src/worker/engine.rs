@@ -37,12 +37,13 @@ use super::websocket::{Todo, Ws, WS_PING_EVERY};
 use crate::app::{App, Body, Producer, WebSocket};
 use crate::error::Error;
 use crate::http::headers::{valid_request_id, Common};
-use crate::http::reply::FileRange;
+use crate::http::reply::{refusal, FileRange};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http::target::{split_target, valid_host};
 use crate::http2::{Heads, Priority};
+use crate::proto::handshake;
 
 /// A request head as a codec received it.
 pub(super) trait Head {
@@ -432,14 +433,14 @@ impl<K: Key, H: Head> Exchanges<K, H> {
             // The handlers' view of the fields, on the stack unless there are many.
             let mut stack = [httparse::EMPTY_HEADER; STACK_FIELDS];
             let heap: Vec<httparse::Header<'_>>;
-            let n = handler_fields(&ex.head, ex.tunnel).count();
+            let n = handler_fields(&ex.head).count();
             let headers: &[httparse::Header<'_>] = if n <= STACK_FIELDS {
-                for (slot, field) in stack.iter_mut().zip(handler_fields(&ex.head, ex.tunnel)) {
+                for (slot, field) in stack.iter_mut().zip(handler_fields(&ex.head)) {
                     *slot = field;
                 }
                 &stack[..n]
             } else {
-                heap = handler_fields(&ex.head, ex.tunnel).collect();
+                heap = handler_fields(&ex.head).collect();
                 &heap
             };
             let mut hosts = headers.iter().filter(|h| h.name == "host");
@@ -505,7 +506,14 @@ impl<K: Key, H: Head> Exchanges<K, H> {
                 let id = ex.stream.id(self.conn, self.gen);
                 self.effects.push(Effect::Start(id, up));
             }
-            Body::WebSocket(ws) if ex.tunnel => self.start_websocket(i, ws, sink, cx, now),
+            // The handler let the client in; the extended CONNECT is the handshake, checked
+            // after it, so a refused token or `Origin` is answered before a bad handshake.
+            Body::WebSocket(ws) if ex.tunnel => match handshake::extended_connect(ex.head.fields()) {
+                Ok(()) => self.start_websocket(i, ws, sink, cx, now),
+                Err(e) => {
+                    self.answer(i, refusal(reply.head, e, cx.env.development), Delimit::Length, sink, cx);
+                }
+            },
             // Only an extended CONNECT opens a WebSocket on a multiplexed connection.
             Body::WebSocket(_) => {
                 self.fail(i, Error::bad_request("WebSocket needs an extended CONNECT"), sink, cx, now)
@@ -602,20 +610,19 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         if !self.answer(i, Response::new(200), Delimit::Upgrade, sink, cx) {
             return;
         }
-        let WebSocket { user_id, name, .. } = w;
         let max_message = cx.host.websocket_opened();
+        let app = cx.host.app();
         let ex = &mut self.list[i];
         let mut conn = crate::proto::ws::WsConn::new(max_message);
-        let hello = user_id.map(|uid| guard("WebSocket greeting", || crate::app::handlers::ws::connected(uid)));
-        match hello {
-            Some(Ok(hello)) => conn.send_text(&hello, &mut ex.unsent),
-            Some(Err(_)) => {
+        match guard("WebSocket greeting", || app.ws_greeting(&w)) {
+            Ok(Some(hello)) => conn.send_text(&hello, &mut ex.unsent),
+            Ok(None) => {}
+            Err(_) => {
                 conn.close(1011, "internal error", &mut ex.unsent);
                 ex.done = true;
             }
-            None => {}
         }
-        let ws = Ws::new(conn, user_id, name, now);
+        let ws = Ws::new(conn, w, now);
         ex.produce = Some(Produce::Ws(Box::new(Tunnel { ws, input: Vec::new(), unreleased: 0, peer_ended: false })));
     }
 
@@ -946,32 +953,16 @@ const STACK_FIELDS: usize = 32;
 
 /// A request's fields as the handlers see them, the same `httparse::Header`s as over
 /// HTTP/1.1: `:authority` plays the role of `Host` (a `host` field is then dropped; without
-/// it the `host` field counts), and a `tunnel` (an extended CONNECT) gets the HTTP/1.1
-/// WebSocket handshake's fields, since that is what the handlers speak (its key is a
-/// placeholder no one checks: RFC 8441 §5 has none).
-fn handler_fields<H: Head>(head: &H, tunnel: bool) -> impl Iterator<Item = httparse::Header<'_>> {
+/// it the `host` field counts).
+fn handler_fields<H: Head>(head: &H) -> impl Iterator<Item = httparse::Header<'_>> {
     let authority = head.authority();
     let host = authority.map(|a| httparse::Header { name: "host", value: a.as_bytes() });
     let fields = head
         .fields()
         .filter(move |(name, _)| authority.is_none() || *name != "host")
         .map(|(name, value)| httparse::Header { name, value });
-    let ws: &[httparse::Header<'static>] = if !tunnel {
-        &[]
-    } else if head.field("sec-websocket-key").is_some() {
-        &WS_FIELDS[..2]
-    } else {
-        &WS_FIELDS
-    };
-    host.into_iter().chain(fields).chain(ws.iter().copied())
+    host.into_iter().chain(fields)
 }
-
-/// What an extended CONNECT adds to become the HTTP/1.1 WebSocket handshake.
-const WS_FIELDS: [httparse::Header<'static>; 3] = [
-    httparse::Header { name: "upgrade", value: b"websocket" },
-    httparse::Header { name: "connection", value: b"upgrade" },
-    httparse::Header { name: "sec-websocket-key", value: b"AAAAAAAAAAAAAAAAAAAAAA==" },
-];
 
 #[cfg(test)]
 mod tests {

@@ -41,6 +41,7 @@ mod ratelimit;
 mod redis;
 mod sse;
 mod websocket;
+mod ws_handshake;
 
 mod download;
 
