@@ -233,6 +233,17 @@ impl From<crate::auth::AuthError> for Error {
     }
 }
 
+impl From<crate::proto::HandshakeError> for Error {
+    /// A refused WebSocket handshake: 426 (with `Sec-WebSocket-Version: 13`) for the
+    /// version, 400 naming what is wrong for the rest.
+    fn from(e: crate::proto::HandshakeError) -> Error {
+        match e {
+            crate::proto::HandshakeError::Version => Error::UpgradeRequired,
+            other => Error::bad_request(other.message()),
+        }
+    }
+}
+
 impl FieldError {
     /// A problem with `field`.
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> FieldError {

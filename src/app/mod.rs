@@ -37,6 +37,7 @@ use crate::upstream::wire::Endpoints;
 use router::{Match, Params, Router};
 
 pub use crate::http::reply::{Body, Call, Fetched, Job, Producer, Relay, RelaySink, Reply, Ticker, WebSocket};
+pub use handlers::ws::Action as WsAction;
 
 /// A message for the bus, from a pool job to the event loop.
 pub type Publish = (crate::bus::Topic, Vec<u8>);
@@ -229,9 +230,11 @@ impl App {
             Err(e) => return Reply::full(decor.apply(render(e, dev), config)),
         };
         match body {
-            // The codec writes the protocol switch; nothing to decorate.
-            Body::WebSocket(ws) => Reply::websocket(ws),
-            Body::Full | Body::Producer(_) | Body::File(_) => Reply { head: decor.apply(head, config), body },
+            // A WebSocket's head is not sent: it carries the fields for a refusal of the
+            // handshake, which the codec checks.
+            Body::Full | Body::Producer(_) | Body::File(_) | Body::WebSocket(_) => {
+                Reply { head: decor.apply(head, config), body }
+            }
             // Made by `Ctx::later`: it decorates its own response.
             Body::Job(job) if decorated.get() => Reply::later(job),
             Body::Job(job) => {
@@ -289,9 +292,19 @@ impl App {
         events::change_event(&self.svc.config.resources, payload)
     }
 
-    /// What a text message from `user_id` (called `name`) on `/ws` asks for.
-    pub fn ws_text(&self, user_id: i64, name: Option<&str>, text: &str) -> ws::Action {
-        ws::on_text(ws::Sender { id: user_id, name }, text, self.svc.config.debug.routes)
+    /// What WebSocket `ws` says first, if anything.
+    pub fn ws_greeting(&self, ws: &WebSocket) -> Option<String> {
+        ws::greeting(ws)
+    }
+
+    /// What message `m` on WebSocket `ws` asks for (an echo, a reply, room work).
+    pub fn ws_message(&self, ws: &WebSocket, m: &crate::proto::Message) -> WsAction {
+        ws::on_message(ws, m, self.svc.config.debug.routes)
+    }
+
+    /// The error message a WebSocket's join beyond `max` rooms gets.
+    pub fn ws_too_many_rooms(&self, max: usize) -> String {
+        ws::too_many_rooms(max)
     }
 
     /// The SSE heartbeat interval.

@@ -1,9 +1,12 @@
 //! The headers every response carries (CONTRACT §4), rendered cheaply.
 //!
-//! The security set, CSP included, is rendered once at start into one byte
-//! block with two 24-byte holes for the nonce, written with one copy and two
-//! patches per response; the `Date` value is re-rendered at most once per
-//! second; the CSP nonce and
+//! The security set, CSP included, is rendered once at start into two byte
+//! blocks: an HTML document's, whose CSP has two 24-byte holes for a nonce
+//! fresh per response (written with one copy and two patches), and every other
+//! response's, whose CSP is one fixed strict policy ([`API_CSP`]: nothing but
+//! a document runs a script, so a nonce protects nothing there), written with
+//! one copy and the same bytes every time. The `Date` value is re-rendered at
+//! most once per second; the CSP nonce and
 //! generated request ids come from a per-worker ChaCha generator seeded from
 //! the OS after fork (so no two workers share a stream). Nothing here
 //! allocates per response.
@@ -13,6 +16,11 @@ use rand::{RngCore, SeedableRng};
 const CSP_1: &str = "default-src 'none'; script-src 'nonce-";
 const CSP_2: &str = "' 'strict-dynamic'; style-src 'self' 'nonce-";
 const CSP_3: &str = "'; img-src 'self'; font-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'; report-uri /csp-report";
+
+/// The policy of every response that is not an HTML document (JSON, event streams, files):
+/// fixed bytes, so HTTP/2's and HTTP/3's header compression can index them.
+pub const API_CSP: &str =
+    "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'; report-uri /csp-report";
 
 const SECURITY: &str = "Server: forkd\r\n\
 Strict-Transport-Security: max-age=31536000; includeSubDomains; preload\r\n\
@@ -46,6 +54,8 @@ pub struct Common {
     csp_name: &'static [u8],
     /// The CSP field (name, value with nonce holes, CRLF) and [`SECURITY`], as written.
     block: Box<[u8]>,
+    /// The CSP field with [`API_CSP`] and [`SECURITY`], as written.
+    api_block: Box<[u8]>,
     /// Where the nonce goes in `block` (twice).
     holes: [usize; 2],
     date_secs: u64,
@@ -101,9 +111,11 @@ impl Common {
         block.extend_from_slice(CSP_3.as_bytes());
         block.extend_from_slice(b"\r\n");
         block.extend_from_slice(SECURITY.as_bytes());
+        let api_block = [csp_name, API_CSP.as_bytes(), b"\r\n", SECURITY.as_bytes()].concat();
         let mut c = Common {
             csp_name,
             block: block.into_boxed_slice(),
+            api_block: api_block.into_boxed_slice(),
             holes,
             date_secs: 0,
             date: [b' '; 29],
@@ -143,8 +155,13 @@ impl Common {
         (self.date_secs, &self.date)
     }
 
-    /// Write the CSP (with a fresh nonce) and the static security headers.
-    pub fn write_security(&mut self, out: &mut Vec<u8>) {
+    /// Write the CSP and the static security headers: for an HTML `document` the policy
+    /// with a fresh nonce, else [`API_CSP`].
+    pub fn write_security(&mut self, out: &mut Vec<u8>, document: bool) {
+        if !document {
+            out.extend_from_slice(&self.api_block);
+            return;
+        }
         self.fresh_nonce();
         let start = out.len();
         out.extend_from_slice(&self.block);
@@ -269,10 +286,10 @@ mod tests {
     fn nonce_is_fresh_and_in_both_places() {
         let mut c = Common::new(false);
         let mut a = Vec::new();
-        c.write_security(&mut a);
+        c.write_security(&mut a, true);
         let first = c.nonce().to_string();
         let mut b = Vec::new();
-        c.write_security(&mut b);
+        c.write_security(&mut b, true);
         assert_ne!(first, c.nonce());
         let text = String::from_utf8(a).expect("utf8");
         assert_eq!(text.matches(&format!("'nonce-{first}'")).count(), 2, "{text}");
@@ -285,7 +302,7 @@ mod tests {
             let mut c = Common::new(report_only);
             for _ in 0..3 {
                 let mut got = Vec::new();
-                c.write_security(&mut got);
+                c.write_security(&mut got, true);
                 let n = c.nonce().to_string();
                 let name = if report_only { "Content-Security-Policy-Report-Only" } else { "Content-Security-Policy" };
                 let want = format!("{name}: {CSP_1}{n}{CSP_2}{n}{CSP_3}\r\n{SECURITY}");
@@ -295,10 +312,25 @@ mod tests {
     }
 
     #[test]
+    fn every_other_response_gets_the_fixed_policy_and_no_nonce() {
+        for report_only in [false, true] {
+            let mut c = Common::new(report_only);
+            let before = c.nonce().to_string();
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            c.write_security(&mut a, false);
+            c.write_security(&mut b, false);
+            let name = if report_only { "Content-Security-Policy-Report-Only" } else { "Content-Security-Policy" };
+            assert_eq!(String::from_utf8(a.clone()).expect("ascii"), format!("{name}: {API_CSP}\r\n{SECURITY}"));
+            assert_eq!(a, b, "the same bytes every time");
+            assert_eq!(c.nonce(), before, "no nonce drawn");
+        }
+    }
+
+    #[test]
     fn report_only_name() {
         let mut c = Common::new(true);
         let mut a = Vec::new();
-        c.write_security(&mut a);
+        c.write_security(&mut a, true);
         assert!(a.starts_with(b"Content-Security-Policy-Report-Only: "));
         assert_eq!(c.csp_field_name(), "content-security-policy-report-only");
         assert_eq!(Common::new(false).csp_field_name(), "content-security-policy");

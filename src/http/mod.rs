@@ -1,4 +1,4 @@
-//! HTTP, protocol-neutral: the request handlers see ([`request`]), the
+//! HTTP, protocol-neutral: the request handlers see ([`request`], its fields [`fields`]), the
 //! reply they return ([`reply`], [`response`]), the key of one exchange
 //! ([`exchange`]), the service every codec hands requests to ([`service`]),
 //! the target and `Host` rules ([`target`]), the headers every response
@@ -9,6 +9,7 @@
 //! poll or a route.
 
 pub mod exchange;
+pub mod fields;
 pub mod headers;
 pub mod hints;
 pub mod reply;

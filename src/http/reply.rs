@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::response::Response;
 use crate::error::Error;
+use crate::proto::HandshakeError;
 use crate::upstream::wire::{ClientError, Outbound};
 
 /// Work for the pool: runs off the event loop and produces the response.
@@ -24,9 +25,11 @@ pub type Fetched = Result<(u16, Vec<u8>), ClientError>;
 /// A service's answer to one request: the head and what the body is.
 ///
 /// For the kinds whose head is not known yet ([`Body::Job`],
-/// [`Body::Upstream`]) and for [`Body::WebSocket`] (the codec writes the
-/// protocol switch itself), `head` is not sent: build those with
-/// [`Reply::later`], [`Reply::call`], [`Reply::relay`] and [`Reply::websocket`].
+/// [`Body::Upstream`]) and for [`Body::WebSocket`] (the codec checks the
+/// handshake and writes the protocol switch itself), `head` is not sent: build
+/// those with [`Reply::later`], [`Reply::call`], [`Reply::relay`] and
+/// [`Reply::websocket`]. A WebSocket's `head` carries the fields a refusal of
+/// its handshake gets ([`refusal`]).
 pub struct Reply {
     /// The response head (for [`Body::Full`], with its body).
     pub head: Response,
@@ -46,7 +49,7 @@ pub enum Body {
     File(FileRange),
     /// Upstream requests; the response comes from their results.
     Upstream(Upstream),
-    /// Switch the connection to WebSocket.
+    /// Switch to WebSocket, once the codec found the handshake good.
     WebSocket(WebSocket),
 }
 
@@ -82,10 +85,10 @@ pub enum Upstream {
     Relay(Relay),
 }
 
-/// An accepted WebSocket handshake.
+/// A WebSocket the handler lets in (it authenticated the client); the
+/// handshake is the codec's to check: the HTTP/1.1 upgrade answered `101`, the
+/// HTTP/2 extended CONNECT answered `200` (`crate::proto::handshake`).
 pub struct WebSocket {
-    /// The `Sec-WebSocket-Accept` value.
-    pub accept: String,
     /// The authenticated user; `None` on the echo endpoint.
     pub user_id: Option<i64>,
     /// That user's display name, from the access token (chat messages carry it).
@@ -179,8 +182,38 @@ impl Reply {
         Reply { head: Response::new(200), body: Body::Upstream(Upstream::Relay(relay)) }
     }
 
-    /// Switch to WebSocket (the codec writes the protocol switch).
+    /// Switch to WebSocket (the codec checks the handshake and writes the protocol switch).
     pub fn websocket(ws: WebSocket) -> Reply {
         Reply { head: Response::new(101), body: Body::WebSocket(ws) }
+    }
+}
+
+/// The answer to a [`Body::WebSocket`] whose handshake its codec refused for
+/// `e`: the error's response, with the fields of the reply's `head` after its
+/// own (what the service decorates every answer to the request with).
+pub fn refusal(head: Response, e: HandshakeError, development: bool) -> Response {
+    let mut r = Error::from(e).into_response(development);
+    for (name, value) in head.headers {
+        r.header(name, value);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_the_errors_response_then_the_replys_fields() {
+        let mut head = Response::new(101);
+        head.header("Vary", "Origin").header("Alt-Svc", "h3=\":443\"");
+        let r = refusal(head, HandshakeError::Version, false);
+        assert_eq!(r.status, 426);
+        let names: Vec<_> = r.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        assert_eq!(names, [("Sec-WebSocket-Version", "13"), ("Vary", "Origin"), ("Alt-Svc", "h3=\":443\"")]);
+        let r = refusal(Response::new(101), HandshakeError::Key, false);
+        assert_eq!((r.status, r.headers.len()), (400, 0));
+        let body = String::from_utf8_lossy(r.body.as_bytes()).into_owned();
+        assert!(body.contains("\"invalid Sec-WebSocket-Key\""), "{body}");
     }
 }

@@ -69,7 +69,7 @@ pub struct Request<'a> {
     /// `true` for HTTP/1.0.
     pub http10: bool,
     /// The header fields as received.
-    pub headers: &'a [httparse::Header<'a>],
+    pub headers: super::fields::Fields<'a>,
     /// The whole body (de-chunked).
     pub body: &'a [u8],
     /// The request id answered in `x-request-id`.
@@ -83,7 +83,7 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// The first header named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&'a [u8]> {
-        self.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
+        self.headers.get(name)
     }
 
     /// The first value of query parameter `key`, raw (not percent-decoded).

@@ -214,6 +214,12 @@ pub struct Response {
 }
 
 impl Response {
+    /// An HTML document: the one kind of response where a script may run (it gets the CSP
+    /// with a nonce; every other response the fixed policy).
+    pub fn is_document(&self) -> bool {
+        self.content_type.starts_with("text/html")
+    }
+
     /// An empty JSON response with `status`.
     pub fn new(status: u16) -> Response {
         Response {

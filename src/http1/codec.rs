@@ -10,7 +10,8 @@
 //! caller stops reading the socket until the peer drains what is queued.
 //!
 //! It owns every piece of HTTP/1.1 framing of what it sends: `Content-Length`
-//! or chunked, the `101` of an upgrade, `Connection`, and `HEAD` (the head
+//! or chunked, the WebSocket handshake and its `101` (or its refusal: 400, or
+//! 426 for the version), `Connection`, and `HEAD` (the head
 //! only, for every kind of [`Reply`]). A body produced after its head (a
 //! stream, a download, a relay) is handed to it as bytes ([`Http1::data`],
 //! [`Http1::end_body`]); nothing outside this codec writes chunk framing.
@@ -27,10 +28,11 @@ use std::time::{Duration, Instant};
 use crate::error::Error;
 
 use crate::http::headers::valid_request_id;
-use crate::http::reply::{Body, Reply};
+use crate::http::reply::{refusal, Body, Reply};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
+use crate::proto::handshake;
 
 use super::body::Chunked;
 use super::parse::{self, Framing, Head};
@@ -249,7 +251,8 @@ impl Http1 {
     /// [`Body::Job`] or [`Body::Upstream`] the connection waits on (then
     /// [`Http1::complete`] or [`Http1::complete_stream`]), or a body that
     /// follows the head written ([`Body::Producer`], [`Body::File`],
-    /// [`Body::WebSocket`]; never for `HEAD`, which got the head only).
+    /// [`Body::WebSocket`] once its handshake was good; never for `HEAD`,
+    /// which got the head only).
     pub fn take_body(&mut self) -> Option<Body> {
         self.handoff.take()
     }
@@ -469,26 +472,34 @@ impl Http1 {
             }
         }
         let (path, query) = head.split.apply(target);
+        let method = head.method;
         let request_id = std::str::from_utf8(&cur.rid[..cur.rid_len]).unwrap_or("");
         let req = Request {
-            method: head.method,
+            method,
             path,
             query,
             http10: head.http10,
-            headers: parsed.headers,
+            headers: crate::http::fields::Fields::new(parsed.headers),
             body,
             request_id,
             peer: self.peer,
             secure: self.secure,
         };
-        let Reply { head, mut body } = svc.call(&req);
+        let Reply { head, body } = svc.call(&req);
         self.cur.label = svc.label();
         self.continue_sent = false;
-        let (head, delimit) = match &mut body {
+        let (head, delimit) = match &body {
             Body::Full => (head, Delimit::Length),
             Body::Producer(_) => (head, Delimit::Chunked),
             Body::File(f) => (head, Delimit::Sized(f.len)),
-            Body::WebSocket(ws) => (switch_head("websocket", std::mem::take(&mut ws.accept)), Delimit::Upgrade),
+            // The handler let the client in; the handshake is checked here, after it, so a
+            // refused token or `Origin` is answered before a bad handshake.
+            Body::WebSocket(_) => {
+                match handshake::accept_key(method.as_str(), parsed.headers.iter().map(|h| (h.name, h.value))) {
+                    Ok(accept) => (switch_head("websocket", accept), Delimit::Upgrade),
+                    Err(e) => (refusal(head, e, env.development), Delimit::Length),
+                }
+            }
             Body::Job(_) | Body::Upstream(_) => {
                 self.phase = Phase::Waiting;
                 self.deadline = None;
@@ -846,11 +857,12 @@ mod tests {
                     let file = std::fs::File::open("/dev/null").expect("/dev/null");
                     Reply::file(Response::new(200), std::sync::Arc::new(file), 0, 5)
                 }
-                "/ws" => Reply::websocket(WebSocket {
-                    accept: "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into(),
-                    user_id: None,
-                    name: None,
-                }),
+                "/ws" => {
+                    // The fields the service gives every answer, which a refusal carries.
+                    let mut r = Reply::websocket(WebSocket { user_id: None, name: None });
+                    r.head.header("Vary", "Origin");
+                    r
+                }
                 "/relay" => Reply::later(Box::new(|| Ok(Response::new(200)))),
                 _ => Reply::full(Response::static_json(b"{}")),
             }
@@ -908,7 +920,8 @@ mod tests {
         ];
         for (method, path, want) in cases {
             let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
-            exchange(&mut h, &mut e, format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            let fields = if path == "/ws" { HANDSHAKE } else { "" };
+            exchange(&mut h, &mut e, format!("{method} {path} HTTP/1.1\r\nHost: x\r\n{fields}\r\n").as_bytes());
             let got = h.take_body().map(|b| match b {
                 Body::Full => "full",
                 Body::Job(_) => "job",
@@ -946,12 +959,17 @@ mod tests {
         assert_eq!(out, b"abcde");
     }
 
+    /// The fields of the RFC 6455 §1.3 example handshake, whose accept is
+    /// `s3pPLMBiTxaQ9kYGzzhZRbK+xOo=`.
+    const HANDSHAKE: &str = "Upgrade: websocket\r\nConnection: Upgrade\r\n\
+        Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
+
     #[test]
     fn an_upgrade_writes_a_101_and_then_raw_bytes() {
         let mut e = env();
         let now = Instant::now();
         let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
-        let (text, p) = exchange(&mut h, &mut e, b"GET /ws HTTP/1.1\r\nHost: x\r\n\r\n");
+        let (text, p) = exchange(&mut h, &mut e, format!("GET /ws HTTP/1.1\r\nHost: x\r\n{HANDSHAKE}\r\n").as_bytes());
         assert_eq!(p, Progress::Detached);
         assert!(text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"), "{text}");
         for field in [
@@ -963,9 +981,35 @@ mod tests {
         }
         assert!(!text.contains("Content-Length") && !text.contains("Transfer-Encoding"), "{text}");
         assert!(text.ends_with("\r\n\r\n"));
+        assert!(!text.contains("Vary"), "a 101 carries none of the reply's fields: {text}");
         let mut out = Vec::new();
         h.data(&mut out, b"\x81\x02hi");
         assert_eq!(out, b"\x81\x02hi");
+    }
+
+    #[test]
+    fn a_bad_handshake_is_refused_with_the_replys_fields_and_the_connection_goes_on() {
+        let mut e = env();
+        let now = Instant::now();
+        let no_version = HANDSHAKE.replace("Sec-WebSocket-Version: 13\r\n", "");
+        let no_key = HANDSHAKE.replace("Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", "");
+        let cases = [
+            ("GET", no_version.as_str(), "426 Upgrade Required", "WebSocket version 13 required"),
+            ("GET", no_key.as_str(), "400 Bad Request", "invalid Sec-WebSocket-Key"),
+            ("GET", "", "400 Bad Request", "missing Upgrade: websocket"),
+            ("POST", HANDSHAKE, "400 Bad Request", "websocket upgrade requires GET"),
+        ];
+        for (method, fields, status, message) in cases {
+            let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+            let (text, p) =
+                exchange(&mut h, &mut e, format!("{method} /ws HTTP/1.1\r\nHost: x\r\n{fields}\r\n").as_bytes());
+            assert_eq!((p, h.phase()), (Progress::NeedInput, Phase::Idle), "{text}");
+            assert!(text.starts_with(&format!("HTTP/1.1 {status}\r\n")), "{text}");
+            assert!(text.contains(message) && text.contains("\r\nVary: Origin\r\n"), "{text}");
+            let version = text.contains("\r\nSec-WebSocket-Version: 13\r\n");
+            assert_eq!(version, status.starts_with("426"), "{text}");
+            assert!(h.take_body().is_none(), "nothing to run: {text}");
+        }
     }
 
     #[test]

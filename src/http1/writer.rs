@@ -60,7 +60,7 @@ pub fn write_response(out: &mut Vec<u8>, resp: &Response, meta: &RequestMeta<'_>
     }
     out.extend_from_slice(meta.request_id);
     out.extend_from_slice(b"\r\n");
-    common.write_security(out);
+    common.write_security(out, resp.is_document());
     if let Some(hints) = resp.early_hints {
         out.extend_from_slice(hints.fields());
     }

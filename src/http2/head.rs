@@ -12,8 +12,8 @@
 //! copy); the values that change (`date` once a second, the CSP with its
 //! nonce, `x-request-id`, `content-length`) are written into one shared
 //! arena and handed out as refcounted slices, so a head costs no allocation
-//! beyond h2's own `HeaderMap`. The CSP and `x-request-id` values are fresh
-//! every time: they are marked sensitive, which makes h2's HPACK encoder
+//! beyond h2's own `HeaderMap`. An HTML document's CSP (with its nonce) and
+//! `x-request-id` are fresh every time: they are marked sensitive, which makes h2's HPACK encoder
 //! send them as literals that are never indexed instead of inserting each one
 //! into the dynamic table, where they would evict the fixed fields (which
 //! then encode as one-byte indices on every later response).
@@ -23,7 +23,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
 
 use super::H2Error;
-use crate::http::headers::{Common, SECURITY_FIELDS};
+use crate::http::headers::{Common, API_CSP, SECURITY_FIELDS};
 use crate::http::response::{itoa_buf, sends_early_hints, Body, Delimit, RequestMeta, Response};
 
 /// Fresh bytes are carved from arena blocks of this size.
@@ -169,7 +169,11 @@ impl Heads {
         }
         leading[3] = Some(static_value(resp.cache_control)?);
         leading[4] = Some(self.value(&[meta.request_id], true)?);
-        leading[5] = Some(self.value(&common.fresh_csp(), true)?);
+        leading[5] = Some(if resp.is_document() {
+            self.value(&common.fresh_csp(), true)?
+        } else {
+            HeaderValue::from_static(API_CSP)
+        });
         let mut fields = self.templates[shape.index()].get_or_insert_with(|| shape.template()).clone();
         for (slot, value) in fields.values_mut().zip(leading.into_iter().flatten()) {
             *slot = value;
@@ -299,12 +303,17 @@ mod tests {
         fields.into_iter().filter(|(n, _)| !HOP_BY_HOP.contains(&n.as_str())).collect()
     }
 
-    /// The nonce in a CSP value.
+    /// The nonce in a CSP value (an HTML document's), or nothing (the fixed policy).
     fn nonce_of(fields: &Fields) -> Vec<u8> {
         let (_, csp) = fields.iter().find(|(n, _)| n.starts_with("content-security-policy")).expect("a CSP");
         let text = std::str::from_utf8(csp).expect("ascii");
-        let start = text.find("'nonce-").expect("a nonce") + "'nonce-".len();
-        text.as_bytes()[start..start + 24].to_vec()
+        match text.find("'nonce-") {
+            Some(at) => text.as_bytes()[at + "'nonce-".len()..at + "'nonce-".len() + 24].to_vec(),
+            None => {
+                assert_eq!(text, API_CSP, "no nonce: the fixed policy");
+                Vec::new()
+            }
+        }
     }
 
     /// `fields` with every occurrence of `nonce` replaced by a marker.
@@ -315,7 +324,7 @@ mod tests {
             .map(|(n, v)| {
                 let mut v = v;
                 let mut i = 0;
-                while i + nonce.len() <= v.len() {
+                while !nonce.is_empty() && i + nonce.len() <= v.len() {
                     if &v[i..i + nonce.len()] == nonce {
                         v[i..i + nonce.len()].copy_from_slice(marker);
                     }
@@ -355,12 +364,18 @@ mod tests {
         let h1_nonce = nonce_of(&h1_fields);
         let h2_fields = fields_of(&head.fields);
         let h2_nonce = nonce_of(&h2_fields);
-        assert_ne!(h1_nonce, h2_nonce, "a fresh nonce per response");
+        if !h1_nonce.is_empty() {
+            assert_ne!(h1_nonce, h2_nonce, "a fresh nonce per response");
+        }
         assert_eq!(without_nonce(h2_fields, &h2_nonce), without_nonce(h2_only(h1_fields), &h1_nonce));
         let h2_hints: Vec<Fields> = head.hints.iter().map(fields_of).collect();
         assert_eq!(h2_hints, want_hints);
-        let body = String::from_utf8_lossy(&head.body).replace(std::str::from_utf8(&h2_nonce).expect("ascii"), "N");
-        let h1_body = String::from_utf8_lossy(&h1_body).replace(std::str::from_utf8(&h1_nonce).expect("ascii"), "N");
+        let unnonce = |body: &[u8], nonce: &[u8]| match std::str::from_utf8(nonce).expect("ascii") {
+            "" => String::from_utf8_lossy(body).into_owned(),
+            n => String::from_utf8_lossy(body).replace(n, "N"),
+        };
+        let body = unnonce(&head.body, &h2_nonce);
+        let h1_body = unnonce(&h1_body, &h1_nonce);
         assert_eq!(body, h1_body);
         head
     }
@@ -408,12 +423,20 @@ mod tests {
 
     #[test]
     fn values_that_change_per_response_are_never_indexed_the_rest_may_be() {
+        let mut common = Common::new(false);
         let mut resp = Response::static_json(b"{}");
-        let head =
-            Heads::new().build(&mut resp, &meta(Delimit::Length, false), &mut Common::new(false)).expect("builds");
+        let head = Heads::new().build(&mut resp, &meta(Delimit::Length, false), &mut common).expect("builds");
+        for (name, value) in &head.fields {
+            // An API response's policy is the fixed one: indexed like the other fixed fields.
+            assert_eq!(value.is_sensitive(), name == "x-request-id", "{name}");
+        }
+        assert_eq!(head.fields["content-security-policy"], API_CSP);
+        let mut page = Response::new(200);
+        page.content_type = "text/html; charset=utf-8";
+        let head = Heads::new().build(&mut page, &meta(Delimit::Length, false), &mut common).expect("builds");
         for (name, value) in &head.fields {
             let fresh = name == "x-request-id" || name == "content-security-policy";
-            assert_eq!(value.is_sensitive(), fresh, "{name}");
+            assert_eq!(value.is_sensitive(), fresh, "{name}: a document's policy carries its nonce");
         }
     }
 

@@ -1,9 +1,11 @@
-//! The WebSocket opening handshake (RFC 6455 §4.2): checking an upgrade
-//! request and writing the `101 Switching Protocols` head.
+//! The WebSocket opening handshake, as each codec checks it: the HTTP/1.1
+//! upgrade (RFC 6455 §4.2, [`accept_key`] and the `101 Switching Protocols`
+//! head) and the HTTP/2 extended CONNECT (RFC 8441 §5, [`extended_connect`]).
 //!
 //! It sees header names and values only: no sockets, no routing, no auth (the
-//! caller checks the token and `Origin` first). It never decides the HTTP
-//! status of a refusal beyond what [`HandshakeError`] documents.
+//! handler checks the token and `Origin` before any of this runs). It never
+//! decides the HTTP status of a refusal beyond what [`HandshakeError`]
+//! documents; `crate::error` maps it to the response.
 
 use std::fmt;
 
@@ -30,15 +32,22 @@ pub enum HandshakeError {
     Key,
 }
 
-impl fmt::Display for HandshakeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl HandshakeError {
+    /// What is wrong, for the client.
+    pub fn message(self) -> &'static str {
+        match self {
             HandshakeError::Method => "websocket upgrade requires GET",
             HandshakeError::Upgrade => "missing Upgrade: websocket",
             HandshakeError::Connection => "missing Connection: upgrade",
             HandshakeError::Version => "unsupported Sec-WebSocket-Version",
             HandshakeError::Key => "invalid Sec-WebSocket-Key",
-        })
+        }
+    }
+}
+
+impl fmt::Display for HandshakeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
     }
 }
 
@@ -77,13 +86,41 @@ pub fn accept_key<'a>(
     if version != Some(b"13") {
         return Err(HandshakeError::Version);
     }
-    let key = key.ok_or(HandshakeError::Key)?;
-    match STANDARD.decode(key) {
-        Ok(raw) if raw.len() == 16 => {}
-        _ => return Err(HandshakeError::Key),
-    }
+    let key = key.filter(|k| valid_key(k)).ok_or(HandshakeError::Key)?;
     let digest = Sha1::new().chain_update(key).chain_update(GUID).finalize();
     Ok(STANDARD.encode(digest))
+}
+
+/// Check an HTTP/2 extended CONNECT whose `:protocol` is `websocket` (RFC 8441
+/// §5): the stream is the WebSocket once it is answered `200`.
+///
+/// The CONNECT itself stands for `Upgrade`, `Connection` and the method, so
+/// only `Sec-WebSocket-Version` must be `13` ([`HandshakeError::Version`]).
+/// RFC 8441 sends no `Sec-WebSocket-Key` and no accept answers it; a key that
+/// is sent all the same must be well-formed, as over HTTP/1.1
+/// ([`HandshakeError::Key`], checked after the version). `fields` yields every
+/// request field as `(name, value)`; of a repeated field the last counts.
+pub fn extended_connect<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Result<(), HandshakeError> {
+    let (mut version, mut key) = (None, None);
+    for (name, value) in fields {
+        if name.eq_ignore_ascii_case("sec-websocket-version") {
+            version = Some(value.trim_ascii());
+        } else if name.eq_ignore_ascii_case("sec-websocket-key") {
+            key = Some(value.trim_ascii());
+        }
+    }
+    if version != Some(b"13") {
+        return Err(HandshakeError::Version);
+    }
+    match key {
+        Some(k) if !valid_key(k) => Err(HandshakeError::Key),
+        _ => Ok(()),
+    }
+}
+
+/// `key` is the base64 of 16 bytes (RFC 6455 §4.1).
+fn valid_key(key: &[u8]) -> bool {
+    matches!(STANDARD.decode(key), Ok(raw) if raw.len() == 16)
 }
 
 /// Append the complete `101 Switching Protocols` response head (ending in the
@@ -153,6 +190,28 @@ mod tests {
         ];
         for (method, headers, want) in cases {
             assert_eq!(accept_key(method, headers.clone()), Err(want), "{method} {headers:?}");
+        }
+    }
+
+    #[test]
+    fn an_extended_connect_needs_version_13_and_no_key() {
+        use HandshakeError::*;
+        type Fields = &'static [(&'static str, &'static [u8])];
+        let cases: [(Fields, Result<(), HandshakeError>); 9] = [
+            (&[("sec-websocket-version", b"13")], Ok(())),
+            (&[("host", b"x"), ("sec-websocket-version", b" 13 ")], Ok(())),
+            (&[], Err(Version)),
+            (&[("sec-websocket-version", b"8")], Err(Version)),
+            (&[("sec-websocket-version", b"")], Err(Version)),
+            // Of a repeated field the last counts.
+            (&[("sec-websocket-version", b"13"), ("sec-websocket-version", b"8")], Err(Version)),
+            (&[("sec-websocket-version", b"13"), ("sec-websocket-key", b"dGhlIHNhbXBsZSBub25jZQ==")], Ok(())),
+            (&[("sec-websocket-version", b"13"), ("sec-websocket-key", b"c2hvcnQ=")], Err(Key)),
+            // The version is checked first.
+            (&[("sec-websocket-key", b"c2hvcnQ=")], Err(Version)),
+        ];
+        for (fields, want) in cases {
+            assert_eq!(extended_connect(fields.iter().copied()), want, "{fields:?}");
         }
     }
 

@@ -8,5 +8,5 @@
 pub mod handshake;
 pub mod ws;
 
-pub use handshake::{accept_key, switching_protocols, HandshakeError};
+pub use handshake::{accept_key, extended_connect, switching_protocols, HandshakeError};
 pub use ws::{Event, Message, WsConn, WsError};

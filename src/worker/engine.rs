@@ -37,12 +37,13 @@ use super::websocket::{Todo, Ws, WS_PING_EVERY};
 use crate::app::{App, Body, Producer, WebSocket};
 use crate::error::Error;
 use crate::http::headers::{valid_request_id, Common};
-use crate::http::reply::FileRange;
+use crate::http::reply::{refusal, FileRange};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
 use crate::http::target::{split_target, valid_host};
 use crate::http2::{Heads, Priority};
+use crate::proto::handshake;
 
 /// A request head as a codec received it.
 pub(super) trait Head {
@@ -432,14 +433,14 @@ impl<K: Key, H: Head> Exchanges<K, H> {
             // The handlers' view of the fields, on the stack unless there are many.
             let mut stack = [httparse::EMPTY_HEADER; STACK_FIELDS];
             let heap: Vec<httparse::Header<'_>>;
-            let n = handler_fields(&ex.head, ex.tunnel).count();
+            let n = handler_fields(&ex.head).count();
             let headers: &[httparse::Header<'_>] = if n <= STACK_FIELDS {
-                for (slot, field) in stack.iter_mut().zip(handler_fields(&ex.head, ex.tunnel)) {
+                for (slot, field) in stack.iter_mut().zip(handler_fields(&ex.head)) {
                     *slot = field;
                 }
                 &stack[..n]
             } else {
-                heap = handler_fields(&ex.head, ex.tunnel).collect();
+                heap = handler_fields(&ex.head).collect();
                 &heap
             };
             let mut hosts = headers.iter().filter(|h| h.name == "host");
@@ -451,7 +452,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
                         path,
                         query,
                         http10: false,
-                        headers,
+                        headers: crate::http::fields::Fields::new(headers),
                         body: &ex.body,
                         request_id: ex.request_id.as_str(),
                         peer,
@@ -505,7 +506,14 @@ impl<K: Key, H: Head> Exchanges<K, H> {
                 let id = ex.stream.id(self.conn, self.gen);
                 self.effects.push(Effect::Start(id, up));
             }
-            Body::WebSocket(ws) if ex.tunnel => self.start_websocket(i, ws, sink, cx, now),
+            // The handler let the client in; the extended CONNECT is the handshake, checked
+            // after it, so a refused token or `Origin` is answered before a bad handshake.
+            Body::WebSocket(ws) if ex.tunnel => match handshake::extended_connect(ex.head.fields()) {
+                Ok(()) => self.start_websocket(i, ws, sink, cx, now),
+                Err(e) => {
+                    self.answer(i, refusal(reply.head, e, cx.env.development), Delimit::Length, sink, cx);
+                }
+            },
             // Only an extended CONNECT opens a WebSocket on a multiplexed connection.
             Body::WebSocket(_) => {
                 self.fail(i, Error::bad_request("WebSocket needs an extended CONNECT"), sink, cx, now)
@@ -602,20 +610,19 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         if !self.answer(i, Response::new(200), Delimit::Upgrade, sink, cx) {
             return;
         }
-        let WebSocket { user_id, name, .. } = w;
         let max_message = cx.host.websocket_opened();
+        let app = cx.host.app();
         let ex = &mut self.list[i];
         let mut conn = crate::proto::ws::WsConn::new(max_message);
-        let hello = user_id.map(|uid| guard("WebSocket greeting", || crate::app::handlers::ws::connected(uid)));
-        match hello {
-            Some(Ok(hello)) => conn.send_text(&hello, &mut ex.unsent),
-            Some(Err(_)) => {
+        match guard("WebSocket greeting", || app.ws_greeting(&w)) {
+            Ok(Some(hello)) => conn.send_text(&hello, &mut ex.unsent),
+            Ok(None) => {}
+            Err(_) => {
                 conn.close(1011, "internal error", &mut ex.unsent);
                 ex.done = true;
             }
-            None => {}
         }
-        let ws = Ws::new(conn, user_id, name, now);
+        let ws = Ws::new(conn, w, now);
         ex.produce = Some(Produce::Ws(Box::new(Tunnel { ws, input: Vec::new(), unreleased: 0, peer_ended: false })));
     }
 
@@ -946,32 +953,16 @@ const STACK_FIELDS: usize = 32;
 
 /// A request's fields as the handlers see them, the same `httparse::Header`s as over
 /// HTTP/1.1: `:authority` plays the role of `Host` (a `host` field is then dropped; without
-/// it the `host` field counts), and a `tunnel` (an extended CONNECT) gets the HTTP/1.1
-/// WebSocket handshake's fields, since that is what the handlers speak (its key is a
-/// placeholder no one checks: RFC 8441 §5 has none).
-fn handler_fields<H: Head>(head: &H, tunnel: bool) -> impl Iterator<Item = httparse::Header<'_>> {
+/// it the `host` field counts).
+fn handler_fields<H: Head>(head: &H) -> impl Iterator<Item = httparse::Header<'_>> {
     let authority = head.authority();
     let host = authority.map(|a| httparse::Header { name: "host", value: a.as_bytes() });
     let fields = head
         .fields()
         .filter(move |(name, _)| authority.is_none() || *name != "host")
         .map(|(name, value)| httparse::Header { name, value });
-    let ws: &[httparse::Header<'static>] = if !tunnel {
-        &[]
-    } else if head.field("sec-websocket-key").is_some() {
-        &WS_FIELDS[..2]
-    } else {
-        &WS_FIELDS
-    };
-    host.into_iter().chain(fields).chain(ws.iter().copied())
+    host.into_iter().chain(fields)
 }
-
-/// What an extended CONNECT adds to become the HTTP/1.1 WebSocket handshake.
-const WS_FIELDS: [httparse::Header<'static>; 3] = [
-    httparse::Header { name: "upgrade", value: b"websocket" },
-    httparse::Header { name: "connection", value: b"upgrade" },
-    httparse::Header { name: "sec-websocket-key", value: b"AAAAAAAAAAAAAAAAAAAAAA==" },
-];
 
 #[cfg(test)]
 mod tests {
@@ -1164,6 +1155,13 @@ mod tests {
         Reply { head: Response::new(200), body: Body::Producer(Producer::Ticker(Box::new(t))) }
     }
 
+    /// A bench whose every request gets a [`Counting`] ticker, and its tick count.
+    fn ticker_bench(size: usize, boom: bool) -> (Rc<Cell<usize>>, Bench) {
+        let ticks = Rc::new(Cell::new(0));
+        let t = Rc::clone(&ticks);
+        (ticks, Bench::new(move || ticker(&t, size, boom)))
+    }
+
     fn file() -> Arc<std::fs::File> {
         Arc::new(std::fs::File::open("/dev/null").expect("/dev/null"))
     }
@@ -1214,9 +1212,7 @@ mod tests {
 
     #[test]
     fn a_ticker_is_held_back_while_its_stream_is_backed_up() {
-        let ticks = Rc::new(Cell::new(0));
-        let t = Rc::clone(&ticks);
-        let mut b = Bench::new(move || ticker(&t, HIGH_WATERMARK + 1, false));
+        let (ticks, mut b) = ticker_bench(HIGH_WATERMARK + 1, false);
         b.sink.room = 0;
         b.request(1, "GET");
         assert_eq!(b.sink.wrote, [Wrote::Head(1, 200, false)]);
@@ -1236,9 +1232,7 @@ mod tests {
 
     #[test]
     fn a_ticker_that_panics_ends_its_body_and_its_exchange() {
-        let ticks = Rc::new(Cell::new(0));
-        let t = Rc::clone(&ticks);
-        let mut b = Bench::new(move || ticker(&t, 1, true));
+        let (_, mut b) = ticker_bench(1, true);
         b.request(9, "GET");
         b.ex.tick(&b.host, Instant::now());
         assert!(b.ex.list[0].done, "the body ends");
@@ -1293,9 +1287,7 @@ mod tests {
 
     #[test]
     fn a_client_that_stops_reading_is_reset_past_the_backlog() {
-        let ticks = Rc::new(Cell::new(0));
-        let t = Rc::clone(&ticks);
-        let mut b = Bench::new(move || ticker(&t, MAX_BACKLOG + 1, false));
+        let (_, mut b) = ticker_bench(MAX_BACKLOG + 1, false);
         b.sink.room = 0;
         b.request(1, "GET");
         b.ex.tick(&b.host, Instant::now());
@@ -1306,9 +1298,7 @@ mod tests {
 
     #[test]
     fn a_body_deadline_and_a_producer_deadline_both_count() {
-        let ticks = Rc::new(Cell::new(0));
-        let t = Rc::clone(&ticks);
-        let mut b = Bench::new(move || ticker(&t, 1, false));
+        let (_, mut b) = ticker_bench(1, false);
         let now = Instant::now();
         let o = Opening {
             stream: S(1),

@@ -8,8 +8,8 @@
 //! event stream is registered with its [`Audience`]; a change event goes only
 //! to the streams whose audience may see it, never to the others.
 //!
-//! What the bytes mean comes from the app (`App::sse_*`, the WebSocket
-//! handlers) behind the panic guard; HTTP framing is the codecs'. This file
+//! What the bytes mean comes from the app (`App::sse_*`, `App::ws_*`) behind
+//! the panic guard; HTTP framing is the codecs'. This file
 //! must not touch a socket (it queues output and asks for a flush) or know a
 //! route.
 
@@ -25,7 +25,6 @@ use super::pool::{ExchangeId, REPLAY_PANICKED};
 use super::produce::MAX_BACKLOG;
 use super::websocket::{Todo, Ws};
 use super::Worker;
-use crate::app::handlers::ws;
 use crate::bus::{self, Topic};
 use crate::proto::ws as wire;
 
@@ -87,12 +86,13 @@ impl Worker {
         match t {
             Todo::Join(room) => {
                 let max = self.config.websocket.max_rooms_per_connection;
+                let app = &self.app;
                 let Some((w, out, _)) = ws_of(&mut self.conns, id) else { return };
                 if w.rooms.contains(&room) {
                     return;
                 }
                 if w.rooms.len() >= max {
-                    w.conn.send_text(&ws::too_many_rooms(max), out);
+                    w.conn.send_text(&app.ws_too_many_rooms(max), out);
                     self.ws_flush(id);
                     return;
                 }
@@ -148,7 +148,7 @@ impl Worker {
         wire::text_frame(&mut frame, message);
         for &id in &members {
             let Some((w, out, backlog)) = ws_of(&mut self.conns, id) else { continue };
-            if skip.is_some() && w.user_id == skip {
+            if skip.is_some() && w.peer.user_id == skip {
                 continue;
             }
             if backlog > MAX_BACKLOG {

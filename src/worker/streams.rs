@@ -21,7 +21,6 @@ use super::pool::ExchangeId;
 use super::produce::{Events, Tick, Ticking};
 use super::websocket::{Ws, WS_PING_EVERY};
 use super::{Worker, READ_AHEAD};
-use crate::app::handlers::ws;
 use crate::app::{Producer, WebSocket};
 use crate::proto::ws::WsConn;
 
@@ -70,14 +69,14 @@ impl Worker {
     pub(super) fn start_websocket(&mut self, idx: usize, w: WebSocket, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
-        let WebSocket { user_id, name, .. } = w;
         let mut conn = WsConn::new(self.config.websocket.max_message_bytes);
-        let hello = user_id.map(|uid| guard("WebSocket greeting", || ws::connected(uid)));
-        let panicked = matches!(hello, Some(Err(_)));
-        if let Some(Ok(hello)) = hello {
+        let app = &self.app;
+        let hello = guard("WebSocket greeting", || app.ws_greeting(&w));
+        let panicked = hello.is_err();
+        if let Ok(Some(hello)) = hello {
             conn.send_text(&hello, &mut c.io.out);
         }
-        h.stream = Some(Stream::Ws(Box::new(Ws::new(conn, user_id, name, now))));
+        h.stream = Some(Stream::Ws(Box::new(Ws::new(conn, w, now))));
         let ws = self.svc.stats.ws.fetch_add(1, Relaxed) + 1;
         self.metrics.set_websocket_clients(ws);
         if panicked {

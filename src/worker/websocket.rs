@@ -2,13 +2,15 @@
 //! messages become replies and room work ([`Todo`]), over HTTP/1.1 (after a `101`) and HTTP/2
 //! (an extended CONNECT) alike.
 //!
-//! What a message means comes from the app (`app::handlers::ws`) behind the panic guard. This
-//! file must not touch a socket, a connection or the room registry (`fanout.rs` does).
+//! What a message means (an echo, a reply, room work) comes from the app (`App::ws_message`)
+//! behind the panic guard; this is the one place the worker turns it into output and
+//! [`Todo`]s. This file must not touch a socket, a connection or the room registry
+//! (`fanout.rs` does).
 
 use std::time::{Duration, Instant};
 
 use super::panics::guard;
-use crate::app::handlers::ws::{self, Action};
+use crate::app::{WebSocket, WsAction as Action};
 use crate::proto::ws::{Event, Message, WsConn};
 
 /// How often an idle WebSocket is pinged; a peer that has not answered the
@@ -18,10 +20,8 @@ pub(super) const WS_PING_EVERY: Duration = Duration::from_secs(30);
 /// State of one WebSocket.
 pub struct Ws {
     pub(super) conn: WsConn,
-    /// The authenticated user; `None` on the echo endpoint.
-    pub(super) user_id: Option<i64>,
-    /// That user's display name, when the token carried one.
-    pub(super) name: Option<String>,
+    /// Who the handler let in (the user; none on the echo endpoint).
+    pub(super) peer: WebSocket,
     /// Rooms this client is in.
     pub(super) rooms: Vec<String>,
     pub(super) next_ping: Instant,
@@ -29,14 +29,14 @@ pub struct Ws {
 }
 
 impl Ws {
-    /// A WebSocket of `user_id` (`None`: the echo endpoint), pinged from `now`.
-    pub(super) fn new(conn: WsConn, user_id: Option<i64>, name: Option<String>, now: Instant) -> Ws {
-        Ws { conn, user_id, name, rooms: Vec::new(), next_ping: now + WS_PING_EVERY, awaiting_pong: false }
+    /// The WebSocket of `peer`, pinged from `now`.
+    pub(super) fn new(conn: WsConn, peer: WebSocket, now: Instant) -> Ws {
+        Ws { conn, peer, rooms: Vec::new(), next_ping: now + WS_PING_EVERY, awaiting_pong: false }
     }
 
     /// Read `input` (complete messages only; returns the bytes used): control
-    /// frames are answered into `out`, echo messages echoed, chat messages
-    /// turned into replies (into `out`) and [`Todo`]s. `Err` if app code
+    /// frames are answered into `out`, and each message does what the app says:
+    /// echoed, answered (into `out`), or turned into [`Todo`]s. `Err` if app code
     /// panicked (what came before it stands). `closed`: the peer's close arrived.
     pub(super) fn read(
         &mut self,
@@ -59,24 +59,14 @@ impl Ws {
                     }
                     Event::Message(m) => m,
                 };
-                let action = match (self.user_id, m) {
-                    (None, Message::Text(t)) => {
-                        self.conn.send_text(&t, out);
-                        continue;
-                    }
-                    (None, Message::Binary(b)) => {
-                        self.conn.send_binary(&b, out);
-                        continue;
-                    }
-                    (Some(_), Message::Binary(_)) => guard("WebSocket message", || {
-                        Action::Reply(ws::error_message("binary messages are not supported"))
-                    }),
-                    (Some(uid), Message::Text(t)) => {
-                        guard("WebSocket message", || app.ws_text(uid, self.name.as_deref(), &t))
-                    }
-                };
-                let uid = self.user_id;
+                let peer = &self.peer;
+                let action = guard("WebSocket message", || app.ws_message(peer, &m));
+                let uid = self.peer.user_id;
                 match action {
+                    Ok(Action::Echo) => match m {
+                        Message::Text(t) => self.conn.send_text(&t, out),
+                        Message::Binary(b) => self.conn.send_binary(&b, out),
+                    },
                     Ok(Action::Reply(r)) => self.conn.send_text(&r, out),
                     Ok(Action::Join(room)) => todo.push(Todo::Join(room)),
                     Ok(Action::Leave(room)) => todo.push(Todo::Leave(room)),

@@ -1,5 +1,6 @@
-//! Headers on every response (CONTRACT §4): the security set, CSP with a fresh nonce,
-//! `Date`, `Server`, `Cache-Control`, and `x-request-id`.
+//! Headers on every response: the security set, the CSP (an HTML document's with a fresh
+//! nonce, every other response's one fixed policy), `Date`, `Server`, `Cache-Control`, and
+//! `x-request-id`.
 
 use crate::util::*;
 
@@ -15,7 +16,11 @@ const FIXED: [(&str, &str); 9] = [
     ("cross-origin-resource-policy", "same-origin"),
 ];
 
-/// The CSP with the nonce `n` in both places.
+/// The policy of every response that is not an HTML document: the same bytes every time.
+const API_CSP: &str =
+    "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'; report-uri /csp-report";
+
+/// An HTML document's CSP with the nonce `n` in both places.
 fn csp_for(n: &str) -> String {
     format!(
         "default-src 'none'; script-src 'nonce-{n}' 'strict-dynamic'; style-src 'self' 'nonce-{n}'; \
@@ -56,12 +61,15 @@ fn security_header_problems(r: &Response, report_only: bool) -> Vec<String> {
     } else {
         ("content-security-policy", "content-security-policy-report-only")
     };
+    let document = r.header("content-type").is_some_and(|t| t.starts_with("text/html"));
     match r.header_all(csp_name).as_slice() {
-        [v] => {
+        [v] if document => {
             if let Err(e) = csp_nonce(v) {
                 p.push(e);
             }
         }
+        [v] if *v != API_CSP => p.push(format!("{csp_name}: expected the fixed policy {API_CSP:?}, got {v:?}")),
+        [_] => {}
         vs => p.push(format!("{csp_name}: expected exactly one, got {vs:?}")),
     }
     if r.header(other).is_some() {
@@ -180,20 +188,33 @@ fn security_headers_on_500(p: Proto) {
     assert_no_store(&r, "500");
 }
 
-protocols!(csp_nonce_is_fresh_on_every_response);
-fn csp_nonce_is_fresh_on_every_response(p: Proto) {
+protocols!(an_html_document_gets_a_fresh_nonce_every_time);
+fn an_html_document_gets_a_fresh_nonce_every_time(p: Proto) {
     let server = Server::start("").on(p);
     let mut c = server.session();
-    let r1 = c.get("/health");
-    let r2 = c.get("/health");
-    let r3 = server.get("/nope");
+    let r1 = c.get("/");
+    let r2 = c.get("/");
+    let r3 = server.get("/");
     let n: Vec<String> = [&r1, &r2, &r3]
         .iter()
-        .map(|r| csp_nonce(r.header("content-security-policy").unwrap_or("")).unwrap_or_else(|e| panic!("{e}\n{r:?}")))
+        .map(|r| {
+            assert_security_headers(r, "GET /");
+            csp_nonce(r.header("content-security-policy").unwrap_or("")).unwrap_or_else(|e| panic!("{e}\n{r:?}"))
+        })
         .collect();
     assert_ne!(n[0], n[1], "two responses on one connection share a CSP nonce");
     assert_ne!(n[1], n[2], "two responses share a CSP nonce");
     assert_ne!(n[0], n[2], "two responses share a CSP nonce");
+}
+
+protocols!(every_other_response_gets_the_one_fixed_policy);
+fn every_other_response_gets_the_one_fixed_policy(p: Proto) {
+    let server = Server::start("").on(p);
+    let mut c = server.session();
+    for r in [c.get("/health"), c.get("/health"), server.get("/nope"), c.get("/api/openapi.json")] {
+        assert_eq!(r.header_all("content-security-policy"), [API_CSP], "{r:?}");
+        assert!(!r.header("content-type").unwrap_or("").starts_with("text/html"), "{r:?}");
+    }
 }
 
 protocols!(csp_report_only_option_renames_the_header);

@@ -385,7 +385,7 @@ mod tests {
             path: "/csp-report",
             query: "",
             http10: false,
-            headers,
+            headers: crate::http::fields::Fields::new(headers),
             body,
             request_id: "t-1",
             peer: std::net::IpAddr::from([127, 0, 0, 1]),

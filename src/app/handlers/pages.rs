@@ -162,7 +162,7 @@ mod tests {
     #[test]
     fn slot_is_as_long_as_a_nonce() {
         let mut c = Common::new(false);
-        c.write_security(&mut Vec::new());
+        c.write_security(&mut Vec::new(), true);
         assert_eq!(NONCE_SLOT.len(), c.nonce().len());
         assert!(NONCE_SLOT.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_'));
     }

@@ -1,17 +1,20 @@
 //! WebSocket endpoints and chat-room semantics (CONTRACT §7).
 //!
-//! `GET /ws?token=…` upgrades after the token (401) and the `Origin` (403)
+//! `GET /ws?token=…` is let in after the token (401) and the `Origin` (403)
 //! are checked, so nothing unauthenticated ever speaks WebSocket;
 //! `/ws/echo` (only with `websocket.echo = true`) is the conformance target.
-//! [`on_text`] turns a client message into an [`Action`]; the worker does the
-//! delivery (local members, other workers through the bus). The framing is
-//! `crate::proto`'s.
+//! The handlers only authenticate: the handshake (HTTP/1.1 upgrade or HTTP/2
+//! extended CONNECT) is each codec's to check, and the framing is
+//! `crate::proto`'s. What a socket says first ([`greeting`]) and what a client
+//! message asks for ([`on_message`]: an echo, or chat as an [`Action`]) are
+//! decided here; the worker does the delivery (local members, other workers
+//! through the bus).
 
 use crate::app::router::Router;
 use crate::app::{cors, session, validate, App, Ctx, Handler, Reply, WebSocket};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
-use crate::proto::handshake::{self, HandshakeError};
+use crate::proto::Message;
 
 /// Register `/ws` and, when enabled, `/ws/echo`.
 pub fn routes(r: &mut Router<Handler>, echo_enabled: bool) {
@@ -19,16 +22,6 @@ pub fn routes(r: &mut Router<Handler>, echo_enabled: bool) {
     if echo_enabled {
         r.add(Method::Get, "/ws/echo", echo);
     }
-}
-
-fn upgrade(req: &Request<'_>, user_id: Option<i64>, name: Option<String>) -> Result<Reply, Error> {
-    let accept = handshake::accept_key(req.method.as_str(), req.headers.iter().map(|h| (h.name, h.value))).map_err(
-        |e| match e {
-            HandshakeError::Version => Error::UpgradeRequired,
-            other => Error::BadRequest(other.to_string().into()),
-        },
-    )?;
-    Ok(Reply::websocket(WebSocket { accept, user_id, name }))
 }
 
 fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
@@ -41,12 +34,12 @@ fn chat(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     // The revocations this host knows of are checked too; the store is not asked (the upgrade
     // answers on the loop), so a token revoked on another host speaks until it expires.
     let (caller, claims) = session::from_token(app, &token)?;
-    upgrade(req, Some(caller.user_id), claims.name)
+    Ok(Reply::websocket(WebSocket { user_id: Some(caller.user_id), name: claims.name }))
 }
 
 fn echo(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
     cors::check_origin_always(app.svc.config, req)?;
-    upgrade(req, None, None)
+    Ok(Reply::websocket(WebSocket { user_id: None, name: None }))
 }
 
 /// Longest room id, in bytes (UTF-8).
@@ -60,6 +53,8 @@ pub fn too_many_rooms(max: usize) -> String {
 /// What a client message asks for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Action {
+    /// Send the message back as it came (the echo endpoint).
+    Echo,
     /// Answer the sender only (errors).
     Reply(String),
     /// Join a room.
@@ -76,6 +71,21 @@ pub enum Action {
         /// Leave the sender's user out.
         skip_sender: bool,
     },
+}
+
+/// What `ws` says first: the chat's `connected` greeting; nothing on the echo endpoint.
+pub fn greeting(ws: &WebSocket) -> Option<String> {
+    ws.user_id.map(connected)
+}
+
+/// What message `m` on `ws` asks for: the echo endpoint echoes everything; the chat reads
+/// text ([`on_text`]) and refuses binary. `debug`: as for [`on_text`].
+pub fn on_message(ws: &WebSocket, m: &Message, debug: bool) -> Action {
+    match (ws.user_id, m) {
+        (None, _) => Action::Echo,
+        (Some(_), Message::Binary(_)) => Action::Reply(error_message("binary messages are not supported")),
+        (Some(id), Message::Text(text)) => on_text(Sender { id, name: ws.name.as_deref() }, text, debug),
+    }
 }
 
 /// The `connected` greeting.
@@ -162,6 +172,31 @@ mod tests {
     /// A sender without a name (a token issued without one).
     fn id(id: i64) -> Sender<'static> {
         Sender { id, name: None }
+    }
+
+    #[test]
+    fn the_echo_endpoint_echoes_and_the_chat_reads_text() {
+        let echo = WebSocket { user_id: None, name: None };
+        let chat = WebSocket { user_id: Some(7), name: Some("Ann".into()) };
+        let join = Message::Text(r#"{"type":"join","roomId":"r"}"#.into());
+        let binary = Message::Binary(b"\x00\x01".to_vec());
+        assert_eq!(greeting(&echo), None);
+        assert_eq!(greeting(&chat), Some(connected(7)));
+        assert_eq!(on_message(&echo, &join, false), Action::Echo);
+        assert_eq!(on_message(&echo, &binary, false), Action::Echo);
+        assert_eq!(on_message(&chat, &join, false), Action::Join("r".into()));
+        assert_eq!(
+            on_message(&chat, &binary, false),
+            Action::Reply(error_message("binary messages are not supported"))
+        );
+        let typing = Message::Text(r#"{"type":"typing","roomId":"r"}"#.into());
+        match on_message(&chat, &typing, false) {
+            Action::Room { message, skip_sender: true, .. } => {
+                let v: serde_json::Value = serde_json::from_str(&message).expect("json");
+                assert_eq!((v["from"].as_i64(), v["name"].as_str()), (Some(7), Some("Ann")), "{v}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -26,10 +26,10 @@ enum Origin<'a> {
 }
 
 fn origin<'a>(req: &Request<'a>) -> Origin<'a> {
-    let mut lines = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("origin"));
+    let mut lines = req.headers.get_all("origin");
     match (lines.next(), lines.next()) {
         (None, _) => Origin::Absent,
-        (Some(h), None) => Origin::One(h.value),
+        (Some(v), None) => Origin::One(v),
         (Some(_), Some(_)) => Origin::Several,
     }
 }
@@ -103,7 +103,7 @@ mod tests {
             path: "/api/v1/users",
             query: "",
             http10: false,
-            headers: &headers,
+            headers: crate::http::fields::Fields::new(&headers),
             body: b"",
             request_id: "t",
             peer: std::net::IpAddr::from([127, 0, 0, 1]),

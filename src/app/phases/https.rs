@@ -34,7 +34,7 @@ mod tests {
             path,
             query,
             http10: false,
-            headers: &[],
+            headers: crate::http::fields::Fields::EMPTY,
             body: b"",
             request_id: "r",
             peer: "127.0.0.1".parse().expect("ip"),

@@ -229,9 +229,8 @@ pub fn ttl_ms(svc: &Services) -> u64 {
 /// The value of cookie `name`.
 pub fn cookie<'a>(req: &Request<'a>, name: &str) -> Option<&'a str> {
     req.headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
-        .filter_map(|h| std::str::from_utf8(h.value).ok())
+        .get_all("cookie")
+        .filter_map(|v| std::str::from_utf8(v).ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
         .find(|(k, _)| *k == name)

@@ -139,13 +139,14 @@ struct Http3Lines {
 }
 
 /// A throw-away certificate written into `dir`, a free port for TLS and HTTP/3 (UDP on the
-/// same port), the config lines for them and the client side.
-fn http3_listener(dir: &Path) -> (Http3Lines, Http3Access) {
+/// same port, never `listen`'s), the config lines for them and the client side.
+fn http3_listener(dir: &Path, listen: u16) -> (Http3Lines, Http3Access) {
     let pki = Pki::new();
     let (cert, key) = (dir.join("h3-cert.pem"), dir.join("h3-key.pem"));
     fs::write(&cert, &pki.cert_pem).expect("write cert");
     fs::write(&key, &pki.key_pem).expect("write key");
-    let port = free_port();
+    // Two free ports picked one after the other may be the same one.
+    let port = std::iter::repeat_with(free_port).find(|&p| p != listen).unwrap_or(0);
     let lines = Http3Lines {
         origin: format!("public_origin = \"https://localhost:{port}\""),
         tls: tls_section(port, &cert, &key),
@@ -262,7 +263,7 @@ impl Server {
         // `public_origin = "http://{listen}"`, the origin a browser sends).
         let mut extra = extra_toml.replace("{listen}", &listen);
         let h3 = http3.then(|| {
-            let (lines, access) = http3_listener(dir.path());
+            let (lines, access) = http3_listener(dir.path(), port);
             if !sets_top_level(&extra, "public_origin") {
                 extra = format!("{}\n{extra}", lines.origin);
             }
@@ -469,7 +470,7 @@ impl Drop for Server {
     }
 }
 
-pub(super) fn clear_forkd_env(cmd: &mut Command) {
+pub fn clear_forkd_env(cmd: &mut Command) {
     for (k, _) in std::env::vars_os() {
         if let Some(k) = k.to_str() {
             if k.starts_with("FORKD_") {
