@@ -21,6 +21,7 @@ mod limits;
 mod liveness;
 mod logging;
 mod process;
+mod start_errors;
 
 mod auth;
 mod cluster;
