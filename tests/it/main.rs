@@ -12,6 +12,7 @@ use util::http2 as h2util;
 use util::http3 as h3client;
 
 mod cli;
+mod docs_examples;
 mod endpoints;
 mod flow;
 mod headers;

@@ -470,7 +470,7 @@ impl Drop for Server {
     }
 }
 
-pub(super) fn clear_forkd_env(cmd: &mut Command) {
+pub fn clear_forkd_env(cmd: &mut Command) {
     for (k, _) in std::env::vars_os() {
         if let Some(k) = k.to_str() {
             if k.starts_with("FORKD_") {
