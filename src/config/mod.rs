@@ -159,6 +159,12 @@ pub struct Auth {
     pub cookie_secure: bool,
 }
 
+/// The refusal of a production configuration with no signing secret; it names the command
+/// that makes one.
+pub const SECRET_REQUIRED: &str = "auth.jwt_secret or auth.jwt_secret_file is required in production: \
+     make one with `forkd gen-secret > /etc/forkd/jwt_secret` and set auth.jwt_secret_file \
+     (FORKD_AUTH__JWT_SECRET_FILE) to that file";
+
 /// The source of the signing secret: `auth.jwt_secret`, `auth.jwt_secret_file`, or neither.
 /// Its `Debug` never shows the secret.
 #[derive(Clone, PartialEq, Eq)]
@@ -1010,13 +1016,7 @@ max_frame_size = 16384
     #[test]
     fn production_rules() {
         let found = problems("environment = \"production\"\n[debug]\nroutes = true\n", &[]);
-        assert_eq!(
-            found,
-            [
-                "auth.jwt_secret or auth.jwt_secret_file is required in production",
-                "debug.routes = true is not allowed in production",
-            ]
-        );
+        assert_eq!(found, [SECRET_REQUIRED, "debug.routes = true is not allowed in production",]);
         let env = [("FORKD_ENVIRONMENT", "production"), ("FORKD_AUTH__JWT_SECRET", SECRET)];
         assert!(load_str("", &env).is_ok());
         let dev = load_str("[debug]\nroutes = true\n", &[]).expect("allowed in development");

@@ -14,7 +14,7 @@ use super::env::Sources;
 use super::raw::RawConfig;
 use super::{
     Auth, Chat, Cluster, Config, Cors, Db, Debug, Download, Environment, Http2, Http3, Io, JwtSecret, Limits,
-    LogFormat, RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket,
+    LogFormat, RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket, SECRET_REQUIRED,
 };
 
 const MIB: i64 = 1 << 20;
@@ -62,7 +62,7 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
     };
     let production = environment == Environment::Production;
     if production && a.jwt_secret.is_empty() && a.jwt_secret_file.is_empty() {
-        c.problem("auth.jwt_secret or auth.jwt_secret_file is required in production");
+        c.problem(SECRET_REQUIRED);
     }
     if production && raw.debug.routes {
         c.problem("debug.routes = true is not allowed in production");

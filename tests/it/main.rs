@@ -22,6 +22,7 @@ mod limits;
 mod liveness;
 mod logging;
 mod process;
+mod start_errors;
 
 mod auth;
 mod cluster;
