@@ -38,6 +38,7 @@ mod browser;
 mod changes;
 mod early_hints;
 mod pages;
+mod proxy;
 mod ratelimit;
 mod redis;
 mod sse;
