@@ -6,6 +6,8 @@
 
 use std::fs;
 
+use serde_json::json;
+
 use crate::util::*;
 
 /// A server with `[rate_limit] max = 3` whose `[proxy] trusted` is `trusted` (TOML array).
@@ -43,6 +45,30 @@ fn a_trusted_proxy_gives_each_forwarded_client_its_own_budget(p: Proto) {
     let b_v6 = [("Forwarded", r#"for="[2001:db8::2]:4711""#)];
     ensure_eq!(s, remaining(&s, &b_v6), "2", "an IPv6 client has its own budget");
     ensure_eq!(s, remaining(&s, &[]), "2", "the proxy's own requests count for the proxy");
+}
+
+protocols!(login_failures_count_per_forwarded_client);
+fn login_failures_count_per_forwarded_client(p: Proto) {
+    let s = Server::builder()
+        .fast_argon2()
+        .jwt_secret(TEST_JWT_SECRET)
+        .set("rate_limit", "enabled = true\nmax = 1000\nwindow_secs = 900\nlogin_max_failures = 2")
+        .set("proxy", r#"trusted = ["127.0.0.1/32"]"#)
+        .start()
+        .on(p);
+    let email = unique_email("proxied");
+    s.create_user(&email, "Proxied", "user", "right-password-1");
+    let login = |client: &str, pw: &str| -> Response {
+        let body = serde_json::to_vec(&json!({"email": email, "password": pw})).expect("json");
+        let headers = [("Content-Type", "application/json"), ("X-Forwarded-For", client)];
+        s.call_t("POST", "/api/v1/auth/login", &headers, &body, SLOW_IO_TIMEOUT)
+    };
+    for i in 1..=2 {
+        s.expect_err(&login("198.51.100.1", "wrong"), 401, "UNAUTHORIZED", &format!("client A's failure #{i}"));
+    }
+    let r = login("198.51.100.1", "right-password-1");
+    ensure_eq!(s, r.status, 429, "client A spent its failures: {r:?}");
+    s.expect_data(&login("198.51.100.2", "right-password-1"), 200, "client B has failures of its own left");
 }
 
 protocols!(from_an_untrusted_peer_forwarded_headers_are_ignored);
