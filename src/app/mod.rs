@@ -351,7 +351,8 @@ fn routes(config: &Config) -> Router<Handler> {
         .add(Method::Get, "/health/ready", health::ready)
         .add(Method::Get, "/api/config", health::client_config)
         .add(Method::Get, "/api/events", events::events)
-        .add(Method::Get, "/api/openapi.json", openapi::openapi);
+        .add(Method::Get, "/api/openapi.json", openapi::openapi)
+        .add(Method::Get, "/api/docs", openapi::docs);
     router
         .add(Method::Get, "/", pages::index)
         .add(Method::Get, "/favicon.ico", pages::favicon)

@@ -76,10 +76,10 @@ pub fn status_label(i: usize) -> std::borrow::Cow<'static, str> {
 pub struct ProcMetrics {
     /// Finished requests by route slot and status slot.
     requests: [[AtomicU64; STATUSES]; ROUTES],
-    /// Finished requests by latency bucket (not cumulative here).
-    latency: [AtomicU64; BUCKETS],
-    /// Sum of the latencies, in microseconds.
-    latency_sum_us: AtomicU64,
+    /// Finished requests by route slot and latency bucket (not cumulative here).
+    latency: [[AtomicU64; BUCKETS]; ROUTES],
+    /// Sum of the latencies by route slot, in microseconds.
+    latency_sum_us: [AtomicU64; ROUTES],
     /// Open SSE streams (a gauge).
     sse_streams: AtomicU64,
     /// Open WebSocket clients (a gauge).
@@ -100,8 +100,8 @@ impl ProcMetrics {
         bump(&self.requests[route][status_slot(status)], 1);
         let us = elapsed.as_micros().min(u64::MAX as u128) as u64;
         let bucket = BOUNDS_US.iter().position(|&b| us <= b).unwrap_or(BOUNDS_US.len());
-        bump(&self.latency[bucket], 1);
-        bump(&self.latency_sum_us, us);
+        bump(&self.latency[route][bucket], 1);
+        bump(&self.latency_sum_us[route], us);
     }
 
     /// Publish the open SSE stream count (worker only).
@@ -125,7 +125,7 @@ impl ProcMetrics {
 
     /// Every counter (gauges excluded), in a fixed order.
     fn counters(&self) -> impl Iterator<Item = &AtomicU64> {
-        self.requests.iter().flatten().chain(&self.latency).chain(std::iter::once(&self.latency_sum_us))
+        self.requests.iter().flatten().chain(self.latency.iter().flatten()).chain(&self.latency_sum_us)
     }
 
     /// Add this block's counters and gauges to `t`.
@@ -135,10 +135,12 @@ impl ProcMetrics {
                 t.requests[r][s] += c.load(Ordering::Relaxed);
             }
         }
-        for (b, c) in self.latency.iter().enumerate() {
-            t.latency[b] += c.load(Ordering::Relaxed);
+        for (r, row) in self.latency.iter().enumerate() {
+            for (b, c) in row.iter().enumerate() {
+                t.latency[r][b] += c.load(Ordering::Relaxed);
+            }
+            t.latency_sum_us[r] += self.latency_sum_us[r].load(Ordering::Relaxed);
         }
-        t.latency_sum_us += self.latency_sum_us.load(Ordering::Relaxed);
         if gauges {
             t.sse_streams += self.sse_streams.load(Ordering::Relaxed);
             t.websocket_clients += self.websocket_clients.load(Ordering::Relaxed);
@@ -167,10 +169,10 @@ pub struct Retired {
 pub struct Totals {
     /// Requests by route slot and status slot.
     pub requests: Box<[[u64; STATUSES]; ROUTES]>,
-    /// Requests by latency bucket (not cumulative).
-    pub latency: [u64; BUCKETS],
-    /// Sum of the latencies, in microseconds.
-    pub latency_sum_us: u64,
+    /// Requests by route slot and latency bucket (not cumulative).
+    pub latency: Box<[[u64; BUCKETS]; ROUTES]>,
+    /// Sum of the latencies by route slot, in microseconds.
+    pub latency_sum_us: [u64; ROUTES],
     /// Open client connections.
     pub connections: u64,
     /// Open SSE streams.
@@ -189,8 +191,8 @@ impl Totals {
     fn zero() -> Totals {
         Totals {
             requests: Box::new([[0; STATUSES]; ROUTES]),
-            latency: [0; BUCKETS],
-            latency_sum_us: 0,
+            latency: Box::new([[0; BUCKETS]; ROUTES]),
+            latency_sum_us: [0; ROUTES],
             connections: 0,
             sse_streams: 0,
             websocket_clients: 0,
@@ -200,9 +202,9 @@ impl Totals {
         }
     }
 
-    /// Requests counted (the histogram's `_count`).
+    /// Requests counted (the histograms' `_count`s, summed).
     pub fn count(&self) -> u64 {
-        self.latency.iter().sum()
+        self.latency.iter().flatten().sum()
     }
 }
 
@@ -327,12 +329,15 @@ mod tests {
         m.record(1, 200, Duration::from_micros(500)); // le 0.0005
         m.record(1, 200, Duration::from_micros(501)); // le 0.001
         m.record(1, 200, Duration::from_secs(6)); // +Inf
+        m.record(2, 200, Duration::from_micros(100)); // another route's histogram
         let t = r.metrics_totals();
-        assert_eq!(t.latency[0], 1);
-        assert_eq!(t.latency[1], 1);
-        assert_eq!(t.latency[BUCKETS - 1], 1);
-        assert_eq!(t.count(), 3);
-        assert_eq!(t.latency_sum_us, 500 + 501 + 6_000_000);
+        assert_eq!(t.latency[1][0], 1);
+        assert_eq!(t.latency[1][1], 1);
+        assert_eq!(t.latency[1][BUCKETS - 1], 1);
+        assert_eq!((t.latency[2][0], t.latency[0][0]), (1, 0));
+        assert_eq!(t.count(), 4);
+        assert_eq!(t.latency_sum_us[1], 500 + 501 + 6_000_000);
+        assert_eq!(t.latency_sum_us[2], 100);
         assert_eq!(t.requests[1][status_slot(200)], 3);
     }
 

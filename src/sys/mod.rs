@@ -126,6 +126,31 @@ pub fn rss_bytes(pid: i32) -> io::Result<u64> {
     Ok(pages * page_size())
 }
 
+/// Descriptors `pid` has open: the entries of `/proc/<pid>/fd`.
+pub fn open_fds(pid: i32) -> io::Result<u64> {
+    Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count() as u64)
+}
+
+/// CPU time `pid` has used, user and system, in seconds, from `/proc/<pid>/stat`.
+pub fn cpu_seconds(pid: i32) -> io::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // SAFETY: sysconf takes an integer and returns an integer.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    cpu_seconds_of(&stat, if ticks > 0 { ticks as f64 } else { 100.0 })
+        .ok_or_else(|| io::Error::other("unreadable stat"))
+}
+
+/// `utime + stime` of a `/proc/<pid>/stat` line, in seconds at `ticks` per second. The
+/// command name (field 2, in parentheses) may hold spaces and parentheses: the fields are
+/// counted from the last `)`.
+fn cpu_seconds_of(stat: &str, ticks: f64) -> Option<f64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / ticks)
+}
+
 /// The system page size.
 pub fn page_size() -> u64 {
     // SAFETY: sysconf takes an integer and returns an integer.
@@ -360,6 +385,15 @@ pub(crate) fn mapping_rss_kib(start: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpu_time_is_counted_from_the_last_parenthesis() {
+        let stat = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 12 0 0";
+        assert_eq!(super::cpu_seconds_of(stat, 100.0), Some(3.0));
+        assert_eq!(super::cpu_seconds_of("4242 (x) S 1", 100.0), None);
+        let me = std::process::id() as i32;
+        assert!(super::cpu_seconds(me).is_ok() && super::open_fds(me).unwrap_or(0) >= 3);
+    }
+
     use super::mapping_rss_kib as rss_kib_at;
 
     #[test]

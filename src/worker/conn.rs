@@ -6,7 +6,7 @@
 //! its exchanges), or lingering (our side shut, the peer's input discarded until its FIN).
 //!
 //! Event streams, WebSockets, downloads, relays and tickers over HTTP/1.1 are sub-states of
-//! [`H1`] ([`H1::stream`]), not variants of their own: they keep the codec (a download, relay
+//! [`H1`] ([`H1::stream`], a [`Stream`], driven in `streams.rs`), not variants of their own: they keep the codec (a download, relay
 //! or ticker returns the connection to keep-alive, its pipelined requests waiting in the read
 //! buffer; an event stream's body is framed by the codec until its last chunk), and every one
 //! of them is driven the same way (read, flush, back pressure).
@@ -16,7 +16,9 @@
 //! own; its sessions live in their own table (`h3.rs`) and only its exchanges
 //! ([`ExchangeId`]) meet the rest of the worker.
 //!
-//! Bytes reach and leave the socket through [`Transport`]; this file must not know a route.
+//! An HTTP/2 connection's session is `h2.rs`'s; it reaches its transport through
+//! [`Conn::h2_parts`]. Bytes reach and leave the socket through [`Transport`]; this file must
+//! not know a route.
 
 use std::io::{self, Read};
 use std::time::Instant;

@@ -4,7 +4,7 @@
 //! stream's `produce.rs`'s), WebSocket rooms, and the
 //! bus: publishing, receiving, and delivering a message to every local
 //! subscriber with back pressure (a subscriber whose unsent output passes
-//! [`MAX_BACKLOG`] is dropped rather than buffered without bound). Every
+//! `MAX_BACKLOG` is dropped rather than buffered without bound). Every
 //! event stream is registered with its [`Audience`]; a change event goes only
 //! to the streams whose audience may see it, never to the others.
 //!

@@ -1,7 +1,9 @@
 //! The timer- and bus-driven body producers an exchange runs after its head, written once for
 //! every protocol: an `/api/events` subscription ([`Events`]: preamble, `Last-Event-ID`
 //! replay on the pool, live bus events held while the replay runs, heartbeats) and a
-//! timer-driven ticker ([`Ticking`], the chat echo).
+//! timer-driven ticker ([`Ticking`], the chat echo); the worker's registry of event-stream
+//! subscribers they join ([`Subscribers`]) and the backlog past which a stream's client is
+//! given up ([`MAX_BACKLOG`]).
 //!
 //! A producer writes through [`Emit`]: an HTTP/2 or HTTP/3 exchange's unsent bytes (a
 //! `Vec<u8>`; the codec's glue moves them into its stream as flow control allows), or an

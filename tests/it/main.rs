@@ -52,6 +52,7 @@ mod upstream;
 mod chat;
 mod homepage;
 
+mod apidocs;
 mod metrics;
 mod openapi;
 mod panics;

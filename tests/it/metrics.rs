@@ -27,17 +27,22 @@ impl Scrape {
         self.get(&format!("forkd_http_requests_total{{route=\"{route}\",status=\"{status}\"}}"))
     }
 
+    /// Every series of family `name` (any labels), summed.
+    fn sum_of(&self, name: &str) -> f64 {
+        self.series.iter().filter(|(k, _)| k.starts_with(&format!("{name}{{"))).map(|(_, v)| v).sum()
+    }
+
     /// Every `forkd_http_requests_total` series, summed.
     fn requests_sum(&self) -> f64 {
         self.series.iter().filter(|(k, _)| k.starts_with("forkd_http_requests_total{")).map(|(_, v)| v).sum()
     }
 
-    /// The histogram's buckets in the order written: `(le, cumulative count)`.
-    fn buckets(&self) -> Vec<(String, f64)> {
-        let prefix = "forkd_http_request_duration_seconds_bucket{le=\"";
+    /// Route `route`'s histogram buckets in the order written: `(le, cumulative count)`.
+    fn buckets(&self, route: &str) -> Vec<(String, f64)> {
+        let prefix = format!("forkd_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"");
         self.text
             .lines()
-            .filter_map(|l| l.strip_prefix(prefix))
+            .filter_map(|l| l.strip_prefix(prefix.as_str()))
             .filter_map(|rest| {
                 let (le, value) = rest.split_once("\"} ")?;
                 Some((le.to_string(), value.parse().ok()?))
@@ -120,6 +125,9 @@ fn requests_are_counted_by_route_pattern_and_status(p: Proto) {
         "forkd_websocket_clients gauge",
         "forkd_worker_restarts_total counter",
         "forkd_workers gauge",
+        "process_resident_memory_bytes gauge",
+        "process_open_fds gauge",
+        "process_cpu_seconds_total counter",
     ] {
         ensure!(s, m.text.contains(&format!("\n# TYPE {name}\n")), "no `# TYPE {name}` in\n{}", m.text);
     }
@@ -128,26 +136,49 @@ fn requests_are_counted_by_route_pattern_and_status(p: Proto) {
     ensure!(s, m.get("forkd_open_connections") >= 1.0, "the scrape's own connection is open\n{}", m.text);
 }
 
-protocols!(histogram_is_cumulative_and_its_count_is_the_requests_counted);
-fn histogram_is_cumulative_and_its_count_is_the_requests_counted(p: Proto) {
+protocols!(histogram_is_cumulative_per_route_and_its_count_is_the_requests_counted);
+fn histogram_is_cumulative_per_route_and_its_count_is_the_requests_counted(p: Proto) {
     let s = Server::api_builder().start().on(p);
     ensure_eq!(s, s.get("/_debug/sleep?ms=300").status, 200, "a slow pool request");
     for _ in 0..5 {
         s.assert_healthy();
     }
     let m = scrape(&s);
-    let buckets = m.buckets();
+    let buckets = m.buckets("/_debug/sleep");
     ensure_eq!(s, buckets.len(), 14, "buckets\n{}", m.text);
     ensure_eq!(s, buckets[0].0.as_str(), "0.0005", "first bucket");
     ensure_eq!(s, buckets[13].0.as_str(), "+Inf", "last bucket");
     ensure!(s, buckets.windows(2).all(|w| w[0].1 <= w[1].1), "buckets are not cumulative:\n{}", m.text);
-    let count = m.get("forkd_http_request_duration_seconds_count");
-    ensure_eq!(s, buckets[13].1, count, "+Inf bucket vs _count");
-    ensure_eq!(s, m.requests_sum(), count, "requests counted vs _count\n{}", m.text);
-    ensure!(s, count >= 7.0, "start-up probe, sleep, 5 × health: {count}");
     let le_250ms = buckets.iter().find(|(le, _)| le == "0.25").map(|b| b.1).unwrap_or(-1.0);
-    ensure!(s, le_250ms <= count - 1.0, "the 300 ms request must be above le=0.25:\n{}", m.text);
-    ensure!(s, m.get("forkd_http_request_duration_seconds_sum") >= 0.3, "_sum in seconds\n{}", m.text);
+    ensure_eq!(s, (le_250ms, buckets[13].1), (0.0, 1.0), "the 300 ms request is above le=0.25:\n{}", m.text);
+    let h = "forkd_http_request_duration_seconds";
+    ensure!(s, m.get(&format!("{h}_sum{{route=\"/_debug/sleep\"}}")) >= 0.3, "_sum in seconds\n{}", m.text);
+    let health = m.get(&format!("{h}_count{{route=\"/health\"}}"));
+    ensure_eq!(s, health, m.requests("/health", "200"), "/health's count vs its requests\n{}", m.text);
+    ensure!(s, health >= 6.0, "start-up probe and 5 × health: {health}");
+    ensure_eq!(s, m.buckets("/health")[13].1, health, "+Inf bucket vs _count");
+    ensure_eq!(s, m.sum_of(&format!("{h}_count")), m.requests_sum(), "requests counted vs _counts\n{}", m.text);
+}
+
+protocols!(every_process_reports_its_memory_descriptors_and_cpu);
+fn every_process_reports_its_memory_descriptors_and_cpu(p: Proto) {
+    let s = Server::api_builder().workers(2).start().on(p);
+    let workers = s.wait_workers(2, Duration::from_secs(10));
+    let m = scrape(&s);
+    for (role, pid) in std::iter::once(("supervisor", s.pid())).chain(workers.iter().map(|&w| ("worker", w))) {
+        let labels = format!("{{role=\"{role}\",pid=\"{pid}\"}}");
+        let rss = m.get(&format!("process_resident_memory_bytes{labels}"));
+        ensure!(s, rss > 1_000_000.0 && rss < 1e9, "{role} {pid} RSS {rss}\n{}", m.text);
+        ensure!(s, m.get(&format!("process_open_fds{labels}")) >= 3.0, "{role} {pid} fds\n{}", m.text);
+        ensure!(s, m.series.contains_key(&format!("process_cpu_seconds_total{labels}")), "{role} cpu\n{}", m.text);
+    }
+    ensure_eq!(
+        s,
+        m.series.keys().filter(|k| k.starts_with("process_open_fds{")).count(),
+        3,
+        "one series each\n{}",
+        m.text
+    );
 }
 
 protocols!(counts_are_summed_over_workers);
@@ -197,7 +228,8 @@ fn counts_survive_a_killed_worker(p: Proto) {
     );
     ensure!(
         s,
-        m.get("forkd_http_request_duration_seconds_count") >= before.get("forkd_http_request_duration_seconds_count"),
+        m.sum_of("forkd_http_request_duration_seconds_count")
+            >= before.sum_of("forkd_http_request_duration_seconds_count"),
         "the histogram count went down\n{}",
         m.text
     );

@@ -56,9 +56,16 @@ fn metrics(app: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
         return Err(Error::NotFound);
     }
     let totals = app.svc.region.metrics_totals();
+    let mut text = render(&totals, &app.route_labels);
+    let workers = app.svc.region.claimed_records().map(|(rec, _)| rec.pid.load(std::sync::atomic::Ordering::Acquire));
+    let procs: Vec<Process> = std::iter::once(("supervisor", std::os::unix::process::parent_id() as i32))
+        .chain(workers.filter(|&pid| pid > 0).map(|pid| ("worker", pid)))
+        .map(|(role, pid)| Process::read(role, pid))
+        .collect();
+    render_processes(&procs, &mut text);
     let mut r = Response::new(200);
     r.content_type = CONTENT_TYPE;
-    r.body = Body::Bytes(render(&totals, &app.route_labels).into_bytes());
+    r.body = Body::Bytes(text.into_bytes());
     Ok(Reply::full(r))
 }
 
@@ -93,22 +100,29 @@ pub fn render(t: &Totals, routes: &[&str]) -> String {
         &mut out,
         name,
         "histogram",
-        "Time from the first byte of a request to its response being queued (the head, for streams).",
+        "Time from the first byte of a request to its response being queued (the head, for streams), by route pattern.",
     );
-    let mut cumulative = 0;
-    for (i, n) in t.latency.iter().enumerate() {
-        cumulative += n;
-        match BOUNDS_US.get(i) {
-            Some(us) => {
-                let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {cumulative}", *us as f64 / 1e6);
-            }
-            None => {
-                let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+    for (r, row) in t.latency.iter().enumerate() {
+        if row.iter().all(|n| *n == 0) {
+            continue;
+        }
+        let route = escape(routes.get(r).copied().unwrap_or("other"));
+        let mut cumulative = 0;
+        for (i, n) in row.iter().enumerate() {
+            cumulative += n;
+            match BOUNDS_US.get(i) {
+                Some(us) => {
+                    let _ =
+                        writeln!(out, "{name}_bucket{{route=\"{route}\",le=\"{}\"}} {cumulative}", *us as f64 / 1e6);
+                }
+                None => {
+                    let _ = writeln!(out, "{name}_bucket{{route=\"{route}\",le=\"+Inf\"}} {cumulative}");
+                }
             }
         }
+        let _ = writeln!(out, "{name}_sum{{route=\"{route}\"}} {}", t.latency_sum_us[r] as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count{{route=\"{route}\"}} {cumulative}");
     }
-    let _ = writeln!(out, "{name}_sum {}", t.latency_sum_us as f64 / 1e6);
-    let _ = writeln!(out, "{name}_count {cumulative}");
     let gauges = [
         ("forkd_open_connections", "gauge", "Open client connections.", t.connections),
         ("forkd_sse_streams", "gauge", "Open SSE streams.", t.sse_streams),
@@ -143,6 +157,53 @@ pub fn render(t: &Totals, routes: &[&str]) -> String {
     out
 }
 
+/// What `/proc` says of one process of the service (a figure it could not read is `None`).
+pub struct Process {
+    role: &'static str,
+    pid: i32,
+    rss: Option<u64>,
+    fds: Option<u64>,
+    cpu: Option<f64>,
+}
+
+impl Process {
+    /// Read `pid`'s resident memory, open descriptors and CPU time.
+    fn read(role: &'static str, pid: i32) -> Process {
+        Process {
+            role,
+            pid,
+            rss: crate::sys::rss_bytes(pid).ok(),
+            fds: crate::sys::open_fds(pid).ok(),
+            cpu: crate::sys::cpu_seconds(pid).ok(),
+        }
+    }
+}
+
+/// A `process_*` family: name, type, help, and its value for a process.
+type Family = (&'static str, &'static str, &'static str, fn(&Process) -> Option<f64>);
+
+/// Append the `process_*` families: one series per process, labelled with its role
+/// (`supervisor`, `worker`) and pid.
+pub fn render_processes(procs: &[Process], out: &mut String) {
+    let families: [Family; 3] = [
+        ("process_resident_memory_bytes", "gauge", "Resident memory of each process of the service.", |p| {
+            p.rss.map(|v| v as f64)
+        }),
+        ("process_open_fds", "gauge", "Open file descriptors of each process of the service.", |p| {
+            p.fds.map(|v| v as f64)
+        }),
+        ("process_cpu_seconds_total", "counter", "User and system CPU time of each process of the service.", |p| p.cpu),
+    ];
+    for (name, kind, help, value) in families {
+        head(out, name, kind, help);
+        for p in procs {
+            if let Some(v) = value(p) {
+                let _ = writeln!(out, "{name}{{role=\"{}\",pid=\"{}\"}} {v}", p.role, p.pid);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
@@ -175,15 +236,19 @@ mod tests {
                 "forkd_http_requests_total{route=\"/api/v1/users/{id}\",status=\"4xx\"} 1",
             ]
         );
-        let buckets = lines(&text, "forkd_http_request_duration_seconds_bucket");
+        let buckets = lines(&text, "forkd_http_request_duration_seconds_bucket{route=\"/api/v1/users/{id}\"");
         assert_eq!(buckets.len(), BOUNDS_US.len() + 1);
-        assert_eq!(buckets[0], "forkd_http_request_duration_seconds_bucket{le=\"0.0005\"} 3");
-        assert_eq!(buckets[3], "forkd_http_request_duration_seconds_bucket{le=\"0.005\"} 4");
-        assert_eq!(buckets[10], "forkd_http_request_duration_seconds_bucket{le=\"1\"} 4");
-        assert_eq!(buckets[11], "forkd_http_request_duration_seconds_bucket{le=\"2.5\"} 4");
-        assert_eq!(buckets[13], "forkd_http_request_duration_seconds_bucket{le=\"+Inf\"} 5");
-        assert!(text.contains("\nforkd_http_request_duration_seconds_sum 10.0039\n"), "{text}");
-        assert!(text.contains("\nforkd_http_request_duration_seconds_count 5\n"), "{text}");
+        let h = "forkd_http_request_duration_seconds";
+        assert_eq!(buckets[0], format!("{h}_bucket{{route=\"/api/v1/users/{{id}}\",le=\"0.0005\"}} 3"));
+        assert_eq!(buckets[10], format!("{h}_bucket{{route=\"/api/v1/users/{{id}}\",le=\"1\"}} 3"));
+        assert_eq!(buckets[13], format!("{h}_bucket{{route=\"/api/v1/users/{{id}}\",le=\"+Inf\"}} 4"));
+        let other = lines(&text, "forkd_http_request_duration_seconds_bucket{route=\"other\"");
+        assert_eq!(other[2], format!("{h}_bucket{{route=\"other\",le=\"0.0025\"}} 0"));
+        assert_eq!(other[3], format!("{h}_bucket{{route=\"other\",le=\"0.005\"}} 1"));
+        assert!(text.contains(&format!("\n{h}_sum{{route=\"/api/v1/users/{{id}}\"}} 10.0009\n")), "{text}");
+        assert!(text.contains(&format!("\n{h}_count{{route=\"/api/v1/users/{{id}}\"}} 4\n")), "{text}");
+        assert!(text.contains(&format!("\n{h}_count{{route=\"other\"}} 1\n")), "{text}");
+        assert!(!text.contains("route=\"/health\",le"), "a route with no request has no histogram");
         for name in [
             "forkd_http_requests_total",
             "forkd_http_request_duration_seconds",
@@ -204,6 +269,27 @@ mod tests {
         assert!(text.contains("\nforkd_redis_up 0\n") && text.contains("\nforkd_redis_fallbacks_total 1\n"), "{text}");
         region.set_redis_up(true);
         assert!(render(&region.metrics_totals(), &["other"]).contains("\nforkd_redis_up 1\n"));
+    }
+
+    #[test]
+    fn each_process_is_one_series_per_family_and_unread_figures_are_left_out() {
+        let procs = [
+            Process { role: "supervisor", pid: 7, rss: Some(4096), fds: Some(12), cpu: Some(1.5) },
+            Process { role: "worker", pid: 8, rss: Some(8192), fds: None, cpu: Some(0.25) },
+        ];
+        let mut text = String::new();
+        render_processes(&procs, &mut text);
+        assert_eq!(
+            lines(&text, "process_"),
+            [
+                "process_resident_memory_bytes{role=\"supervisor\",pid=\"7\"} 4096",
+                "process_resident_memory_bytes{role=\"worker\",pid=\"8\"} 8192",
+                "process_open_fds{role=\"supervisor\",pid=\"7\"} 12",
+                "process_cpu_seconds_total{role=\"supervisor\",pid=\"7\"} 1.5",
+                "process_cpu_seconds_total{role=\"worker\",pid=\"8\"} 0.25",
+            ]
+        );
+        assert_eq!(lines(&text, "# TYPE process_cpu_seconds_total counter").len(), 1);
     }
 
     #[test]
