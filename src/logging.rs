@@ -16,7 +16,6 @@
 
 use std::cell::RefCell;
 use std::io::Write;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -104,8 +103,7 @@ pub fn access(done: &Finished<'_>) {
     let full = PENDING.with(|p| {
         let mut p = p.borrow_mut();
         let Pending { buf, second } = &mut *p;
-        // `Finished` carries no client (the codecs keep none per exchange): none is written.
-        write_access(buf, second, done, None, SystemTime::now(), JSON.load(Ordering::Relaxed));
+        write_access(buf, second, done, SystemTime::now(), JSON.load(Ordering::Relaxed));
         buf.len() >= PENDING_MAX
     });
     if full {
@@ -131,16 +129,10 @@ pub fn flush_access() {
 }
 
 /// Append one access line, framed as env_logger frames a record (the same timestamp, level
-/// and target), to `out`; `client` (the decided client's address), when known, after the
+/// and target), to `out`; `done.client` (the decided client's address), when known, after the
 /// request id.
-fn write_access(
-    out: &mut Vec<u8>,
-    second: &mut (u64, [u8; 19]),
-    done: &Finished<'_>,
-    client: Option<IpAddr>,
-    now: SystemTime,
-    json: bool,
-) {
+fn write_access(out: &mut Vec<u8>, second: &mut (u64, [u8; 19]), done: &Finished<'_>, now: SystemTime, json: bool) {
+    let client = done.client;
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     if second.0 != secs || second.1[0] == 0 {
@@ -246,10 +238,11 @@ mod tests {
             elapsed: Duration::from_micros(1500),
             request_id: b"id-\"7\"",
             label: 0,
+            client: None,
         };
         let at = UNIX_EPOCH + Duration::from_millis(1_798_761_599_042);
         let (mut out, mut second) = (Vec::new(), (0, [0; 19]));
-        write_access(&mut out, &mut second, &done, None, at, false);
+        write_access(&mut out, &mut second, &done, at, false);
         assert_eq!(
             String::from_utf8_lossy(&out),
             format!(
@@ -258,7 +251,7 @@ mod tests {
             )
         );
         out.clear();
-        write_access(&mut out, &mut second, &done, None, at, true);
+        write_access(&mut out, &mut second, &done, at, true);
         let v: serde_json::Value = serde_json::from_slice(&out).expect("one JSON object");
         assert_eq!(v["ts"], "2026-12-31T23:59:59.042Z");
         assert_eq!(v["path"], "/ws?token=REDACTED&room=\"1\"");
@@ -281,15 +274,15 @@ mod tests {
             elapsed: Duration::from_millis(2),
             request_id: b"r1",
             label: 0,
+            client: Some("2001:db8::17".parse().expect("literal")),
         };
         let at = UNIX_EPOCH + Duration::from_secs(1_798_761_599);
         let (mut out, mut second) = (Vec::new(), (0, [0; 19]));
-        let client: IpAddr = "2001:db8::17".parse().expect("literal");
-        write_access(&mut out, &mut second, &done, Some(client), at, false);
+        write_access(&mut out, &mut second, &done, at, false);
         let line = String::from_utf8_lossy(&out);
         assert!(line.ends_with(&format!(" id=r1 client=2001:db8::17 pid={}\n", std::process::id())), "{line}");
         out.clear();
-        write_access(&mut out, &mut second, &done, Some(client), at, true);
+        write_access(&mut out, &mut second, &done, at, true);
         let v: serde_json::Value = serde_json::from_slice(&out).expect("one JSON object");
         assert_eq!(v["client"], "2001:db8::17");
     }

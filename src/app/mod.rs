@@ -29,6 +29,8 @@ use phases::{cors, https, ratelimit, session, version};
 use crate::auth::{jwt::Jwt, password::Passwords};
 use crate::config::Config;
 use crate::error::Error;
+use std::net::IpAddr;
+
 use crate::http::client::{self, Client};
 use crate::http::reply::Upstream;
 use crate::http::request::{Method, Request};
@@ -195,7 +197,7 @@ impl App {
     /// decoration (CORS) applies to them too. `route` gets the request's
     /// `/metrics` route slot (`shm::metrics::ROUTE_OTHER` when no pattern
     /// matched) before any handler runs, so it is known even if one panics.
-    pub fn handle(&self, req: &Request<'_>, draining: bool, route: &mut u16) -> Reply {
+    pub fn handle(&self, req: &Request<'_>, draining: bool, route: &mut u16, who: &mut Option<IpAddr>) -> Reply {
         // Routed first, so that every answer (preflight, 429, 403) is
         // labelled with the path's pattern in `/metrics`.
         let found = self.router.find(req.method, req.path);
@@ -205,6 +207,7 @@ impl App {
         };
         let config = self.svc.config;
         let client = client::decide(req.peer, req.secure, &req.headers, &config.proxy.trusted);
+        *who = Some(client.addr);
         if let Some(r) = https::redirect(config, req, client.secure) {
             return Reply::full(r);
         }
