@@ -1,24 +1,15 @@
-//! The command line (CONTRACT §1): `serve`, `check-config`, `print-config`,
-//! `gen-secret`, `user create`, `migrate`, `--version`. Parses arguments, loads the configuration and hands over to
-//! the supervisor. The only place besides `main` that prints to stdout/stderr
-//! directly (before logging exists).
+//! The command line: `serve`, `check-config`, `print-config`, `gen-secret`, `user create`,
+//! `migrate`, `--version`, and `--help` for each (`help`). Parses arguments, loads the
+//! configuration, checks the data directory and hands over to the supervisor. The only place
+//! besides `main` that prints to stdout/stderr directly (before logging exists).
 
 use std::path::PathBuf;
 
 use crate::config;
 
-const USAGE: &str = "usage:
-  forkd [serve] [--config FILE]      run the service (foreground)
-  forkd check-config [--config FILE] validate the configuration
-  forkd print-config [--config FILE] print the effective configuration (file, FORKD_* variables,
-                                     defaults) as TOML forkd reads back; the secret is not shown
-  forkd gen-secret                   print a fresh 256-bit secret (base64)
-  forkd user create --email E --name N [--age A] [--role user|admin] --password-stdin [--config FILE]
-                                     create a user in the database (works while the service runs)
-  forkd migrate [--config FILE] [--apply]
-                                     show the schema changes the declared resources need;
-                                     --apply makes them, destructive ones included
-  forkd --version                    print the version";
+mod help;
+
+use help::USAGE;
 
 /// Exit code for a bad command line or configuration.
 pub const EXIT_USAGE: i32 = 2;
@@ -30,13 +21,17 @@ pub fn run(args: &[String]) -> i32 {
         Some(a) if a.starts_with('-') && a != "-V" && a != "--version" && a != "-h" && a != "--help" => ("serve", args),
         Some(a) => (a, &args[1..]),
     };
+    if let Some(page) = help::page(cmd).filter(|_| help::asked(rest)) {
+        println!("{page}");
+        return 0;
+    }
     match cmd {
         "-V" | "--version" | "version" => {
             println!("forkd {}", env!("CARGO_PKG_VERSION"));
             0
         }
         "-h" | "--help" | "help" => {
-            println!("{USAGE}");
+            println!("{}", rest.first().and_then(|c| help::page(c)).unwrap_or(USAGE));
             0
         }
         "gen-secret" => gen_secret(),
@@ -166,9 +161,11 @@ fn source(
 
 fn serve(cfg: config::Config, source: config::Source) -> i32 {
     crate::logging::init(cfg.log_format);
-    if let Err(e) = std::fs::create_dir_all(&cfg.data_dir) {
-        log::error!("cannot create data_dir {}: {e}", cfg.data_dir.display());
-        return 1;
+    // A directory or database file it cannot write is the operator's to fix: exit 2,
+    // which the systemd unit does not restart.
+    if let Err(e) = crate::store::files::check(&cfg) {
+        log::error!("{e}");
+        return EXIT_USAGE;
     }
     crate::supervisor::run(cfg, source)
 }
@@ -249,44 +246,21 @@ fn gen_secret() -> i32 {
     0
 }
 
-/// Usage of `forkd user`.
-const USER_USAGE: &str = "usage:
-  forkd user create --email E --name N [--age A] [--role user|admin] --password-stdin [--config FILE]
-
-Create a user directly in the database (to bootstrap an admin); works while the
-service runs. The password is read from standard input, less one trailing
-newline. Prints the new user as a JSON object; a duplicate e-mail exits 1, bad
-arguments exit 2.
-
-  --email E          the e-mail address (unique)
-  --name N           the display name
-  --age A            optional, 0 to 150
-  --role R           user (default) or admin
-  --password-stdin   read the password from standard input (required)
-  --config FILE      the configuration (its data_dir holds the database)";
-
-fn is_help(arg: Option<&String>) -> bool {
-    matches!(arg.map(String::as_str), Some("-h" | "--help" | "help"))
-}
-
-/// `forkd user ...`: `create`, or the usage (`--help`: exit 0; anything else: exit 2).
+/// `forkd user ...`: `create`, or the usage (`help`, like `--help`: exit 0; anything else:
+/// exit 2).
 fn user(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
-        Some("create") if args[1..].iter().any(|a| a == "-h" || a == "--help") => {
-            println!("{USER_USAGE}");
-            0
-        }
         Some("create") => user_create(&args[1..]),
-        _ if is_help(args.first()) => {
-            println!("{USER_USAGE}");
+        Some("help") => {
+            println!("{}", help::USER);
             0
         }
         None => {
-            eprintln!("forkd: user: a subcommand is needed\n{USER_USAGE}");
+            eprintln!("forkd: user: a subcommand is needed\n{}", help::USER);
             EXIT_USAGE
         }
         Some(other) => {
-            eprintln!("forkd: user: unknown subcommand `{other}`\n{USER_USAGE}");
+            eprintln!("forkd: user: unknown subcommand `{other}`\n{}", help::USER);
             EXIT_USAGE
         }
     }
@@ -362,7 +336,7 @@ fn user_create(args: &[String]) -> i32 {
         return EXIT_USAGE;
     }
     let result = (|| -> Result<String, String> {
-        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| format!("data_dir: {e}"))?;
+        crate::store::files::check(&cfg).map_err(|e| e.to_string())?;
         // With `[cluster] database_url` the user goes to PostgreSQL, where every host sees it.
         Store::migrate(&cfg).map_err(|e| e.to_string())?;
         let store = Store::open(&cfg, 1).map_err(|e| e.to_string())?;

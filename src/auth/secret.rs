@@ -13,7 +13,7 @@ use super::AuthError;
 /// The minimum secret length in bytes (256 bits, the HS256 key size).
 pub const MIN_SECRET_LEN: usize = 32;
 
-/// Resolve the signing secret: Inline → its bytes (>= 32 bytes else Secret error); File → the file's contents with ONE trailing newline trimmed (>= 32 bytes; unreadable → Secret error naming the path, never the content); Generate → allowed only in development: 32 random bytes from OsRng (log a warn that tokens won't survive a restart); in production Generate → Secret("auth.jwt_secret or auth.jwt_secret_file is required in production").
+/// Resolve the signing secret: Inline → its bytes (>= 32 bytes else Secret error); File → the file's contents with ONE trailing newline trimmed (>= 32 bytes; unreadable → Secret error naming the path, never the content); Generate → allowed only in development: 32 random bytes from OsRng (log a warn that tokens won't survive a restart); in production Generate → Secret([`crate::config::SECRET_REQUIRED`]).
 ///
 /// A trailing `"\r\n"` counts as one newline. Any other whitespace is part of the secret.
 pub fn resolve(auth: &Auth, development: bool) -> Result<Vec<u8>, AuthError> {
@@ -47,9 +47,7 @@ pub fn resolve(auth: &Auth, development: bool) -> Result<Vec<u8>, AuthError> {
             );
             Ok(random_bytes::<MIN_SECRET_LEN>().to_vec())
         }
-        JwtSecret::Generate => {
-            Err(AuthError::Secret("auth.jwt_secret or auth.jwt_secret_file is required in production".to_owned()))
-        }
+        JwtSecret::Generate => Err(AuthError::Secret(crate::config::SECRET_REQUIRED.to_owned())),
     }
 }
 
@@ -134,7 +132,7 @@ mod tests {
     fn generate_in_production_is_refused() {
         assert_eq!(
             resolve(&auth(JwtSecret::Generate), false),
-            Err(AuthError::Secret("auth.jwt_secret or auth.jwt_secret_file is required in production".into()))
+            Err(AuthError::Secret(crate::config::SECRET_REQUIRED.into()))
         );
     }
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 
+mod cidr;
 mod cluster;
 mod env;
 mod print;
@@ -23,6 +24,7 @@ pub mod raw;
 mod suggest;
 mod validate;
 
+pub use cidr::Cidr;
 pub use cluster::{without_password, Cluster, DatabaseUrl};
 pub use raw::RawConfig;
 
@@ -79,6 +81,8 @@ pub struct Config {
     pub http2: Http2,
     /// `[http3]`
     pub http3: Http3,
+    /// `[proxy]`
+    pub proxy: Proxy,
     /// `[cluster]`
     pub cluster: Cluster,
     /// `[debug]`
@@ -158,6 +162,12 @@ pub struct Auth {
     /// Mark cookies `Secure`.
     pub cookie_secure: bool,
 }
+
+/// The refusal of a production configuration with no signing secret; it names the command
+/// that makes one.
+pub const SECRET_REQUIRED: &str = "auth.jwt_secret or auth.jwt_secret_file is required in production: \
+     make one with `forkd gen-secret > /etc/forkd/jwt_secret` and set auth.jwt_secret_file \
+     (FORKD_AUTH__JWT_SECRET_FILE) to that file";
 
 /// The source of the signing secret: `auth.jwt_secret`, `auth.jwt_secret_file`, or neither.
 /// Its `Debug` never shows the secret.
@@ -321,6 +331,14 @@ impl Http3 {
     pub fn enabled(&self) -> bool {
         self.listen.is_some()
     }
+}
+
+/// `[proxy]`: the proxies whose `Forwarded`, `X-Forwarded-For` and `X-Forwarded-Proto` are
+/// believed (`crate::http::client` decides the client from them).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Proxy {
+    /// The trusted networks; empty: no peer is a proxy, the headers are never read.
+    pub trusted: Vec<Cidr>,
 }
 
 /// `[debug]`: test-only switches, never on in production.
@@ -797,6 +815,27 @@ max_frame_size = 16384
     }
 
     #[test]
+    fn proxy_section() {
+        assert!(Config::default().proxy.trusted.is_empty(), "nothing is trusted by default");
+        let config = load_str("[proxy]\ntrusted = [\"10.0.0.0/8\", \"127.0.0.1\", \"::1/128\"]\n", &[]).expect("valid");
+        let shown: Vec<String> = config.proxy.trusted.iter().map(Cidr::to_string).collect();
+        assert_eq!(shown, ["10.0.0.0/8", "127.0.0.1/32", "::1/128"]);
+        let config = load_str("", &[("FORKD_PROXY__TRUSTED", "192.168.0.0/16, fd00::/8")]).expect("valid");
+        assert_eq!(config.proxy.trusted.len(), 2);
+        assert_eq!(
+            problems("[proxy]\ntrusted = [\"10.0.0.0/8\", \"10.0.0.0/33\", \"lb.internal\"]\n", &[]),
+            [
+                r#"proxy.trusted[1] = "10.0.0.0/33": must be an address or a network addr/prefix (10.0.0.0/8, ::1/128)"#,
+                r#"proxy.trusted[2] = "lb.internal": must be an address or a network addr/prefix (10.0.0.0/8, ::1/128)"#,
+            ]
+        );
+        assert_eq!(
+            problems("[proxy]\ntrusted = \"10.0.0.0/8\"\n", &[]),
+            [r#"proxy.trusted = "10.0.0.0/8": must be an array of strings"#]
+        );
+    }
+
+    #[test]
     fn file_overrides_defaults() {
         let config = load_str(
             r#"
@@ -1010,13 +1049,7 @@ max_frame_size = 16384
     #[test]
     fn production_rules() {
         let found = problems("environment = \"production\"\n[debug]\nroutes = true\n", &[]);
-        assert_eq!(
-            found,
-            [
-                "auth.jwt_secret or auth.jwt_secret_file is required in production",
-                "debug.routes = true is not allowed in production",
-            ]
-        );
+        assert_eq!(found, [SECRET_REQUIRED, "debug.routes = true is not allowed in production",]);
         let env = [("FORKD_ENVIRONMENT", "production"), ("FORKD_AUTH__JWT_SECRET", SECRET)];
         assert!(load_str("", &env).is_ok());
         let dev = load_str("[debug]\nroutes = true\n", &[]).expect("allowed in development");

@@ -141,6 +141,8 @@ section! {
         http2: Http2 = Http2::default(),
         /// HTTP/3 over QUIC (UDP) beside the TLS listener, with its certificate.
         http3: Http3 = Http3::default(),
+        /// The proxies and load balancers in front of forkd whose word on the client is believed.
+        proxy: Proxy = Proxy::default(),
         /// Several hosts as one service; empty = this host alone (SQLite and shared memory).
         cluster: Cluster = Cluster::default(),
         /// Test-only switches; refused in production.
@@ -360,6 +362,17 @@ section! {
         /// `true`: resumed clients may send 0-RTT early data; only GET, HEAD and OPTIONS are
         /// served from it, anything else is answered 425 Too Early.
         early_data: bool = true,
+    }
+}
+
+section! {
+    /// `[proxy]`: the real client behind an HTTP proxy or load balancer.
+    Proxy {
+        /// Networks (`10.0.0.0/8`, `::1/128`, or one address) of the proxies in front of forkd.
+        /// Only from a peer in them, the client is read from `Forwarded` or `X-Forwarded-For`
+        /// (the rightmost address not in them) and the scheme from `X-Forwarded-Proto`; from
+        /// any other peer those headers are ignored. Empty: every peer is the client.
+        trusted: Vec<String> = Vec::new(),
     }
 }
 

@@ -14,7 +14,7 @@ use super::env::Sources;
 use super::raw::RawConfig;
 use super::{
     Auth, Chat, Cluster, Config, Cors, Db, Debug, Download, Environment, Http2, Http3, Io, JwtSecret, Limits,
-    LogFormat, RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket,
+    LogFormat, Proxy, RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket, SECRET_REQUIRED,
 };
 
 const MIB: i64 = 1 << 20;
@@ -62,7 +62,7 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
     };
     let production = environment == Environment::Production;
     if production && a.jwt_secret.is_empty() && a.jwt_secret_file.is_empty() {
-        c.problem("auth.jwt_secret or auth.jwt_secret_file is required in production");
+        c.problem(SECRET_REQUIRED);
     }
     if production && raw.debug.routes {
         c.problem("debug.routes = true is not allowed in production");
@@ -159,6 +159,9 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
             max_frame_size: c.range("http2.max_frame_size", raw.http2.max_frame_size, 1 << 14, (1 << 24) - 1),
         },
         http3,
+        proxy: Proxy {
+            trusted: c.each("proxy.trusted", &raw.proxy.trusted, Check::cidr).into_iter().flatten().collect(),
+        },
         cluster: c.cluster(&raw.cluster),
         debug: Debug { routes: raw.debug.routes },
         resources: crate::resources::Registry::default(),
@@ -226,7 +229,7 @@ impl Check<'_> {
     }
 
     /// Checks every item of a list with `check`, keyed `key[i]`.
-    fn each(&mut self, key: &str, items: &[String], check: fn(&mut Self, &str, &str) -> String) -> Vec<String> {
+    fn each<T>(&mut self, key: &str, items: &[String], check: fn(&mut Self, &str, &str) -> T) -> Vec<T> {
         let checked = items.iter().enumerate();
         checked.map(|(i, item)| check(self, &format!("{key}[{i}]"), item)).collect()
     }
@@ -247,6 +250,15 @@ impl Check<'_> {
             self.fail(key, format!("{v:?}"), "a bare host name (a.example: no scheme, port or path)");
         }
         lower
+    }
+
+    /// A network (`10.0.0.0/8`, `2001:db8::/32`) or one address; `None` after a problem.
+    fn cidr(&mut self, key: &str, v: &str) -> Option<super::Cidr> {
+        let cidr = v.trim().parse().ok();
+        if cidr.is_none() {
+            self.fail(key, format!("{v:?}"), "an address or a network addr/prefix (10.0.0.0/8, ::1/128)");
+        }
+        cidr
     }
 
     /// A path to a file, or `None` when empty: no NUL byte, and not a directory

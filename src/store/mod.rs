@@ -34,6 +34,7 @@ macro_rules! now_sql {
 #[cfg(test)]
 mod conformance;
 pub mod error;
+pub mod files;
 pub mod migrations;
 pub mod notifications;
 pub mod pg;

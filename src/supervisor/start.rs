@@ -8,16 +8,24 @@
 
 use super::*;
 
-/// Why the supervisor cannot listen on `addr`; an address in use is a
-/// start-up refusal (exit 2), like a bad configuration.
+/// Why the supervisor cannot listen on `addr`. An address in use, and a port below 1024
+/// without the privilege to bind it, are start-up refusals (exit 2), like a bad
+/// configuration; the line says what to do.
 fn listen_error(addr: std::net::SocketAddr, e: io::Error) -> io::Error {
-    if e.kind() == io::ErrorKind::AddrInUse {
-        return io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("cannot listen on {addr}: address already in use (another process, perhaps another forkd, listens on it)"),
-        );
+    let refused = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("cannot listen on {addr}: {why}"));
+    match e.kind() {
+        io::ErrorKind::AddrInUse => {
+            refused("address already in use (another process, perhaps another forkd, listens on it)".into())
+        }
+        io::ErrorKind::PermissionDenied if addr.port() < 1024 => refused(
+            "permission denied (ports below 1024 need privilege): let systemd bind it (socket activation, \
+             systemd/forkd.socket), or grant CAP_NET_BIND_SERVICE (AmbientCapabilities=CAP_NET_BIND_SERVICE \
+             in the unit; `setcap cap_net_bind_service=+ep` on the binary outside systemd), or use a port \
+             from 1024 up behind a proxy"
+                .into(),
+        ),
+        _ => io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")),
     }
-    io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
 }
 
 /// The UDP address of the HTTP/3 sockets, when HTTP/3 is on: `http3.listen`, whose default

@@ -228,6 +228,19 @@ try {
   await a.click("#logout");
   await until(a, () => !document.getElementById("login").hidden && document.getElementById("chat-st").textContent === "sign in to chat");
   out.steps.signedOut = await text(a, "#auth-st");
+
+  // 6b. The front page's link to the API reference: a page with no script, its stylesheet
+  // applied under the CSP, every in-page link landing on an element (violations and failed
+  // requests land in this context's sink like the front page's).
+  await Promise.all([a.waitForURL(u => u.pathname === "/api/docs", { timeout: STEP_MS }), a.click("#about a[href='/api/docs']")]);
+  out.steps.apiDocs = await a.evaluate(() => ({
+    title: document.title,
+    operations: document.querySelectorAll("section.op").length,
+    scripts: document.scripts.length,
+    maxWidth: getComputedStyle(document.body).maxWidth,
+    dangling: [...document.querySelectorAll("a[href^='#']")]
+      .map(l => l.getAttribute("href").slice(1)).filter(id => !document.getElementById(id)).length,
+  }));
   say("main flow done");
 
   // 7. Errors, on the rate-limited server (its own sink: these requests fail on purpose).

@@ -323,6 +323,12 @@ fn front_page(mode: Mode) {
     assert_eq!(step("signUpChatOnline"), true, "the chat connects after sign-up\n{show}");
     assert_eq!(step("signInName"), "Bob Browser", "sign-in from the page\n{show}");
     assert_eq!(step("signedOut"), "signed out", "sign-out\n{show}");
+    // The API reference, reached from the front page's link: styled, no script, whole.
+    let docs = step("apiDocs");
+    assert!(docs["title"].as_str().is_some_and(|t| t.ends_with("API reference")), "/api/docs title\n{show}");
+    assert!(docs["operations"].as_u64() > Some(50), "/api/docs lists the operations\n{show}");
+    assert_eq!((docs["scripts"].as_u64(), docs["dangling"].as_u64()), (Some(0), Some(0)), "{docs}\n{show}");
+    assert_eq!(docs["maxWidth"], "1152px", "docs.css applies under the CSP\n{show}");
     // Notifications: the latest on load, and one posted by an admin while the page is open.
     assert_eq!(step("replayedOnLoad"), true, "a notification from before the page opened\n{show}");
     assert_eq!(step("emptyNoteHidden"), true, "`No notifications yet` hidden once there is one\n{show}");

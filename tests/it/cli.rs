@@ -1,4 +1,4 @@
-//! Command line (CONTRACT §1) and configuration validation (§2).
+//! The command line (`--help` of every subcommand included) and configuration validation.
 
 use std::fs;
 use std::net::TcpStream;
@@ -413,6 +413,51 @@ fn user_help_prints_the_usage_and_exits_zero() {
     }
     // `create --help` reads no password and touches no database.
     assert!(!d.path().join("data").exists(), "--help must not create the database");
+}
+
+#[test]
+fn every_subcommand_takes_help_prints_its_usage_on_stdout_and_exits_zero() {
+    let d = tmp();
+    let commands = [
+        ("serve", "forkd [serve] [--config FILE]"),
+        ("check-config", "forkd check-config [--config FILE]"),
+        ("print-config", "forkd print-config [--config FILE]"),
+        ("gen-secret", "forkd gen-secret"),
+        ("migrate", "forkd migrate [--config FILE] [--apply]"),
+        ("user", "forkd user create --email E"),
+    ];
+    for (command, usage) in commands {
+        for args in
+            [&[command, "--help"][..], &[command, "-h"], &["help", command], &[command, "--config", "x.toml", "-h"]]
+        {
+            let out = run_forkd(d.path(), args, &[]);
+            assert_eq!(out.code(), Some(0), "forkd {args:?}: {out:?}");
+            assert!(out.stdout.starts_with("usage:") && out.stdout.contains(usage), "forkd {args:?}: {out:?}");
+            assert_eq!(out.stderr, "", "forkd {args:?} writes nothing on stderr: {out:?}");
+        }
+    }
+    // Options before the help flag select `serve` as they do without it.
+    let out = run_forkd(d.path(), &["--config", "x.toml", "--help"], &[]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(out.stdout.contains("forkd [serve]") && out.stdout.contains("exits 2"), "{out:?}");
+    // Help reads no configuration, creates no data directory and listens nowhere.
+    assert!(!d.path().join("data").exists(), "--help must not create ./data");
+    let overview = run_forkd(d.path(), &["--help"], &[]);
+    assert!(overview.stdout.contains("forkd <command> --help"), "the overview points at the pages: {overview:?}");
+}
+
+#[test]
+fn production_without_a_secret_names_forkd_gen_secret() {
+    let d = tmp();
+    let cfg = write_config(&d, "environment = \"production\"");
+    for command in ["check-config", "serve"] {
+        let out = run_forkd(d.path(), &[command, "--config", cfg.to_str().unwrap()], &[]);
+        assert_eq!(out.code(), Some(2), "forkd {command} in production without a secret: {out:?}");
+        let line = out.stderr.lines().find(|l| l.contains("jwt_secret_file is required in production"));
+        let line = line.unwrap_or_else(|| panic!("forkd {command}: no line says the secret is required: {out:?}"));
+        assert!(line.contains("`forkd gen-secret"), "the line names the command that makes one: {line}");
+        assert!(line.contains("FORKD_AUTH__JWT_SECRET_FILE"), "and where to point at it: {line}");
+    }
 }
 
 #[test]

@@ -97,7 +97,7 @@ fn security_header_problems(r: &Response, report_only: bool) -> Vec<String> {
     p
 }
 
-fn assert_security_headers(r: &Response, what: &str) {
+pub(crate) fn assert_security_headers(r: &Response, what: &str) {
     let p = security_header_problems(r, false);
     assert!(p.is_empty(), "{what}: header problems:\n  {}\nresponse: {r:?}", p.join("\n  "));
 }

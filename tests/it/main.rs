@@ -22,6 +22,7 @@ mod limits;
 mod liveness;
 mod logging;
 mod process;
+mod start_errors;
 
 mod auth;
 mod cluster;
@@ -38,6 +39,7 @@ mod browser;
 mod changes;
 mod early_hints;
 mod pages;
+mod proxy;
 mod ratelimit;
 mod redis;
 mod sse;
@@ -51,6 +53,7 @@ mod upstream;
 mod chat;
 mod homepage;
 
+mod apidocs;
 mod metrics;
 mod openapi;
 mod panics;

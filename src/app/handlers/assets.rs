@@ -37,6 +37,11 @@ const SOURCES: &[Source] = &[
         content_type: "text/css; charset=utf-8",
         bytes: include_bytes!("../../../static/app.css"),
     },
+    Source {
+        plain: "docs.css",
+        content_type: "text/css; charset=utf-8",
+        bytes: include_bytes!("../../../static/docs.css"),
+    },
     Source { plain: "favicon.ico", content_type: "image/x-icon", bytes: include_bytes!("../../../static/favicon.ico") },
 ];
 

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{self, Write};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
@@ -44,6 +44,29 @@ pub fn run_forkd(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> CliOutput {
 
 /// Like [`run_forkd`], with `input` on standard input.
 pub fn run_forkd_input(cwd: &Path, args: &[&str], env: &[(&str, &str)], input: &[u8]) -> CliOutput {
+    run(cwd, args, env, input, None).expect("spawn forkd")
+}
+
+/// The uid and gid the tests run a child as when they themselves run as root: `nobody`'s.
+pub const NOBODY: u32 = 65534;
+
+/// Whether the tests run as root, for whom file modes and privileged ports do not apply.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Like [`run_forkd`], as a user without privilege: the tests' own, or [`NOBODY`] when they
+/// run as root (then `cwd` and every path the run needs must be open to others). `Err` says
+/// why it could not run (the binary out of `nobody`'s reach): the caller skips.
+pub fn run_forkd_unprivileged(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<CliOutput, String> {
+    let user = is_root().then_some(NOBODY);
+    run(cwd, args, env, b"", user).map_err(|e| format!("cannot run {} as uid {NOBODY}: {e}", bin()))
+}
+
+/// Runs `forkd args...` in `cwd` (as `uid`, when given, with the same gid); `Err` only when it
+/// cannot be started.
+fn run(cwd: &Path, args: &[&str], env: &[(&str, &str)], input: &[u8], uid: Option<u32>) -> io::Result<CliOutput> {
+    use std::os::unix::process::CommandExt;
     let n = UNIQUE.fetch_add(1, Ordering::Relaxed);
     let out_path = cwd.join(format!(".cli-{}-{n}-stdout", std::process::id()));
     let err_path = cwd.join(format!(".cli-{}-{n}-stderr", std::process::id()));
@@ -53,12 +76,15 @@ pub fn run_forkd_input(cwd: &Path, args: &[&str], env: &[(&str, &str)], input: &
         .stdin(Stdio::piped())
         .stdout(File::create(&out_path).unwrap())
         .stderr(File::create(&err_path).unwrap());
+    if let Some(id) = uid {
+        cmd.uid(id).gid(id);
+    }
     clear_forkd_env(&mut cmd);
     cmd.env_remove("RUST_LOG");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().expect("spawn forkd");
+    let mut child = cmd.spawn()?;
     {
         let mut stdin = child.stdin.take().unwrap();
         let _ = stdin.write_all(input); // the child may exit without reading (bad input)
@@ -76,5 +102,5 @@ pub fn run_forkd_input(cwd: &Path, args: &[&str], env: &[(&str, &str)], input: &
     let stderr = String::from_utf8_lossy(&fs::read(&err_path).unwrap_or_default()).into_owned();
     let _ = fs::remove_file(&out_path);
     let _ = fs::remove_file(&err_path);
-    CliOutput { status, stdout, stderr }
+    Ok(CliOutput { status, stdout, stderr })
 }

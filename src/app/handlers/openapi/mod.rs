@@ -1,5 +1,6 @@
 //! `GET /api/openapi.json`: an OpenAPI 3.1 description of every route the
-//! router serves (the `/_debug/*` test hooks excepted).
+//! router serves (the `/_debug/*` test hooks excepted); `GET /api/docs`: the
+//! same document rendered as an HTML page (`html.rs`).
 //!
 //! The document is what a client or a schema-driven fuzzer (Schemathesis,
 //! `bin/schemathesis`) relies on, so it states what the handlers really
@@ -17,6 +18,7 @@
 //! each declared resource adds (the built-in `posts` too) in `resources.rs`.
 
 mod components;
+mod html;
 mod paths;
 mod resources;
 
@@ -29,6 +31,8 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::http::request::Request;
 use crate::http::response::{Body, Response};
+
+pub use html::docs;
 
 /// The `Cache-Control` of the document: it changes only with a new binary or configuration.
 pub const CACHE_CONTROL: &str = "public, max-age=3600";

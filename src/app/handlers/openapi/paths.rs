@@ -21,7 +21,7 @@ pub const TAGS: &[(&str, &str)] = &[
     ("streams", "Server-sent events, chat, WebSocket"),
     ("aggregation", "Responses built from upstream services"),
     ("files", "Downloads, static assets, the page"),
-    ("service", "Health, metrics, configuration, this document, CSP reports, redirects"),
+    ("service", "Health, metrics, configuration, this document and its HTML page, CSP reports, redirects"),
 ];
 
 /// Who may call an operation.
@@ -392,8 +392,9 @@ pub fn all(p: &mut Paths<'_>) {
             "service",
             "Prometheus metrics",
             "Requests by route pattern and status, latency histogram, open connections, streams, \
-             WebSocket clients, workers and restarts, summed over all workers. Loopback peers only: \
-             anyone else gets the 404 of an unknown path.",
+             WebSocket clients, workers and restarts, summed over all workers. Loopback clients only \
+             (behind a `[proxy] trusted` proxy, the client it names): anyone else gets the 404 of \
+             an unknown path.",
         )
         .ok(ok(200, "The exposition text", Content::Raw(vec!["text/plain"], json!({"type": "string"})), NO_STORE))
         .errors(&[404]),
@@ -472,6 +473,24 @@ fn service(p: &mut Paths<'_>) {
                 json!({"type": "object", "required": ["openapi", "info", "paths"],
                     "properties": {"openapi": {"type": "string", "pattern": "^3\\.1\\."}}}),
             ),
+            super::CACHE_CONTROL,
+        )),
+    );
+    p.add(
+        "GET",
+        "/api/docs",
+        &Op::new(
+            "apiDocs",
+            "service",
+            "This document as an HTML page",
+            "Every operation with its parameters, request body and responses, the errors and the \
+             schemas, rendered from this document once per process. No script; its stylesheet is a \
+             `/static/` file.",
+        )
+        .ok(ok(
+            200,
+            "The page",
+            Content::Raw(vec!["text/html"], json!({"type": "string"})),
             super::CACHE_CONTROL,
         )),
     );
