@@ -111,11 +111,16 @@ fn header_components(config: &Config) -> Value {
     json!({
         "Content-Security-Policy": header(
             if config.csp_report_only {
-                "The policy (report only), with a fresh script nonce per response"
+                "The policy (report only): on an HTML document with a fresh script nonce per response, \
+                 on every other response the one fixed API policy"
             } else {
-                "The policy, with a fresh script nonce per response"
+                "The policy: on an HTML document with a fresh script nonce per response, on every other \
+                 response the one fixed API policy"
             },
-            json!({"type": "string", "pattern": "^default-src 'none'; script-src 'nonce-[A-Za-z0-9+/=_-]+' 'strict-dynamic'"}),
+            json!({"type": "string", "anyOf": [
+                {"const": crate::http::headers::API_CSP},
+                {"pattern": "^default-src 'none'; script-src 'nonce-[A-Za-z0-9+/=_-]+' 'strict-dynamic'"},
+            ]}),
         ),
         "X-Request-Id": header(
             "The request's own `x-request-id` when it is 1-128 of `[A-Za-z0-9._-]`, else a fresh UUID",
