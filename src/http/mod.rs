@@ -1,4 +1,5 @@
-//! HTTP, protocol-neutral: the request handlers see ([`request`], its fields [`fields`]), the
+//! HTTP, protocol-neutral: the request handlers see ([`request`], its fields [`fields`], the
+//! content coding its `Accept-Encoding` allows [`encoding`]), the
 //! reply they return ([`reply`], [`response`]), the key of one exchange
 //! ([`exchange`]), the service every codec hands requests to ([`service`]),
 //! the target and `Host` rules ([`target`]), the headers every response
@@ -8,6 +9,7 @@
 //! `crate::http2` and `crate::http3`. Nothing here writes protocol framing, touches a socket, a
 //! poll or a route.
 
+pub mod encoding;
 pub mod exchange;
 pub mod fields;
 pub mod headers;
