@@ -53,6 +53,7 @@ mod chat;
 mod homepage;
 
 mod apidocs;
+mod compression;
 mod metrics;
 mod openapi;
 mod panics;
