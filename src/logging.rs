@@ -4,7 +4,9 @@
 //! `log_format = "json"` writes one JSON object per line. The access line
 //! (target `access`, level info) carries method, path (with secret query
 //! values such as `token` written `REDACTED`), status, body bytes, duration,
-//! request id and worker pid. `RUST_LOG` filters as usual (default `info`).
+//! request id, the client's address when the caller knows it (`client=` / `"client"`: the
+//! one `crate::http::client` decided) and worker pid. `RUST_LOG` filters as usual (default
+//! `info`).
 //!
 //! Access lines are not written one by one: [`access`] appends the line to a buffer of the
 //! calling thread (the worker's loop), and the loop writes the buffer once per turn
@@ -127,8 +129,10 @@ pub fn flush_access() {
 }
 
 /// Append one access line, framed as env_logger frames a record (the same timestamp, level
-/// and target), to `out`.
+/// and target), to `out`; `done.client` (the decided client's address), when known, after the
+/// request id.
 fn write_access(out: &mut Vec<u8>, second: &mut (u64, [u8; 19]), done: &Finished<'_>, now: SystemTime, json: bool) {
+    let client = done.client;
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     if second.0 != secs || second.1[0] == 0 {
@@ -152,13 +156,20 @@ fn write_access(out: &mut Vec<u8>, second: &mut (u64, [u8; 19]), done: &Finished
         let _ =
             write!(out, ",\"status\":{},\"bytes\":{},\"durationMs\":{ms:.3},\"requestId\":", done.status, done.bytes);
         let _ = serde_json::to_writer(&mut *out, &*rid);
+        if let Some(ip) = client {
+            let _ = write!(out, ",\"client\":\"{ip}\"");
+        }
         let _ = writeln!(out, ",\"pid\":{pid}}}");
     } else {
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "{ts}.{millis:03}Z INFO  access: {} {} {} {}B {ms:.3}ms id={rid} pid={pid}",
+            "{ts}.{millis:03}Z INFO  access: {} {} {} {}B {ms:.3}ms id={rid}",
             done.method, target, done.status, done.bytes
         );
+        if let Some(ip) = client {
+            let _ = write!(out, " client={ip}");
+        }
+        let _ = writeln!(out, " pid={pid}");
     }
 }
 
@@ -227,6 +238,7 @@ mod tests {
             elapsed: Duration::from_micros(1500),
             request_id: b"id-\"7\"",
             label: 0,
+            client: None,
         };
         let at = UNIX_EPOCH + Duration::from_millis(1_798_761_599_042);
         let (mut out, mut second) = (Vec::new(), (0, [0; 19]));
@@ -249,6 +261,30 @@ mod tests {
             (Some(101), Some("INFO"), Some("access"))
         );
         assert!(out.ends_with(b"}\n"));
+        assert_eq!(v.get("client"), None, "no client known: no key");
+    }
+
+    #[test]
+    fn a_known_client_is_on_the_line_in_both_formats() {
+        let done = Finished {
+            method: "GET",
+            target: b"/api/config",
+            status: 200,
+            bytes: 12,
+            elapsed: Duration::from_millis(2),
+            request_id: b"r1",
+            label: 0,
+            client: Some("2001:db8::17".parse().expect("literal")),
+        };
+        let at = UNIX_EPOCH + Duration::from_secs(1_798_761_599);
+        let (mut out, mut second) = (Vec::new(), (0, [0; 19]));
+        write_access(&mut out, &mut second, &done, at, false);
+        let line = String::from_utf8_lossy(&out);
+        assert!(line.ends_with(&format!(" id=r1 client=2001:db8::17 pid={}\n", std::process::id())), "{line}");
+        out.clear();
+        write_access(&mut out, &mut second, &done, at, true);
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("one JSON object");
+        assert_eq!(v["client"], "2001:db8::17");
     }
 
     #[test]

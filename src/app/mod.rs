@@ -1,7 +1,8 @@
 //! Routes and handlers: what the service answers, independent of transport.
 //!
 //! [`App::handle`] is the one entry point. A request passes fixed phases
-//! (nginx-style): CORS preflight → origin check for unsafe methods → API
+//! (nginx-style): who the client is behind trusted proxies (`crate::http::client`) → https
+//! redirect → CORS preflight → rate limit → origin check for unsafe methods → API
 //! version → route → handler; then the response is decorated (CORS headers)
 //! whether it is ready now, an error, or produced later by a pool [`Job`].
 //! Handlers never see sockets, polls or tokens; the event loop never sees a
@@ -28,6 +29,9 @@ use phases::{compress, cors, https, ratelimit, session, version};
 use crate::auth::{jwt::Jwt, password::Passwords};
 use crate::config::Config;
 use crate::error::Error;
+use std::net::IpAddr;
+
+use crate::http::client::{self, Client};
 use crate::http::reply::Upstream;
 use crate::http::request::{Method, Request};
 use crate::http::response::Response;
@@ -87,6 +91,9 @@ pub struct Stats {
 pub struct Ctx<'a> {
     /// The worker is draining.
     pub draining: bool,
+    /// The client as `[proxy] trusted` lets forkd believe it: what "the client's address"
+    /// means to a handler (never `Request::peer`, which may be a proxy).
+    pub client: Client,
     /// Path parameters of the matched route.
     pub params: Params<'a>,
     /// The request's decoration, for a response made later ([`Ctx::later`]).
@@ -195,7 +202,7 @@ impl App {
     /// decoration (CORS) applies to them too. `route` gets the request's
     /// `/metrics` route slot (`shm::metrics::ROUTE_OTHER` when no pattern
     /// matched) before any handler runs, so it is known even if one panics.
-    pub fn handle(&self, req: &Request<'_>, draining: bool, route: &mut u16) -> Reply {
+    pub fn handle(&self, req: &Request<'_>, draining: bool, route: &mut u16, who: &mut Option<IpAddr>) -> Reply {
         // Routed first, so that every answer (preflight, 429, 403) is
         // labelled with the path's pattern in `/metrics`.
         let found = self.router.find(req.method, req.path);
@@ -204,23 +211,28 @@ impl App {
             Match::NotFound => crate::shm::metrics::ROUTE_OTHER,
         };
         let config = self.svc.config;
-        if let Some(r) = https::redirect(config, req) {
+        let client = client::decide(req.peer, req.secure, &req.headers, &config.proxy.trusted);
+        *who = Some(client.addr);
+        if let Some(r) = https::redirect(config, req, client.secure) {
             return Reply::full(r);
         }
         let dev = config.is_development();
+        // HTTP/3 is announced on forkd's own UDP port: only to a client that reached this
+        // TLS listener itself, never through a proxy that terminated TLS.
         let alt_svc = if req.secure { self.alt_svc } else { None };
         let mut decor =
             Decor { cors: cors::allowed_origin(config, req), rate: None, alt_svc, path: req.path, fields: req.headers };
         let decorated = std::cell::Cell::new(false);
         let reply = match cors::preflight(decor.cors, req) {
             Some(r) => Ok(r),
-            None => match ratelimit::check(config, self.svc.rate, req) {
+            None => match ratelimit::check(config, self.svc.rate, req, client.addr) {
                 Ok(rate) => {
                     decor.rate = rate;
+                    let params = Params::default();
                     self.route(
                         req,
                         found,
-                        Ctx { draining, params: Params::default(), decor, config, decorated: &decorated, route: 0 },
+                        Ctx { draining, client, params, decor, config, decorated: &decorated, route: 0 },
                     )
                 }
                 Err(e) => {

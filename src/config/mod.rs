@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 
+mod cidr;
 mod cluster;
 mod env;
 mod print;
@@ -23,6 +24,7 @@ pub mod raw;
 mod suggest;
 mod validate;
 
+pub use cidr::Cidr;
 pub use cluster::{without_password, Cluster, DatabaseUrl};
 pub use raw::RawConfig;
 
@@ -81,6 +83,8 @@ pub struct Config {
     pub http3: Http3,
     /// `[compression]`
     pub compression: Compression,
+    /// `[proxy]`
+    pub proxy: Proxy,
     /// `[cluster]`
     pub cluster: Cluster,
     /// `[debug]`
@@ -340,6 +344,14 @@ pub struct Compression {
     pub min_bytes: usize,
     /// gzip level (1 to 9) for bodies compressed per response.
     pub level: u32,
+}
+
+/// `[proxy]`: the proxies whose `Forwarded`, `X-Forwarded-For` and `X-Forwarded-Proto` are
+/// believed (`crate::http::client` decides the client from them).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Proxy {
+    /// The trusted networks; empty: no peer is a proxy, the headers are never read.
+    pub trusted: Vec<Cidr>,
 }
 
 /// `[debug]`: test-only switches, never on in production.
@@ -827,6 +839,27 @@ max_frame_size = 16384
             [
                 r#"cluster.redis_url = "tcp://@h:1": must be empty or a redis:// or rediss:// URL (redis://host:6379/0): it must start with redis:// or rediss:// (TLS) (from FORKD_CLUSTER__REDIS_URL)"#
             ]
+        );
+    }
+
+    #[test]
+    fn proxy_section() {
+        assert!(Config::default().proxy.trusted.is_empty(), "nothing is trusted by default");
+        let config = load_str("[proxy]\ntrusted = [\"10.0.0.0/8\", \"127.0.0.1\", \"::1/128\"]\n", &[]).expect("valid");
+        let shown: Vec<String> = config.proxy.trusted.iter().map(Cidr::to_string).collect();
+        assert_eq!(shown, ["10.0.0.0/8", "127.0.0.1/32", "::1/128"]);
+        let config = load_str("", &[("FORKD_PROXY__TRUSTED", "192.168.0.0/16, fd00::/8")]).expect("valid");
+        assert_eq!(config.proxy.trusted.len(), 2);
+        assert_eq!(
+            problems("[proxy]\ntrusted = [\"10.0.0.0/8\", \"10.0.0.0/33\", \"lb.internal\"]\n", &[]),
+            [
+                r#"proxy.trusted[1] = "10.0.0.0/33": must be an address or a network addr/prefix (10.0.0.0/8, ::1/128)"#,
+                r#"proxy.trusted[2] = "lb.internal": must be an address or a network addr/prefix (10.0.0.0/8, ::1/128)"#,
+            ]
+        );
+        assert_eq!(
+            problems("[proxy]\ntrusted = \"10.0.0.0/8\"\n", &[]),
+            [r#"proxy.trusted = "10.0.0.0/8": must be an array of strings"#]
         );
     }
 

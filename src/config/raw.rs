@@ -143,6 +143,8 @@ section! {
         http3: Http3 = Http3::default(),
         /// Response compression (gzip), negotiated by `Accept-Encoding`.
         compression: Compression = Compression::default(),
+        /// The proxies and load balancers in front of forkd whose word on the client is believed.
+        proxy: Proxy = Proxy::default(),
         /// Several hosts as one service; empty = this host alone (SQLite and shared memory).
         cluster: Cluster = Cluster::default(),
         /// Test-only switches; refused in production.
@@ -377,6 +379,17 @@ section! {
         /// gzip level for bodies compressed per response, on the pool (1 fastest to 9
         /// smallest); bodies fixed for the process's life are compressed once at level 9.
         level: i64 = 6,
+    }
+}
+
+section! {
+    /// `[proxy]`: the real client behind an HTTP proxy or load balancer.
+    Proxy {
+        /// Networks (`10.0.0.0/8`, `::1/128`, or one address) of the proxies in front of forkd.
+        /// Only from a peer in them, the client is read from `Forwarded` or `X-Forwarded-For`
+        /// (the rightmost address not in them) and the scheme from `X-Forwarded-Proto`; from
+        /// any other peer those headers are ignored. Empty: every peer is the client.
+        trusted: Vec<String> = Vec::new(),
     }
 }
 

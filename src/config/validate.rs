@@ -14,7 +14,7 @@ use super::env::Sources;
 use super::raw::RawConfig;
 use super::{
     Auth, Chat, Cluster, Compression, Config, Cors, Db, Debug, Download, Environment, Http2, Http3, Io, JwtSecret,
-    Limits, LogFormat, RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket, SECRET_REQUIRED,
+    Limits, LogFormat, Proxy, RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket, SECRET_REQUIRED,
 };
 
 const MIB: i64 = 1 << 20;
@@ -164,6 +164,9 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
             min_bytes: c.range("compression.min_bytes", raw.compression.min_bytes, 0, 64 * MIB),
             level: c.range("compression.level", raw.compression.level, 1, 9),
         },
+        proxy: Proxy {
+            trusted: c.each("proxy.trusted", &raw.proxy.trusted, Check::cidr).into_iter().flatten().collect(),
+        },
         cluster: c.cluster(&raw.cluster),
         debug: Debug { routes: raw.debug.routes },
         resources: crate::resources::Registry::default(),
@@ -231,7 +234,7 @@ impl Check<'_> {
     }
 
     /// Checks every item of a list with `check`, keyed `key[i]`.
-    fn each(&mut self, key: &str, items: &[String], check: fn(&mut Self, &str, &str) -> String) -> Vec<String> {
+    fn each<T>(&mut self, key: &str, items: &[String], check: fn(&mut Self, &str, &str) -> T) -> Vec<T> {
         let checked = items.iter().enumerate();
         checked.map(|(i, item)| check(self, &format!("{key}[{i}]"), item)).collect()
     }
@@ -252,6 +255,15 @@ impl Check<'_> {
             self.fail(key, format!("{v:?}"), "a bare host name (a.example: no scheme, port or path)");
         }
         lower
+    }
+
+    /// A network (`10.0.0.0/8`, `2001:db8::/32`) or one address; `None` after a problem.
+    fn cidr(&mut self, key: &str, v: &str) -> Option<super::Cidr> {
+        let cidr = v.trim().parse().ok();
+        if cidr.is_none() {
+            self.fail(key, format!("{v:?}"), "an address or a network addr/prefix (10.0.0.0/8, ::1/128)");
+        }
+        cidr
     }
 
     /// A path to a file, or `None` when empty: no NUL byte, and not a directory

@@ -1,5 +1,6 @@
-//! HTTP, protocol-neutral: the request handlers see ([`request`], its fields [`fields`], the
-//! content coding its `Accept-Encoding` allows [`encoding`]), the
+//! HTTP, protocol-neutral: the request handlers see ([`request`], its fields [`fields`], who
+//! sent it behind proxies [`client`], the content coding its `Accept-Encoding` allows
+//! [`encoding`]), the
 //! reply they return ([`reply`], [`response`]), the key of one exchange
 //! ([`exchange`]), the service every codec hands requests to ([`service`]),
 //! the target and `Host` rules ([`target`]), the headers every response
@@ -9,6 +10,7 @@
 //! `crate::http2` and `crate::http3`. Nothing here writes protocol framing, touches a socket, a
 //! poll or a route.
 
+pub mod client;
 pub mod encoding;
 pub mod exchange;
 pub mod fields;

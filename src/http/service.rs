@@ -24,6 +24,12 @@ pub trait Service {
     fn label(&self) -> u16 {
         0
     }
+    /// The client of the request [`Service::call`] just answered, as the service decided it
+    /// (behind trusted proxies, not always the peer); the connection keeps it and hands it
+    /// back in [`Finished::client`]. `None`: not called, or not known.
+    fn client(&self) -> Option<std::net::IpAddr> {
+        None
+    }
     /// One request/response exchange finished (the access log).
     fn finished(&mut self, done: &Finished<'_>);
 }
@@ -44,6 +50,8 @@ pub struct Finished<'a> {
     pub request_id: &'a [u8],
     /// What [`Service::label`] said for this request (0 when not called).
     pub label: u16,
+    /// What [`Service::client`] said for this request (`None` when not called).
+    pub client: Option<std::net::IpAddr>,
 }
 
 /// Per-worker settings and header state every connection shares.

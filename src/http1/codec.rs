@@ -100,6 +100,7 @@ struct Current {
     target: Vec<u8>,
     started: Instant,
     label: u16,
+    client: Option<std::net::IpAddr>,
 }
 
 /// HTTP/1.1 state of one connection.
@@ -159,6 +160,7 @@ impl Http1 {
                 target: Vec::new(),
                 started: now,
                 label: 0,
+                client: None,
             },
             deadline: Some((now + env.header_timeout, Timeout::Idle)),
             peer,
@@ -487,6 +489,7 @@ impl Http1 {
         };
         let Reply { head, body } = svc.call(&req);
         self.cur.label = svc.label();
+        self.cur.client = svc.client();
         self.continue_sent = false;
         let (head, delimit) = match &body {
             Body::Full => (head, Delimit::Length),
@@ -542,6 +545,7 @@ impl Http1 {
             elapsed: cur.started.elapsed(),
             request_id: &cur.rid[..cur.rid_len],
             label: cur.label,
+            client: cur.client,
         });
         self.head_known = false;
         self.cur.keep_alive = keep_alive;
@@ -589,6 +593,7 @@ impl Http1 {
         self.cur.rid_len = 36;
         self.cur.keep_alive = false;
         self.cur.label = 0;
+        self.cur.client = None;
         let mut resp = e.into_response(env.development);
         resp.close = true;
         env.announce(&mut resp, self.secure);

@@ -246,6 +246,8 @@ pub(super) struct Exchange<K, H> {
     pub(super) deadline: Option<Instant>,
     request_id: RequestId,
     label: u16,
+    /// The client the service decided on (behind trusted proxies, not always the peer).
+    client: Option<IpAddr>,
     pub(super) produce: Option<Produce>,
     /// Body bytes produced and not yet taken by the stream.
     pub(super) unsent: Vec<u8>,
@@ -366,6 +368,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
             deadline: (o.body_follows && !o.tunnel).then(|| now + body_timeout),
             request_id,
             label: 0,
+            client: None,
             produce: None,
             unsent: Vec::new(),
             done: false,
@@ -469,6 +472,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         };
         let ex = &mut self.list[i];
         ex.label = cx.host.label();
+        ex.client = cx.host.client();
         if ex.tunnel && !matches!(reply.body, Body::WebSocket(_)) {
             // An extended CONNECT to a route that is not a WebSocket: the route's error
             // stands; what a GET would have got is not for a CONNECT (a 2xx would open a
@@ -528,6 +532,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         V: Host,
     {
         self.list[i].label = 0;
+        self.list[i].client = None;
         let mut resp = e.into_response(cx.env.development);
         if self.announce {
             cx.env.announce(&mut resp, self.secure);
@@ -572,6 +577,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
             elapsed: ex.started.elapsed(),
             request_id: ex.request_id.as_bytes(),
             label: ex.label,
+            client: ex.client,
         });
         if !sent {
             sink.reset(ex.stream, Reset::Internal);

@@ -25,6 +25,8 @@ pub(super) struct Glue<'g> {
     pub(super) metrics: &'static ProcMetrics,
     /// The `/metrics` route slot of the request [`Service::call`] answered last.
     route: u16,
+    /// The client of that request, as the app decided it.
+    client: Option<std::net::IpAddr>,
 }
 
 impl<'g> Glue<'g> {
@@ -34,7 +36,7 @@ impl<'g> Glue<'g> {
         record: &'static ProcRecord,
         metrics: &'static ProcMetrics,
     ) -> Self {
-        Glue { app, config, record, metrics, route: crate::shm::metrics::ROUTE_OTHER }
+        Glue { app, config, record, metrics, route: crate::shm::metrics::ROUTE_OTHER, client: None }
     }
 }
 
@@ -42,14 +44,19 @@ impl Service for Glue<'_> {
     fn call(&mut self, req: &Request<'_>) -> Reply {
         let draining = self.record.state() == WorkerState::Draining;
         let dev = self.config.is_development();
-        let (app, route) = (self.app, &mut self.route);
+        let (app, route, client) = (self.app, &mut self.route, &mut self.client);
         *route = crate::shm::metrics::ROUTE_OTHER;
-        panics::guard("request handler", || app.handle(req, draining, route))
+        *client = None;
+        panics::guard("request handler", || app.handle(req, draining, route, client))
             .unwrap_or_else(|p| Reply::full(p.into_response(dev)))
     }
 
     fn label(&self) -> u16 {
         self.route
+    }
+
+    fn client(&self) -> Option<std::net::IpAddr> {
+        self.client
     }
 
     fn finished(&mut self, done: &Finished<'_>) {

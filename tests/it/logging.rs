@@ -56,6 +56,19 @@ fn access_log_text_line_has_the_request_facts() {
     assert!(missing.is_empty(), "access log line lacks {missing:?}:\n{line}");
 }
 
+protocols!(access_lines_name_the_client_the_proxy_forwarded);
+fn access_lines_name_the_client_the_proxy_forwarded(p: Proto) {
+    // Trusted (loopback is the proxy): the forwarded client; not trusted: the peer.
+    for (trusted, want) in [("\"127.0.0.1/32\", \"::1/128\"", "203.0.113.9"), ("", "127.0.0.1")] {
+        let server = Server::builder().set("proxy", &format!("trusted = [{trusted}]")).start().on(p);
+        let id = format!("log-client-{}", trusted.len());
+        let r = server.get_with("/health", &[("X-Request-Id", &id), ("X-Forwarded-For", "198.51.100.1, 203.0.113.9")]);
+        assert_eq!(r.status, 200, "{r:?}");
+        let line = server.wait_log_line(LOG_WAIT, |l| l.contains(&format!("id={id}")));
+        assert!(line.contains(&format!(" client={want} ")), "trusted [{trusted}]: expected client={want}:\n{line}");
+    }
+}
+
 #[test]
 fn access_log_has_one_line_per_request() {
     let server = Server::start("");

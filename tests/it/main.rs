@@ -39,6 +39,7 @@ mod browser;
 mod changes;
 mod early_hints;
 mod pages;
+mod proxy;
 mod ratelimit;
 mod redis;
 mod sse;

@@ -55,7 +55,7 @@ pub fn refresh_body(map: Map<String, Value>) -> Result<Option<String>, Error> {
 fn login(app: &App, req: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
     let (email, password) = credentials(validate::json_object(req)?)?;
     // The attempt's slot is taken before any password is checked (429 when none is left).
-    let slot = LoginGuard::new(app.svc.config, req.peer, &email).take(app.svc.rate)?;
+    let slot = LoginGuard::new(app.svc.config, ctx.client.addr, &email).take(app.svc.rate)?;
     let svc = app.svc;
     Ok(ctx.later(move || {
         let read_at = now_ms();

@@ -1,8 +1,10 @@
 //! `GET /metrics`: the shared-memory counters of every worker, summed, in the
 //! Prometheus text exposition format (version 0.0.4).
 //!
-//! Loopback peers only: any other peer gets the same 404 as an unknown path,
-//! so the endpoint is not revealed. Requests are labelled with the matched
+//! Loopback clients only: any other client gets the same 404 as an unknown path,
+//! so the endpoint is not revealed. Behind a trusted proxy the client is the one the proxy
+//! names (`crate::http::client`), so a proxy on this host does not open the endpoint to the
+//! clients it forwards. Requests are labelled with the matched
 //! route *pattern* (`/api/v1/users/{id}`, `other` when nothing matched),
 //! never the raw path, so the number of series stays bounded. The counting
 //! itself happens in the worker (`shm::metrics`); this module only reads and
@@ -49,8 +51,8 @@ pub fn is_loopback(peer: IpAddr) -> bool {
     }
 }
 
-fn metrics(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    if !is_loopback(req.peer) {
+fn metrics(app: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> {
+    if !is_loopback(ctx.client.addr) {
         return Err(Error::NotFound);
     }
     let totals = app.svc.region.metrics_totals();

@@ -395,7 +395,7 @@ fn changes(app: &App, req: &Request<'_>, ctx: &Ctx<'_>, full: bool) -> Result<Re
         // password is the same body): 403, as for a wrong current password.
         (true, None) => return Err(Error::Forbidden("currentPassword is required to change your own password")),
         (true, Some(current)) => {
-            let slot = LoginGuard::new(app.svc.config, req.peer, &format!("#{id}")).take(app.svc.rate)?;
+            let slot = LoginGuard::new(app.svc.config, ctx.client.addr, &format!("#{id}")).take(app.svc.rate)?;
             Some((slot, current))
         }
     };

@@ -1,4 +1,5 @@
-//! `tls.redirect_http`: a request that came over the plain listener is answered with a 308 to
+//! `tls.redirect_http`: a request that came over plain HTTP (the plain listener, or a trusted
+//! proxy's plain side when the proxy says its client used http) is answered with a 308 to
 //! the same path and query on the https origin (`public_origin`, which is the https origin
 //! whenever TLS is on), except the operators' `/health` and `/metrics`, which load balancers
 //! and scrapers poll over plain HTTP. 308 keeps the method and body (RFC 9110 §15.4.9).
@@ -7,9 +8,10 @@ use crate::config::Config;
 use crate::http::request::Request;
 use crate::http::response::Response;
 
-/// The 308 for `req` when it must move to https; `None` to serve it here.
-pub fn redirect(config: &Config, req: &Request<'_>) -> Option<Response> {
-    if req.secure || !config.tls.redirect_http || matches!(req.path, "/health" | "/metrics") {
+/// The 308 for `req` when it must move to https (`secure`: the client used https, as
+/// `crate::http::client` decided); `None` to serve it here.
+pub fn redirect(config: &Config, req: &Request<'_>, secure: bool) -> Option<Response> {
+    if secure || !config.tls.redirect_http || matches!(req.path, "/health" | "/metrics") {
         return None;
     }
     let mut location = String::with_capacity(config.public_origin.len() + req.path.len() + req.query.len() + 1);
@@ -51,15 +53,18 @@ mod tests {
     #[test]
     fn plain_requests_move_to_the_https_origin_but_health_and_metrics() {
         let mut config = Config { public_origin: "https://a.example:8443".into(), ..Config::default() };
-        assert_eq!(location(redirect(&config, &req("/api/v1/users", "page=2", false))), None, "off by default");
+        assert_eq!(location(redirect(&config, &req("/api/v1/users", "page=2", false), false)), None, "off by default");
         config.tls.redirect_http = true;
         assert_eq!(
-            location(redirect(&config, &req("/api/v1/users", "page=2", false))).as_deref(),
+            location(redirect(&config, &req("/api/v1/users", "page=2", false), false)).as_deref(),
             Some("https://a.example:8443/api/v1/users?page=2")
         );
-        assert_eq!(location(redirect(&config, &req("/", "", false))).as_deref(), Some("https://a.example:8443/"));
-        assert_eq!(location(redirect(&config, &req("/api/v1/users", "", true))), None, "already on TLS");
-        assert_eq!(location(redirect(&config, &req("/health", "", false))), None);
-        assert_eq!(location(redirect(&config, &req("/metrics", "", false))), None);
+        assert_eq!(
+            location(redirect(&config, &req("/", "", false), false)).as_deref(),
+            Some("https://a.example:8443/")
+        );
+        assert_eq!(location(redirect(&config, &req("/api/v1/users", "", true), true)), None, "already on TLS");
+        assert_eq!(location(redirect(&config, &req("/health", "", false), false)), None);
+        assert_eq!(location(redirect(&config, &req("/metrics", "", false), false)), None);
     }
 }

@@ -2,7 +2,8 @@
 //! `login_max_failures`), both on the shared-memory table in
 //! `crate::shm::ratelimit`, so a limit is counted once across all workers.
 //!
-//! `/api/*` and `/csp-report` count per client address; `/health` and pages
+//! `/api/*` and `/csp-report` count per client address (behind a trusted proxy, the client it
+//! names: `crate::http::client`); `/health` and pages
 //! do not. Limited responses carry `RateLimit-Policy`, `RateLimit-Limit`,
 //! `RateLimit-Remaining` and `RateLimit-Reset` (IETF draft names, no
 //! `X-RateLimit-*`); a refused one is 429 with `Retry-After`.
@@ -12,22 +13,24 @@ use crate::error::Error;
 use crate::http::request::Request;
 use crate::http::response::{Inline, Response, Value};
 use crate::shm::ratelimit::{Decision, RateTable, Slot};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Count this request if its route is limited; `Err(429)` when over.
-pub fn check(config: &Config, table: &RateTable, req: &Request<'_>) -> Result<Option<Decision>, Error> {
+/// Count this request from `client` (the address `crate::http::client` decided) if its route
+/// is limited; `Err(429)` when over.
+pub fn check(config: &Config, table: &RateTable, req: &Request<'_>, client: IpAddr) -> Result<Option<Decision>, Error> {
     let rl = &config.rate_limit;
     if !rl.enabled || !(req.path.starts_with("/api/") || req.path == "/csp-report") {
         return Ok(None);
     }
     // The client's address bytes, on the stack (4 for IPv4, 16 for IPv6).
     let mut key = [0u8; 16];
-    let key: &[u8] = match req.peer {
-        std::net::IpAddr::V4(a) => {
+    let key: &[u8] = match client {
+        IpAddr::V4(a) => {
             key[..4].copy_from_slice(&a.octets());
             &key[..4]
         }
-        std::net::IpAddr::V6(a) => {
+        IpAddr::V6(a) => {
             key = a.octets();
             &key
         }
@@ -80,9 +83,9 @@ pub fn decorate(r: &mut Response, config: &Config, d: &Decision) {
         .header("RateLimit-Reset", Value::uint(d.reset_secs));
 }
 
-fn login_key(req_peer: std::net::IpAddr, email: &str) -> Vec<u8> {
+fn login_key(client: IpAddr, email: &str) -> Vec<u8> {
     let mut k = b"login\0".to_vec();
-    k.extend_from_slice(req_peer.to_string().as_bytes());
+    k.extend_from_slice(client.to_string().as_bytes());
     k.push(0);
     k.extend_from_slice(email.to_lowercase().as_bytes());
     k
@@ -104,11 +107,12 @@ pub struct LoginGuard {
 }
 
 impl LoginGuard {
-    /// The guard for a login attempt by `peer` for `email`.
-    pub fn new(config: &Config, peer: std::net::IpAddr, email: &str) -> LoginGuard {
+    /// The guard for a login attempt by `client` (the decided address, `Ctx::client`) for
+    /// `email`.
+    pub fn new(config: &Config, client: IpAddr, email: &str) -> LoginGuard {
         let rl = &config.rate_limit;
         LoginGuard {
-            key: login_key(peer, email),
+            key: login_key(client, email),
             window_ms: rl.window.as_millis() as u64,
             max: rl.login_max_failures,
             enabled: rl.enabled,

@@ -392,8 +392,9 @@ pub fn all(p: &mut Paths<'_>) {
             "service",
             "Prometheus metrics",
             "Requests by route pattern and status, latency histogram, open connections, streams, \
-             WebSocket clients, workers and restarts, summed over all workers. Loopback peers only: \
-             anyone else gets the 404 of an unknown path.",
+             WebSocket clients, workers and restarts, summed over all workers. Loopback clients only \
+             (behind a `[proxy] trusted` proxy, the client it names): anyone else gets the 404 of \
+             an unknown path.",
         )
         .ok(ok(200, "The exposition text", Content::Raw(vec!["text/plain"], json!({"type": "string"})), NO_STORE))
         .errors(&[404]),
