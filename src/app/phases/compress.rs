@@ -99,7 +99,7 @@ pub fn worth_a_look(r: &Response, config: &Config) -> bool {
 
 /// The auth routes (`/api/auth/*`, `/api/v1/auth/*`): their answers carry tokens.
 fn token_route(path: &str) -> bool {
-    path.contains("/auth/")
+    path.starts_with("/api/auth/") || path.starts_with("/api/v1/auth/")
 }
 
 /// Whether `r` may be compressed: a 2xx with a whole body (not 204 or 206) of at least
@@ -291,6 +291,7 @@ mod tests {
         let lines = [httparse::Header { name: "Accept-Encoding", value: b"gzip" }];
         assert_eq!(Plan::new(&config, "/api/v1/auth/login", Fields::new(&lines)), Plan::Never);
         assert_eq!(Plan::new(&config, "/api/auth/refresh", Fields::new(&lines)), Plan::Never);
+        assert_eq!(Plan::new(&config, "/api/v1/users", Fields::new(&lines)), Plan::Encode(Coding::Gzip));
         let mut cookie = json(200, big_json());
         cookie.header("Set-Cookie", "refresh_token=x");
         let untouched = |r: Response| {
