@@ -5,13 +5,16 @@
 //! requests in all. It does not verify the server's certificate (a measuring tool only).
 //!
 //! ```text
-//! h3get [-n N] [-c C] [-m M] [--hold SECS] ADDR PATH
+//! h3get [-n N] [-c C] [-m M] [--hold SECS] [--qpack BYTES] ADDR PATH
 //! h3get -d SECS [-c C] [-m M] [--timeout SECS] ADDR PATH
 //! ```
 //!
-//! Prints one line: requests, errors, seconds, requests/s, body bytes/s. `--hold SECS`:
-//! after the requests, keeps the connections open and idle for SECS (prints `holding C`
-//! first), for measuring the server's memory per idle connection.
+//! Prints one line: requests, errors, seconds, requests/s, body bytes/s, and the mean size of
+//! a response's field section (`head bytes/response`). `--hold SECS`: after the requests,
+//! keeps the connections open and idle for SECS (prints `holding C` first), for measuring
+//! the server's memory per idle connection. `--qpack BYTES`: advertises a QPACK dynamic
+//! table of BYTES (default 0: none), applies the server's encoder stream and acknowledges on
+//! a decoder stream of its own, as a browser does (`forkd::http3::qpack::decoder`).
 //!
 //! `-d SECS` (`bin/drain-test --proto h3`): a load for SECS that survives servers draining
 //! their connections, counted like `bin/h2load-retry` counts HTTP/2 (RFC 9114 §5.2, §4.1.1).
@@ -39,7 +42,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use forkd::http3::frame::{self, Frame, FrameReader};
-use forkd::http3::qpack::{self, Encoder, Fields};
+use forkd::http3::qpack::decoder::TableDecoder;
+use forkd::http3::qpack::{Encoder, Fields};
 use forkd::sys::udp;
 use quinn_proto::crypto::rustls::QuicClientConfig;
 use quinn_proto::{
@@ -96,12 +100,14 @@ struct Args {
     /// `-d`: run for this long, with the retry rules (see the module doc).
     duration: Option<Duration>,
     timeout: Duration,
+    /// `--qpack`: the dynamic table capacity advertised.
+    qpack: u64,
     addr: SocketAddr,
     path: String,
 }
 
 fn usage() -> ! {
-    eprintln!("usage: h3get [-n N] [-c C] [-m M] [--hold SECS] ADDR PATH");
+    eprintln!("usage: h3get [-n N] [-c C] [-m M] [--hold SECS] [--qpack BYTES] ADDR PATH");
     eprintln!("       h3get -d SECS [-c C] [-m M] [--timeout SECS] ADDR PATH");
     std::process::exit(2)
 }
@@ -114,6 +120,7 @@ fn args() -> Args {
         hold: None,
         duration: None,
         timeout: Duration::from_secs(10),
+        qpack: 0,
         addr: "127.0.0.1:8443".parse().unwrap_or_else(|_| usage()),
         path: String::new(),
     };
@@ -128,6 +135,7 @@ fn args() -> Args {
             "--hold" => a.hold = Some(Duration::from_secs(num())),
             "-d" => a.duration = Some(Duration::from_secs(num())),
             "--timeout" => a.timeout = Duration::from_secs(num().max(1)),
+            "--qpack" => a.qpack = num(),
             _ => rest.push(arg),
         }
     }
@@ -144,6 +152,12 @@ struct Conn {
     /// Request streams open: the first bytes (for the status), bytes received.
     open: HashMap<StreamId, (Vec<u8>, u64)>,
     started: u64,
+    /// The decoder side of the server's QPACK dynamic table (capacity 0: none).
+    table: TableDecoder,
+    /// Our QPACK decoder stream (with `--qpack`).
+    decoder: Option<StreamId>,
+    /// The server's unidirectional streams: bytes not yet consumed (after the type).
+    uni: HashMap<StreamId, Vec<u8>>,
 }
 
 #[derive(Default)]
@@ -151,6 +165,45 @@ struct Totals {
     done: u64,
     errors: u64,
     body: u64,
+    /// Field-section bytes of the responses counted in `done`.
+    head: u64,
+}
+
+/// The settings a client's control stream sends: with a QPACK dynamic table of `qpack` bytes.
+fn control_stream(qpack: u64) -> Vec<u8> {
+    let mut s = vec![0x00];
+    let mut settings = vec![(frame::setting::MAX_FIELD_SECTION_SIZE, 65_536)];
+    if qpack > 0 {
+        settings.push((frame::setting::QPACK_MAX_TABLE_CAPACITY, qpack));
+    }
+    frame::write_settings(&settings, &mut s);
+    s
+}
+
+/// New bytes of one of the server's unidirectional streams: the encoder stream's
+/// instructions go into the table, and the insertions are acknowledged at once.
+fn server_uni(conn: &mut Conn, id: StreamId, bytes: &[u8]) {
+    let buf = conn.uni.entry(id).or_default();
+    buf.extend_from_slice(bytes);
+    match buf.first() {
+        Some(0x02) => {
+            let used = conn.table.on_encoder_stream(&buf[1..]).unwrap_or_else(|e| panic!("encoder stream: {e:?}"));
+            buf.drain(1..1 + used);
+            let mut ack = Vec::new();
+            conn.table.increment(&mut ack);
+            send_decoder(conn, &ack);
+        }
+        // The control stream, or another: only its type is kept.
+        Some(_) => buf.truncate(1),
+        None => {}
+    }
+}
+
+/// Writes `bytes` on our QPACK decoder stream.
+fn send_decoder(conn: &mut Conn, bytes: &[u8]) {
+    if let (Some(id), false) = (conn.decoder, bytes.is_empty()) {
+        let _ = conn.quic.send_stream(id).write(bytes);
+    }
 }
 
 fn client_config() -> ClientConfig {
@@ -186,19 +239,23 @@ fn request(path: &str) -> Vec<u8> {
 
 /// The `:status` of a response stream's first bytes (0 if they hold no whole HEADERS frame).
 fn status(bytes: &[u8]) -> u16 {
+    head(bytes, &TableDecoder::new(0)).0
+}
+
+/// The `:status`, the Required Insert Count and the field section's length of a response
+/// stream's first bytes, decoded with `table` (status 0 if they hold no whole HEADERS frame).
+fn head(bytes: &[u8], table: &TableDecoder) -> (u16, u64, usize) {
     let mut reader = FrameReader::new(1 << 20);
-    let Ok((used, Some(Frame::Headers { len }))) = reader.next(bytes) else { return 0 };
-    let Some(block) = bytes.get(used..used + len) else { return 0 };
+    let Ok((used, Some(Frame::Headers { len }))) = reader.next(bytes) else { return (0, 0, 0) };
+    let Some(block) = bytes.get(used..used + len) else { return (0, 0, 0) };
     let mut fields = Fields::default();
-    if qpack::decode(block, 1 << 20, &mut fields).is_err() {
-        return 0;
-    }
+    let Ok(required) = table.decode(block, 1 << 20, &mut fields) else { return (0, 0, len) };
     let status = fields
         .iter()
         .find(|(n, _)| *n == b":status")
         .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
         .unwrap_or(0);
-    status
+    (status, required, len)
 }
 
 /// A non-blocking client UDP socket for `server`'s family, with large buffers and GRO.
@@ -291,7 +348,17 @@ fn main() {
             to_open -= 1;
             let (ch, quic) =
                 ep.connect(now, config.clone(), args.addr, "localhost").unwrap_or_else(|e| panic!("connect: {e}"));
-            conns.insert(ch, Conn { quic, control: false, open: HashMap::new(), started: 0 });
+            let table = TableDecoder::new(args.qpack);
+            let conn = Conn {
+                quic,
+                control: false,
+                open: HashMap::new(),
+                started: 0,
+                table,
+                decoder: None,
+                uni: HashMap::new(),
+            };
+            conns.insert(ch, conn);
         }
         // Requests and sends.
         for conn in conns.values_mut() {
@@ -300,10 +367,14 @@ fn main() {
             }
             if !conn.control {
                 if let Some(id) = conn.quic.streams().open(Dir::Uni) {
-                    let mut s = vec![0x00];
-                    frame::write_settings(&[(frame::setting::MAX_FIELD_SECTION_SIZE, 65_536)], &mut s);
-                    let _ = conn.quic.send_stream(id).write(&s);
+                    let _ = conn.quic.send_stream(id).write(&control_stream(args.qpack));
                     conn.control = true;
+                }
+            }
+            if args.qpack > 0 && conn.decoder.is_none() {
+                if let Some(id) = conn.quic.streams().open(Dir::Uni) {
+                    let _ = conn.quic.send_stream(id).write(&[0x03]);
+                    conn.decoder = Some(id);
                 }
             }
             while conn.open.len() < args.m && conn.started < per_conn {
@@ -373,8 +444,10 @@ fn main() {
                 let mut recv = conn.quic.recv_stream(id);
                 let Ok(mut chunks) = recv.read(true) else { continue };
                 let mut fin = false;
+                let mut uni = Vec::new();
                 loop {
                     match chunks.next(usize::MAX) {
+                        Ok(Some(chunk)) if id.dir() == Dir::Uni => uni.extend_from_slice(&chunk.bytes),
                         Ok(Some(chunk)) => {
                             if let Some((head, n)) = conn.open.get_mut(&id) {
                                 if head.len() < 4096 {
@@ -395,11 +468,19 @@ fn main() {
                     }
                 }
                 let _ = chunks.finalize();
+                if !uni.is_empty() {
+                    server_uni(conn, id, &uni);
+                }
                 if fin {
-                    if let Some((head, n)) = conn.open.remove(&id) {
-                        if status(&head) == 200 {
+                    if let Some((bytes, n)) = conn.open.remove(&id) {
+                        let (status, required, len) = head(&bytes, &conn.table);
+                        let mut ack = Vec::new();
+                        conn.table.acknowledge(VarInt::from(id).into_inner(), required, &mut ack);
+                        send_decoder(conn, &ack);
+                        if status == 200 {
                             totals.done += 1;
                             totals.body += n;
+                            totals.head += len as u64;
                         } else {
                             totals.errors += 1;
                         }
@@ -413,13 +494,14 @@ fn main() {
         _ => 0.0,
     };
     println!(
-        "requests {} errors {} seconds {:.3} req/s {:.0} bytes/s {:.0} ({:.1} MiB/s)",
+        "requests {} errors {} seconds {:.3} req/s {:.0} bytes/s {:.0} ({:.1} MiB/s) head bytes/response {:.1}",
         totals.done,
         totals.errors,
         secs,
         totals.done as f64 / secs,
         totals.body as f64 / secs,
-        totals.body as f64 / secs / (1 << 20) as f64
+        totals.body as f64 / secs / (1 << 20) as f64,
+        totals.head as f64 / totals.done.max(1) as f64
     );
     for (_, conn) in conns.iter_mut() {
         conn.quic.close(Instant::now(), VarInt::from_u32(0x100), bytes::Bytes::new());

@@ -5,8 +5,10 @@
 //! [`H3Conn::handle_timeout`] at [`H3Conn::poll_timeout`].
 //!
 //! Per connection it owns: the server's control stream (SETTINGS first, GOAWAY later), the
-//! client's control and QPACK streams (checked, RFC 9114 §6.2 and RFC 9204 §4.2), and one
-//! [`Request`] state per request stream. Per request stream, the output is a queue of frames
+//! client's control and QPACK streams (checked, RFC 9114 §6.2 and RFC 9204 §4.2), the encoder
+//! side of the client's QPACK dynamic table (when the client's SETTINGS allow one: our encoder
+//! stream, the fixed response fields inserted once and referenced once acknowledged, see
+//! `qpack/encoder.rs`), and one [`Request`] state per request stream. Per request stream, the output is a queue of frames
 //! that quinn takes as its flow control allows; a producer may add to it while
 //! [`H3Conn::may_send`] says so, and gets [`Event::Writable`] when it may again. A stalled
 //! stream never holds up another. A stream the client stops (`STOP_SENDING`) is reset at once
@@ -37,6 +39,7 @@ use super::amplification::{opened_frames, Budget};
 use super::error::{Code, H3Error};
 use super::frame;
 use super::head::{write_response_head, RequestHead};
+use super::qpack::encoder::{TableEncoder, TABLE_BOUND};
 use super::stream::{uni, Input, Outbox, PeerStreams, Phase, Request, UniNext};
 use super::varint;
 
@@ -118,6 +121,11 @@ pub struct H3Conn {
     limits: ConnLimits,
     control: Option<StreamId>,
     control_out: Outbox,
+    /// Our QPACK encoder stream, open once the client's SETTINGS allow a dynamic table.
+    encoder: Option<StreamId>,
+    encoder_out: Outbox,
+    /// The encoder side of the client's dynamic table (off until then).
+    qpack: TableEncoder,
     peers: PeerStreams,
     requests: HashMap<StreamId, Request>,
     events: VecDeque<Event>,
@@ -155,6 +163,9 @@ impl H3Conn {
             limits,
             control: None,
             control_out: Outbox::default(),
+            encoder: None,
+            encoder_out: Outbox::default(),
+            qpack: TableEncoder::default(),
             peers: PeerStreams::default(),
             requests: HashMap::new(),
             events: VecDeque::new(),
@@ -279,9 +290,18 @@ impl H3Conn {
         status: u16,
         fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<(), StreamGone> {
+        if !self.requests.get(&stream).is_some_and(|r| r.outbox.open()) {
+            return Err(StreamGone);
+        }
         let mut out = Vec::with_capacity(256);
-        write_response_head(status, fields, &mut out);
+        write_response_head(status, fields, &mut self.qpack, VarInt::from(stream).into_inner(), &mut out);
+        self.send_instructions();
         self.queue(stream, Bytes::from(out))
+    }
+
+    /// The encoder side of the client's QPACK dynamic table (for statistics and tests).
+    pub fn qpack(&self) -> &TableEncoder {
+        &self.qpack
     }
 
     /// Queues `data` as one DATA frame. Call while [`Self::may_send`]; the queue takes it
@@ -363,11 +383,42 @@ impl H3Conn {
         self.flush_control();
     }
 
+    /// Opens our QPACK encoder stream once the client's SETTINGS allow a dynamic table (RFC
+    /// 9204 §4.2), with the Set Dynamic Table Capacity instruction first; retried on
+    /// `Connected` if quinn cannot open it yet. A client that allows none never sees it.
+    fn open_encoder(&mut self) {
+        let Some(settings) = self.peers.settings else { return };
+        if self.encoder.is_some() || !self.qpack.enable(settings.qpack_max_table_capacity, TABLE_BOUND) {
+            return;
+        }
+        let Some(id) = self.quic.streams().open(Dir::Uni) else { return };
+        self.encoder = Some(id);
+        let mut out = Vec::with_capacity(16);
+        varint::encode(uni::ENCODER, &mut out);
+        self.qpack.take_instructions(&mut out);
+        self.encoder_out.push(Bytes::from(out));
+        flush_uni(&mut self.quic, self.encoder, &mut self.encoder_out);
+    }
+
+    /// Queues the encoder-stream instructions the last field section wrote (its insertions).
+    fn send_instructions(&mut self) {
+        if self.encoder.is_none() || !self.qpack.has_instructions() {
+            return;
+        }
+        let mut out = Vec::new();
+        self.qpack.take_instructions(&mut out);
+        self.encoder_out.push(Bytes::from(out));
+        flush_uni(&mut self.quic, self.encoder, &mut self.encoder_out);
+    }
+
     /// Drains quinn's events into ours.
     fn process(&mut self, now: Instant) {
         while let Some(event) = self.quic.poll() {
             match event {
-                QuicEvent::Connected => self.open_control(),
+                QuicEvent::Connected => {
+                    self.open_control();
+                    self.open_encoder();
+                }
                 QuicEvent::ConnectionLost { .. } => self.lost(),
                 QuicEvent::Stream(StreamEvent::Opened { dir }) => {
                     while let Some(id) = self.quic.streams().accept(dir) {
@@ -378,13 +429,16 @@ impl H3Conn {
                 QuicEvent::Stream(StreamEvent::Writable { id }) => {
                     if Some(id) == self.control {
                         self.flush_control();
+                    } else if Some(id) == self.encoder {
+                        flush_uni(&mut self.quic, self.encoder, &mut self.encoder_out);
                     } else {
                         self.flush(id);
                     }
                 }
                 QuicEvent::Stream(StreamEvent::Stopped { id, error_code }) => {
-                    if Some(id) == self.control {
-                        self.fail(now, None, H3Error::conn(Code::ClosedCriticalStream, "control stream stopped"));
+                    if Some(id) == self.control || Some(id) == self.encoder {
+                        let why = "our control or QPACK encoder stream stopped";
+                        self.fail(now, None, H3Error::conn(Code::ClosedCriticalStream, why));
                     } else {
                         self.stopped(now, id, error_code);
                     }
@@ -410,6 +464,7 @@ impl H3Conn {
             self.flush(id);
         }
         self.flush_control();
+        flush_uni(&mut self.quic, self.encoder, &mut self.encoder_out);
         if self.quic.is_closed() {
             self.lost();
         }
@@ -539,7 +594,9 @@ impl H3Conn {
         let result = if is_request {
             self.on_request(now, id, input, fin, reset)
         } else {
-            match self.peers.on_input(id, input, fin || reset) {
+            let next = self.peers.on_input(id, input, fin || reset, &mut self.qpack);
+            self.open_encoder();
+            match next {
                 Ok(UniNext::Refuse) => {
                     let _ = self.quic.recv_stream(id).stop(code(Code::StreamCreationError));
                     Ok(())
@@ -648,15 +705,7 @@ impl H3Conn {
 
     /// Writes the control stream's queue.
     fn flush_control(&mut self) {
-        let Some(id) = self.control else { return };
-        let ob = &mut self.control_out;
-        if ob.out.is_empty() {
-            return;
-        }
-        if let Ok(written) = self.quic.send_stream(id).write_chunks(ob.out.make_contiguous()) {
-            ob.out.drain(..written.chunks);
-            ob.queued -= written.bytes;
-        }
+        flush_uni(&mut self.quic, self.control, &mut self.control_out);
     }
 
     /// Drops `id`'s state once both directions are over.
@@ -667,10 +716,11 @@ impl H3Conn {
         self.close_if_done(now);
     }
 
-    /// No request stream is open and quinn holds no response data (its only send stream is
-    /// our control stream).
+    /// No request stream is open and quinn holds no response data (its only send streams are
+    /// our control and QPACK encoder streams).
     fn streams_over(&mut self) -> bool {
-        self.requests.is_empty() && self.quic.streams().send_streams() <= usize::from(self.control.is_some())
+        let ours = usize::from(self.control.is_some()) + usize::from(self.encoder.is_some());
+        self.requests.is_empty() && self.quic.streams().send_streams() <= ours
     }
 
     /// After GOAWAY, closes the connection once no request is left and every response is
@@ -704,6 +754,19 @@ impl H3Conn {
                 self.lost();
             }
         }
+    }
+}
+
+/// Writes the queue of one of our unidirectional streams (control, QPACK encoder) into quinn
+/// as far as flow control allows.
+fn flush_uni(quic: &mut Connection, id: Option<StreamId>, ob: &mut Outbox) {
+    let Some(id) = id else { return };
+    if ob.out.is_empty() {
+        return;
+    }
+    if let Ok(written) = quic.send_stream(id).write_chunks(ob.out.make_contiguous()) {
+        ob.out.drain(..written.chunks);
+        ob.queued -= written.bytes;
     }
 }
 

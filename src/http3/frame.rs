@@ -54,9 +54,9 @@ const MAX_CONTROL_PAYLOAD: u64 = 4096;
 pub struct Settings {
     /// `SETTINGS_MAX_FIELD_SECTION_SIZE`; `None`: unlimited.
     pub max_field_section_size: Option<u64>,
-    /// `SETTINGS_QPACK_MAX_TABLE_CAPACITY` (ours never uses it: we encode without a dynamic table).
+    /// `SETTINGS_QPACK_MAX_TABLE_CAPACITY`: the dynamic table our encoder may fill.
     pub qpack_max_table_capacity: u64,
-    /// `SETTINGS_QPACK_BLOCKED_STREAMS`.
+    /// `SETTINGS_QPACK_BLOCKED_STREAMS` (our encoder never blocks a stream: unused).
     pub qpack_blocked_streams: u64,
 }
 

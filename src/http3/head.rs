@@ -1,12 +1,15 @@
 //! Request heads from decoded field sections (RFC 9114 §4.1–§4.3): the pseudo-header rules
-//! and the fields HTTP/3 forbids, checked once here; and response heads encoded for the wire.
+//! and the fields HTTP/3 forbids, checked once here; and response heads encoded for the wire,
+//! with the rule of which response fields go into the peer's QPACK dynamic table
+//! ([`indexing`]: the fixed ones, never a value that changes per response).
 //!
 //! A request that breaks a rule is malformed: its stream is reset with `H3_MESSAGE_ERROR`
 //! (RFC 9114 §4.1.2); the connection lives on. This file knows nothing of quinn or streams.
 
 use super::error::{Code, H3Error};
 use super::frame;
-use super::qpack::{Encoder, Fields};
+use super::qpack::encoder::{Index, TableEncoder};
+use super::qpack::Fields;
 
 /// Fields that are connection-specific in HTTP/1.1 and malformed in HTTP/3 (RFC 9114 §4.2).
 const CONNECTION_SPECIFIC: [&[u8]; 5] =
@@ -170,18 +173,61 @@ impl RequestHead {
     }
 }
 
-/// Appends a whole HEADERS frame for a response head: `:status`, then `fields` (names
-/// lower-cased on the way; connection-specific fields left out, RFC 9114 §4.2).
-pub fn write_response_head<'a>(status: u16, fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>, out: &mut Vec<u8>) {
+/// Response fields whose value changes from one response to the next (or is specific to one
+/// client): inserting them would fill the dynamic table with entries never used again.
+const PER_RESPONSE: [&[u8]; 13] = [
+    b"date",
+    b"x-request-id",
+    b"content-length",
+    b"content-range",
+    b"etag",
+    b"last-modified",
+    b"set-cookie",
+    b"location",
+    b"age",
+    b"expires",
+    b"retry-after",
+    b"content-disposition",
+    b"x-csrf-token",
+];
+
+/// Whether a response field goes into the peer's dynamic table: every field but those of
+/// [`PER_RESPONSE`] and a policy that carries a nonce (an HTML document's CSP, fresh per
+/// response). `date` changes once a second: inserting it would take a new entry each second
+/// in a table nothing is evicted from, so it stays a literal (with the static table's name).
+pub fn indexing(name: &[u8], value: &[u8]) -> Index {
+    let nonce = || value.windows(6).any(|w| w == b"nonce-");
+    if PER_RESPONSE.iter().any(|n| n.eq_ignore_ascii_case(name))
+        || (name.len() >= 23 && name[..23].eq_ignore_ascii_case(b"content-security-policy") && nonce())
+    {
+        Index::Never
+    } else {
+        Index::Insert
+    }
+}
+
+/// Appends a whole HEADERS frame for a response head on request stream `stream` (its QUIC
+/// stream ID): `:status`, then `fields` (names lower-cased on the way; connection-specific
+/// fields left out, RFC 9114 §4.2), encoded by `qpack` (the connection's dynamic table:
+/// fixed fields inserted once, then referenced, see [`indexing`]; with the table off, the
+/// static table only).
+pub fn write_response_head<'a>(
+    status: u16,
+    fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    qpack: &mut TableEncoder,
+    stream: u64,
+    out: &mut Vec<u8>,
+) {
     let mut block = Vec::with_capacity(256);
-    Encoder.begin(&mut block);
-    Encoder.status(status, &mut block);
+    let mut section = qpack.section(stream, &mut block);
+    section.status(status);
     for (name, value) in fields {
         if CONNECTION_SPECIFIC.iter().any(|c| c.eq_ignore_ascii_case(name)) {
             continue;
         }
-        Encoder.field(name, value, &mut block);
+        section.field(name, value, indexing(name, value));
     }
+    section.finish();
     frame::write_header(frame::ty::HEADERS, block.len() as u64, out);
     out.extend_from_slice(&block);
 }
@@ -254,7 +300,7 @@ mod tests {
     fn response_heads_leave_connection_fields_out() {
         let mut out = Vec::new();
         let fields: [(&[u8], &[u8]); 3] = [(b"Content-Type", b"text/plain"), (b"Connection", b"close"), (b"x-a", b"1")];
-        write_response_head(404, fields, &mut out);
+        write_response_head(404, fields, &mut TableEncoder::default(), 0, &mut out);
         let mut reader = frame::FrameReader::new(1024);
         let (drop, f) = reader.next(&out).expect("frame");
         let Some(frame::Frame::Headers { len }) = f else { panic!("{f:?}") };

@@ -6,13 +6,16 @@
 //! - `varint.rs`, `frame.rs`: QUIC varints; HTTP/3 frames, read incrementally with DATA never
 //!   buffered and HEADERS bounded by length before a byte is kept; reserved and unknown types
 //!   skipped, HTTP/2's types and a client's PUSH_PROMISE refused.
-//! - `qpack/`: RFC 9204 with the static table and Huffman only (dynamic table capacity 0,
-//!   which RFC 9204 §2.1 makes conformant): decoder with the RFC 9114 size limit, encoder.
+//! - `qpack/`: RFC 9204: the static table and Huffman; our decoder with the RFC 9114 size
+//!   limit and a dynamic table capacity of 0 (RFC 9204 §2.1 makes it conformant); the encoder,
+//!   and the encoder side of the client's dynamic table when its SETTINGS allow one (fixed
+//!   response fields inserted once, referenced once acknowledged: no stream ever blocks).
 //! - `head.rs`: request heads checked once (pseudo-headers, order, connection-specific
-//!   fields, `content-length`), response heads written as HEADERS frames.
+//!   fields, `content-length`), response heads written as HEADERS frames, and which response
+//!   fields are worth a dynamic-table entry.
 //! - `stream.rs`: what a stream's bytes mean, without quinn: a request stream's frames (head,
-//!   body, trailers, end, `content-length`), the client's control and QPACK streams, the
-//!   per-stream output queue.
+//!   body, trailers, end, `content-length`), the client's control and QPACK streams (its
+//!   decoder stream's instructions to the encoder), the per-stream output queue.
 //! - `conn.rs`: [`conn::H3Conn`], one connection over a `quinn_proto::Connection`: reads and
 //!   writes its streams, response frames out through a per-stream queue that pauses its
 //!   producer at a watermark (back pressure per exchange), GOAWAY, the error mapping.

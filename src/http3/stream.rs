@@ -1,6 +1,7 @@
 //! What the bytes of one stream mean, without quinn or a clock: a request stream's frames
 //! (head, body pieces, trailers, end) under RFC 9114 §4.1, the client's control and QPACK
-//! streams under §6.2 and RFC 9204 §4.2, and the output queue of a stream. `conn.rs` reads
+//! streams under §6.2 and RFC 9204 §4.2 (its decoder stream's instructions go to the
+//! connection's [`TableEncoder`]), and the output queue of a stream. `conn.rs` reads
 //! and writes the QUIC streams and acts on what these return; every rule about which frame
 //! may come where lives here.
 
@@ -12,6 +13,7 @@ use quinn_proto::StreamId;
 use super::error::{Code, H3Error};
 use super::frame::{self, Frame, FrameReader};
 use super::head::RequestHead;
+use super::qpack::encoder::TableEncoder;
 use super::qpack::{self, DecodeError, Fields};
 use super::varint;
 
@@ -222,8 +224,8 @@ enum Uni {
     Control { reader: FrameReader, input: BytesMut, settings: bool },
     /// The QPACK encoder stream (only `Set Dynamic Table Capacity 0` is acceptable).
     Encoder(BytesMut),
-    /// The QPACK decoder stream (nothing to track: we never use a dynamic table).
-    Decoder,
+    /// The QPACK decoder stream: its bytes not yet consumed (an instruction cut short).
+    Decoder(BytesMut),
     /// An unknown type: read and dropped.
     Ignored,
 }
@@ -258,8 +260,15 @@ impl PeerStreams {
         self.unis.contains_key(&id)
     }
 
-    /// New bytes of `id` (`ended`: it finished or was reset).
-    pub fn on_input(&mut self, id: StreamId, mut input: BytesMut, ended: bool) -> Result<UniNext, H3Error> {
+    /// New bytes of `id` (`ended`: it finished or was reset); decoder-stream instructions go
+    /// to `qpack`.
+    pub fn on_input(
+        &mut self,
+        id: StreamId,
+        mut input: BytesMut,
+        ended: bool,
+        qpack: &mut TableEncoder,
+    ) -> Result<UniNext, H3Error> {
         let critical = H3Error::conn(Code::ClosedCriticalStream, "a control or QPACK stream ended");
         let Some(state) = self.unis.get_mut(&id) else { return Ok(UniNext::Read) };
         let mut next = UniNext::Read;
@@ -286,7 +295,7 @@ impl PeerStreams {
                 }
                 Some(0) => Uni::Control { reader: FrameReader::new(0), input: BytesMut::new(), settings: false },
                 Some(1) => Uni::Encoder(BytesMut::new()),
-                Some(_) => Uni::Decoder,
+                Some(_) => Uni::Decoder(BytesMut::new()),
                 None => {
                     next = UniNext::Refuse;
                     Uni::Ignored
@@ -298,7 +307,13 @@ impl PeerStreams {
         }
         match state {
             Uni::Untyped(_) | Uni::Ignored => return Ok(next),
-            Uni::Decoder => {}
+            Uni::Decoder(buf) => {
+                buf.extend_from_slice(&input);
+                let used =
+                    qpack.on_decoder_stream(buf).map_err(|e| H3Error::conn(Code::QpackDecoderStreamError, e.0))?;
+                // What is left is one instruction cut short: at most a 10-byte integer.
+                buf.advance(used);
+            }
             Uni::Encoder(buf) => {
                 buf.extend_from_slice(&input);
                 encoder_instructions(buf)?;
@@ -444,7 +459,7 @@ mod tests {
         if !peers.has(uni_id(i)) {
             peers.open(uni_id(i));
         }
-        peers.on_input(uni_id(i), BytesMut::from(bytes), ended)
+        peers.on_input(uni_id(i), BytesMut::from(bytes), ended, &mut TableEncoder::default())
     }
 
     #[test]
@@ -457,7 +472,7 @@ mod tests {
         assert_eq!(feed(&mut peers, 0, &settings[1..], false), Ok(UniNext::Read));
         assert_eq!(peers.settings.and_then(|s| s.max_field_section_size), Some(100));
         assert_eq!(feed(&mut peers, 1, &[0x02, 0x20], false), Ok(UniNext::Read));
-        assert_eq!(feed(&mut peers, 2, &[0x03, 0x00], false), Ok(UniNext::Read));
+        assert_eq!(feed(&mut peers, 2, &[0x03], false), Ok(UniNext::Read));
         assert_eq!(feed(&mut peers, 3, &[0x21, 1, 2, 3], false), Ok(UniNext::Refuse), "an unknown type is stopped");
         let err = |r: Result<UniNext, H3Error>| r.map_err(|e| e.code()).expect_err("an error");
         assert_eq!(err(feed(&mut peers, 4, &[0x00], false)), Code::StreamCreationError, "a second control stream");
@@ -469,5 +484,13 @@ mod tests {
         assert_eq!(err(feed(&mut fresh, 0, &[0x00, 0x07, 0x01, 0x00], false)), Code::MissingSettings);
         let mut fresh = PeerStreams::default();
         assert_eq!(err(feed(&mut fresh, 1, &[0x02, 0x80], false)), Code::QpackEncoderStreamError, "an insertion");
+        // The decoder stream: with nothing inserted, an Insert Count Increment or a Section
+        // Acknowledgment is QPACK_DECODER_STREAM_ERROR; a Stream Cancellation is harmless.
+        for bad in [&[0x03, 0x01][..], &[0x03, 0x00], &[0x03, 0x84]] {
+            let mut fresh = PeerStreams::default();
+            assert_eq!(err(feed(&mut fresh, 2, bad, false)), Code::QpackDecoderStreamError, "{bad:02x?}");
+        }
+        let mut fresh = PeerStreams::default();
+        assert_eq!(feed(&mut fresh, 2, &[0x03, 0x44], false), Ok(UniNext::Read), "Stream Cancellation");
     }
 }

@@ -140,6 +140,27 @@ impl Pair {
         conn: ConnLimits,
         cert: (Arc<rustls::sign::CertifiedKey>, CertificateDer<'static>),
     ) -> Pair {
+        let mut pair = Pair::connected(under_load, store, limits, conn, cert);
+        pair.open_client_control(&[]);
+        pair
+    }
+
+    /// A pair whose client's decoder allows a QPACK dynamic table of `capacity` bytes.
+    fn with_qpack(capacity: u64) -> Pair {
+        let limits = setup::Limits { max_field_section: 4096, ..setup::Limits::default() };
+        let mut pair = Pair::connected(false, None, limits, CONN, certificate());
+        pair.open_client_control(&[(frame::setting::QPACK_MAX_TABLE_CAPACITY, capacity)]);
+        pair
+    }
+
+    /// [`Pair::with_certificate`] with the handshake done and no client control stream yet.
+    fn connected(
+        under_load: bool,
+        store: Option<Arc<dyn rustls::server::StoresServerSessions>>,
+        limits: setup::Limits,
+        conn: ConnLimits,
+        cert: (Arc<rustls::sign::CertifiedKey>, CertificateDer<'static>),
+    ) -> Pair {
         let early = store.is_some();
         let (key, root) = cert;
         let keys = QuicKeys::derive(&SECRET);
@@ -176,7 +197,6 @@ impl Pair {
         };
         pair.run_until(|p| !p.client.is_handshaking());
         assert!(pair.lost.is_none(), "handshake failed: {:?}", pair.lost);
-        pair.open_client_control();
         pair
     }
 
@@ -190,11 +210,13 @@ impl Pair {
         self.lost = None;
     }
 
-    /// The client's control stream with its SETTINGS.
-    fn open_client_control(&mut self) {
+    /// The client's control stream with its SETTINGS (`extra` after its field section size).
+    fn open_client_control(&mut self, extra: &[(u64, u64)]) {
         let id = self.client.streams().open(Dir::Uni).expect("a uni stream");
         let mut out = vec![0x00];
-        frame::write_settings(&[(frame::setting::MAX_FIELD_SECTION_SIZE, 8192)], &mut out);
+        let mut settings = vec![(frame::setting::MAX_FIELD_SECTION_SIZE, 8192)];
+        settings.extend_from_slice(extra);
+        frame::write_settings(&settings, &mut out);
         self.client.send_stream(id).write(&out).expect("written");
     }
 
@@ -400,15 +422,31 @@ impl Pair {
         }
     }
 
+    /// The bytes (after the type) of the server's unidirectional stream of type `ty`.
+    fn server_uni(&self, ty: u64) -> Option<&[u8]> {
+        self.streams.iter().filter(|(id, _)| id.dir() == Dir::Uni).find_map(|(_, got)| {
+            let (t, used) = varint::decode(&got.bytes)?;
+            (t == ty).then(|| &got.bytes[used..])
+        })
+    }
+
+    /// The server's unidirectional streams, by type.
+    fn server_uni_types(&self) -> Vec<u64> {
+        let mut types: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(id, _)| id.dir() == Dir::Uni)
+            .filter_map(|(_, got)| varint::decode(&got.bytes).map(|(t, _)| t))
+            .collect();
+        types.sort_unstable();
+        types
+    }
+
     /// The frames on the server's control stream so far (after its type byte).
     fn server_control(&self) -> Vec<Frame> {
-        let Some(got) = self.streams.iter().find(|(id, _)| id.dir() == Dir::Uni).map(|(_, r)| r) else {
-            return Vec::new();
-        };
-        let (ty, used) = varint::decode(&got.bytes).expect("a stream type");
-        assert_eq!(ty, 0x00, "the server's uni stream is its control stream");
-        let (mut reader, mut at, mut frames) = (FrameReader::new(1024), used, Vec::new());
-        while let (drop, Some(frame)) = reader.next(&got.bytes[at..]).expect("valid frames") {
+        let Some(bytes) = self.server_uni(0x00) else { return Vec::new() };
+        let (mut reader, mut at, mut frames) = (FrameReader::new(1024), 0, Vec::new());
+        while let (drop, Some(frame)) = reader.next(&bytes[at..]).expect("valid frames") {
             at += drop;
             frames.push(frame);
         }
@@ -1035,4 +1073,126 @@ fn a_handshake_not_done_within_the_header_timeout_is_closed() {
     }
     let took = p.now - start;
     assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(2), "closed after {took:?}");
+}
+
+/// The payload of the first HEADERS frame of a response stream's bytes.
+fn first_field_section(bytes: &[u8]) -> Vec<u8> {
+    let mut reader = FrameReader::new(1 << 20);
+    match reader.next(bytes).expect("valid frames") {
+        (at, Some(Frame::Headers { len })) => bytes[at..at + len].to_vec(),
+        other => panic!("{other:?}: no HEADERS first"),
+    }
+}
+
+/// Answers GET `path` with the fixed fields of an API response and a fresh request id; the
+/// response's stream.
+fn get_answered(p: &mut Pair, path: &str, request_id: &str) -> StreamId {
+    let id = p.get(path);
+    p.watch(id);
+    p.run_until(|p| {
+        for (ch, event) in p.server_events() {
+            if let Event::Request { stream, .. } = event {
+                let fields: [(&[u8], &[u8]); 5] = [
+                    (b"content-type", b"application/json"),
+                    (b"server", b"forkd"),
+                    (b"x-frame-options", b"DENY"),
+                    (b"referrer-policy", b"strict-origin-when-cross-origin"),
+                    (b"x-request-id", request_id.as_bytes()),
+                ];
+                let conn = p.server.conn(ch).expect("connection");
+                conn.send_head(stream, 200, fields).expect("open");
+                conn.finish(stream).expect("open");
+            }
+        }
+        p.streams[&id].fin
+    });
+    id
+}
+
+#[test]
+fn a_client_without_a_dynamic_table_gets_no_encoder_stream_and_static_sections() {
+    let mut p = Pair::new(false);
+    for (i, path) in ["/a", "/b", "/c"].into_iter().enumerate() {
+        let id = get_answered(&mut p, path, &format!("id-{i}"));
+        let section = first_field_section(&p.streams[&id].bytes);
+        assert_eq!(section[..2], [0, 0], "Required Insert Count 0, Base 0");
+        assert_eq!(p.response(id).status(), Some(&b"200"[..]));
+    }
+    assert_eq!(p.server_uni_types(), [0x00], "the control stream only");
+    assert_eq!((p.conn().qpack().capacity(), p.conn().qpack().inserted()), (0, 0));
+}
+
+#[test]
+fn a_client_with_a_dynamic_table_gets_the_fixed_fields_as_references_once_acknowledged() {
+    let mut p = Pair::with_qpack(16_384);
+    let mut table = qpack::decoder::TableDecoder::new(16_384);
+    // The first answer inserts the fixed fields (not the request id) and carries them as
+    // literals: it decodes without the table.
+    let first = get_answered(&mut p, "/1", "id-1");
+    p.run_until(|p| p.server_uni(0x02).is_some_and(|b| !b.is_empty()));
+    assert_eq!(p.server_uni_types(), [0x00, 0x02], "control and QPACK encoder streams");
+    let instructions = p.server_uni(0x02).expect("encoder stream").to_vec();
+    assert_eq!(&instructions[..3], [0x3f, 0xe1, 0x1f], "Set Dynamic Table Capacity 4096 (our bound) first");
+    assert_eq!(table.on_encoder_stream(&instructions), Ok(instructions.len()));
+    assert_eq!(table.inserted(), 3, "server, x-frame-options, referrer-policy (content-type is static)");
+    let before = first_field_section(&p.streams[&first].bytes);
+    assert_eq!(before[..2], [0, 0]);
+    // The client's decoder stream acknowledges the insertions.
+    let decoder = p.client.streams().open(Dir::Uni).expect("a uni stream");
+    let mut out = vec![0x03];
+    table.increment(&mut out);
+    p.client.send_stream(decoder).write(&out).expect("written");
+    p.run_until(|p| p.conn().qpack().acknowledged() == 3);
+    // From then on the fixed fields are one byte each; the request id stays a literal.
+    let second = get_answered(&mut p, "/2", "id-2");
+    let after = first_field_section(&p.streams[&second].bytes);
+    let mut fields = Fields::default();
+    let required = table.decode(&after, 4096, &mut fields).expect("decodes with the table");
+    assert_eq!(required, 3);
+    let got: Vec<(&[u8], &[u8])> = fields.iter().collect();
+    assert_eq!(
+        got,
+        [
+            (&b":status"[..], &b"200"[..]),
+            (b"content-type", b"application/json"),
+            (b"server", b"forkd"),
+            (b"x-frame-options", b"DENY"),
+            (b"referrer-policy", b"strict-origin-when-cross-origin"),
+            (b"x-request-id", b"id-2"),
+        ]
+    );
+    assert!(after.len() + 30 < before.len(), "{} bytes with the table, {} without", after.len(), before.len());
+    // Its Section Acknowledgment is taken; a second one for the same stream is a
+    // QPACK_DECODER_STREAM_ERROR that closes the connection.
+    let mut ack = Vec::new();
+    table.acknowledge(VarInt::from(second).into_inner(), required, &mut ack);
+    p.client.send_stream(decoder).write(&ack).expect("written");
+    let third = get_answered(&mut p, "/3", "id-3");
+    assert!(p.lost.is_none(), "{:?}", p.lost);
+    assert_ne!(first_field_section(&p.streams[&third].bytes)[0], 0, "it references the table");
+    p.client.send_stream(decoder).write(&ack).expect("written");
+    p.run_until(|p| p.lost.is_some());
+    match &p.lost {
+        Some(ConnectionError::ApplicationClosed(close)) => {
+            assert_eq!(close.error_code, VarInt::from_u64(Code::QpackDecoderStreamError.value()).expect("fits"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_client_that_stops_our_encoder_stream_closes_the_connection() {
+    let mut p = Pair::with_qpack(4096);
+    let _ = get_answered(&mut p, "/1", "id-1");
+    p.run_until(|p| p.server_uni(0x02).is_some());
+    let encoder = p.streams.iter().find(|(id, r)| id.dir() == Dir::Uni && r.bytes.first() == Some(&0x02));
+    let encoder = *encoder.expect("the encoder stream").0;
+    p.client.recv_stream(encoder).stop(VarInt::from_u32(0x100)).expect("stopped");
+    p.run_until(|p| p.lost.is_some());
+    match &p.lost {
+        Some(ConnectionError::ApplicationClosed(close)) => {
+            assert_eq!(close.error_code, VarInt::from_u64(Code::ClosedCriticalStream.value()).expect("fits"))
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -1,13 +1,21 @@
-//! QPACK (RFC 9204) with the static table only: forkd advertises a dynamic table capacity of
-//! 0 and never inserts into the peer's, which RFC 9204 §2.1 allows and which makes every field
-//! section decodable on its own (no blocked streams, no encoder or decoder stream state).
+//! QPACK (RFC 9204): field sections, the static table, Huffman, and the encoder side of a
+//! dynamic table.
 //!
+//! forkd's decoder advertises a dynamic table capacity of 0 (RFC 9204 §2.1 allows it: a
+//! request's field section is decodable on its own, no request stream is ever blocked):
 //! [`decode`] turns an encoded field section into [`Fields`] under a size limit (RFC 9114
-//! §4.2.2: name + value + 32 per field); any reference to a dynamic table is
-//! `QPACK_DECOMPRESSION_FAILED`. [`Encoder`] writes field sections: static-table indices where a
-//! field or its name is in the table, Huffman where it is shorter, literals otherwise.
-//! This module knows no HTTP semantics (pseudo-header rules are `head.rs`'s).
+//! §4.2.2: name + value + 32 per field), and any reference to a dynamic table is
+//! `QPACK_DECOMPRESSION_FAILED`. [`Encoder`] writes static-only field lines: static-table
+//! indices where a field or its name is in the table, Huffman where it is shorter, literals
+//! otherwise. [`encoder::TableEncoder`] adds the encoder side of a dynamic table in the peer's
+//! decoder, for a peer that allows one. [`decoder::TableDecoder`] is the decoder side of a
+//! dynamic table, for forkd's own HTTP/3 clients (the tests, `h3get`) that read what the
+//! encoder side writes.
+//! This module knows no HTTP semantics (pseudo-header rules, which fields are worth
+//! inserting: `head.rs`'s).
 
+pub mod decoder;
+pub mod encoder;
 pub mod huffman;
 mod table;
 
@@ -83,10 +91,15 @@ impl Fields {
     }
 }
 
+/// Why [`integer`] fails when its input ends inside the integer (more may come).
+pub(crate) const TRUNCATED_INTEGER: &str = "truncated integer";
+/// Why [`string`] fails when its input ends inside the string (more may come).
+pub(crate) const TRUNCATED_STRING: &str = "truncated string";
+
 /// Reads a prefixed integer (RFC 7541 §5.1) whose prefix is the low `bits` bits of
 /// `input[0]`; returns it and the bytes used. Values past 2^62 are refused.
 pub(crate) fn integer(input: &[u8], bits: u8) -> Result<(u64, usize), DecodeError> {
-    let truncated = DecodeError::Failed("truncated integer");
+    let truncated = DecodeError::Failed(TRUNCATED_INTEGER);
     let mask = (1u16 << bits) as u64 - 1;
     let first = u64::from(*input.first().ok_or(truncated)?) & mask;
     if first < mask {
@@ -130,7 +143,7 @@ fn string(input: &[u8], bits: u8, out: &mut Vec<u8>) -> Result<usize, DecodeErro
     let huffman = input.first().is_some_and(|b| b & (1 << bits) != 0);
     let (len, used) = integer(input, bits)?;
     let end = used.checked_add(usize::try_from(len).map_err(|_| DecodeError::Failed("string too long"))?);
-    let raw = end.and_then(|end| input.get(used..end)).ok_or(DecodeError::Failed("truncated string"))?;
+    let raw = end.and_then(|end| input.get(used..end)).ok_or(DecodeError::Failed(TRUNCATED_STRING))?;
     if huffman {
         huffman::decode(raw, out).map_err(|_| DecodeError::Failed("bad Huffman string"))?;
     } else {
@@ -139,40 +152,65 @@ fn string(input: &[u8], bits: u8, out: &mut Vec<u8>) -> Result<usize, DecodeErro
     Ok(used + raw.len())
 }
 
-/// Decodes the field section `input` into `out` (cleared first). Fails with
-/// [`DecodeError::TooLarge`] as soon as the section's size passes `max_size`.
-pub fn decode(mut input: &[u8], max_size: usize, out: &mut Fields) -> Result<(), DecodeError> {
+/// Decodes the field section `input` into `out` (cleared first), with the static table
+/// only. Fails with [`DecodeError::TooLarge`] as soon as the section's size passes
+/// `max_size`.
+pub fn decode(input: &[u8], max_size: usize, out: &mut Fields) -> Result<(), DecodeError> {
+    decode_section(input, max_size, None, out).map(|_| ())
+}
+
+/// [`decode`] with a dynamic table (`None`: none, any reference to one fails); returns the
+/// section's Required Insert Count (a decoder with a table acknowledges sections above 0).
+pub(crate) fn decode_section(
+    mut input: &[u8],
+    max_size: usize,
+    table: Option<&decoder::TableDecoder>,
+    out: &mut Fields,
+) -> Result<u64, DecodeError> {
     out.clear();
     // Required Insert Count (8-bit prefix), then sign and Delta Base (7-bit prefix).
-    let (insert_count, used) = integer(input, 8)?;
-    if insert_count != 0 {
-        return Err(DecodeError::Failed("a dynamic table reference (Required Insert Count > 0)"));
-    }
+    let (encoded, used) = integer(input, 8)?;
     input = &input[used..];
-    let (_, used) = integer(input, 7)?;
+    let sign = input.first().is_some_and(|b| b & 0x80 != 0);
+    let (delta, used) = integer(input, 7)?;
     input = &input[used..];
+    let (required, base) = match table {
+        None if encoded != 0 => {
+            return Err(DecodeError::Failed("a dynamic table reference (Required Insert Count > 0)"));
+        }
+        None => (0, 0),
+        Some(t) => {
+            let required = t.required_insert_count(encoded)?;
+            let base = if sign { required.checked_sub(delta + 1) } else { required.checked_add(delta) };
+            (required, base.ok_or(DecodeError::Failed("a negative Base"))?)
+        }
+    };
+    let entry = |abs: Option<u64>| dynamic_entry(table, required, abs);
     while let Some(&first) = input.first() {
         let name_at = out.buf.len();
         let used = if first & 0x80 != 0 {
             // Indexed field line: 1 T index(6).
-            if first & 0x40 == 0 {
-                return Err(DecodeError::Failed("dynamic table index"));
-            }
             let (index, used) = integer(input, 6)?;
-            let (name, value) = static_entry(index)?;
-            out.buf.extend_from_slice(name.as_bytes());
+            let (name, value) = if first & 0x40 != 0 {
+                let (n, v) = static_entry(index)?;
+                (n.as_bytes(), v.as_bytes())
+            } else {
+                entry(base.checked_sub(index + 1))?
+            };
+            out.buf.extend_from_slice(name);
             let value_at = out.buf.len();
-            out.buf.extend_from_slice(value.as_bytes());
+            out.buf.extend_from_slice(value);
             finish(out, name_at, value_at, max_size)?;
             used
         } else if first & 0x40 != 0 {
             // Literal with name reference: 0 1 N T index(4), then the value.
-            if first & 0x10 == 0 {
-                return Err(DecodeError::Failed("dynamic table name reference"));
-            }
             let (index, used) = integer(input, 4)?;
-            let (name, _) = static_entry(index)?;
-            out.buf.extend_from_slice(name.as_bytes());
+            let name = if first & 0x10 != 0 {
+                static_entry(index)?.0.as_bytes()
+            } else {
+                entry(base.checked_sub(index + 1))?.0
+            };
+            out.buf.extend_from_slice(name);
             let value_at = out.buf.len();
             let value_used = string(&input[used..], 7, &mut out.buf)?;
             finish(out, name_at, value_at, max_size)?;
@@ -184,13 +222,37 @@ pub fn decode(mut input: &[u8], max_size: usize, out: &mut Fields) -> Result<(),
             let value_used = string(&input[name_used..], 7, &mut out.buf)?;
             finish(out, name_at, value_at, max_size)?;
             name_used + value_used
+        } else if first & 0x10 != 0 {
+            // Indexed field line with post-base index: 0001 index(4).
+            let (index, used) = integer(input, 4)?;
+            let (name, value) = entry(base.checked_add(index))?;
+            out.buf.extend_from_slice(name);
+            let value_at = out.buf.len();
+            out.buf.extend_from_slice(value);
+            finish(out, name_at, value_at, max_size)?;
+            used
         } else {
-            // 0001: indexed post-base; 0000: literal with post-base name reference.
-            return Err(DecodeError::Failed("post-base (dynamic table) reference"));
+            // Literal with post-base name reference: 0000 N index(3), then the value.
+            let (index, used) = integer(input, 3)?;
+            out.buf.extend_from_slice(entry(base.checked_add(index))?.0);
+            let value_at = out.buf.len();
+            let value_used = string(&input[used..], 7, &mut out.buf)?;
+            finish(out, name_at, value_at, max_size)?;
+            used + value_used
         };
         input = &input[used..];
     }
-    Ok(())
+    Ok(required)
+}
+
+/// The dynamic entry at absolute index `abs`, which must be below the Required Insert Count.
+fn dynamic_entry(
+    table: Option<&decoder::TableDecoder>,
+    required: u64,
+    abs: Option<u64>,
+) -> Result<(&[u8], &[u8]), DecodeError> {
+    let found = table.zip(abs.filter(|&a| a < required)).and_then(|(t, a)| t.get(a));
+    found.ok_or(DecodeError::Failed("a dynamic table reference out of range"))
 }
 
 /// Static entry `index`.
@@ -228,37 +290,44 @@ impl Encoder {
     /// Appends one field line. `name` may have upper-case letters (`Content-Type`): HTTP/3
     /// sends names lower-case (RFC 9114 §4.2), so they are lowered here.
     pub fn field(&self, name: &[u8], value: &[u8], out: &mut Vec<u8>) {
-        let mut lower = [0u8; 64];
-        let name = if name.iter().any(u8::is_ascii_uppercase) && name.len() <= lower.len() {
-            let lower = &mut lower[..name.len()];
-            lower.copy_from_slice(name);
-            lower.make_ascii_lowercase();
-            &*lower
-        } else {
-            name
-        };
-        match table::find(name, value) {
-            Some(table::Found::Exact(i)) => write_integer(i as u64, 6, 0xc0, out),
-            Some(table::Found::Name(i)) => {
-                write_integer(i as u64, 4, 0x50, out);
-                write_string(value, 7, 0, out);
-            }
-            None if name.iter().any(u8::is_ascii_uppercase) => {
-                let owned = name.to_ascii_lowercase();
-                write_string(&owned, 3, 0x20, out);
-                write_string(value, 7, 0, out);
-            }
-            None => {
-                write_string(name, 3, 0x20, out);
-                write_string(value, 7, 0, out);
-            }
-        }
+        let mut buf = [0u8; 64];
+        let name = lowered(name, &mut buf);
+        static_line(&name, value, table::find(&name, value), out);
     }
 
     /// Appends `:status` (an index when the table has the code).
     pub fn status(&self, status: u16, out: &mut Vec<u8>) {
         let digits = [b'0' + (status / 100 % 10) as u8, b'0' + (status / 10 % 10) as u8, b'0' + (status % 10) as u8];
         self.field(b":status", &digits, out);
+    }
+}
+
+/// `name` lower-case: in `buf` when it has upper-case letters and fits, else a new copy.
+fn lowered<'a>(name: &'a [u8], buf: &'a mut [u8; 64]) -> std::borrow::Cow<'a, [u8]> {
+    if !name.iter().any(u8::is_ascii_uppercase) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    if let Some(lower) = buf.get_mut(..name.len()) {
+        lower.copy_from_slice(name);
+        lower.make_ascii_lowercase();
+        return std::borrow::Cow::Borrowed(lower);
+    }
+    std::borrow::Cow::Owned(name.to_ascii_lowercase())
+}
+
+/// Appends the static-only field line for `name: value` (lower-case), given what the static
+/// table has for it (`found`).
+fn static_line(name: &[u8], value: &[u8], found: Option<table::Found>, out: &mut Vec<u8>) {
+    match found {
+        Some(table::Found::Exact(i)) => write_integer(i as u64, 6, 0xc0, out),
+        Some(table::Found::Name(i)) => {
+            write_integer(i as u64, 4, 0x50, out);
+            write_string(value, 7, 0, out);
+        }
+        None => {
+            write_string(name, 3, 0x20, out);
+            write_string(value, 7, 0, out);
+        }
     }
 }
 

@@ -1,5 +1,5 @@
-//! The QPACK static table (RFC 9204 Appendix A): 99 fields, indexed from 0. It is the only
-//! table forkd's QPACK uses (dynamic table capacity 0), on both sides.
+//! The QPACK static table (RFC 9204 Appendix A): 99 fields, indexed from 0, and its lookup.
+//! The dynamic tables are `encoder.rs`'s and `decoder.rs`'s.
 
 /// `(name, value)` by index.
 pub const STATIC: [(&str, &str); 99] = [

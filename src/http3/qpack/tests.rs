@@ -1,6 +1,10 @@
-//! QPACK tests: RFC 9204's static-only example, round trips through the encoder, and every
-//! kind of bad input mapped to its error without a panic.
+//! QPACK tests: RFC 9204's examples (static-only, and the dynamic table through the client
+//! decoder), round trips through the encoders, the dynamic table's encoder rules (insert
+//! once, reference only what the decoder acknowledged, stay static-only for a peer without a
+//! table), and every kind of bad input mapped to its error without a panic.
 
+use super::decoder::TableDecoder;
+use super::encoder::{DecoderStreamError, Index, TableEncoder, MAX_UNACKNOWLEDGED, TABLE_BOUND};
 use super::*;
 
 fn decoded(input: &[u8], max: usize) -> Result<Vec<(String, String)>, DecodeError> {
@@ -115,6 +119,224 @@ fn arbitrary_sections_never_panic() {
     }
 }
 
+fn hex(s: &str) -> Vec<u8> {
+    let s: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    s.chunks(2).map(|p| u8::from_str_radix(std::str::from_utf8(p).expect("ascii"), 16).expect("hex")).collect()
+}
+
+fn decoded_with(table: &TableDecoder, input: &[u8]) -> Result<(u64, Vec<(String, String)>), DecodeError> {
+    let mut fields = Fields::default();
+    let required = table.decode(input, 10_000, &mut fields)?;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    Ok((required, fields.iter().map(|(n, v)| (text(n), text(v))).collect()))
+}
+
+#[test]
+fn rfc_9204_b2_to_b5_through_the_client_decoder() {
+    // A decoder that advertised 220 bytes (MaxEntries 6), as in the appendix.
+    let mut table = TableDecoder::new(220);
+    let encoder = hex("3fbd01 c00f7777772e6578616d706c652e636f6d c10c2f73616d706c652f70617468");
+    assert_eq!(table.on_encoder_stream(&encoder), Ok(encoder.len()));
+    // B.2: Required Insert Count 2, Base 0, two post-base references; acknowledged.
+    let want = pairs(&[(":authority", "www.example.com"), (":path", "/sample/path")]);
+    assert_eq!(decoded_with(&table, &hex("0381 10 11")), Ok((2, want)));
+    let mut ack = Vec::new();
+    table.acknowledge(4, 2, &mut ack);
+    assert_eq!(ack, [0x84], "Section Acknowledgment for stream 4, no increment owed");
+    // B.3: a literal-name insertion, then an Insert Count Increment of 1.
+    let insert = hex("4a637573746f6d2d6b65790c637573746f6d2d76616c7565");
+    assert_eq!(table.on_encoder_stream(&insert), Ok(insert.len()));
+    ack.clear();
+    table.increment(&mut ack);
+    assert_eq!(ack, [0x01]);
+    // B.4: Duplicate, then a section with relative (pre-base) references.
+    assert_eq!(table.on_encoder_stream(&[0x02]), Ok(1));
+    let want = pairs(&[(":authority", "www.example.com"), (":path", "/"), ("custom-key", "custom-value")]);
+    assert_eq!(decoded_with(&table, &hex("0500 80 c1 81")), Ok((4, want)));
+    // B.5: an insertion with a dynamic name reference evicts the oldest entry.
+    let insert = hex("810d637573746f6d2d76616c756532");
+    assert_eq!(table.on_encoder_stream(&insert), Ok(insert.len()));
+    assert_eq!((table.inserted(), table.len()), (5, 4));
+    assert_eq!(table.get(0), None, "evicted");
+    assert_eq!(table.get(4), Some((&b"custom-key"[..], &b"custom-value2"[..])));
+    // An instruction cut short waits for the rest; bad ones fail.
+    assert_eq!(table.on_encoder_stream(&insert[..5]), Ok(0));
+    assert!(table.on_encoder_stream(&[0x3f, 0xbe, 0x01]).is_err(), "capacity 221 > 220");
+    assert!(table.on_encoder_stream(&[0x09]).is_err(), "Duplicate of no entry");
+    assert!(decoded_with(&table, &hex("0d00")).is_err(), "Required Insert Count 12 not received");
+    assert!(decoded_with(&table, &hex("0200 80")).is_err(), "a reference at or above the Required Insert Count");
+}
+
+/// A typical API response: fixed fields, and the ones that change per response.
+const RESPONSE: [(&str, &str); 12] = [
+    ("content-type", "application/json"),
+    ("content-length", "15"),
+    ("date", "Mon, 23 Nov 2026 17:00:00 GMT"),
+    ("x-request-id", "0f3c2a9e-7d41-4b8e-9c55-2e6f1a0b3d77"),
+    ("cache-control", "no-store"),
+    ("server", "forkd"),
+    ("strict-transport-security", "max-age=31536000; includeSubDomains; preload"),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "strict-origin-when-cross-origin"),
+    ("permissions-policy", "camera=(), microphone=(), geolocation=()"),
+    ("content-security-policy", "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"),
+    ("Cross-Origin-Resource-Policy", "same-origin"),
+];
+
+/// What the HTTP layer decides for a field of [`RESPONSE`].
+fn index_of(name: &str) -> Index {
+    match name {
+        "content-length" | "date" | "x-request-id" => Index::Never,
+        _ => Index::Insert,
+    }
+}
+
+/// One section of `fields` on `stream`, through `enc`.
+fn section(enc: &mut TableEncoder, stream: u64, fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut s = enc.section(stream, &mut out);
+    s.status(200);
+    for (n, v) in fields {
+        s.field(n.as_bytes(), v.as_bytes(), index_of(n));
+    }
+    s.finish();
+    out
+}
+
+/// [`RESPONSE`] as the decoder should see it (`:status` first, names lower-case).
+fn response_pairs() -> Vec<(String, String)> {
+    let mut want = pairs(&[(":status", "200")]);
+    want.extend(RESPONSE.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.to_string())));
+    want
+}
+
+#[test]
+fn a_peer_without_a_table_gets_exactly_the_static_encoding() {
+    let mut static_only = Vec::new();
+    Encoder.begin(&mut static_only);
+    Encoder.status(200, &mut static_only);
+    for (n, v) in RESPONSE {
+        Encoder.field(n.as_bytes(), v.as_bytes(), &mut static_only);
+    }
+    for peer_max in [None, Some(0), Some(32)] {
+        let mut enc = TableEncoder::default();
+        if let Some(max) = peer_max {
+            assert!(!enc.enable(max, TABLE_BOUND), "{max} bytes hold no entry: the table stays off");
+        }
+        for stream in [0, 4, 8] {
+            assert_eq!(section(&mut enc, stream, &RESPONSE), static_only, "peer max {peer_max:?}");
+        }
+        assert!(!enc.has_instructions() && enc.inserted() == 0);
+    }
+}
+
+#[test]
+fn fixed_fields_are_inserted_once_and_referenced_once_acknowledged() {
+    let (mut enc, mut dec) = (TableEncoder::default(), TableDecoder::new(16_384));
+    assert!(enc.enable(16_384, TABLE_BOUND));
+    assert_eq!(enc.capacity(), TABLE_BOUND, "the smaller of the peer's maximum and our bound");
+    let first = section(&mut enc, 0, &RESPONSE);
+    let mut instructions = Vec::new();
+    enc.take_instructions(&mut instructions);
+    assert_eq!(&instructions[..3], [0x3f, 0xe1, 0x1f], "Set Dynamic Table Capacity 4096 first");
+    assert_eq!(dec.on_encoder_stream(&instructions), Ok(instructions.len()));
+    // content-type application/json and cache-control no-store are exact static entries;
+    // date, x-request-id and content-length change per response: 7 fields are inserted.
+    assert_eq!((enc.inserted(), dec.inserted()), (7, 7));
+    for abs in 0..7 {
+        let (name, _) = dec.get(abs).expect("an entry");
+        assert!(![&b"date"[..], b"x-request-id", b"content-length"].contains(&name), "{name:?}");
+    }
+    // The section that inserted them, and every one before the decoder's acknowledgment,
+    // carries them as literals: it decodes without the table (Required Insert Count 0).
+    assert_eq!(decoded(&first, 10_000), Ok(response_pairs()));
+    let second = section(&mut enc, 4, &RESPONSE);
+    assert_eq!(second, first, "no second insertion, no reference before acknowledgment");
+    assert!(!enc.has_instructions());
+    // The decoder acknowledges the insertions; from then on each is one byte.
+    let mut ack = Vec::new();
+    dec.increment(&mut ack);
+    assert_eq!(enc.on_decoder_stream(&ack), Ok(ack.len()));
+    assert_eq!(enc.acknowledged(), 7);
+    let third = section(&mut enc, 8, &RESPONSE);
+    let (required, got) = decoded_with(&dec, &third).expect("decodes with the table");
+    assert_eq!((required, got), (7, response_pairs()));
+    assert!(decoded(&third, 10_000).is_err(), "it references the table");
+    let literals: usize = [RESPONSE[1], RESPONSE[2], RESPONSE[3]]
+        .iter()
+        .map(|(n, v)| section(&mut TableEncoder::default(), 0, &[(n, v)]).len() - 3)
+        .sum();
+    // Prefix (2) + :status (1) + two static (2) + seven dynamic (7) + the three literals.
+    assert_eq!(third.len(), 12 + literals, "{} bytes before, {} after", first.len(), third.len());
+    // Its Section Acknowledgment is accepted once.
+    ack.clear();
+    dec.acknowledge(8, required, &mut ack);
+    assert_eq!(ack, [0x88]);
+    assert_eq!(enc.on_decoder_stream(&ack), Ok(1));
+    assert_eq!(
+        enc.on_decoder_stream(&ack),
+        Err(DecoderStreamError("a Section Acknowledgment with no section outstanding"))
+    );
+}
+
+#[test]
+fn what_does_not_fit_stays_a_literal() {
+    let mut enc = TableEncoder::default();
+    assert!(enc.enable(100, TABLE_BOUND), "a 100-byte table holds one small entry");
+    let fields = [("x-a", "0123456789"), ("x-b", "0123456789")];
+    let mut out = Vec::new();
+    let mut s = enc.section(0, &mut out);
+    for (n, v) in fields {
+        s.field(n.as_bytes(), v.as_bytes(), Index::Insert);
+    }
+    s.finish();
+    assert_eq!(enc.inserted(), 2, "45 + 45 bytes fit in 100");
+    let mut s = enc.section(4, &mut out);
+    s.field(b"x-c", b"0123456789", Index::Insert);
+    s.finish();
+    assert_eq!(enc.inserted(), 2, "a third does not: nothing is evicted");
+    let mut dec = TableDecoder::new(100);
+    let mut instructions = Vec::new();
+    enc.take_instructions(&mut instructions);
+    assert_eq!(dec.on_encoder_stream(&instructions), Ok(instructions.len()));
+    assert_eq!(dec.get(1), Some((&b"x-b"[..], &b"0123456789"[..])));
+}
+
+#[test]
+fn decoder_stream_instructions_and_their_errors() {
+    let mut enc = TableEncoder::default();
+    assert!(enc.enable(4096, TABLE_BOUND));
+    let _ = section(&mut enc, 0, &RESPONSE);
+    let err = |enc: &mut TableEncoder, bytes: &[u8]| enc.on_decoder_stream(bytes).expect_err("an error").0;
+    assert_eq!(err(&mut enc, &[0x00]), "an Insert Count Increment of 0");
+    assert_eq!(err(&mut enc, &[0x08]), "an Insert Count Increment past the entries inserted");
+    assert_eq!(err(&mut enc, &[0x80]), "a Section Acknowledgment with no section outstanding");
+    assert_eq!(err(&mut enc, &[0x3f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]), "an integer too large");
+    // An instruction cut short waits; increments add up.
+    assert_eq!(enc.on_decoder_stream(&[0x03, 0x3f]), Ok(1));
+    assert_eq!(enc.on_decoder_stream(&[0x04]), Ok(1));
+    assert_eq!(enc.acknowledged(), 7);
+    // Stream Cancellation drops what stream 4 awaited (its acknowledgment is then an error);
+    // for a stream with nothing outstanding it is harmless.
+    let _ = section(&mut enc, 4, &RESPONSE);
+    assert_eq!(enc.on_decoder_stream(&[0x44, 0x48]), Ok(2));
+    assert_eq!(err(&mut enc, &[0x84]), "a Section Acknowledgment with no section outstanding");
+}
+
+#[test]
+fn a_decoder_that_never_acknowledges_sections_gets_static_ones_past_the_bound() {
+    let mut enc = TableEncoder::default();
+    assert!(enc.enable(4096, TABLE_BOUND));
+    let static_only = section(&mut enc, 0, &RESPONSE);
+    assert_eq!(enc.on_decoder_stream(&[0x07]), Ok(1));
+    for i in 0..MAX_UNACKNOWLEDGED as u64 {
+        assert_ne!(section(&mut enc, 4 * (i + 1), &RESPONSE)[0], 0, "section {i} references the table");
+    }
+    assert_eq!(section(&mut enc, 4, &RESPONSE), static_only, "past the bound: static only");
+    assert_eq!(enc.on_decoder_stream(&[0x84]), Ok(1), "one acknowledged");
+    assert_ne!(section(&mut enc, 4, &RESPONSE)[0], 0, "below the bound again");
+}
+
 /// Cost of the codec on typical heads: `cargo test --release --lib -- --ignored
 /// qpack_cost --nocapture` (reported in docs/performance.md, not asserted).
 #[test]
@@ -172,7 +394,7 @@ fn qpack_cost() {
     let start = std::time::Instant::now();
     for _ in 0..N {
         out.clear();
-        write_response_head(200, std::hint::black_box(response), &mut out);
+        write_response_head(200, std::hint::black_box(response), &mut encoder::TableEncoder::default(), 0, &mut out);
     }
     let encode_ns = start.elapsed().as_nanos() / u128::from(N);
     println!(

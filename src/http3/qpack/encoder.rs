@@ -1,0 +1,274 @@
+//! The encoder side of one connection's QPACK dynamic table (RFC 9204 §2.1, §3, §4.3, §4.4):
+//! what we insert into the peer's decoder table, which field sections may reference it, and
+//! what the peer's decoder stream tells us.
+//!
+//! The rules it keeps, so that no stream can ever block on it:
+//! - It is off (capacity 0: every section is exactly the static-only [`Encoder`]'s) until the
+//!   connection calls [`TableEncoder::enable`] with the peer's
+//!   `SETTINGS_QPACK_MAX_TABLE_CAPACITY`; the capacity it then sets is the smaller of that and
+//!   [`TABLE_BOUND`].
+//! - A field the caller marks [`Index::Insert`] is inserted once, the first time it is sent,
+//!   if it fits in what is left of the capacity; nothing is ever evicted (a fixed set of
+//!   response fields fits; what does not fit stays a literal). A field marked
+//!   [`Index::Never`] (a value that changes per response) is never inserted.
+//! - A section references only entries the peer's decoder has acknowledged (its Known
+//!   Received Count, raised by Insert Count Increment): the section that inserts a field and
+//!   every section sent before the acknowledgment arrives carry it as a literal. So the
+//!   Required Insert Count of a section is never above what the decoder has, no stream is
+//!   blocked, and `SETTINGS_QPACK_BLOCKED_STREAMS` is never used.
+//! - Sections with dynamic references wait for their Section Acknowledgment; while more than
+//!   [`MAX_UNACKNOWLEDGED`] wait (a decoder that does not acknowledge), new sections are
+//!   static-only again, so the bookkeeping stays bounded.
+//!
+//! A malformed or impossible decoder-stream instruction is a [`DecoderStreamError`] (the
+//! connection maps it to `QPACK_DECODER_STREAM_ERROR`). Which fields are worth inserting is
+//! HTTP's business (`head.rs` decides); this file knows only QPACK.
+
+use std::collections::HashMap;
+
+use super::table::{self, Found};
+use super::{integer, lowered, static_line, write_integer, write_string, DecodeError, Encoder};
+
+/// The largest dynamic table capacity we ask of a peer (its maximum may be larger).
+pub const TABLE_BOUND: u64 = 4096;
+
+/// Field sections with dynamic references that may await their acknowledgment at once.
+pub const MAX_UNACKNOWLEDGED: usize = 1024;
+
+/// Whether a field may be inserted into the dynamic table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Index {
+    /// Insert it (once) and reference it once the peer has it.
+    Insert,
+    /// Its value changes per message: always a literal.
+    Never,
+}
+
+/// A malformed or impossible instruction on the peer's decoder stream (RFC 9204 §4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecoderStreamError(pub &'static str);
+
+/// The encoder side of one connection's dynamic table. See the module doc.
+#[derive(Debug, Default)]
+pub struct TableEncoder {
+    /// The capacity set on the encoder stream (0: off).
+    capacity: u64,
+    /// `floor(peer's maximum capacity / 32)`, for the Required Insert Count's encoding.
+    max_entries: u64,
+    /// Sum of the entries' sizes (name + value + 32 each).
+    used: u64,
+    /// Entry `i` (absolute index `i`: nothing is evicted) is `text[name.0..name.1]`,
+    /// `text[name.1..value_end]`.
+    entries: Vec<(u32, u32, u32)>,
+    text: Vec<u8>,
+    /// The decoder's Known Received Count: entries below it may be referenced.
+    acknowledged: u64,
+    /// Per request stream, its sections with dynamic references not yet acknowledged.
+    unacknowledged: HashMap<u64, u32>,
+    unacknowledged_total: usize,
+    /// Encoder-stream instructions not yet taken by the connection.
+    instructions: Vec<u8>,
+    /// The field lines of the section being written (its prefix is known only at the end).
+    lines: Vec<u8>,
+}
+
+impl TableEncoder {
+    /// Turns the table on for a peer whose decoder allows `peer_max` bytes: sets the capacity
+    /// to `min(peer_max, bound)` (a Set Dynamic Table Capacity instruction). Once only;
+    /// returns whether the table is on (a capacity too small for any entry leaves it off).
+    pub fn enable(&mut self, peer_max: u64, bound: u64) -> bool {
+        let capacity = peer_max.min(bound);
+        if self.capacity > 0 || capacity < 33 {
+            return self.capacity > 0;
+        }
+        self.capacity = capacity;
+        self.max_entries = peer_max / 32;
+        write_integer(capacity, 5, 0x20, &mut self.instructions);
+        true
+    }
+
+    /// The capacity set (0: static table only).
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Entries inserted so far.
+    pub fn inserted(&self) -> u64 {
+        self.entries.len() as u64
+    }
+
+    /// Entries the peer has acknowledged (its Known Received Count).
+    pub fn acknowledged(&self) -> u64 {
+        self.acknowledged
+    }
+
+    /// Moves the encoder-stream instructions written so far to the end of `out`.
+    pub fn take_instructions(&mut self, out: &mut Vec<u8>) {
+        out.append(&mut self.instructions);
+    }
+
+    /// Whether instructions wait to be taken.
+    pub fn has_instructions(&self) -> bool {
+        !self.instructions.is_empty()
+    }
+
+    /// Starts a field section on request stream `stream` (its QUIC stream ID); field lines
+    /// go through the [`Section`], which writes the whole section into `out` when finished.
+    pub fn section<'a>(&'a mut self, stream: u64, out: &'a mut Vec<u8>) -> Section<'a> {
+        self.lines.clear();
+        let dynamic = self.capacity > 0 && self.unacknowledged_total < MAX_UNACKNOWLEDGED;
+        let base = self.acknowledged;
+        Section { enc: self, out, stream, dynamic, base, required: 0 }
+    }
+
+    /// Consumes the complete instructions at the front of `input` (the peer's decoder
+    /// stream); returns how many bytes they took (the rest is an instruction cut short).
+    pub fn on_decoder_stream(&mut self, input: &[u8]) -> Result<usize, DecoderStreamError> {
+        let mut at = 0;
+        while let Some(&first) = input.get(at) {
+            let bits = if first & 0x80 != 0 { 7 } else { 6 };
+            let (value, used) = match integer(&input[at..], bits) {
+                Ok(v) => v,
+                Err(DecodeError::Failed(super::TRUNCATED_INTEGER)) => break,
+                Err(_) => return Err(DecoderStreamError("an integer too large")),
+            };
+            if first & 0x80 != 0 {
+                self.section_acknowledged(value)?;
+            } else if first & 0x40 != 0 {
+                if let Some(n) = self.unacknowledged.remove(&value) {
+                    self.unacknowledged_total -= n as usize;
+                }
+            } else {
+                // Insert Count Increment (RFC 9204 §4.4.3).
+                if value == 0 {
+                    return Err(DecoderStreamError("an Insert Count Increment of 0"));
+                }
+                match self.acknowledged.checked_add(value) {
+                    Some(count) if count <= self.inserted() => self.acknowledged = count,
+                    _ => return Err(DecoderStreamError("an Insert Count Increment past the entries inserted")),
+                }
+            }
+            at += used;
+        }
+        Ok(at)
+    }
+
+    /// Section Acknowledgment for `stream` (RFC 9204 §4.4.1). Our sections reference only
+    /// acknowledged entries, so it cannot raise the Known Received Count.
+    fn section_acknowledged(&mut self, stream: u64) -> Result<(), DecoderStreamError> {
+        let Some(n) = self.unacknowledged.get_mut(&stream) else {
+            return Err(DecoderStreamError("a Section Acknowledgment with no section outstanding"));
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.unacknowledged.remove(&stream);
+        }
+        self.unacknowledged_total -= 1;
+        Ok(())
+    }
+
+    /// The absolute index of the entry `name: value`.
+    fn find(&self, name: &[u8], value: &[u8]) -> Option<u64> {
+        self.entries
+            .iter()
+            .position(|&(n, v, e)| {
+                (v - n) as usize == name.len()
+                    && (e - v) as usize == value.len()
+                    && &self.text[n as usize..v as usize] == name
+                    && &self.text[v as usize..e as usize] == value
+            })
+            .map(|i| i as u64)
+    }
+
+    /// Inserts `name: value` if it fits (an Insert With Name Reference to static entry
+    /// `static_name` when there is one, else With Literal Name).
+    fn insert(&mut self, name: &[u8], value: &[u8], static_name: Option<usize>) {
+        let size = (name.len() + value.len() + 32) as u64;
+        if self.used + size > self.capacity {
+            return;
+        }
+        self.used += size;
+        let n = self.text.len() as u32;
+        self.text.extend_from_slice(name);
+        let v = self.text.len() as u32;
+        self.text.extend_from_slice(value);
+        self.entries.push((n, v, self.text.len() as u32));
+        match static_name {
+            Some(i) => write_integer(i as u64, 6, 0xc0, &mut self.instructions),
+            None => write_string(name, 5, 0x40, &mut self.instructions),
+        }
+        write_string(value, 7, 0, &mut self.instructions);
+    }
+}
+
+/// One field section being written (see [`TableEncoder::section`]).
+#[derive(Debug)]
+pub struct Section<'a> {
+    enc: &'a mut TableEncoder,
+    out: &'a mut Vec<u8>,
+    stream: u64,
+    /// Dynamic references are allowed in this section.
+    dynamic: bool,
+    /// The section's Base: the Known Received Count when it started (every reference is
+    /// below it, so all are relative to it, none post-base).
+    base: u64,
+    /// 1 + the largest absolute index referenced (0: none).
+    required: u64,
+}
+
+impl Section<'_> {
+    /// Appends `:status` (a static index when the table has the code).
+    pub fn status(&mut self, status: u16) {
+        Encoder.status(status, &mut self.enc.lines);
+    }
+
+    /// Appends one field line; `name` is sent lower-case (RFC 9114 §4.2).
+    pub fn field(&mut self, name: &[u8], value: &[u8], index: Index) {
+        let mut buf = [0u8; 64];
+        let name = lowered(name, &mut buf);
+        let name = &*name;
+        let found = table::find(name, value);
+        if let Some(Found::Exact(i)) = found {
+            write_integer(i as u64, 6, 0xc0, &mut self.enc.lines);
+            return;
+        }
+        if self.dynamic {
+            match self.enc.find(name, value) {
+                Some(abs) if abs < self.base => {
+                    // Indexed Field Line, dynamic (T = 0), relative to the Base.
+                    write_integer(self.base - 1 - abs, 6, 0x80, &mut self.enc.lines);
+                    self.required = self.required.max(abs + 1);
+                    return;
+                }
+                Some(_) => {}
+                None if index == Index::Insert => {
+                    let static_name = match found {
+                        Some(Found::Name(i)) => Some(i),
+                        _ => None,
+                    };
+                    self.enc.insert(name, value, static_name);
+                }
+                None => {}
+            }
+        }
+        static_line(name, value, found, &mut self.enc.lines);
+    }
+
+    /// Writes the section (prefix, then its lines) into the output and records it as awaiting
+    /// acknowledgment if it references the table.
+    pub fn finish(self) {
+        let enc = self.enc;
+        if self.required == 0 {
+            self.out.extend_from_slice(&[0, 0]);
+        } else {
+            // RFC 9204 §4.5.1.1: Required Insert Count modulo 2 × MaxEntries, plus 1; the
+            // Base is at or above it (sign 0, Delta Base = Base − Required Insert Count).
+            let encoded = self.required % (2 * enc.max_entries.max(1)) + 1;
+            write_integer(encoded, 8, 0, self.out);
+            write_integer(self.base - self.required, 7, 0, self.out);
+            *enc.unacknowledged.entry(self.stream).or_insert(0) += 1;
+            enc.unacknowledged_total += 1;
+        }
+        self.out.extend_from_slice(&enc.lines);
+    }
+}
