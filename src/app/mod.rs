@@ -24,7 +24,7 @@ use handlers::{
     assets, auth, chat, csp_report, debug, download, events, health, homepage, metrics, openapi, pages, redirect,
     users, ws,
 };
-use phases::{cors, https, ratelimit, session, version};
+use phases::{compress, cors, https, ratelimit, session, version};
 
 use crate::auth::{jwt::Jwt, password::Passwords};
 use crate::config::Config;
@@ -115,12 +115,12 @@ impl Ctx<'_> {
     where
         F: FnOnce() -> Result<Response, Error> + Send + 'static,
     {
-        let decor = self.decor.to_owned();
         let config = self.config;
+        let decor = self.decor.to_owned(config);
         self.decorated.set(true);
         Reply::later(Box::new(move || {
             let r = work().unwrap_or_else(|e| render(e, config.is_development()));
-            Ok(decor.apply(r, config))
+            Ok(decor.finish(r, config))
         }))
     }
 }
@@ -145,6 +145,8 @@ pub struct App {
     route_labels: Vec<&'static str>,
     /// `Alt-Svc` for responses over TLS when HTTP/3 is on (`h3=":port"; ma=...`).
     alt_svc: Option<&'static str>,
+    /// The compressed forms of the fixed bodies (see `compress`).
+    precompressed: std::cell::RefCell<compress::Precompressed>,
 }
 
 /// The `Alt-Svc` value announcing HTTP/3 on `config`'s UDP port; `None` when HTTP/3 is off.
@@ -174,6 +176,8 @@ impl App {
         )));
         // Leaked once per worker, like the client configuration.
         let alt_svc = alt_svc_value(config).map(|v| &*Box::leak(v.into_boxed_str()));
+        let mut precompressed = compress::Precompressed::default();
+        precompressed.warm(config);
         App {
             router,
             mounts,
@@ -185,6 +189,7 @@ impl App {
             user_memo: std::cell::RefCell::new(user_memo),
             route_labels,
             alt_svc,
+            precompressed: std::cell::RefCell::new(precompressed),
         }
     }
 
@@ -215,7 +220,8 @@ impl App {
         // HTTP/3 is announced on forkd's own UDP port: only to a client that reached this
         // TLS listener itself, never through a proxy that terminated TLS.
         let alt_svc = if req.secure { self.alt_svc } else { None };
-        let mut decor = Decor { cors: cors::allowed_origin(config, req), rate: None, alt_svc };
+        let mut decor =
+            Decor { cors: cors::allowed_origin(config, req), rate: None, alt_svc, path: req.path, fields: req.headers };
         let decorated = std::cell::Cell::new(false);
         let reply = match cors::preflight(decor.cors, req) {
             Some(r) => Ok(r),
@@ -242,22 +248,27 @@ impl App {
             Err(e) => return Reply::full(decor.apply(render(e, dev), config)),
         };
         match body {
+            Body::Full => {
+                let mut head = decor.apply(head, config);
+                if compress::worth_a_look(&head, config) {
+                    compress::Plan::new(config, req.path, req.headers).on_loop(&mut head, config, &self.precompressed);
+                }
+                Reply::full(head)
+            }
             // A WebSocket's head is not sent: it carries the fields for a refusal of the
             // handshake, which the codec checks.
-            Body::Full | Body::Producer(_) | Body::File(_) | Body::WebSocket(_) => {
-                Reply { head: decor.apply(head, config), body }
-            }
+            Body::Producer(_) | Body::File(_) | Body::WebSocket(_) => Reply { head: decor.apply(head, config), body },
             // Made by `Ctx::later`: it decorates its own response.
             Body::Job(job) if decorated.get() => Reply::later(job),
             Body::Job(job) => {
-                let decor = decor.to_owned();
+                let decor = decor.to_owned(config);
                 Reply::later(Box::new(move || {
                     let r = job().unwrap_or_else(|e| render(e, dev));
-                    Ok(decor.apply(r, config))
+                    Ok(decor.finish(r, config))
                 }))
             }
             Body::Upstream(Upstream::Call(call)) => {
-                let decor = decor.to_owned();
+                let decor = decor.to_owned(config);
                 let finish = call.finish;
                 Reply::call(Call {
                     requests: call.requests,
@@ -269,7 +280,7 @@ impl App {
             }
             Body::Upstream(Upstream::Relay(relay)) => Reply::relay(Relay {
                 request: relay.request,
-                sink: Box::new(Decorated { inner: relay.sink, decor: decor.to_owned(), config }),
+                sink: Box::new(Decorated { inner: relay.sink, decor: decor.to_owned(config), config }),
             }),
         }
     }
@@ -410,33 +421,53 @@ impl RelaySink for Decorated {
 
 /// Headers every response of a request gets, whenever it is produced: the
 /// allow-listed `Origin` (borrowed from the request), the rate-limit decision,
-/// and over TLS with HTTP/3 on, `Alt-Svc` (RFC 7838) naming the UDP port.
+/// and over TLS with HTTP/3 on, `Alt-Svc` (RFC 7838) naming the UDP port. The
+/// request's path and fields are kept for the compression phase of a response
+/// made later (read only then: the hot path never negotiates).
 #[derive(Clone, Copy)]
 struct Decor<'r> {
     cors: Option<&'r str>,
     rate: Option<crate::shm::ratelimit::Decision>,
     alt_svc: Option<&'static str>,
+    path: &'r str,
+    fields: crate::http::fields::Fields<'r>,
 }
 
 impl Decor<'_> {
-    fn apply(&self, mut r: Response, config: &Config) -> Response {
-        if let Some(origin) = self.cors {
-            cors::decorate(&mut r, origin);
-        }
-        if let Some(d) = &self.rate {
-            ratelimit::decorate(&mut r, config, d);
-        }
-        if let Some(v) = self.alt_svc {
-            r.header("Alt-Svc", v);
-        }
-        r
+    fn apply(&self, r: Response, config: &Config) -> Response {
+        decorate(r, self.cors, self.rate.as_ref(), self.alt_svc, config)
     }
 
     /// The decoration for a response made after the request is gone (a job,
-    /// upstream results): the origin copied, only when there is one.
-    fn to_owned(self) -> OwnedDecor {
-        OwnedDecor { cors: self.cors.map(str::to_owned), rate: self.rate, alt_svc: self.alt_svc }
+    /// upstream results): the origin copied, only when there is one, and what
+    /// the request allows the response's body to be compressed with.
+    fn to_owned(self, config: &Config) -> OwnedDecor {
+        OwnedDecor {
+            cors: self.cors.map(str::to_owned),
+            rate: self.rate,
+            alt_svc: self.alt_svc,
+            compress: compress::Plan::new(config, self.path, self.fields),
+        }
     }
+}
+
+fn decorate(
+    mut r: Response,
+    cors: Option<&str>,
+    rate: Option<&crate::shm::ratelimit::Decision>,
+    alt_svc: Option<&'static str>,
+    config: &Config,
+) -> Response {
+    if let Some(origin) = cors {
+        cors::decorate(&mut r, origin);
+    }
+    if let Some(d) = rate {
+        ratelimit::decorate(&mut r, config, d);
+    }
+    if let Some(v) = alt_svc {
+        r.header("Alt-Svc", v);
+    }
+    r
 }
 
 /// [`Decor`] that outlives the request.
@@ -444,11 +475,17 @@ struct OwnedDecor {
     cors: Option<String>,
     rate: Option<crate::shm::ratelimit::Decision>,
     alt_svc: Option<&'static str>,
+    compress: compress::Plan,
 }
 
 impl OwnedDecor {
     fn apply(&self, r: Response, config: &Config) -> Response {
-        Decor { cors: self.cors.as_deref(), rate: self.rate, alt_svc: self.alt_svc }.apply(r, config)
+        decorate(r, self.cors.as_deref(), self.rate.as_ref(), self.alt_svc, config)
+    }
+
+    /// A pool job's response: decorated, then compressed (on the pool) as the request allows.
+    fn finish(&self, r: Response, config: &Config) -> Response {
+        self.compress.finish(self.apply(r, config), config)
     }
 }
 

@@ -81,6 +81,8 @@ pub struct Config {
     pub http2: Http2,
     /// `[http3]`
     pub http3: Http3,
+    /// `[compression]`
+    pub compression: Compression,
     /// `[proxy]`
     pub proxy: Proxy,
     /// `[cluster]`
@@ -331,6 +333,17 @@ impl Http3 {
     pub fn enabled(&self) -> bool {
         self.listen.is_some()
     }
+}
+
+/// `[compression]`: resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compression {
+    /// Responses may be compressed at all.
+    pub enabled: bool,
+    /// Bodies shorter than this are never compressed.
+    pub min_bytes: usize,
+    /// gzip level (1 to 9) for bodies compressed per response.
+    pub level: u32,
 }
 
 /// `[proxy]`: the proxies whose `Forwarded`, `X-Forwarded-For` and `X-Forwarded-Proto` are
@@ -743,6 +756,21 @@ max_frame_size = 16384
         assert_eq!(
             problems("", &[("FORKD_HTTP2__MAX_FRAME_SIZE", "16383")]),
             ["http2.max_frame_size = 16383: must be between 16384 and 16777215 (from FORKD_HTTP2__MAX_FRAME_SIZE)"]
+        );
+    }
+
+    #[test]
+    fn compression_section() {
+        let config = load_str("", &[]).expect("valid");
+        assert_eq!(config.compression, Compression { enabled: true, min_bytes: 1024, level: 6 });
+        let config = load_str("[compression]\nenabled = false\nmin_bytes = 0\nlevel = 9\n", &[]).expect("valid");
+        assert_eq!(config.compression, Compression { enabled: false, min_bytes: 0, level: 9 });
+        assert_eq!(
+            problems("[compression]\nmin_bytes = -1\nlevel = 10\n", &[]),
+            [
+                "compression.min_bytes = -1: must be between 0 and 67108864",
+                "compression.level = 10: must be between 1 and 9",
+            ]
         );
     }
 

@@ -13,8 +13,8 @@ use super::cluster::without_password;
 use super::env::Sources;
 use super::raw::RawConfig;
 use super::{
-    Auth, Chat, Cluster, Config, Cors, Db, Debug, Download, Environment, Http2, Http3, Io, JwtSecret, Limits,
-    LogFormat, Proxy, RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket, SECRET_REQUIRED,
+    Auth, Chat, Cluster, Compression, Config, Cors, Db, Debug, Download, Environment, Http2, Http3, Io, JwtSecret,
+    Limits, LogFormat, Proxy, RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket, SECRET_REQUIRED,
 };
 
 const MIB: i64 = 1 << 20;
@@ -159,6 +159,11 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
             max_frame_size: c.range("http2.max_frame_size", raw.http2.max_frame_size, 1 << 14, (1 << 24) - 1),
         },
         http3,
+        compression: Compression {
+            enabled: raw.compression.enabled,
+            min_bytes: c.range("compression.min_bytes", raw.compression.min_bytes, 0, 64 * MIB),
+            level: c.range("compression.level", raw.compression.level, 1, 9),
+        },
         proxy: Proxy {
             trusted: c.each("proxy.trusted", &raw.proxy.trusted, Check::cidr).into_iter().flatten().collect(),
         },

@@ -1,5 +1,6 @@
 //! HTTP, protocol-neutral: the request handlers see ([`request`], its fields [`fields`], who
-//! sent it behind proxies [`client`]), the
+//! sent it behind proxies [`client`], the content coding its `Accept-Encoding` allows
+//! [`encoding`]), the
 //! reply they return ([`reply`], [`response`]), the key of one exchange
 //! ([`exchange`]), the service every codec hands requests to ([`service`]),
 //! the target and `Host` rules ([`target`]), the headers every response
@@ -10,6 +11,7 @@
 //! poll or a route.
 
 pub mod client;
+pub mod encoding;
 pub mod exchange;
 pub mod fields;
 pub mod headers;

@@ -54,6 +54,7 @@ mod chat;
 mod homepage;
 
 mod apidocs;
+mod compression;
 mod metrics;
 mod openapi;
 mod panics;

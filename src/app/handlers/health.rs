@@ -39,10 +39,14 @@ fn strip_weak(t: &[u8]) -> &[u8] {
     t.strip_prefix(b"W/").unwrap_or(t)
 }
 
-/// Whether an `If-None-Match` value matches `etag` (weak comparison, RFC 9110 §13.1.2).
+/// Whether an `If-None-Match` value matches `etag` (weak comparison, RFC 9110 §13.1.2), in
+/// any content coding's form of it (`"abc-gzip"` matches `"abc"`).
 pub fn etag_matches(header: &[u8], etag: &[u8]) -> bool {
     let want = strip_weak(etag);
-    header.split(|&c| c == b',').map(|t| t.trim_ascii()).any(|t| t == b"*" || strip_weak(t) == want)
+    header.split(|&c| c == b',').map(|t| t.trim_ascii()).any(|t| {
+        let t = strip_weak(t);
+        t == b"*" || t == want || crate::app::phases::compress::is_coded_form(t, want)
+    })
 }
 
 /// The `/api/config` body and its ETag, rendered once per worker.

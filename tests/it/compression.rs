@@ -1,0 +1,124 @@
+//! Response compression (`[compression]`): large bodies gzipped for a client that accepts it,
+//! with `Vary: Accept-Encoding` whether compressed or not, the same on every protocol; small
+//! bodies, token responses and a server with compression off sent as they are.
+
+use std::io::Read;
+
+use serde_json::json;
+
+use crate::util::*;
+
+fn gunzip(s: &Server, body: &[u8], what: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let ok = flate2::read::GzDecoder::new(body).read_to_end(&mut out);
+    ensure!(s, ok.is_ok(), "{what}: the body is not gzip: {ok:?}");
+    out
+}
+
+fn varies(r: &Response) -> bool {
+    r.header_all("vary").iter().any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("accept-encoding")))
+}
+
+const GZIP: &[(&str, &str)] = &[("Accept-Encoding", "gzip, deflate, br;q=0.5")];
+
+protocols!(the_openapi_document_is_gzipped_for_a_client_that_accepts_it);
+fn the_openapi_document_is_gzipped_for_a_client_that_accepts_it(p: Proto) {
+    let s = Server::start("").on(p);
+    let plain = s.get("/api/openapi.json");
+    ensure!(s, plain.status == 200, "GET /api/openapi.json: {plain:?}");
+    ensure_eq!(s, plain.header("content-encoding"), None, "no Accept-Encoding: identity");
+    ensure!(s, varies(&plain), "identity, but the representation varies: Vary in {:?}", plain.headers);
+
+    let gz = s.call("GET", "/api/openapi.json", GZIP, b"");
+    ensure!(s, gz.status == 200, "GET with gzip: {gz:?}");
+    ensure_eq!(s, gz.header("content-encoding"), Some("gzip"), "Content-Encoding");
+    ensure!(s, varies(&gz), "Vary: Accept-Encoding in {:?}", gz.headers);
+    ensure!(s, gz.body.len() * 5 < plain.body.len(), "{} compressed vs {} bytes", gz.body.len(), plain.body.len());
+    ensure!(s, gunzip(&s, &gz.body, "openapi.json") == plain.body, "gzip decodes to the identity body");
+    let length = gz.body.len().to_string();
+    if let Some(l) = gz.header("content-length") {
+        ensure_eq!(s, l, length.as_str(), "Content-Length is the compressed length");
+    }
+    ensure!(s, s.call("GET", "/api/openapi.json", GZIP, b"").body == gz.body, "compressed once: the same bytes");
+
+    // HEAD: the head GET would get.
+    let h = s.session().request("HEAD", "/api/openapi.json", GZIP, b"");
+    ensure!(s, h.status == 200 && h.body.is_empty(), "HEAD: {h:?}");
+    ensure_eq!(s, h.header("content-encoding"), Some("gzip"), "HEAD Content-Encoding");
+    ensure_eq!(s, h.header("content-length"), Some(length.as_str()), "HEAD Content-Length");
+
+    // Nothing acceptable, identity refused too: identity anyway (as nginx), never a 406.
+    let refused = s.call("GET", "/api/openapi.json", &[("Accept-Encoding", "identity;q=0, gzip;q=0")], b"");
+    ensure!(s, refused.status == 200, "identity;q=0, gzip;q=0: {refused:?}");
+    ensure_eq!(s, refused.header("content-encoding"), None, "identity;q=0, gzip;q=0");
+    ensure!(s, refused.body == plain.body, "the identity body");
+
+    // The rendered reference and an embedded stylesheet too (both fixed for the process).
+    let docs = s.call("GET", "/api/docs", GZIP, b"");
+    ensure_eq!(s, docs.header("content-encoding"), Some("gzip"), "/api/docs");
+    let html = String::from_utf8(gunzip(&s, &docs.body, "/api/docs")).unwrap_or_default();
+    let css = html.split("<link rel=\"stylesheet\" href=\"").nth(1).and_then(|t| t.split('"').next());
+    let css = css.unwrap_or_default().to_owned();
+    let c = s.call("GET", &css, GZIP, b"");
+    ensure!(s, c.status == 200, "GET {css}: {c:?}");
+    ensure_eq!(s, c.header("content-encoding"), Some("gzip"), "{css}");
+    ensure!(s, gunzip(&s, &c.body, &css) == s.get(&css).body, "{css} decodes to the file");
+
+    // A small body is never touched: no coding, no Vary.
+    let health = s.call("GET", "/health", GZIP, b"");
+    ensure!(s, health.status == 200, "/health: {health:?}");
+    ensure_eq!(s, health.header("content-encoding"), None, "/health");
+    ensure!(s, !varies(&health), "/health never varies: {:?}", health.headers);
+}
+
+protocols!(token_responses_are_never_compressed);
+fn token_responses_are_never_compressed(p: Proto) {
+    // Every body counts as large here: only the BREACH rule keeps login's as it is.
+    let s = Server::api_builder().set("compression", "min_bytes = 0").start().on(p);
+    let (_, token) = s.admin();
+    let email = unique_email("gz");
+    s.create_user(&email, "Zed", "user", "user-password-1");
+
+    let body = serde_json::to_vec(&json!({"email": email, "password": "user-password-1"})).unwrap_or_default();
+    let login = s.call_t(
+        "POST",
+        "/api/v1/auth/login",
+        &[("Content-Type", "application/json"), ("Accept-Encoding", "gzip")],
+        &body,
+        SLOW_IO_TIMEOUT,
+    );
+    let d = s.expect_data(&login, 200, "login with Accept-Encoding: gzip");
+    ensure!(s, d["accessToken"].is_string(), "a token in the plain body: {d}");
+    ensure_eq!(s, login.header("content-encoding"), None, "login");
+    ensure!(s, !varies(&login), "login never varies: {:?}", login.headers);
+    let refresh = d["refreshToken"].as_str().unwrap_or_default().to_owned();
+    let again = s.api_h("POST", "/api/auth/refresh", None, Some(&json!({"refreshToken": refresh})), GZIP);
+    s.expect_data(&again, 200, "refresh");
+    ensure_eq!(s, again.header("content-encoding"), None, "refresh");
+
+    // Meanwhile a response made on the pool is compressed in its job ...
+    let users = s.api_h("GET", "/api/v1/users", Some(&token), None, GZIP);
+    ensure!(s, users.status == 200, "GET /api/v1/users: {users:?}");
+    ensure_eq!(s, users.header("content-encoding"), Some("gzip"), "the users page");
+    let list: serde_json::Value = serde_json::from_slice(&gunzip(&s, &users.body, "users")).unwrap_or_default();
+    ensure!(s, list["data"]["total"].as_i64() >= Some(2), "the page decodes: {list}");
+
+    // ... and a fixed body with an ETag gets the coding's own, which revalidates.
+    let config = s.call("GET", "/api/config", GZIP, b"");
+    let plain = s.get("/api/config");
+    ensure_eq!(s, config.header("content-encoding"), Some("gzip"), "/api/config");
+    let (tag, plain_tag) = (config.header("etag").unwrap_or_default(), plain.header("etag").unwrap_or_default());
+    ensure!(s, tag.ends_with("-gzip\"") && tag != plain_tag, "ETag per coding: {tag} vs {plain_tag}");
+    let fresh = s.call("GET", "/api/config", &[("Accept-Encoding", "gzip"), ("If-None-Match", tag)], b"");
+    ensure!(s, fresh.status == 304, "If-None-Match with the gzip ETag: {fresh:?}");
+}
+
+#[test]
+fn compression_off_sends_every_body_as_it_is() {
+    let s = Server::builder().set("compression", "enabled = false").start();
+    let r = s.call("GET", "/api/openapi.json", GZIP, b"");
+    ensure!(s, r.status == 200, "{r:?}");
+    ensure_eq!(s, r.header("content-encoding"), None, "enabled = false");
+    ensure!(s, !varies(&r), "nothing varies: {:?}", r.headers);
+    ensure!(s, serde_json::from_slice::<serde_json::Value>(&r.body).is_ok(), "plain JSON");
+}
