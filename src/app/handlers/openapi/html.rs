@@ -849,7 +849,8 @@ mod tests {
     }
 
     fn declared() -> Config {
-        let text = r#"
+        super::super::declaring(
+            r#"
             [[resources]]
             name = "articles"
             read = "public"
@@ -861,12 +862,8 @@ mod tests {
             type = "enum"
             values = ["draft", "<b>live</b>"]
             default = "draft"
-        "#;
-        let table: toml::Table = text.parse().expect("toml");
-        let mut errors = Vec::new();
-        let resources = crate::resources::parse::registry(table.get("resources"), &mut errors);
-        assert_eq!(errors, Vec::<String>::new());
-        Config { resources, ..Config::default() }
+        "#,
+        )
     }
 
     /// Every operation of the real document is on the page, linked from the contents.

@@ -94,6 +94,17 @@ for every `GET` route, and `OPTIONS` on a known path answers 204 with `Allow`; a
 not have is 405 with `Allow`. The HTTP layer may answer any request 400 (malformed), 408 (too slow), \
 413 (body over the limit), 417 (unknown `Expect`) or 431 (head too large).";
 
+/// A configuration declaring the resources of `text` (TOML, `[[resources]]` tables), for the
+/// tests of this module and its children.
+#[cfg(test)]
+fn declaring(text: &str) -> Config {
+    let table: toml::Table = text.parse().expect("toml");
+    let mut errors = Vec::new();
+    let resources = crate::resources::parse::registry(table.get("resources"), &mut errors);
+    assert_eq!(errors, Vec::<String>::new());
+    Config { resources, ..Config::default() }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -109,7 +120,8 @@ mod tests {
     /// A configuration with declared resources: one top level, one nested under it with a
     /// `ref`, one under users that replaces nothing.
     fn declared() -> Config {
-        let text = r#"
+        declaring(
+            r#"
             [[resources]]
             name = "articles"
             read = "public"
@@ -136,12 +148,8 @@ mod tests {
             [resources.fields.at]
             type = "datetime"
             filter = true
-        "#;
-        let table: toml::Table = text.parse().expect("toml");
-        let mut errors = Vec::new();
-        let resources = crate::resources::parse::registry(table.get("resources"), &mut errors);
-        assert_eq!(errors, Vec::<String>::new());
-        Config { resources, ..Config::default() }
+        "#,
+        )
     }
 
     /// `(METHOD, path)` of every documented operation.
