@@ -78,7 +78,7 @@ use crate::sys::signals::SignalSet;
 use conn::{Conn, ConnState, H1};
 use glue::Glue;
 pub use h3::WorkerH3;
-use pool::{Completion, ExchangeId, Pool};
+use pool::{ExchangeId, Pool};
 use timers::Timers;
 use token::Tok;
 use transport::Transport;
@@ -677,36 +677,7 @@ impl Worker {
         let mut done = std::mem::take(&mut self.done);
         done.extend(self.pool.completions());
         for d in done.drain(..) {
-            let now = Instant::now();
-            let (idx, generation) = match d.id {
-                ExchangeId::H1 { conn, gen } => (conn, gen),
-                ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => {
-                    self.exchange_completed(d.id, d.result);
-                    continue;
-                }
-            };
-            let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
-            if c.generation != generation {
-                continue;
-            }
-            let result = match d.result {
-                Completion::Response(r) => r,
-                Completion::Replay(bytes, last) => {
-                    self.replayed(idx, bytes, last);
-                    continue;
-                }
-                Completion::Chunk(offset, bytes) => {
-                    self.chunk_arrived(idx, offset, bytes);
-                    continue;
-                }
-            };
-            // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
-            let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
-            let ConnState::Http1(h) = &mut c.state else { continue };
-            let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-            self.bufs.fill(&mut c.io.out);
-            h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, now);
-            self.drive(idx);
+            self.exchange_completed(d.id, d.result);
         }
         self.done = done;
     }

@@ -16,18 +16,15 @@ use std::time::{Duration, Instant};
 use mio::Interest;
 
 use super::call::CallState;
-use super::conn::Stream;
-use super::conn::{Conn, ConnState};
 use super::engine::Reset;
+use super::mux::call_of;
 use super::panics::{guard, Panicked};
 use super::pool::ExchangeId;
 use super::token::Tok;
-use super::{Glue, Worker, HIGH_WATERMARK};
+use super::Worker;
 use crate::app::Fetched;
 use crate::error::Error;
 use crate::http::reply::Upstream;
-use crate::http::response::Response;
-use crate::http2::StreamId;
 use crate::upstream::conn::{client_error, connect_from, tls_session, up_io, Owner, Step, UpConn};
 use crate::upstream::wire::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
 
@@ -37,31 +34,6 @@ use crate::upstream::wire::{write_request, ClientError, Endpoint, Outbound, Resp
 const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Idle connections kept per endpoint.
 const MAX_IDLE: usize = 32;
-
-/// The upstream wait of exchange `id`, if it is still there: an HTTP/1.1
-/// connection's `call`, an HTTP/2 stream's, or an HTTP/3 stream's.
-fn call_of<'a>(
-    conns: &'a mut [Option<Conn>],
-    h3: &'a mut Option<Box<super::h3::H3>>,
-    id: ExchangeId,
-) -> Option<&'a mut Option<CallState>> {
-    let (conn, gen) = match id {
-        ExchangeId::H1 { conn, gen } | ExchangeId::H2 { conn, gen, .. } => (conn, gen),
-        ExchangeId::H3 { conn, stream, gen } => {
-            let (sess, _, _, stream) = h3.as_mut()?.parts(conn, stream, gen)?;
-            return sess.call_slot(stream);
-        }
-    };
-    let c = conns.get_mut(conn)?.as_mut()?;
-    if c.generation != gen {
-        return None;
-    }
-    match (&mut c.state, id) {
-        (ConnState::Http1(h), ExchangeId::H1 { .. }) => Some(&mut h.call),
-        (ConnState::Http2(sess), ExchangeId::H2 { stream, .. }) => sess.parts().0.call_slot(StreamId(stream)),
-        _ => None,
-    }
-}
 
 impl Worker {
     /// A handler asked for upstreams: start them (the client waits in `Waiting`).
@@ -504,27 +476,7 @@ impl Worker {
         let assembled =
             guard("response assembly", move || finish(results).unwrap_or_else(|e| crate::app::render(e, dev)));
         let resp = assembled.unwrap_or_else(|p| p.into_response(dev));
-        self.respond_waiting(id, resp, false);
-    }
-
-    /// Answer a client request that waited on upstreams (`stream`: a chunked
-    /// head). For a stream, returns whether its body follows (not for `HEAD`).
-    fn respond_waiting(&mut self, id: ExchangeId, resp: Response, stream: bool) -> bool {
-        let idx = match id {
-            ExchangeId::H1 { conn, .. } => conn,
-            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => return self.exchange_respond(id, resp, stream),
-        };
-        let now = Instant::now();
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
-        let ConnState::Http1(h) = &mut c.state else { return false };
-        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        if stream {
-            h.codec.complete_stream(resp, &mut c.io.out, &mut glue, &mut self.env, now)
-        } else {
-            h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, now);
-            self.drive(idx);
-            false
-        }
+        self.exchange_respond(id, resp, false);
     }
 
     /// Relay progress: pass the head and body to the sink, write its events.
@@ -568,24 +520,13 @@ impl Worker {
                 Err(p) => return self.relay_panicked(id, p),
             };
             *started = true;
-            let body_follows = self.respond_waiting(id, resp, true);
-            if !body_follows {
-                // `HEAD`: the head went out and the connection carries on; the
-                // upstream is not needed any more.
+            if !self.exchange_respond(id, resp, true) {
+                // `HEAD`: the head went out and the exchange is over; its upstream is not
+                // needed any more.
                 if let Some(call) = call_of(&mut self.conns, &mut self.h3, id).and_then(Option::take) {
                     self.cancel_call(id, call);
                 }
-                match id {
-                    ExchangeId::H1 { conn, .. } | ExchangeId::H2 { conn, .. } => self.drive(conn),
-                    // Answering touched the session; the turn's end sends what it queued.
-                    ExchangeId::H3 { .. } => {}
-                }
                 return;
-            }
-            if let ExchangeId::H1 { conn, .. } = id {
-                let Some(Some(c)) = self.conns.get_mut(conn) else { return };
-                let ConnState::Http1(h) = &mut c.state else { return };
-                h.stream = Some(Stream::Relay);
             }
         }
         match outcome {
@@ -594,35 +535,25 @@ impl Worker {
                     log::warn!("relay upstream: {e:?}");
                     self.up_close(ui);
                 }
-                self.relay_data(id, &events);
+                self.exchange_relay_data(id, &events);
                 self.relay_failed(id, e);
             }
             Ok(true) => {
                 if let Some(ui) = ui {
                     self.up_release(ui);
                 }
-                self.relay_data(id, &events);
-                self.exchange_done(id);
+                self.exchange_relay_data(id, &events);
+                self.exchange_relay_done(id);
             }
             Ok(false) => {
-                self.relay_data(id, &events);
-                let slow = match id {
-                    ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_slow(id),
-                    ExchangeId::H1 { conn: idx, .. } => {
-                        // Flush first: only output still unsent after it may pause the upstream
-                        // (the client's writable event resumes it; none comes for a drained socket).
-                        self.flush_conn(idx);
-                        let Some(Some(c)) = self.conns.get_mut(idx) else {
-                            if let Some(ui) = ui {
-                                self.up_close(ui);
-                            }
-                            return;
-                        };
-                        let slow = c.io.out.len() - c.io.out_pos > HIGH_WATERMARK;
-                        // The client's drain resumes the upstream (`relay_resume`).
-                        c.paused |= slow;
-                        slow
+                self.exchange_relay_data(id, &events);
+                // Behind its client, the upstream pauses; the client's drain resumes it
+                // (`relay_resume`).
+                let Some(slow) = self.exchange_relay_slow(id) else {
+                    if let Some(ui) = ui {
+                        self.up_close(ui);
                     }
+                    return;
                 };
                 if let Some(ui) = ui {
                     if let Some(Some(u)) = self.up.conns.get_mut(ui) {
@@ -648,46 +579,16 @@ impl Worker {
         if !started {
             let dev = self.env.development;
             let resp = guard("relay sink error", || sink.error(e)).unwrap_or_else(|p| p.into_response(dev));
-            self.respond_waiting(id, resp, false);
+            self.exchange_respond(id, resp, false);
             return;
         }
         let mut events = Vec::new();
         if guard("relay sink failure event", || sink.failed(&e, &mut events)).is_err() {
-            self.abort_exchange(id);
+            self.exchange_drop(id, Reset::Internal);
             return;
         }
-        self.relay_data(id, &events);
-        self.exchange_done(id);
-    }
-
-    /// Relayed events for the client of exchange `id`, framed by its codec.
-    fn relay_data(&mut self, id: ExchangeId, events: &[u8]) {
-        match id {
-            ExchangeId::H1 { conn, .. } => {
-                if let Some(Some(c)) = self.conns.get_mut(conn) {
-                    if let ConnState::Http1(h) = &mut c.state {
-                        h.codec.data(&mut c.io.out, events);
-                    }
-                }
-            }
-            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_data(id, events),
-        }
-    }
-
-    /// A relay's last event is queued: end exchange `id`'s body.
-    fn exchange_done(&mut self, id: ExchangeId) {
-        match id {
-            ExchangeId::H1 { conn, .. } => self.stream_done(conn),
-            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_done(id),
-        }
-    }
-
-    /// App code behind exchange `id`'s relay panicked after its head: cut it short.
-    fn abort_exchange(&mut self, id: ExchangeId) {
-        match id {
-            ExchangeId::H1 { conn, .. } => self.abort_stream(conn),
-            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_drop(id, Reset::Internal),
-        }
+        self.exchange_relay_data(id, &events);
+        self.exchange_relay_done(id);
     }
 
     /// The relay's sink panicked: a 500 if the client's head has not gone out
@@ -696,32 +597,14 @@ impl Worker {
         let Some(call) = call_of(&mut self.conns, &mut self.h3, id) else { return };
         let started = matches!(call, Some(CallState::Relay { started: true, .. }));
         if started {
-            self.abort_exchange(id);
+            self.exchange_drop(id, Reset::Internal);
             return;
         }
         if let Some(call) = call.take() {
             self.cancel_call(id, call);
         }
         let resp = p.into_response(self.env.development);
-        self.respond_waiting(id, resp, false);
-    }
-
-    /// A chunked stream's last event is queued: end the body and return the
-    /// connection to HTTP/1.1 (keep-alive).
-    pub(super) fn stream_done(&mut self, idx: usize) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let ConnState::Http1(h) = &mut c.state else { return };
-        let keep_alive = h.codec.end_body(&mut c.io.out, &self.env, Instant::now());
-        h.call = None;
-        let generation = c.generation;
-        if let Some(s) = h.stream.take() {
-            self.forget_stream(idx, generation, s);
-        }
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        if let ConnState::Http1(h) = &mut c.state {
-            h.closing |= !keep_alive;
-        }
-        self.drive(idx);
+        self.exchange_respond(id, resp, false);
     }
 
     /// The client of a relay drained its output: read the upstream again.
@@ -734,18 +617,8 @@ impl Worker {
         if !u.paused {
             return;
         }
-        let behind = match id {
-            ExchangeId::H1 { conn, .. } => match self.conns.get_mut(conn) {
-                Some(Some(c)) if c.io.out.len() - c.io.out_pos > HIGH_WATERMARK => {
-                    // Still behind: the flush that drains it resumes the upstream.
-                    c.paused = true;
-                    true
-                }
-                _ => false,
-            },
-            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_slow(id),
-        };
-        if behind {
+        // Still behind: the drain that follows resumes the upstream.
+        if self.exchange_relay_slow(id).unwrap_or(false) {
             return;
         }
         let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
