@@ -16,9 +16,10 @@
 //!   `mux.rs`: routes an HTTP/2 or HTTP/3 `ExchangeId` to its session and carries out the
 //!   engine's effects.
 //! * `h2.rs`: an HTTP/2 connection's session (its sink, scheduler and ending).
-//! * `h3.rs`: HTTP/3: the slot's UDP socket, the QUIC endpoint and the exchanges of its
-//!   connections (a table of its own, not a `ConnState`); `h3_file.rs`: an HTTP/3 file body;
-//!   `h3_inbox.rs`: who reads the slot's UDP socket while workers hand over.
+//! * `h3.rs`: HTTP/3: the exchanges of each QUIC connection (a table of its own, not a
+//!   `ConnState`); `quic.rs`: the slot's UDP socket and the QUIC endpoint on it;
+//!   `h3_file.rs`: an HTTP/3 file body; `h3_inbox.rs`: who reads the slot's UDP socket while
+//!   workers hand over.
 //! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event streams, tickers,
 //!   WebSockets, relays); `h1_download.rs`: HTTP/1.1 file bodies (slices or `sendfile`).
 //! * `produce.rs`: the event-stream and ticker producers every protocol runs;
@@ -47,6 +48,7 @@ mod mux;
 mod panics;
 mod pool;
 mod produce;
+mod quic;
 mod streams;
 mod timers;
 mod token;
@@ -77,8 +79,8 @@ use crate::sys::signals::SignalSet;
 
 use conn::{Conn, ConnState, H1};
 use glue::Glue;
-pub use h3::WorkerH3;
 use pool::{ExchangeId, Pool};
+pub use quic::WorkerH3;
 use timers::Timers;
 use token::Tok;
 use transport::Transport;
