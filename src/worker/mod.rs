@@ -26,8 +26,9 @@
 //!   `download.rs`: a file body's read-ahead (HTTP/1.1 and HTTP/2); `websocket.rs`: one
 //!   WebSocket's state and messages.
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
-//! * `upstream.rs`: which exchange waits on which upstream connection; `call.rs`: what a
-//!   waiting exchange holds.
+//! * `upstream.rs`: which exchange waits on which upstream connection (and gathers);
+//!   `relay.rs`: an upstream stream relayed to its client; `call.rs`: what a waiting
+//!   exchange holds.
 //! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
 //!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens;
 //!   `bufs.rs`: the free list of connection buffers (idle ones hold none).
@@ -49,6 +50,7 @@ mod panics;
 mod pool;
 mod produce;
 mod quic;
+mod relay;
 mod streams;
 mod timers;
 mod token;

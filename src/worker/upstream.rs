@@ -2,12 +2,12 @@
 //!
 //! The client itself is `crate::upstream` (the wire format, the connections and their
 //! pools, one I/O pass); this file registers its sockets with the loop (tokens
-//! [`Tok::Upstream`]), keeps their deadlines, and runs the two ways an exchange waits on
-//! upstreams: a *gather* (`Upstream::Call`: requests in parallel, one response built from
-//! all results) and a *relay* (`Upstream::Relay`: one upstream stream forwarded as it
-//! arrives, read only while the client keeps up). Cancellation: when the client exchange
-//! ends, every upstream socket it owns is closed at once, so the upstream sees the
-//! connection go. What the answers mean lives in the app.
+//! [`Tok::Upstream`]), keeps their deadlines, pools and coalesces them, and runs a *gather*
+//! (`Upstream::Call`: requests in parallel, one response built from all results). The other
+//! way an exchange waits on an upstream, a *relay* (`Upstream::Relay`: one upstream stream
+//! forwarded as it arrives), is `relay.rs`'s. Cancellation: when the client exchange ends,
+//! every upstream socket it owns is closed at once, so the upstream sees the connection go.
+//! What the answers mean lives in the app.
 
 use std::io;
 use std::sync::Arc;
@@ -16,16 +16,14 @@ use std::time::{Duration, Instant};
 use mio::Interest;
 
 use super::call::CallState;
-use super::engine::Reset;
 use super::mux::call_of;
-use super::panics::{guard, Panicked};
+use super::panics::guard;
 use super::pool::ExchangeId;
 use super::token::Tok;
 use super::Worker;
 use crate::app::Fetched;
-use crate::error::Error;
 use crate::http::reply::Upstream;
-use crate::upstream::conn::{client_error, connect_from, tls_session, up_io, Owner, Step, UpConn};
+use crate::upstream::conn::{connect_from, tls_session, up_io, Owner, Step, UpConn};
 use crate::upstream::wire::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
 
 /// An idle pooled connection is closed after this long. Below the 5 s that
@@ -76,16 +74,7 @@ impl Worker {
             }
             Upstream::Relay(relay) => {
                 *call_slot = Some(CallState::Relay { up: None, sink: relay.sink, head_seen: false, started: false });
-                let owner = Owner { id, slot: 0 };
-                match self.up_start(owner, &relay.request) {
-                    Ok(ui) => {
-                        if let Some(Some(CallState::Relay { up, .. })) = call_of(&mut self.conns, &mut self.h3, id) {
-                            *up = Some(ui);
-                        }
-                        self.up_ready(ui);
-                    }
-                    Err(e) => self.relay_failed(id, client_error(&e)),
-                }
+                self.start_relay(id, &relay.request);
             }
         }
     }
@@ -139,7 +128,7 @@ impl Worker {
     }
 
     /// Send `req` on a pooled connection or a new one; returns its index.
-    fn up_start(&mut self, owner: Owner, req: &Outbound) -> Result<usize, ClientError> {
+    pub(super) fn up_start(&mut self, owner: Owner, req: &Outbound) -> Result<usize, ClientError> {
         let now = Instant::now();
         let id = req.endpoint.id.min(ENDPOINTS - 1);
         let reuse = if req.idempotent() { self.take_idle(id) } else { None };
@@ -242,7 +231,7 @@ impl Worker {
 
     /// Do what can be done on an upstream connection and hand the results on,
     /// until the socket is drained or the relay's client makes it pause.
-    fn up_ready(&mut self, ui: usize) {
+    pub(super) fn up_ready(&mut self, ui: usize) {
         loop {
             self.up_pass(ui);
             match self.up.conns.get(ui) {
@@ -420,7 +409,7 @@ impl Worker {
     }
 
     /// A finished exchange: back to the idle pool when the connection can carry another.
-    fn up_release(&mut self, ui: usize) {
+    pub(super) fn up_release(&mut self, ui: usize) {
         let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
         // Only connections that carried idempotent requests are pooled: only
         // those requests may take one (a dead pooled connection is retried).
@@ -479,158 +468,8 @@ impl Worker {
         self.exchange_respond(id, resp, false);
     }
 
-    /// Relay progress: pass the head and body to the sink, write its events.
-    fn relay_step(&mut self, owner: Owner, ui: Option<usize>, step: Step) {
-        let id = owner.id;
-        let Some(Some(CallState::Relay { sink, head_seen, started, .. })) = call_of(&mut self.conns, &mut self.h3, id)
-        else {
-            return;
-        };
-        let up = ui.and_then(|ui| self.up.conns.get_mut(ui).and_then(Option::as_mut));
-        let mut events = Vec::new();
-        let mut outcome: Result<bool, Error> = Ok(false);
-        if let Some(u) = up {
-            if !*head_seen {
-                if let Some(h) = u.reader.head() {
-                    *head_seen = true;
-                    match guard("relay sink head", || sink.head(h.status, h.content_type.as_deref())) {
-                        Ok(r) => outcome = r.map(|()| false),
-                        Err(p) => return self.relay_panicked(id, p),
-                    }
-                }
-            }
-            if outcome.is_ok() && !u.body.is_empty() {
-                match guard("relay sink body", || sink.body(&u.body, &mut events)) {
-                    Ok(r) => outcome = r,
-                    Err(p) => return self.relay_panicked(id, p),
-                }
-                u.body.clear();
-            }
-        }
-        let outcome = match (outcome, step) {
-            (Err(e), _) => Err(e),
-            (Ok(true), _) => Ok(true),
-            (Ok(false), Step::Failed(e)) => Err(client_error(&e)),
-            (Ok(false), Step::Done) => sink.ended(&mut events).map(|()| true),
-            (Ok(false), Step::Pending) => Ok(false),
-        };
-        if !events.is_empty() && !*started {
-            let resp = match guard("relay sink response", || sink.response()) {
-                Ok(resp) => resp,
-                Err(p) => return self.relay_panicked(id, p),
-            };
-            *started = true;
-            if !self.exchange_respond(id, resp, true) {
-                // `HEAD`: the head went out and the exchange is over; its upstream is not
-                // needed any more.
-                if let Some(call) = call_of(&mut self.conns, &mut self.h3, id).and_then(Option::take) {
-                    self.cancel_call(id, call);
-                }
-                return;
-            }
-        }
-        match outcome {
-            Err(e) => {
-                if let Some(ui) = ui {
-                    log::warn!("relay upstream: {e:?}");
-                    self.up_close(ui);
-                }
-                self.exchange_relay_data(id, &events);
-                self.relay_failed(id, e);
-            }
-            Ok(true) => {
-                if let Some(ui) = ui {
-                    self.up_release(ui);
-                }
-                self.exchange_relay_data(id, &events);
-                self.exchange_relay_done(id);
-            }
-            Ok(false) => {
-                self.exchange_relay_data(id, &events);
-                // Behind its client, the upstream pauses; the client's drain resumes it
-                // (`relay_resume`).
-                let Some(slow) = self.exchange_relay_slow(id) else {
-                    if let Some(ui) = ui {
-                        self.up_close(ui);
-                    }
-                    return;
-                };
-                if let Some(ui) = ui {
-                    if let Some(Some(u)) = self.up.conns.get_mut(ui) {
-                        u.paused = slow;
-                        if slow {
-                            u.deadline = None;
-                        }
-                    }
-                    self.up_arm(ui);
-                }
-            }
-        }
-    }
-
-    /// A relay failed: an error response if nothing was sent yet, else an
-    /// error event and the end of the stream.
-    fn relay_failed(&mut self, id: ExchangeId, e: Error) {
-        let Some(call) = call_of(&mut self.conns, &mut self.h3, id) else { return };
-        let Some(CallState::Relay { mut sink, started, up, .. }) = call.take() else { return };
-        if let Some(ui) = up {
-            self.up_close(ui);
-        }
-        if !started {
-            let dev = self.env.development;
-            let resp = guard("relay sink error", || sink.error(e)).unwrap_or_else(|p| p.into_response(dev));
-            self.exchange_respond(id, resp, false);
-            return;
-        }
-        let mut events = Vec::new();
-        if guard("relay sink failure event", || sink.failed(&e, &mut events)).is_err() {
-            self.exchange_drop(id, Reset::Internal);
-            return;
-        }
-        self.exchange_relay_data(id, &events);
-        self.exchange_relay_done(id);
-    }
-
-    /// The relay's sink panicked: a 500 if the client's head has not gone out
-    /// yet, else the stream is cut short. The upstream connection is closed.
-    fn relay_panicked(&mut self, id: ExchangeId, p: Panicked) {
-        let Some(call) = call_of(&mut self.conns, &mut self.h3, id) else { return };
-        let started = matches!(call, Some(CallState::Relay { started: true, .. }));
-        if started {
-            self.exchange_drop(id, Reset::Internal);
-            return;
-        }
-        if let Some(call) = call.take() {
-            self.cancel_call(id, call);
-        }
-        let resp = p.into_response(self.env.development);
-        self.exchange_respond(id, resp, false);
-    }
-
-    /// The client of a relay drained its output: read the upstream again.
-    pub(super) fn relay_resume(&mut self, id: ExchangeId) {
-        let Some(Some(CallState::Relay { up: Some(ui), .. })) = call_of(&mut self.conns, &mut self.h3, id) else {
-            return;
-        };
-        let ui = *ui;
-        let Some(Some(u)) = self.up.conns.get(ui) else { return };
-        if !u.paused {
-            return;
-        }
-        // Still behind: the drain that follows resumes the upstream.
-        if self.exchange_relay_slow(id).unwrap_or(false) {
-            return;
-        }
-        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
-        u.paused = false;
-        if !u.total {
-            u.deadline = Some(Instant::now() + u.timeout);
-        }
-        self.up_ready(ui);
-    }
-
     /// Queue an upstream connection's deadline.
-    fn up_arm(&mut self, ui: usize) {
+    pub(super) fn up_arm(&mut self, ui: usize) {
         let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
         if let Some(at) = u.deadline {
             if u.timer_at.is_none_or(|t| at < t) {
