@@ -13,15 +13,16 @@
 //!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline.
 //! * `engine.rs`: the life of an exchange on a multiplexed connection (dispatch, answer,
 //!   producers, back pressure), written once for HTTP/2 and HTTP/3 against a codec's `Sink`;
-//!   `mux.rs`: routes an HTTP/2 or HTTP/3 `ExchangeId` to its session and carries out the
-//!   engine's effects.
+//!   `mux.rs`: routes what the loop produced for an `ExchangeId` (HTTP/1.1, HTTP/2 or
+//!   HTTP/3) to its exchange and carries out the engine's effects.
 //! * `h2.rs`: an HTTP/2 connection's session (its sink, scheduler and ending).
 //! * `h3.rs`: HTTP/3: the exchanges of each QUIC connection (a table of its own, not a
 //!   `ConnState`); `quic.rs`: the slot's UDP socket and the QUIC endpoint on it;
 //!   `h3_file.rs`: an HTTP/3 file body; `h3_inbox.rs`: who reads the slot's UDP socket while
 //!   workers hand over.
 //! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event streams, tickers,
-//!   WebSockets, relays); `h1_download.rs`: HTTP/1.1 file bodies (slices or `sendfile`).
+//!   WebSockets, relays) and its end of `mux.rs`'s routes; `h1_download.rs`: HTTP/1.1 file
+//!   bodies (slices or `sendfile`).
 //! * `produce.rs`: the event-stream and ticker producers every protocol runs;
 //!   `download.rs`: a file body's read-ahead (HTTP/1.1 and HTTP/2); `websocket.rs`: one
 //!   WebSocket's state and messages.

@@ -21,7 +21,8 @@ use crate::http::response::{Delimit, Response};
 use crate::http2::StreamId;
 
 /// Run `$body` with the exchanges, sink, head builder and stream of multiplexed exchange
-/// `$id`, if its session is still open; `None` otherwise (and for an HTTP/1.1 id).
+/// `$id`, if its session is still open; `None` otherwise (and for an HTTP/1.1 id, which each
+/// operation below routes to its connection first).
 macro_rules! on_session {
     ($w:ident, $id:expr, |$ex:ident, $sink:ident, $heads:ident, $stream:ident| $body:expr) => {
         match $id {

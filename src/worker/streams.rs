@@ -4,27 +4,27 @@
 //! After a handler answers with a producer, a file or a WebSocket, the codec
 //! writes the head and steps aside (`Detached`); the exchange lands here.
 //! This file starts event streams, tickers and WebSockets (downloads:
-//! `download.rs`), drives their connection (read, flush, back pressure,
+//! `h1_download.rs`), drives their connection (read, flush, back pressure,
 //! EOF), runs their timers (SSE heartbeats, WebSocket pings, ticks), and
-//! ends them: normally, on a panic in app code, on shutdown. Body bytes go
-//! back through the codec (`Http1::data`, `end_body`), which frames them;
-//! this file never writes HTTP framing. Who receives bus messages (the SSE
-//! and room registries) is `fanout.rs`'s.
+//! ends them: normally, on a panic in app code, on shutdown. It is also the
+//! HTTP/1.1 end of what `mux.rs` routes to an exchange: a pool result, a bus
+//! event, an upstream's answer, a WebSocket frame written straight to the
+//! socket. Body bytes go back through the codec (`Http1::data`, `end_body`),
+//! which frames them; this file never writes HTTP framing. Who receives bus
+//! messages (the SSE and room registries) is `fanout.rs`'s.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::bufs::Bufs;
 use super::conn::{Conn, ConnState, Framed, Stream, H1};
-use super::panics::guard;
+use super::engine::Host;
 use super::pool::{Completion, ExchangeId, REPLAY_PANICKED};
 use super::produce::{Events, Tick, Ticking, MAX_BACKLOG};
 use super::websocket::{Ws, WS_PING_EVERY};
 use super::{Glue, Worker, READ_AHEAD};
 use crate::app::{Producer, WebSocket};
 use crate::http::response::Response;
-use crate::proto::ws::WsConn;
 
 /// An event stream or WebSocket with nothing buffered holds no buffer. Both
 /// live long and are idle most of the time; a kept buffer has the capacity of
@@ -71,17 +71,10 @@ impl Worker {
     pub(super) fn start_websocket(&mut self, idx: usize, w: WebSocket, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
-        let mut conn = WsConn::new(self.config.websocket.max_message_bytes);
-        let app = &self.app;
-        let hello = guard("WebSocket greeting", || app.ws_greeting(&w));
-        let panicked = hello.is_err();
-        if let Ok(Some(hello)) = hello {
-            conn.send_text(&hello, &mut c.io.out);
-        }
-        h.stream = Some(Stream::Ws(Box::new(Ws::new(conn, w, now))));
-        let ws = self.svc.stats.ws.fetch_add(1, Relaxed) + 1;
-        self.metrics.set_websocket_clients(ws);
-        if panicked {
+        let max_message = Glue::new(&self.app, self.config, self.record, self.metrics).websocket_opened();
+        let (ws, greeted) = Ws::open(&self.app, w, max_message, &mut c.io.out, now);
+        h.stream = Some(Stream::Ws(Box::new(ws)));
+        if !greeted {
             self.abort_stream(idx);
             return;
         }
