@@ -761,3 +761,71 @@ impl Worker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    /// Each worker file and the sibling files it names (`super::name`), comments aside.
+    fn sibling_imports() -> BTreeMap<String, Vec<String>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/worker");
+        let mut files = BTreeMap::new();
+        for entry in std::fs::read_dir(&dir).expect("src/worker") {
+            let path = entry.expect("entry").path();
+            let (Some(stem), Some("rs")) =
+                (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|e| e.to_str()))
+            else {
+                continue;
+            };
+            if stem != "mod" {
+                files.insert(stem.to_owned(), std::fs::read_to_string(&path).expect("source"));
+            }
+        }
+        let mut graph = BTreeMap::new();
+        for (name, text) in &files {
+            let mut uses: Vec<String> = Vec::new();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for (at, _) in line.match_indices("super::") {
+                    let rest = &line[at + "super::".len()..];
+                    let word: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                        .collect();
+                    if files.contains_key(&word) && word != *name && !uses.contains(&word) {
+                        uses.push(word);
+                    }
+                }
+            }
+            graph.insert(name.clone(), uses);
+        }
+        graph
+    }
+
+    /// The first cycle found from `at` (depth first), as the files along it.
+    fn cycle(graph: &BTreeMap<String, Vec<String>>, at: &str, path: &mut Vec<String>) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == at) {
+            let mut found = path[start..].to_vec();
+            found.push(at.to_owned());
+            return Some(found);
+        }
+        path.push(at.to_owned());
+        for next in graph.get(at).into_iter().flatten() {
+            if let Some(found) = cycle(graph, next, path) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        None
+    }
+
+    #[test]
+    fn the_worker_files_import_each_other_without_a_cycle() {
+        let graph = sibling_imports();
+        assert!(graph.contains_key("engine") && graph["mux"].contains(&"engine".to_owned()), "the parse sees imports");
+        for file in graph.keys() {
+            if let Some(found) = cycle(&graph, file, &mut Vec::new()) {
+                panic!("an import cycle among worker files: {}", found.join(" -> "));
+            }
+        }
+    }
+}
