@@ -668,7 +668,9 @@ impl Worker {
         }
     }
 
-    /// Publish what jobs and handlers queued on `svc.publish`.
+    /// Publish what jobs and handlers queued on `svc.publish` (inlined: the loop calls it
+    /// every turn).
+    #[inline]
     fn publish_queued(&mut self) {
         while let Ok((topic, payload)) = self.published.try_recv() {
             self.publish(topic, &payload);
