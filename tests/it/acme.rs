@@ -1,9 +1,10 @@
 //! Automatic certificates (`[tls.acme]`) against Debian's `pebble`, the ACME test CA, on
 //! loopback: `pebble-challtestsrv` answers DNS for the test names with 127.0.0.1, pebble
-//! checks HTTP-01 on forkd's plain port and TLS-ALPN-01 on its TLS port. Each test obtains a
-//! certificate, checks that the TLS listener serves it with a chain to pebble's root, that
-//! the files are private, and that a second start (pebble gone) serves it again without a
-//! new order.
+//! checks HTTP-01 on forkd's plain port and TLS-ALPN-01 on its TLS port. For each challenge
+//! a test obtains a certificate, checks that the TLS listener serves it with a chain to
+//! pebble's root, that the files are private, and that a second start (pebble gone) serves it
+//! again without a new order; another has pebble issue 9-second certificates and sees one
+//! renewed. `check-config`'s handling of `[tls.acme]` needs no pebble.
 //!
 //! Skipped, with the reason printed, when pebble is not installed, except under CI (`CI`
 //! set), where it must run (`bin/install-test-deps` installs it).
@@ -58,9 +59,10 @@ fn wait_listening(port: u16, what: &str, log: &Path) {
 }
 
 impl Pebble {
-    /// Start pebble checking challenges on forkd's `http_port` and `tls_port`; `None` (the
-    /// test is skipped) when it is not installed outside CI.
-    fn start(http_port: u16, tls_port: u16) -> Option<Pebble> {
+    /// Start pebble checking challenges on forkd's `http_port` and `tls_port`, issuing
+    /// certificates valid for `lifetime` seconds (`None`: pebble's 5 years); `None` (the test
+    /// is skipped) when it is not installed outside CI.
+    fn start(http_port: u16, tls_port: u16, lifetime: Option<u64>) -> Option<Pebble> {
         if let Some(why) = missing() {
             assert!(std::env::var_os("CI").is_none(), "{why}: CI must run the ACME tests");
             eprintln!("skipped: {why}");
@@ -79,6 +81,10 @@ impl Pebble {
             "httpPort": http_port, "tlsPort": tls_port,
             "ocspResponderURL": "", "externalAccountBindingRequired": false,
         }});
+        let mut config = config;
+        if let Some(secs) = lifetime {
+            config["pebble"]["certificateValidityPeriod"] = secs.into();
+        }
         let config_path = dir.path().join("pebble.json");
         fs::write(&config_path, config.to_string()).expect("write pebble config");
         let log = |name: &str| fs::File::create(dir.path().join(name)).expect("log file");
@@ -166,7 +172,7 @@ fn acme_server(plain: u16, tls_port: u16, data: &Path, directory: &str, ca_file:
 
 fn obtains_serves_and_reuses(challenge: &str) {
     let (plain, tls_port) = (free_port(), free_port());
-    let Some(pebble) = Pebble::start(plain, tls_port) else { return };
+    let Some(pebble) = Pebble::start(plain, tls_port, None) else { return };
     let data = tempfile::Builder::new().prefix("forkd-acme-").tempdir().expect("tempdir");
     // Kept past pebble's own directory: the second start names it too.
     let ca_file = data.path().join("pebble-ca.pem");
@@ -221,6 +227,24 @@ fn http_01_on_the_plain_listener_gets_a_certificate_that_a_restart_reuses() {
 #[test]
 fn tls_alpn_01_on_the_tls_listener_gets_a_certificate_that_a_restart_reuses() {
     obtains_serves_and_reuses("tls-alpn-01");
+}
+
+#[test]
+fn a_certificate_is_renewed_at_two_thirds_of_its_lifetime() {
+    let (plain, tls_port) = (free_port(), free_port());
+    // 9 s: renewed about 6 s after it was issued.
+    let Some(pebble) = Pebble::start(plain, tls_port, Some(9)) else { return };
+    let data = tempfile::Builder::new().prefix("forkd-acme-").tempdir().expect("tempdir");
+    let server = acme_server(plain, tls_port, data.path(), &pebble.directory, &pebble.ca_file, "http-01");
+    server.wait_log_line(Duration::from_secs(90), |l| l.contains("tls.acme: new certificate for"));
+    let root = pebble.issuing_root();
+    let first = served_chain(tls_port, DOMAINS[0], root.clone()).remove(0);
+    server.wait_log_line(Duration::from_secs(60), |l| l.contains("tls.acme: renewing the certificate for"));
+    let renewed =
+        eventually(Duration::from_secs(60), || server.logs().matches("tls.acme: new certificate for").count() >= 2);
+    assert!(renewed, "no second certificate:\n{}", server.log_tail());
+    let second = served_chain(tls_port, DOMAINS[0], root).remove(0);
+    assert_ne!(first, second, "the renewed certificate serves");
 }
 
 /// `forkd check-config` on `extra` (after the harness defaults) in `dir`.
