@@ -5,9 +5,10 @@
 //! `sys::signals`); one loop wakes on a signal or a timer and handles, in a
 //! fixed order: reap and respawn (with back-off per slot), fast stop,
 //! graceful stop, reload, worker count, log reopen, memory and heartbeat
-//! checks, readiness. The supervisor stays single-threaded so that `fork`
-//! is safe; per-process resources (poll, pool, database) are made by each
-//! worker after fork.
+//! checks, readiness. The loop is the supervisor's one thread but for the
+//! ACME thread (`acme.rs`, with `[tls.acme]` only), which shares nothing a
+//! forked worker uses; per-process resources (poll, pool, database) are made
+//! by each worker after fork.
 //!
 //! This file holds the state and the loop; the rest, by concern:
 //! `acme.rs` (the ACME thread of `[tls.acme]` and the hand-over of what it obtains),
