@@ -14,11 +14,16 @@ use super::jws::alpn_digest;
 use super::msg::AcmeError;
 
 /// A new certificate key (ECDSA P-256) and a CSR for `domains` signed with it: `(csr DER,
-/// key PEM)`.
+/// key PEM)`. The subject is the first name as CN (when it fits CN's 64 bytes), nothing else:
+/// a CA refuses a CSR naming anything its order does not.
 pub fn csr(domains: &[String]) -> Result<(Vec<u8>, String), AcmeError> {
     let local = |e: rcgen::Error| AcmeError::Local(format!("cannot make the CSR: {e}"));
     let key = rcgen::KeyPair::generate().map_err(local)?;
-    let params = rcgen::CertificateParams::new(domains.to_vec()).map_err(local)?;
+    let mut params = rcgen::CertificateParams::new(domains.to_vec()).map_err(local)?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    if let Some(first) = domains.first().filter(|d| d.len() <= 64) {
+        params.distinguished_name.push(rcgen::DnType::CommonName, first.as_str());
+    }
     let csr = params.serialize_request(&key).map_err(local)?;
     Ok((csr.der().to_vec(), key.serialize_pem()))
 }
@@ -28,6 +33,7 @@ pub fn csr(domains: &[String]) -> Result<(Vec<u8>, String), AcmeError> {
 pub fn challenge(domain: &str, key_authorization: &str) -> Result<Arc<CertifiedKey>, AcmeError> {
     let mut params = rcgen::CertificateParams::new(vec![domain.to_string()])
         .map_err(|e| AcmeError::Local(format!("cannot make the TLS-ALPN-01 certificate: {e}")))?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
     params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(&alpn_digest(key_authorization))];
     self_signed(params)
 }
@@ -175,6 +181,8 @@ mod tests {
         let (csr, key) = csr(&domains).expect("csr");
         assert_eq!(csr.first(), Some(&0x30));
         assert!(csr.windows(9).any(|w| w == b"b.example"));
+        // No name but the order's: rcgen's default subject ("rcgen self signed cert") is gone.
+        assert!(!csr.windows(5).any(|w| w == b"rcgen"), "a stray subject in the CSR");
         assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"));
         let p = placeholder(&domains).expect("placeholder");
         assert!(p.cert[0].as_ref().windows(9).any(|w| w == b"a.example"));

@@ -41,13 +41,22 @@ impl Response {
 /// anything else.
 pub fn split(url: &str) -> Option<(&str, u16, &str)> {
     let rest = url.strip_prefix("https://")?;
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (authority, path) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (h, p.parse().ok()?),
-        _ => (authority, 443),
+    // `[v6]` or `[v6]:port`; else `host` or `host:port`.
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']')?;
+            match after {
+                "" => (host, 443),
+                p => (host, p.strip_prefix(':')?.parse().ok()?),
+            }
+        }
+        None => match authority.split_once(':') {
+            Some((h, p)) => (h, p.parse().ok()?),
+            None => (authority, 443),
+        },
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
     (!host.is_empty() && !authority.contains('@')).then_some((host, port, path))
 }
 
@@ -59,6 +68,7 @@ pub fn request(
     body: Option<&[u8]>,
 ) -> Result<Response, AcmeError> {
     let fail = |why: String| AcmeError::Transport { url: url.to_string(), why };
+    let head_only = method == "HEAD";
     let (host, port, path) = split(url).ok_or_else(|| fail("not an https:// URL".into()))?;
     let deadline = Instant::now() + EXCHANGE_TIMEOUT;
     let addrs: Vec<_> =
@@ -114,7 +124,7 @@ pub fn request(
                     return Err(fail(format!("answer larger than {MAX_RESPONSE} bytes")));
                 }
                 // Stop at a complete answer: a CA may keep the connection open despite `close`.
-                if let Ok(Some(_)) = parse_response(&raw) {
+                if let Ok(Some(_)) = parse_response(&raw, head_only) {
                     break;
                 }
             }
@@ -124,7 +134,7 @@ pub fn request(
             Err(e) => return Err(fail(format!("reading: {e}"))),
         }
     }
-    match parse_response(&raw) {
+    match parse_response(&raw, head_only) {
         Ok(Some(r)) => Ok(r),
         Ok(None) => match parse_until_eof(&raw) {
             Some(r) => Ok(r),
@@ -134,14 +144,15 @@ pub fn request(
     }
 }
 
-/// The answer in `raw` once it is complete (`Ok(None)`: more bytes needed); a body with
-/// neither `Content-Length` nor chunked coding is only complete at the end of the stream
+/// The answer in `raw` once it is complete (`Ok(None)`: more bytes needed); `head_only`: the
+/// answer to a HEAD, which has no body whatever its fields say. A body with neither
+/// `Content-Length` nor chunked coding is only complete at the end of the stream
 /// ([`parse_until_eof`]).
-pub fn parse_response(raw: &[u8]) -> Result<Option<Response>, String> {
+pub fn parse_response(raw: &[u8], head_only: bool) -> Result<Option<Response>, String> {
     let Some((status, headers, start)) = head(raw)? else { return Ok(None) };
     let rest = &raw[start..];
     let field = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
-    let body = if status == 204 || status == 304 || (100..200).contains(&status) {
+    let body = if head_only || status == 204 || status == 304 || (100..200).contains(&status) {
         Some(Vec::new())
     } else if field("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
         dechunk(rest)?
@@ -214,6 +225,7 @@ mod tests {
         assert_eq!(split("https://ca.example/dir"), Some(("ca.example", 443, "/dir")));
         assert_eq!(split("https://127.0.0.1:14000/dir?x=1"), Some(("127.0.0.1", 14000, "/dir?x=1")));
         assert_eq!(split("https://[::1]:14000/d"), Some(("::1", 14000, "/d")));
+        assert_eq!(split("https://[::1]/d"), Some(("::1", 443, "/d")));
         assert_eq!(split("https://ca.example"), Some(("ca.example", 443, "/")));
         assert_eq!(split("http://ca.example/dir"), None);
         assert_eq!(split("https://u@ca.example/dir"), None);
@@ -223,18 +235,25 @@ mod tests {
     #[test]
     fn an_answer_is_complete_by_its_length_or_its_last_chunk() {
         let raw = b"HTTP/1.1 201 Created\r\nReplay-Nonce: abc\r\nContent-Length: 2\r\n\r\n{}";
-        let r = parse_response(raw).expect("parses").expect("complete");
+        let r = parse_response(raw, false).expect("parses").expect("complete");
         assert_eq!((r.status, r.header("replay-nonce"), r.body.as_slice()), (201, Some("abc"), &b"{}"[..]));
-        assert_eq!(parse_response(&raw[..raw.len() - 1]), Ok(None));
+        assert_eq!(parse_response(&raw[..raw.len() - 1], false), Ok(None));
         let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
-        let r = parse_response(chunked).expect("parses").expect("complete");
+        let r = parse_response(chunked, false).expect("parses").expect("complete");
         assert_eq!(r.body, b"abcde");
-        assert_eq!(parse_response(&chunked[..chunked.len() - 5]), Ok(None));
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
+        assert_eq!(parse_response(&chunked[..chunked.len() - 5], false), Ok(None));
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", false).is_err());
         let to_eof = b"HTTP/1.1 200 OK\r\n\r\nall of it";
-        assert_eq!(parse_response(to_eof), Ok(None));
+        assert_eq!(parse_response(to_eof, false), Ok(None));
         assert_eq!(parse_until_eof(to_eof).map(|r| r.body), Some(b"all of it".to_vec()));
-        assert_eq!(parse_response(b"HTTP/1.1 204 No Content\r\n\r\n").map(|r| r.map(|r| r.status)), Ok(Some(204)));
-        assert!(parse_response(b"garbage\r\n\r\n").is_err());
+        assert_eq!(
+            parse_response(b"HTTP/1.1 204 No Content\r\n\r\n", false).map(|r| r.map(|r| r.status)),
+            Ok(Some(204))
+        );
+        assert!(parse_response(b"garbage\r\n\r\n", false).is_err());
+        // A HEAD's answer ends with its head, whatever Content-Length says.
+        let head = b"HTTP/1.1 200 OK\r\nReplay-Nonce: n\r\nContent-Length: 12\r\n\r\n";
+        assert_eq!(parse_response(head, false), Ok(None));
+        assert_eq!(parse_response(head, true).map(|r| r.map(|r| r.body.len())), Ok(Some(0)));
     }
 }
