@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::client::Client;
+use super::client::{Client, Https};
 use super::msg::{AcmeError, Authorization, Order};
 use super::{certs, now, store, Challenges, Publish, Published};
 use crate::config::{Acme, AcmeChallenge};
@@ -89,7 +89,7 @@ fn obtain(
     let tls = crate::tls::client::config(ca_file.as_deref())
         .map_err(|e| AcmeError::Local(format!("tls.acme.ca_file: {e}")))?;
     let key = store::account_key(dir)?;
-    let mut client = Client::new(Arc::new(tls), &config.directory, key)?;
+    let mut client = Client::new(Https(Arc::new(tls)), &config.directory, key)?;
     client.account(config.email.as_deref())?;
     let (order_url, order) = client.new_order(&config.domains)?;
     log::info!("tls.acme: ordered a certificate for {} ({order_url})", config.domains.join(", "));
