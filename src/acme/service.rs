@@ -28,6 +28,16 @@ pub fn next_backoff(previous: Duration) -> Duration {
     (previous * 2).clamp(MIN_BACKOFF, MAX_BACKOFF)
 }
 
+/// `d` for a log line, in its largest whole unit: `90 s`, `59 min`, `23 h`, `60 days`.
+pub fn span(d: Duration) -> String {
+    match d.as_secs() {
+        s if s < 120 => format!("{s} s"),
+        s if s < 2 * 3600 => format!("{} min", s / 60),
+        s if s < 2 * 86_400 => format!("{} h", s / 3600),
+        s => format!("{} days", s / 86_400),
+    }
+}
+
 /// How long to sleep at `now` before renewing a certificate of `validity` (zero: renew now).
 pub fn until_renewal(validity: (i64, i64), now: i64) -> Duration {
     Duration::from_secs(u64::try_from(certs::renew_at(validity) - now).unwrap_or(0))
@@ -54,8 +64,8 @@ pub fn run(config: Acme, dir: PathBuf, mut current: Option<(i64, i64)>, publish:
                 let done = publish.publish(Published { key: Some(stored.key), challenges: Arc::default() });
                 match done {
                     Ok(()) => log::info!(
-                        "tls.acme: new certificate for {names} serving; renewal in {} s",
-                        until_renewal(validity, now()).as_secs()
+                        "tls.acme: new certificate for {names} serving; renewal in {}",
+                        span(until_renewal(validity, now()))
                     ),
                     Err(e) => log::warn!("tls.acme: the new certificate is stored but not yet served: {e}"),
                 }
@@ -67,10 +77,7 @@ pub fn run(config: Acme, dir: PathBuf, mut current: Option<(i64, i64)>, publish:
                     let _ = publish.publish(Published { key: None, challenges: Arc::default() });
                 }
                 backoff = next_backoff(backoff);
-                log::warn!(
-                    "tls.acme: cannot obtain a certificate for {names}: {e}; next try in {} s",
-                    backoff.as_secs()
-                );
+                log::warn!("tls.acme: cannot obtain a certificate for {names}: {e}; next try in {}", span(backoff));
                 std::thread::sleep(backoff);
             }
         }
@@ -175,6 +182,13 @@ mod tests {
             seen.push(b.as_secs());
         }
         assert_eq!(seen, [60, 120, 240, 480, 960, 1920, 3600, 3600, 3600]);
+    }
+
+    #[test]
+    fn spans_read_in_their_largest_unit() {
+        let s = Duration::from_secs;
+        assert_eq!([span(s(9)), span(s(119)), span(s(120)), span(s(7199))], ["9 s", "119 s", "2 min", "119 min"]);
+        assert_eq!([span(s(7200)), span(s(60 * 86_400))], ["2 h", "60 days"]);
     }
 
     #[test]

@@ -91,9 +91,9 @@ pub(super) fn start(config: &Config, registry: &mio::Registry) -> io::Result<Opt
     let (key, validity) = match stored {
         Some(s) => {
             log::info!(
-                "tls.acme: serving the certificate for {names} from {} (renewal in {} s)",
+                "tls.acme: serving the certificate for {names} from {} (renewal in {})",
                 dir.display(),
-                crate::acme::service::until_renewal(s.validity, crate::acme::now()).as_secs()
+                crate::acme::service::span(crate::acme::service::until_renewal(s.validity, crate::acme::now()))
             );
             (s.key, Some(s.validity))
         }
