@@ -158,7 +158,8 @@ fn acme_server(plain: u16, tls_port: u16, data: &Path, directory: &str, ca_file:
         .workers(2)
         .top(&format!("public_origin = \"https://{}:{tls_port}\"", DOMAINS[0]))
         .top(&format!("data_dir = \"{}\"", data.display()))
-        .set("tls", &format!("listen = \"127.0.0.1:{tls_port}\""))
+        // Plain requests move to https, but for the CA's HTTP-01 checks.
+        .set("tls", &format!("listen = \"127.0.0.1:{tls_port}\"\nredirect_http = true"))
         .set(
             "tls.acme",
             &format!(
@@ -179,8 +180,10 @@ fn obtains_serves_and_reuses(challenge: &str) {
     fs::copy(&pebble.ca_file, &ca_file).expect("copy the CA");
     let server = acme_server(plain, tls_port, data.path(), &pebble.directory, &ca_file, challenge);
     server.wait_log_line(Duration::from_secs(90), |l| l.contains("tls.acme: new certificate for"));
-    // The answers are withdrawn once the certificate serves; an unknown token is 404.
+    // The answers are withdrawn once the certificate serves; an unknown token is 404 (not
+    // redirected to https, as everything else on the plain listener is).
     assert_eq!(server.get("/.well-known/acme-challenge/no-such-token").status, 404);
+    assert_eq!(server.get("/api/config").status, 308);
     let acme = data.path().join("acme");
     let stored = fs::read(acme.join("cert.pem")).expect("cert.pem");
     let stored: Vec<_> = CertificateDer::pem_slice_iter(&stored).collect::<Result<_, _>>().expect("chain PEM");
