@@ -1,6 +1,7 @@
 //! `GET /.well-known/acme-challenge/{token}` (RFC 8555 §8.3), routed only with `[tls.acme]`:
 //! the key authorization of a pending HTTP-01 challenge as `text/plain`; any other token 404.
-//! The answers come from the worker's [`crate::acme::Challenges`], handed over at fork.
+//! The answers come from the worker's [`crate::acme::Challenges`], handed over at fork; this
+//! file only reads them and must not change or log them.
 
 use crate::app::{App, Ctx, Reply};
 use crate::error::Error;
