@@ -236,6 +236,9 @@ impl Worker {
                 }
             }
             self.bufs.fill(&mut c.io.out);
+            if c.io.tls.is_some() {
+                h.codec.set_tls(c.io.tls_version());
+            }
             let progress = h.codec.advance(&mut c.io.inbuf, &mut c.io.out, &mut glue, &mut self.env, now);
             match c.io.flush() {
                 Ok(()) => {}
@@ -393,8 +396,7 @@ mod tests {
         let until = now + Duration::from_secs(2);
         assert_eq!(ConnState::Lingering(until).deadline(&env), Some(until));
         assert_eq!(ConnState::ProxyHeader(until).deadline(&env), Some(until), "a PROXY header is owed by then");
-        let h2 =
-            ConnState::Http2(Box::new(H2Session::new(crate::http2::H2Settings::default(), 0, 0, PEER, false, now)));
+        let h2 = ConnState::Http2(Box::new(H2Session::new(crate::http2::H2Settings::default(), 0, 0, PEER, None, now)));
         assert_eq!(h2.deadline(&env), Some(now + env.header_timeout), "a new session owes its preface");
     }
 }
