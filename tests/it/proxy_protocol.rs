@@ -81,6 +81,34 @@ fn v1_and_v2_headers_name_the_client_and_its_budget() {
 }
 
 #[test]
+fn the_named_client_is_a_peer_like_any_other() {
+    // 10.0.0.0/8 is an HTTP proxy behind the TCP balancer: its forwarded fields are believed.
+    let s = proxied(r#"["127.0.0.1/32", "10.0.0.0/8"]"#);
+    let xff = |header: Vec<u8>, id: &str, xff: &str| {
+        let mut c = s.conn();
+        let req = request("GET", "/health", &[("X-Request-Id", id), ("X-Forwarded-For", xff)], b"");
+        c.send(&[&header[..], &req].concat());
+        assert_eq!(c.read_response().status, 200, "{id}");
+        logged_client(&s, id)
+    };
+    assert_eq!(xff(v1("10.1.2.3", 1), "via-proxy", "198.51.100.50"), "198.51.100.50", "a trusted proxy's word");
+    assert_eq!(xff(v1("198.51.100.7", 1), "spoofed", "6.6.6.6"), "198.51.100.7", "a client's own field: ignored");
+    assert_eq!(xff(v2(None), "local", "198.51.100.60"), "198.51.100.60", "LOCAL: the balancer, trusted, is the peer");
+}
+
+#[test]
+fn http2_with_prior_knowledge_follows_the_header() {
+    let s = proxied(r#"["127.0.0.1/32"]"#);
+    let mut sock = TcpStream::connect_timeout(&s.addr(), IO_TIMEOUT).expect("connect");
+    sock.write_all(&v2(Some([198, 51, 100, 33]))).expect("send the header");
+    let mut h2 = crate::h2util::H2Client::h2c_on(sock, h2::client::Builder::new());
+    let r = h2.request("GET", "/health", &[("x-request-id", "pp-h2c")], None);
+    assert_eq!(r.status, 200, "{r:?}");
+    let line = s.wait_log_line(LOG_WAIT, |l| l.contains(" id=pp-h2c "));
+    assert!(line.contains(" client=198.51.100.33 protocol=HTTP/2.0 "), "{line}");
+}
+
+#[test]
 fn a_header_split_across_writes_is_read_whole() {
     let s = proxied(r#"["127.0.0.1/32"]"#);
     for (id, header) in [("split-v1", v1("198.51.100.8", 8080)), ("split-v2", v2(Some([198, 51, 100, 9])))] {
