@@ -785,6 +785,7 @@ impl Worker {
             if let ConnState::ProxyHeader(until) = c.state {
                 if until <= now {
                     log::debug!("PROXY protocol from {}: no whole header in time: closed", c.peer);
+                    self.metrics.count_proxy_refused();
                     self.close(idx);
                 } else {
                     self.arm(idx);

@@ -10,7 +10,8 @@
 //! option. The header's client replaces the TCP peer for everything downstream (the rate
 //! limits, `[proxy] trusted` on forwarded fields, the access log); a `LOCAL` or `UNKNOWN`
 //! header keeps the TCP peer. No header, a bad one, or none in time: the connection is closed
-//! without a response (as nginx does), logged at debug level.
+//! without a response (as nginx does), logged at debug level and counted
+//! (`forkd_proxy_protocol_refused_total`), as is a refused peer.
 //!
 //! Framing of the header is `crate::proto::proxy_protocol`'s; this file only moves bytes and
 //! changes the connection's state.
@@ -37,6 +38,7 @@ impl Worker {
             Some(true)
         } else {
             log::debug!("PROXY protocol: {peer} is not in proxy.trusted: closed");
+            self.metrics.count_proxy_refused();
             None
         }
     }
@@ -69,6 +71,7 @@ impl Worker {
             Ok(header) => header,
             Err(why) => {
                 log::debug!("PROXY protocol from {}: {why}: closed", c.peer);
+                self.metrics.count_proxy_refused();
                 self.close(idx);
                 return;
             }
@@ -84,6 +87,7 @@ impl Worker {
             }
         }
         if left > 0 {
+            self.metrics.count_proxy_refused();
             self.close(idx);
             return;
         }

@@ -160,6 +160,11 @@ fn no_header_or_a_bad_one_closes_the_connection_unanswered() {
         c.assert_closed(Duration::from_secs(5), what);
     }
     assert_eq!(call(&s, &v2(None), "after-timeouts").status, 200, "the worker still serves");
+    // Each closed connection is counted (`/metrics` through a LOCAL header: a loopback peer).
+    let mut c = s.conn();
+    c.send(&[&v2(None)[..], &request("GET", "/metrics", &[], b"")].concat());
+    let metrics = c.read_response().body_str();
+    assert!(metrics.contains("\nforkd_proxy_protocol_refused_total 7\n"), "{metrics}");
 }
 
 #[test]
@@ -175,6 +180,8 @@ fn an_untrusted_peer_is_closed_before_its_header_is_read() {
         c.assert_closed(Duration::from_secs(3), "a header from 127.0.0.1, not in proxy.trusted");
     }
     assert_eq!(s.get("/health").status, 200, "the worker still serves");
+    let metrics = s.get("/metrics").body_str();
+    assert!(metrics.contains("\nforkd_proxy_protocol_refused_total 3\n"), "{metrics}");
 }
 
 #[test]
