@@ -707,6 +707,49 @@ mod tests {
         assert_eq!(svc.log.iter().map(|l| l.0.as_str()).collect::<Vec<_>>(), ["/a", "/b", "/c"]);
     }
 
+    /// What the access log got for each exchange: protocol, TLS version, agent, referer.
+    type Quoted = (Protocol, Option<&'static str>, Option<Vec<u8>>, Option<Vec<u8>>);
+
+    struct Quoting(Vec<Quoted>);
+
+    impl Service for Quoting {
+        fn call(&mut self, _: &Request<'_>) -> Reply {
+            Reply::full(Response::new(204))
+        }
+        fn finished(&mut self, done: &Finished<'_>) {
+            let owned = |v: Option<&[u8]>| v.map(<[u8]>::to_vec);
+            self.0.push((done.protocol, done.tls, owned(done.user_agent), owned(done.referer)));
+        }
+    }
+
+    #[test]
+    fn each_exchange_is_logged_with_its_own_agent_and_referer() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), true, &e, now);
+        h.set_tls(Some("TLSv1.3"));
+        let mut svc = Quoting(Vec::new());
+        let long = "x".repeat(logging::FIELD_MAX + 100);
+        let mut inbuf = format!(
+            "GET /a HTTP/1.1\r\nHost: x\r\nUser-Agent: one\r\nReferer: https://r.example/\r\n\r\n\
+             GET /b HTTP/1.1\r\nHost: x\r\n\r\n\
+             GET /c HTTP/1.0\r\nhost: x\r\nuser-agent: {long}\r\nREFERER: \r\n\r\n"
+        )
+        .into_bytes();
+        h.advance(&mut inbuf, &mut Vec::new(), &mut svc, &mut e, now);
+        let cut = long.as_bytes()[..logging::FIELD_MAX].to_vec();
+        let tls = Some("TLSv1.3");
+        assert_eq!(
+            svc.0,
+            [
+                (Protocol::Http11, tls, Some(b"one".to_vec()), Some(b"https://r.example/".to_vec())),
+                (Protocol::Http11, tls, None, None),
+                (Protocol::Http10, tls, Some(cut), Some(Vec::new())),
+            ],
+            "nothing carries over from the request before; an agent is cut at the cap"
+        );
+    }
+
     #[test]
     fn chunked_body_split_across_reads() {
         let mut e = env();
