@@ -213,6 +213,11 @@ impl Worker {
             }
             if h.sniff {
                 let alpn = c.io.tls.as_ref().map(|t| if t.is_handshaking() { None } else { Some(t.alpn_protocol()) });
+                if alpn == Some(Some(Some(crate::acme::ALPN_PROTOCOL))) {
+                    // A TLS-ALPN-01 check (RFC 8737 §3): the handshake was all of it.
+                    close = true;
+                    break;
+                }
                 match h2::sniff(&c.io.inbuf, alpn.map(|a| a.map(|p| p.unwrap_or(b"")))) {
                     h2::Sniff::H1 => h.sniff = false,
                     h2::Sniff::H2 => {

@@ -134,6 +134,8 @@ pub struct WorkerArgs<'a> {
     /// After `SIGUSR2`: the old supervisor's workers, which write to the same database
     /// without this region's change counters (see `app::usermemo`).
     pub foreign_writers: Vec<i32>,
+    /// The ACME challenge answers to serve (empty outside an order of `[tls.acme]`).
+    pub acme: Arc<crate::acme::Challenges>,
 }
 
 /// A worker's HTTPS listener: the slot's socket on `tls.listen` and the rustls configuration
@@ -289,6 +291,7 @@ impl Worker {
             endpoints: args.endpoints,
             shared_cache: args.shared_cache,
             user_fills,
+            acme: args.acme,
         }));
         let poll = Poll::new()?;
         let mut signals = SignalSet::install(&[libc::SIGTERM])?;

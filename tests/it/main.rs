@@ -65,6 +65,7 @@ mod instance;
 mod reload;
 mod upgrade;
 
+mod acme;
 mod tls;
 
 mod h3;
