@@ -30,7 +30,6 @@ use http::{HeaderMap, StatusCode};
 use super::call::CallState;
 use super::download::Download;
 use super::h3_file::FileBody;
-use super::panics::guard;
 use super::pool::{Completion, ExchangeId, Pool, Work};
 use super::produce::{Events, Subscribers, Ticking, MAX_BACKLOG};
 use super::websocket::{Todo, Ws, WS_PING_EVERY};
@@ -646,18 +645,9 @@ impl<K: Key, H: Head> Exchanges<K, H> {
             return;
         }
         let max_message = cx.host.websocket_opened();
-        let app = cx.host.app();
         let ex = &mut self.list[i];
-        let mut conn = crate::proto::ws::WsConn::new(max_message);
-        match guard("WebSocket greeting", || app.ws_greeting(&w)) {
-            Ok(Some(hello)) => conn.send_text(&hello, &mut ex.unsent),
-            Ok(None) => {}
-            Err(_) => {
-                conn.close(1011, "internal error", &mut ex.unsent);
-                ex.done = true;
-            }
-        }
-        let ws = Ws::new(conn, w, now);
+        let (ws, greeted) = Ws::open(cx.host.app(), w, max_message, &mut ex.unsent, now);
+        ex.done = !greeted;
         ex.produce = Some(Produce::Ws(Box::new(Tunnel { ws, input: Vec::new(), unreleased: 0, peer_ended: false })));
     }
 

@@ -14,20 +14,23 @@
 //!   `proxy_header.rs`: the PROXY protocol header a listener may require before the rest.
 //! * `engine.rs`: the life of an exchange on a multiplexed connection (dispatch, answer,
 //!   producers, back pressure), written once for HTTP/2 and HTTP/3 against a codec's `Sink`;
-//!   `mux.rs`: routes an HTTP/2 or HTTP/3 `ExchangeId` to its session and carries out the
-//!   engine's effects.
+//!   `mux.rs`: routes what the loop produced for an `ExchangeId` (HTTP/1.1, HTTP/2 or
+//!   HTTP/3) to its exchange and carries out the engine's effects.
 //! * `h2.rs`: an HTTP/2 connection's session (its sink, scheduler and ending).
-//! * `h3.rs`: HTTP/3: the slot's UDP socket, the QUIC endpoint and the exchanges of its
-//!   connections (a table of its own, not a `ConnState`); `h3_file.rs`: an HTTP/3 file body;
-//!   `h3_inbox.rs`: who reads the slot's UDP socket while workers hand over.
+//! * `h3.rs`: HTTP/3: the exchanges of each QUIC connection (a table of its own, not a
+//!   `ConnState`); `quic.rs`: the slot's UDP socket and the QUIC endpoint on it;
+//!   `h3_file.rs`: an HTTP/3 file body; `h3_inbox.rs`: who reads the slot's UDP socket while
+//!   workers hand over.
 //! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event streams, tickers,
-//!   WebSockets, relays); `h1_download.rs`: HTTP/1.1 file bodies (slices or `sendfile`).
+//!   WebSockets, relays) and its end of `mux.rs`'s routes; `h1_download.rs`: HTTP/1.1 file
+//!   bodies (slices or `sendfile`).
 //! * `produce.rs`: the event-stream and ticker producers every protocol runs;
 //!   `download.rs`: a file body's read-ahead (HTTP/1.1 and HTTP/2); `websocket.rs`: one
 //!   WebSocket's state and messages.
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
-//! * `upstream.rs`: which exchange waits on which upstream connection; `call.rs`: what a
-//!   waiting exchange holds.
+//! * `upstream.rs`: which exchange waits on which upstream connection (and gathers);
+//!   `relay.rs`: an upstream stream relayed to its client; `call.rs`: what a waiting
+//!   exchange holds.
 //! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
 //!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens;
 //!   `bufs.rs`: the free list of connection buffers (idle ones hold none).
@@ -49,6 +52,8 @@ mod panics;
 mod pool;
 mod produce;
 mod proxy_header;
+mod quic;
+mod relay;
 mod streams;
 mod timers;
 mod token;
@@ -78,8 +83,8 @@ use crate::sys::signals::SignalSet;
 
 use conn::{Conn, ConnState, H1};
 use glue::Glue;
-pub use h3::WorkerH3;
-use pool::{Completion, ExchangeId, Pool};
+use pool::{ExchangeId, Pool};
+pub use quic::WorkerH3;
 use timers::Timers;
 use token::Tok;
 use transport::Transport;
@@ -682,7 +687,9 @@ impl Worker {
         }
     }
 
-    /// Publish what jobs and handlers queued on `svc.publish`.
+    /// Publish what jobs and handlers queued on `svc.publish` (inlined: the loop calls it
+    /// every turn).
+    #[inline]
     fn publish_queued(&mut self) {
         while let Ok((topic, payload)) = self.published.try_recv() {
             self.publish(topic, &payload);
@@ -696,36 +703,7 @@ impl Worker {
         let mut done = std::mem::take(&mut self.done);
         done.extend(self.pool.completions());
         for d in done.drain(..) {
-            let now = Instant::now();
-            let (idx, generation) = match d.id {
-                ExchangeId::H1 { conn, gen } => (conn, gen),
-                ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => {
-                    self.exchange_completed(d.id, d.result);
-                    continue;
-                }
-            };
-            let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
-            if c.generation != generation {
-                continue;
-            }
-            let result = match d.result {
-                Completion::Response(r) => r,
-                Completion::Replay(bytes, last) => {
-                    self.replayed(idx, bytes, last);
-                    continue;
-                }
-                Completion::Chunk(offset, bytes) => {
-                    self.chunk_arrived(idx, offset, bytes);
-                    continue;
-                }
-            };
-            // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
-            let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
-            let ConnState::Http1(h) = &mut c.state else { continue };
-            let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-            self.bufs.fill(&mut c.io.out);
-            h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, now);
-            self.drive(idx);
+            self.exchange_completed(d.id, d.result);
         }
         self.done = done;
     }
@@ -812,6 +790,74 @@ impl Worker {
                 ConnState::Http2(_) => self.h2_timer(idx, now),
                 ConnState::Lingering(_) => self.arm(idx),
                 ConnState::ProxyHeader(_) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    /// Each worker file and the sibling files it names (`super::name`), comments aside.
+    fn sibling_imports() -> BTreeMap<String, Vec<String>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/worker");
+        let mut files = BTreeMap::new();
+        for entry in std::fs::read_dir(&dir).expect("src/worker") {
+            let path = entry.expect("entry").path();
+            let (Some(stem), Some("rs")) =
+                (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|e| e.to_str()))
+            else {
+                continue;
+            };
+            if stem != "mod" {
+                files.insert(stem.to_owned(), std::fs::read_to_string(&path).expect("source"));
+            }
+        }
+        let mut graph = BTreeMap::new();
+        for (name, text) in &files {
+            let mut uses: Vec<String> = Vec::new();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for (at, _) in line.match_indices("super::") {
+                    let rest = &line[at + "super::".len()..];
+                    let word: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                        .collect();
+                    if files.contains_key(&word) && word != *name && !uses.contains(&word) {
+                        uses.push(word);
+                    }
+                }
+            }
+            graph.insert(name.clone(), uses);
+        }
+        graph
+    }
+
+    /// The first cycle found from `at` (depth first), as the files along it.
+    fn cycle(graph: &BTreeMap<String, Vec<String>>, at: &str, path: &mut Vec<String>) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == at) {
+            let mut found = path[start..].to_vec();
+            found.push(at.to_owned());
+            return Some(found);
+        }
+        path.push(at.to_owned());
+        for next in graph.get(at).into_iter().flatten() {
+            if let Some(found) = cycle(graph, next, path) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        None
+    }
+
+    #[test]
+    fn the_worker_files_import_each_other_without_a_cycle() {
+        let graph = sibling_imports();
+        assert!(graph.contains_key("engine") && graph["mux"].contains(&"engine".to_owned()), "the parse sees imports");
+        for file in graph.keys() {
+            if let Some(found) = cycle(&graph, file, &mut Vec::new()) {
+                panic!("an import cycle among worker files: {}", found.join(" -> "));
             }
         }
     }
