@@ -94,6 +94,10 @@ section! {
         environment: String = "development",
         /// Listening address `ip:port` (TCP, HTTP/1.1).
         listen: String = "127.0.0.1:8080",
+        /// `true`: every connection on `listen` starts with a PROXY protocol header (v1 or v2,
+        /// as HAProxy `send-proxy` and nginx stream `proxy_protocol on` write it) naming the
+        /// client; needs `proxy.trusted`, and only peers in it may connect.
+        proxy_protocol: bool = false,
         /// Worker processes; 0 = one per CPU.
         workers: i64 = 0,
         /// This service's own origin (CORS, CSRF origin check), e.g. `https://api.example.com`.
@@ -331,6 +335,9 @@ section! {
         /// `true`: the plain listener answers every request but `/health`, `/metrics` and
         /// `/.well-known/acme-challenge/` with a 308 to the same path on https.
         redirect_http: bool = false,
+        /// `true`: every connection on `tls.listen` starts with a PROXY protocol header (before
+        /// its ClientHello); needs `proxy.trusted`, and only peers in it may connect.
+        proxy_protocol: bool = false,
         /// Automatic certificates (ACME, RFC 8555): with `directory` set, forkd obtains and
         /// renews the certificate itself and `cert_file`/`key_file` stay unset.
         acme: Acme = Acme::default(),
