@@ -77,12 +77,18 @@ pub fn run(args: &[String]) -> i32 {
 }
 
 /// The files TLS needs, read and checked: with a TLS listener its certificate and key
-/// (against each other); with TLS to PostgreSQL or Redis the roots (`sslrootcert`,
+/// (against each other), or with `[tls.acme]` the roots of `ca_file`; with TLS to PostgreSQL or Redis the roots (`sslrootcert`,
 /// `ssl_ca_certs`, or the system's). Unreadable, not PEM, not a pair, no certificate: exit 2,
 /// like a bad configuration, one line each.
 fn check_tls(cfg: &config::Config) -> Result<(), i32> {
     let mut problems = Vec::new();
-    if cfg.tls.listen.is_some() {
+    if let Some(acme) = &cfg.tls.acme {
+        if let Some(ca_file) = &acme.ca_file {
+            if let Err(e) = crate::tls::client::config(Some(&ca_file.to_string_lossy())) {
+                problems.push(format!("tls.acme.ca_file: {e}"));
+            }
+        }
+    } else if cfg.tls.listen.is_some() {
         if let Err(e) = crate::tls::load(&cfg.tls.cert_file, &cfg.tls.key_file) {
             problems.push(e.to_string());
         }

@@ -12,6 +12,7 @@
 
 #![deny(missing_docs)]
 
+pub mod acme;
 pub mod app;
 pub mod auth;
 pub mod bus;

@@ -22,7 +22,7 @@ pub mod validate;
 // other (`crate::app::session`, `crate::app::debug`); outside `app/` they are reached
 // through `handlers::`/`phases::`.
 use handlers::{
-    assets, auth, chat, csp_report, debug, download, events, health, homepage, metrics, openapi, pages, redirect,
+    acme, assets, auth, chat, csp_report, debug, download, events, health, homepage, metrics, openapi, pages, redirect,
     users, ws,
 };
 use phases::{compress, cors, https, ratelimit, session, version};
@@ -75,6 +75,8 @@ pub struct Services {
     pub shared_cache: &'static crate::shm::cache::SharedCache,
     /// Rendered users for the loop's memo (`usermemo`; jobs send, the loop takes).
     pub user_fills: crossbeam_channel::Sender<usermemo::Fill>,
+    /// The ACME challenge answers this worker was forked with (HTTP-01 is answered here).
+    pub acme: std::sync::Arc<crate::acme::Challenges>,
 }
 
 /// Live counters of one worker's detached connections.
@@ -369,6 +371,9 @@ fn routes(config: &Config) -> Router<Handler> {
         .add(Method::Get, "/static/{name}", pages::static_file)
         .add(Method::Get, "/redirect", redirect::redirect)
         .add(Method::Post, "/csp-report", csp_report::report);
+    if config.tls.acme.is_some() {
+        router.add(Method::Get, "/.well-known/acme-challenge/{token}", acme::http01);
+    }
     // Versioned resources answer under /api/v1 and, version negotiated, under /api.
     for base in ["/api/v1", "/api"] {
         users::routes(&mut router, base);

@@ -35,6 +35,8 @@ pub struct Config {
     pub environment: Environment,
     /// The address to listen on.
     pub listen: SocketAddr,
+    /// Connections on `listen` start with a PROXY protocol header (`proxy_protocol`).
+    pub proxy_protocol: bool,
     /// Worker processes (0 in the file is resolved to the number of CPUs).
     pub workers: usize,
     /// This service's own origin, lower-cased, e.g. `http://127.0.0.1:8080`.
@@ -299,8 +301,48 @@ pub struct Tls {
     pub cert_file: PathBuf,
     /// The PEM private key (set whenever `listen` is).
     pub key_file: PathBuf,
-    /// The plain listener answers 308 to https (except `/health` and `/metrics`).
+    /// The plain listener answers 308 to https (except `/health`, `/metrics` and the ACME
+    /// HTTP-01 path).
     pub redirect_http: bool,
+    /// Connections on `listen` start with a PROXY protocol header (`tls.proxy_protocol`).
+    pub proxy_protocol: bool,
+    /// Automatic certificates: set exactly when `tls.acme.directory` is (then `cert_file` and
+    /// `key_file` are empty).
+    pub acme: Option<Acme>,
+}
+
+/// `[tls.acme]`: resolved; read by `crate::acme`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Acme {
+    /// The CA's directory URL (https).
+    pub directory: String,
+    /// The account's contact address; `None`: no contact.
+    pub email: Option<String>,
+    /// The certificate's DNS names, lower case, at least one.
+    pub domains: Vec<String>,
+    /// The roots the CA's HTTPS certificate must chain to; `None`: the system's.
+    pub ca_file: Option<PathBuf>,
+    /// The challenge type answered.
+    pub challenge: AcmeChallenge,
+}
+
+/// The ACME challenge type forkd answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcmeChallenge {
+    /// TLS-ALPN-01 (RFC 8737) on the TLS listener.
+    TlsAlpn01,
+    /// HTTP-01 on the plain listener.
+    Http01,
+}
+
+impl AcmeChallenge {
+    /// The challenge's `type` in ACME messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TlsAlpn01 => "tls-alpn-01",
+            Self::Http01 => "http-01",
+        }
+    }
 }
 
 /// `[http2]`: resolved; the three numbers are announced in the server's SETTINGS frame.
@@ -689,6 +731,85 @@ max_frame_size = 16384
     }
 
     #[test]
+    fn acme_replaces_the_certificate_files() {
+        let base = "public_origin = \"https://a.example\"\n[tls]\nlisten = \"0.0.0.0:8443\"\n";
+        let on = format!(
+            "{base}[tls.acme]\ndirectory = \"https://ca.example/dir\"\nemail = \"ops@a.example\"\n\
+             domains = [\"A.example\", \"www.a.example.\", \"a.example\"]\nca_file = \"ca.pem\"\n"
+        );
+        let acme = load_str(&on, &[]).expect("valid").tls.acme.expect("acme on");
+        assert_eq!(acme.directory, "https://ca.example/dir");
+        assert_eq!(acme.email.as_deref(), Some("ops@a.example"));
+        assert_eq!(acme.domains, ["a.example", "www.a.example"]);
+        assert_eq!(acme.ca_file.as_deref(), Some(Path::new("ca.pem")));
+        assert_eq!(acme.challenge, AcmeChallenge::TlsAlpn01);
+        // The inline form is the same TOML; a variable sets a list.
+        let inline = format!("{base}acme = {{ directory = \"https://ca.example/dir\", domains = [\"a.example\"], challenge = \"http-01\" }}\n");
+        let acme = load_str(&inline, &[]).expect("valid").tls.acme.expect("acme on");
+        assert_eq!((acme.email, acme.challenge), (None, AcmeChallenge::Http01));
+        let env = [("FORKD_TLS__ACME__DOMAINS", "b.example,c.example")];
+        let acme = load_str(&inline, &env).expect("valid").tls.acme.expect("acme on");
+        assert_eq!(acme.domains, ["b.example", "c.example"]);
+        assert_eq!(Config::default().tls.acme, None);
+    }
+
+    #[test]
+    fn bad_acme_values_are_one_line_each() {
+        let base = "public_origin = \"https://a.example\"\n[tls]\nlisten = \"0.0.0.0:8443\"\n";
+        let cases: &[(&str, &str)] = &[
+            (
+                "directory = \"http://ca.example/dir\"\ndomains = [\"a.example\"]\n",
+                r#"tls.acme.directory = "http://ca.example/dir": must be an https:// URL"#,
+            ),
+            ("directory = \"https://ca.example/dir\"\n", "tls.acme.domains is empty: name at least one DNS name"),
+            (
+                "directory = \"https://ca.example/dir\"\ndomains = [\"*.a.example\"]\n",
+                r#"tls.acme.domains[0] = "*.a.example": must be a DNS name without a wildcard"#,
+            ),
+            (
+                "directory = \"https://ca.example/dir\"\ndomains = [\"a.example\", \"a b\"]\n",
+                r#"tls.acme.domains[1] = "a b": must be a DNS name"#,
+            ),
+            (
+                "directory = \"https://ca.example/dir\"\ndomains = [\"10.0.0.1\"]\n",
+                r#"tls.acme.domains[0] = "10.0.0.1": must be a DNS name"#,
+            ),
+            (
+                "directory = \"https://ca.example/dir\"\ndomains = [\"a.example\"]\nemail = \"ops\"\n",
+                r#"tls.acme.email = "ops": must be empty or an address"#,
+            ),
+            (
+                "directory = \"https://ca.example/dir\"\ndomains = [\"a.example\"]\nchallenge = \"dns-01\"\n",
+                r#"tls.acme.challenge = "dns-01": must be one of tls-alpn-01, http-01"#,
+            ),
+            (
+                "directory = \"https://ca.example/dir\"\ndomains = [\"a.example\"]\nport = 1\n",
+                "unknown key port in section [tls.acme]",
+            ),
+        ];
+        for (acme, want) in cases {
+            let found = problems(&format!("{base}[tls.acme]\n{acme}"), &[]);
+            assert_eq!(found.len(), 1, "{acme}: {found:?}");
+            assert!(found[0].starts_with(want), "{acme}: {found:?}");
+        }
+        let both = format!("{base}cert_file = \"c.pem\"\n[tls.acme]\ndirectory = \"https://ca.example/d\"\ndomains = [\"a.example\"]\n");
+        assert_eq!(
+            problems(&both, &[]),
+            ["tls.cert_file and tls.acme.directory are both set: with ACME the certificate is kept under data_dir/acme; remove tls.cert_file"]
+        );
+        let no_directory = "[tls.acme]\ndomains = [\"a.example\"]\n";
+        assert_eq!(
+            problems(no_directory, &[]),
+            ["tls.acme is configured but tls.acme.directory is empty: set the CA's directory URL"]
+        );
+        let no_listener = "[tls.acme]\ndirectory = \"https://ca.example/d\"\ndomains = [\"a.example\"]\n";
+        assert_eq!(
+            problems(no_listener, &[]),
+            ["tls.acme.directory is set but tls.listen is not: ACME needs the TLS listener"]
+        );
+    }
+
+    #[test]
     fn tls_section() {
         let config = Config::default();
         assert_eq!(config.tls.listen, None);
@@ -709,8 +830,8 @@ max_frame_size = 16384
         assert_eq!(
             problems("[tls]\nlisten = \"0.0.0.0:443\"\n", &[]),
             [
-                "tls.cert_file is required when tls.listen is set",
-                "tls.key_file is required when tls.listen is set",
+                "tls.cert_file is required when tls.listen is set (or set tls.acme.directory)",
+                "tls.key_file is required when tls.listen is set (or set tls.acme.directory)",
                 r#"public_origin = "http://127.0.0.1:8080": must be the https origin when tls.listen is set (https://a.example)"#,
             ]
         );
@@ -860,6 +981,31 @@ max_frame_size = 16384
         assert_eq!(
             problems("[proxy]\ntrusted = \"10.0.0.0/8\"\n", &[]),
             [r#"proxy.trusted = "10.0.0.0/8": must be an array of strings"#]
+        );
+    }
+
+    #[test]
+    fn proxy_protocol_needs_trusted_balancers() {
+        let config = Config::default();
+        assert!(!config.proxy_protocol && !config.tls.proxy_protocol, "off by default");
+        let trusted = "[proxy]\ntrusted = [\"10.0.0.0/8\"]\n";
+        let config = load_str(&format!("proxy_protocol = true\n{trusted}"), &[]).expect("valid");
+        assert!(config.proxy_protocol && !config.tls.proxy_protocol);
+        assert_eq!(
+            problems("proxy_protocol = true\n", &[]),
+            ["proxy_protocol = true needs proxy.trusted: the balancers allowed to send the header"]
+        );
+        let tls = "public_origin = \"https://a.example\"\n[tls]\nlisten = \"127.0.0.1:8443\"\n\
+                   cert_file = \"c.pem\"\nkey_file = \"k.pem\"\nproxy_protocol = true\n";
+        let config = load_str(&format!("{tls}{trusted}"), &[]).expect("valid");
+        assert!(config.tls.proxy_protocol && !config.proxy_protocol);
+        assert_eq!(
+            problems(tls, &[]),
+            ["tls.proxy_protocol = true needs proxy.trusted: the balancers allowed to send the header"]
+        );
+        assert_eq!(
+            problems(&format!("[tls]\nproxy_protocol = true\n{trusted}"), &[]),
+            ["tls.proxy_protocol = true needs tls.listen"]
         );
     }
 

@@ -56,17 +56,26 @@ pub(super) fn render(raw: &RawConfig, declared: Option<&Value>, origin: &Origin<
         key(&mut out, doc, table.get(doc.name), doc.name, origin.sources);
     }
     for doc in RawConfig::DOCS.iter().filter(|d| !d.fields.is_empty()) {
-        let values = table.get(doc.name).and_then(Value::as_table);
-        out.push('\n');
-        comment(&mut out, doc.doc);
-        let _ = writeln!(out, "[{}]", doc.name);
-        for field in doc.fields {
-            let path = format!("{}.{}", doc.name, field.name);
-            key(&mut out, field, values.and_then(|t| t.get(field.name)), &path, origin.sources);
-        }
+        section(&mut out, doc, table.get(doc.name).and_then(Value::as_table), doc.name, origin.sources);
     }
     resources(&mut out, declared);
     out
+}
+
+/// The section `doc` at dotted `path` with its `values`: its plain keys, then each of its own
+/// sections as `[path.name]` (TOML puts every key after a header into that header's table).
+fn section(out: &mut String, doc: &Doc, values: Option<&Table>, path: &str, sources: &Sources) {
+    out.push('\n');
+    comment(out, doc.doc);
+    let _ = writeln!(out, "[{path}]");
+    for field in doc.fields.iter().filter(|f| f.fields.is_empty()) {
+        let dotted = format!("{path}.{}", field.name);
+        key(out, field, values.and_then(|t| t.get(field.name)), &dotted, sources);
+    }
+    for field in doc.fields.iter().filter(|f| !f.fields.is_empty()) {
+        let dotted = format!("{path}.{}", field.name);
+        section(out, field, values.and_then(|t| t.get(field.name)).and_then(Value::as_table), &dotted, sources);
+    }
 }
 
 /// The declared resources as written (normalised by the TOML writer), or, when there are
@@ -221,17 +230,28 @@ mod tests {
                 assert_eq!(defaults.remove(doc.name), Some(Value::from("")), "{}", doc.name);
                 assert!(text.contains(&format!("# {} = ", doc.name)), "{} missing from\n{text}", doc.name);
             }
-            for field in doc.fields {
-                assert!(!field.doc.trim().is_empty(), "{}.{} has no doc", doc.name, field.name);
-                if field.example.is_some() {
-                    let section = defaults.get_mut(doc.name).and_then(Value::as_table_mut).expect("section");
-                    assert_eq!(section.remove(field.name), Some(Value::from("")), "{}.{}", doc.name, field.name);
-                    let line = format!("# {} = ", field.name);
-                    assert!(text.contains(&line), "{} missing from\n{text}", field.name);
-                }
+            let section = defaults.get_mut(doc.name).and_then(Value::as_table_mut);
+            if let Some(section) = section {
+                unset_examples(doc, section, &text);
             }
         }
         assert_eq!(table, defaults);
+    }
+
+    /// Remove from `section` (the defaults of `doc`) the optional keys printed commented out,
+    /// checking each is documented and printed; into its own sections too.
+    fn unset_examples(doc: &Doc, section: &mut Table, text: &str) {
+        for field in doc.fields {
+            assert!(!field.doc.trim().is_empty(), "{}.{} has no doc", doc.name, field.name);
+            if field.example.is_some() {
+                assert_eq!(section.remove(field.name), Some(Value::from("")), "{}.{}", doc.name, field.name);
+                let line = format!("# {} = ", field.name);
+                assert!(text.contains(&line), "{} missing from\n{text}", field.name);
+            }
+            if let Some(inner) = section.get_mut(field.name).and_then(Value::as_table_mut) {
+                unset_examples(field, inner, text);
+            }
+        }
     }
 
     #[test]

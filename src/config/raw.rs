@@ -94,6 +94,10 @@ section! {
         environment: String = "development",
         /// Listening address `ip:port` (TCP, HTTP/1.1).
         listen: String = "127.0.0.1:8080",
+        /// `true`: every connection on `listen` starts with a PROXY protocol header (v1 or v2,
+        /// as HAProxy `send-proxy` and nginx stream `proxy_protocol on` write it) naming the
+        /// client; needs `proxy.trusted`, and only peers in it may connect.
+        proxy_protocol: bool = false,
         /// Worker processes; 0 = one per CPU.
         workers: i64 = 0,
         /// This service's own origin (CORS, CSRF origin check), e.g. `https://api.example.com`.
@@ -328,9 +332,33 @@ section! {
         /// PEM private key of that certificate (PKCS#8, SEC1 or PKCS#1); read at start and
         /// again on HUP.
         key_file: String = ""; example "/etc/forkd/tls/key.pem",
-        /// `true`: the plain listener answers every request but `/health` and `/metrics` with a
-        /// 308 to the same path on https.
+        /// `true`: the plain listener answers every request but `/health`, `/metrics` and
+        /// `/.well-known/acme-challenge/` with a 308 to the same path on https.
         redirect_http: bool = false,
+        /// `true`: every connection on `tls.listen` starts with a PROXY protocol header (before
+        /// its ClientHello); needs `proxy.trusted`, and only peers in it may connect.
+        proxy_protocol: bool = false,
+        /// Automatic certificates (ACME, RFC 8555): with `directory` set, forkd obtains and
+        /// renews the certificate itself and `cert_file`/`key_file` stay unset.
+        acme: Acme = Acme::default(),
+    }
+}
+
+section! {
+    /// `[tls.acme]`: the certificate of the TLS listener from an ACME CA (Let's Encrypt).
+    Acme {
+        /// The CA's directory URL (https); not set: no automatic certificate.
+        directory: String = ""; example "https://acme-v02.api.letsencrypt.org/directory",
+        /// Contact address of the ACME account (`mailto:`); may stay empty.
+        email: String = "",
+        /// The DNS names the certificate is for (at least one; no wildcards).
+        domains: Vec<String> = Vec::new(),
+        /// PEM file of the roots the CA's HTTPS certificate must chain to (a private or test
+        /// CA); not set: the system's roots.
+        ca_file: String = ""; example "/etc/forkd/acme-ca.pem",
+        /// How the CA checks control of each name: `"tls-alpn-01"` (on `tls.listen`, port 443)
+        /// or `"http-01"` (on `listen`, port 80).
+        challenge: String = "tls-alpn-01",
     }
 }
 

@@ -13,8 +13,9 @@ use super::cluster::without_password;
 use super::env::Sources;
 use super::raw::RawConfig;
 use super::{
-    Auth, Chat, Cluster, Compression, Config, Cors, Db, Debug, Download, Environment, Http2, Http3, Io, JwtSecret,
-    Limits, LogFormat, Proxy, RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket, SECRET_REQUIRED,
+    Acme, AcmeChallenge, Auth, Chat, Cluster, Compression, Config, Cors, Db, Debug, Download, Environment, Http2,
+    Http3, Io, JwtSecret, Limits, LogFormat, Proxy, RateLimit, Redirect, Sse, Supervisor, Tls, Upstreams, WebSocket,
+    SECRET_REQUIRED,
 };
 
 const MIB: i64 = 1 << 20;
@@ -68,10 +69,17 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
         c.problem("debug.routes = true is not allowed in production");
     }
     let tls = c.tls(raw, listen, &raw.public_origin);
+    // A PROXY header is a claim only a trusted balancer may make: no trusted peer, no header.
+    for (key, on) in [("proxy_protocol", raw.proxy_protocol), ("tls.proxy_protocol", raw.tls.proxy_protocol)] {
+        if on && raw.proxy.trusted.is_empty() {
+            c.problem(&format!("{key} = true needs proxy.trusted: the balancers allowed to send the header"));
+        }
+    }
     let http3 = c.http3(raw, tls.listen);
     let config = Config {
         environment,
         listen,
+        proxy_protocol: raw.proxy_protocol,
         workers,
         public_origin: c.origin("public_origin", &raw.public_origin),
         data_dir: PathBuf::from(c.non_empty("data_dir", &raw.data_dir)),
@@ -313,10 +321,21 @@ impl Check<'_> {
                 SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
             })
         });
+        let acme = self.acme(&t.acme);
+        for (key, v) in [("tls.cert_file", &t.cert_file), ("tls.key_file", &t.key_file)] {
+            if acme.is_some() && !v.trim().is_empty() {
+                self.problem(&format!(
+                    "{key} and tls.acme.directory are both set: with ACME the certificate is kept under data_dir/acme; remove {key}"
+                ));
+            }
+        }
+        if acme.is_some() && listen.is_none() {
+            self.problem("tls.acme.directory is set but tls.listen is not: ACME needs the TLS listener");
+        }
         if let Some(addr) = listen {
             for (key, v) in [("tls.cert_file", &t.cert_file), ("tls.key_file", &t.key_file)] {
-                if v.trim().is_empty() {
-                    self.problem(&format!("{key} is required when tls.listen is set"));
+                if v.trim().is_empty() && acme.is_none() {
+                    self.problem(&format!("{key} is required when tls.listen is set (or set tls.acme.directory)"));
                 }
             }
             if addr == plain && addr.port() != 0 {
@@ -333,12 +352,74 @@ impl Check<'_> {
         if t.redirect_http && listen.is_none() {
             self.problem("tls.redirect_http = true needs tls.listen");
         }
+        if t.proxy_protocol && listen.is_none() {
+            self.problem("tls.proxy_protocol = true needs tls.listen");
+        }
         Tls {
             listen,
             cert_file: PathBuf::from(&t.cert_file),
             key_file: PathBuf::from(&t.key_file),
             redirect_http: t.redirect_http,
+            proxy_protocol: t.proxy_protocol,
+            acme,
         }
+    }
+
+    /// `[tls.acme]`: off while `directory` is empty (then its other keys must be unset too);
+    /// on, an https directory, at least one DNS name (no wildcard: that needs DNS-01), an
+    /// address-like contact and a known challenge type.
+    fn acme(&mut self, a: &super::raw::Acme) -> Option<Acme> {
+        if a.directory.is_empty() {
+            if !a.domains.is_empty() || !a.email.is_empty() || !a.ca_file.is_empty() {
+                self.problem("tls.acme is configured but tls.acme.directory is empty: set the CA's directory URL");
+            }
+            return None;
+        }
+        let https = split_url(&a.directory).is_some_and(|(host, rest)| {
+            a.directory.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+                && is_authority(&host.to_ascii_lowercase())
+                && (rest.is_empty() || rest.starts_with('/'))
+                && !rest.contains(char::is_whitespace)
+        });
+        if !https {
+            let allowed = "an https:// URL (https://acme-v02.api.letsencrypt.org/directory)";
+            self.fail("tls.acme.directory", format!("{:?}", a.directory), allowed);
+        }
+        if a.domains.is_empty() {
+            self.problem("tls.acme.domains is empty: name at least one DNS name the certificate is for");
+        }
+        let mut domains = Vec::new();
+        for (i, d) in a.domains.iter().enumerate() {
+            let key = format!("tls.acme.domains[{i}]");
+            let lower = d.trim_end_matches('.').to_ascii_lowercase();
+            if lower.starts_with("*.") {
+                self.fail(&key, format!("{d:?}"), "a DNS name without a wildcard (wildcards need DNS-01)");
+            } else if !is_dns_name(&lower) {
+                self.fail(&key, format!("{d:?}"), "a DNS name (api.example.com)");
+            } else if !domains.contains(&lower) {
+                domains.push(lower);
+            }
+        }
+        let email_ok = |e: &str| {
+            e.split_once('@').is_some_and(|(user, host)| {
+                !user.is_empty() && is_dns_name(&host.to_ascii_lowercase()) && !user.contains(['@', ',', ' ', '<', '>'])
+            })
+        };
+        if !a.email.is_empty() && !email_ok(&a.email) {
+            self.fail("tls.acme.email", format!("{:?}", a.email), "empty or an address (ops@example.com)");
+        }
+        let challenge = self.choice(
+            "tls.acme.challenge",
+            &a.challenge,
+            &[("tls-alpn-01", AcmeChallenge::TlsAlpn01), ("http-01", AcmeChallenge::Http01)],
+        );
+        Some(Acme {
+            directory: a.directory.clone(),
+            email: (!a.email.is_empty()).then(|| a.email.clone()),
+            domains,
+            ca_file: (!a.ca_file.is_empty()).then(|| PathBuf::from(&a.ca_file)),
+            challenge,
+        })
     }
 
     /// `[http3]`: off unless `enabled`; on, it needs a TLS listener (its certificate is the
@@ -392,6 +473,18 @@ fn split_url(v: &str) -> Option<(&str, &str)> {
         return None;
     }
     Some(after.split_at(after.find(['/', '?', '#']).unwrap_or(after.len())))
+}
+
+/// A DNS name: dot-separated labels of letters, digits and inner hyphens, each 1 to 63 bytes,
+/// 253 bytes in all, not all digits (that is an address).
+fn is_dns_name(v: &str) -> bool {
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    !v.is_empty() && v.len() <= 253 && v.split('.').all(label) && !v.bytes().all(|b| b.is_ascii_digit() || b == b'.')
 }
 
 /// `scheme://host[:port]` with nothing after, in lower case: what a browser sends as `Origin`.

@@ -5,11 +5,13 @@
 //! `sys::signals`); one loop wakes on a signal or a timer and handles, in a
 //! fixed order: reap and respawn (with back-off per slot), fast stop,
 //! graceful stop, reload, worker count, log reopen, memory and heartbeat
-//! checks, readiness. The supervisor stays single-threaded so that `fork`
-//! is safe; per-process resources (poll, pool, database) are made by each
-//! worker after fork.
+//! checks, readiness. The loop is the supervisor's one thread but for the
+//! ACME thread (`acme.rs`, with `[tls.acme]` only), which shares nothing a
+//! forked worker uses; per-process resources (poll, pool, database) are made
+//! by each worker after fork.
 //!
 //! This file holds the state and the loop; the rest, by concern:
+//! `acme.rs` (the ACME thread of `[tls.acme]` and the hand-over of what it obtains),
 //! `start.rs` (bind or adopt the sockets, load secrets and certificate, map shared memory),
 //! `spawn.rs` (fork a slot's worker, reap, the restart back-off),
 //! `reload.rs` (SIGHUP and the schema step), `upgrade.rs` (SIGUSR2),
@@ -17,6 +19,7 @@
 //! `listen.rs` (the slots' sockets), `table.rs` (the process table),
 //! `redis.rs` (the bus bridge across hosts), `dirs.rs`, `pidfile.rs`, `notify.rs`.
 
+mod acme;
 mod checks;
 mod dirs;
 mod listen;
@@ -103,6 +106,8 @@ struct Supervisor {
     secret: Vec<u8>,
     /// The TLS listener's certificate and key (`None`: no TLS listener).
     tls_key: Option<Arc<CertifiedKey>>,
+    /// The ACME thread's link, with `[tls.acme]`.
+    acme: Option<acme::Link>,
     /// What every worker's session-ticket keys derive from (made once, kept across reloads
     /// and handed over on upgrade).
     tls_secret: [u8; crate::tls::SECRET_LEN],
@@ -166,11 +171,12 @@ fn keeps_generated_secret(config: &Config) -> bool {
     config.is_development() && config.auth.secret == crate::config::JwtSecret::Generate
 }
 
-/// The certificate and key of `config`'s TLS listener; `None` without one.
+/// The certificate and key of `config`'s TLS listener from its files; `None` without a TLS
+/// listener or with `[tls.acme]` (whose certificate `acme.rs` keeps).
 fn load_tls(config: &Config) -> Result<Option<Arc<CertifiedKey>>, crate::tls::TlsError> {
-    match config.tls.listen {
-        Some(_) => crate::tls::load(&config.tls.cert_file, &config.tls.key_file).map(Some),
-        None => Ok(None),
+    match (config.tls.listen, &config.tls.acme) {
+        (Some(_), None) => crate::tls::load(&config.tls.cert_file, &config.tls.key_file).map(Some),
+        _ => Ok(None),
     }
 }
 
@@ -210,7 +216,7 @@ impl Supervisor {
             }
             for ev in events.iter() {
                 match ev.token() {
-                    SIGNALS => {}
+                    SIGNALS | acme::ACME => {}
                     UPGRADE => self.on_upgrade_pipe(),
                     t @ (redis::CMD | redis::SUB) => {
                         if let Some(r) = self.redis.as_mut() {
@@ -270,6 +276,7 @@ impl Supervisor {
             self.check_heartbeats();
             self.check_ready();
             self.step_reload();
+            self.step_acme();
             self.watchdog();
         }
     }

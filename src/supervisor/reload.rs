@@ -6,11 +6,14 @@
 //! `spawn`) and does not touch the slots' sockets.
 
 use super::*;
-/// A configuration reload in progress: slots still to replace, and the
-/// replacement currently starting (slot, new pid, when it was forked).
+/// A configuration reload in progress: slots still to replace, the
+/// replacement currently starting (slot, new pid, when it was forked), and
+/// what its log lines start with (`SIGHUP`, or `tls.acme` for a new
+/// certificate or challenge answers).
 pub(super) struct Reload {
     pub(super) pending: std::collections::VecDeque<usize>,
     pub(super) current: Option<(usize, i32, Instant)>,
+    pub(super) label: &'static str,
 }
 
 /// Why the declared resources' tables could not be brought to a configuration.
@@ -53,6 +56,9 @@ pub(super) fn restart_only_change(old: &Config, new: &Config, activated: bool, t
             show(old.tls.listen),
             show(new.tls.listen)
         ));
+    }
+    if new.tls.acme != old.tls.acme {
+        return Some("`tls.acme` changed; restart to change it".to_owned());
     }
     if new.cluster.redis_url != old.cluster.redis_url {
         return Some("`cluster.redis_url` changed; restart to change it".to_owned());
@@ -128,8 +134,10 @@ impl Supervisor {
             log::error!("SIGHUP: reload refused: {why}");
             return;
         }
-        // The certificate and key are read again; a bad pair keeps the old one serving.
+        // The certificate and key are read again; a bad pair keeps the old one serving. With
+        // `[tls.acme]` the ACME thread's certificate stays.
         let tls_key = match load_tls(&new) {
+            Ok(_) if new.tls.acme.is_some() => self.tls_key.clone(),
             Ok(k) => k,
             Err(e) => {
                 log::error!("SIGHUP: reload refused: {e}");
@@ -218,19 +226,19 @@ impl Supervisor {
         }
         let keep = old_n.min(new_n);
         log::info!("SIGHUP: configuration reloaded; replacing {keep} worker(s) one by one");
-        self.reload = Some(Reload { pending: (0..keep).collect(), current: None });
+        self.reload = Some(Reload { pending: (0..keep).collect(), current: None, label: "SIGHUP" });
     }
 
     /// Advance a reload: start the next slot's new worker, and once it
     /// serves, drain the old ones of that slot.
     pub(super) fn step_reload(&mut self) {
         loop {
-            let Some(current) = self.reload.as_ref().map(|r| r.current) else { return };
+            let Some((current, label)) = self.reload.as_ref().map(|r| (r.current, r.label)) else { return };
             match current {
                 None => {
                     let Some(slot) = self.reload.as_mut().and_then(|r| r.pending.pop_front()) else {
                         self.reload = None;
-                        log::info!("SIGHUP: reload complete: {} worker(s)", self.slots.len());
+                        log::info!("{label}: reload complete: {} worker(s)", self.slots.len());
                         self.notifier.send(&format!("READY=1\nSTATUS=serving with {} workers", self.slots.len()));
                         return;
                     };
@@ -243,7 +251,7 @@ impl Supervisor {
                                 r.current = Some((slot, pid, Instant::now()));
                             }
                         }
-                        Err(e) => log::error!("SIGHUP: cannot start a new worker for slot {slot}: {e}"),
+                        Err(e) => log::error!("{label}: cannot start a new worker for slot {slot}: {e}"),
                     }
                     return;
                 }
@@ -259,12 +267,12 @@ impl Supervisor {
                         }
                         Replacement::Exited => {
                             log::error!(
-                                "SIGHUP: the new worker {pid} of slot {slot} exited before serving; the old one stays"
+                                "{label}: the new worker {pid} of slot {slot} exited before serving; the old one stays"
                             );
                         }
                         Replacement::TimedOut => {
                             log::error!(
-                                "SIGHUP: the new worker {pid} of slot {slot} did not start serving; the old one stays"
+                                "{label}: the new worker {pid} of slot {slot} did not start serving; the old one stays"
                             );
                             self.drain(pid);
                         }
@@ -313,6 +321,21 @@ mod tests {
         assert!(why.contains("`tls.listen` changed ("), "{why}");
         assert!(why.contains("→ 127.0.0.1:2)"), "{why}");
         assert_eq!(restart_only_change(&old, &new, true, true), None);
+    }
+
+    #[test]
+    fn a_new_acme_setting_needs_a_restart() {
+        let old = Config::default();
+        let mut new = old.clone();
+        new.tls.acme = Some(crate::config::Acme {
+            directory: "https://ca.example/dir".into(),
+            email: None,
+            domains: vec!["a.example".into()],
+            ca_file: None,
+            challenge: crate::config::AcmeChallenge::Http01,
+        });
+        let why = restart_only_change(&old, &new, true, true);
+        assert_eq!(why.as_deref(), Some("`tls.acme` changed; restart to change it"));
     }
 
     #[test]

@@ -22,6 +22,7 @@ impl Supervisor {
             .chain(self.old_workers.iter().filter(|&&(s, _)| s == slot).map(|&(_, pid)| pid))
             .collect();
         let parent = std::process::id() as i32;
+        let challenges = self.acme.as_ref().map(|a| Arc::clone(&a.challenges)).unwrap_or_default();
         let (ours, theirs) = bus::pair()?;
         match sys::fork()? {
             Forked::Parent(pid) => {
@@ -52,7 +53,8 @@ impl Supervisor {
                 let tls = match (tls_fd, &self.tls_key) {
                     (Some(tls_fd), Some(key)) => {
                         let tickets = Arc::new(crate::tls::SharedTicketer::new(self.tls_secret));
-                        match crate::tls::server_config(Arc::clone(key), tickets, self.config.http2.enabled) {
+                        let alpn = &challenges.tls_alpn;
+                        match crate::tls::server_config(Arc::clone(key), tickets, self.config.http2.enabled, alpn) {
                             Ok(config) => {
                                 Some(crate::worker::WorkerTls { listener: sys::listener_from_fd(tls_fd), config })
                             }
@@ -92,6 +94,7 @@ impl Supervisor {
                     fixed: Arc::clone(&self.fixed),
                     shared_cache: self.shared_cache,
                     foreign_writers: self.old_workers.iter().map(|&(_, pid)| pid).collect(),
+                    acme: challenges,
                 });
                 std::process::exit(code);
             }

@@ -220,6 +220,10 @@ impl Supervisor {
             config.environment
         );
         let poll = Poll::new()?;
+        let (tls_key, acme) = match acme::start(&config, poll.registry())? {
+            Some((key, link)) => (Some(key), Some(link)),
+            None => (tls_key, None),
+        };
         let window_ms = config.rate_limit.window.as_millis() as u64;
         let redis = redis_target
             .map(|t| redis::Bridge::new(t, &region.rate, region, window_ms))
@@ -247,6 +251,7 @@ impl Supervisor {
             activated,
             secret,
             tls_key,
+            acme,
             tls_secret,
             region,
             endpoints,

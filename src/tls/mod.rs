@@ -13,6 +13,7 @@
 //! and nothing more; it must not touch sockets.
 
 pub mod client;
+mod resolve;
 mod tickets;
 
 use std::fmt;
@@ -150,18 +151,27 @@ fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
 
 /// The server configuration of one worker: the certificate, ALPN ([`ALPN`], or only
 /// `http/1.1` when `http2` is off), and session tickets from `tickets` (the same keys in every
-/// worker, so any of them resumes any other's sessions).
+/// worker, so any of them resumes any other's sessions). With `acme_challenges` (DNS name →
+/// TLS-ALPN-01 certificate, while a CA checks them) ALPN also offers `acme-tls/1`, last, and a
+/// ClientHello offering only that gets the challenge certificate of its SNI name.
 pub fn server_config(
     key: Arc<CertifiedKey>,
     tickets: Arc<SharedTicketer>,
     http2: bool,
+    acme_challenges: &std::collections::HashMap<String, Arc<CertifiedKey>>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let mut config = ServerConfig::builder_with_provider(Arc::new(provider()))
+    let builder = ServerConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(key)));
+        .with_no_client_auth();
+    let mut config = match acme_challenges.is_empty() {
+        true => builder.with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(key))),
+        false => builder.with_cert_resolver(Arc::new(resolve::WithChallenges::new(key, acme_challenges.clone()))),
+    };
     config.alpn_protocols = ALPN.iter().filter(|p| http2 || **p != b"h2").map(|p| p.to_vec()).collect();
+    if !acme_challenges.is_empty() {
+        config.alpn_protocols.push(crate::acme::ALPN_PROTOCOL.to_vec());
+    }
     config.ticketer = tickets;
     // Tickets carry the whole session: no per-worker session-id cache to miss in.
     config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
@@ -192,10 +202,11 @@ mod tests {
         let (_dir, c, k) = files(&cert, &key);
         let certified = load(&c, &k).expect("loads");
         let tickets = Arc::new(SharedTicketer::new([7; SECRET_LEN]));
-        let config = server_config(Arc::clone(&certified), Arc::clone(&tickets), true).expect("config");
+        let config =
+            server_config(Arc::clone(&certified), Arc::clone(&tickets), true, &Default::default()).expect("config");
         assert_eq!(config.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
         assert!(config.ticketer.enabled());
-        let config = server_config(certified, tickets, false).expect("config");
+        let config = server_config(certified, tickets, false, &Default::default()).expect("config");
         assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
     }
 

@@ -17,37 +17,15 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::conn::{Conn, ConnState, H1};
-use super::conn::{Framed, Stream};
 use super::engine::Reset;
+use super::mux::ws_of;
 use super::panics::guard;
-use super::pool::{ExchangeId, REPLAY_PANICKED};
+use super::pool::ExchangeId;
 use super::produce::MAX_BACKLOG;
-use super::websocket::{Todo, Ws};
+use super::websocket::Todo;
 use super::Worker;
 use crate::bus::{self, Topic};
 use crate::proto::ws as wire;
-
-/// The WebSocket state and output buffer of exchange `id` (an HTTP/1.1
-/// connection's, or an HTTP/2 stream's), and its unsent output's length.
-fn ws_of(conns: &mut [Option<Conn>], id: ExchangeId) -> Option<(&mut Ws, &mut Vec<u8>, usize)> {
-    let (conn, gen) = match id {
-        ExchangeId::H1 { conn, gen } | ExchangeId::H2 { conn, gen, .. } => (conn, gen),
-        ExchangeId::H3 { .. } => return None,
-    };
-    let c = conns.get_mut(conn)?.as_mut()?;
-    if c.generation != gen {
-        return None;
-    }
-    let backlog = c.io.backlog();
-    match (&mut c.state, id) {
-        (ConnState::Http1(H1 { stream: Some(Stream::Ws(w)), .. }), ExchangeId::H1 { .. }) => {
-            Some((w, &mut c.io.out, backlog))
-        }
-        (ConnState::Http2(sess), ExchangeId::H2 { stream, .. }) => sess.parts().0.ws_of(crate::http2::StreamId(stream)),
-        _ => None,
-    }
-}
 
 /// WebSocket rooms of this worker: room → member connections (slab indexes).
 #[derive(Default)]
@@ -93,7 +71,7 @@ impl Worker {
                 }
                 if w.rooms.len() >= max {
                     w.conn.send_text(&app.ws_too_many_rooms(max), out);
-                    self.ws_flush(id);
+                    self.wake(id);
                     return;
                 }
                 if self.rooms.join(&room, id) {
@@ -121,19 +99,9 @@ impl Worker {
         }
     }
 
-    /// Output was queued for WebSocket exchange `id`: send it.
-    fn ws_flush(&mut self, id: ExchangeId) {
-        match id {
-            ExchangeId::H1 { conn, .. } => self.flush_conn(conn),
-            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.wake(id),
-        }
-    }
-
     /// Deliver a room message to this worker's members of the room. The
     /// frame is encoded once (server frames are unmasked: every member gets
-    /// the same bytes); a plain HTTP/1.1 member with nothing queued gets it
-    /// written straight from there to its socket, with no copy and no
-    /// buffer, and only what its socket did not take is queued.
+    /// the same bytes; [`Worker::exchange_frame`] sends it).
     fn deliver_room(&mut self, payload: &[u8]) {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else { return };
         let (Some(room), Some(message)) = (v["room"].as_str(), v["message"].as_str()) else { return };
@@ -147,85 +115,22 @@ impl Worker {
         frame.clear();
         wire::text_frame(&mut frame, message);
         for &id in &members {
-            let Some((w, out, backlog)) = ws_of(&mut self.conns, id) else { continue };
+            let Some((w, _, backlog)) = ws_of(&mut self.conns, id) else { continue };
             if skip.is_some() && w.peer.user_id == skip {
                 continue;
             }
             if backlog > MAX_BACKLOG {
                 log::warn!("WebSocket member is not reading; dropping it");
-                match id {
-                    ExchangeId::H1 { conn, .. } => self.close(conn),
-                    ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_drop(id, Reset::Cancel),
-                }
+                self.exchange_drop(id, Reset::Cancel);
                 continue;
             }
             if !w.conn.is_open() {
                 continue;
             }
-            if let (ExchangeId::H1 { conn, .. }, 0) = (id, backlog) {
-                self.write_direct(conn, &frame);
-                continue;
-            }
-            out.extend_from_slice(&frame);
-            self.ws_flush(id);
+            self.exchange_frame(id, &frame);
         }
         self.room_frame = frame;
         self.room_members = members;
-    }
-
-    /// Write `bytes` to the plain HTTP/1.1 connection `idx`, which has no
-    /// output queued, straight from the caller's buffer; queue only what
-    /// its socket does not take now (then flush as usual). Through TLS they
-    /// are queued and flushed.
-    fn write_direct(&mut self, idx: usize, bytes: &[u8]) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let mut pos = 0;
-        if c.io.tls.is_none() && c.io.out.is_empty() {
-            if crate::net::write_some(&mut c.io.sock, bytes, &mut pos).is_err() {
-                self.close(idx);
-                return;
-            }
-            if pos == bytes.len() {
-                return;
-            }
-        }
-        self.bufs.fill(&mut c.io.out);
-        c.io.out.extend_from_slice(&bytes[pos..]);
-        self.flush_conn(idx);
-    }
-
-    /// A `Last-Event-ID` replay finished: send it, then what arrived meanwhile.
-    pub(super) fn replayed(&mut self, idx: usize, bytes: Vec<u8>, last: i64) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let ConnState::Http1(h) = &mut c.state else { return };
-        let Some(Stream::Sse(s)) = &mut h.stream else { return };
-        if last == REPLAY_PANICKED {
-            self.abort_stream(idx);
-            return;
-        }
-        s.replayed(&bytes, last, &mut Framed { codec: &mut h.codec, out: &mut c.io.out });
-        self.drive_stream(idx);
-    }
-
-    /// A detached connection closed: drop it from every registry at once.
-    pub(super) fn forget_stream(&mut self, idx: usize, generation: u32, s: Stream) {
-        match s {
-            Stream::Sse(_) => {
-                self.sse.remove(&ExchangeId::H1 { conn: idx, gen: generation });
-                self.svc.stats.sse.store(self.sse.len(), std::sync::atomic::Ordering::Relaxed);
-                self.metrics.set_sse_streams(self.sse.len());
-            }
-            Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted => {}
-            Stream::Ws(w) => {
-                for room in &w.rooms {
-                    if self.rooms.leave(room, ExchangeId::H1 { conn: idx, gen: generation }) {
-                        self.svc.stats.members.fetch_sub(1, Relaxed);
-                    }
-                }
-                let ws = self.svc.stats.ws.fetch_sub(1, Relaxed).saturating_sub(1);
-                self.metrics.set_websocket_clients(ws);
-            }
-        }
     }
 
     /// Publish on the bus: local subscribers now, the other workers through the supervisor.
@@ -301,36 +206,14 @@ impl Worker {
     fn abort_event_streams(&mut self) {
         let subscribers: Vec<ExchangeId> = self.sse.keys().copied().collect();
         for id in subscribers {
-            match id {
-                ExchangeId::H1 { conn, .. } => self.abort_stream(conn),
-                ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_abort(id),
-            }
+            self.exchange_abort(id);
         }
     }
 
     /// Send event `id` (rendered once; each subscriber's codec frames it) to `targets`.
     fn send_event(&mut self, targets: &[ExchangeId], id: i64, event: &Arc<[u8]>) {
         for &sub in targets {
-            let idx = match sub {
-                ExchangeId::H1 { conn, .. } => conn,
-                ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => {
-                    self.exchange_event(sub, id, event);
-                    continue;
-                }
-            };
-            let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
-            let ConnState::Http1(h) = &mut c.state else { continue };
-            let Some(Stream::Sse(s)) = &mut h.stream else { continue };
-            if !s.admit(id, event) {
-                continue;
-            }
-            if c.io.out.len() - c.io.out_pos > MAX_BACKLOG {
-                log::warn!("SSE subscriber is not reading; dropping it");
-                self.close(idx);
-                continue;
-            }
-            h.codec.data(&mut c.io.out, event);
-            self.flush_conn(idx);
+            self.exchange_event(sub, id, event);
         }
     }
 }

@@ -10,23 +10,27 @@
 //!
 //! The rest, by seam:
 //! * `conn.rs`: a TCP connection (`Conn`: a `Transport` + one `ConnState`) and the driving of
-//!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline.
+//!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline;
+//!   `proxy_header.rs`: the PROXY protocol header a listener may require before the rest.
 //! * `engine.rs`: the life of an exchange on a multiplexed connection (dispatch, answer,
 //!   producers, back pressure), written once for HTTP/2 and HTTP/3 against a codec's `Sink`;
-//!   `mux.rs`: routes an HTTP/2 or HTTP/3 `ExchangeId` to its session and carries out the
-//!   engine's effects.
+//!   `mux.rs`: routes what the loop produced for an `ExchangeId` (HTTP/1.1, HTTP/2 or
+//!   HTTP/3) to its exchange and carries out the engine's effects.
 //! * `h2.rs`: an HTTP/2 connection's session (its sink, scheduler and ending).
-//! * `h3.rs`: HTTP/3: the slot's UDP socket, the QUIC endpoint and the exchanges of its
-//!   connections (a table of its own, not a `ConnState`); `h3_file.rs`: an HTTP/3 file body;
-//!   `h3_inbox.rs`: who reads the slot's UDP socket while workers hand over.
+//! * `h3.rs`: HTTP/3: the exchanges of each QUIC connection (a table of its own, not a
+//!   `ConnState`); `quic.rs`: the slot's UDP socket and the QUIC endpoint on it;
+//!   `h3_file.rs`: an HTTP/3 file body; `h3_inbox.rs`: who reads the slot's UDP socket while
+//!   workers hand over.
 //! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event streams, tickers,
-//!   WebSockets, relays); `h1_download.rs`: HTTP/1.1 file bodies (slices or `sendfile`).
+//!   WebSockets, relays) and its end of `mux.rs`'s routes; `h1_download.rs`: HTTP/1.1 file
+//!   bodies (slices or `sendfile`).
 //! * `produce.rs`: the event-stream and ticker producers every protocol runs;
 //!   `download.rs`: a file body's read-ahead (HTTP/1.1 and HTTP/2); `websocket.rs`: one
 //!   WebSocket's state and messages.
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
-//! * `upstream.rs`: which exchange waits on which upstream connection; `call.rs`: what a
-//!   waiting exchange holds.
+//! * `upstream.rs`: which exchange waits on which upstream connection (and gathers);
+//!   `relay.rs`: an upstream stream relayed to its client; `call.rs`: what a waiting
+//!   exchange holds.
 //! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
 //!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens;
 //!   `bufs.rs`: the free list of connection buffers (idle ones hold none).
@@ -47,6 +51,9 @@ mod mux;
 mod panics;
 mod pool;
 mod produce;
+mod proxy_header;
+mod quic;
+mod relay;
 mod streams;
 mod timers;
 mod token;
@@ -68,7 +75,6 @@ use crate::bus::Endpoint;
 use crate::config::Config;
 use crate::http::headers::Common;
 use crate::http::service::{Env, HIGH_WATERMARK};
-use crate::http1::codec::Http1;
 use crate::http2::H2Settings;
 use crate::shm::metrics::ProcMetrics;
 use crate::shm::{ProcRecord, Region, WorkerState};
@@ -77,8 +83,8 @@ use crate::sys::signals::SignalSet;
 
 use conn::{Conn, ConnState, H1};
 use glue::Glue;
-pub use h3::WorkerH3;
-use pool::{Completion, ExchangeId, Pool};
+use pool::{ExchangeId, Pool};
+pub use quic::WorkerH3;
 use timers::Timers;
 use token::Tok;
 use transport::Transport;
@@ -136,6 +142,8 @@ pub struct WorkerArgs<'a> {
     /// After `SIGUSR2`: the old supervisor's workers, which write to the same database
     /// without this region's change counters (see `app::usermemo`).
     pub foreign_writers: Vec<i32>,
+    /// The ACME challenge answers to serve (empty outside an order of `[tls.acme]`).
+    pub acme: Arc<crate::acme::Challenges>,
 }
 
 /// A worker's HTTPS listener: the slot's socket on `tls.listen` and the rustls configuration
@@ -291,6 +299,7 @@ impl Worker {
             endpoints: args.endpoints,
             shared_cache: args.shared_cache,
             user_fills,
+            acme: args.acme,
         }));
         let poll = Poll::new()?;
         let mut signals = SignalSet::install(&[libc::SIGTERM])?;
@@ -520,6 +529,11 @@ impl Worker {
                     ConnState::Http2(sess) => sess.shut_down(now + h2::cut_after(self.config.shutdown_timeout)),
                     ConnState::Http1(h) if h.stream.is_none() => h.codec.drain(now),
                     ConnState::Http1(_) | ConnState::Lingering(_) => {}
+                    // No request has started: nothing to finish.
+                    ConnState::ProxyHeader(_) => {
+                        self.close(i);
+                        continue;
+                    }
                 }
             }
             self.drive(i);
@@ -543,6 +557,7 @@ impl Worker {
             let Some(listener) = listener else { return };
             match listener.accept() {
                 Ok((sock, peer)) => {
+                    let Some(proxied) = self.proxy_admits(tls, peer.ip()) else { continue };
                     let _ = sock.set_nodelay(true);
                     let session = match (tls, &self.tls_config) {
                         (false, _) | (true, None) => None,
@@ -554,7 +569,7 @@ impl Worker {
                             }
                         },
                     };
-                    self.add_conn(sock, peer.ip(), session);
+                    self.add_conn(sock, peer.ip(), session, proxied);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -593,7 +608,15 @@ impl Worker {
         }
     }
 
-    fn add_conn(&mut self, mut sock: TcpStream, peer: std::net::IpAddr, tls: Option<Box<rustls::ServerConnection>>) {
+    /// Serve an accepted socket from `peer` (`tls`: its session on the TLS listener;
+    /// `proxied`: it starts with a PROXY protocol header).
+    fn add_conn(
+        &mut self,
+        mut sock: TcpStream,
+        peer: std::net::IpAddr,
+        tls: Option<Box<rustls::ServerConnection>>,
+        proxied: bool,
+    ) {
         let idx = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -615,10 +638,11 @@ impl Worker {
             generation,
             timer_at: None,
             paused: false,
-            state: ConnState::Http1(H1 {
-                sniff: self.h2.is_some(),
-                ..H1::new(Http1::new(peer, secure, &self.env, now))
-            }),
+            state: if proxied {
+                ConnState::ProxyHeader(now + self.env.header_timeout)
+            } else {
+                ConnState::Http1(H1::fresh(peer, secure, self.h2.is_some(), &self.env, now))
+            },
         });
         self.live += 1;
         self.peak = self.peak.max(self.live);
@@ -663,11 +687,13 @@ impl Worker {
                 }
             }
             ConnState::Http2(sess) => self.forget_h2(*sess),
-            ConnState::Lingering(_) => {}
+            ConnState::ProxyHeader(_) | ConnState::Lingering(_) => {}
         }
     }
 
-    /// Publish what jobs and handlers queued on `svc.publish`.
+    /// Publish what jobs and handlers queued on `svc.publish` (inlined: the loop calls it
+    /// every turn).
+    #[inline]
     fn publish_queued(&mut self) {
         while let Ok((topic, payload)) = self.published.try_recv() {
             self.publish(topic, &payload);
@@ -681,36 +707,7 @@ impl Worker {
         let mut done = std::mem::take(&mut self.done);
         done.extend(self.pool.completions());
         for d in done.drain(..) {
-            let now = Instant::now();
-            let (idx, generation) = match d.id {
-                ExchangeId::H1 { conn, gen } => (conn, gen),
-                ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => {
-                    self.exchange_completed(d.id, d.result);
-                    continue;
-                }
-            };
-            let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
-            if c.generation != generation {
-                continue;
-            }
-            let result = match d.result {
-                Completion::Response(r) => r,
-                Completion::Replay(bytes, last) => {
-                    self.replayed(idx, bytes, last);
-                    continue;
-                }
-                Completion::Chunk(offset, bytes) => {
-                    self.chunk_arrived(idx, offset, bytes);
-                    continue;
-                }
-            };
-            // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
-            let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
-            let ConnState::Http1(h) = &mut c.state else { continue };
-            let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-            self.bufs.fill(&mut c.io.out);
-            h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, now);
-            self.drive(idx);
+            self.exchange_completed(d.id, d.result);
         }
         self.done = done;
     }
@@ -723,6 +720,7 @@ impl Worker {
             ConnState::Http1(H1 { stream: Some(_), .. }) => self.drive_stream(idx),
             ConnState::Http2(_) => self.drive_h2(idx),
             ConnState::Lingering(_) => self.linger(idx),
+            ConnState::ProxyHeader(_) => self.drive_proxy_header(idx),
         }
     }
 
@@ -769,6 +767,16 @@ impl Worker {
             }
             c.timer_at = None;
             let lingered = matches!(c.state, ConnState::Lingering(until) if until <= now);
+            if let ConnState::ProxyHeader(until) = c.state {
+                if until <= now {
+                    log::debug!("PROXY protocol from {}: no whole header in time: closed", c.peer);
+                    self.metrics.count_proxy_refused();
+                    self.close(idx);
+                } else {
+                    self.arm(idx);
+                }
+                continue;
+            }
             if lingered || c.io.send_deadline.is_some_and(|t| t <= now) {
                 self.close(idx);
                 continue;
@@ -785,6 +793,75 @@ impl Worker {
                 }
                 ConnState::Http2(_) => self.h2_timer(idx, now),
                 ConnState::Lingering(_) => self.arm(idx),
+                ConnState::ProxyHeader(_) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    /// Each worker file and the sibling files it names (`super::name`), comments aside.
+    fn sibling_imports() -> BTreeMap<String, Vec<String>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/worker");
+        let mut files = BTreeMap::new();
+        for entry in std::fs::read_dir(&dir).expect("src/worker") {
+            let path = entry.expect("entry").path();
+            let (Some(stem), Some("rs")) =
+                (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|e| e.to_str()))
+            else {
+                continue;
+            };
+            if stem != "mod" {
+                files.insert(stem.to_owned(), std::fs::read_to_string(&path).expect("source"));
+            }
+        }
+        let mut graph = BTreeMap::new();
+        for (name, text) in &files {
+            let mut uses: Vec<String> = Vec::new();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for (at, _) in line.match_indices("super::") {
+                    let rest = &line[at + "super::".len()..];
+                    let word: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                        .collect();
+                    if files.contains_key(&word) && word != *name && !uses.contains(&word) {
+                        uses.push(word);
+                    }
+                }
+            }
+            graph.insert(name.clone(), uses);
+        }
+        graph
+    }
+
+    /// The first cycle found from `at` (depth first), as the files along it.
+    fn cycle(graph: &BTreeMap<String, Vec<String>>, at: &str, path: &mut Vec<String>) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == at) {
+            let mut found = path[start..].to_vec();
+            found.push(at.to_owned());
+            return Some(found);
+        }
+        path.push(at.to_owned());
+        for next in graph.get(at).into_iter().flatten() {
+            if let Some(found) = cycle(graph, next, path) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        None
+    }
+
+    #[test]
+    fn the_worker_files_import_each_other_without_a_cycle() {
+        let graph = sibling_imports();
+        assert!(graph.contains_key("engine") && graph["mux"].contains(&"engine".to_owned()), "the parse sees imports");
+        for file in graph.keys() {
+            if let Some(found) = cycle(&graph, file, &mut Vec::new()) {
+                panic!("an import cycle among worker files: {}", found.join(" -> "));
             }
         }
     }

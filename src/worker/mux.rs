@@ -1,22 +1,28 @@
-//! The worker's side of the exchange engine for multiplexed connections: it finds the
-//! session an [`ExchangeId::H2`] or [`ExchangeId::H3`] names, hands it what the rest of the
-//! loop produced (a pool result, a bus event, an upstream's answer or relayed bytes), and
-//! carries out the [`Effect`]s the engine returns (upstreams to start or cancel, rooms).
+//! The router of exchanges: what the rest of the loop produced for an exchange (a pool
+//! result, a bus event, an upstream's answer or relayed bytes, a WebSocket frame) goes to
+//! the exchange its [`ExchangeId`] names, whatever its protocol, and the [`Effect`]s the
+//! engine returns (upstreams to start or cancel, rooms) are carried out here.
 //!
-//! Every operation here is one engine call for both protocols; only the lookup knows where
-//! each protocol keeps its sessions. This file must not touch a socket or look at a route.
+//! An HTTP/2 or HTTP/3 exchange is one engine call on its session; an HTTP/1.1 exchange is
+//! its connection's codec and body ([`super::conn::H1`]). Only this file and the lookups
+//! beside it ([`call_of`], [`ws_of`]) know where each protocol keeps its exchanges; callers
+//! never branch on the protocol. This file must not touch a socket or look at a route.
 
 use std::sync::Arc;
 
-use super::conn::ConnState;
-use super::engine::{engine_cx, Effect};
+use super::call::CallState;
+use super::conn::{Conn, ConnState, Stream, H1};
+use super::engine::{engine_cx, Effect, Reset};
+use super::h3::H3;
 use super::pool::{Completion, ExchangeId};
-use super::{Glue, Worker};
+use super::websocket::Ws;
+use super::{Glue, Worker, HIGH_WATERMARK};
 use crate::http::response::{Delimit, Response};
 use crate::http2::StreamId;
 
 /// Run `$body` with the exchanges, sink, head builder and stream of multiplexed exchange
-/// `$id`, if its session is still open; `None` otherwise (and for an HTTP/1.1 id).
+/// `$id`, if its session is still open; `None` otherwise (and for an HTTP/1.1 id, which each
+/// operation below routes to its connection first).
 macro_rules! on_session {
     ($w:ident, $id:expr, |$ex:ident, $sink:ident, $heads:ident, $stream:ident| $body:expr) => {
         match $id {
@@ -40,9 +46,68 @@ macro_rules! on_session {
     };
 }
 
+/// The upstream wait of exchange `id`, while the exchange is open: an HTTP/1.1
+/// connection's `call`, an HTTP/2 or HTTP/3 stream's.
+pub(super) fn call_of<'a>(
+    conns: &'a mut [Option<Conn>],
+    h3: &'a mut Option<Box<H3>>,
+    id: ExchangeId,
+) -> Option<&'a mut Option<CallState>> {
+    match id {
+        ExchangeId::H1 { conn, gen } => match &mut live(conns, conn, gen)?.state {
+            ConnState::Http1(h) => Some(&mut h.call),
+            _ => None,
+        },
+        ExchangeId::H2 { conn, stream, gen } => match &mut live(conns, conn, gen)?.state {
+            ConnState::Http2(sess) => sess.parts().0.call_slot(StreamId(stream)),
+            _ => None,
+        },
+        ExchangeId::H3 { conn, stream, gen } => {
+            let (sess, _, _, stream) = h3.as_mut()?.parts(conn, stream, gen)?;
+            sess.call_slot(stream)
+        }
+    }
+}
+
+/// The WebSocket state and output of exchange `id` (an HTTP/1.1 connection's, or an
+/// HTTP/2 stream's; HTTP/3 carries no WebSocket), and that output's unsent length.
+pub(super) fn ws_of(conns: &mut [Option<Conn>], id: ExchangeId) -> Option<(&mut Ws, &mut Vec<u8>, usize)> {
+    match id {
+        ExchangeId::H1 { conn, gen } => {
+            let c = live(conns, conn, gen)?;
+            let backlog = c.io.backlog();
+            match &mut c.state {
+                ConnState::Http1(H1 { stream: Some(Stream::Ws(w)), .. }) => Some((w, &mut c.io.out, backlog)),
+                _ => None,
+            }
+        }
+        ExchangeId::H2 { conn, stream, gen } => match &mut live(conns, conn, gen)?.state {
+            ConnState::Http2(sess) => sess.parts().0.ws_of(StreamId(stream)),
+            _ => None,
+        },
+        ExchangeId::H3 { .. } => None,
+    }
+}
+
+/// Connection `conn` of the slab, if it is still generation `gen`.
+fn live(conns: &mut [Option<Conn>], conn: usize, gen: u32) -> Option<&mut Conn> {
+    conns.get_mut(conn)?.as_mut().filter(|c| c.generation == gen)
+}
+
 impl Worker {
-    /// A pool job of multiplexed exchange `id` finished.
+    /// HTTP/1.1 connection `conn` is still generation `gen` (its exchange is open).
+    fn h1_live(&self, conn: usize, gen: u32) -> bool {
+        matches!(self.conns.get(conn), Some(Some(c)) if c.generation == gen)
+    }
+
+    /// A pool job of exchange `id` finished: its answer, a replay or a download slice.
     pub(super) fn exchange_completed(&mut self, id: ExchangeId, result: Completion) {
+        if let ExchangeId::H1 { conn, gen } = id {
+            if self.h1_live(conn, gen) {
+                self.h1_completed(conn, result);
+            }
+            return;
+        }
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         on_session!(self, id, |ex, sink, heads, stream| {
             ex.completed(stream, result, sink, &mut engine_cx!(self, &mut glue, heads))
@@ -50,31 +115,57 @@ impl Worker {
         self.wake(id);
     }
 
-    /// A bus event (`event_id`, rendered `event`) for multiplexed event stream `id`.
+    /// A bus event (`event_id`, rendered `event`) for event stream `id`.
     pub(super) fn exchange_event(&mut self, id: ExchangeId, event_id: i64, event: &Arc<[u8]>) {
+        if let ExchangeId::H1 { conn, gen } = id {
+            if self.h1_live(conn, gen) {
+                self.h1_event(conn, event_id, event);
+            }
+            return;
+        }
         on_session!(self, id, |ex, _sink, _heads, stream| ex.event(stream, event_id, event));
         self.wake(id);
     }
 
-    /// App code behind multiplexed exchange `id`'s body failed: its body ends with what was
-    /// sent, or, not answered yet, its stream is reset.
+    /// App code behind exchange `id`'s body failed: its body ends with what was sent, or,
+    /// not answered yet, its stream is reset (HTTP/1.1: its connection closes once flushed).
     pub(super) fn exchange_abort(&mut self, id: ExchangeId) {
+        if let ExchangeId::H1 { conn, gen } = id {
+            if self.h1_live(conn, gen) {
+                self.abort_stream(conn);
+            }
+            return;
+        }
         on_session!(self, id, |ex, sink, _heads, stream| ex.abort(stream, sink, &mut self.sse));
         self.sse.remove(&id);
         self.sse_count_changed();
         self.wake(id);
     }
 
-    /// Reset multiplexed exchange `id` and forget it (a WebSocket member that stopped
-    /// reading, a relay cut short).
-    pub(super) fn exchange_drop(&mut self, id: ExchangeId, why: super::engine::Reset) {
+    /// Give up exchange `id`: a WebSocket member that stopped reading ([`Reset::Cancel`]:
+    /// an HTTP/1.1 one loses its connection), a relay whose app code failed
+    /// ([`Reset::Internal`]: an HTTP/1.1 body is cut short, see [`Worker::abort_stream`]).
+    pub(super) fn exchange_drop(&mut self, id: ExchangeId, why: Reset) {
+        if let ExchangeId::H1 { conn, gen } = id {
+            if self.h1_live(conn, gen) {
+                match why {
+                    Reset::Cancel => self.close(conn),
+                    Reset::Internal => self.abort_stream(conn),
+                }
+            }
+            return;
+        }
         on_session!(self, id, |ex, sink, _heads, stream| ex.drop_stream(stream, why, sink, &mut self.sse));
         self.wake(id);
     }
 
-    /// Answer multiplexed exchange `id`, which waited on upstreams (`relayed`: its body
-    /// follows as relayed events). Returns whether a body follows.
+    /// Answer exchange `id`, which waited on upstreams (`relayed`: its body follows as
+    /// relayed events). Returns whether a body follows (not for `HEAD`, whose exchange ends
+    /// with its head; its upstreams are then cancelled).
     pub(super) fn exchange_respond(&mut self, id: ExchangeId, resp: Response, relayed: bool) -> bool {
+        if let ExchangeId::H1 { conn, gen } = id {
+            return self.h1_live(conn, gen) && self.h1_respond(conn, resp, relayed);
+        }
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         let delimit = if relayed { Delimit::Chunked } else { Delimit::Length };
         let follows = on_session!(self, id, |ex, sink, heads, stream| match ex.find(stream) {
@@ -85,9 +176,19 @@ impl Worker {
         follows.unwrap_or(false)
     }
 
-    /// Relayed bytes for multiplexed exchange `id`: queued on it, sent as its stream allows.
+    /// Relayed bytes for exchange `id`: queued on it (HTTP/1.1: framed into its output,
+    /// sent by the [`Worker::exchange_relay_slow`] or [`Worker::exchange_relay_done`] that
+    /// follows), sent as its stream allows.
     pub(super) fn exchange_relay_data(&mut self, id: ExchangeId, bytes: &[u8]) {
         if bytes.is_empty() {
+            return;
+        }
+        if let ExchangeId::H1 { conn, gen } = id {
+            if let Some(c) = live(&mut self.conns, conn, gen) {
+                if let ConnState::Http1(h) = &mut c.state {
+                    h.codec.data(&mut c.io.out, bytes);
+                }
+            }
             return;
         }
         if on_session!(self, id, |ex, _sink, _heads, stream| ex.relay_data(stream, bytes)) == Some(true) {
@@ -95,18 +196,53 @@ impl Worker {
         }
     }
 
-    /// Whether multiplexed exchange `id` is behind its client (its relay pauses).
-    pub(super) fn exchange_relay_slow(&mut self, id: ExchangeId) -> bool {
-        on_session!(self, id, |ex, _sink, _heads, stream| ex.relay_slow(stream)).unwrap_or(false)
+    /// Whether exchange `id` is behind its client (its relay pauses); `None` once it is gone.
+    /// An HTTP/1.1 connection is flushed first: only output still unsent after that counts,
+    /// and the flush that drains it resumes the relay.
+    pub(super) fn exchange_relay_slow(&mut self, id: ExchangeId) -> Option<bool> {
+        if let ExchangeId::H1 { conn, gen } = id {
+            if !self.h1_live(conn, gen) {
+                return None;
+            }
+            self.flush_conn(conn);
+            let c = live(&mut self.conns, conn, gen)?;
+            let slow = c.io.backlog() > HIGH_WATERMARK;
+            c.paused |= slow;
+            return Some(slow);
+        }
+        on_session!(self, id, |ex, _sink, _heads, stream| ex.relay_slow(stream))
     }
 
-    /// The relay of multiplexed exchange `id` ended: its body ends once sent.
+    /// The relay of exchange `id` ended: its body ends once sent (HTTP/1.1: the connection
+    /// returns to keep-alive).
     pub(super) fn exchange_relay_done(&mut self, id: ExchangeId) {
+        if let ExchangeId::H1 { conn, gen } = id {
+            if self.h1_live(conn, gen) {
+                self.stream_done(conn);
+            }
+            return;
+        }
         on_session!(self, id, |ex, _sink, _heads, stream| ex.relay_done(stream));
         self.wake(id);
     }
 
-    /// Multiplexed exchange `id` has more to do: its session runs at the end of this turn.
+    /// A WebSocket frame for exchange `id`: queued on it and sent. A plain HTTP/1.1
+    /// connection with nothing queued gets it straight from `frame` (no copy).
+    pub(super) fn exchange_frame(&mut self, id: ExchangeId, frame: &[u8]) {
+        if let ExchangeId::H1 { conn, gen } = id {
+            if self.h1_live(conn, gen) {
+                self.write_direct(conn, frame);
+            }
+            return;
+        }
+        if let Some((_, out, _)) = ws_of(&mut self.conns, id) {
+            out.extend_from_slice(frame);
+            self.wake(id);
+        }
+    }
+
+    /// Exchange `id` has more to do: its session runs at the end of this turn (HTTP/1.1: its
+    /// output is flushed now).
     pub(super) fn wake(&mut self, id: ExchangeId) {
         match id {
             ExchangeId::H1 { conn, .. } => self.flush_conn(conn),
@@ -129,21 +265,24 @@ impl Worker {
                     self.wake(id);
                 }
                 Effect::Cancel(id, call) => self.cancel_call(id, call),
-                Effect::Left(id, rooms) => {
-                    for room in &rooms {
-                        if self.rooms.leave(room, id) {
-                            self.svc.stats.members.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                    }
-                    let n = self.svc.stats.ws.fetch_sub(1, std::sync::atomic::Ordering::Relaxed).saturating_sub(1);
-                    self.metrics.set_websocket_clients(n);
-                }
+                Effect::Left(id, rooms) => self.websocket_left(id, &rooms),
                 Effect::Todo(id, t) => self.ws_todo(id, t),
             }
         }
         if self.svc.stats.sse.load(std::sync::atomic::Ordering::Relaxed) != self.sse.len() {
             self.sse_count_changed();
         }
+    }
+
+    /// WebSocket exchange `id` went away: out of its `rooms`, uncounted.
+    pub(super) fn websocket_left(&mut self, id: ExchangeId, rooms: &[String]) {
+        for room in rooms {
+            if self.rooms.leave(room, id) {
+                self.svc.stats.members.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let n = self.svc.stats.ws.fetch_sub(1, std::sync::atomic::Ordering::Relaxed).saturating_sub(1);
+        self.metrics.set_websocket_clients(n);
     }
 
     /// Relays whose client caught up: their upstreams read again.

@@ -67,7 +67,8 @@ impl Panicked {
 
 /// Run `f` (app code) behind the panic boundary. A panic is logged once,
 /// naming `what`, and returned as [`Panicked`]; the caller ends the affected
-/// exchange only.
+/// exchange only. Inlined: it wraps every request's handler call.
+#[inline]
 pub fn guard<T>(what: &'static str, f: impl FnOnce() -> T) -> Result<T, Panicked> {
     struct Depth;
     impl Drop for Depth {

@@ -4,25 +4,27 @@
 //! After a handler answers with a producer, a file or a WebSocket, the codec
 //! writes the head and steps aside (`Detached`); the exchange lands here.
 //! This file starts event streams, tickers and WebSockets (downloads:
-//! `download.rs`), drives their connection (read, flush, back pressure,
+//! `h1_download.rs`), drives their connection (read, flush, back pressure,
 //! EOF), runs their timers (SSE heartbeats, WebSocket pings, ticks), and
-//! ends them: normally, on a panic in app code, on shutdown. Body bytes go
-//! back through the codec (`Http1::data`, `end_body`), which frames them;
-//! this file never writes HTTP framing. Who receives bus messages (the SSE
-//! and room registries) is `fanout.rs`'s.
+//! ends them: normally, on a panic in app code, on shutdown. It is also the
+//! HTTP/1.1 end of what `mux.rs` routes to an exchange: a pool result, a bus
+//! event, an upstream's answer, a WebSocket frame written straight to the
+//! socket. Body bytes go back through the codec (`Http1::data`, `end_body`),
+//! which frames them; this file never writes HTTP framing. Who receives bus
+//! messages (the SSE and room registries) is `fanout.rs`'s.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::bufs::Bufs;
 use super::conn::{Conn, ConnState, Framed, Stream, H1};
-use super::panics::guard;
-use super::pool::ExchangeId;
-use super::produce::{Events, Tick, Ticking};
+use super::engine::Host;
+use super::pool::{Completion, ExchangeId, REPLAY_PANICKED};
+use super::produce::{Events, Tick, Ticking, MAX_BACKLOG};
 use super::websocket::{Ws, WS_PING_EVERY};
-use super::{Worker, READ_AHEAD};
+use super::{Glue, Worker, READ_AHEAD};
 use crate::app::{Producer, WebSocket};
-use crate::proto::ws::WsConn;
+use crate::http::response::Response;
 
 /// An event stream or WebSocket with nothing buffered holds no buffer. Both
 /// live long and are idle most of the time; a kept buffer has the capacity of
@@ -69,17 +71,10 @@ impl Worker {
     pub(super) fn start_websocket(&mut self, idx: usize, w: WebSocket, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
-        let mut conn = WsConn::new(self.config.websocket.max_message_bytes);
-        let app = &self.app;
-        let hello = guard("WebSocket greeting", || app.ws_greeting(&w));
-        let panicked = hello.is_err();
-        if let Ok(Some(hello)) = hello {
-            conn.send_text(&hello, &mut c.io.out);
-        }
-        h.stream = Some(Stream::Ws(Box::new(Ws::new(conn, w, now))));
-        let ws = self.svc.stats.ws.fetch_add(1, Relaxed) + 1;
-        self.metrics.set_websocket_clients(ws);
-        if panicked {
+        let max_message = Glue::new(&self.app, self.config, self.record, self.metrics).websocket_opened();
+        let (ws, greeted) = Ws::open(&self.app, w, max_message, &mut c.io.out, now);
+        h.stream = Some(Stream::Ws(Box::new(ws)));
+        if !greeted {
             self.abort_stream(idx);
             return;
         }
@@ -296,6 +291,135 @@ impl Worker {
         self.flush_conn(idx);
     }
 
+    /// Write `bytes` to the plain HTTP/1.1 connection `idx`, which has no
+    /// output queued, straight from the caller's buffer; queue only what
+    /// its socket does not take now (then flush as usual). Through TLS they
+    /// are queued and flushed.
+    pub(super) fn write_direct(&mut self, idx: usize, bytes: &[u8]) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let mut pos = 0;
+        if c.io.tls.is_none() && c.io.out.is_empty() {
+            if crate::net::write_some(&mut c.io.sock, bytes, &mut pos).is_err() {
+                self.close(idx);
+                return;
+            }
+            if pos == bytes.len() {
+                return;
+            }
+        }
+        self.bufs.fill(&mut c.io.out);
+        c.io.out.extend_from_slice(&bytes[pos..]);
+        self.flush_conn(idx);
+    }
+
+    /// A `Last-Event-ID` replay finished: send it, then what arrived meanwhile.
+    fn replayed(&mut self, idx: usize, bytes: Vec<u8>, last: i64) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let Some(Stream::Sse(s)) = &mut h.stream else { return };
+        if last == REPLAY_PANICKED {
+            self.abort_stream(idx);
+            return;
+        }
+        s.replayed(&bytes, last, &mut Framed { codec: &mut h.codec, out: &mut c.io.out });
+        self.drive_stream(idx);
+    }
+
+    /// A detached connection closed: drop it from every registry at once.
+    pub(super) fn forget_stream(&mut self, idx: usize, generation: u32, s: Stream) {
+        let id = ExchangeId::H1 { conn: idx, gen: generation };
+        match s {
+            Stream::Sse(_) => {
+                self.sse.remove(&id);
+                self.sse_count_changed();
+            }
+            Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted => {}
+            Stream::Ws(w) => self.websocket_left(id, &w.rooms),
+        }
+    }
+
+    /// A pool result for the exchange of connection `idx`: its answer (then the
+    /// connection carries on), a replay or a download slice.
+    pub(super) fn h1_completed(&mut self, idx: usize, result: Completion) {
+        let result = match result {
+            Completion::Response(r) => r,
+            Completion::Replay(bytes, last) => return self.replayed(idx, bytes, last),
+            Completion::Chunk(offset, bytes) => return self.chunk_arrived(idx, offset, bytes),
+        };
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
+        // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
+        let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
+        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+        self.bufs.fill(&mut c.io.out);
+        h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, Instant::now());
+        self.drive(idx);
+    }
+
+    /// A bus event (`id`, rendered `event`) for the event stream of connection `idx`,
+    /// framed by its codec; a subscriber past [`MAX_BACKLOG`] is dropped.
+    pub(super) fn h1_event(&mut self, idx: usize, id: i64, event: &Arc<[u8]>) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let Some(Stream::Sse(s)) = &mut h.stream else { return };
+        if !s.admit(id, event) {
+            return;
+        }
+        if c.io.backlog() > MAX_BACKLOG {
+            log::warn!("SSE subscriber is not reading; dropping it");
+            self.close(idx);
+            return;
+        }
+        h.codec.data(&mut c.io.out, event);
+        self.flush_conn(idx);
+    }
+
+    /// Answer the exchange of connection `idx`, which waited on upstreams (`relayed`: a
+    /// chunked head, its body relayed after it). Returns whether a body follows: then the
+    /// connection relays. Otherwise (a whole answer, or the head of `HEAD`) the upstreams
+    /// are cancelled and the connection carries on.
+    pub(super) fn h1_respond(&mut self, idx: usize, resp: Response, relayed: bool) -> bool {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
+        let ConnState::Http1(h) = &mut c.state else { return false };
+        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+        let now = Instant::now();
+        if !relayed {
+            h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, now);
+            self.drive(idx);
+            return false;
+        }
+        if h.codec.complete_stream(resp, &mut c.io.out, &mut glue, &mut self.env, now) {
+            h.stream = Some(Stream::Relay);
+            return true;
+        }
+        // `HEAD`: the head went out; the upstream is not needed any more.
+        let call = h.call.take();
+        let generation = c.generation;
+        if let Some(call) = call {
+            self.cancel_call(ExchangeId::H1 { conn: idx, gen: generation }, call);
+        }
+        self.drive(idx);
+        false
+    }
+
+    /// A chunked stream's last event is queued: end the body and return the
+    /// connection to HTTP/1.1 (keep-alive).
+    pub(super) fn stream_done(&mut self, idx: usize) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let keep_alive = h.codec.end_body(&mut c.io.out, &self.env, Instant::now());
+        h.call = None;
+        let generation = c.generation;
+        if let Some(s) = h.stream.take() {
+            self.forget_stream(idx, generation, s);
+        }
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        if let ConnState::Http1(h) = &mut c.state {
+            h.closing |= !keep_alive;
+        }
+        self.drive(idx);
+    }
+
     /// Graceful stop: end every stream (SSE: the last chunk; the client reconnects elsewhere).
     /// WebSockets: close 1001 (going away).
     pub(super) fn end_streams(&mut self) {
@@ -308,7 +432,7 @@ impl Worker {
                     continue;
                 }
                 ConnState::Http1(h) => h,
-                ConnState::Lingering(_) => continue,
+                ConnState::ProxyHeader(_) | ConnState::Lingering(_) => continue,
             };
             match &mut h.stream {
                 Some(Stream::Sse(_)) => {

@@ -2,12 +2,12 @@
 //!
 //! The client itself is `crate::upstream` (the wire format, the connections and their
 //! pools, one I/O pass); this file registers its sockets with the loop (tokens
-//! [`Tok::Upstream`]), keeps their deadlines, and runs the two ways an exchange waits on
-//! upstreams: a *gather* (`Upstream::Call`: requests in parallel, one response built from
-//! all results) and a *relay* (`Upstream::Relay`: one upstream stream forwarded as it
-//! arrives, read only while the client keeps up). Cancellation: when the client exchange
-//! ends, every upstream socket it owns is closed at once, so the upstream sees the
-//! connection go. What the answers mean lives in the app.
+//! [`Tok::Upstream`]), keeps their deadlines, pools and coalesces them, and runs a *gather*
+//! (`Upstream::Call`: requests in parallel, one response built from all results). The other
+//! way an exchange waits on an upstream, a *relay* (`Upstream::Relay`: one upstream stream
+//! forwarded as it arrives), is `relay.rs`'s. Cancellation: when the client exchange ends,
+//! every upstream socket it owns is closed at once, so the upstream sees the connection go.
+//! What the answers mean lives in the app.
 
 use std::io;
 use std::sync::Arc;
@@ -16,19 +16,14 @@ use std::time::{Duration, Instant};
 use mio::Interest;
 
 use super::call::CallState;
-use super::conn::Stream;
-use super::conn::{Conn, ConnState};
-use super::engine::Reset;
-use super::panics::{guard, Panicked};
+use super::mux::call_of;
+use super::panics::guard;
 use super::pool::ExchangeId;
 use super::token::Tok;
-use super::{Glue, Worker, HIGH_WATERMARK};
+use super::Worker;
 use crate::app::Fetched;
-use crate::error::Error;
 use crate::http::reply::Upstream;
-use crate::http::response::Response;
-use crate::http2::StreamId;
-use crate::upstream::conn::{client_error, connect_from, tls_session, up_io, Owner, Step, UpConn};
+use crate::upstream::conn::{connect_from, tls_session, up_io, Owner, Step, UpConn};
 use crate::upstream::wire::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
 
 /// An idle pooled connection is closed after this long. Below the 5 s that
@@ -37,31 +32,6 @@ use crate::upstream::wire::{write_request, ClientError, Endpoint, Outbound, Resp
 const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Idle connections kept per endpoint.
 const MAX_IDLE: usize = 32;
-
-/// The upstream wait of exchange `id`, if it is still there: an HTTP/1.1
-/// connection's `call`, an HTTP/2 stream's, or an HTTP/3 stream's.
-fn call_of<'a>(
-    conns: &'a mut [Option<Conn>],
-    h3: &'a mut Option<Box<super::h3::H3>>,
-    id: ExchangeId,
-) -> Option<&'a mut Option<CallState>> {
-    let (conn, gen) = match id {
-        ExchangeId::H1 { conn, gen } | ExchangeId::H2 { conn, gen, .. } => (conn, gen),
-        ExchangeId::H3 { conn, stream, gen } => {
-            let (sess, _, _, stream) = h3.as_mut()?.parts(conn, stream, gen)?;
-            return sess.call_slot(stream);
-        }
-    };
-    let c = conns.get_mut(conn)?.as_mut()?;
-    if c.generation != gen {
-        return None;
-    }
-    match (&mut c.state, id) {
-        (ConnState::Http1(h), ExchangeId::H1 { .. }) => Some(&mut h.call),
-        (ConnState::Http2(sess), ExchangeId::H2 { stream, .. }) => sess.parts().0.call_slot(StreamId(stream)),
-        _ => None,
-    }
-}
 
 impl Worker {
     /// A handler asked for upstreams: start them (the client waits in `Waiting`).
@@ -104,16 +74,7 @@ impl Worker {
             }
             Upstream::Relay(relay) => {
                 *call_slot = Some(CallState::Relay { up: None, sink: relay.sink, head_seen: false, started: false });
-                let owner = Owner { id, slot: 0 };
-                match self.up_start(owner, &relay.request) {
-                    Ok(ui) => {
-                        if let Some(Some(CallState::Relay { up, .. })) = call_of(&mut self.conns, &mut self.h3, id) {
-                            *up = Some(ui);
-                        }
-                        self.up_ready(ui);
-                    }
-                    Err(e) => self.relay_failed(id, client_error(&e)),
-                }
+                self.start_relay(id, &relay.request);
             }
         }
     }
@@ -167,7 +128,7 @@ impl Worker {
     }
 
     /// Send `req` on a pooled connection or a new one; returns its index.
-    fn up_start(&mut self, owner: Owner, req: &Outbound) -> Result<usize, ClientError> {
+    pub(super) fn up_start(&mut self, owner: Owner, req: &Outbound) -> Result<usize, ClientError> {
         let now = Instant::now();
         let id = req.endpoint.id.min(ENDPOINTS - 1);
         let reuse = if req.idempotent() { self.take_idle(id) } else { None };
@@ -270,7 +231,7 @@ impl Worker {
 
     /// Do what can be done on an upstream connection and hand the results on,
     /// until the socket is drained or the relay's client makes it pause.
-    fn up_ready(&mut self, ui: usize) {
+    pub(super) fn up_ready(&mut self, ui: usize) {
         loop {
             self.up_pass(ui);
             match self.up.conns.get(ui) {
@@ -448,7 +409,7 @@ impl Worker {
     }
 
     /// A finished exchange: back to the idle pool when the connection can carry another.
-    fn up_release(&mut self, ui: usize) {
+    pub(super) fn up_release(&mut self, ui: usize) {
         let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
         // Only connections that carried idempotent requests are pooled: only
         // those requests may take one (a dead pooled connection is retried).
@@ -504,260 +465,11 @@ impl Worker {
         let assembled =
             guard("response assembly", move || finish(results).unwrap_or_else(|e| crate::app::render(e, dev)));
         let resp = assembled.unwrap_or_else(|p| p.into_response(dev));
-        self.respond_waiting(id, resp, false);
-    }
-
-    /// Answer a client request that waited on upstreams (`stream`: a chunked
-    /// head). For a stream, returns whether its body follows (not for `HEAD`).
-    fn respond_waiting(&mut self, id: ExchangeId, resp: Response, stream: bool) -> bool {
-        let idx = match id {
-            ExchangeId::H1 { conn, .. } => conn,
-            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => return self.exchange_respond(id, resp, stream),
-        };
-        let now = Instant::now();
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
-        let ConnState::Http1(h) = &mut c.state else { return false };
-        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        if stream {
-            h.codec.complete_stream(resp, &mut c.io.out, &mut glue, &mut self.env, now)
-        } else {
-            h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, now);
-            self.drive(idx);
-            false
-        }
-    }
-
-    /// Relay progress: pass the head and body to the sink, write its events.
-    fn relay_step(&mut self, owner: Owner, ui: Option<usize>, step: Step) {
-        let id = owner.id;
-        let Some(Some(CallState::Relay { sink, head_seen, started, .. })) = call_of(&mut self.conns, &mut self.h3, id)
-        else {
-            return;
-        };
-        let up = ui.and_then(|ui| self.up.conns.get_mut(ui).and_then(Option::as_mut));
-        let mut events = Vec::new();
-        let mut outcome: Result<bool, Error> = Ok(false);
-        if let Some(u) = up {
-            if !*head_seen {
-                if let Some(h) = u.reader.head() {
-                    *head_seen = true;
-                    match guard("relay sink head", || sink.head(h.status, h.content_type.as_deref())) {
-                        Ok(r) => outcome = r.map(|()| false),
-                        Err(p) => return self.relay_panicked(id, p),
-                    }
-                }
-            }
-            if outcome.is_ok() && !u.body.is_empty() {
-                match guard("relay sink body", || sink.body(&u.body, &mut events)) {
-                    Ok(r) => outcome = r,
-                    Err(p) => return self.relay_panicked(id, p),
-                }
-                u.body.clear();
-            }
-        }
-        let outcome = match (outcome, step) {
-            (Err(e), _) => Err(e),
-            (Ok(true), _) => Ok(true),
-            (Ok(false), Step::Failed(e)) => Err(client_error(&e)),
-            (Ok(false), Step::Done) => sink.ended(&mut events).map(|()| true),
-            (Ok(false), Step::Pending) => Ok(false),
-        };
-        if !events.is_empty() && !*started {
-            let resp = match guard("relay sink response", || sink.response()) {
-                Ok(resp) => resp,
-                Err(p) => return self.relay_panicked(id, p),
-            };
-            *started = true;
-            let body_follows = self.respond_waiting(id, resp, true);
-            if !body_follows {
-                // `HEAD`: the head went out and the connection carries on; the
-                // upstream is not needed any more.
-                if let Some(call) = call_of(&mut self.conns, &mut self.h3, id).and_then(Option::take) {
-                    self.cancel_call(id, call);
-                }
-                match id {
-                    ExchangeId::H1 { conn, .. } | ExchangeId::H2 { conn, .. } => self.drive(conn),
-                    // Answering touched the session; the turn's end sends what it queued.
-                    ExchangeId::H3 { .. } => {}
-                }
-                return;
-            }
-            if let ExchangeId::H1 { conn, .. } = id {
-                let Some(Some(c)) = self.conns.get_mut(conn) else { return };
-                let ConnState::Http1(h) = &mut c.state else { return };
-                h.stream = Some(Stream::Relay);
-            }
-        }
-        match outcome {
-            Err(e) => {
-                if let Some(ui) = ui {
-                    log::warn!("relay upstream: {e:?}");
-                    self.up_close(ui);
-                }
-                self.relay_data(id, &events);
-                self.relay_failed(id, e);
-            }
-            Ok(true) => {
-                if let Some(ui) = ui {
-                    self.up_release(ui);
-                }
-                self.relay_data(id, &events);
-                self.exchange_done(id);
-            }
-            Ok(false) => {
-                self.relay_data(id, &events);
-                let slow = match id {
-                    ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_slow(id),
-                    ExchangeId::H1 { conn: idx, .. } => {
-                        // Flush first: only output still unsent after it may pause the upstream
-                        // (the client's writable event resumes it; none comes for a drained socket).
-                        self.flush_conn(idx);
-                        let Some(Some(c)) = self.conns.get_mut(idx) else {
-                            if let Some(ui) = ui {
-                                self.up_close(ui);
-                            }
-                            return;
-                        };
-                        let slow = c.io.out.len() - c.io.out_pos > HIGH_WATERMARK;
-                        // The client's drain resumes the upstream (`relay_resume`).
-                        c.paused |= slow;
-                        slow
-                    }
-                };
-                if let Some(ui) = ui {
-                    if let Some(Some(u)) = self.up.conns.get_mut(ui) {
-                        u.paused = slow;
-                        if slow {
-                            u.deadline = None;
-                        }
-                    }
-                    self.up_arm(ui);
-                }
-            }
-        }
-    }
-
-    /// A relay failed: an error response if nothing was sent yet, else an
-    /// error event and the end of the stream.
-    fn relay_failed(&mut self, id: ExchangeId, e: Error) {
-        let Some(call) = call_of(&mut self.conns, &mut self.h3, id) else { return };
-        let Some(CallState::Relay { mut sink, started, up, .. }) = call.take() else { return };
-        if let Some(ui) = up {
-            self.up_close(ui);
-        }
-        if !started {
-            let dev = self.env.development;
-            let resp = guard("relay sink error", || sink.error(e)).unwrap_or_else(|p| p.into_response(dev));
-            self.respond_waiting(id, resp, false);
-            return;
-        }
-        let mut events = Vec::new();
-        if guard("relay sink failure event", || sink.failed(&e, &mut events)).is_err() {
-            self.abort_exchange(id);
-            return;
-        }
-        self.relay_data(id, &events);
-        self.exchange_done(id);
-    }
-
-    /// Relayed events for the client of exchange `id`, framed by its codec.
-    fn relay_data(&mut self, id: ExchangeId, events: &[u8]) {
-        match id {
-            ExchangeId::H1 { conn, .. } => {
-                if let Some(Some(c)) = self.conns.get_mut(conn) {
-                    if let ConnState::Http1(h) = &mut c.state {
-                        h.codec.data(&mut c.io.out, events);
-                    }
-                }
-            }
-            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_data(id, events),
-        }
-    }
-
-    /// A relay's last event is queued: end exchange `id`'s body.
-    fn exchange_done(&mut self, id: ExchangeId) {
-        match id {
-            ExchangeId::H1 { conn, .. } => self.stream_done(conn),
-            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_done(id),
-        }
-    }
-
-    /// App code behind exchange `id`'s relay panicked after its head: cut it short.
-    fn abort_exchange(&mut self, id: ExchangeId) {
-        match id {
-            ExchangeId::H1 { conn, .. } => self.abort_stream(conn),
-            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_drop(id, Reset::Internal),
-        }
-    }
-
-    /// The relay's sink panicked: a 500 if the client's head has not gone out
-    /// yet, else the stream is cut short. The upstream connection is closed.
-    fn relay_panicked(&mut self, id: ExchangeId, p: Panicked) {
-        let Some(call) = call_of(&mut self.conns, &mut self.h3, id) else { return };
-        let started = matches!(call, Some(CallState::Relay { started: true, .. }));
-        if started {
-            self.abort_exchange(id);
-            return;
-        }
-        if let Some(call) = call.take() {
-            self.cancel_call(id, call);
-        }
-        let resp = p.into_response(self.env.development);
-        self.respond_waiting(id, resp, false);
-    }
-
-    /// A chunked stream's last event is queued: end the body and return the
-    /// connection to HTTP/1.1 (keep-alive).
-    pub(super) fn stream_done(&mut self, idx: usize) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let ConnState::Http1(h) = &mut c.state else { return };
-        let keep_alive = h.codec.end_body(&mut c.io.out, &self.env, Instant::now());
-        h.call = None;
-        let generation = c.generation;
-        if let Some(s) = h.stream.take() {
-            self.forget_stream(idx, generation, s);
-        }
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        if let ConnState::Http1(h) = &mut c.state {
-            h.closing |= !keep_alive;
-        }
-        self.drive(idx);
-    }
-
-    /// The client of a relay drained its output: read the upstream again.
-    pub(super) fn relay_resume(&mut self, id: ExchangeId) {
-        let Some(Some(CallState::Relay { up: Some(ui), .. })) = call_of(&mut self.conns, &mut self.h3, id) else {
-            return;
-        };
-        let ui = *ui;
-        let Some(Some(u)) = self.up.conns.get(ui) else { return };
-        if !u.paused {
-            return;
-        }
-        let behind = match id {
-            ExchangeId::H1 { conn, .. } => match self.conns.get_mut(conn) {
-                Some(Some(c)) if c.io.out.len() - c.io.out_pos > HIGH_WATERMARK => {
-                    // Still behind: the flush that drains it resumes the upstream.
-                    c.paused = true;
-                    true
-                }
-                _ => false,
-            },
-            ExchangeId::H2 { .. } | ExchangeId::H3 { .. } => self.exchange_relay_slow(id),
-        };
-        if behind {
-            return;
-        }
-        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
-        u.paused = false;
-        if !u.total {
-            u.deadline = Some(Instant::now() + u.timeout);
-        }
-        self.up_ready(ui);
+        self.exchange_respond(id, resp, false);
     }
 
     /// Queue an upstream connection's deadline.
-    fn up_arm(&mut self, ui: usize) {
+    pub(super) fn up_arm(&mut self, ui: usize) {
         let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
         if let Some(at) = u.deadline {
             if u.timer_at.is_none_or(|t| at < t) {

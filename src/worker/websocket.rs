@@ -34,6 +34,31 @@ impl Ws {
         Ws { conn, peer, rooms: Vec::new(), next_ping: now + WS_PING_EVERY, awaiting_pong: false }
     }
 
+    /// The WebSocket of `peer` opened, on every protocol: the app's greeting (if any) goes
+    /// into `out`. If app code panicked, its close (1011) goes there instead and the second
+    /// value is `false`: the caller ends the exchange.
+    pub(super) fn open(
+        app: &crate::app::App,
+        peer: WebSocket,
+        max_message: usize,
+        out: &mut Vec<u8>,
+        now: Instant,
+    ) -> (Ws, bool) {
+        let mut conn = WsConn::new(max_message);
+        let greeted = match guard("WebSocket greeting", || app.ws_greeting(&peer)) {
+            Ok(Some(hello)) => {
+                conn.send_text(&hello, out);
+                true
+            }
+            Ok(None) => true,
+            Err(_) => {
+                conn.close(1011, "internal error", out);
+                false
+            }
+        };
+        (Ws::new(conn, peer, now), greeted)
+    }
+
     /// Read `input` (complete messages only; returns the bytes used): control
     /// frames are answered into `out`, and each message does what the app says:
     /// echoed, answered (into `out`), or turned into [`Todo`]s. `Err` if app code

@@ -40,6 +40,7 @@ mod changes;
 mod early_hints;
 mod pages;
 mod proxy;
+mod proxy_protocol;
 mod ratelimit;
 mod redis;
 mod sse;
@@ -64,6 +65,7 @@ mod instance;
 mod reload;
 mod upgrade;
 
+mod acme;
 mod tls;
 
 mod h3;

@@ -60,7 +60,10 @@ fn check_config_refuses_bad_pairs() {
     // `listen` without the files; `redirect_http` without `listen`.
     let out = check(d.path(), "public_origin = \"https://localhost\"\n[tls]\nlisten = \"127.0.0.1:1\"\n");
     assert_eq!(out.code(), Some(2), "{out:?}");
-    assert!(out.stderr.contains("tls.cert_file is required when tls.listen is set"), "{out:?}");
+    assert!(
+        out.stderr.contains("tls.cert_file is required when tls.listen is set (or set tls.acme.directory)"),
+        "{out:?}"
+    );
     let out = check(d.path(), "[tls]\nredirect_http = true\n");
     assert_eq!(out.code(), Some(2), "{out:?}");
     assert!(out.stderr.contains("tls.redirect_http = true needs tls.listen"), "{out:?}");

@@ -3,6 +3,7 @@
 //! request and the worker's services; it never sees a socket, a codec or framing, and it
 //! runs after the phases (`crate::app::phases`) have let the request through.
 
+pub(crate) mod acme;
 pub(crate) mod assets;
 pub(crate) mod auth;
 pub(crate) mod chat;

@@ -2,7 +2,8 @@
 //! proxy's plain side when the proxy says its client used http) is answered with a 308 to
 //! the same path and query on the https origin (`public_origin`, which is the https origin
 //! whenever TLS is on), except the operators' `/health` and `/metrics`, which load balancers
-//! and scrapers poll over plain HTTP. 308 keeps the method and body (RFC 9110 §15.4.9).
+//! and scrapers poll over plain HTTP, and ACME's HTTP-01 path, which the CA asks over plain
+//! HTTP. 308 keeps the method and body (RFC 9110 §15.4.9).
 
 use crate::config::Config;
 use crate::http::request::Request;
@@ -11,7 +12,11 @@ use crate::http::response::Response;
 /// The 308 for `req` when it must move to https (`secure`: the client used https, as
 /// `crate::http::client` decided); `None` to serve it here.
 pub fn redirect(config: &Config, req: &Request<'_>, secure: bool) -> Option<Response> {
-    if secure || !config.tls.redirect_http || matches!(req.path, "/health" | "/metrics") {
+    if secure
+        || !config.tls.redirect_http
+        || matches!(req.path, "/health" | "/metrics")
+        || req.path.starts_with(crate::acme::HTTP_PREFIX)
+    {
         return None;
     }
     let mut location = String::with_capacity(config.public_origin.len() + req.path.len() + req.query.len() + 1);
@@ -66,5 +71,6 @@ mod tests {
         assert_eq!(location(redirect(&config, &req("/api/v1/users", "", true), true)), None, "already on TLS");
         assert_eq!(location(redirect(&config, &req("/health", "", false), false)), None);
         assert_eq!(location(redirect(&config, &req("/metrics", "", false), false)), None);
+        assert_eq!(location(redirect(&config, &req("/.well-known/acme-challenge/t", "", false), false)), None);
     }
 }

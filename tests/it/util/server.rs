@@ -26,6 +26,7 @@ pub struct ServerBuilder {
     sections: Vec<(String, Vec<String>)>,
     env: Vec<(String, String)>,
     http3: bool,
+    port: Option<u16>,
 }
 
 impl ServerBuilder {
@@ -77,8 +78,15 @@ impl ServerBuilder {
         self
     }
 
+    /// The plain listener on 127.0.0.1:`port` rather than a free port of the harness's choice
+    /// (for a peer that must know it beforehand, such as an ACME CA checking HTTP-01).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
     pub fn start(self) -> Server {
-        Server::launch(&self.to_extra_toml(), &self.env, self.http3)
+        Server::launch(&self.to_extra_toml(), &self.env, self.http3, self.port)
     }
 }
 
@@ -230,15 +238,15 @@ impl Server {
     }
 
     pub fn start_with(extra_toml: &str, env: &[(String, String)]) -> Server {
-        Self::launch(extra_toml, env, false)
+        Self::launch(extra_toml, env, false, None)
     }
 
     /// Starts a server, with HTTP/3 when `http3` or inside [`with_http3`].
-    fn launch(extra_toml: &str, env: &[(String, String)], http3: bool) -> Server {
+    fn launch(extra_toml: &str, env: &[(String, String)], http3: bool, port: Option<u16>) -> Server {
         let http3 = http3 || http3_for_new_servers();
         let mut last_log = String::new();
         for _attempt in 0..3 {
-            match Self::try_start(extra_toml, env, http3) {
+            match Self::try_start(extra_toml, env, http3, port) {
                 Ok(s) => return s,
                 Err(log) => {
                     let in_use = log.to_lowercase().contains("address already in use")
@@ -254,9 +262,9 @@ impl Server {
     }
 
     /// Spawns and waits for readiness. `Err(log)` when it exits or never answers.
-    fn try_start(extra_toml: &str, env: &[(String, String)], http3: bool) -> Result<Server, String> {
+    fn try_start(extra_toml: &str, env: &[(String, String)], http3: bool, port: Option<u16>) -> Result<Server, String> {
         let dir = tempfile::Builder::new().prefix("forkd-it-").tempdir().expect("tempdir");
-        let port = free_port();
+        let port = port.unwrap_or_else(free_port);
         let listen = format!("127.0.0.1:{port}");
         let data_dir = dir.path().join("data");
         // `{listen}` in the extra TOML stands for the address chosen here (e.g. for
@@ -336,6 +344,14 @@ impl Server {
         };
         let mut c = Conn::from_stream(s, None);
         c.set_timeout(Duration::from_secs(1));
+        // A listener with `proxy_protocol = true` wants a header first: `UNKNOWN` keeps the peer.
+        let proxied = self.config_text.lines().take_while(|l| !l.trim_start().starts_with('[')).any(|l| {
+            let l = l.replace(' ', "");
+            l == "proxy_protocol=true"
+        });
+        if proxied && c.try_write(b"PROXY UNKNOWN\r\n").is_err() {
+            return false;
+        }
         if c.try_write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
             return false;
         }
