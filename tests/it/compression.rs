@@ -188,7 +188,7 @@ fn bodies_made_per_request_are_compressed_in_zstd_first_on_the_pool(p: Proto) {
     let (admin, token) = s.admin();
     let plain = s.api_h("GET", "/api/v1/users", Some(&token), None, &[]);
     ensure!(s, plain.status == 200, "GET /api/v1/users: {plain:?}");
-    for (accept, coding) in [("gzip, deflate, br, zstd", "zstd"), ("gzip, br", "br"), ("gzip", "gzip")] {
+    for (accept, coding) in [("gzip, deflate, br, zstd", "zstd"), ("gzip, deflate, br", "gzip"), ("br", "br")] {
         let what = format!("the users page with Accept-Encoding: {accept}");
         let r = s.api_h("GET", "/api/v1/users", Some(&token), None, &[("Accept-Encoding", accept)]);
         ensure!(s, r.status == 200, "{what}: {r:?}");

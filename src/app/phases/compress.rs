@@ -48,8 +48,11 @@ pub enum Effort {
 const BEST_BROTLI: u32 = if cfg!(debug_assertions) { 6 } else { 11 };
 const BEST_ZSTD: i32 = if cfg!(debug_assertions) { 9 } else { 19 };
 
-/// brotli's window: 4 MiB (`lgwin` 22, the format's default), what every browser decodes.
-const BROTLI_WINDOW: u32 = 22;
+/// brotli's window for a body of `len` bytes: the smallest that holds it, from 1 KiB
+/// (`lgwin` 10) to 4 MiB (22, the format's default, what every browser decodes).
+fn brotli_window(len: usize) -> u32 {
+    (usize::BITS - len.saturating_sub(1).leading_zeros()).clamp(10, 22)
+}
 
 /// What a request allows for its response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,7 +226,15 @@ pub fn compress(c: Coding, body: &[u8], effort: Effort) -> Option<Vec<u8>> {
                 Effort::Level(l) => l.clamp(1, 9) - 1,
                 Effort::Best => BEST_BROTLI,
             };
-            let mut z = brotli::CompressorWriter::new(Vec::with_capacity(body.len() / 4), 4096, quality, BROTLI_WINDOW);
+            // The size known up front: small bodies get small hash tables, whose set-up
+            // otherwise costs more than compressing a few kilobytes.
+            let params = brotli::enc::BrotliEncoderParams {
+                quality: quality as i32,
+                lgwin: brotli_window(body.len()) as i32,
+                size_hint: body.len(),
+                ..Default::default()
+            };
+            let mut z = brotli::CompressorWriter::with_params(Vec::with_capacity(body.len() / 4), 4096, &params);
             z.write_all(body).ok()?;
             z.into_inner()
         }
@@ -369,9 +380,13 @@ mod tests {
     #[test]
     fn a_large_json_body_is_compressed_in_the_per_response_order_with_vary_and_a_coded_etag() {
         let config = Config::default();
-        for (accept, want) in
-            [("gzip", Coding::Gzip), ("gzip, br", Coding::Br), ("gzip, deflate, br, zstd", Coding::Zstd)]
-        {
+        for (accept, want) in [
+            ("gzip", Coding::Gzip),
+            ("br", Coding::Br),
+            ("gzip, br", Coding::Gzip),
+            ("gzip;q=0.5, br", Coding::Br),
+            ("gzip, deflate, br, zstd", Coding::Zstd),
+        ] {
             let mut r = json(200, big_json());
             r.header("ETag", "\"abc\"");
             let r = plan(accept).finish(r, &config);
@@ -503,6 +518,16 @@ mod tests {
         }
         let icon = crate::app::handlers::assets::by_plain("favicon.ico").expect("icon");
         assert!(forms.get(icon.bytes, Coding::Br).is_none(), "an image is not compressed");
+    }
+
+    #[test]
+    fn brotli_windows_fit_the_body() {
+        assert_eq!(brotli_window(0), 10);
+        assert_eq!(brotli_window(1024), 10);
+        assert_eq!(brotli_window(1025), 11);
+        assert_eq!(brotli_window(3349), 12);
+        assert_eq!(brotli_window(230_000), 18);
+        assert_eq!(brotli_window(100 << 20), 22);
     }
 
     #[test]
