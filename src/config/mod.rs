@@ -384,7 +384,7 @@ pub struct Compression {
     pub enabled: bool,
     /// Bodies shorter than this are never compressed.
     pub min_bytes: usize,
-    /// gzip level (1 to 9) for bodies compressed per response.
+    /// Effort (1 to 9) for bodies compressed per response (`compress::Effort::Level`).
     pub level: u32,
 }
 

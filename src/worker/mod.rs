@@ -134,6 +134,9 @@ pub struct WorkerArgs<'a> {
     pub rate: &'static crate::shm::ratelimit::RateTable,
     /// The upstreams, resolved before fork.
     pub endpoints: &'static crate::upstream::wire::Endpoints,
+    /// The bodies fixed for the configuration's life and their compressed forms, built
+    /// before fork.
+    pub fixed: Arc<crate::app::fixed::Fixed>,
     /// The upstream-answer cache shared by every worker.
     pub shared_cache: &'static crate::shm::cache::SharedCache,
     /// After `SIGUSR2`: the old supervisor's workers, which write to the same database
@@ -356,7 +359,8 @@ impl Worker {
             accept_retry: None,
             signals,
             pool,
-            app: App::new(svc, user_memo),
+            // Kept for the worker's life, like the services.
+            app: App::new(svc, user_memo, Box::leak(Box::new(args.fixed))),
             env,
             h2: h2_settings(config),
             h3,
