@@ -36,6 +36,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("config", config),
     ("http3_frames", http3_frames),
     ("records", records),
+    ("proxy_protocol", proxy_protocol),
 ];
 
 /// Split lengths for feeding `len` bytes in pieces, chosen by `seed`
@@ -473,6 +474,30 @@ pub fn range(data: &[u8]) {
             assert!(start <= end && end < size, "{text:?} on {size} bytes gave {start}-{end}");
             // The length sent: no overflow.
             assert!(end - start < size);
+        }
+    }
+}
+
+// ------------------------------------------------------------ PROXY protocol
+
+/// The PROXY protocol header parser ([`crate::proto::proxy_protocol::parse`]): a whole
+/// header is within the input and [`MAX_HEADER`](crate::proto::proxy_protocol::MAX_HEADER),
+/// every prefix of it reads as incomplete, and the answer does not depend on what follows.
+pub fn proxy_protocol(data: &[u8]) {
+    use crate::proto::proxy_protocol::{parse, Parse, MAX_HEADER};
+    match parse(data) {
+        Parse::Done(h) => {
+            assert!(h.len <= data.len() && h.len <= MAX_HEADER, "{h:?} from {} bytes", data.len());
+            assert_eq!(parse(&data[..h.len]), Parse::Done(h), "the header alone");
+            for cut in [0, h.len / 2, h.len - 1] {
+                assert_eq!(parse(&data[..cut]), Parse::Incomplete, "a {}-byte prefix of {h:?}", cut);
+            }
+        }
+        Parse::Incomplete => assert!(data.len() < MAX_HEADER, "{} bytes and still incomplete", data.len()),
+        Parse::Invalid(e) => {
+            let mut more = data.to_vec();
+            more.extend_from_slice(b"\r\n\0more");
+            assert_eq!(parse(&more), Parse::Invalid(e), "more input does not mend it");
         }
     }
 }

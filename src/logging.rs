@@ -5,8 +5,10 @@
 //! (target `access`, level info) carries method, path (with secret query
 //! values such as `token` written `REDACTED`), status, body bytes, duration,
 //! request id, the client's address when the caller knows it (`client=` / `"client"`: the
-//! one `crate::http::client` decided) and worker pid. `RUST_LOG` filters as usual (default
-//! `info`).
+//! one `crate::http::client` decided), the protocol (`HTTP/1.1`, `HTTP/2.0`, `HTTP/3.0`), the
+//! TLS version (none over plain TCP), the `User-Agent` and `Referer` when the request had them
+//! (cut at [`FIELD_MAX`] bytes; quoted and escaped, so no value can end the line or a field),
+//! and worker pid. `RUST_LOG` filters as usual (default `info`).
 //!
 //! Access lines are not written one by one: [`access`] appends the line to a buffer of the
 //! calling thread (the worker's loop), and the loop writes the buffer once per turn
@@ -27,6 +29,15 @@ static JSON: AtomicBool = AtomicBool::new(false);
 /// Query keys whose values never reach a log.
 const SECRET_KEYS: &[&str] =
     &["token", "access_token", "refresh_token", "password", "secret", "api_key", "apikey", "code"];
+
+/// The most bytes of a `User-Agent` or `Referer` value an access line carries; the rest is
+/// dropped.
+pub const FIELD_MAX: usize = 512;
+
+/// `value` cut at [`FIELD_MAX`] bytes.
+pub fn capped(value: &[u8]) -> &[u8] {
+    &value[..value.len().min(FIELD_MAX)]
+}
 
 /// Initialise the global logger (once, in the supervisor before forking).
 pub fn init(format: LogFormat) {
@@ -129,8 +140,9 @@ pub fn flush_access() {
 }
 
 /// Append one access line, framed as env_logger frames a record (the same timestamp, level
-/// and target), to `out`; `done.client` (the decided client's address), when known, after the
-/// request id.
+/// and target), to `out`; after the request id: `done.client` (the decided client's address)
+/// when known, the protocol, the TLS version over TLS, and the user agent and referer when
+/// the request had them.
 fn write_access(out: &mut Vec<u8>, second: &mut (u64, [u8; 19]), done: &Finished<'_>, now: SystemTime, json: bool) {
     let client = done.client;
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -159,6 +171,16 @@ fn write_access(out: &mut Vec<u8>, second: &mut (u64, [u8; 19]), done: &Finished
         if let Some(ip) = client {
             let _ = write!(out, ",\"client\":\"{ip}\"");
         }
+        let _ = write!(out, ",\"protocol\":\"{}\"", done.protocol.as_str());
+        if let Some(tls) = done.tls {
+            let _ = write!(out, ",\"tls\":\"{tls}\"");
+        }
+        for (key, value) in [("userAgent", done.user_agent), ("referer", done.referer)] {
+            if let Some(v) = value {
+                let _ = write!(out, ",\"{key}\":");
+                let _ = serde_json::to_writer(&mut *out, &*json_text(capped(v)));
+            }
+        }
         let _ = writeln!(out, ",\"pid\":{pid}}}");
     } else {
         let _ = write!(
@@ -169,7 +191,44 @@ fn write_access(out: &mut Vec<u8>, second: &mut (u64, [u8; 19]), done: &Finished
         if let Some(ip) = client {
             let _ = write!(out, " client={ip}");
         }
+        let _ = write!(out, " protocol={}", done.protocol.as_str());
+        if let Some(tls) = done.tls {
+            let _ = write!(out, " tls={tls}");
+        }
+        for (key, value) in [("ua", done.user_agent), ("referer", done.referer)] {
+            if let Some(v) = value {
+                let _ = write!(out, " {key}=");
+                quote(out, capped(v));
+            }
+        }
         let _ = writeln!(out, " pid={pid}");
+    }
+}
+
+/// `value` in double quotes as nginx escapes a log variable: `"` and `\` after a `\`, every
+/// byte outside printable ASCII (control bytes, CR, LF, DEL, UTF-8) as `\xHH`. The result
+/// is one field: it holds no unescaped quote, no line break and no byte a terminal acts on.
+fn quote(out: &mut Vec<u8>, value: &[u8]) {
+    out.push(b'"');
+    for &b in value {
+        match b {
+            b'"' | b'\\' => out.extend_from_slice(&[b'\\', b]),
+            0x20..=0x7e => out.push(b),
+            _ => {
+                let _ = write!(out, "\\x{b:02X}");
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+/// `value` as text for a JSON string: as is when it is UTF-8 (cut before a character that
+/// [`FIELD_MAX`] split), with U+FFFD for each invalid sequence otherwise.
+fn json_text(value: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(value) {
+        Ok(s) => s.into(),
+        Err(e) if e.error_len().is_none() => String::from_utf8_lossy(&value[..e.valid_up_to()]),
+        Err(_) => String::from_utf8_lossy(value),
     }
 }
 
@@ -218,6 +277,7 @@ pub fn redact(target: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::service::Protocol;
     use std::time::Duration;
 
     #[test]
@@ -239,6 +299,10 @@ mod tests {
             request_id: b"id-\"7\"",
             label: 0,
             client: None,
+            protocol: Protocol::Http11,
+            tls: None,
+            user_agent: None,
+            referer: None,
         };
         let at = UNIX_EPOCH + Duration::from_millis(1_798_761_599_042);
         let (mut out, mut second) = (Vec::new(), (0, [0; 19]));
@@ -246,7 +310,7 @@ mod tests {
         assert_eq!(
             String::from_utf8_lossy(&out),
             format!(
-                "2026-12-31T23:59:59.042Z INFO  access: GET /ws?token=REDACTED&room=\"1\" 101 0B 1.500ms id=id-\"7\" pid={}\n",
+                "2026-12-31T23:59:59.042Z INFO  access: GET /ws?token=REDACTED&room=\"1\" 101 0B 1.500ms id=id-\"7\" protocol=HTTP/1.1 pid={}\n",
                 std::process::id()
             )
         );
@@ -262,6 +326,8 @@ mod tests {
         );
         assert!(out.ends_with(b"}\n"));
         assert_eq!(v.get("client"), None, "no client known: no key");
+        assert_eq!(v["protocol"], "HTTP/1.1");
+        assert_eq!((v.get("tls"), v.get("userAgent"), v.get("referer")), (None, None, None), "plain, no fields");
     }
 
     #[test]
@@ -275,16 +341,90 @@ mod tests {
             request_id: b"r1",
             label: 0,
             client: Some("2001:db8::17".parse().expect("literal")),
+            protocol: Protocol::Http2,
+            tls: Some("TLSv1.3"),
+            user_agent: None,
+            referer: None,
         };
         let at = UNIX_EPOCH + Duration::from_secs(1_798_761_599);
         let (mut out, mut second) = (Vec::new(), (0, [0; 19]));
         write_access(&mut out, &mut second, &done, at, false);
         let line = String::from_utf8_lossy(&out);
-        assert!(line.ends_with(&format!(" id=r1 client=2001:db8::17 pid={}\n", std::process::id())), "{line}");
+        let want = format!(" id=r1 client=2001:db8::17 protocol=HTTP/2.0 tls=TLSv1.3 pid={}\n", std::process::id());
+        assert!(line.ends_with(&want), "{line}");
         out.clear();
         write_access(&mut out, &mut second, &done, at, true);
         let v: serde_json::Value = serde_json::from_slice(&out).expect("one JSON object");
         assert_eq!(v["client"], "2001:db8::17");
+        assert_eq!((v["protocol"].as_str(), v["tls"].as_str()), (Some("HTTP/2.0"), Some("TLSv1.3")));
+    }
+
+    /// The access line of a request with `agent` and `referer`, in text or JSON.
+    fn line_with(agent: &[u8], referer: &[u8], json: bool) -> Vec<u8> {
+        let done = Finished {
+            method: "GET",
+            target: b"/",
+            status: 200,
+            bytes: 1,
+            elapsed: Duration::from_millis(1),
+            request_id: b"r2",
+            label: 0,
+            client: None,
+            protocol: Protocol::Http3,
+            tls: Some("TLSv1.3"),
+            user_agent: Some(agent),
+            referer: Some(referer),
+        };
+        let (mut out, mut second) = (Vec::new(), (0, [0; 19]));
+        write_access(&mut out, &mut second, &done, UNIX_EPOCH, json);
+        out
+    }
+
+    #[test]
+    fn user_agent_and_referer_are_quoted_fields_in_text() {
+        let out = line_with(b"curl/8.5.0", b"https://a.example/p?q=1", false);
+        let line = String::from_utf8_lossy(&out);
+        let want = format!(
+            " id=r2 protocol=HTTP/3.0 tls=TLSv1.3 ua=\"curl/8.5.0\" referer=\"https://a.example/p?q=1\" pid={}\n",
+            std::process::id()
+        );
+        assert!(line.ends_with(&want), "{line}");
+    }
+
+    #[test]
+    fn a_hostile_user_agent_cannot_forge_a_line_or_a_field() {
+        let hostile =
+            b"x\" pid=1 status=500\r\n2026-01-01T00:00:00.000Z INFO  access: GET /admin 200\x1b[2J\x00\\\x7f\xc3\xa9";
+        let out = line_with(hostile, b"\"", false);
+        assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 1, "one line");
+        assert!(out.ends_with(b"\n") && !out.contains(&b'\r') && out.iter().all(|b| *b >= 0x20 || *b == b'\n'));
+        let line = String::from_utf8_lossy(&out);
+        let want = r#" ua="x\" pid=1 status=500\x0D\x0A2026-01-01T00:00:00.000Z INFO  access: GET /admin 200\x1B[2J\x00\\\x7F\xC3\xA9" referer="\"" pid="#;
+        assert!(line.contains(want), "{line}");
+        // JSON: the same bytes are one string value each.
+        let out = line_with(hostile, b"\"", true);
+        assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 1, "one line");
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("one JSON object");
+        let agent = v["userAgent"].as_str().unwrap_or_default();
+        assert!(agent.starts_with("x\" pid=1 status=500\r\n2026") && agent.ends_with("\\\u{7f}é"), "{agent:?}");
+        assert_eq!((v["referer"].as_str(), v["pid"].as_u64()), (Some("\""), Some(u64::from(std::process::id()))));
+    }
+
+    #[test]
+    fn long_values_are_cut_at_the_cap() {
+        let long = "é".repeat(FIELD_MAX); // 2 bytes each: the cap falls between characters
+        let out = line_with(long.as_bytes(), &[b'r'; 2 * FIELD_MAX], true);
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("one JSON object");
+        assert_eq!(v["userAgent"].as_str().map(str::len), Some(FIELD_MAX));
+        assert_eq!(v["referer"].as_str().map(str::len), Some(FIELD_MAX));
+        let mut odd = vec![b'a'];
+        odd.extend_from_slice(long.as_bytes());
+        let out = line_with(&odd, b"", true);
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("one JSON object");
+        assert_eq!(v["userAgent"].as_str().map(str::len), Some(FIELD_MAX - 1), "a split character is dropped whole");
+        let out = line_with(&[b'"'; 2 * FIELD_MAX], b"", false);
+        let line = String::from_utf8_lossy(&out);
+        assert!(line.contains(&format!(" ua=\"{}\" ", "\\\"".repeat(FIELD_MAX))), "{line}");
     }
 
     #[test]

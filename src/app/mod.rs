@@ -10,6 +10,7 @@
 //! `crate::error`.
 
 mod cache;
+pub mod fixed;
 pub mod handlers;
 pub mod phases;
 pub mod resources;
@@ -135,8 +136,8 @@ pub struct App {
     /// The declared resource each resource route answers for, by pattern index.
     mounts: resources::routes::Mounts,
     svc: &'static Services,
-    config_body: &'static [u8],
-    config_etag: &'static str,
+    /// The bodies fixed for the configuration's life, with their compressed forms.
+    fixed: &'static fixed::Fixed,
     /// This worker's cache of upstream answers (the first level).
     homepage_cache: homepage::Shared,
     /// Access tokens this worker verified, until they expire (see `session`).
@@ -147,8 +148,6 @@ pub struct App {
     route_labels: Vec<&'static str>,
     /// `Alt-Svc` for responses over TLS when HTTP/3 is on (`h3=":port"; ma=...`).
     alt_svc: Option<&'static str>,
-    /// The compressed forms of the fixed bodies (see `compress`).
-    precompressed: std::cell::RefCell<compress::Precompressed>,
 }
 
 /// The `Alt-Svc` value announcing HTTP/3 on `config`'s UDP port; `None` when HTTP/3 is off.
@@ -159,7 +158,7 @@ pub fn alt_svc_value(config: &Config) -> Option<String> {
 
 impl App {
     /// Build the routes.
-    pub fn new(svc: &'static Services, user_memo: usermemo::UserMemo) -> App {
+    pub fn new(svc: &'static Services, user_memo: usermemo::UserMemo, fixed: &'static fixed::Fixed) -> App {
         let config = svc.config;
         let router = routes(config);
         let mounts = resources::routes::mounts(&router, &config.resources);
@@ -167,31 +166,23 @@ impl App {
         if router.patterns().count() >= crate::shm::metrics::ROUTES {
             log::warn!("more route patterns than metrics slots: the last ones count as `other`");
         }
-        let (body, etag) = health::render_client_config(config);
         pages::prepare();
-        // Leaked once per worker: every answer then borrows them, allocation-free.
-        let config_body: &'static [u8] = Box::leak(body.into_boxed_slice());
-        let config_etag: &'static str = Box::leak(etag.into_boxed_str());
         let homepage_cache = std::rc::Rc::new(std::cell::RefCell::new(cache::Lru::new(
             config.upstreams.cache_entries,
             cache::MAX_BYTES,
         )));
         // Leaked once per worker, like the client configuration.
         let alt_svc = alt_svc_value(config).map(|v| &*Box::leak(v.into_boxed_str()));
-        let mut precompressed = compress::Precompressed::default();
-        precompressed.warm(config);
         App {
             router,
             mounts,
             svc,
-            config_body,
-            config_etag,
+            fixed,
             homepage_cache,
             verified: Default::default(),
             user_memo: std::cell::RefCell::new(user_memo),
             route_labels,
             alt_svc,
-            precompressed: std::cell::RefCell::new(precompressed),
         }
     }
 
@@ -251,11 +242,16 @@ impl App {
         };
         match body {
             Body::Full => {
-                let mut head = decor.apply(head, config);
-                if compress::worth_a_look(&head, config) {
-                    compress::Plan::new(config, req.path, req.headers).on_loop(&mut head, config, &self.precompressed);
+                let head = decor.apply(head, config);
+                if !compress::worth_a_look(&head, config) {
+                    return Reply::full(head);
                 }
-                Reply::full(head)
+                let plan = compress::Plan::new(config, req.path, req.headers);
+                match plan.on_loop(head, config, &self.fixed.forms) {
+                    compress::OnLoop::Send(r) => Reply::full(r),
+                    // Compressed on the pool: the loop never compresses per request.
+                    compress::OnLoop::ToPool(r) => Reply::later(Box::new(move || Ok(plan.finish(r, config)))),
+                }
             }
             // A WebSocket's head is not sent: it carries the fields for a refusal of the
             // handshake, which the codec checks.

@@ -35,6 +35,8 @@ pub struct Config {
     pub environment: Environment,
     /// The address to listen on.
     pub listen: SocketAddr,
+    /// Connections on `listen` start with a PROXY protocol header (`proxy_protocol`).
+    pub proxy_protocol: bool,
     /// Worker processes (0 in the file is resolved to the number of CPUs).
     pub workers: usize,
     /// This service's own origin, lower-cased, e.g. `http://127.0.0.1:8080`.
@@ -302,6 +304,8 @@ pub struct Tls {
     /// The plain listener answers 308 to https (except `/health`, `/metrics` and the ACME
     /// HTTP-01 path).
     pub redirect_http: bool,
+    /// Connections on `listen` start with a PROXY protocol header (`tls.proxy_protocol`).
+    pub proxy_protocol: bool,
     /// Automatic certificates: set exactly when `tls.acme.directory` is (then `cert_file` and
     /// `key_file` are empty).
     pub acme: Option<Acme>,
@@ -380,7 +384,7 @@ pub struct Compression {
     pub enabled: bool,
     /// Bodies shorter than this are never compressed.
     pub min_bytes: usize,
-    /// gzip level (1 to 9) for bodies compressed per response.
+    /// Effort (1 to 9) for bodies compressed per response (`compress::Effort::Level`).
     pub level: u32,
 }
 
@@ -977,6 +981,31 @@ max_frame_size = 16384
         assert_eq!(
             problems("[proxy]\ntrusted = \"10.0.0.0/8\"\n", &[]),
             [r#"proxy.trusted = "10.0.0.0/8": must be an array of strings"#]
+        );
+    }
+
+    #[test]
+    fn proxy_protocol_needs_trusted_balancers() {
+        let config = Config::default();
+        assert!(!config.proxy_protocol && !config.tls.proxy_protocol, "off by default");
+        let trusted = "[proxy]\ntrusted = [\"10.0.0.0/8\"]\n";
+        let config = load_str(&format!("proxy_protocol = true\n{trusted}"), &[]).expect("valid");
+        assert!(config.proxy_protocol && !config.tls.proxy_protocol);
+        assert_eq!(
+            problems("proxy_protocol = true\n", &[]),
+            ["proxy_protocol = true needs proxy.trusted: the balancers allowed to send the header"]
+        );
+        let tls = "public_origin = \"https://a.example\"\n[tls]\nlisten = \"127.0.0.1:8443\"\n\
+                   cert_file = \"c.pem\"\nkey_file = \"k.pem\"\nproxy_protocol = true\n";
+        let config = load_str(&format!("{tls}{trusted}"), &[]).expect("valid");
+        assert!(config.tls.proxy_protocol && !config.proxy_protocol);
+        assert_eq!(
+            problems(tls, &[]),
+            ["tls.proxy_protocol = true needs proxy.trusted: the balancers allowed to send the header"]
+        );
+        assert_eq!(
+            problems(&format!("[tls]\nproxy_protocol = true\n{trusted}"), &[]),
+            ["tls.proxy_protocol = true needs tls.listen"]
         );
     }
 

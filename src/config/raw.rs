@@ -94,6 +94,10 @@ section! {
         environment: String = "development",
         /// Listening address `ip:port` (TCP, HTTP/1.1).
         listen: String = "127.0.0.1:8080",
+        /// `true`: every connection on `listen` starts with a PROXY protocol header (v1 or v2,
+        /// as HAProxy `send-proxy` and nginx stream `proxy_protocol on` write it) naming the
+        /// client; needs `proxy.trusted`, and only peers in it may connect.
+        proxy_protocol: bool = false,
         /// Worker processes; 0 = one per CPU.
         workers: i64 = 0,
         /// This service's own origin (CORS, CSRF origin check), e.g. `https://api.example.com`.
@@ -141,7 +145,7 @@ section! {
         http2: Http2 = Http2::default(),
         /// HTTP/3 over QUIC (UDP) beside the TLS listener, with its certificate.
         http3: Http3 = Http3::default(),
-        /// Response compression (gzip), negotiated by `Accept-Encoding`.
+        /// Response compression (zstd, br, gzip), negotiated by `Accept-Encoding`.
         compression: Compression = Compression::default(),
         /// The proxies and load balancers in front of forkd whose word on the client is believed.
         proxy: Proxy = Proxy::default(),
@@ -331,6 +335,9 @@ section! {
         /// `true`: the plain listener answers every request but `/health`, `/metrics` and
         /// `/.well-known/acme-challenge/` with a 308 to the same path on https.
         redirect_http: bool = false,
+        /// `true`: every connection on `tls.listen` starts with a PROXY protocol header (before
+        /// its ClientHello); needs `proxy.trusted`, and only peers in it may connect.
+        proxy_protocol: bool = false,
         /// Automatic certificates (ACME, RFC 8555): with `directory` set, forkd obtains and
         /// renews the certificate itself and `cert_file`/`key_file` stay unset.
         acme: Acme = Acme::default(),
@@ -389,16 +396,17 @@ section! {
 }
 
 section! {
-    /// `[compression]`: large JSON, HTML, CSS and JavaScript bodies sent gzip-compressed to
-    /// clients that accept it (`Vary: Accept-Encoding`). Token responses (the auth routes, any
-    /// `Set-Cookie`), event streams, downloads and WebSocket are never compressed.
+    /// `[compression]`: large JSON, HTML, CSS and JavaScript bodies sent compressed (zstd, br
+    /// or gzip) to clients that accept it (`Vary: Accept-Encoding`). Token responses (the auth
+    /// routes, any `Set-Cookie`), event streams, downloads and WebSocket are never compressed.
     Compression {
         /// `false`: every response is sent as it is (identity).
         enabled: bool = true,
         /// Bodies shorter than this many bytes are sent as they are (0 to 67108864).
         min_bytes: i64 = 1024,
-        /// gzip level for bodies compressed per response, on the pool (1 fastest to 9
-        /// smallest); bodies fixed for the process's life are compressed once at level 9.
+        /// Effort for bodies compressed per response, on the pool (1 fastest to 9 smallest):
+        /// gzip's and zstd's level, brotli's quality less one. Bodies fixed for the
+        /// configuration's life are compressed once at the best (gzip 9, brotli 11, zstd 19).
         level: i64 = 6,
     }
 }

@@ -69,10 +69,17 @@ pub(super) fn resolve(raw: &RawConfig, sources: &Sources) -> (Config, Vec<String
         c.problem("debug.routes = true is not allowed in production");
     }
     let tls = c.tls(raw, listen, &raw.public_origin);
+    // A PROXY header is a claim only a trusted balancer may make: no trusted peer, no header.
+    for (key, on) in [("proxy_protocol", raw.proxy_protocol), ("tls.proxy_protocol", raw.tls.proxy_protocol)] {
+        if on && raw.proxy.trusted.is_empty() {
+            c.problem(&format!("{key} = true needs proxy.trusted: the balancers allowed to send the header"));
+        }
+    }
     let http3 = c.http3(raw, tls.listen);
     let config = Config {
         environment,
         listen,
+        proxy_protocol: raw.proxy_protocol,
         workers,
         public_origin: c.origin("public_origin", &raw.public_origin),
         data_dir: PathBuf::from(c.non_empty("data_dir", &raw.data_dir)),
@@ -345,11 +352,15 @@ impl Check<'_> {
         if t.redirect_http && listen.is_none() {
             self.problem("tls.redirect_http = true needs tls.listen");
         }
+        if t.proxy_protocol && listen.is_none() {
+            self.problem("tls.proxy_protocol = true needs tls.listen");
+        }
         Tls {
             listen,
             cert_file: PathBuf::from(&t.cert_file),
             key_file: PathBuf::from(&t.key_file),
             redirect_http: t.redirect_http,
+            proxy_protocol: t.proxy_protocol,
             acme,
         }
     }

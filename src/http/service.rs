@@ -52,6 +52,40 @@ pub struct Finished<'a> {
     pub label: u16,
     /// What [`Service::client`] said for this request (`None` when not called).
     pub client: Option<std::net::IpAddr>,
+    /// The protocol the exchange was spoken in.
+    pub protocol: Protocol,
+    /// The connection's TLS version (`TLSv1.3`, `TLSv1.2`, as nginx's `$ssl_protocol`);
+    /// `None` over plain TCP (or before the handshake finished).
+    pub tls: Option<&'static str>,
+    /// The request's `User-Agent`, as received (`None`: absent, or not read yet).
+    pub user_agent: Option<&'a [u8]>,
+    /// The request's `Referer`, as received (`None`: absent, or not read yet).
+    pub referer: Option<&'a [u8]>,
+}
+
+/// The protocol of an exchange, named as nginx's `$server_protocol` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `HTTP/1.0`
+    Http10,
+    /// `HTTP/1.1`
+    Http11,
+    /// `HTTP/2.0`
+    Http2,
+    /// `HTTP/3.0`
+    Http3,
+}
+
+impl Protocol {
+    /// `HTTP/1.0`, `HTTP/1.1`, `HTTP/2.0` or `HTTP/3.0`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Http10 => "HTTP/1.0",
+            Protocol::Http11 => "HTTP/1.1",
+            Protocol::Http2 => "HTTP/2.0",
+            Protocol::Http3 => "HTTP/3.0",
+        }
+    }
 }
 
 /// Per-worker settings and header state every connection shares.

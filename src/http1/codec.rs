@@ -31,7 +31,8 @@ use crate::http::headers::valid_request_id;
 use crate::http::reply::{refusal, Body, Reply};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
-use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
+use crate::http::service::{Env, Finished, Protocol, Service, HIGH_WATERMARK};
+use crate::logging;
 use crate::proto::handshake;
 
 use super::body::Chunked;
@@ -97,10 +98,39 @@ struct Current {
     keep_alive: bool,
     rid: [u8; 128],
     rid_len: usize,
-    target: Vec<u8>,
+    /// What the access line quotes from the head, kept past it: the target, then the
+    /// `User-Agent` and `Referer` values (each cut at [`logging::FIELD_MAX`] bytes), in one
+    /// buffer reused by every request of the connection.
+    quoted: Vec<u8>,
+    target_len: usize,
+    /// The lengths of the `User-Agent` and `Referer` values after the target, when present.
+    agent_len: Option<usize>,
+    referer_len: Option<usize>,
     started: Instant,
     label: u16,
     client: Option<std::net::IpAddr>,
+}
+
+impl Current {
+    /// Keep `target`, `agent` and `referer` for the access line.
+    fn quote(&mut self, target: &[u8], agent: Option<&[u8]>, referer: Option<&[u8]>) {
+        let (agent, referer) = (agent.map(logging::capped), referer.map(logging::capped));
+        let q = &mut self.quoted;
+        q.clear();
+        q.reserve(target.len() + agent.map_or(0, <[u8]>::len) + referer.map_or(0, <[u8]>::len));
+        q.extend_from_slice(target);
+        q.extend_from_slice(agent.unwrap_or_default());
+        q.extend_from_slice(referer.unwrap_or_default());
+        (self.target_len, self.agent_len, self.referer_len) =
+            (target.len(), agent.map(<[u8]>::len), referer.map(<[u8]>::len));
+    }
+
+    /// The target, `User-Agent` and `Referer` [`Current::quote`] kept.
+    fn quoted(&self) -> (&[u8], Option<&[u8]>, Option<&[u8]>) {
+        let (target, rest) = self.quoted.split_at(self.target_len.min(self.quoted.len()));
+        let (agent, referer) = rest.split_at(self.agent_len.unwrap_or(0).min(rest.len()));
+        (target, self.agent_len.map(|_| agent), self.referer_len.map(|_| referer))
+    }
 }
 
 /// HTTP/1.1 state of one connection.
@@ -130,6 +160,8 @@ pub struct Http1 {
     peer: IpAddr,
     /// The connection is TLS (copied into each [`Request`]).
     secure: bool,
+    /// Its TLS version once the handshake agreed on one ([`Http1::set_tls`]), for the access log.
+    tls: Option<&'static str>,
     /// No request has started on this connection yet.
     fresh: bool,
     /// The `Host` value of an earlier request, checked valid then (`host[..host_len]`):
@@ -157,7 +189,10 @@ impl Http1 {
                 keep_alive: true,
                 rid: [0; 128],
                 rid_len: 0,
-                target: Vec::new(),
+                quoted: Vec::new(),
+                target_len: 0,
+                agent_len: None,
+                referer_len: None,
                 started: now,
                 label: 0,
                 client: None,
@@ -165,6 +200,7 @@ impl Http1 {
             deadline: Some((now + env.header_timeout, Timeout::Idle)),
             peer,
             secure,
+            tls: None,
             fresh: true,
             host: [0; parse::HOST_MEMO],
             host_len: 0,
@@ -324,6 +360,12 @@ impl Http1 {
         }
     }
 
+    /// The connection's TLS version (`TLSv1.3`), once its handshake agreed on one: the access
+    /// lines of its exchanges name it.
+    pub fn set_tls(&mut self, version: Option<&'static str>) {
+        self.tls = version;
+    }
+
     /// The first bytes of a head arrived (a no-op after that): the header
     /// timer runs from now, and [`Http1::on_timeout`] answers `408` if the
     /// head is not complete by then. [`Http1::advance`] calls it; so does a
@@ -388,8 +430,10 @@ impl Http1 {
                 }
                 // Known from here on, so that a later 400/413/408 is logged with them.
                 self.cur.method = head.method;
-                self.cur.target.clear();
-                self.cur.target.extend_from_slice(parsed.path.unwrap_or("/").as_bytes());
+                let field =
+                    |name: &str| parsed.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
+                let target = parsed.path.unwrap_or("/").as_bytes();
+                self.cur.quote(target, field("user-agent"), field("referer"));
                 self.head_known = true;
                 (head, parsed)
             }
@@ -537,15 +581,20 @@ impl Http1 {
             request_id: &cur.rid[..cur.rid_len],
         };
         let bytes = write_response(out, &resp, &meta, &mut env.common);
+        let (target, user_agent, referer) = cur.quoted();
         svc.finished(&Finished {
             method: cur.method.as_str(),
-            target: &cur.target,
+            target,
             status: resp.status,
             bytes,
             elapsed: cur.started.elapsed(),
             request_id: &cur.rid[..cur.rid_len],
             label: cur.label,
             client: cur.client,
+            protocol: if cur.http10 { Protocol::Http10 } else { Protocol::Http11 },
+            tls: self.tls,
+            user_agent,
+            referer,
         });
         self.head_known = false;
         self.cur.keep_alive = keep_alive;
@@ -584,8 +633,7 @@ impl Http1 {
         }
         if !self.head_known {
             self.cur.method = Method::Other;
-            self.cur.target.clear();
-            self.cur.target.push(b'-');
+            self.cur.quote(b"-", None, None);
         }
         let mut u = [0u8; 36];
         env.common.uuid(&mut u);
@@ -657,6 +705,49 @@ mod tests {
         assert_eq!(p, Progress::NeedInput);
         assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 3);
         assert_eq!(svc.log.iter().map(|l| l.0.as_str()).collect::<Vec<_>>(), ["/a", "/b", "/c"]);
+    }
+
+    /// What the access log got for each exchange: protocol, TLS version, agent, referer.
+    type Quoted = (Protocol, Option<&'static str>, Option<Vec<u8>>, Option<Vec<u8>>);
+
+    struct Quoting(Vec<Quoted>);
+
+    impl Service for Quoting {
+        fn call(&mut self, _: &Request<'_>) -> Reply {
+            Reply::full(Response::new(204))
+        }
+        fn finished(&mut self, done: &Finished<'_>) {
+            let owned = |v: Option<&[u8]>| v.map(<[u8]>::to_vec);
+            self.0.push((done.protocol, done.tls, owned(done.user_agent), owned(done.referer)));
+        }
+    }
+
+    #[test]
+    fn each_exchange_is_logged_with_its_own_agent_and_referer() {
+        let mut e = env();
+        let now = Instant::now();
+        let mut h = Http1::new("127.0.0.1".parse().expect("ip"), true, &e, now);
+        h.set_tls(Some("TLSv1.3"));
+        let mut svc = Quoting(Vec::new());
+        let long = "x".repeat(logging::FIELD_MAX + 100);
+        let mut inbuf = format!(
+            "GET /a HTTP/1.1\r\nHost: x\r\nUser-Agent: one\r\nReferer: https://r.example/\r\n\r\n\
+             GET /b HTTP/1.1\r\nHost: x\r\n\r\n\
+             GET /c HTTP/1.0\r\nhost: x\r\nuser-agent: {long}\r\nREFERER: \r\n\r\n"
+        )
+        .into_bytes();
+        h.advance(&mut inbuf, &mut Vec::new(), &mut svc, &mut e, now);
+        let cut = long.as_bytes()[..logging::FIELD_MAX].to_vec();
+        let tls = Some("TLSv1.3");
+        assert_eq!(
+            svc.0,
+            [
+                (Protocol::Http11, tls, Some(b"one".to_vec()), Some(b"https://r.example/".to_vec())),
+                (Protocol::Http11, tls, None, None),
+                (Protocol::Http10, tls, Some(cut), Some(Vec::new())),
+            ],
+            "nothing carries over from the request before; an agent is cut at the cap"
+        );
     }
 
     #[test]

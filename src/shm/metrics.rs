@@ -84,6 +84,9 @@ pub struct ProcMetrics {
     sse_streams: AtomicU64,
     /// Open WebSocket clients (a gauge).
     websocket_clients: AtomicU64,
+    /// Connections closed unserved on a `proxy_protocol` listener: a peer outside
+    /// `proxy.trusted`, or no valid PROXY header in time.
+    proxy_refused: AtomicU64,
 }
 
 /// Add one to a counter only this process writes: a load and a store, no
@@ -102,6 +105,11 @@ impl ProcMetrics {
         let bucket = BOUNDS_US.iter().position(|&b| us <= b).unwrap_or(BOUNDS_US.len());
         bump(&self.latency[route][bucket], 1);
         bump(&self.latency_sum_us[route], us);
+    }
+
+    /// Count one connection a `proxy_protocol` listener closed unserved (worker only).
+    pub fn count_proxy_refused(&self) {
+        bump(&self.proxy_refused, 1);
     }
 
     /// Publish the open SSE stream count (worker only).
@@ -125,7 +133,8 @@ impl ProcMetrics {
 
     /// Every counter (gauges excluded), in a fixed order.
     fn counters(&self) -> impl Iterator<Item = &AtomicU64> {
-        self.requests.iter().flatten().chain(self.latency.iter().flatten()).chain(&self.latency_sum_us)
+        let rows = self.requests.iter().flatten().chain(self.latency.iter().flatten());
+        rows.chain(&self.latency_sum_us).chain(std::iter::once(&self.proxy_refused))
     }
 
     /// Add this block's counters and gauges to `t`.
@@ -141,6 +150,7 @@ impl ProcMetrics {
             }
             t.latency_sum_us[r] += self.latency_sum_us[r].load(Ordering::Relaxed);
         }
+        t.proxy_refused += self.proxy_refused.load(Ordering::Relaxed);
         if gauges {
             t.sse_streams += self.sse_streams.load(Ordering::Relaxed);
             t.websocket_clients += self.websocket_clients.load(Ordering::Relaxed);
@@ -173,6 +183,8 @@ pub struct Totals {
     pub latency: Box<[[u64; BUCKETS]; ROUTES]>,
     /// Sum of the latencies by route slot, in microseconds.
     pub latency_sum_us: [u64; ROUTES],
+    /// Connections closed unserved on a `proxy_protocol` listener.
+    pub proxy_refused: u64,
     /// Open client connections.
     pub connections: u64,
     /// Open SSE streams.
@@ -193,6 +205,7 @@ impl Totals {
             requests: Box::new([[0; STATUSES]; ROUTES]),
             latency: Box::new([[0; BUCKETS]; ROUTES]),
             latency_sum_us: [0; ROUTES],
+            proxy_refused: 0,
             connections: 0,
             sse_streams: 0,
             websocket_clients: 0,

@@ -113,6 +113,8 @@ struct Supervisor {
     tls_secret: [u8; crate::tls::SECRET_LEN],
     region: &'static Region,
     endpoints: &'static crate::upstream::wire::Endpoints,
+    /// The bodies fixed for `config`'s life and their compressed forms, for the next workers.
+    fixed: Arc<crate::app::fixed::Fixed>,
     shared_cache: &'static crate::shm::cache::SharedCache,
     slots: Vec<Slot>,
     table: Table,

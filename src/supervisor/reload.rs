@@ -211,6 +211,8 @@ impl Supervisor {
         self.tls_key = tls_key;
         // Leaked: workers forked earlier still refer to the old set (a few hundred bytes per reload).
         self.endpoints = Box::leak(Box::new(endpoints));
+        // Workers forked before hold their own copy of the old set.
+        self.fixed = Arc::new(crate::app::fixed::Fixed::build(&self.config, Some(&self.fixed)));
         // A reload applies the configured count: TTIN/TTOU changes since the
         // start (or the last reload) are undone, and the log says so.
         if let Some(why) = workers_change(old_n, new_n, configured) {

@@ -91,6 +91,7 @@ impl Supervisor {
                     h3,
                     rate: &self.region.rate,
                     endpoints: self.endpoints,
+                    fixed: Arc::clone(&self.fixed),
                     shared_cache: self.shared_cache,
                     foreign_writers: self.old_workers.iter().map(|&(_, pid)| pid).collect(),
                     acme: challenges,

@@ -107,6 +107,8 @@ impl Supervisor {
         let endpoints = crate::upstream::wire::Endpoints::resolve(&config)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("upstream: {e}")))?;
         let endpoints: &'static crate::upstream::wire::Endpoints = Box::leak(Box::new(endpoints));
+        // Rendered and compressed here, once: the workers inherit them (see `app::fixed`).
+        let fixed = Arc::new(crate::app::fixed::Fixed::build(&config, None));
         let shared_cache = crate::shm::cache::SharedCache::create(config.upstreams.cache_entries, rand::random())?;
         // HTTP/3 0-RTT: the TLS sessions every worker resumes from (and takes once).
         if config.http3.listen.is_some() && config.http3.early_data {
@@ -253,6 +255,7 @@ impl Supervisor {
             tls_secret,
             region,
             endpoints,
+            fixed,
             shared_cache,
             slots,
             table: Table::default(),

@@ -94,7 +94,8 @@ pub(super) struct Conn {
 }
 
 /// What a connection speaks. Every connection starts as [`ConnState::Http1`]
-/// with [`H1::sniff`] set; its first bytes (or the TLS handshake's ALPN) may
+/// with [`H1::sniff`] set (on a listener with `proxy_protocol`, after
+/// [`ConnState::ProxyHeader`]); its first bytes (or the TLS handshake's ALPN) may
 /// turn it into [`ConnState::Http2`]. Either ends in [`ConnState::Lingering`]
 /// when its last response is sent, or is closed outright.
 ///
@@ -105,6 +106,9 @@ pub(super) struct Conn {
 /// pointer chase on every HTTP/1.1 request.
 #[allow(clippy::large_enum_variant)]
 pub(super) enum ConnState {
+    /// Its PROXY protocol header is awaited until this deadline (the header timeout);
+    /// nothing is read as TLS or HTTP before it (`proxy_header.rs`).
+    ProxyHeader(Instant),
     /// HTTP/1.1 (also while the protocol is not decided yet).
     Http1(H1),
     /// HTTP/2: the session and every exchange (stream) on it.
@@ -115,11 +119,12 @@ pub(super) enum ConnState {
 }
 
 impl ConnState {
-    /// When the protocol state next needs the loop (the connection's timer): the
-    /// codec's header, body or keep-alive deadline; a stream's heartbeat, ping or
-    /// tick; the HTTP/2 session's; the end of a lingering close.
+    /// When the protocol state next needs the loop (the connection's timer): the PROXY
+    /// header's deadline; the codec's header, body or keep-alive deadline; a stream's
+    /// heartbeat, ping or tick; the HTTP/2 session's; the end of a lingering close.
     pub(super) fn deadline(&self, env: &Env) -> Option<Instant> {
         match self {
+            ConnState::ProxyHeader(until) => Some(*until),
             ConnState::Http1(H1 { stream: Some(s), .. }) => s.deadline(),
             ConnState::Http1(h) => h.codec.deadline().map(|d| d.0),
             ConnState::Http2(sess) => sess.deadline(env),
@@ -150,6 +155,12 @@ impl H1 {
     /// A fresh connection's state: `codec` waits for the first head, the protocol undecided.
     pub(super) fn new(codec: Http1) -> H1 {
         H1 { codec, sniff: true, stream: None, call: None, closing: false }
+    }
+
+    /// The state of a connection from `peer` (over TLS when `secure`) about to read its first
+    /// bytes as HTTP (`h2`: HTTP/2 is on, so they are sniffed for its preface).
+    pub(super) fn fresh(peer: std::net::IpAddr, secure: bool, h2: bool, env: &Env, now: Instant) -> H1 {
+        H1 { sniff: h2, ..H1::new(Http1::new(peer, secure, env, now)) }
     }
 }
 
@@ -230,6 +241,9 @@ impl Worker {
                 }
             }
             self.bufs.fill(&mut c.io.out);
+            if c.io.tls.is_some() {
+                h.codec.set_tls(c.io.tls_version());
+            }
             let progress = h.codec.advance(&mut c.io.inbuf, &mut c.io.out, &mut glue, &mut self.env, now);
             match c.io.flush() {
                 Ok(()) => {}
@@ -386,8 +400,8 @@ mod tests {
         assert_eq!(ConnState::Http1(relaying).deadline(&env), None, "a relay's upstream has the timer, not the codec");
         let until = now + Duration::from_secs(2);
         assert_eq!(ConnState::Lingering(until).deadline(&env), Some(until));
-        let h2 =
-            ConnState::Http2(Box::new(H2Session::new(crate::http2::H2Settings::default(), 0, 0, PEER, false, now)));
+        assert_eq!(ConnState::ProxyHeader(until).deadline(&env), Some(until), "a PROXY header is owed by then");
+        let h2 = ConnState::Http2(Box::new(H2Session::new(crate::http2::H2Settings::default(), 0, 0, PEER, None, now)));
         assert_eq!(h2.deadline(&env), Some(now + env.header_timeout), "a new session owes its preface");
     }
 }

@@ -39,7 +39,7 @@ use crate::http::headers::{valid_request_id, Common};
 use crate::http::reply::{refusal, FileRange};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
-use crate::http::service::{Env, Finished, Service, HIGH_WATERMARK};
+use crate::http::service::{Env, Finished, Protocol, Service, HIGH_WATERMARK};
 use crate::http::target::{split_target, valid_host};
 use crate::http2::{Heads, Priority};
 use crate::proto::handshake;
@@ -307,6 +307,9 @@ pub(super) struct Exchanges<K, H> {
     gen: u32,
     peer: IpAddr,
     secure: bool,
+    /// What the access log names the connection's protocol and TLS version.
+    protocol: Protocol,
+    tls: Option<&'static str>,
     /// Errors this session answers itself carry `Alt-Svc` (HTTP/2 over TLS).
     announce: bool,
     /// Since when the connection has had no exchange (the keep-alive timer).
@@ -316,9 +319,31 @@ pub(super) struct Exchanges<K, H> {
 }
 
 impl<K: Key, H: Head> Exchanges<K, H> {
-    /// No exchange yet on connection `conn` of generation `gen`, from `peer`.
-    pub(super) fn new(conn: usize, gen: u32, peer: IpAddr, secure: bool, announce: bool, now: Instant) -> Self {
-        Exchanges { list: Vec::new(), conn, gen, peer, secure, announce, idle_since: Some(now), effects: Vec::new() }
+    /// No exchange yet on connection `conn` of generation `gen`, from `peer`, speaking
+    /// `protocol` over TLS `tls` (`None`: plain TCP).
+    pub(super) fn new(
+        conn: usize,
+        gen: u32,
+        peer: IpAddr,
+        protocol: Protocol,
+        tls: Option<&'static str>,
+        announce: bool,
+        now: Instant,
+    ) -> Self {
+        let secure = tls.is_some();
+        let idle_since = Some(now);
+        Exchanges {
+            list: Vec::new(),
+            conn,
+            gen,
+            peer,
+            secure,
+            protocol,
+            tls,
+            announce,
+            idle_since,
+            effects: Vec::new(),
+        }
     }
 
     /// The generation of the connection (in every id of its exchanges).
@@ -577,6 +602,10 @@ impl<K: Key, H: Head> Exchanges<K, H> {
             request_id: ex.request_id.as_bytes(),
             label: ex.label,
             client: ex.client,
+            protocol: self.protocol,
+            tls: self.tls,
+            user_agent: ex.head.field("user-agent"),
+            referer: ex.head.field("referer"),
         });
         if !sent {
             sink.reset(ex.stream, Reset::Internal);
@@ -1092,7 +1121,7 @@ mod tests {
             let poll = mio::Poll::new().expect("poll");
             let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).expect("waker"));
             Bench {
-                ex: Exchanges::new(1, 7, IpAddr::from([127, 0, 0, 1]), false, false, Instant::now()),
+                ex: Exchanges::new(1, 7, IpAddr::from([127, 0, 0, 1]), Protocol::Http2, None, false, Instant::now()),
                 sink: TestSink { wrote: Vec::new(), room: usize::MAX },
                 host: TestHost { reply: Box::new(reply), finished: Vec::new() },
                 env: Env::testing(),

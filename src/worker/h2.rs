@@ -25,7 +25,7 @@ use super::produce::SLICE;
 use super::{Glue, Worker, READ_AHEAD};
 use crate::error::Error;
 use crate::http::reply::FileRange;
-use crate::http::service::{Env, HIGH_WATERMARK};
+use crate::http::service::{Env, Protocol, HIGH_WATERMARK};
 use crate::http2::request::{self, Fault};
 use crate::http2::{
     Event, H2Conn, H2Error, H2Settings, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId,
@@ -401,13 +401,13 @@ impl H2Session {
         conn: usize,
         gen: u32,
         peer: std::net::IpAddr,
-        secure: bool,
+        tls: Option<&'static str>,
         now: Instant,
     ) -> H2Session {
         H2Session {
             out: H2Sink { conn: H2Conn::new(settings), scheduler: Scheduler::new(), ready: Vec::new() },
             events: Vec::new(),
-            ex: Exchanges::new(conn, gen, peer, secure, true, now),
+            ex: Exchanges::new(conn, gen, peer, Protocol::Http2, tls, true, now),
             peer,
             ending: Ending::No,
             cut_at: None,
@@ -554,7 +554,7 @@ impl Worker {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let settings = self.h2.clone().unwrap_or_else(|| H2Settings::new(self.env.max_head));
         let now = Instant::now();
-        let mut sess = H2Session::new(settings, idx, c.generation, c.peer, c.io.tls.is_some(), now);
+        let mut sess = H2Session::new(settings, idx, c.generation, c.peer, c.io.tls_version(), now);
         if self.env.draining {
             sess.shut_down(now + cut_after(self.config.shutdown_timeout));
         }
@@ -739,7 +739,7 @@ mod tests {
     fn a_session_owes_its_preface_then_a_stalled_header_block_within_the_header_timeout() {
         let env = Env::testing();
         let now = Instant::now();
-        let mut sess = H2Session::new(H2Settings::default(), 0, 0, std::net::Ipv4Addr::LOCALHOST.into(), false, now);
+        let mut sess = H2Session::new(H2Settings::default(), 0, 0, std::net::Ipv4Addr::LOCALHOST.into(), None, now);
         assert_eq!(sess.deadline(&env), Some(now + env.header_timeout), "the preface is owed");
         let fed = now + Duration::from_millis(100);
         sess.unfinished.as_mut().expect("watched").feed(PREFACE, fed);

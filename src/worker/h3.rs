@@ -45,6 +45,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::http::reply::FileRange;
 use crate::http::response::{Delimit, RequestMeta};
+use crate::http::service::Protocol;
 use crate::http2::{Heads, Priority};
 use crate::http3::conn::{Event, H3Conn};
 use crate::http3::head::RequestHead;
@@ -345,7 +346,8 @@ impl Worker {
                     let generation = h3.next_generation;
                     h3.next_generation = h3.next_generation.wrapping_add(1);
                     let peer = server.conn(ch).map_or(IpAddr::from([0, 0, 0, 0]), |c| c.quic().remote_address().ip());
-                    h3.sessions.insert(ch, Session::new(ch.0, generation, peer, true, false, now));
+                    let session = Session::new(ch.0, generation, peer, Protocol::Http3, Some("TLSv1.3"), false, now);
+                    h3.sessions.insert(ch, session);
                 }
                 if let (Some(conn), Some(sess)) = (server.conn(ch), h3.sessions.get_mut(&ch)) {
                     let mut cx = engine_cx!(self, &mut glue, &mut h3.heads);

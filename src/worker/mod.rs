@@ -10,7 +10,8 @@
 //!
 //! The rest, by seam:
 //! * `conn.rs`: a TCP connection (`Conn`: a `Transport` + one `ConnState`) and the driving of
-//!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline.
+//!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline;
+//!   `proxy_header.rs`: the PROXY protocol header a listener may require before the rest.
 //! * `engine.rs`: the life of an exchange on a multiplexed connection (dispatch, answer,
 //!   producers, back pressure), written once for HTTP/2 and HTTP/3 against a codec's `Sink`;
 //!   `mux.rs`: routes what the loop produced for an `ExchangeId` (HTTP/1.1, HTTP/2 or
@@ -50,6 +51,7 @@ mod mux;
 mod panics;
 mod pool;
 mod produce;
+mod proxy_header;
 mod quic;
 mod relay;
 mod streams;
@@ -74,7 +76,6 @@ use crate::bus::Endpoint;
 use crate::config::Config;
 use crate::http::headers::Common;
 use crate::http::service::{Env, HIGH_WATERMARK};
-use crate::http1::codec::Http1;
 use crate::http2::H2Settings;
 use crate::shm::metrics::ProcMetrics;
 use crate::shm::{ProcRecord, Region, WorkerState};
@@ -126,6 +127,9 @@ pub struct WorkerArgs<'a> {
     pub rate: &'static crate::shm::ratelimit::RateTable,
     /// The upstreams, resolved before fork.
     pub endpoints: &'static crate::upstream::wire::Endpoints,
+    /// The bodies fixed for the configuration's life and their compressed forms, built
+    /// before fork.
+    pub fixed: Arc<crate::app::fixed::Fixed>,
     /// The upstream-answer cache shared by every worker.
     pub shared_cache: &'static crate::shm::cache::SharedCache,
     /// After `SIGUSR2`: the old supervisor's workers, which write to the same database
@@ -351,7 +355,8 @@ impl Worker {
             accept_retry: None,
             signals,
             pool,
-            app: App::new(svc, user_memo),
+            // Kept for the worker's life, like the services.
+            app: App::new(svc, user_memo, Box::leak(Box::new(args.fixed))),
             env,
             h2: h2_settings(config),
             h3,
@@ -531,6 +536,11 @@ impl Worker {
                     ConnState::Http2(sess) => sess.shut_down(now + h2::cut_after(self.config.shutdown_timeout)),
                     ConnState::Http1(h) if h.stream.is_none() => h.codec.drain(now),
                     ConnState::Http1(_) | ConnState::Lingering(_) => {}
+                    // No request has started: nothing to finish.
+                    ConnState::ProxyHeader(_) => {
+                        self.close(i);
+                        continue;
+                    }
                 }
             }
             self.drive(i);
@@ -554,6 +564,7 @@ impl Worker {
             let Some(listener) = listener else { return };
             match listener.accept() {
                 Ok((sock, peer)) => {
+                    let Some(proxied) = self.proxy_admits(tls, peer.ip()) else { continue };
                     let _ = sock.set_nodelay(true);
                     let session = match (tls, &self.tls_config) {
                         (false, _) | (true, None) => None,
@@ -565,7 +576,7 @@ impl Worker {
                             }
                         },
                     };
-                    self.add_conn(sock, peer.ip(), session);
+                    self.add_conn(sock, peer.ip(), session, proxied);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -604,7 +615,15 @@ impl Worker {
         }
     }
 
-    fn add_conn(&mut self, mut sock: TcpStream, peer: std::net::IpAddr, tls: Option<Box<rustls::ServerConnection>>) {
+    /// Serve an accepted socket from `peer` (`tls`: its session on the TLS listener;
+    /// `proxied`: it starts with a PROXY protocol header).
+    fn add_conn(
+        &mut self,
+        mut sock: TcpStream,
+        peer: std::net::IpAddr,
+        tls: Option<Box<rustls::ServerConnection>>,
+        proxied: bool,
+    ) {
         let idx = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -626,10 +645,11 @@ impl Worker {
             generation,
             timer_at: None,
             paused: false,
-            state: ConnState::Http1(H1 {
-                sniff: self.h2.is_some(),
-                ..H1::new(Http1::new(peer, secure, &self.env, now))
-            }),
+            state: if proxied {
+                ConnState::ProxyHeader(now + self.env.header_timeout)
+            } else {
+                ConnState::Http1(H1::fresh(peer, secure, self.h2.is_some(), &self.env, now))
+            },
         });
         self.live += 1;
         self.peak = self.peak.max(self.live);
@@ -674,7 +694,7 @@ impl Worker {
                 }
             }
             ConnState::Http2(sess) => self.forget_h2(*sess),
-            ConnState::Lingering(_) => {}
+            ConnState::ProxyHeader(_) | ConnState::Lingering(_) => {}
         }
     }
 
@@ -707,6 +727,7 @@ impl Worker {
             ConnState::Http1(H1 { stream: Some(_), .. }) => self.drive_stream(idx),
             ConnState::Http2(_) => self.drive_h2(idx),
             ConnState::Lingering(_) => self.linger(idx),
+            ConnState::ProxyHeader(_) => self.drive_proxy_header(idx),
         }
     }
 
@@ -753,6 +774,16 @@ impl Worker {
             }
             c.timer_at = None;
             let lingered = matches!(c.state, ConnState::Lingering(until) if until <= now);
+            if let ConnState::ProxyHeader(until) = c.state {
+                if until <= now {
+                    log::debug!("PROXY protocol from {}: no whole header in time: closed", c.peer);
+                    self.metrics.count_proxy_refused();
+                    self.close(idx);
+                } else {
+                    self.arm(idx);
+                }
+                continue;
+            }
             if lingered || c.io.send_deadline.is_some_and(|t| t <= now) {
                 self.close(idx);
                 continue;
@@ -769,6 +800,7 @@ impl Worker {
                 }
                 ConnState::Http2(_) => self.h2_timer(idx, now),
                 ConnState::Lingering(_) => self.arm(idx),
+                ConnState::ProxyHeader(_) => {}
             }
         }
     }

@@ -432,7 +432,7 @@ impl Worker {
                     continue;
                 }
                 ConnState::Http1(h) => h,
-                ConnState::Lingering(_) => continue,
+                ConnState::ProxyHeader(_) | ConnState::Lingering(_) => continue,
             };
             match &mut h.stream {
                 Some(Stream::Sse(_)) => {

@@ -44,6 +44,16 @@ impl Transport {
         Transport { sock, tls, inbuf, out, out_pos: 0, eof: false, send_deadline: None }
     }
 
+    /// The TLS version, named as nginx's `$ssl_protocol` names it (`TLSv1.3`, `TLSv1.2`), once
+    /// the handshake agreed on one; `None` on a plain connection.
+    pub(super) fn tls_version(&self) -> Option<&'static str> {
+        match self.tls.as_ref()?.protocol_version()? {
+            rustls::ProtocolVersion::TLSv1_3 => Some("TLSv1.3"),
+            rustls::ProtocolVersion::TLSv1_2 => Some("TLSv1.2"),
+            _ => Some("TLS"),
+        }
+    }
+
     /// Output not yet on the wire: queued bytes, or TLS records rustls still holds.
     pub(super) fn pending_out(&self) -> bool {
         self.out.len() > self.out_pos || self.tls.as_ref().is_some_and(|t| t.wants_write())

@@ -250,14 +250,6 @@ fn a_certificate_is_renewed_at_two_thirds_of_its_lifetime() {
     assert_ne!(first, second, "the renewed certificate serves");
 }
 
-/// `forkd check-config` on `extra` (after the harness defaults) in `dir`.
-fn check(dir: &Path, extra: &str) -> CliOutput {
-    let text = render_config(&format!("127.0.0.1:{}", free_port()), &dir.join("data"), extra);
-    let path = dir.join("forkd.toml");
-    fs::write(&path, text).expect("write config");
-    run_forkd(dir, &["check-config", "--config", path.to_str().expect("utf-8")], &[])
-}
-
 #[test]
 fn check_config_takes_acme_instead_of_files_and_refuses_bad_values_in_one_line() {
     let d = tempfile::Builder::new().prefix("forkd-acme-").tempdir().expect("tempdir");
@@ -268,7 +260,7 @@ fn check_config_takes_acme_instead_of_files_and_refuses_bad_values_in_one_line()
         "{base}[tls.acme]\ndirectory = \"https://ca.example/dir\"\ndomains = [\"a.example\"]\nca_file = \"{}\"\n",
         ca.display()
     );
-    let out = check(d.path(), &good);
+    let out = check_config(d.path(), &good);
     assert_eq!(out.code(), Some(0), "{out:?}");
     let cases = [
         (
@@ -282,7 +274,7 @@ fn check_config_takes_acme_instead_of_files_and_refuses_bad_values_in_one_line()
         ),
     ];
     for (acme, want) in cases {
-        let out = check(d.path(), &format!("{base}[tls.acme]\n{acme}"));
+        let out = check_config(d.path(), &format!("{base}[tls.acme]\n{acme}"));
         assert_eq!(out.code(), Some(2), "{want}: {out:?}");
         let lines: Vec<&str> = out.stderr.lines().filter(|l| l.contains("tls.acme")).collect();
         assert_eq!(lines.len(), 1, "{want}: {out:?}");

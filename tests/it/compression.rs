@@ -1,6 +1,7 @@
-//! Response compression (`[compression]`): large bodies gzipped for a client that accepts it,
-//! with `Vary: Accept-Encoding` whether compressed or not, the same on every protocol; small
-//! bodies, token responses and a server with compression off sent as they are.
+//! Response compression (`[compression]`): large bodies sent in zstd, br or gzip to a client
+//! that accepts it, with `Vary: Accept-Encoding` whether compressed or not and an `ETag` per
+//! coding, the same on every protocol; small bodies, token responses, errors, downloads,
+//! event streams and a server with compression off sent as they are.
 
 use std::io::Read;
 
@@ -9,11 +10,25 @@ use serde_json::json;
 use crate::util::*;
 
 fn gunzip(s: &Server, body: &[u8], what: &str) -> Vec<u8> {
+    decode(s, "gzip", body, what)
+}
+
+/// `body` decoded from `coding` (`br`, `zstd` or `gzip`), the test failing when it does not decode.
+fn decode(s: &Server, coding: &str, body: &[u8], what: &str) -> Vec<u8> {
     let mut out = Vec::new();
-    let ok = flate2::read::GzDecoder::new(body).read_to_end(&mut out);
-    ensure!(s, ok.is_ok(), "{what}: the body is not gzip: {ok:?}");
+    let ok = match coding {
+        "gzip" => flate2::read::GzDecoder::new(body).read_to_end(&mut out).map(drop),
+        "br" => brotli::Decompressor::new(body, 4096).read_to_end(&mut out).map(drop),
+        "zstd" => zstd::stream::read::Decoder::new(body).and_then(|mut d| d.read_to_end(&mut out)).map(drop),
+        other => panic!("no such coding in the test: {other}"),
+    };
+    ensure!(s, ok.is_ok(), "{what}: the body is not {coding}: {ok:?}");
     out
 }
+
+const EVERY: &[(&str, &str)] = &[("Accept-Encoding", "gzip, br, zstd")];
+/// What Chrome, Edge and Firefox send.
+const BROWSER: &[(&str, &str)] = &[("Accept-Encoding", "gzip, deflate, br, zstd")];
 
 fn varies(r: &Response) -> bool {
     r.header_all("vary").iter().any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("accept-encoding")))
@@ -83,16 +98,16 @@ fn token_responses_are_never_compressed(p: Proto) {
     let login = s.call_t(
         "POST",
         "/api/v1/auth/login",
-        &[("Content-Type", "application/json"), ("Accept-Encoding", "gzip")],
+        &[("Content-Type", "application/json"), EVERY[0]],
         &body,
         SLOW_IO_TIMEOUT,
     );
-    let d = s.expect_data(&login, 200, "login with Accept-Encoding: gzip");
+    let d = s.expect_data(&login, 200, "login with Accept-Encoding: gzip, br, zstd");
     ensure!(s, d["accessToken"].is_string(), "a token in the plain body: {d}");
     ensure_eq!(s, login.header("content-encoding"), None, "login");
     ensure!(s, !varies(&login), "login never varies: {:?}", login.headers);
     let refresh = d["refreshToken"].as_str().unwrap_or_default().to_owned();
-    let again = s.api_h("POST", "/api/auth/refresh", None, Some(&json!({"refreshToken": refresh})), GZIP);
+    let again = s.api_h("POST", "/api/auth/refresh", None, Some(&json!({"refreshToken": refresh})), EVERY);
     s.expect_data(&again, 200, "refresh");
     ensure_eq!(s, again.header("content-encoding"), None, "refresh");
 
@@ -121,4 +136,109 @@ fn compression_off_sends_every_body_as_it_is() {
     ensure_eq!(s, r.header("content-encoding"), None, "enabled = false");
     ensure!(s, !varies(&r), "nothing varies: {:?}", r.headers);
     ensure!(s, serde_json::from_slice::<serde_json::Value>(&r.body).is_ok(), "plain JSON");
+}
+
+protocols!(each_coding_decodes_to_the_identity_body_with_an_etag_of_its_own);
+fn each_coding_decodes_to_the_identity_body_with_an_etag_of_its_own(p: Proto) {
+    let s = Server::start("").on(p);
+    for path in ["/api/openapi.json", "/api/docs"] {
+        let plain = s.get(path);
+        ensure!(s, plain.status == 200, "GET {path}: {plain:?}");
+        let plain_tag = plain.header("etag").unwrap_or_default().to_owned();
+        ensure!(s, plain_tag.starts_with('"') && plain_tag.len() > 2, "{path}: a strong ETag, got {plain_tag:?}");
+        for coding in ["br", "zstd", "gzip"] {
+            let what = format!("GET {path} with Accept-Encoding: {coding}");
+            let r = s.call("GET", path, &[("Accept-Encoding", coding)], b"");
+            ensure!(s, r.status == 200, "{what}: {r:?}");
+            ensure_eq!(s, r.header("content-encoding"), Some(coding), "{what}: Content-Encoding");
+            ensure!(s, varies(&r), "{what}: Vary in {:?}", r.headers);
+            ensure!(s, r.body.len() * 5 < plain.body.len(), "{what}: {} of {} bytes", r.body.len(), plain.body.len());
+            ensure!(s, decode(&s, coding, &r.body, &what) == plain.body, "{what}: decodes to the identity body");
+            let tag = r.header("etag").unwrap_or_default();
+            let want = format!("{}-{coding}\"", plain_tag.trim_end_matches('"'));
+            ensure_eq!(s, tag, want.as_str(), "{what}: the coding's own ETag");
+            let fresh = s.call("GET", path, &[("Accept-Encoding", coding), ("If-None-Match", tag)], b"");
+            ensure!(s, fresh.status == 304 && fresh.body.is_empty(), "{what}, If-None-Match {tag}: {fresh:?}");
+        }
+        let fresh = s.call("GET", path, &[("If-None-Match", &plain_tag)], b"");
+        ensure!(s, fresh.status == 304, "{path}, If-None-Match with the identity ETag: {fresh:?}");
+        // A browser gets the smallest form of a body compressed once: br.
+        let r = s.call("GET", path, BROWSER, b"");
+        ensure_eq!(s, r.header("content-encoding"), Some("br"), "{path} for a browser");
+    }
+
+    // `identity;q=0` with a coding acceptable: that coding; with none: identity, never a 406.
+    let plain = s.get("/api/openapi.json");
+    let r = s.call("GET", "/api/openapi.json", &[("Accept-Encoding", "identity;q=0, zstd")], b"");
+    ensure_eq!(s, r.header("content-encoding"), Some("zstd"), "identity;q=0, zstd");
+    for refused in ["identity;q=0", "identity;q=0, br;q=0, zstd;q=0, gzip;q=0", "*;q=0", "deflate, compress"] {
+        let r = s.call("GET", "/api/openapi.json", &[("Accept-Encoding", refused)], b"");
+        ensure!(s, r.status == 200 && r.body == plain.body, "{refused}: the identity body, got {r:?}");
+        ensure_eq!(s, r.header("content-encoding"), None, "{refused}");
+        ensure!(s, varies(&r), "{refused}: still varies");
+    }
+    // `*` covers what is not listed; a listed q=0 is refused.
+    let r = s.call("GET", "/api/openapi.json", &[("Accept-Encoding", "br;q=0, *;q=0.5")], b"");
+    ensure_eq!(s, r.header("content-encoding"), Some("zstd"), "br;q=0, *;q=0.5");
+}
+
+protocols!(bodies_made_per_request_are_compressed_in_zstd_first_on_the_pool);
+fn bodies_made_per_request_are_compressed_in_zstd_first_on_the_pool(p: Proto) {
+    let s = Server::api_builder().set("compression", "min_bytes = 0").start().on(p);
+    let (admin, token) = s.admin();
+    let plain = s.api_h("GET", "/api/v1/users", Some(&token), None, &[]);
+    ensure!(s, plain.status == 200, "GET /api/v1/users: {plain:?}");
+    for (accept, coding) in [("gzip, deflate, br, zstd", "zstd"), ("gzip, deflate, br", "gzip"), ("br", "br")] {
+        let what = format!("the users page with Accept-Encoding: {accept}");
+        let r = s.api_h("GET", "/api/v1/users", Some(&token), None, &[("Accept-Encoding", accept)]);
+        ensure!(s, r.status == 200, "{what}: {r:?}");
+        ensure_eq!(s, r.header("content-encoding"), Some(coding), "{what}");
+        ensure!(s, varies(&r), "{what}: Vary");
+        let page: serde_json::Value = serde_json::from_slice(&decode(&s, coding, &r.body, &what)).unwrap_or_default();
+        ensure!(s, page["data"]["total"].as_i64() >= Some(1), "{what} decodes: {page}");
+    }
+    // A user answered from the loop's memo (the second GET) is compressed too: on the pool.
+    let path = format!("/api/v1/users/{}", admin["id"]);
+    let plain = s.api_h("GET", &path, Some(&token), None, &[]);
+    ensure!(s, plain.status == 200, "GET {path}: {plain:?}");
+    for round in ["first", "second (memo)"] {
+        let r = s.api_h("GET", &path, Some(&token), None, &[("Accept-Encoding", "zstd")]);
+        ensure!(s, r.status == 200, "{round} GET {path}: {r:?}");
+        ensure_eq!(s, r.header("content-encoding"), Some("zstd"), "{round} GET {path}");
+        ensure!(s, decode(&s, "zstd", &r.body, &path) == plain.body, "{round} GET {path}: the identity body");
+        let tag = r.header("etag").unwrap_or_default();
+        ensure!(s, tag.ends_with("-zstd\""), "{round} GET {path}: ETag {tag}");
+    }
+
+    // Errors, whatever their size, are sent as they are.
+    let missing = s.api_h("GET", "/api/v1/users/987654", Some(&token), None, EVERY);
+    ensure!(s, missing.status == 404, "GET a missing user: {missing:?}");
+    ensure_eq!(s, missing.header("content-encoding"), None, "a 404");
+    ensure!(s, !varies(&missing), "a 404 never varies: {:?}", missing.headers);
+    let unauthorized = s.call("GET", "/api/v1/users", EVERY, b"");
+    ensure!(s, unauthorized.status == 401, "no token: {unauthorized:?}");
+    ensure_eq!(s, unauthorized.header("content-encoding"), None, "a 401");
+
+    // An event stream is never compressed: its events go out as they come.
+    let mut events = s.sse_connected(EVERY);
+    ensure_eq!(s, events.head.header("content-encoding"), None, "the event stream");
+    events.shutdown();
+}
+
+protocols!(downloads_with_or_without_range_are_never_compressed);
+fn downloads_with_or_without_range_are_never_compressed(p: Proto) {
+    let tmp = tempfile::Builder::new().prefix("forkd-brz-").tempdir().expect("tempdir");
+    let text = "a line of text that compresses well\n".repeat(2000);
+    std::fs::write(tmp.path().join("notes.txt"), &text).expect("write");
+    let s = Server::builder()
+        .set("download", &format!("dir = \"{}\"", tmp.path().display()))
+        .set("compression", "min_bytes = 0")
+        .start()
+        .on(p);
+    let whole = s.call("GET", "/download/notes.txt", EVERY, b"");
+    ensure!(s, whole.status == 200 && whole.body == text.as_bytes(), "the whole file as it is: {whole:?}");
+    ensure_eq!(s, whole.header("content-encoding"), None, "a download");
+    let part = s.call("GET", "/download/notes.txt", &[EVERY[0], ("Range", "bytes=0-99")], b"");
+    ensure!(s, part.status == 206 && part.body == text.as_bytes()[..100], "the range as it is: {part:?}");
+    ensure_eq!(s, part.header("content-encoding"), None, "a range");
 }

@@ -218,3 +218,64 @@ fn access_lines_of_a_turn_go_out_in_one_write_and_in_order() {
     assert_eq!(order.len(), N, "every request has its line:\n{log}");
     assert!(order.windows(2).all(|w| w[0] < w[1]), "the lines are in request order:\n{log}");
 }
+
+/// A user agent with what would end a quoted field or look like another field.
+const QUOTING_UA: &str = r#"Mozilla/5.0 "quoted" \back pid=1 client=6.6.6.6"#;
+
+protocols!(access_lines_carry_the_protocol_tls_agent_and_referer);
+fn access_lines_carry_the_protocol_tls_agent_and_referer(p: Proto) {
+    let (protocol, tls) = match p {
+        Proto::H1 => ("HTTP/1.1", None),
+        Proto::H2c => ("HTTP/2.0", None),
+        Proto::H3 => ("HTTP/3.0", Some("TLSv1.3")),
+    };
+    let referer = "https://a.example/page?q=\"x\"";
+    for json in [false, true] {
+        let builder = if json { Server::builder().top("log_format = \"json\"") } else { Server::builder() };
+        let s = builder.start().on(p);
+        let id = format!("log-fields-{json}");
+        let r = s.get_with("/health", &[("X-Request-Id", &id), ("User-Agent", QUOTING_UA), ("Referer", referer)]);
+        assert_eq!(r.status, 200, "{r:?}");
+        let line = s.wait_log_line(LOG_WAIT, |l| l.contains(&id));
+        if json {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            assert_eq!(v["protocol"], protocol, "{line}");
+            assert_eq!(v["tls"].as_str(), tls, "{line}");
+            assert_eq!((v["userAgent"].as_str(), v["referer"].as_str()), (Some(QUOTING_UA), Some(referer)), "{line}");
+            assert_eq!(v["pid"].as_i64(), Some(i64::from(s.debug_pid())), "the agent's pid=1 is not the pid");
+        } else {
+            let want_tls = tls.map(|t| format!(" tls={t}")).unwrap_or_default();
+            let ua = r#"ua="Mozilla/5.0 \"quoted\" \\back pid=1 client=6.6.6.6""#;
+            let want =
+                format!(" protocol={protocol}{want_tls} {ua} referer=\"https://a.example/page?q=\\\"x\\\"\" pid=");
+            assert!(line.contains(&want), "expected {want:?} in:\n{line}");
+            assert!(line.contains(" client=127.0.0.1 protocol="), "the real client, outside the quotes:\n{line}");
+        }
+    }
+    // A request without either field: no key, in either format.
+    let s = Server::builder().top("log_format = \"json\"").start().on(p);
+    assert_eq!(s.get_with("/health", &[("X-Request-Id", "log-no-fields")]).status, 200);
+    let line = s.wait_log_line(LOG_WAIT, |l| l.contains("log-no-fields"));
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let agent = v.get("userAgent").and_then(|a| a.as_str());
+    assert!(agent.is_none_or(|a| !a.is_empty()) && v.get("referer").is_none(), "{line}");
+}
+
+#[test]
+fn access_lines_name_the_tls_version_of_the_connection() {
+    use crate::util::tls::{client_config, https_get_on, tls_server};
+    let (s, tls_addr, pki, _dir) = tls_server(1, "", "");
+    for (version, name) in [(&rustls::version::TLS13, "TLSv1.3"), (&rustls::version::TLS12, "TLSv1.2")] {
+        let id = format!("log-{name}");
+        let sock = std::net::TcpStream::connect_timeout(&tls_addr, IO_TIMEOUT).expect("connect");
+        let r = https_get_on(sock, &client_config(&pki, &[version]), "/health", &[("X-Request-Id", &id)]);
+        assert_eq!(r.status, 200, "{}", r.head);
+        let line = s.wait_log_line(LOG_WAIT, |l| l.contains(&format!(" id={id} ")));
+        assert!(line.contains(&format!(" protocol=HTTP/1.1 tls={name} ")), "{line}");
+    }
+    let line = {
+        assert_eq!(s.get_with("/health", &[("X-Request-Id", "log-plain")]).status, 200);
+        s.wait_log_line(LOG_WAIT, |l| l.contains(" id=log-plain "))
+    };
+    assert!(line.contains(" protocol=HTTP/1.1 ") && !line.contains(" tls="), "plain: no tls=\n{line}");
+}

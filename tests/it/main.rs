@@ -40,6 +40,7 @@ mod changes;
 mod early_hints;
 mod pages;
 mod proxy;
+mod proxy_protocol;
 mod ratelimit;
 mod redis;
 mod sse;

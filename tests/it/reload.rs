@@ -24,7 +24,7 @@ fn edit_config(s: &Server, from: &str, to: &str) {
 
 #[test]
 fn hup_reloads_the_configuration_and_replaces_every_worker_without_a_failed_request() {
-    let s = Server::builder().workers(2).set("sse", "retry_ms = 3000").start();
+    let s = Server::builder().workers(2).set("sse", "retry_ms = 3000").set("compression", "min_bytes = 0").start();
     let old: BTreeSet<i32> = s.wait_workers(2, START_TIMEOUT).into_iter().collect();
     assert_eq!(retry_ms(&s), Some(3000), "before the reload");
     let hammer = Hammer::start(s.addr(), "/health");
@@ -40,6 +40,14 @@ fn hup_reloads_the_configuration_and_replaces_every_worker_without_a_failed_requ
     for _ in 0..20 {
         assert_eq!(retry_ms(&s), Some(1234), "after the reload, /api/config must show sse.retry_ms = 1234");
     }
+    // Its compressed form, made before fork like the body, is the new configuration's too.
+    let br = s.call("GET", "/api/config", &[("Accept-Encoding", "br")], b"");
+    assert_eq!(br.header("content-encoding"), Some("br"), "/api/config in br: {br:?}");
+    let mut text = Vec::new();
+    let decoded = std::io::Read::read_to_end(&mut brotli::Decompressor::new(&br.body[..], 4096), &mut text);
+    assert!(decoded.is_ok(), "/api/config in br does not decode: {decoded:?}");
+    let v: serde_json::Value = serde_json::from_slice(&text).unwrap_or_default();
+    assert_eq!(v["data"]["sse"]["retryMs"].as_u64(), Some(1234), "the br form after the reload: {v}");
     assert!(hammer.wait_more(5, IO_TIMEOUT), "background traffic stalled after the reload");
     let rep = hammer.finish();
     assert!(rep.failures.is_empty(), "requests failed during the reload: {:?}", rep.failures);

@@ -5,7 +5,6 @@
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,20 +15,12 @@ fn tmp() -> tempfile::TempDir {
     tempfile::Builder::new().prefix("forkd-tls-").tempdir().expect("tempdir")
 }
 
-/// `forkd check-config` of the harness defaults plus `extra`.
-fn check(dir: &Path, extra: &str) -> CliOutput {
-    let text = render_config(&format!("127.0.0.1:{}", free_port()), &dir.join("data"), extra);
-    let path = dir.join("forkd.toml");
-    fs::write(&path, text).expect("write config");
-    run_forkd(dir, &["check-config", "--config", path.to_str().expect("utf-8")], &[])
-}
-
 #[test]
 fn check_config_accepts_a_matching_pair() {
     let d = tmp();
     let (c, k) = Pki::new().write(d.path());
     let port = free_port();
-    let out = check(d.path(), &tls_toml(port, &c, &k, ""));
+    let out = check_config(d.path(), &tls_toml(port, &c, &k, ""));
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert!(out.stdout.contains(&format!("127.0.0.1:{port} (TLS)")), "{out:?}");
 }
@@ -53,18 +44,18 @@ fn check_config_refuses_bad_pairs() {
         (c.clone(), c.clone(), "no private key"),
     ];
     for (cert, key, want) in cases {
-        let out = check(d.path(), &tls_toml(free_port(), &cert, &key, ""));
+        let out = check_config(d.path(), &tls_toml(free_port(), &cert, &key, ""));
         assert_eq!(out.code(), Some(2), "{want}: {out:?}");
         assert!(out.stderr.contains(want), "{want}: {out:?}");
     }
     // `listen` without the files; `redirect_http` without `listen`.
-    let out = check(d.path(), "public_origin = \"https://localhost\"\n[tls]\nlisten = \"127.0.0.1:1\"\n");
+    let out = check_config(d.path(), "public_origin = \"https://localhost\"\n[tls]\nlisten = \"127.0.0.1:1\"\n");
     assert_eq!(out.code(), Some(2), "{out:?}");
     assert!(
         out.stderr.contains("tls.cert_file is required when tls.listen is set (or set tls.acme.directory)"),
         "{out:?}"
     );
-    let out = check(d.path(), "[tls]\nredirect_http = true\n");
+    let out = check_config(d.path(), "[tls]\nredirect_http = true\n");
     assert_eq!(out.code(), Some(2), "{out:?}");
     assert!(out.stderr.contains("tls.redirect_http = true needs tls.listen"), "{out:?}");
 }

@@ -4,7 +4,7 @@ use crate::app::{App, Ctx, Reply};
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::request::Request;
-use crate::http::response::{Body, Response};
+use crate::http::response::Response;
 
 /// `GET /health`: cheap, touches nothing.
 pub fn health(_: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
@@ -25,14 +25,7 @@ pub fn ready(app: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> 
 
 /// `GET /api/config`: public client settings, cacheable, with a strong ETag.
 pub fn client_config(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    let fresh = req.header("if-none-match").is_some_and(|v| etag_matches(v, app.config_etag.as_bytes()));
-    let mut r = Response::new(if fresh { 304 } else { 200 });
-    r.cache_control = "public, max-age=3600";
-    r.header("ETag", app.config_etag);
-    if !fresh {
-        r.body = Body::Static(app.config_body);
-    }
-    Ok(Reply::full(r))
+    Ok(Reply::full(app.fixed.client_config.answer(req, "application/json", "public, max-age=3600")))
 }
 
 fn strip_weak(t: &[u8]) -> &[u8] {
@@ -49,8 +42,8 @@ pub fn etag_matches(header: &[u8], etag: &[u8]) -> bool {
     })
 }
 
-/// The `/api/config` body and its ETag, rendered once per worker.
-pub fn render_client_config(c: &Config) -> (Vec<u8>, String) {
+/// The `/api/config` body, rendered once per configuration (`app::fixed`).
+pub fn render_client_config(c: &Config) -> Vec<u8> {
     let data = serde_json::json!({
         "environment": if c.is_development() { "development" } else { "production" },
         "version": env!("CARGO_PKG_VERSION"),
@@ -61,9 +54,7 @@ pub fn render_client_config(c: &Config) -> (Vec<u8>, String) {
         "websocket": { "path": "/ws", "maxMessageBytes": c.websocket.max_message_bytes },
         "auth": { "accessTtlSecs": c.auth.access_ttl.as_secs() },
     });
-    let body = serde_json::to_vec(&serde_json::json!({"code": 200, "message": "OK", "data": data})).unwrap_or_default();
-    let etag = format!("\"{:016x}\"", fnv1a(&body));
-    (body, etag)
+    serde_json::to_vec(&serde_json::json!({"code": 200, "message": "OK", "data": data})).unwrap_or_default()
 }
 
 /// 64-bit FNV-1a: a stable content hash for ETags (not a security boundary).

@@ -134,6 +134,12 @@ pub fn render(t: &Totals, routes: &[&str]) -> String {
             t.restarts,
         ),
         ("forkd_workers", "gauge", "Worker processes serving.", t.workers),
+        (
+            "forkd_proxy_protocol_refused_total",
+            "counter",
+            "Connections a proxy_protocol listener closed unserved: a peer outside proxy.trusted, or no valid PROXY header in time.",
+            t.proxy_refused,
+        ),
     ];
     for (name, kind, help, v) in gauges {
         head(&mut out, name, kind, help);
@@ -257,6 +263,7 @@ mod tests {
             "forkd_websocket_clients",
             "forkd_worker_restarts_total",
             "forkd_workers",
+            "forkd_proxy_protocol_refused_total",
         ] {
             assert_eq!(lines(&text, &format!("# HELP {name} ")).len(), 1, "HELP for {name}");
             assert_eq!(lines(&text, &format!("# TYPE {name} ")).len(), 1, "TYPE for {name}");

@@ -1,14 +1,16 @@
 //! The compression phase, after a response is decorated: a body worth compressing goes out
-//! in the coding the request's `Accept-Encoding` allows (`crate::http::encoding`), with
-//! `Content-Encoding`, `Vary: Accept-Encoding` and an `ETag` of its own per coding.
+//! in the coding the request's `Accept-Encoding` allows (`crate::http::encoding`: zstd, br or
+//! gzip), with `Content-Encoding`, `Vary: Accept-Encoding` and an `ETag` of its own per coding.
 //!
 //! Where the work happens is the point of this module:
-//! - a pool job's response is compressed inside the job ([`Plan::finish`]), never on the loop;
-//! - a body fixed for the process's life (`Body::Static`: the OpenAPI document, the
-//!   `/api/docs` page, the `/static/*` files) is compressed once per coding at the best level
-//!   and kept beside it ([`Precompressed`]); the embedded files at start ([`Precompressed::warm`]),
-//!   the documents when they are first rendered;
-//! - any other body made on the loop is sent as it is: per-request work stays off the loop.
+//! - a pool job's response is compressed inside the job ([`Plan::finish`]) at `level`, the
+//!   coding chosen in the order of bodies compressed per response ([`Coding::FRESH`]);
+//! - a body fixed for a configuration's life (`Body::Static`: the OpenAPI document, the
+//!   `/api/docs` page, `/api/config`, the `/static/*` files) is compressed once per coding at
+//!   the best level, before the workers fork ([`Precompressed`], built by `crate::app::fixed`),
+//!   and chosen in the order of bodies compressed once ([`Coding::FIXED`]);
+//! - any other body made on the loop that should be compressed is handed to the pool
+//!   ([`OnLoop::ToPool`]): per-request compression never runs on the loop.
 //!
 //! A response shorter than `min_bytes` costs one comparison of its length ([`worth_a_look`]).
 //!
@@ -17,23 +19,40 @@
 //! 204 and 206 among them; pages whose body gets a CSP nonce as it is written; bodies that do
 //! not get smaller. Event streams, downloads and WebSocket never reach this phase.
 //!
-//! It must not touch sockets or framing, pick routes, or compress a body on the loop per request.
+//! It must not touch sockets or framing, pick routes, or compress a body on the loop.
 
-use std::cell::RefCell;
 use std::io::Write;
 
 use flate2::write::GzEncoder;
+use sha2::{Digest, Sha256};
 
 use crate::config::Config;
-use crate::http::encoding::{self, Coding};
+use crate::http::encoding::{self, Accepted, Coding};
 use crate::http::fields::Fields;
 use crate::http::response::{Body, Response, Value};
 
-/// The gzip level of bodies compressed once for the process's life.
-const BEST: u32 = 9;
+/// How hard a body is compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effort {
+    /// Per response, on the pool: `[compression] level` (1 to 9) is gzip's level and zstd's,
+    /// and brotli's quality less one (0 to 8).
+    Level(u32),
+    /// Once for a configuration's life: gzip 9, brotli 11, zstd 19 (the best each has
+    /// without zstd's "ultra" levels, whose windows exceed what browsers decode). A debug
+    /// build (the test suite's) uses brotli 6 and zstd 9 instead: brotli 11 on the OpenAPI
+    /// document takes about a second there, which every server start would pay.
+    Best,
+}
 
-/// At most this many fixed bodies are kept compressed per process (there are about ten).
-const MAX_PRECOMPRESSED: usize = 64;
+/// brotli's quality and zstd's level for [`Effort::Best`].
+const BEST_BROTLI: u32 = if cfg!(debug_assertions) { 6 } else { 11 };
+const BEST_ZSTD: i32 = if cfg!(debug_assertions) { 9 } else { 19 };
+
+/// brotli's window for a body of `len` bytes: the smallest that holds it, from 1 KiB
+/// (`lgwin` 10) to 4 MiB (22, the format's default, what every browser decodes).
+fn brotli_window(len: usize) -> u32 {
+    (usize::BITS - len.saturating_sub(1).leading_zeros()).clamp(10, 22)
+}
 
 /// What a request allows for its response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,8 +62,18 @@ pub enum Plan {
     Never,
     /// Sent as it is; an eligible response still says `Vary: Accept-Encoding`.
     Identity,
-    /// An eligible response is compressed with this coding.
-    Encode(Coding),
+    /// An eligible response is compressed with one of these codings (the choice depends on
+    /// how the body is compressed: [`Coding::FRESH`] or [`Coding::FIXED`]).
+    Encode(Accepted),
+}
+
+/// Where a response made on the loop goes.
+#[derive(Debug)]
+pub enum OnLoop {
+    /// Ready to send: as it is, or in a precompressed form.
+    Send(Response),
+    /// To be compressed on the pool ([`Plan::finish`] in a job), then sent.
+    ToPool(Response),
 }
 
 impl Plan {
@@ -53,9 +82,11 @@ impl Plan {
         if !config.compression.enabled || token_route(path) {
             return Plan::Never;
         }
-        match encoding::negotiate(fields, Coding::ALL) {
-            Some(c) => Plan::Encode(c),
-            None => Plan::Identity,
+        let accepted = encoding::negotiate(fields);
+        if accepted.any() {
+            Plan::Encode(accepted)
+        } else {
+            Plan::Identity
         }
     }
 
@@ -65,8 +96,8 @@ impl Plan {
             return r;
         }
         vary(&mut r);
-        if let Plan::Encode(c) = self {
-            if let Some(z) = compress(c, r.body.as_bytes(), config.compression.level) {
+        if let Some(c) = self.pick(Coding::FRESH) {
+            if let Some(z) = compress(c, r.body.as_bytes(), Effort::Level(config.compression.level)) {
                 r.body = Body::Bytes(z);
                 mark(&mut r, c);
             }
@@ -74,19 +105,33 @@ impl Plan {
         r
     }
 
-    /// A response made on the loop: a fixed body in its kept compressed form, when eligible.
-    /// Any other body is left as it is (and does not vary).
-    pub fn on_loop(self, r: &mut Response, config: &Config, kept: &RefCell<Precompressed>) {
-        let Body::Static(body) = r.body else { return };
-        if self == Plan::Never || !eligible(r, config.compression.min_bytes) {
-            return;
+    /// A response made on the loop: a fixed body in its precompressed form; a body made per
+    /// request that should be compressed, to the pool; anything else as it is.
+    pub fn on_loop(self, mut r: Response, config: &Config, forms: &'static Precompressed) -> OnLoop {
+        if self == Plan::Never || !eligible(&r, config.compression.min_bytes) {
+            return OnLoop::Send(r);
         }
-        vary(r);
-        if let Plan::Encode(c) = self {
-            if let Some(z) = kept.borrow_mut().get(body, c) {
-                r.body = Body::Static(z);
-                mark(r, c);
-            }
+        let Body::Static(body) = r.body else {
+            return match self.pick(Coding::FRESH) {
+                Some(_) => OnLoop::ToPool(r),
+                None => {
+                    vary(&mut r);
+                    OnLoop::Send(r)
+                }
+            };
+        };
+        vary(&mut r);
+        if let Some((c, z)) = self.pick(Coding::FIXED).and_then(|c| Some((c, forms.get(body, c)?))) {
+            r.body = Body::Static(z);
+            mark(&mut r, c);
+        }
+        OnLoop::Send(r)
+    }
+
+    fn pick(self, order: &[Coding]) -> Option<Coding> {
+        match self {
+            Plan::Encode(accepted) => accepted.pick(order),
+            Plan::Never | Plan::Identity => None,
         }
     }
 }
@@ -119,7 +164,7 @@ fn eligible(r: &Response, min_bytes: usize) -> bool {
 }
 
 /// Text types: JSON, HTML, CSS, JavaScript, SVG, XML (never `text/event-stream`).
-fn compressible(content_type: &str) -> bool {
+pub fn compressible(content_type: &str) -> bool {
     let t = content_type.split(';').next().unwrap_or_default().trim();
     let text = t.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("text/"));
     (text && !t.eq_ignore_ascii_case("text/event-stream"))
@@ -133,7 +178,7 @@ fn vary(r: &mut Response) {
     r.header("Vary", "Accept-Encoding");
 }
 
-/// `Content-Encoding`, and each `ETag` made the coding's own (`"abc"` → `"abc-gzip"`).
+/// `Content-Encoding`, and each `ETag` made the coding's own (`"abc"` → `"abc-br"`).
 fn mark(r: &mut Response, c: Coding) {
     for (name, value) in &mut r.headers {
         if name.eq_ignore_ascii_case("etag") {
@@ -152,7 +197,7 @@ fn coded_etag(etag: &str, c: Coding) -> Value {
 }
 
 /// Whether the entity tag `tag` (from `If-None-Match`) is `etag` in one of the codings
-/// ([`coded_etag`]): a client that holds the gzip form asks with that form's tag.
+/// ([`coded_etag`]): a client that holds the br form asks with that form's tag.
 pub fn is_coded_form(tag: &[u8], etag: &[u8]) -> bool {
     let (Some(open), Some(tag_open)) = (etag.strip_suffix(b"\""), tag.strip_suffix(b"\"")) else { return false };
     Coding::ALL.iter().any(|c| {
@@ -163,21 +208,52 @@ pub fn is_coded_form(tag: &[u8], etag: &[u8]) -> bool {
     })
 }
 
-/// `body` compressed with `c` at `level`; `None` when it would not get smaller.
-fn compress(c: Coding, body: &[u8], level: u32) -> Option<Vec<u8>> {
-    let out = match c {
-        Coding::Gzip => {
+/// `body` compressed with `c` at `effort`; `None` when it would not get smaller (or the
+/// encoder failed, which only an allocation failure makes it do).
+pub fn compress(c: Coding, body: &[u8], effort: Effort) -> Option<Vec<u8>> {
+    let out = match (c, effort) {
+        (Coding::Gzip, effort) => {
+            let level = match effort {
+                Effort::Level(l) => l.clamp(1, 9),
+                Effort::Best => 9,
+            };
             let mut z = GzEncoder::new(Vec::with_capacity(body.len() / 4), flate2::Compression::new(level));
             z.write_all(body).ok()?;
             z.finish().ok()?
+        }
+        (Coding::Br, effort) => {
+            let quality = match effort {
+                Effort::Level(l) => l.clamp(1, 9) - 1,
+                Effort::Best => BEST_BROTLI,
+            };
+            // The size known up front: small bodies get small hash tables, whose set-up
+            // otherwise costs more than compressing a few kilobytes.
+            let params = brotli::enc::BrotliEncoderParams {
+                quality: quality as i32,
+                lgwin: brotli_window(body.len()) as i32,
+                size_hint: body.len(),
+                ..Default::default()
+            };
+            let mut z = brotli::CompressorWriter::with_params(Vec::with_capacity(body.len() / 4), 4096, &params);
+            z.write_all(body).ok()?;
+            z.into_inner()
+        }
+        (Coding::Zstd, effort) => {
+            let level = match effort {
+                Effort::Level(l) => l.clamp(1, 9) as i32,
+                Effort::Best => BEST_ZSTD,
+            };
+            // One frame with the content size in its header.
+            zstd::bulk::compress(body, level).ok()?
         }
     };
     (out.len() < body.len()).then_some(out)
 }
 
-/// The compressed forms of the bodies fixed for the process's life, made once each at the
-/// best level. A body is known by its address and length: it lives forever, so neither can
-/// be another body's.
+/// The compressed forms of the bodies fixed for a configuration's life, each made once per
+/// coding at the best level and never changed after: built before the workers fork, read by
+/// them with no lock. A body is known by its address and length: it lives as long as the
+/// table, so neither can be another body's.
 #[derive(Default)]
 pub struct Precompressed {
     entries: Vec<Kept>,
@@ -187,40 +263,46 @@ struct Kept {
     at: usize,
     len: usize,
     coding: Coding,
+    /// SHA-256 of the body: what a later configuration's table recognises it by.
+    digest: [u8; 32],
     /// `None`: the coding does not make it smaller.
-    form: Option<&'static [u8]>,
+    form: Option<Box<[u8]>>,
 }
 
 impl Precompressed {
-    /// `body` in coding `c`: made and kept on first use; `None` when it does not get smaller
-    /// (or more bodies than expected are kept: then sent as they are).
-    pub fn get(&mut self, body: &'static [u8], c: Coding) -> Option<&'static [u8]> {
-        let (at, len) = (body.as_ptr() as usize, body.len());
-        if let Some(k) = self.entries.iter().find(|k| k.at == at && k.len == len && k.coding == c) {
-            return k.form;
-        }
-        if self.entries.len() >= MAX_PRECOMPRESSED {
-            return None;
-        }
-        // Leaked once per body and coding, like the body itself.
-        let form = compress(c, body, BEST).map(|z| &*Box::leak(z.into_boxed_slice()));
-        self.entries.push(Kept { at, len, coding: c, form });
-        form
-    }
-
-    /// Compresses, in every coding, each embedded file worth it (`/static/*`), so that no
-    /// request pays for it.
-    pub fn warm(&mut self, config: &Config) {
+    /// Forms of each of `bodies` (with its `Content-Type`) that is compressible and at least
+    /// `min_bytes` long, in every coding; none when compression is off. `reuse` holds forms
+    /// made before (for an earlier configuration): a body with the same bytes takes them.
+    pub fn build(config: &Config, bodies: &[(&[u8], &str)], reuse: Option<&Precompressed>) -> Precompressed {
+        let mut entries = Vec::new();
         if !config.compression.enabled {
-            return;
+            return Precompressed { entries };
         }
-        for a in crate::app::handlers::assets::all() {
-            if a.bytes.len() >= config.compression.min_bytes && compressible(a.content_type) {
-                for &c in Coding::ALL {
-                    self.get(a.bytes, c);
-                }
+        for &(body, content_type) in bodies {
+            if body.len() < config.compression.min_bytes || !compressible(content_type) {
+                continue;
+            }
+            let digest: [u8; 32] = Sha256::digest(body).into();
+            for coding in Coding::ALL {
+                let form = match reuse.and_then(|old| old.kept_for(&digest, body.len(), coding)) {
+                    Some(old) => old.clone(),
+                    None => compress(coding, body, Effort::Best).map(Vec::into_boxed_slice),
+                };
+                entries.push(Kept { at: body.as_ptr() as usize, len: body.len(), coding, digest, form });
             }
         }
+        Precompressed { entries }
+    }
+
+    /// `body` in coding `c`, when it was precompressed and got smaller; never compresses.
+    pub fn get(&'static self, body: &[u8], c: Coding) -> Option<&'static [u8]> {
+        let (at, len) = (body.as_ptr() as usize, body.len());
+        self.entries.iter().find(|k| k.at == at && k.len == len && k.coding == c)?.form.as_deref()
+    }
+
+    /// The form kept here, in `c`, of a body of `len` bytes with SHA-256 `digest`.
+    fn kept_for(&self, digest: &[u8; 32], len: usize, c: Coding) -> Option<&Option<Box<[u8]>>> {
+        self.entries.iter().find(|k| k.coding == c && k.len == len && &k.digest == digest).map(|k| &k.form)
     }
 
     /// How many forms are kept.
@@ -236,9 +318,14 @@ mod tests {
 
     use super::*;
 
-    fn gunzip(z: &[u8]) -> Vec<u8> {
+    /// `z` decoded from coding `c`.
+    fn decode(c: Coding, z: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        flate2::read::GzDecoder::new(z).read_to_end(&mut out).expect("gzip");
+        match c {
+            Coding::Gzip => flate2::read::GzDecoder::new(z).read_to_end(&mut out).map(drop).expect("gzip"),
+            Coding::Br => brotli::Decompressor::new(z, 4096).read_to_end(&mut out).map(drop).expect("br"),
+            Coding::Zstd => out = zstd::stream::decode_all(z).expect("zstd"),
+        }
         out
     }
 
@@ -261,23 +348,59 @@ mod tests {
         Plan::new(&Config::default(), "/api/v1/users", Fields::new(&lines))
     }
 
+    fn leaked(body: Vec<u8>) -> &'static [u8] {
+        Box::leak(body.into_boxed_slice())
+    }
+
+    fn forms_of(bodies: &[&'static [u8]]) -> &'static Precompressed {
+        let list: Vec<(&[u8], &str)> = bodies.iter().map(|b| (*b, "application/json")).collect();
+        Box::leak(Box::new(Precompressed::build(&Config::default(), &list, None)))
+    }
+
+    fn sent(o: OnLoop) -> Response {
+        match o {
+            OnLoop::Send(r) => r,
+            OnLoop::ToPool(r) => panic!("handed to the pool: {r:?}"),
+        }
+    }
+
     #[test]
-    fn a_large_json_body_is_gzipped_with_vary_and_a_coded_etag() {
+    fn each_coding_round_trips_at_every_effort() {
+        let body = big_json();
+        for c in Coding::ALL {
+            for effort in [Effort::Level(1), Effort::Level(6), Effort::Level(9), Effort::Best] {
+                let z = compress(c, &body, effort).expect("smaller");
+                assert!(z.len() * 4 < body.len(), "{c:?} {effort:?}: {} of {}", z.len(), body.len());
+                assert_eq!(decode(c, &z), body, "{c:?} {effort:?}");
+            }
+        }
+        assert_eq!(compress(Coding::Br, b"{}", Effort::Best), None, "not smaller: not sent");
+    }
+
+    #[test]
+    fn a_large_json_body_is_compressed_in_the_per_response_order_with_vary_and_a_coded_etag() {
         let config = Config::default();
-        let mut r = json(200, big_json());
-        r.header("ETag", "\"abc\"");
-        let r = plan("gzip").finish(r, &config);
-        assert_eq!(header(&r, "Content-Encoding"), ["gzip"]);
-        assert_eq!(header(&r, "Vary"), ["Accept-Encoding"]);
-        assert_eq!(header(&r, "ETag"), ["\"abc-gzip\""]);
-        assert!(r.body.as_bytes().len() < big_json().len());
-        assert_eq!(gunzip(r.body.as_bytes()), big_json());
+        for (accept, want) in [
+            ("gzip", Coding::Gzip),
+            ("br", Coding::Br),
+            ("gzip, br", Coding::Gzip),
+            ("gzip;q=0.5, br", Coding::Br),
+            ("gzip, deflate, br, zstd", Coding::Zstd),
+        ] {
+            let mut r = json(200, big_json());
+            r.header("ETag", "\"abc\"");
+            let r = plan(accept).finish(r, &config);
+            assert_eq!(header(&r, "Content-Encoding"), [want.token()], "{accept}");
+            assert_eq!(header(&r, "Vary"), ["Accept-Encoding"]);
+            assert_eq!(header(&r, "ETag"), [format!("\"abc-{}\"", want.token())]);
+            assert_eq!(decode(want, r.body.as_bytes()), big_json());
+        }
     }
 
     #[test]
     fn identity_still_says_vary_and_small_bodies_are_untouched() {
         let config = Config::default();
-        let r = plan("br").finish(json(200, big_json()), &config);
+        let r = plan("deflate").finish(json(200, big_json()), &config);
         assert_eq!((header(&r, "Vary"), header(&r, "Content-Encoding")), (vec!["Accept-Encoding"], vec![]));
         assert_eq!(r.body.as_bytes(), big_json());
         let small = plan("gzip").finish(json(200, b"{\"status\":\"ok\"}".to_vec()), &config);
@@ -288,14 +411,14 @@ mod tests {
     #[test]
     fn token_responses_and_other_kinds_are_never_compressed() {
         let config = Config::default();
-        let lines = [httparse::Header { name: "Accept-Encoding", value: b"gzip" }];
+        let lines = [httparse::Header { name: "Accept-Encoding", value: b"gzip, br, zstd" }];
         assert_eq!(Plan::new(&config, "/api/v1/auth/login", Fields::new(&lines)), Plan::Never);
         assert_eq!(Plan::new(&config, "/api/auth/refresh", Fields::new(&lines)), Plan::Never);
-        assert_eq!(Plan::new(&config, "/api/v1/users", Fields::new(&lines)), Plan::Encode(Coding::Gzip));
+        assert!(matches!(Plan::new(&config, "/api/v1/users", Fields::new(&lines)), Plan::Encode(_)));
         let mut cookie = json(200, big_json());
         cookie.header("Set-Cookie", "refresh_token=x");
         let untouched = |r: Response| {
-            let r = plan("gzip").finish(r, &config);
+            let r = plan("gzip, br, zstd").finish(r, &config);
             header(&r, "Content-Encoding").is_empty() && header(&r, "Vary").is_empty()
         };
         assert!(untouched(cookie));
@@ -328,41 +451,95 @@ mod tests {
     }
 
     #[test]
-    fn a_fixed_body_is_compressed_once_and_kept() {
+    fn a_fixed_body_is_sent_in_its_precompressed_form_in_the_fixed_order() {
         let config = Config::default();
-        let body: &'static [u8] = Box::leak(big_json().into_boxed_slice());
-        let kept = RefCell::new(Precompressed::default());
-        let mut first = Response::static_json(body);
-        plan("gzip").on_loop(&mut first, &config, &kept);
-        let mut second = Response::static_json(body);
-        plan("gzip").on_loop(&mut second, &config, &kept);
-        assert_eq!(kept.borrow().len(), 1, "one form for one body and coding");
-        assert_eq!(first.body.as_bytes().as_ptr(), second.body.as_bytes().as_ptr(), "the same bytes");
-        assert_eq!(gunzip(second.body.as_bytes()), body);
-        assert_eq!(header(&second, "Content-Encoding"), ["gzip"]);
-        let mut per_request = json(200, big_json());
-        plan("gzip").on_loop(&mut per_request, &config, &kept);
-        assert!(per_request.headers.is_empty(), "a body made per request stays as it is on the loop");
+        let body = leaked(big_json());
+        let forms = forms_of(&[body]);
+        assert_eq!(forms.len(), 3, "one form per coding");
+        for (accept, want) in
+            [("gzip, deflate, br, zstd", Coding::Br), ("gzip, zstd", Coding::Zstd), ("gzip", Coding::Gzip)]
+        {
+            let first = sent(plan(accept).on_loop(Response::static_json(body), &config, forms));
+            let second = sent(plan(accept).on_loop(Response::static_json(body), &config, forms));
+            assert_eq!(header(&first, "Content-Encoding"), [want.token()], "{accept}");
+            assert_eq!(header(&first, "Vary"), ["Accept-Encoding"]);
+            assert_eq!(first.body.as_bytes().as_ptr(), second.body.as_bytes().as_ptr(), "the same kept bytes");
+            assert_eq!(decode(want, first.body.as_bytes()), body);
+        }
+        let other = leaked(big_json());
+        let unknown = sent(plan("br").on_loop(Response::static_json(other), &config, forms));
+        assert!(header(&unknown, "Content-Encoding").is_empty(), "a fixed body not in the table: never compressed");
+        assert_eq!(unknown.body.as_bytes(), other);
     }
 
     #[test]
-    fn the_embedded_files_are_warmed_at_start() {
-        let mut kept = Precompressed::default();
-        kept.warm(&Config::default());
-        let before = kept.len();
+    fn a_body_made_per_request_on_the_loop_goes_to_the_pool_to_be_compressed() {
+        let config = Config::default();
+        let forms = forms_of(&[]);
+        let OnLoop::ToPool(r) = plan("gzip, br, zstd").on_loop(json(200, big_json()), &config, forms) else {
+            panic!("compressed on the loop or not at all");
+        };
+        assert!(r.headers.is_empty() && r.body.as_bytes() == big_json(), "untouched on the loop");
+        let r = plan("gzip, br, zstd").finish(r, &config);
+        assert_eq!(header(&r, "Content-Encoding"), ["zstd"]);
+        // Nothing to compress with: sent from the loop as it is, still varying.
+        let r = sent(plan("deflate").on_loop(json(200, big_json()), &config, forms));
+        assert_eq!((header(&r, "Vary"), header(&r, "Content-Encoding")), (vec!["Accept-Encoding"], vec![]));
+        let r = sent(plan("br").on_loop(json(404, big_json()), &config, forms));
+        assert!(r.headers.is_empty(), "not eligible: as it is");
+    }
+
+    #[test]
+    fn a_rebuilt_table_reuses_the_forms_of_unchanged_bodies_only() {
+        let config = Config::default();
+        let (a, b) = (leaked(big_json()), leaked(big_json()));
+        let old = forms_of(&[a]);
+        let mut changed = big_json();
+        changed[2] = b'N';
+        let changed = leaked(changed);
+        let list: [(&[u8], &str); 2] = [(b, "application/json"), (changed, "application/json")];
+        let new: &'static Precompressed = Box::leak(Box::new(Precompressed::build(&config, &list, Some(old))));
+        assert_eq!(new.get(b, Coding::Br), old.get(a, Coding::Br), "same bytes: the same form");
+        assert_eq!(decode(Coding::Zstd, new.get(changed, Coding::Zstd).expect("made")), changed);
+        let mut off = Config::default();
+        off.compression.enabled = false;
+        assert_eq!(Precompressed::build(&off, &list, None).len(), 0);
+    }
+
+    #[test]
+    fn the_embedded_files_get_forms_when_large_enough() {
+        let config = Config::default();
+        let list: Vec<(&[u8], &str)> =
+            crate::app::handlers::assets::all().iter().map(|a| (a.bytes, a.content_type)).collect();
+        let forms: &'static Precompressed = Box::leak(Box::new(Precompressed::build(&config, &list, None)));
         let js = crate::app::handlers::assets::by_plain("app.js").expect("app.js");
-        assert!(kept.get(js.bytes, Coding::Gzip).is_some());
-        assert!(before > 0);
-        assert_eq!(kept.len(), before, "already there");
+        for c in Coding::ALL {
+            assert_eq!(decode(c, forms.get(js.bytes, c).expect("kept")), js.bytes, "{c:?}");
+        }
+        let icon = crate::app::handlers::assets::by_plain("favicon.ico").expect("icon");
+        assert!(forms.get(icon.bytes, Coding::Br).is_none(), "an image is not compressed");
+    }
+
+    #[test]
+    fn brotli_windows_fit_the_body() {
+        assert_eq!(brotli_window(0), 10);
+        assert_eq!(brotli_window(1024), 10);
+        assert_eq!(brotli_window(1025), 11);
+        assert_eq!(brotli_window(3349), 12);
+        assert_eq!(brotli_window(230_000), 18);
+        assert_eq!(brotli_window(100 << 20), 22);
     }
 
     #[test]
     fn etags_per_coding() {
         assert_eq!(coded_etag("\"abc\"", Coding::Gzip), "\"abc-gzip\"");
-        assert_eq!(coded_etag("W/\"abc\"", Coding::Gzip), "W/\"abc-gzip\"");
-        assert_eq!(coded_etag("abc", Coding::Gzip), "abc");
-        assert!(is_coded_form(b"\"abc-gzip\"", b"\"abc\""));
+        assert_eq!(coded_etag("W/\"abc\"", Coding::Br), "W/\"abc-br\"");
+        assert_eq!(coded_etag("abc", Coding::Zstd), "abc");
+        for form in ["\"abc-gzip\"", "\"abc-br\"", "\"abc-zstd\""] {
+            assert!(is_coded_form(form.as_bytes(), b"\"abc\""), "{form}");
+        }
         assert!(!is_coded_form(b"\"abc-br0\"", b"\"abc\""));
+        assert!(!is_coded_form(b"\"abc-deflate\"", b"\"abc\""));
         assert!(!is_coded_form(b"\"abc\"", b"\"abc\""));
     }
 }

@@ -43,6 +43,15 @@ pub fn run_forkd(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> CliOutput {
 }
 
 /// Like [`run_forkd`], with `input` on standard input.
+/// `forkd check-config` in `dir` on the harness defaults plus `extra` (written to
+/// `dir/forkd.toml`, data under `dir/data`).
+pub fn check_config(dir: &Path, extra: &str) -> CliOutput {
+    let text = super::server::render_config(&format!("127.0.0.1:{}", free_port()), &dir.join("data"), extra);
+    let path = dir.join("forkd.toml");
+    fs::write(&path, text).expect("write config");
+    run_forkd(dir, &["check-config", "--config", path.to_str().expect("utf-8")], &[])
+}
+
 pub fn run_forkd_input(cwd: &Path, args: &[&str], env: &[(&str, &str)], input: &[u8]) -> CliOutput {
     run(cwd, args, env, input, None).expect("spawn forkd")
 }

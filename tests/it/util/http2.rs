@@ -96,6 +96,13 @@ impl H2Client {
     /// h2c with client settings (e.g. a tiny initial window).
     pub fn h2c_with(addr: SocketAddr, builder: client::Builder) -> H2Client {
         let sock = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+        Self::h2c_on(sock, builder)
+    }
+
+    /// h2c on a connected socket (which may have carried bytes before the preface, e.g. a
+    /// PROXY protocol header).
+    pub fn h2c_on(sock: TcpStream, builder: client::Builder) -> H2Client {
+        let addr = sock.peer_addr().expect("peer address");
         sock.set_read_timeout(Some(TICK)).expect("timeout");
         sock.set_nodelay(true).expect("nodelay");
         Self::handshake(Wire::Plain(sock), addr, builder)

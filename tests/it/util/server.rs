@@ -344,6 +344,14 @@ impl Server {
         };
         let mut c = Conn::from_stream(s, None);
         c.set_timeout(Duration::from_secs(1));
+        // A listener with `proxy_protocol = true` wants a header first: `UNKNOWN` keeps the peer.
+        let proxied = self.config_text.lines().take_while(|l| !l.trim_start().starts_with('[')).any(|l| {
+            let l = l.replace(' ', "");
+            l == "proxy_protocol=true"
+        });
+        if proxied && c.try_write(b"PROXY UNKNOWN\r\n").is_err() {
+            return false;
+        }
         if c.try_write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
             return false;
         }

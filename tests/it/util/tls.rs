@@ -82,13 +82,26 @@ pub struct TlsReply {
 
 /// One `GET path` over a new TLS connection to `addr` (`Connection: close`, read to the end).
 pub fn https_get(addr: SocketAddr, config: &Arc<rustls::ClientConfig>, path: &str) -> TlsReply {
+    let sock = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    https_get_on(sock, config, path, &[])
+}
+
+/// [`https_get`] on a connected socket (which may have carried bytes before the handshake,
+/// e.g. a PROXY protocol header), with `headers`.
+pub fn https_get_on(
+    sock: TcpStream,
+    config: &Arc<rustls::ClientConfig>,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> TlsReply {
     let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
     let session = rustls::ClientConnection::new(Arc::clone(config), name).expect("client session");
-    let sock = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    let port = sock.peer_addr().expect("peer").port();
     sock.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
     sock.set_write_timeout(Some(IO_TIMEOUT)).expect("timeout");
     let mut tls = rustls::StreamOwned::new(session, sock);
-    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost:{}\r\nConnection: close\r\n\r\n", addr.port());
+    let extra: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost:{port}\r\n{extra}Connection: close\r\n\r\n");
     tls.write_all(req.as_bytes()).expect("send over TLS");
     let mut bytes = Vec::new();
     match tls.read_to_end(&mut bytes) {

@@ -3,7 +3,7 @@
 //!
 //! The page is [`render`] of the same `serde_json::Value` that
 //! `/api/openapi.json` serialises ([`super::document`]), built once per
-//! process on first use: a table of contents by tag, then each operation
+//! configuration before the workers fork (`app::fixed`): a table of contents by tag, then each operation
 //! (method and path, summary, who may call it, parameters, request body with
 //! its limits, every response status with its description), the error
 //! envelope with every error status and code, and the shared schemas. `$ref`s
@@ -19,14 +19,11 @@
 //! It must not say anything the document does not: it reads the document and
 //! adds only layout.
 
-use std::sync::OnceLock;
-
 use serde_json::{Map, Value};
 
-use crate::app::{assets, App, Ctx, Reply};
+use crate::app::{App, Ctx, Reply};
 use crate::error::Error;
 use crate::http::request::Request;
-use crate::http::response::{Body, Response};
 
 /// The methods an OpenAPI path item may hold, in display order.
 const METHODS: [&str; 8] = ["get", "post", "put", "patch", "delete", "head", "options", "trace"];
@@ -34,18 +31,9 @@ const METHODS: [&str; 8] = ["get", "post", "put", "patch", "delete", "head", "op
 /// How deep inline schemas are expanded into nested tables.
 const MAX_DEPTH: usize = 3;
 
-/// `GET /api/docs`: the page, rendered once per process.
-pub fn docs(app: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    static BODY: OnceLock<&'static [u8]> = OnceLock::new();
-    let body = BODY.get_or_init(|| {
-        let page = render(&super::document(app.svc.config), assets::url("docs.css"));
-        Box::leak(page.into_bytes().into_boxed_slice())
-    });
-    let mut r = Response::new(200);
-    r.content_type = "text/html; charset=utf-8";
-    r.cache_control = super::CACHE_CONTROL;
-    r.body = Body::Static(body);
-    Ok(Reply::full(r))
+/// `GET /api/docs`: the page as rendered before fork (`app::fixed`).
+pub fn docs(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    Ok(Reply::full(app.fixed.docs.answer(req, "text/html; charset=utf-8", super::CACHE_CONTROL)))
 }
 
 /// `s` with `&`, `<`, `>`, `"` and `'` replaced by character references: safe

@@ -10,8 +10,9 @@
 //! (the CSP header's name, whether rate limiting is on, whether `/ws/echo`
 //! exists, whether errors may carry `stack`).
 //!
-//! It is built and serialised once per process, on first use; a request
-//! then costs no more than `/health`. A unit test compares its `paths` with
+//! It is built and serialised once per configuration, by the supervisor before it forks the
+//! workers (`app::fixed`, with its strong `ETag` and its compressed forms); a request then
+//! costs no more than `/health`. A unit test compares its `paths` with
 //! [`crate::app::router::Router::routes`], both ways, so a route cannot be added
 //! or removed without the document following. Operations are in `paths.rs`,
 //! shared schemas, headers and error responses in `components.rs`, and what
@@ -22,32 +23,26 @@ mod html;
 mod paths;
 mod resources;
 
-use std::sync::OnceLock;
-
 use serde_json::{json, Value};
 
 use crate::app::{App, Ctx, Reply};
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::request::Request;
-use crate::http::response::{Body, Response};
 
 pub use html::docs;
 
 /// The `Cache-Control` of the document: it changes only with a new binary or configuration.
 pub const CACHE_CONTROL: &str = "public, max-age=3600";
 
-/// `GET /api/openapi.json`: the document, serialised once per process.
-pub fn openapi(app: &App, _: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    static BODY: OnceLock<&'static [u8]> = OnceLock::new();
-    let body = BODY.get_or_init(|| {
-        let bytes = serde_json::to_vec(&document(app.svc.config)).unwrap_or_default();
-        Box::leak(bytes.into_boxed_slice())
-    });
-    let mut r = Response::new(200);
-    r.cache_control = CACHE_CONTROL;
-    r.body = Body::Static(body);
-    Ok(Reply::full(r))
+/// `GET /api/openapi.json`: the document as serialised before fork (`app::fixed`).
+pub fn openapi(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
+    Ok(Reply::full(app.fixed.openapi.answer(req, "application/json", CACHE_CONTROL)))
+}
+
+/// The `/api/docs` page for `document`.
+pub fn render_page(document: &Value) -> String {
+    html::render(document, crate::app::assets::url("docs.css"))
 }
 
 /// The OpenAPI document for a service running with `config`.
