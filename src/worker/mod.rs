@@ -58,6 +58,7 @@ mod streams;
 mod timers;
 mod token;
 mod transport;
+mod trim;
 mod upstream;
 mod websocket;
 
@@ -88,18 +89,10 @@ pub use quic::WorkerH3;
 use timers::Timers;
 use token::Tok;
 use transport::Transport;
+use trim::Trim;
 
 /// The loop turns at least this often, so the heartbeat stays fresh when idle.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(500);
-/// Connections a worker must have held at once before it gives memory back when they go.
-const TRIM_PEAK: usize = 1024;
-/// How often a worker hands the allocator's free pages back to the kernel
-/// (glibc `malloc_trim`). glibc returns freed memory only from the top of each
-/// arena: pages freed in the middle stay resident, so without this a worker's
-/// RSS creeps up for its first minutes of mixed load (the pool threads' arenas
-/// fill with holes) although its live heap is flat. One trim costs tens of
-/// microseconds on a worker's few MiB of heap; Ruby does the same after a GC.
-const TRIM_EVERY: Duration = Duration::from_secs(30);
 /// How often a worker deletes the refresh-token families that expired (the
 /// first time right after it starts). Every worker does it: the delete is
 /// idempotent and cheap when there is nothing to delete.
@@ -217,6 +210,9 @@ struct Worker {
     peak: usize,
     /// When [`Worker::give_back_memory`] next trims the heap whatever the peak.
     next_trim: Instant,
+    /// The earliest [`Worker::give_back_memory`] trims again because the
+    /// worker's last connection closed.
+    next_quiet_trim: Instant,
     /// When [`Worker::purge_tokens`] next runs.
     next_purge: Instant,
     next_generation: u32,
@@ -368,7 +364,8 @@ impl Worker {
             free: Vec::new(),
             live: 0,
             peak: 0,
-            next_trim: Instant::now() + TRIM_EVERY,
+            next_trim: Instant::now() + trim::TRIM_EVERY,
+            next_quiet_trim: Instant::now(),
             next_purge: Instant::now(),
             next_generation: 1,
             timers: Timers::default(),
@@ -475,31 +472,41 @@ impl Worker {
         }));
     }
 
-    /// Every [`TRIM_EVERY`], give the allocator's free pages back to the
-    /// kernel. After a crowd of connections has gone (e.g. 10 000 SSE streams
-    /// closed), also shrink the slab to its last live entry, at once: that runs
-    /// only after a drop to a quarter of a peak of at least [`TRIM_PEAK`]
-    /// connections, so it costs nothing in steady state.
+    /// Give the allocator's free pages back to the kernel when
+    /// [`trim::due`] says so: every [`trim::TRIM_EVERY`], at once when the
+    /// last connection closes, and after a crowd of connections has gone
+    /// (e.g. 10 000 SSE streams closed), when the slab also shrinks to its
+    /// last live entry.
     fn give_back_memory(&mut self, now: Instant) {
-        if self.peak < TRIM_PEAK || self.live > self.peak / 4 {
-            if now >= self.next_trim {
-                self.next_trim = now + TRIM_EVERY;
-                crate::sys::trim_heap();
-                log::trace!("worker {}: heap trimmed in {:?}", std::process::id(), now.elapsed());
+        let state = trim::State {
+            live: self.live,
+            peak: self.peak,
+            next_trim: self.next_trim,
+            next_quiet_trim: self.next_quiet_trim,
+        };
+        let why = trim::due(state, now);
+        match why {
+            Trim::No => return,
+            Trim::Periodic => {}
+            Trim::Quiet => {
+                self.peak = 0;
+                self.next_quiet_trim = now + trim::QUIET_TRIM_GAP;
             }
-            return;
+            Trim::Crowd => {
+                self.peak = self.live;
+                while matches!(self.conns.last(), Some(None)) {
+                    self.conns.pop();
+                }
+                let len = self.conns.len();
+                self.free.retain(|&i| i < len);
+                self.conns.shrink_to_fit();
+                self.free.shrink_to_fit();
+                self.sse.shrink_to_fit();
+            }
         }
-        self.next_trim = now + TRIM_EVERY;
-        self.peak = self.live;
-        while matches!(self.conns.last(), Some(None)) {
-            self.conns.pop();
-        }
-        let len = self.conns.len();
-        self.free.retain(|&i| i < len);
-        self.conns.shrink_to_fit();
-        self.free.shrink_to_fit();
-        self.sse.shrink_to_fit();
+        self.next_trim = now + trim::TRIM_EVERY;
         crate::sys::trim_heap();
+        log::trace!("worker {}: heap trimmed ({why:?}) in {:?}", std::process::id(), now.elapsed());
     }
 
     fn on_signal(&mut self) {

@@ -1,0 +1,1022 @@
+//! `h2ceiling`: what an HTTP/2 `/health` costs with a socket-free codec of
+//! our own instead of the `h2` crate, as a reference for `bin/loadtest
+//! --proto h2c --with-h2ceiling` and `bin/bench-instructions`.
+//!
+//! It speaks just enough HTTP/2 (RFC 9113) over prior-knowledge h2c to
+//! answer `GET /health` the way forkd does: the connection preface,
+//! SETTINGS and their ACK, PING, WINDOW_UPDATE (both windows), HEADERS and
+//! CONTINUATION (HPACK decoding with the static and the dynamic table,
+//! Huffman included), DATA, RST_STREAM and GOAWAY. Each response is
+//! `:status`, the fields forkd sends with `/health` (copied once, at start,
+//! from a running forkd with `--copy-from`), a fresh `date` each second and
+//! a fresh `x-request-id` (a random UUID) each response, both Huffman-coded
+//! literals; the fixed fields are inserted into the peer's HPACK table on a
+//! connection's first response and sent as one-byte indices after that, as
+//! h2's encoder does with forkd's fixed policy. Any other path gets a 404
+//! with no body. Like forkd it runs N single-threaded mio loops (threads
+//! here, one `SO_REUSEPORT` listener each), reads until `WouldBlock`,
+//! answers every request of a read and writes once.
+//!
+//! Not a server: no routing, no request limits beyond the frame size, no
+//! priorities, no server push, no TLS. Whatever forkd spends beyond this on
+//! HTTP/2 is the price of the `h2` crate and of forkd's own layers.
+//!
+//! Usage: h2ceiling --listen 127.0.0.1:PORT [--threads 2]
+//!                  --copy-from 127.0.0.1:PORT [--path /health]
+//! Built as a cargo example: `cargo build --release --example h2ceiling`.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream as StdStream};
+use std::time::{Duration, SystemTime};
+
+use forkd::http3::qpack::huffman;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+
+const LISTENER: Token = Token(usize::MAX);
+/// The client connection preface (RFC 9113 §3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// SETTINGS_MAX_FRAME_SIZE we accept (the protocol's default).
+const MAX_FRAME: usize = 16_384;
+/// Our HPACK decoder's table size (the protocol's default; never changed).
+const DECODER_TABLE: usize = 4096;
+/// Read size per `read` call.
+const READ_CHUNK: usize = 64 * 1024;
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
+const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
+const CONTINUATION: u8 = 0x9;
+const END_STREAM: u8 = 0x1;
+const ACK: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY_FLAG: u8 = 0x20;
+
+/// HPACK's static table (RFC 7541 Appendix A), index 1 first.
+const STATIC: [(&str, &str); 61] = [
+    (":authority", ""),
+    (":method", "GET"),
+    (":method", "POST"),
+    (":path", "/"),
+    (":path", "/index.html"),
+    (":scheme", "http"),
+    (":scheme", "https"),
+    (":status", "200"),
+    (":status", "204"),
+    (":status", "206"),
+    (":status", "304"),
+    (":status", "400"),
+    (":status", "404"),
+    (":status", "500"),
+    ("accept-charset", ""),
+    ("accept-encoding", "gzip, deflate"),
+    ("accept-language", ""),
+    ("accept-ranges", ""),
+    ("accept", ""),
+    ("access-control-allow-origin", ""),
+    ("age", ""),
+    ("allow", ""),
+    ("authorization", ""),
+    ("cache-control", ""),
+    ("content-disposition", ""),
+    ("content-encoding", ""),
+    ("content-language", ""),
+    ("content-length", ""),
+    ("content-location", ""),
+    ("content-range", ""),
+    ("content-type", ""),
+    ("cookie", ""),
+    ("date", ""),
+    ("etag", ""),
+    ("expect", ""),
+    ("expires", ""),
+    ("from", ""),
+    ("host", ""),
+    ("if-match", ""),
+    ("if-modified-since", ""),
+    ("if-none-match", ""),
+    ("if-range", ""),
+    ("if-unmodified-since", ""),
+    ("last-modified", ""),
+    ("link", ""),
+    ("location", ""),
+    ("max-forwards", ""),
+    ("proxy-authenticate", ""),
+    ("proxy-authorization", ""),
+    ("range", ""),
+    ("referer", ""),
+    ("refresh", ""),
+    ("retry-after", ""),
+    ("server", ""),
+    ("set-cookie", ""),
+    ("strict-transport-security", ""),
+    ("transfer-encoding", ""),
+    ("user-agent", ""),
+    ("vary", ""),
+    ("via", ""),
+    ("www-authenticate", ""),
+];
+/// Static index of `date`.
+const DATE: usize = 33;
+
+/// An HTTP/2 error code (RFC 9113 §7) that ends the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum H2Error {
+    Protocol = 0x1,
+    FlowControl = 0x3,
+    FrameSize = 0x6,
+    Compression = 0x9,
+}
+
+/// What the connection does after a call to [`Codec::on_bytes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    /// Go on reading.
+    Read,
+    /// Write what is queued, then close (a GOAWAY was sent or received).
+    Close,
+}
+
+/// The fixed part of the `/health` answer: what forkd sends, minus `date`
+/// and `x-request-id`.
+struct Answer {
+    /// Field names (lowercase) and values.
+    fields: Vec<(Vec<u8>, Vec<u8>)>,
+    body: Vec<u8>,
+    path: Vec<u8>,
+}
+
+// ------------------------------------------------------------------ HPACK
+
+/// Append `value` as an HPACK integer with an `n`-bit prefix; `flags` are
+/// the first byte's bits above the prefix (RFC 7541 §5.1).
+fn put_int(out: &mut Vec<u8>, flags: u8, n: u8, mut value: usize) {
+    let max = (1usize << n) - 1;
+    if value < max {
+        out.push(flags | value as u8);
+        return;
+    }
+    out.push(flags | max as u8);
+    value -= max;
+    while value >= 128 {
+        out.push((value % 128) as u8 | 0x80);
+        value /= 128;
+    }
+    out.push(value as u8);
+}
+
+/// An HPACK integer with an `n`-bit prefix at the start of `input`: its
+/// value and length.
+fn get_int(input: &[u8], n: u8) -> Result<(usize, usize), H2Error> {
+    let max = (1usize << n) - 1;
+    let first = *input.first().ok_or(H2Error::Compression)? as usize & max;
+    if first < max {
+        return Ok((first, 1));
+    }
+    let (mut value, mut shift) = (max, 0u32);
+    for (i, &b) in input.iter().enumerate().skip(1) {
+        if shift > 28 {
+            return Err(H2Error::Compression);
+        }
+        value += ((b & 0x7f) as usize) << shift;
+        if b & 0x80 == 0 {
+            return Ok((value, i + 1));
+        }
+        shift += 7;
+    }
+    Err(H2Error::Compression)
+}
+
+/// Append a string literal, Huffman-coded (RFC 7541 §5.2).
+fn put_huffman(out: &mut Vec<u8>, s: &[u8]) {
+    put_int(out, 0x80, 7, huffman::encoded_len(s));
+    huffman::encode(s, out);
+}
+
+/// A string literal at the start of `input`, decoded into `out`; returns its length.
+fn get_str(input: &[u8], out: &mut Vec<u8>) -> Result<usize, H2Error> {
+    let huff = input.first().ok_or(H2Error::Compression)? & 0x80 != 0;
+    let (len, n) = get_int(input, 7)?;
+    let raw = input.get(n..n + len).ok_or(H2Error::Compression)?;
+    out.clear();
+    if huff {
+        huffman::decode(raw, out).map_err(|_| H2Error::Compression)?;
+    } else {
+        out.extend_from_slice(raw);
+    }
+    Ok(n + len)
+}
+
+/// The request decoder's state: the dynamic table (RFC 7541 §2.3.2).
+struct Decoder {
+    /// Newest first.
+    table: VecDeque<(Vec<u8>, Vec<u8>)>,
+    size: usize,
+    max: usize,
+    name: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl Decoder {
+    fn new() -> Decoder {
+        Decoder { table: VecDeque::new(), size: 0, max: DECODER_TABLE, name: Vec::new(), value: Vec::new() }
+    }
+
+    fn evict(&mut self) {
+        while self.size > self.max {
+            match self.table.pop_back() {
+                Some((n, v)) => self.size -= 32 + n.len() + v.len(),
+                None => break,
+            }
+        }
+    }
+
+    fn insert(&mut self, name: &[u8], value: &[u8]) {
+        self.size += 32 + name.len() + value.len();
+        self.table.push_front((name.to_vec(), value.to_vec()));
+        self.evict();
+    }
+
+    /// Entry `index` of the static and dynamic tables.
+    fn entry(&self, index: usize) -> Result<(&[u8], &[u8]), H2Error> {
+        match index {
+            0 => Err(H2Error::Compression),
+            1..=61 => Ok((STATIC[index - 1].0.as_bytes(), STATIC[index - 1].1.as_bytes())),
+            _ => self.table.get(index - 62).map(|(n, v)| (&n[..], &v[..])).ok_or(H2Error::Compression),
+        }
+    }
+
+    /// Decode a whole header block; `field` sees each field in order.
+    fn decode(&mut self, mut block: &[u8], mut field: impl FnMut(&[u8], &[u8])) -> Result<(), H2Error> {
+        while let Some(&b) = block.first() {
+            let used = if b & 0x80 != 0 {
+                let (index, n) = get_int(block, 7)?;
+                let (name, value) = self.entry(index)?;
+                field(name, value);
+                n
+            } else if b & 0xe0 == 0x20 {
+                let (size, n) = get_int(block, 5)?;
+                if size > DECODER_TABLE {
+                    return Err(H2Error::Compression);
+                }
+                self.max = size;
+                self.evict();
+                n
+            } else {
+                // A literal: with incremental indexing (01), without (0000) or never indexed (0001).
+                let (prefix, index_it) = if b & 0xc0 == 0x40 { (6, true) } else { (4, false) };
+                let (index, mut n) = get_int(block, prefix)?;
+                let mut name = std::mem::take(&mut self.name);
+                if index == 0 {
+                    n += get_str(&block[n..], &mut name)?;
+                } else {
+                    name.clear();
+                    name.extend_from_slice(self.entry(index)?.0);
+                }
+                let mut value = std::mem::take(&mut self.value);
+                n += get_str(&block[n..], &mut value)?;
+                field(&name, &value);
+                if index_it {
+                    self.insert(&name, &value);
+                }
+                self.name = name;
+                self.value = value;
+                n
+            };
+            block = &block[used..];
+        }
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------------------ per-thread state
+
+/// What every connection of a thread shares: the fixed answer, the clock
+/// and the request-id generator.
+struct Shared {
+    answer: &'static Answer,
+    /// Whole seconds of the cached date.
+    date_secs: u64,
+    /// The `date` value, Huffman-coded, with its length prefix.
+    date: Vec<u8>,
+    rng: u64,
+}
+
+impl Shared {
+    fn new(answer: &'static Answer) -> Shared {
+        let seed = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+        let mut s = Shared { answer, date_secs: u64::MAX, date: Vec::new(), rng: seed | 1 };
+        s.tick();
+        s
+    }
+
+    /// Refresh the date if the second changed (once per loop turn).
+    fn tick(&mut self) {
+        let now = SystemTime::now();
+        let secs = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if secs != self.date_secs {
+            self.date_secs = secs;
+            self.date.clear();
+            put_huffman(&mut self.date, httpdate::fmt_http_date(now).as_bytes());
+        }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        // xorshift64*
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A fresh random (version 4) UUID, as forkd's request ids are.
+    fn request_id(&mut self) -> [u8; 36] {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let (a, b) = (self.next_u64(), self.next_u64());
+        let bits =
+            (u128::from(a) << 64 | u128::from(b)) & !(0xf000 << 64) & !(0xc << 60) | (0x4000 << 64) | (0x8 << 60);
+        let mut out = [b'-'; 36];
+        let mut nibble = 0;
+        for (i, slot) in out.iter_mut().enumerate() {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                continue;
+            }
+            *slot = HEX[((bits >> (124 - 4 * nibble)) & 0xf) as usize];
+            nibble += 1;
+        }
+        out
+    }
+}
+
+// ------------------------------------------------------------------ the codec
+
+/// One connection's HTTP/2 state: bytes in, frames out. No socket.
+struct Codec {
+    preface: bool,
+    decoder: Decoder,
+    /// The fixed fields are in the peer's table (from the second response on).
+    fixed_indexed: bool,
+    /// The fixed fields fit the peer's table (its SETTINGS_HEADER_TABLE_SIZE).
+    fixed_fit: bool,
+    peer_table: usize,
+    /// The peer's SETTINGS_INITIAL_WINDOW_SIZE: each new stream's send window.
+    peer_window: i64,
+    /// The connection's send window.
+    conn_window: i64,
+    /// Streams whose answer waits for window: (id, its send window, not found).
+    blocked: VecDeque<(u32, i64, bool)>,
+    /// A header block continued in CONTINUATION frames: stream, END_STREAM, bytes.
+    continued: Option<(u32, bool)>,
+    block: Vec<u8>,
+    /// Streams with a request body still coming: (id, not found).
+    uploading: Vec<(u32, bool)>,
+    last_stream: u32,
+}
+
+impl Codec {
+    fn new() -> Codec {
+        Codec {
+            preface: false,
+            decoder: Decoder::new(),
+            fixed_indexed: false,
+            fixed_fit: true,
+            peer_table: 4096,
+            peer_window: 65_535,
+            conn_window: 65_535,
+            blocked: VecDeque::new(),
+            continued: None,
+            block: Vec::new(),
+            uploading: Vec::new(),
+            last_stream: 0,
+        }
+    }
+
+    /// The server preface: our SETTINGS (at most 128 concurrent streams).
+    fn start(out: &mut Vec<u8>) {
+        frame_head(out, 6, SETTINGS, 0, 0);
+        out.extend_from_slice(&[0, 3, 0, 0, 0, 128]);
+    }
+
+    /// Consume every whole frame at the start of `input` (the rest stays),
+    /// appending what they call for to `out`.
+    fn on_bytes(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>, shared: &mut Shared) -> Next {
+        let mut at = 0;
+        if !self.preface {
+            if input.len() < PREFACE.len() {
+                return Next::Read;
+            }
+            if &input[..PREFACE.len()] != PREFACE {
+                return Next::Close;
+            }
+            self.preface = true;
+            at = PREFACE.len();
+        }
+        let mut next = Next::Read;
+        while input.len() - at >= 9 {
+            let h = &input[at..at + 9];
+            let len = (h[0] as usize) << 16 | (h[1] as usize) << 8 | h[2] as usize;
+            let (kind, flags) = (h[3], h[4]);
+            let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+            if len > MAX_FRAME {
+                next = self.go_away(out, H2Error::FrameSize);
+                break;
+            }
+            if input.len() - at - 9 < len {
+                break;
+            }
+            let payload = &input[at + 9..at + 9 + len];
+            at += 9 + len;
+            if let Err(e) = self.frame(kind, flags, stream, payload, out, shared) {
+                next = self.go_away(out, e);
+                break;
+            }
+            if kind == GOAWAY {
+                next = Next::Close;
+                break;
+            }
+        }
+        input.drain(..at);
+        next
+    }
+
+    fn go_away(&self, out: &mut Vec<u8>, e: H2Error) -> Next {
+        frame_head(out, 8, GOAWAY, 0, 0);
+        out.extend_from_slice(&self.last_stream.to_be_bytes());
+        out.extend_from_slice(&(e as u32).to_be_bytes());
+        Next::Close
+    }
+
+    fn frame(
+        &mut self,
+        kind: u8,
+        flags: u8,
+        stream: u32,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        shared: &mut Shared,
+    ) -> Result<(), H2Error> {
+        if self.continued.is_some() && kind != CONTINUATION {
+            return Err(H2Error::Protocol);
+        }
+        match kind {
+            HEADERS => {
+                if stream == 0 || stream % 2 == 0 || stream <= self.last_stream {
+                    return Err(H2Error::Protocol);
+                }
+                self.last_stream = stream;
+                let mut p = payload;
+                let mut pad = 0;
+                if flags & PADDED != 0 {
+                    pad = *p.first().ok_or(H2Error::FrameSize)? as usize;
+                    p = &p[1..];
+                }
+                if flags & PRIORITY_FLAG != 0 {
+                    p = p.get(5..).ok_or(H2Error::FrameSize)?;
+                }
+                let p = p.get(..p.len().checked_sub(pad).ok_or(H2Error::Protocol)?).ok_or(H2Error::Protocol)?;
+                let end_stream = flags & END_STREAM != 0;
+                if flags & END_HEADERS != 0 {
+                    self.request(stream, end_stream, p, out, shared)?;
+                } else {
+                    self.block.clear();
+                    self.block.extend_from_slice(p);
+                    self.continued = Some((stream, end_stream));
+                }
+            }
+            CONTINUATION => {
+                let Some((id, end_stream)) = self.continued else { return Err(H2Error::Protocol) };
+                if id != stream || self.block.len() + payload.len() > 64 * 1024 {
+                    return Err(H2Error::Protocol);
+                }
+                self.block.extend_from_slice(payload);
+                if flags & END_HEADERS != 0 {
+                    self.continued = None;
+                    let block = std::mem::take(&mut self.block);
+                    let r = self.request(id, end_stream, &block, out, shared);
+                    self.block = block;
+                    r?;
+                }
+            }
+            DATA => {
+                if stream == 0 {
+                    return Err(H2Error::Protocol);
+                }
+                // Hand the bytes back at once: the body is not read.
+                if !payload.is_empty() {
+                    window_update(out, 0, payload.len() as u32);
+                    if flags & END_STREAM == 0 {
+                        window_update(out, stream, payload.len() as u32);
+                    }
+                }
+                if flags & END_STREAM != 0 {
+                    if let Some(i) = self.uploading.iter().position(|&(id, _)| id == stream) {
+                        let (_, not_found) = self.uploading.swap_remove(i);
+                        self.answer(stream, not_found, self.peer_window, out, shared);
+                    }
+                }
+            }
+            SETTINGS => {
+                if stream != 0 || payload.len() % 6 != 0 {
+                    return Err(H2Error::FrameSize);
+                }
+                if flags & ACK == 0 {
+                    for s in payload.chunks_exact(6) {
+                        let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
+                        match u16::from_be_bytes([s[0], s[1]]) {
+                            1 => {
+                                self.peer_table = value as usize;
+                                self.fixed_fit = fixed_size(shared.answer) <= self.peer_table;
+                            }
+                            4 => {
+                                if value > 0x7fff_ffff {
+                                    return Err(H2Error::FlowControl);
+                                }
+                                self.peer_window = i64::from(value);
+                            }
+                            _ => {}
+                        }
+                    }
+                    frame_head(out, 0, SETTINGS, ACK, 0);
+                }
+            }
+            PING => {
+                if payload.len() != 8 {
+                    return Err(H2Error::FrameSize);
+                }
+                if flags & ACK == 0 {
+                    frame_head(out, 8, PING, ACK, 0);
+                    out.extend_from_slice(payload);
+                }
+            }
+            WINDOW_UPDATE => {
+                let b = payload.get(..4).ok_or(H2Error::FrameSize)?;
+                let inc = i64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff);
+                if stream == 0 {
+                    self.conn_window += inc;
+                } else if let Some(s) = self.blocked.iter_mut().find(|s| s.0 == stream) {
+                    s.1 += inc;
+                }
+                self.unblock(out, shared);
+            }
+            RST_STREAM => {
+                self.blocked.retain(|s| s.0 != stream);
+                self.uploading.retain(|s| s.0 != stream);
+            }
+            _ => {} // PRIORITY, GOAWAY (the caller closes), unknown types
+        }
+        Ok(())
+    }
+
+    /// A request's header block arrived: decode it, answer once it ended.
+    fn request(
+        &mut self,
+        stream: u32,
+        end_stream: bool,
+        block: &[u8],
+        out: &mut Vec<u8>,
+        shared: &mut Shared,
+    ) -> Result<(), H2Error> {
+        let mut found = false;
+        let path = &shared.answer.path;
+        self.decoder.decode(block, |name, value| {
+            if name == b":path" {
+                found = value == &path[..];
+            }
+        })?;
+        if end_stream {
+            self.answer(stream, !found, self.peer_window, out, shared);
+        } else {
+            self.uploading.push((stream, !found));
+        }
+        Ok(())
+    }
+
+    /// Answer `stream` now if both windows allow its body, else later.
+    fn answer(&mut self, stream: u32, not_found: bool, window: i64, out: &mut Vec<u8>, shared: &mut Shared) {
+        let need = if not_found { 0 } else { shared.answer.body.len() as i64 };
+        if need > 0 && (need > window || need > self.conn_window || !self.blocked.is_empty()) {
+            self.blocked.push_back((stream, window, not_found));
+            return;
+        }
+        self.conn_window -= need;
+        self.respond(stream, not_found, out, shared);
+    }
+
+    fn unblock(&mut self, out: &mut Vec<u8>, shared: &mut Shared) {
+        let need = shared.answer.body.len() as i64;
+        while let Some(&(stream, window, not_found)) = self.blocked.front() {
+            if need > window || need > self.conn_window {
+                break;
+            }
+            self.blocked.pop_front();
+            self.conn_window -= need;
+            self.respond(stream, not_found, out, shared);
+        }
+    }
+
+    /// HEADERS (and DATA) answering `stream`.
+    fn respond(&mut self, stream: u32, not_found: bool, out: &mut Vec<u8>, shared: &mut Shared) {
+        let start = out.len();
+        frame_head(out, 0, HEADERS, END_HEADERS | if not_found { END_STREAM } else { 0 }, stream);
+        if not_found {
+            out.push(0x80 | 13); // :status 404
+            put_int(out, 0, 4, 28); // content-length: 0, literal without indexing
+            out.extend_from_slice(&[1, b'0']);
+        } else {
+            out.push(0x80 | 8); // :status 200
+            put_int(out, 0, 4, DATE);
+            out.extend_from_slice(&shared.date);
+            out.push(0); // x-request-id: literal name and value, without indexing
+            put_huffman(out, b"x-request-id");
+            let id = shared.request_id();
+            put_huffman(out, &id);
+            let fields = &shared.answer.fields;
+            if self.fixed_indexed {
+                // Inserted in order: the last is the newest, index 62.
+                for i in 0..fields.len() {
+                    put_int(out, 0x80, 7, 62 + fields.len() - 1 - i);
+                }
+            } else {
+                for (name, value) in fields {
+                    let flags = if self.fixed_fit { 0x40 } else { 0 };
+                    let prefix = if self.fixed_fit { 6 } else { 4 };
+                    match STATIC.iter().position(|(n, _)| n.as_bytes() == &name[..]) {
+                        Some(i) => put_int(out, flags, prefix, i + 1),
+                        None => {
+                            out.push(flags);
+                            put_huffman(out, name);
+                        }
+                    }
+                    put_huffman(out, value);
+                }
+                self.fixed_indexed = self.fixed_fit;
+            }
+        }
+        let len = out.len() - start - 9;
+        out[start..start + 3].copy_from_slice(&(len as u32).to_be_bytes()[1..]);
+        if !not_found {
+            let body = &shared.answer.body;
+            frame_head(out, body.len(), DATA, END_STREAM, stream);
+            out.extend_from_slice(body);
+        }
+    }
+}
+
+/// The HPACK table size the fixed fields take (RFC 7541 §4.1).
+fn fixed_size(answer: &Answer) -> usize {
+    answer.fields.iter().map(|(n, v)| 32 + n.len() + v.len()).sum()
+}
+
+fn frame_head(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u32) {
+    out.extend_from_slice(&(len as u32).to_be_bytes()[1..]);
+    out.push(kind);
+    out.push(flags);
+    out.extend_from_slice(&stream.to_be_bytes());
+}
+
+fn window_update(out: &mut Vec<u8>, stream: u32, inc: u32) {
+    frame_head(out, 4, WINDOW_UPDATE, 0, stream);
+    out.extend_from_slice(&inc.to_be_bytes());
+}
+
+// ------------------------------------------------------------------ start-up
+
+struct Args {
+    listen: SocketAddr,
+    threads: usize,
+    answer: Answer,
+}
+
+fn usage() -> ! {
+    eprintln!("usage: h2ceiling --listen ADDR [--threads N] --copy-from ADDR [--path /health]");
+    std::process::exit(2)
+}
+
+fn parse_args() -> io::Result<Args> {
+    let mut listen = None;
+    let mut threads = 2;
+    let mut copy_from = None;
+    let mut path = "/health".to_owned();
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().unwrap_or_else(|| usage());
+        match flag.as_str() {
+            "--listen" => listen = Some(value.parse::<SocketAddr>().map_err(io::Error::other)?),
+            "--threads" => threads = value.parse::<usize>().map_err(io::Error::other)?,
+            "--copy-from" => copy_from = Some(value.parse::<SocketAddr>().map_err(io::Error::other)?),
+            "--path" => path = value,
+            _ => usage(),
+        }
+    }
+    let (Some(listen), Some(from)) = (listen, copy_from) else { usage() };
+    if threads == 0 {
+        usage();
+    }
+    let answer = copy_answer(from, &path)?;
+    Ok(Args { listen, threads, answer })
+}
+
+/// The fields and body forkd answers `GET path` with (over HTTP/1.1: the
+/// same fields as over HTTP/2 but the connection-specific ones), without
+/// the per-response `date` and `x-request-id`.
+fn copy_answer(addr: SocketAddr, path: &str) -> io::Result<Answer> {
+    let mut s = StdStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| io::Error::other("no response head"))? + 4;
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    let mut fields = Vec::new();
+    for line in head.lines().skip(1).filter(|l| !l.is_empty()) {
+        let (name, value) = line.split_once(':').ok_or_else(|| io::Error::other("a field without ':'"))?;
+        let name = name.trim().to_ascii_lowercase();
+        if matches!(name.as_str(), "date" | "x-request-id" | "connection" | "keep-alive" | "transfer-encoding") {
+            continue;
+        }
+        fields.push((name.into_bytes(), value.trim().as_bytes().to_vec()));
+    }
+    Ok(Answer { fields, body: buf[end..].to_vec(), path: path.as_bytes().to_vec() })
+}
+
+// ------------------------------------------------------------------ the loop
+
+struct Conn {
+    stream: TcpStream,
+    codec: Codec,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    sent: usize,
+}
+
+impl Conn {
+    /// Read until `WouldBlock`, run the codec, write until `WouldBlock`.
+    /// `false`: the connection is finished.
+    fn ready(&mut self, shared: &mut Shared) -> bool {
+        let mut open = true;
+        loop {
+            let len = self.inbuf.len();
+            self.inbuf.resize(len + READ_CHUNK, 0);
+            match self.stream.read(&mut self.inbuf[len..]) {
+                Ok(0) => {
+                    self.inbuf.truncate(len);
+                    open = false;
+                    break;
+                }
+                Ok(n) => self.inbuf.truncate(len + n),
+                Err(e) => {
+                    self.inbuf.truncate(len);
+                    match e.kind() {
+                        io::ErrorKind::WouldBlock => break,
+                        io::ErrorKind::Interrupted => {}
+                        _ => return false,
+                    }
+                }
+            }
+        }
+        if self.codec.on_bytes(&mut self.inbuf, &mut self.out, shared) == Next::Close {
+            open = false;
+        }
+        while self.sent < self.out.len() {
+            match self.stream.write(&self.out[self.sent..]) {
+                Ok(0) => return false,
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+        }
+        open || self.sent < self.out.len()
+    }
+}
+
+fn listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    let domain = socket2::Domain::for_address(addr);
+    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    Ok(TcpListener::from_std(s.into()))
+}
+
+fn serve(addr: SocketAddr, answer: &'static Answer) -> io::Result<()> {
+    let mut poll = Poll::new()?;
+    let mut listener = listener(addr)?;
+    poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+    let mut shared = Shared::new(answer);
+    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut events = Events::with_capacity(1024);
+    loop {
+        match poll.poll(&mut events, None) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        shared.tick();
+        for ev in events.iter() {
+            if ev.token() == LISTENER {
+                loop {
+                    match listener.accept() {
+                        Ok((mut stream, _)) => {
+                            let _ = stream.set_nodelay(true);
+                            let i = free.pop().unwrap_or_else(|| {
+                                conns.push(None);
+                                conns.len() - 1
+                            });
+                            poll.registry().register(&mut stream, Token(i), Interest::READABLE | Interest::WRITABLE)?;
+                            let mut out = Vec::with_capacity(READ_CHUNK);
+                            Codec::start(&mut out);
+                            conns[i] = Some(Conn { stream, codec: Codec::new(), inbuf: Vec::new(), out, sent: 0 });
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => break, // EMFILE and the like: try again on the next event
+                    }
+                }
+                continue;
+            }
+            let i = ev.token().0;
+            let done = match conns.get_mut(i).and_then(Option::as_mut) {
+                Some(c) => !c.ready(&mut shared),
+                None => false,
+            };
+            if done {
+                if let Some(mut c) = conns[i].take() {
+                    let _ = poll.registry().deregister(&mut c.stream);
+                }
+                free.push(i);
+            }
+        }
+    }
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("h2ceiling: {e}");
+            std::process::exit(1)
+        }
+    };
+    let answer: &'static Answer = Box::leak(Box::new(args.answer));
+    eprintln!(
+        "h2ceiling: {} threads on {}, {} fixed fields ({} bytes of HPACK table), {} body bytes",
+        args.threads,
+        args.listen,
+        answer.fields.len(),
+        fixed_size(answer),
+        answer.body.len()
+    );
+    let handles: Vec<_> = (0..args.threads)
+        .map(|_| {
+            let addr = args.listen;
+            std::thread::spawn(move || serve(addr, answer))
+        })
+        .collect();
+    for h in handles {
+        if let Ok(Err(e)) = h.join() {
+            eprintln!("h2ceiling: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer() -> &'static Answer {
+        Box::leak(Box::new(Answer {
+            fields: vec![
+                (b"content-type".to_vec(), b"application/json".to_vec()),
+                (b"server".to_vec(), b"forkd".to_vec()),
+                (b"x-frame-options".to_vec(), b"DENY".to_vec()),
+            ],
+            body: b"{\"status\":\"ok\"}".to_vec(),
+            path: b"/health".to_vec(),
+        }))
+    }
+
+    /// A GET for `path` on `stream` as a client's first request: literal
+    /// fields with incremental indexing, the path Huffman-coded.
+    fn get(stream: u32, path: &str) -> Vec<u8> {
+        let mut block = vec![0x82, 0x86]; // :method GET, :scheme http
+        put_int(&mut block, 0x40, 6, 4);
+        put_huffman(&mut block, path.as_bytes());
+        put_int(&mut block, 0x40, 6, 1);
+        block.extend_from_slice(&[9]);
+        block.extend_from_slice(b"localhost");
+        let mut f = Vec::new();
+        frame_head(&mut f, block.len(), HEADERS, END_HEADERS | END_STREAM, stream);
+        f.extend_from_slice(&block);
+        f
+    }
+
+    /// The frames in `out`: (type, flags, stream, payload).
+    fn frames(mut out: &[u8]) -> Vec<(u8, u8, u32, Vec<u8>)> {
+        let mut v = Vec::new();
+        while out.len() >= 9 {
+            let len = (out[0] as usize) << 16 | (out[1] as usize) << 8 | out[2] as usize;
+            let stream = u32::from_be_bytes([out[5], out[6], out[7], out[8]]);
+            v.push((out[3], out[4], stream, out[9..9 + len].to_vec()));
+            out = &out[9 + len..];
+        }
+        v
+    }
+
+    #[test]
+    fn two_gets_are_answered_and_the_second_head_is_indices_and_two_literals() {
+        let mut shared = Shared::new(answer());
+        let mut codec = Codec::new();
+        let mut input = PREFACE.to_vec();
+        frame_head(&mut input, 0, SETTINGS, 0, 0);
+        input.extend(get(1, "/health"));
+        input.extend(get(3, "/health"));
+        let mut out = Vec::new();
+        assert_eq!(codec.on_bytes(&mut input, &mut out, &mut shared), Next::Read);
+        assert!(input.is_empty());
+        let f = frames(&out);
+        let kinds: Vec<_> = f.iter().map(|x| (x.0, x.2)).collect();
+        assert_eq!(kinds, [(SETTINGS, 0), (HEADERS, 1), (DATA, 1), (HEADERS, 3), (DATA, 3)]);
+        // The client's decoder sees every field of both answers.
+        let mut client = Decoder::new();
+        for head in [&f[1].3, &f[3].3] {
+            let mut seen = Vec::new();
+            client.decode(head, |n, v| seen.push((n.to_vec(), v.to_vec()))).expect("our own block decodes");
+            let names: Vec<_> = seen.iter().map(|(n, _)| String::from_utf8_lossy(n).into_owned()).collect();
+            assert_eq!(names, [":status", "date", "x-request-id", "content-type", "server", "x-frame-options"]);
+            assert_eq!(seen[2].1.len(), 36);
+        }
+        // Second head: :status (1) + date + request id + three one-byte indices.
+        assert!(f[3].3.len() < f[1].3.len());
+        assert_eq!(&f[3].3[f[3].3.len() - 3..], &[0x80 | 64, 0x80 | 63, 0x80 | 62]);
+        assert_eq!(f[2].3, b"{\"status\":\"ok\"}");
+        assert_ne!(f[1].3[..], f[3].3[..]);
+    }
+
+    #[test]
+    fn another_path_gets_404_and_a_ping_its_ack() {
+        let mut shared = Shared::new(answer());
+        let mut codec = Codec::new();
+        let mut input = PREFACE.to_vec();
+        input.extend(get(1, "/nope"));
+        frame_head(&mut input, 8, PING, 0, 0);
+        input.extend_from_slice(b"12345678");
+        let mut out = Vec::new();
+        codec.on_bytes(&mut input, &mut out, &mut shared);
+        let f = frames(&out);
+        assert_eq!((f[0].0, f[0].1 & END_STREAM, f[0].3[0]), (HEADERS, END_STREAM, 0x80 | 13));
+        assert_eq!((f[1].0, f[1].1, &f[1].3[..]), (PING, ACK, &b"12345678"[..]));
+    }
+
+    #[test]
+    fn a_body_waits_for_the_window_and_goes_when_it_opens() {
+        let mut shared = Shared::new(answer());
+        let mut codec = Codec::new();
+        let mut input = PREFACE.to_vec();
+        frame_head(&mut input, 6, SETTINGS, 0, 0);
+        input.extend_from_slice(&[0, 4, 0, 0, 0, 0]); // INITIAL_WINDOW_SIZE 0
+        input.extend(get(1, "/health"));
+        let mut out = Vec::new();
+        codec.on_bytes(&mut input, &mut out, &mut shared);
+        assert_eq!(frames(&out).iter().map(|x| x.0).collect::<Vec<_>>(), [SETTINGS]);
+        out.clear();
+        window_update(&mut input, 1, 100);
+        codec.on_bytes(&mut input, &mut out, &mut shared);
+        assert_eq!(frames(&out).iter().map(|x| x.0).collect::<Vec<_>>(), [HEADERS, DATA]);
+    }
+
+    #[test]
+    fn bad_input_ends_the_connection_with_the_documented_goaway() {
+        let mut shared = Shared::new(answer());
+        for (bytes, code) in [
+            (vec![0, 0x40, 1, HEADERS, 0, 0, 0, 0, 1], H2Error::FrameSize), // longer than 16 KiB
+            (vec![0, 0, 1, HEADERS, END_HEADERS, 0, 0, 0, 1, 0xbf], H2Error::Compression), // index 63: empty table
+            (vec![0, 0, 0, HEADERS, END_HEADERS, 0, 0, 0, 2], H2Error::Protocol), // an even stream id
+        ] {
+            let mut codec = Codec::new();
+            let mut input = PREFACE.to_vec();
+            input.extend(bytes);
+            let mut out = Vec::new();
+            assert_eq!(codec.on_bytes(&mut input, &mut out, &mut shared), Next::Close);
+            let f = frames(&out);
+            assert_eq!(
+                (f[0].0, u32::from_be_bytes([f[0].3[4], f[0].3[5], f[0].3[6], f[0].3[7]])),
+                (GOAWAY, code as u32)
+            );
+        }
+    }
+}
