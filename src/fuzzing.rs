@@ -35,6 +35,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("range", range),
     ("config", config),
     ("http3_frames", http3_frames),
+    ("hpack", hpack),
     ("records", records),
     ("proxy_protocol", proxy_protocol),
 ];
@@ -589,6 +590,41 @@ pub fn http3_frames(data: &[u8]) {
                 }
             }
             Err(DecodeError::TooLarge | DecodeError::Failed(_)) => {}
+        }
+    }
+}
+
+/// HPACK blocks to one [`http2::hpack::Decoder`] (a first byte choosing the header list
+/// limit, then blocks, each behind a one-byte length), as one connection's HEADERS would
+/// bring them.
+///
+/// Invariants: a decoded list stays within the limit; only the list limit is a stream error
+/// (decoding goes on after it), any other error ends the connection; the fields of a block
+/// re-encoded by our [`http2::hpack::Encoder`] decode to the same fields.
+pub fn hpack(data: &[u8]) {
+    use crate::http2::hpack::{Decoder, Encoder, HpackError};
+    let Some((&seed, mut input)) = data.split_first() else { return };
+    let limit = [64, 1024, 16 * 1024][usize::from(seed % 3)];
+    let mut decoder = Decoder::new(4096);
+    let mut encoder = Encoder::new(4096);
+    let mut mirror = Decoder::new(4096);
+    while let Some((&len, rest)) = input.split_first() {
+        let (block, rest) = rest.split_at(usize::from(len).min(rest.len()));
+        input = rest;
+        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        match decoder.decode(block, limit, |n, v| fields.push((n.to_vec(), v.to_vec()))) {
+            Ok(()) => {
+                let size: usize = fields.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
+                assert!(size <= limit, "a decoded list within its limit");
+                let mut out = Vec::new();
+                encoder.encode(&mut out, None, fields.iter().map(|(n, v)| (&n[..], &v[..])));
+                let mut round = Vec::new();
+                let got = mirror.decode(&out, usize::MAX, |n, v| round.push((n.to_vec(), v.to_vec())));
+                assert_eq!(got, Ok(()));
+                assert_eq!(round, fields, "fields survive our encoder");
+            }
+            Err(HpackError::ListTooLarge) => {}
+            Err(_) => return,
         }
     }
 }

@@ -19,6 +19,7 @@
 mod conn;
 mod frame;
 mod head;
+pub mod hpack;
 mod io;
 mod meter;
 pub mod priority;
