@@ -35,7 +35,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("range", range),
     ("config", config),
     ("http3_frames", http3_frames),
-    ("hpack", hpack),
+    ("http2_frames", http2_frames),
     ("records", records),
     ("proxy_protocol", proxy_protocol),
 ];
@@ -594,25 +594,44 @@ pub fn http3_frames(data: &[u8]) {
     }
 }
 
-/// HPACK blocks to one [`http2::hpack::Decoder`] (a first byte choosing the header list
-/// limit, then blocks, each behind a one-byte length), as one connection's HEADERS would
-/// bring them.
+/// An HTTP/2 frame stream (after a first byte choosing the split and the header list limit)
+/// to [`http2::wire::parse`], whole and in pieces, and every header block (HEADERS and its
+/// CONTINUATIONs joined) to one connection's [`http2::hpack::Decoder`].
 ///
-/// Invariants: a decoded list stays within the limit; only the list limit is a stream error
-/// (decoding goes on after it), any other error ends the connection; the fields of a block
+/// Invariants: both feedings see the same frames; a decoded list stays within the limit;
+/// only the list limit is a stream error (decoding goes on after it); the fields of a block
 /// re-encoded by our [`http2::hpack::Encoder`] decode to the same fields.
-pub fn hpack(data: &[u8]) {
+pub fn http2_frames(data: &[u8]) {
     use crate::http2::hpack::{Decoder, Encoder, HpackError};
-    let Some((&seed, mut input)) = data.split_first() else { return };
+    use crate::http2::wire::Frame;
+    let Some((&seed, input)) = data.split_first() else { return };
     let limit = [64, 1024, 16 * 1024][usize::from(seed % 3)];
+    let whole = h2_frames(input, &[input.len()]);
+    let split = h2_frames(input, &pieces(seed, input.len()));
+    assert_eq!(whole.len(), split.len(), "whole and split input disagree");
     let mut decoder = Decoder::new(4096);
     let mut encoder = Encoder::new(4096);
     let mut mirror = Decoder::new(4096);
-    while let Some((&len, rest)) = input.split_first() {
-        let (block, rest) = rest.split_at(usize::from(len).min(rest.len()));
-        input = rest;
+    let mut block = Vec::new();
+    for (i, frame) in whole.iter().enumerate() {
+        assert_eq!(format!("{frame:?}"), format!("{:?}", split[i]), "whole and split input disagree");
+        let end = match frame {
+            Ok(Frame::Headers { block: part, end_headers, .. }) => {
+                block.clear();
+                block.extend_from_slice(part);
+                *end_headers
+            }
+            Ok(Frame::Continuation { block: part, end_headers, .. }) => {
+                block.extend_from_slice(part);
+                *end_headers
+            }
+            _ => false,
+        };
+        if !end {
+            continue;
+        }
         let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        match decoder.decode(block, limit, |n, v| fields.push((n.to_vec(), v.to_vec()))) {
+        match decoder.decode(&block, limit, |n, v| fields.push((n.to_vec(), v.to_vec()))) {
             Ok(()) => {
                 let size: usize = fields.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
                 assert!(size <= limit, "a decoded list within its limit");
@@ -627,6 +646,34 @@ pub fn hpack(data: &[u8]) {
             Err(_) => return,
         }
     }
+}
+
+/// The frames of `input` fed in `pieces`, ending at the first error.
+fn h2_frames<'a>(
+    input: &'a [u8],
+    pieces: &[usize],
+) -> Vec<Result<crate::http2::wire::Frame<'a>, crate::http2::wire::FrameError>> {
+    use crate::http2::wire::{parse, MIN_MAX_FRAME};
+    let mut out = Vec::new();
+    let (mut start, mut avail) = (0, 0);
+    for &n in pieces {
+        avail += n;
+        loop {
+            match parse(&input[start..avail], MIN_MAX_FRAME) {
+                Ok(Some((frame, used))) => {
+                    assert!(used <= avail - start, "takes what it was given");
+                    out.push(Ok(frame));
+                    start += used;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    out.push(Err(e));
+                    return out;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Frames of `input` fed in `pieces`: `(kind, payload)` each (DATA pieces joined per frame),

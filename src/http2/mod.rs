@@ -27,6 +27,7 @@ pub mod request;
 #[cfg(test)]
 mod tests;
 mod unfinished;
+pub mod wire;
 
 pub use conn::{Event, H2Conn, H2Error, H2Settings, RequestHead, StreamId};
 pub use h2::Reason;
