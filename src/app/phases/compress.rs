@@ -330,6 +330,10 @@ struct Kept {
 }
 
 impl Precompressed {
+    /// A table with no forms, for responses that never carry a fixed body (those assembled
+    /// from upstream results).
+    pub const NONE: &'static Precompressed = &Precompressed { entries: Vec::new() };
+
     /// Forms of each of `bodies` (with its `Content-Type`) that is compressible and at least
     /// `min_bytes` long, in every coding; none when compression is off. `reuse` holds forms
     /// made before (for an earlier configuration): a body with the same bytes takes them.
