@@ -149,6 +149,27 @@ fn served_chain(port: u16, name: &str, root: CertificateDer<'static>) -> Vec<Cer
     tls.conn.peer_certificates().expect("a chain").iter().map(|c| c.clone().into_owned()).collect()
 }
 
+/// The leaf HTTP/3 on UDP `port` serves for `name`, verified against `root`, after a
+/// `/health` answered over it.
+fn served_over_h3(port: u16, name: &str, root: &CertificateDer<'static>) -> CertificateDer<'static> {
+    use crate::util::http3::H3Client;
+    let pki = crate::util::tls::Pki { ca_pem: pem_of(root), cert_pem: String::new(), key_pem: String::new() };
+    let config = crate::util::http3::client_config_1rtt(&pki);
+    let mut c = H3Client::connect_named(([127, 0, 0, 1], port).into(), &config, name);
+    assert_eq!(c.get("/health").status(), 200, "GET /health over HTTP/3");
+    let chain = c.conn.crypto_session().peer_identity().expect("a peer identity");
+    let chain = chain.downcast::<Vec<CertificateDer<'static>>>().expect("rustls certificates");
+    chain[0].clone()
+}
+
+/// `cert` in PEM.
+fn pem_of(cert: &CertificateDer<'_>) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+    let lines: Vec<&str> = b64.as_bytes().chunks(64).map(|l| std::str::from_utf8(l).unwrap_or_default()).collect();
+    format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", lines.join("\n"))
+}
+
 /// The config of a server on `tls_port` ordering from `pebble` with `challenge`, its data in
 /// `data`.
 fn acme_server(plain: u16, tls_port: u16, data: &Path, directory: &str, ca_file: &Path, challenge: &str) -> Server {
@@ -160,6 +181,8 @@ fn acme_server(plain: u16, tls_port: u16, data: &Path, directory: &str, ca_file:
         .top(&format!("data_dir = \"{}\"", data.display()))
         // Plain requests move to https, but for the CA's HTTP-01 checks.
         .set("tls", &format!("listen = \"127.0.0.1:{tls_port}\"\nredirect_http = true"))
+        // HTTP/3 on the same port number (UDP), with the same certificate.
+        .set("http3", "enabled = true")
         .set(
             "tls.acme",
             &format!(
@@ -193,6 +216,7 @@ fn obtains_serves_and_reuses(challenge: &str) {
         let served = served_chain(tls_port, name, root.clone());
         assert_eq!(served[0], stored[0], "{name}: the leaf served is the one stored");
     }
+    assert_eq!(served_over_h3(tls_port, DOMAINS[1], &root), stored[0], "HTTP/3 serves the same leaf");
     assert_eq!(fs::metadata(&acme).expect("acme dir").mode() & 0o777, 0o700);
     for file in ["account.key", "cert.pem", "key.pem", "domains"] {
         assert_eq!(fs::metadata(acme.join(file)).expect(file).mode() & 0o777, 0o600, "{file}");

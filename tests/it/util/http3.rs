@@ -177,7 +177,12 @@ pub const TIMEOUT: Duration = Duration::from_secs(20);
 impl H3Client {
     /// Connects and completes the handshake (panics on failure).
     pub fn connect(server: SocketAddr, config: &ClientConfig) -> H3Client {
-        let mut c = H3Client::start(server, config);
+        H3Client::connect_named(server, config, "localhost")
+    }
+
+    /// [`H3Client::connect`] asking for the certificate of server name `name`.
+    pub fn connect_named(server: SocketAddr, config: &ClientConfig, name: &str) -> H3Client {
+        let mut c = H3Client::start_named(server, config, name);
         let deadline = Instant::now() + TIMEOUT;
         c.run_until(deadline, |c| !c.conn.is_handshaking() || c.lost.is_some());
         assert!(c.lost.is_none() && !c.conn.is_handshaking(), "HTTP/3 handshake with {server}: {:?}", c.lost);
@@ -199,9 +204,13 @@ impl H3Client {
     /// Starts a connection (resuming a session `config` holds, with 0-RTT keys when it can)
     /// without waiting for the handshake; its control stream is opened.
     pub fn start(server: SocketAddr, config: &ClientConfig) -> H3Client {
+        H3Client::start_named(server, config, "localhost")
+    }
+
+    fn start_named(server: SocketAddr, config: &ClientConfig, name: &str) -> H3Client {
         let sock = UdpSocket::bind("127.0.0.1:0").expect("bind UDP");
         let mut ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
-        let (ch, conn) = ep.connect(Instant::now(), config.clone(), server, "localhost").expect("connect");
+        let (ch, conn) = ep.connect(Instant::now(), config.clone(), server, name).expect("connect");
         let mut c = H3Client {
             sock,
             ep,
