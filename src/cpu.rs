@@ -5,8 +5,8 @@
 //! event loop never does). Lane threads run under `SCHED_IDLE` (or nice 19
 //! where that is refused), so when an event loop wakes it preempts them at
 //! once: a login storm costs logins per second, not `/health` latency. The
-//! pool threads themselves stay at normal priority, so database work is not
-//! starved when the CPUs are busy.
+//! pool threads run at nice 10 (below the loop, never starved like the lane),
+//! so database work progresses when the CPUs are busy.
 
 use crossbeam_channel::{Receiver, Sender};
 

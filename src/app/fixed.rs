@@ -11,7 +11,7 @@
 //! It renders and compresses; it must not touch sockets, pick routes or answer requests.
 
 use crate::app::handlers::{assets, health, openapi};
-use crate::app::phases::compress::Precompressed;
+use crate::app::phases::compress::{Plan, Precompressed};
 use crate::config::Config;
 use crate::http::request::Request;
 use crate::http::response::{Body, Response};
@@ -31,9 +31,11 @@ impl Doc {
     }
 
     /// The answer to a `GET` of this body: 200 with it and its `ETag`, or 304 when
-    /// `If-None-Match` names it (in any coding's form).
+    /// `If-None-Match` names it (in any coding's form), with the `ETag` and `Vary` the 200
+    /// would carry (the compression phase codes a 200's; `forms` are `config`'s).
     pub fn answer(
         &'static self,
+        (config, forms): (&Config, &'static Precompressed),
         req: &Request<'_>,
         content_type: &'static str,
         cache_control: &'static str,
@@ -43,7 +45,9 @@ impl Doc {
         r.content_type = content_type;
         r.cache_control = cache_control;
         r.header("ETag", &*self.etag);
-        if !fresh {
+        if fresh {
+            Plan::new(config, req.path, req.headers).not_modified(&mut r, &self.body, config, forms);
+        } else {
             r.body = Body::Static(&self.body);
         }
         r

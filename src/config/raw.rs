@@ -405,8 +405,9 @@ section! {
         /// Bodies shorter than this many bytes are sent as they are (0 to 67108864).
         min_bytes: i64 = 1024,
         /// Effort for bodies compressed per response, on the pool (1 fastest to 9 smallest):
-        /// gzip's and zstd's level, brotli's quality less one. Bodies fixed for the
-        /// configuration's life are compressed once at the best (gzip 9, brotli 11, zstd 19).
+        /// gzip's and zstd's level, brotli's quality less one (at most 4: higher costs far more
+        /// time for little). Bodies fixed for the configuration's life are compressed once at
+        /// the best (gzip 9, brotli 11, zstd 19).
         level: i64 = 6,
     }
 }

@@ -159,6 +159,13 @@ fn each_coding_decodes_to_the_identity_body_with_an_etag_of_its_own(p: Proto) {
             ensure_eq!(s, tag, want.as_str(), "{what}: the coding's own ETag");
             let fresh = s.call("GET", path, &[("Accept-Encoding", coding), ("If-None-Match", tag)], b"");
             ensure!(s, fresh.status == 304 && fresh.body.is_empty(), "{what}, If-None-Match {tag}: {fresh:?}");
+            // The 304 names the representation the 200 would have sent: the coding's.
+            ensure_eq!(s, fresh.header("etag"), Some(want.as_str()), "{what}: the 304's ETag");
+            ensure!(s, varies(&fresh), "{what}: the 304 varies: {:?}", fresh.headers);
+            // The same cache entry revalidated by a client that now takes identity.
+            let plain_304 = s.call("GET", path, &[("If-None-Match", tag)], b"");
+            ensure!(s, plain_304.status == 304, "{path}: identity request, coded tag: {plain_304:?}");
+            ensure_eq!(s, plain_304.header("etag"), Some(plain_tag.as_str()), "{path}: identity 304's ETag");
         }
         let fresh = s.call("GET", path, &[("If-None-Match", &plain_tag)], b"");
         ensure!(s, fresh.status == 304, "{path}, If-None-Match with the identity ETag: {fresh:?}");
@@ -241,4 +248,33 @@ fn downloads_with_or_without_range_are_never_compressed(p: Proto) {
     let part = s.call("GET", "/download/notes.txt", &[EVERY[0], ("Range", "bytes=0-99")], b"");
     ensure!(s, part.status == 206 && part.body == text.as_bytes()[..100], "the range as it is: {part:?}");
     ensure_eq!(s, part.header("content-encoding"), None, "a range");
+}
+
+/// The nice value in a /proc `stat` line (its 19th field).
+fn nice_in(stat: &str) -> Option<i64> {
+    let close = stat.rfind(')')?;
+    // Fields from the third (state) on: nice is the 17th of those.
+    stat[close + 1..].split_whitespace().nth(16)?.parse().ok()
+}
+
+/// Compression (and every other pool job) runs below the event loop's priority, so a core
+/// busy compressing goes back to a waking loop at once.
+#[test]
+fn pool_threads_run_below_the_event_loop() {
+    let s = Server::builder().workers(1).start();
+    let workers = s.workers();
+    ensure!(s, workers.len() == 1, "one worker: {workers:?}");
+    let stat = |path: &std::path::Path| std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+    let task_dir = std::path::PathBuf::from(format!("/proc/{}/task", workers[0]));
+    let pool: Vec<(String, Option<i64>)> = std::fs::read_dir(&task_dir)
+        .map(|tasks| tasks.flatten().map(|t| stat(&t.path())).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .iter()
+        .filter(|st| st.contains("(pool-"))
+        .map(|st| (st.clone(), nice_in(st)))
+        .collect();
+    ensure!(s, !pool.is_empty(), "no pool thread under {task_dir:?}");
+    ensure!(s, pool.iter().all(|(_, nice)| *nice == Some(10)), "pool threads at nice 10: {pool:?}");
+    let main = nice_in(&stat(&task_dir.join(workers[0].to_string())));
+    ensure!(s, main == Some(0), "the event loop at nice 0: {main:?}");
 }

@@ -25,7 +25,12 @@ pub fn ready(app: &App, _: &Request<'_>, ctx: &Ctx<'_>) -> Result<Reply, Error> 
 
 /// `GET /api/config`: public client settings, cacheable, with a strong ETag.
 pub fn client_config(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    Ok(Reply::full(app.fixed.client_config.answer(req, "application/json", "public, max-age=3600")))
+    Ok(Reply::full(app.fixed.client_config.answer(
+        (app.svc.config, &app.fixed.forms),
+        req,
+        "application/json",
+        "public, max-age=3600",
+    )))
 }
 
 fn strip_weak(t: &[u8]) -> &[u8] {

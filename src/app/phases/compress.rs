@@ -35,7 +35,7 @@ use crate::http::response::{Body, Response, Value};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Effort {
     /// Per response, on the pool: `[compression] level` (1 to 9) is gzip's level and zstd's,
-    /// and brotli's quality less one (0 to 8).
+    /// and brotli's quality less one, at most [`FRESH_BROTLI_MAX`].
     Level(u32),
     /// Once for a configuration's life: gzip 9, brotli 11, zstd 19 (the best each has
     /// without zstd's "ultra" levels, whose windows exceed what browsers decode). A debug
@@ -43,6 +43,11 @@ pub enum Effort {
     /// document takes about a second there, which every server start would pay.
     Best,
 }
+
+/// The highest brotli quality a body compressed per response gets. From quality 5 up the
+/// `brotli` crate sets up hash tables whose cost does not shrink with the body: a 3 KB page
+/// takes about 25 times longer at 5 than at 4, for a body 2 % smaller.
+pub const FRESH_BROTLI_MAX: u32 = 4;
 
 /// brotli's quality and zstd's level for [`Effort::Best`].
 const BEST_BROTLI: u32 = if cfg!(debug_assertions) { 6 } else { 11 };
@@ -121,11 +126,29 @@ impl Plan {
             };
         };
         vary(&mut r);
-        if let Some((c, z)) = self.pick(Coding::FIXED).and_then(|c| Some((c, forms.get(body, c)?))) {
+        if let Some((c, z)) = self.fixed_form(body, forms) {
             r.body = Body::Static(z);
             mark(&mut r, c);
         }
         OnLoop::Send(r)
+    }
+
+    /// A 304 for a fixed body: the `ETag` (the coding's own) and `Vary` that the 200 to the
+    /// same request would carry, so a cache revalidating one coding's form keeps that form.
+    pub fn not_modified(self, r: &mut Response, body: &'static [u8], config: &Config, forms: &'static Precompressed) {
+        if self == Plan::Never || body.len() < config.compression.min_bytes || !compressible(r.content_type) {
+            return;
+        }
+        vary(r);
+        if let Some((c, _)) = self.fixed_form(body, forms) {
+            code_etags(r, c);
+        }
+    }
+
+    /// The precompressed form of fixed `body` this request gets, if any.
+    fn fixed_form(self, body: &'static [u8], forms: &'static Precompressed) -> Option<(Coding, &'static [u8])> {
+        let c = self.pick(Coding::FIXED)?;
+        Some((c, forms.get(body, c)?))
     }
 
     fn pick(self, order: &[Coding]) -> Option<Coding> {
@@ -180,12 +203,17 @@ fn vary(r: &mut Response) {
 
 /// `Content-Encoding`, and each `ETag` made the coding's own (`"abc"` → `"abc-br"`).
 fn mark(r: &mut Response, c: Coding) {
+    code_etags(r, c);
+    r.header("Content-Encoding", c.token());
+}
+
+/// Each `ETag` of `r` made the coding's own.
+fn code_etags(r: &mut Response, c: Coding) {
     for (name, value) in &mut r.headers {
         if name.eq_ignore_ascii_case("etag") {
             *value = coded_etag(value, c);
         }
     }
-    r.header("Content-Encoding", c.token());
 }
 
 /// `etag` with `-<coding>` before its closing quote (weak or strong); as it is when unquoted.
@@ -223,7 +251,7 @@ pub fn compress(c: Coding, body: &[u8], effort: Effort) -> Option<Vec<u8>> {
         }
         (Coding::Br, effort) => {
             let quality = match effort {
-                Effort::Level(l) => l.clamp(1, 9) - 1,
+                Effort::Level(l) => (l.clamp(1, 9) - 1).min(FRESH_BROTLI_MAX),
                 Effort::Best => BEST_BROTLI,
             };
             // The size known up front: small bodies get small hash tables, whose set-up
@@ -248,6 +276,38 @@ pub fn compress(c: Coding, body: &[u8], effort: Effort) -> Option<Vec<u8>> {
         }
     };
     (out.len() < body.len()).then_some(out)
+}
+
+/// Each job's body compressed at [`Effort::Best`] in its coding (`None`: not smaller), on
+/// the calling thread and up to one more thread per other CPU, all joined before it returns
+/// (the supervisor forks after). A thread the OS refuses leaves the work to the others.
+fn compress_all(jobs: &[(&[u8], Coding)]) -> Vec<Option<Box<[u8]>>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&(body, c)) = jobs.get(i) else { return done };
+            done.push((i, compress(c, body, Effort::Best).map(Vec::into_boxed_slice)));
+        }
+    };
+    let mut out = vec![None; jobs.len()];
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..cpus.min(jobs.len()))
+            .filter_map(|_| std::thread::Builder::new().name("compress".into()).spawn_scoped(scope, work).ok())
+            .collect();
+        let mut done = work();
+        for helper in helpers {
+            // A helper that panicked (an allocation failure) leaves its forms out.
+            done.extend(helper.join().unwrap_or_default());
+        }
+        for (i, form) in done {
+            out[i] = form;
+        }
+    });
+    out
 }
 
 /// The compressed forms of the bodies fixed for a configuration's life, each made once per
@@ -278,6 +338,8 @@ impl Precompressed {
         if !config.compression.enabled {
             return Precompressed { entries };
         }
+        // (entry, body) of each form not lent by `reuse`: compressed below, all at once.
+        let mut todo: Vec<(usize, &[u8])> = Vec::new();
         for &(body, content_type) in bodies {
             if body.len() < config.compression.min_bytes || !compressible(content_type) {
                 continue;
@@ -286,10 +348,19 @@ impl Precompressed {
             for coding in Coding::ALL {
                 let form = match reuse.and_then(|old| old.kept_for(&digest, body.len(), coding)) {
                     Some(old) => old.clone(),
-                    None => compress(coding, body, Effort::Best).map(Vec::into_boxed_slice),
+                    None => {
+                        todo.push((entries.len(), body));
+                        None
+                    }
                 };
                 entries.push(Kept { at: body.as_ptr() as usize, len: body.len(), coding, digest, form });
             }
+        }
+        // The largest first, so the threads finish together.
+        todo.sort_by_key(|&(_, body)| std::cmp::Reverse(body.len()));
+        let jobs: Vec<(&[u8], Coding)> = todo.iter().map(|&(i, body)| (body, entries[i].coding)).collect();
+        for ((i, _), form) in todo.iter().zip(compress_all(&jobs)) {
+            entries[*i].form = form;
         }
         Precompressed { entries }
     }
@@ -375,6 +446,16 @@ mod tests {
             }
         }
         assert_eq!(compress(Coding::Br, b"{}", Effort::Best), None, "not smaller: not sent");
+    }
+
+    #[test]
+    fn brotli_per_response_stops_at_its_highest_cheap_quality() {
+        let body = big_json();
+        let capped = compress(Coding::Br, &body, Effort::Level(FRESH_BROTLI_MAX + 1));
+        for level in FRESH_BROTLI_MAX + 2..=9 {
+            assert_eq!(compress(Coding::Br, &body, Effort::Level(level)), capped, "level {level}");
+        }
+        assert_ne!(compress(Coding::Br, &body, Effort::Level(FRESH_BROTLI_MAX)), capped, "below the cap");
     }
 
     #[test]

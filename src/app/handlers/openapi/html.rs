@@ -33,7 +33,12 @@ const MAX_DEPTH: usize = 3;
 
 /// `GET /api/docs`: the page as rendered before fork (`app::fixed`).
 pub fn docs(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    Ok(Reply::full(app.fixed.docs.answer(req, "text/html; charset=utf-8", super::CACHE_CONTROL)))
+    Ok(Reply::full(app.fixed.docs.answer(
+        (app.svc.config, &app.fixed.forms),
+        req,
+        "text/html; charset=utf-8",
+        super::CACHE_CONTROL,
+    )))
 }
 
 /// `s` with `&`, `<`, `>`, `"` and `'` replaced by character references: safe

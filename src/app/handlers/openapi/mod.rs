@@ -37,7 +37,12 @@ pub const CACHE_CONTROL: &str = "public, max-age=3600";
 
 /// `GET /api/openapi.json`: the document as serialised before fork (`app::fixed`).
 pub fn openapi(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
-    Ok(Reply::full(app.fixed.openapi.answer(req, "application/json", CACHE_CONTROL)))
+    Ok(Reply::full(app.fixed.openapi.answer(
+        (app.svc.config, &app.fixed.forms),
+        req,
+        "application/json",
+        CACHE_CONTROL,
+    )))
 }
 
 /// The `/api/docs` page for `document`.
