@@ -30,7 +30,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream as StdStream};
 use std::time::{Duration, SystemTime};
 
-use forkd::http3::qpack::huffman;
+use forkd::http2::hpack::huffman;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 

@@ -1,12 +1,14 @@
-//! The CPU lane: a few threads at the lowest scheduling priority for work
-//! that is pure CPU and long (password hashing: ~50 ms of argon2id each).
+//! CPU lanes: a few threads below the event loop's priority for work that is
+//! pure CPU and long: password hashing (~50 ms of argon2id each) on a lane
+//! under `SCHED_IDLE` (or nice 19 where that is refused), per-response
+//! compression on a lane at nice 10.
 //!
-//! Pool jobs hand such work to the lane and wait for it (they may block; the
-//! event loop never does). Lane threads run under `SCHED_IDLE` (or nice 19
-//! where that is refused), so when an event loop wakes it preempts them at
-//! once: a login storm costs logins per second, not `/health` latency. The
-//! pool threads run at nice 10 (below the loop, never starved like the lane),
-//! so database work progresses when the CPUs are busy.
+//! Pool jobs hand such work to a lane and wait for it (they may block; the
+//! event loop never does). When an event loop wakes it preempts lane threads
+//! at once: a login storm costs logins per second and a compressing load
+//! compressed pages per second, not `/health` latency. The pool threads stay
+//! at the loop's priority, so database work and file reads keep their share
+//! when the CPUs are busy.
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -17,17 +19,30 @@ pub struct CpuLane {
     tx: Sender<Work>,
 }
 
+/// How far below the event loop a lane's threads run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// `SCHED_IDLE` (nice 19 where refused): only what the loops leave.
+    Idle,
+    /// A nice value above the loop's 0: a share of the CPUs when contended, never starved.
+    Nice(i32),
+}
+
 impl CpuLane {
-    /// Start `threads` lane threads; `on_idle` runs on a lane thread whenever
-    /// it finds the queue empty after a piece of work (to release caches).
-    pub fn start(threads: usize, on_idle: fn()) -> std::io::Result<CpuLane> {
+    /// Start `threads` lane threads named `name-N` at `standing`; `on_idle` runs on a lane
+    /// thread whenever it finds the queue empty after a piece of work (to release caches).
+    pub fn start(name: &str, threads: usize, standing: Standing, on_idle: fn()) -> std::io::Result<CpuLane> {
         let (tx, rx): (Sender<Work>, Receiver<Work>) = crossbeam_channel::unbounded();
         for i in 0..threads.max(1) {
             let rx = rx.clone();
-            std::thread::Builder::new().name(format!("cpu-{i}")).spawn(move || {
-                if crate::sys::idle_thread_policy().is_err() {
-                    let _ = crate::sys::lower_thread_priority(19);
-                }
+            std::thread::Builder::new().name(format!("{name}-{i}")).spawn(move || {
+                // Refused only by a seccomp filter: the lane then runs at the loop's priority.
+                let _ = match standing {
+                    Standing::Idle => {
+                        crate::sys::idle_thread_policy().or_else(|_| crate::sys::lower_thread_priority(19))
+                    }
+                    Standing::Nice(n) => crate::sys::lower_thread_priority(n),
+                };
                 for work in rx.iter() {
                     // A panic ends this piece of work (its caller sees `None`), not the thread.
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
@@ -58,7 +73,7 @@ mod tests {
 
     #[test]
     fn runs_work_and_survives_a_panic() {
-        let lane = CpuLane::start(1, || {}).expect("lane");
+        let lane = CpuLane::start("test", 1, Standing::Nice(1), || {}).expect("lane");
         assert_eq!(lane.run(|| 6 * 7), Some(42));
         assert_eq!(lane.run(|| -> u8 { panic!("boom") }), None);
         assert_eq!(lane.run(|| "still here"), Some("still here"));

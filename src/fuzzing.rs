@@ -35,6 +35,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("range", range),
     ("config", config),
     ("http3_frames", http3_frames),
+    ("http2_frames", http2_frames),
     ("records", records),
     ("proxy_protocol", proxy_protocol),
 ];
@@ -591,6 +592,88 @@ pub fn http3_frames(data: &[u8]) {
             Err(DecodeError::TooLarge | DecodeError::Failed(_)) => {}
         }
     }
+}
+
+/// An HTTP/2 frame stream (after a first byte choosing the split and the header list limit)
+/// to [`http2::wire::parse`], whole and in pieces, and every header block (HEADERS and its
+/// CONTINUATIONs joined) to one connection's [`http2::hpack::Decoder`].
+///
+/// Invariants: both feedings see the same frames; a decoded list stays within the limit;
+/// only the list limit is a stream error (decoding goes on after it); the fields of a block
+/// re-encoded by our [`http2::hpack::Encoder`] decode to the same fields.
+pub fn http2_frames(data: &[u8]) {
+    use crate::http2::hpack::{Decoder, Encoder, HpackError};
+    use crate::http2::wire::Frame;
+    let Some((&seed, input)) = data.split_first() else { return };
+    let limit = [64, 1024, 16 * 1024][usize::from(seed % 3)];
+    let whole = h2_frames(input, &[input.len()]);
+    let split = h2_frames(input, &pieces(seed, input.len()));
+    assert_eq!(whole.len(), split.len(), "whole and split input disagree");
+    let mut decoder = Decoder::new(4096);
+    let mut encoder = Encoder::new(4096);
+    let mut mirror = Decoder::new(4096);
+    let mut block = Vec::new();
+    for (i, frame) in whole.iter().enumerate() {
+        assert_eq!(format!("{frame:?}"), format!("{:?}", split[i]), "whole and split input disagree");
+        let end = match frame {
+            Ok(Frame::Headers { block: part, end_headers, .. }) => {
+                block.clear();
+                block.extend_from_slice(part);
+                *end_headers
+            }
+            Ok(Frame::Continuation { block: part, end_headers, .. }) => {
+                block.extend_from_slice(part);
+                *end_headers
+            }
+            _ => false,
+        };
+        if !end {
+            continue;
+        }
+        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        match decoder.decode(&block, limit, |n, v| fields.push((n.to_vec(), v.to_vec()))) {
+            Ok(()) => {
+                let size: usize = fields.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
+                assert!(size <= limit, "a decoded list within its limit");
+                let mut out = Vec::new();
+                encoder.encode(&mut out, None, fields.iter().map(|(n, v)| (&n[..], &v[..])));
+                let mut round = Vec::new();
+                let got = mirror.decode(&out, usize::MAX, |n, v| round.push((n.to_vec(), v.to_vec())));
+                assert_eq!(got, Ok(()));
+                assert_eq!(round, fields, "fields survive our encoder");
+            }
+            Err(HpackError::ListTooLarge) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// The frames of `input` fed in `pieces`, ending at the first error.
+fn h2_frames<'a>(
+    input: &'a [u8],
+    pieces: &[usize],
+) -> Vec<Result<crate::http2::wire::Frame<'a>, crate::http2::wire::FrameError>> {
+    use crate::http2::wire::{parse, MIN_MAX_FRAME};
+    let mut out = Vec::new();
+    let (mut start, mut avail) = (0, 0);
+    for &n in pieces {
+        avail += n;
+        loop {
+            match parse(&input[start..avail], MIN_MAX_FRAME) {
+                Ok(Some((frame, used))) => {
+                    assert!(used <= avail - start, "takes what it was given");
+                    out.push(Ok(frame));
+                    start += used;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    out.push(Err(e));
+                    return out;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Frames of `input` fed in `pieces`: `(kind, payload)` each (DATA pieces joined per frame),

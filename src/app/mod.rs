@@ -41,7 +41,9 @@ use crate::upstream::wire::Endpoints;
 
 use router::{Match, Params, Router};
 
-pub use crate::http::reply::{Body, Call, Fetched, Job, Producer, Relay, RelaySink, Reply, Ticker, WebSocket};
+pub use crate::http::reply::{
+    Assembled, Body, Call, Fetched, Job, Producer, Relay, RelaySink, Reply, Ticker, WebSocket,
+};
 pub use handlers::ws::Action as WsAction;
 
 /// A message for the bus, from a pool job to the event loop.
@@ -271,8 +273,17 @@ impl App {
                 Reply::call(Call {
                     requests: call.requests,
                     finish: Box::new(move |results| {
-                        let r = finish(results).unwrap_or_else(|e| render(e, dev));
-                        Ok(decor.apply(r, config))
+                        let r = match finish(results) {
+                            Ok(Assembled::Now(r)) => r,
+                            Ok(Assembled::Later(job)) => {
+                                return Ok(Assembled::Later(Box::new(move || {
+                                    let r = job().unwrap_or_else(|e| render(e, dev));
+                                    Ok(decor.finish(r, config))
+                                })))
+                            }
+                            Err(e) => render(e, dev),
+                        };
+                        Ok(decor.assembled(r, config))
                     }),
                 })
             }
@@ -487,6 +498,20 @@ impl OwnedDecor {
     /// A pool job's response: decorated, then compressed (on the pool) as the request allows.
     fn finish(&self, r: Response, config: &Config) -> Response {
         self.compress.finish(self.apply(r, config), config)
+    }
+
+    /// A response assembled on the loop from upstream results: decorated, and sent at once
+    /// unless its body is to be compressed, which a pool job does, as for a cached answer.
+    fn assembled(self, r: Response, config: &'static Config) -> Assembled {
+        let r = self.apply(r, config);
+        if !compress::worth_a_look(&r, config) {
+            return Assembled::Now(r);
+        }
+        // No fixed body comes from upstream results: nothing precompressed to choose from.
+        match self.compress.on_loop(r, config, compress::Precompressed::NONE) {
+            compress::OnLoop::Send(r) => Assembled::Now(r),
+            compress::OnLoop::ToPool(r) => Assembled::Later(Box::new(move || Ok(self.compress.finish(r, config)))),
+        }
     }
 }
 

@@ -100,8 +100,18 @@ pub struct Call {
     /// The requests, all started at once.
     pub requests: Vec<Outbound>,
     /// Builds the response from the results (in request order). Runs on the
-    /// event loop: it must be cheap and must not block.
-    pub finish: Box<dyn FnOnce(Vec<Fetched>) -> Result<Response, Error>>,
+    /// event loop: it must be cheap and must not block; work that is not (compressing the
+    /// body) goes to the pool as [`Assembled::Later`].
+    pub finish: Box<dyn FnOnce(Vec<Fetched>) -> Result<Assembled, Error>>,
+}
+
+/// What [`Call::finish`] makes of the results.
+pub enum Assembled {
+    /// The response, ready to send.
+    Now(Response),
+    /// A job for the pool that finishes the response (compresses its body); its result is
+    /// sent as a [`Body::Job`]'s is.
+    Later(Job),
 }
 
 /// A streamed upstream response relayed to the client (`/api/chat`).

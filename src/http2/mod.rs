@@ -15,10 +15,16 @@
 //! h2 never needs to wake anyone, because the caller always polls again.
 //! How much input h2 reads per turn, and when the peer's control frames are
 //! a flood, is the `meter`'s to say.
+//!
+//! [`hpack`], [`wire`] and [`flow`] are the pieces of a socket-free HTTP/2 codec of forkd's
+//! own (HPACK with its dynamic tables, frames from and to byte slices, window arithmetic),
+//! unit-tested and fuzzed (`http2_frames`) on their own; `H2Conn` does not use them yet.
 
 mod conn;
+pub mod flow;
 mod frame;
 mod head;
+pub mod hpack;
 mod io;
 mod meter;
 pub mod priority;
@@ -26,6 +32,7 @@ pub mod request;
 #[cfg(test)]
 mod tests;
 mod unfinished;
+pub mod wire;
 
 pub use conn::{Event, H2Conn, H2Error, H2Settings, RequestHead, StreamId};
 pub use h2::Reason;

@@ -3,9 +3,8 @@
 //!
 //! It holds state only: it must not touch a socket, the loop or an exchange table.
 
-use crate::app::{Fetched, RelaySink};
+use crate::app::{Assembled, Fetched, RelaySink};
 use crate::error::Error;
-use crate::http::response::Response;
 
 /// A client request waiting on upstreams.
 pub enum CallState {
@@ -18,7 +17,7 @@ pub enum CallState {
         /// Results still missing.
         waiting: usize,
         /// Builds the response.
-        finish: Box<dyn FnOnce(Vec<Fetched>) -> Result<Response, Error>>,
+        finish: Box<dyn FnOnce(Vec<Fetched>) -> Result<Assembled, Error>>,
     },
     /// One upstream stream relayed as it arrives.
     Relay {

@@ -987,7 +987,7 @@ fn handler_fields<H: Head>(head: &H) -> impl Iterator<Item = httparse::Header<'_
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::reply::{Call, Reply, Ticker, Upstream};
+    use crate::http::reply::{Assembled, Call, Reply, Ticker, Upstream};
     use std::cell::Cell;
     use std::rc::Rc;
     use std::time::Duration;
@@ -1267,7 +1267,7 @@ mod tests {
             head: Response::new(200),
             body: Body::Upstream(Upstream::Call(Call {
                 requests: Vec::new(),
-                finish: Box::new(|_| Ok(Response::new(200))),
+                finish: Box::new(|_| Ok(Assembled::Now(Response::new(200)))),
             })),
         };
         let mut b = Bench::new(call);
@@ -1299,7 +1299,7 @@ mod tests {
             ups: Vec::new(),
             results: Vec::new(),
             waiting: 1,
-            finish: Box::new(|_| Ok(Response::new(200))),
+            finish: Box::new(|_| Ok(Assembled::Now(Response::new(200)))),
         });
         b.ex.cancel(S(1), &mut b.sse);
         assert!(matches!(b.ex.effects.as_slice(), [Effect::Cancel(ExchangeId::H2 { stream: 1, .. }, _)]));

@@ -62,6 +62,7 @@ mod trim;
 mod upstream;
 mod websocket;
 
+use crate::cpu::{CpuLane, Standing};
 use std::io;
 use std::net::TcpListener as StdListener;
 use std::sync::Arc;
@@ -272,7 +273,11 @@ impl Worker {
         // Hashing is pure CPU: no more lane threads than CPUs. Only lane
         // threads ever hold argon2 memory.
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        let cpu = crate::cpu::CpuLane::start(config.io.threads.min(cpus), crate::auth::password::release_memory)?;
+        let lane_threads = config.io.threads.min(cpus);
+        let cpu = CpuLane::start("cpu", lane_threads, Standing::Idle, crate::auth::password::release_memory)?;
+        // Compression runs below the loop too, but is never starved: a compressing load
+        // costs compressed pages per second, not the loop's latency.
+        crate::app::phases::compress::start_lane(CpuLane::start("compress", lane_threads, Standing::Nice(10), || {})?);
         // Instant (no hash is computed): the worker serves as soon as its loop runs.
         let passwords = Passwords::new(config.auth.argon2_memory_kib, config.auth.argon2_iterations)
             .map_err(|e| io::Error::other(format!("password hashing: {e}")))?;

@@ -42,13 +42,6 @@ pub enum Completion {
     Chunk(u64, Vec<u8>),
 }
 
-/// The pool threads' nice value, the event loop's being 0. A job that takes a core for
-/// milliseconds (compressing a large page, a big query) must not delay the loop's next turn:
-/// at this weight the scheduler hands the core back to a waking loop at once, while the
-/// pool still gets the cores the loops leave idle (unlike the CPU lane's `SCHED_IDLE`, it
-/// is never starved: a busy loop is waiting for pool results).
-const POOL_NICE: i32 = 10;
-
 /// The last id of a replay that panicked.
 pub const REPLAY_PANICKED: i64 = -1;
 
@@ -86,9 +79,6 @@ impl Pool {
             let waker = Arc::clone(&waker);
             let active = Arc::clone(&active);
             std::thread::Builder::new().name(format!("pool-{i}")).spawn(move || {
-                // Below the loop: when both want a core, the loop wins. Refused only by a
-                // seccomp filter; the pool then runs at the loop's priority.
-                let _ = crate::sys::lower_thread_priority(POOL_NICE);
                 for task in rx.iter() {
                     let result = match task.work {
                         Work::Request(job) => {

@@ -18,10 +18,10 @@ use mio::Interest;
 use super::call::CallState;
 use super::mux::call_of;
 use super::panics::guard;
-use super::pool::ExchangeId;
+use super::pool::{ExchangeId, Work};
 use super::token::Tok;
 use super::Worker;
-use crate::app::Fetched;
+use crate::app::{Assembled, Fetched};
 use crate::http::reply::Upstream;
 use crate::upstream::conn::{connect_from, tls_session, up_io, Owner, Step, UpConn};
 use crate::upstream::wire::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
@@ -462,9 +462,14 @@ impl Worker {
         let Some(CallState::Gather { results, finish, .. }) = call.take() else { return };
         let results: Vec<Fetched> = results.into_iter().map(|r| r.unwrap_or(Err(ClientError::Closed))).collect();
         let dev = self.env.development;
-        let assembled =
-            guard("response assembly", move || finish(results).unwrap_or_else(|e| crate::app::render(e, dev)));
-        let resp = assembled.unwrap_or_else(|p| p.into_response(dev));
+        let assembled = guard("response assembly", move || finish(results));
+        let resp = match assembled {
+            Ok(Ok(Assembled::Now(resp))) => resp,
+            // Its body is compressed on the pool; the answer comes back as a job's does.
+            Ok(Ok(Assembled::Later(job))) => return self.pool.submit(id, Work::Request(job)),
+            Ok(Err(e)) => crate::app::render(e, dev),
+            Err(p) => p.into_response(dev),
+        };
         self.exchange_respond(id, resp, false);
     }
 

@@ -242,12 +242,19 @@ fn a_certificate_is_renewed_at_two_thirds_of_its_lifetime() {
     server.wait_log_line(Duration::from_secs(90), |l| l.contains("tls.acme: new certificate for"));
     let root = pebble.issuing_root();
     let first = served_chain(tls_port, DOMAINS[0], root.clone()).remove(0);
+    // Requests all through the renewal: the workers take the new certificate as on a HUP,
+    // with no request failed.
+    let hammer = Hammer::start(server.addr(), "/health");
+    assert!(hammer.wait_more(5, IO_TIMEOUT), "no background traffic before the renewal");
     server.wait_log_line(Duration::from_secs(60), |l| l.contains("tls.acme: renewing the certificate for"));
     let renewed =
         eventually(Duration::from_secs(60), || server.logs().matches("tls.acme: new certificate for").count() >= 2);
     assert!(renewed, "no second certificate:\n{}", server.log_tail());
     let second = served_chain(tls_port, DOMAINS[0], root).remove(0);
     assert_ne!(first, second, "the renewed certificate serves");
+    assert!(hammer.wait_more(5, IO_TIMEOUT), "background traffic stalled after the renewal");
+    let rep = hammer.finish();
+    assert!(rep.failures.is_empty(), "requests failed during the renewal: {:?}", rep.failures);
 }
 
 #[test]

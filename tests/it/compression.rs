@@ -257,24 +257,25 @@ fn nice_in(stat: &str) -> Option<i64> {
     stat[close + 1..].split_whitespace().nth(16)?.parse().ok()
 }
 
-/// Compression (and every other pool job) runs below the event loop's priority, so a core
-/// busy compressing goes back to a waking loop at once.
+/// Per-response compression runs on a lane below the event loop's priority, so a core busy
+/// compressing goes back to a waking loop at once; the pool (database work, file reads)
+/// stays at the loop's priority.
 #[test]
-fn pool_threads_run_below_the_event_loop() {
+fn compression_runs_below_the_event_loop_and_the_pool_beside_it() {
     let s = Server::builder().workers(1).start();
     let workers = s.workers();
     ensure!(s, workers.len() == 1, "one worker: {workers:?}");
     let stat = |path: &std::path::Path| std::fs::read_to_string(path.join("stat")).unwrap_or_default();
     let task_dir = std::path::PathBuf::from(format!("/proc/{}/task", workers[0]));
-    let pool: Vec<(String, Option<i64>)> = std::fs::read_dir(&task_dir)
-        .map(|tasks| tasks.flatten().map(|t| stat(&t.path())).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .iter()
-        .filter(|st| st.contains("(pool-"))
-        .map(|st| (st.clone(), nice_in(st)))
-        .collect();
-    ensure!(s, !pool.is_empty(), "no pool thread under {task_dir:?}");
-    ensure!(s, pool.iter().all(|(_, nice)| *nice == Some(10)), "pool threads at nice 10: {pool:?}");
+    let threads: Vec<String> = std::fs::read_dir(&task_dir)
+        .map(|tasks| tasks.flatten().map(|t| stat(&t.path())).collect())
+        .unwrap_or_default();
+    let nice_of = |prefix: &str| -> Vec<Option<i64>> {
+        threads.iter().filter(|st| st.contains(&format!("({prefix}-"))).map(|st| nice_in(st)).collect()
+    };
+    let (lane, pool) = (nice_of("compress"), nice_of("pool"));
+    ensure!(s, !lane.is_empty() && lane.iter().all(|n| *n == Some(10)), "compression lane at nice 10: {lane:?}");
+    ensure!(s, !pool.is_empty() && pool.iter().all(|n| *n == Some(0)), "pool at nice 0: {pool:?}");
     let main = nice_in(&stat(&task_dir.join(workers[0].to_string())));
     ensure!(s, main == Some(0), "the event loop at nice 0: {main:?}");
 }

@@ -128,6 +128,16 @@ impl Home {
     }
 
     fn start(workers: usize, upstream_extra: &str, refused: &[&str]) -> Home {
+        Home::start_with(workers, upstream_extra, refused, |b| b)
+    }
+
+    /// As [`Home::start`], with `tweak` applied to the server's builder.
+    fn start_with(
+        workers: usize,
+        upstream_extra: &str,
+        refused: &[&str],
+        tweak: impl FnOnce(ServerBuilder) -> ServerBuilder,
+    ) -> Home {
         let users = PerUser::start("", |id| Behaviour::json(200, &users_answer(id)));
         let orders = PerUser::start("/orders", |id| Behaviour::json(200, &orders_answer(id)));
         let recs = PerUser::start("/recommendations", |id| Behaviour::json(200, &recs_answer(id)));
@@ -146,7 +156,7 @@ impl Home {
         if workers > 1 {
             b = b.set("debug", "routes = true");
         }
-        Home { s: b.start(), users, orders, recs }
+        Home { s: tweak(b).start(), users, orders, recs }
     }
 
     /// A fresh user: (id, access token).
@@ -475,6 +485,34 @@ fn homepage_caches_upstream_answers_per_user(p: Proto) {
         ensure_eq!(h.s, up.count(b), 1, "the cache is per user: one {name} request for user B:\n{}", h.describe());
         ensure_eq!(h.s, up.up.total(), 2, "{name}: one request per user in all:\n{}", h.describe());
     }
+}
+
+protocols!(homepage_assembled_from_upstreams_is_compressed_like_a_cached_one);
+/// The answer assembled from the upstreams' results (on the loop) is compressed on the pool,
+/// as the cached answer that follows it is: the first `/api/homepage` is not sent as it is.
+fn homepage_assembled_from_upstreams_is_compressed_like_a_cached_one(p: Proto) {
+    let h = Home::start_with(1, "", &[], |b| b.set("compression", "min_bytes = 0")).on(p);
+    let (id, token) = h.user("Compressed Home");
+    let zstd = [("Accept-Encoding", "zstd")];
+    let mut bodies = Vec::new();
+    for round in ["from the upstreams", "from the cache"] {
+        let r = h.s.api_h("GET", "/api/homepage", Some(&token), None, &zstd);
+        ensure!(h.s, r.status == 200, "{round}: {r:?}");
+        ensure_eq!(h.s, r.header("content-encoding"), Some("zstd"), "{round}: Content-Encoding");
+        let vary = r.header_all("vary").join(",").to_ascii_lowercase();
+        ensure!(h.s, vary.contains("accept-encoding"), "{round}: Vary in {:?}", r.headers);
+        let body = zstd::stream::decode_all(&r.body[..]);
+        ensure!(h.s, body.is_ok(), "{round}: the body is not zstd: {body:?}");
+        let body = body.unwrap_or_default();
+        let v: Value = serde_json::from_slice(&body).unwrap_or_default();
+        h.check_complete(&v["data"], id, round);
+        bodies.push(body);
+        ensure_eq!(h.s, h.users.count(id), 1, "{round}: one users request in all:\n{}", h.describe());
+    }
+    ensure!(h.s, bodies[0] == bodies[1], "both decode to the same body");
+    let plain = h.get(&token);
+    ensure_eq!(h.s, plain.header("content-encoding"), None, "no Accept-Encoding: identity");
+    ensure!(h.s, plain.body == bodies[0], "the identity body is what both decode to");
 }
 
 protocols!(homepage_cache_expires_after_the_ttl);

@@ -262,7 +262,7 @@ fn access_lines_carry_the_protocol_tls_agent_and_referer(p: Proto) {
 }
 
 #[test]
-fn access_lines_name_the_tls_version_of_the_connection() {
+fn access_lines_name_the_tls_version_of_the_connection_on_h1_and_h2() {
     use crate::util::tls::{client_config, https_get_on, tls_server};
     let (s, tls_addr, pki, _dir) = tls_server(1, "", "");
     for (version, name) in [(&rustls::version::TLS13, "TLSv1.3"), (&rustls::version::TLS12, "TLSv1.2")] {
@@ -273,6 +273,12 @@ fn access_lines_name_the_tls_version_of_the_connection() {
         let line = s.wait_log_line(LOG_WAIT, |l| l.contains(&format!(" id={id} ")));
         assert!(line.contains(&format!(" protocol=HTTP/1.1 tls={name} ")), "{line}");
     }
+    // HTTP/2 over the same TLS listener (ALPN h2) names both.
+    let mut h2 = crate::h2util::H2Client::tls(tls_addr, crate::h2util::h2_tls_config(&pki.ca_pem));
+    let r = h2.request("GET", "/health", &[("x-request-id", "log-h2-tls")], None);
+    assert_eq!(r.status, 200, "{r:?}");
+    let line = s.wait_log_line(LOG_WAIT, |l| l.contains(" id=log-h2-tls "));
+    assert!(line.contains(" protocol=HTTP/2.0 tls=TLSv1.3 "), "{line}");
     let line = {
         assert_eq!(s.get_with("/health", &[("X-Request-Id", "log-plain")]).status, 200);
         s.wait_log_line(LOG_WAIT, |l| l.contains(" id=log-plain "))

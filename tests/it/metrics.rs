@@ -191,6 +191,11 @@ fn counts_are_summed_over_workers(p: Proto) {
         let m = scrape(&s);
         ensure_eq!(s, m.requests("/_debug/pid", "200"), sent as f64, "scrape {i}\n{}", m.text);
         ensure_eq!(s, m.get("forkd_workers"), 2.0, "scrape {i}: serving workers");
+        // The route's latency histogram is summed over the workers the same way.
+        let count = m.get("forkd_http_request_duration_seconds_count{route=\"/_debug/pid\"}");
+        ensure_eq!(s, count, sent as f64, "scrape {i}: the histogram's _count over both workers\n{}", m.text);
+        let inf = m.buckets("/_debug/pid").last().map(|b| b.1);
+        ensure_eq!(s, inf, Some(sent as f64), "scrape {i}: the +Inf bucket over both workers\n{}", m.text);
     }
 }
 

@@ -114,6 +114,30 @@ fn a_proxy_that_terminated_tls_is_not_redirected_to_https(p: Proto) {
     }
 }
 
+/// HTTP/3 is always https: a scheme in the fields changes that only when a trusted proxy
+/// wrote it (its client came over http, so the request moves to https as any plain one);
+/// from any other peer `proto=http` is spoofing and the connection's own https stands.
+#[test]
+fn over_http3_a_forwarded_scheme_counts_only_from_a_trusted_proxy() {
+    with_http3(|| {
+        for (trusted, want) in [("[]", 200), (r#"["10.0.0.0/8"]"#, 200), (r#"["127.0.0.1/32", "::1/128"]"#, 308)] {
+            let s = Server::builder()
+                .http3()
+                .set("tls", "redirect_http = true")
+                .set("proxy", &format!("trusted = {trusted}"))
+                .start()
+                .on(Proto::H3);
+            ensure_eq!(s, s.get("/api/config").status, 200, "trusted = {trusted}: HTTP/3 is https already");
+            let spoofs: [&[(&str, &str)]; 2] =
+                [&[("X-Forwarded-Proto", "http")], &[("Forwarded", "for=198.51.100.1;proto=http")]];
+            for spoof in spoofs {
+                let r = s.get_with("/api/config", spoof);
+                ensure_eq!(s, r.status, want, "trusted = {trusted}: {spoof:?}: {r:?}");
+            }
+        }
+    });
+}
+
 #[test]
 fn a_bad_network_stops_serve_with_one_line_and_exit_2() {
     let d = tempfile::tempdir().expect("temp dir");

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::app::cache::Lru;
 use crate::app::router::Router;
-use crate::app::{session, App, Call, Ctx, Fetched, Handler, Reply, Services};
+use crate::app::{session, App, Assembled, Call, Ctx, Fetched, Handler, Reply, Services};
 use crate::error::Error;
 use crate::http::request::{Method, Request};
 use crate::http::response::{Body, Response};
@@ -169,7 +169,7 @@ fn homepage(app: &App, req: &Request<'_>, _: &Ctx<'_>) -> Result<Reply, Error> {
         }
         Ok(r)
     };
-    Ok(Reply::call(Call { requests, finish: Box::new(finish) }))
+    Ok(Reply::call(Call { requests, finish: Box::new(move |results| finish(results).map(Assembled::Now)) }))
 }
 
 /// Store a normalised answer in the shared cache until `expires` (monotonic

@@ -27,6 +27,7 @@ use flate2::write::GzEncoder;
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
+use crate::cpu::CpuLane;
 use crate::http::encoding::{self, Accepted, Coding};
 use crate::http::fields::Fields;
 use crate::http::response::{Body, Response, Value};
@@ -95,16 +96,24 @@ impl Plan {
         }
     }
 
-    /// A pool job's response, compressed here (on the pool) when eligible.
+    /// A pool job's response, compressed when eligible (on the compression lane: the pool
+    /// job waits for it).
     pub fn finish(self, mut r: Response, config: &Config) -> Response {
         if self == Plan::Never || !eligible(&r, config.compression.min_bytes) {
             return r;
         }
         vary(&mut r);
         if let Some(c) = self.pick(Coding::FRESH) {
-            if let Some(z) = compress(c, r.body.as_bytes(), Effort::Level(config.compression.level)) {
-                r.body = Body::Bytes(z);
-                mark(&mut r, c);
+            match on_lane(c, std::mem::take(&mut r.body), Effort::Level(config.compression.level)) {
+                Some((_, Some(z))) => {
+                    r.body = Body::Bytes(z);
+                    mark(&mut r, c);
+                }
+                Some((body, None)) => r.body = body,
+                None => {
+                    let e = crate::error::Error::Internal("the compression lane is gone".into());
+                    return crate::app::render(e, config.is_development());
+                }
             }
         }
         r
@@ -278,6 +287,30 @@ pub fn compress(c: Coding, body: &[u8], effort: Effort) -> Option<Vec<u8>> {
     (out.len() < body.len()).then_some(out)
 }
 
+/// The lane per-response compression runs on in a worker ([`start_lane`]): threads below the
+/// event loop's priority. A process without one (the supervisor, unit tests) compresses on
+/// the calling thread.
+static LANE: std::sync::OnceLock<CpuLane> = std::sync::OnceLock::new();
+
+/// Give this process its compression lane (a worker, after fork; once).
+pub fn start_lane(lane: CpuLane) {
+    let _ = LANE.set(lane);
+}
+
+/// `body` and, when it got smaller, its compressed form, made on the lane when there is one;
+/// `None` only when the lane's threads are gone (the body with them).
+fn on_lane(c: Coding, body: Body, effort: Effort) -> Option<(Body, Option<Vec<u8>>)> {
+    let Some(lane) = LANE.get() else {
+        let z = compress(c, body.as_bytes(), effort);
+        return Some((body, z));
+    };
+    lane.run(move || {
+        // A panic (only an allocation failure) leaves the body as it is.
+        let z = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compress(c, body.as_bytes(), effort)));
+        (body, z.ok().flatten())
+    })
+}
+
 /// Each job's body compressed at [`Effort::Best`] in its coding (`None`: not smaller), on
 /// the calling thread and up to one more thread per other CPU, all joined before it returns
 /// (the supervisor forks after). A thread the OS refuses leaves the work to the others.
@@ -330,6 +363,10 @@ struct Kept {
 }
 
 impl Precompressed {
+    /// A table with no forms, for responses that never carry a fixed body (those assembled
+    /// from upstream results).
+    pub const NONE: &'static Precompressed = &Precompressed { entries: Vec::new() };
+
     /// Forms of each of `bodies` (with its `Content-Type`) that is compressible and at least
     /// `min_bytes` long, in every coding; none when compression is off. `reuse` holds forms
     /// made before (for an earlier configuration): a body with the same bytes takes them.

@@ -16,8 +16,10 @@
 
 pub mod decoder;
 pub mod encoder;
-pub mod huffman;
 mod table;
+
+/// HPACK's Huffman code, which QPACK reuses (RFC 9204 §4.1.2): one table for both.
+pub use crate::http2::hpack::huffman;
 
 pub use table::STATIC;
 

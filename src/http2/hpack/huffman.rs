@@ -1,6 +1,6 @@
-//! The Huffman code of HPACK, which QPACK reuses (RFC 7541 §5.2 and Appendix B): a canonical
-//! code of 5 to 30 bits per byte plus EOS, strings padded to a byte with the top bits of EOS
-//! (all ones).
+//! The Huffman code of HPACK (RFC 7541 §5.2 and Appendix B), the one table forkd has: QPACK
+//! reuses it as `crate::http3::qpack::huffman`. A canonical code of 5 to 30 bits per byte plus
+//! EOS, strings padded to a byte with the top bits of EOS (all ones).
 //!
 //! Decoding walks the bits and, at each length, asks whether the code read so far is one of
 //! that length: in a canonical code the codes of one length are consecutive, so that is one

@@ -1,0 +1,93 @@
+//! The dynamic table of RFC 7541 §2.3.2, one kind for both ends: the [`super::Decoder`]'s copy
+//! of the peer's table and the [`super::Encoder`]'s mirror of what it inserted into the
+//! peer's. Newest entry first (dynamic index 62 is the newest), evicted oldest first when the
+//! size (name + value + 32 per entry, §4.1) exceeds the maximum. Knows no wire format.
+
+use std::collections::VecDeque;
+
+use super::entry_size;
+
+/// One entry: name and value in one allocation, the name first.
+#[derive(Debug)]
+struct Entry {
+    bytes: Box<[u8]>,
+    name_len: usize,
+}
+
+/// A bounded dynamic table.
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    entries: VecDeque<Entry>,
+    size: usize,
+    max: usize,
+}
+
+impl Table {
+    /// An empty table of at most `max` bytes.
+    pub(crate) fn new(max: usize) -> Table {
+        Table { entries: VecDeque::new(), size: 0, max }
+    }
+
+    /// The size of the entries held (RFC 7541 §4.1).
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The maximum size.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    /// The number of entries.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Sets the maximum size, evicting what no longer fits (RFC 7541 §4.3).
+    pub(crate) fn set_max(&mut self, max: usize) {
+        self.max = max;
+        self.evict_to(max);
+    }
+
+    /// Inserts an entry, evicting old ones first; an entry larger than the table empties it
+    /// and is not kept (RFC 7541 §4.4).
+    pub(crate) fn insert(&mut self, name: &[u8], value: &[u8]) {
+        let size = entry_size(name, value);
+        if size > self.max {
+            self.entries.clear();
+            self.size = 0;
+            return;
+        }
+        self.evict_to(self.max - size);
+        let mut bytes = Vec::with_capacity(name.len() + value.len());
+        bytes.extend_from_slice(name);
+        bytes.extend_from_slice(value);
+        self.entries.push_front(Entry { bytes: bytes.into_boxed_slice(), name_len: name.len() });
+        self.size += size;
+    }
+
+    /// Entry `i` of the dynamic table, 0 the newest.
+    pub(crate) fn get(&self, i: usize) -> Option<(&[u8], &[u8])> {
+        self.entries.get(i).map(|e| e.bytes.split_at(e.name_len))
+    }
+
+    /// The position of the entry `name: value`, if present.
+    pub(crate) fn find(&self, name: &[u8], value: &[u8]) -> Option<usize> {
+        self.entries.iter().position(|e| {
+            e.name_len == name.len()
+                && e.bytes.len() == name.len() + value.len()
+                && e.bytes.starts_with(name)
+                && e.bytes.ends_with(value)
+        })
+    }
+
+    fn evict_to(&mut self, target: usize) {
+        while self.size > target {
+            match self.entries.pop_back() {
+                Some(e) => self.size -= e.bytes.len() + 32,
+                None => break,
+            }
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! HPACK against RFC 7541 Appendix C, encoder/decoder round trips, and hostile blocks.
+
+use super::table::Table;
+use super::*;
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+type Fields = Vec<(String, String)>;
+
+fn decode(d: &mut Decoder, block: &[u8]) -> Result<Fields, HpackError> {
+    let mut fields = Vec::new();
+    d.decode(block, usize::MAX, |n, v| {
+        fields.push((String::from_utf8_lossy(n).into_owned(), String::from_utf8_lossy(v).into_owned()))
+    })?;
+    Ok(fields)
+}
+
+fn fields(list: &[(&str, &str)]) -> Fields {
+    list.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+}
+
+#[test]
+fn integers_of_appendix_c1() {
+    let mut out = Vec::new();
+    put_int(&mut out, 0, 5, 10);
+    assert_eq!(out, [0x0a]);
+    out.clear();
+    put_int(&mut out, 0, 5, 1337);
+    assert_eq!(out, [0x1f, 0x9a, 0x0a]);
+    assert_eq!(get_int(&out, 5), Ok((1337, 3)));
+    out.clear();
+    put_int(&mut out, 0, 8, 42);
+    assert_eq!(out, [0x2a]);
+    for v in [0, 30, 31, 127, 128, 4096, 16_384, MAX_INT] {
+        out.clear();
+        put_int(&mut out, 0x40, 6, v);
+        assert_eq!(get_int(&out, 6), Ok((v, out.len())), "{v}");
+    }
+}
+
+const C3: [&str; 3] = [
+    "828684410f7777772e6578616d706c652e636f6d",
+    "828684be58086e6f2d6361636865",
+    "828785bf400a637573746f6d2d6b65790c637573746f6d2d76616c7565",
+];
+
+const C4: [&str; 3] = [
+    "828684418cf1e3c2e5f23a6ba0ab90f4ff",
+    "828684be5886a8eb10649cbf",
+    "828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf",
+];
+
+/// Appendix C.3 (plain) and C.4 (Huffman): three requests on one connection, the dynamic
+/// table growing from one to the next.
+#[test]
+fn request_examples_of_appendix_c3_and_c4() {
+    let first = [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")];
+    let mut second = first.to_vec();
+    second.push(("cache-control", "no-cache"));
+    let third = [
+        (":method", "GET"),
+        (":scheme", "https"),
+        (":path", "/index.html"),
+        (":authority", "www.example.com"),
+        ("custom-key", "custom-value"),
+    ];
+    for blocks in [C3, C4] {
+        let mut d = Decoder::new(4096);
+        assert_eq!(decode(&mut d, &hex(blocks[0])), Ok(fields(&first)));
+        assert_eq!(d.table_size(), 57);
+        assert_eq!(decode(&mut d, &hex(blocks[1])), Ok(fields(&second)));
+        assert_eq!(d.table_size(), 110);
+        assert_eq!(decode(&mut d, &hex(blocks[2])), Ok(fields(&third)));
+        assert_eq!(d.table_size(), 164);
+    }
+}
+
+/// Appendix C.5: responses with a 256-byte table, so the third one evicts.
+#[test]
+fn response_examples_of_appendix_c5_evict() {
+    let mut d = Decoder::new(256);
+    let one = hex("4803333032580770726976617465611d4d6f6e2c203231204f637420323031332032303a31333a323120474d54\
+         6e1768747470733a2f2f7777772e6578616d706c652e636f6d");
+    let date1 = "Mon, 21 Oct 2013 20:13:21 GMT";
+    let loc = "https://www.example.com";
+    let got = decode(&mut d, &one);
+    assert_eq!(
+        got,
+        Ok(fields(&[(":status", "302"), ("cache-control", "private"), ("date", date1), ("location", loc)]))
+    );
+    assert_eq!(d.table_size(), 222);
+    let got = decode(&mut d, &hex("4803333037c1c0bf"));
+    assert_eq!(
+        got,
+        Ok(fields(&[(":status", "307"), ("cache-control", "private"), ("date", date1), ("location", loc)]))
+    );
+    assert_eq!(d.table_size(), 222);
+    let three = hex("88c1611d4d6f6e2c203231204f637420323031332032303a31333a323220474d54c05a04677a69707738666f6f3d\
+         4153444a4b48514b425a584f5157454f50495541585157454f49553b206d61782d6167653d333630303b207665\
+         7273696f6e3d31");
+    let got = decode(&mut d, &three);
+    assert_eq!(
+        got,
+        Ok(fields(&[
+            (":status", "200"),
+            ("cache-control", "private"),
+            ("date", "Mon, 21 Oct 2013 20:13:22 GMT"),
+            ("location", loc),
+            ("content-encoding", "gzip"),
+            ("set-cookie", "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1"),
+        ]))
+    );
+    assert_eq!(d.table_size(), 215);
+}
+
+const CSP: &[u8] = b"default-src 'self'; frame-ancestors 'none'";
+
+fn response(date: &'static [u8], id: &'static [u8]) -> Vec<(&'static [u8], &'static [u8])> {
+    vec![
+        (b"content-type", b"application/json"),
+        (b"content-security-policy", CSP),
+        (b"x-content-type-options", b"nosniff"),
+        (b"server", b"forkd"),
+        (b"date", date),
+        (b"x-request-id", id),
+        (b"content-length", b"15"),
+    ]
+}
+
+fn owned(list: &[(&[u8], &[u8])], status: &str) -> Fields {
+    let mut all = vec![(":status".to_string(), status.to_string())];
+    all.extend(
+        list.iter().map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), String::from_utf8_lossy(v).into_owned())),
+    );
+    all
+}
+
+/// The fixed fields go into the table on the first response and are one byte each after it;
+/// `date`, `x-request-id` and `content-length` stay literals out of the table.
+#[test]
+fn encoder_indexes_fixed_fields_once_and_round_trips() {
+    let mut e = Encoder::new(4096);
+    let mut d = Decoder::new(4096);
+    let first = response(b"Sat, 28 Nov 2026 15:00:00 GMT", b"0f3a9c11-2b1e-4c55-9a7e-1f2e3d4c5b6a");
+    let mut out = Vec::new();
+    e.encode(&mut out, Some(200), first.iter().copied());
+    assert_eq!(decode(&mut d, &out), Ok(owned(&first, "200")));
+    let fixed: usize = first[..4].iter().map(|(n, v)| n.len() + v.len() + 32).sum();
+    assert_eq!(e.table_size(), fixed, "only the fixed fields are in the table");
+    assert_eq!(d.table_size(), e.table_size());
+
+    let second = response(b"Sat, 28 Nov 2026 15:00:01 GMT", b"77aa9c11-2b1e-4c55-9a7e-1f2e3d4c5b6a");
+    let first_len = out.len();
+    out.clear();
+    e.encode(&mut out, Some(200), second.iter().copied());
+    assert_eq!(decode(&mut d, &out), Ok(owned(&second, "200")));
+    assert_eq!(out[0], 0x88, ":status 200 is static index 8");
+    assert!(out[1..5].iter().all(|b| b & 0x80 != 0), "fixed fields are indexed: {out:02x?}");
+    assert!(out.len() < first_len / 2, "{} vs {first_len}", out.len());
+    assert_eq!(d.table_size(), e.table_size());
+}
+
+/// Credentials are never-indexed literals (first byte 0001xxxx) and stay out of both tables.
+#[test]
+fn credentials_are_never_indexed() {
+    let mut e = Encoder::new(4096);
+    let mut out = Vec::new();
+    e.encode(&mut out, None, [(&b"set-cookie"[..], &b"sid=secret; HttpOnly"[..])]);
+    assert_eq!(out[0] & 0xf0, 0x10, "{out:02x?}");
+    assert_eq!(e.table_size(), 0);
+    let mut d = Decoder::new(4096);
+    assert_eq!(decode(&mut d, &out), Ok(fields(&[("set-cookie", "sid=secret; HttpOnly")])));
+    assert_eq!(d.table_size(), 0);
+}
+
+/// A status outside the static table is indexed after its first use; any value round trips.
+#[test]
+fn statuses_round_trip() {
+    let mut e = Encoder::new(4096);
+    let mut d = Decoder::new(4096);
+    for code in [200, 101, 103, 204, 301, 404, 101, 500, 503] {
+        let mut out = Vec::new();
+        e.encode(&mut out, Some(code), []);
+        assert_eq!(decode(&mut d, &out), Ok(fields(&[(":status", &code.to_string())])));
+    }
+}
+
+/// The peer's SETTINGS_HEADER_TABLE_SIZE shrinks the table: the next block opens with the
+/// size updates (the smallest, then the final), which a decoder holding that limit accepts.
+#[test]
+fn encoder_signals_table_size_changes() {
+    let mut e = Encoder::new(4096);
+    let mut d = Decoder::new(4096);
+    let list = response(b"d", b"i");
+    let mut out = Vec::new();
+    e.encode(&mut out, Some(200), list.iter().copied());
+    decode(&mut d, &out).unwrap();
+    e.set_peer_table_size(0);
+    e.set_peer_table_size(1024);
+    out.clear();
+    e.encode(&mut out, Some(200), list.iter().copied());
+    assert_eq!(&out[..2], &[0x20, 0x3f], "size update to 0 first: {out:02x?}");
+    assert_eq!(decode(&mut d, &out), Ok(owned(&list, "200")));
+    assert_eq!(d.table_size(), e.table_size());
+    assert!(e.table_size() <= 1024);
+    // An encoder capped below the default says so on its first block.
+    let mut small = Encoder::new(512);
+    out.clear();
+    small.encode(&mut out, Some(204), []);
+    assert_eq!(out, [0x3f, 0xe1, 0x03, 0x89]);
+}
+
+#[test]
+fn hostile_blocks_are_compression_errors() {
+    let cases: [(&str, &[u8], HpackError); 9] = [
+        ("index 0", &[0x80], HpackError::BadIndex),
+        ("index past both tables", &[0xbe], HpackError::BadIndex),
+        ("literal name index past the tables", &[0x7f, 0x10, 0x01, b'a'], HpackError::BadIndex),
+        ("truncated integer", &[0xff, 0x80], HpackError::Truncated),
+        ("integer overflow", &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f], HpackError::IntegerOverflow),
+        ("string past the block", &[0x40, 0x05, b'a', b'b'], HpackError::Truncated),
+        ("Huffman padding of zeros", &[0x40, 0x81, 0x00, 0x00], HpackError::BadHuffman),
+        ("size update above the limit", &[0x3f, 0xe2, 0x1f], HpackError::BadSizeUpdate),
+        ("size update after a field", &[0x82, 0x20], HpackError::BadSizeUpdate),
+    ];
+    for (what, block, want) in cases {
+        let mut d = Decoder::new(4096);
+        assert_eq!(decode(&mut d, block), Err(want), "{what}");
+    }
+}
+
+/// An HPACK bomb: one big entry referenced over and over. Fields stop at the list limit,
+/// the block is still decoded to its end, and the result is a stream error.
+#[test]
+fn header_list_limit_stops_a_bomb() {
+    let mut d = Decoder::new(4096);
+    let mut block = Vec::new();
+    put_int(&mut block, 0x40, 6, 0);
+    put_str(&mut block, b"x-big");
+    put_str(&mut block, &[b'a'; 4000]);
+    block.extend(std::iter::repeat_n(0xbe, 10_000));
+    let mut handed = 0usize;
+    let got = d.decode(&block, 16_384, |n, v| handed += n.len() + v.len() + 32);
+    assert_eq!(got, Err(HpackError::ListTooLarge));
+    assert!(handed <= 16_384, "{handed}");
+    assert_eq!(d.table_size(), 4037, "the table still took the insert");
+    // The table is intact: the next block can index the entry.
+    assert_eq!(d.decode(&[0xbe], 8192, |_, v| assert_eq!(v.len(), 4000)), Ok(()));
+}
+
+#[test]
+fn table_evicts_oldest_and_refuses_oversized_entries() {
+    let mut t = Table::new(100);
+    t.insert(b"a", b"1");
+    t.insert(b"b", b"2");
+    t.insert(b"c", b"3");
+    assert_eq!(t.len(), 2, "three 34-byte entries do not fit in 100");
+    assert_eq!(t.get(0), Some((&b"c"[..], &b"3"[..])));
+    assert_eq!(t.get(1), Some((&b"b"[..], &b"2"[..])));
+    assert_eq!(t.find(b"b", b"2"), Some(1));
+    assert_eq!(t.find(b"a", b"1"), None);
+    t.insert(b"big", &[0; 100]);
+    assert_eq!((t.len(), t.size()), (0, 0));
+    t.insert(b"d", b"4");
+    t.set_max(10);
+    assert_eq!((t.len(), t.size()), (0, 0));
+}
