@@ -32,7 +32,7 @@ use super::download::Download;
 use super::h3_file::FileBody;
 use super::pool::{Completion, ExchangeId, Pool, Work};
 use super::produce::{Events, Subscribers, Ticking, MAX_BACKLOG};
-use super::websocket::{Todo, Ws, WS_PING_EVERY};
+use super::websocket::{Todo, Ws};
 use crate::app::{App, Body, Producer, WebSocket};
 use crate::error::Error;
 use crate::http::headers::{valid_request_id, Common};
@@ -802,17 +802,12 @@ impl<K: Key, H: Head> Exchanges<K, H> {
                 Some(Produce::Events(e)) => e.beat(host.app(), now, &mut ex.unsent),
                 Some(Produce::Ticker(t)) => t.tick(now, ex.unsent.len(), &mut ex.unsent).goes_on(),
                 Some(Produce::Ws(t)) if t.ws.next_ping <= now => {
-                    let ws = &mut t.ws;
-                    ws.next_ping = now + WS_PING_EVERY;
-                    if ws.awaiting_pong {
-                        log::debug!("WebSocket peer stopped answering pings; dropping it");
+                    let backed_up = ex.unsent.len() > HIGH_WATERMARK;
+                    if t.ws.awaiting_pong {
+                        // Its close goes out first: what the peer did not read is dropped.
                         ex.unsent.clear();
-                        ws.conn.close(1001, "ping timeout", &mut ex.unsent);
-                        ex.done = true;
-                    } else if ex.unsent.len() <= HIGH_WATERMARK {
-                        ws.conn.ping(b"", &mut ex.unsent);
-                        ws.awaiting_pong = true;
                     }
+                    ex.done |= !t.ws.heartbeat(now, backed_up, &mut ex.unsent);
                     true
                 }
                 _ => true,

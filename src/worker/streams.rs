@@ -231,14 +231,13 @@ impl Worker {
                 w.next_ping = now + WS_PING_EVERY;
             }
             Some(Stream::Ws(w)) if w.next_ping <= now => {
-                if w.awaiting_pong {
-                    log::debug!("WebSocket peer stopped answering pings; dropping it");
-                    self.close(idx);
+                let alive = w.heartbeat(now, false, &mut c.io.out);
+                if !alive {
+                    // Its close (1001) goes out, then the connection closes.
+                    h.closing = true;
+                    self.flush_conn(idx);
                     return;
                 }
-                w.conn.ping(b"", &mut c.io.out);
-                w.awaiting_pong = true;
-                w.next_ping = now + WS_PING_EVERY;
             }
             Some(Stream::Ticker(t)) => {
                 let mut event = Vec::new();

@@ -59,6 +59,24 @@ impl Ws {
         (Ws::new(conn, peer, now), greeted)
     }
 
+    /// The ping timer fired at `now`. A peer that has not answered the last ping gets a
+    /// close (1001) in `out` and `false` back: the caller ends the exchange once it is
+    /// flushed. Otherwise a ping goes into `out`, unless the exchange is `backed_up` (a
+    /// ping would only queue behind what the peer is not reading).
+    pub(super) fn heartbeat(&mut self, now: Instant, backed_up: bool, out: &mut Vec<u8>) -> bool {
+        self.next_ping = now + WS_PING_EVERY;
+        if self.awaiting_pong {
+            log::debug!("WebSocket peer stopped answering pings; dropping it");
+            self.conn.close(1001, "ping timeout", out);
+            return false;
+        }
+        if !backed_up {
+            self.conn.ping(b"", out);
+            self.awaiting_pong = true;
+        }
+        true
+    }
+
     /// Read `input` (complete messages only; returns the bytes used): control
     /// frames are answered into `out`, and each message does what the app says:
     /// echoed, answered (into `out`), or turned into [`Todo`]s. `Err` if app code
@@ -118,4 +136,38 @@ pub(super) enum Todo {
     Join(String),
     Leave(String),
     Room { room: String, message: String, skip_user: Option<i64> },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws(now: Instant) -> Ws {
+        Ws::new(WsConn::new(1 << 16), WebSocket { user_id: None, name: None }, now)
+    }
+
+    #[test]
+    fn a_peer_that_misses_a_pong_is_closed_with_1001() {
+        let now = Instant::now();
+        let mut w = ws(now);
+        let mut out = Vec::new();
+        assert!(w.heartbeat(now, false, &mut out));
+        assert_eq!(out, [0x89, 0x00], "an empty ping");
+        out.clear();
+        assert!(!w.heartbeat(now + WS_PING_EVERY, false, &mut out));
+        assert_eq!(&out[..2], [0x88, 14], "a close frame");
+        assert_eq!(&out[2..4], 1001u16.to_be_bytes());
+        assert_eq!(&out[4..], b"ping timeout");
+    }
+
+    #[test]
+    fn a_backed_up_peer_is_not_pinged_nor_judged() {
+        let now = Instant::now();
+        let mut w = ws(now);
+        let mut out = Vec::new();
+        assert!(w.heartbeat(now, true, &mut out));
+        assert!(w.heartbeat(now + WS_PING_EVERY, true, &mut out));
+        assert!(out.is_empty());
+        assert_eq!(w.next_ping, now + 2 * WS_PING_EVERY);
+    }
 }
