@@ -29,12 +29,16 @@ pub enum Standing {
 }
 
 impl CpuLane {
-    /// Start `threads` lane threads named `name-N` at `standing`; `on_idle` runs on a lane
-    /// thread whenever it finds the queue empty after a piece of work (to release caches).
+    /// Start `threads` lane threads named `name-N` at `standing`, returning once each has
+    /// taken it; `on_idle` runs on a lane thread whenever it finds the queue empty after a
+    /// piece of work (to release caches).
     pub fn start(name: &str, threads: usize, standing: Standing, on_idle: fn()) -> std::io::Result<CpuLane> {
         let (tx, rx): (Sender<Work>, Receiver<Work>) = crossbeam_channel::unbounded();
-        for i in 0..threads.max(1) {
+        let (placed, ready) = crossbeam_channel::unbounded::<()>();
+        let threads = threads.max(1);
+        for i in 0..threads {
             let rx = rx.clone();
+            let placed = placed.clone();
             std::thread::Builder::new().name(format!("{name}-{i}")).spawn(move || {
                 // Refused only by a seccomp filter: the lane then runs at the loop's priority.
                 let _ = match standing {
@@ -43,6 +47,7 @@ impl CpuLane {
                     }
                     Standing::Nice(n) => crate::sys::lower_thread_priority(n),
                 };
+                let _ = placed.send(());
                 for work in rx.iter() {
                     // A panic ends this piece of work (its caller sees `None`), not the thread.
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
@@ -51,6 +56,13 @@ impl CpuLane {
                     }
                 }
             })?;
+        }
+        drop(placed);
+        // A thread that died before it said so ends the wait early (the sender is gone).
+        for _ in 0..threads {
+            if ready.recv().is_err() {
+                break;
+            }
         }
         Ok(CpuLane { tx })
     }
@@ -70,6 +82,20 @@ impl CpuLane {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_returns_once_the_threads_took_their_standing() {
+        let _lane = CpuLane::start("standing", 2, Standing::Nice(3), || {}).expect("lane");
+        // Read at once, with no work run: each lane thread is already at nice 3.
+        let nices: Vec<String> = std::fs::read_dir("/proc/self/task")
+            .expect("tasks")
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+            .filter(|stat| stat.contains("(standing-"))
+            .map(|stat| stat[stat.rfind(')').unwrap_or(0) + 1..].split_whitespace().nth(16).unwrap_or("").to_string())
+            .collect();
+        assert_eq!(nices, ["3", "3"]);
+    }
 
     #[test]
     fn runs_work_and_survives_a_panic() {
