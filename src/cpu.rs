@@ -29,9 +29,10 @@ pub enum Standing {
 }
 
 impl CpuLane {
-    /// Start `threads` lane threads named `name-N` at `standing`, returning once each has
-    /// taken it; `on_idle` runs on a lane thread whenever it finds the queue empty after a
-    /// piece of work (to release caches).
+    /// Start `threads` lane threads named `name-N` at `standing`; at a nice value, it returns
+    /// once each has taken it (an idle thread may not run for a long time on a busy machine,
+    /// so nothing waits for it). `on_idle` runs on a lane thread whenever it finds the queue
+    /// empty after a piece of work (to release caches).
     pub fn start(name: &str, threads: usize, standing: Standing, on_idle: fn()) -> std::io::Result<CpuLane> {
         let (tx, rx): (Sender<Work>, Receiver<Work>) = crossbeam_channel::unbounded();
         let (placed, ready) = crossbeam_channel::unbounded::<()>();
@@ -60,7 +61,7 @@ impl CpuLane {
         drop(placed);
         // A thread that died before it said so ends the wait early (the sender is gone).
         for _ in 0..threads {
-            if ready.recv().is_err() {
+            if standing == Standing::Idle || ready.recv().is_err() {
                 break;
             }
         }
