@@ -30,7 +30,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream as StdStream};
 use std::time::{Duration, SystemTime};
 
-use forkd::http2::hpack::{huffman, STATIC};
+use forkd::http2::hpack::{self, huffman, put_int, STATIC};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
@@ -90,63 +90,20 @@ struct Answer {
 
 // ------------------------------------------------------------------ HPACK
 
-/// Append `value` as an HPACK integer with an `n`-bit prefix; `flags` are
-/// the first byte's bits above the prefix (RFC 7541 §5.1).
-fn put_int(out: &mut Vec<u8>, flags: u8, n: u8, mut value: usize) {
-    let max = (1usize << n) - 1;
-    if value < max {
-        out.push(flags | value as u8);
-        return;
-    }
-    out.push(flags | max as u8);
-    value -= max;
-    while value >= 128 {
-        out.push((value % 128) as u8 | 0x80);
-        value /= 128;
-    }
-    out.push(value as u8);
-}
-
-/// An HPACK integer with an `n`-bit prefix at the start of `input`: its
-/// value and length.
-fn get_int(input: &[u8], n: u8) -> Result<(usize, usize), H2Error> {
-    let max = (1usize << n) - 1;
-    let first = *input.first().ok_or(H2Error::Compression)? as usize & max;
-    if first < max {
-        return Ok((first, 1));
-    }
-    let (mut value, mut shift) = (max, 0u32);
-    for (i, &b) in input.iter().enumerate().skip(1) {
-        if shift > 28 {
-            return Err(H2Error::Compression);
-        }
-        value += ((b & 0x7f) as usize) << shift;
-        if b & 0x80 == 0 {
-            return Ok((value, i + 1));
-        }
-        shift += 7;
-    }
-    Err(H2Error::Compression)
-}
-
 /// Append a string literal, Huffman-coded (RFC 7541 §5.2).
 fn put_huffman(out: &mut Vec<u8>, s: &[u8]) {
     put_int(out, 0x80, 7, huffman::encoded_len(s));
     huffman::encode(s, out);
 }
 
+/// An HPACK integer with an `n`-bit prefix at the start of `input` (the library's).
+fn get_int(input: &[u8], n: u8) -> Result<(usize, usize), H2Error> {
+    hpack::get_int(input, n).map_err(|_| H2Error::Compression)
+}
+
 /// A string literal at the start of `input`, decoded into `out`; returns its length.
 fn get_str(input: &[u8], out: &mut Vec<u8>) -> Result<usize, H2Error> {
-    let huff = input.first().ok_or(H2Error::Compression)? & 0x80 != 0;
-    let (len, n) = get_int(input, 7)?;
-    let raw = input.get(n..n + len).ok_or(H2Error::Compression)?;
-    out.clear();
-    if huff {
-        huffman::decode(raw, out).map_err(|_| H2Error::Compression)?;
-    } else {
-        out.extend_from_slice(raw);
-    }
-    Ok(n + len)
+    hpack::get_str(input, out).map_err(|_| H2Error::Compression)
 }
 
 /// The request decoder's state: the dynamic table (RFC 7541 §2.3.2).

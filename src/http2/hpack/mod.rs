@@ -72,7 +72,7 @@ pub(crate) const fn entry_size(name: &[u8], value: &[u8]) -> usize {
 
 /// Appends `value` as an integer with an `n`-bit prefix (RFC 7541 §5.1); `flags` are the
 /// first byte's bits above the prefix.
-pub(crate) fn put_int(out: &mut Vec<u8>, flags: u8, n: u8, mut value: usize) {
+pub fn put_int(out: &mut Vec<u8>, flags: u8, n: u8, mut value: usize) {
     let max = (1usize << n) - 1;
     if value < max {
         out.push(flags | value as u8);
@@ -88,7 +88,7 @@ pub(crate) fn put_int(out: &mut Vec<u8>, flags: u8, n: u8, mut value: usize) {
 }
 
 /// The integer with an `n`-bit prefix at the start of `input`: its value and its length.
-pub(crate) fn get_int(input: &[u8], n: u8) -> Result<(usize, usize), HpackError> {
+pub fn get_int(input: &[u8], n: u8) -> Result<(usize, usize), HpackError> {
     let max = (1usize << n) - 1;
     let first = usize::from(*input.first().ok_or(HpackError::Truncated)?) & max;
     if first < max {
@@ -126,7 +126,7 @@ pub(crate) fn put_str(out: &mut Vec<u8>, s: &[u8]) {
 
 /// The string literal at the start of `input`, decoded into `out` (cleared first); returns
 /// the length it took in `input`.
-pub(crate) fn get_str(input: &[u8], out: &mut Vec<u8>) -> Result<usize, HpackError> {
+pub fn get_str(input: &[u8], out: &mut Vec<u8>) -> Result<usize, HpackError> {
     let huff = input.first().ok_or(HpackError::Truncated)? & 0x80 != 0;
     let (len, n) = get_int(input, 7)?;
     let end = n.checked_add(len).ok_or(HpackError::IntegerOverflow)?;
