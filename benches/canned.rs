@@ -19,53 +19,16 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream as StdStream};
 use std::time::Duration;
 
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token};
+use mio::net::TcpStream;
 
-const LISTENER: Token = Token(usize::MAX);
+#[path = "mio_serve.rs"]
+mod mio_serve;
+use mio_serve::{write_out, Args, Service};
+
 /// Read buffer per connection; a pipelined batch larger than this is answered in parts.
 const READ_BUF: usize = 64 * 1024;
 
-struct Args {
-    listen: SocketAddr,
-    threads: usize,
-    response: Vec<u8>,
-}
-
-fn usage() -> ! {
-    eprintln!("usage: canned --listen ADDR [--threads N] (--copy-from ADDR [--path /health] | --response FILE)");
-    std::process::exit(2)
-}
-
-fn parse_args() -> io::Result<Args> {
-    let mut listen = None;
-    let mut threads = 2;
-    let mut copy_from = None;
-    let mut path = "/health".to_owned();
-    let mut file = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().unwrap_or_else(|| usage());
-        match flag.as_str() {
-            "--listen" => listen = Some(value.parse::<SocketAddr>().map_err(io::Error::other)?),
-            "--threads" => threads = value.parse::<usize>().map_err(io::Error::other)?,
-            "--copy-from" => copy_from = Some(value.parse::<SocketAddr>().map_err(io::Error::other)?),
-            "--path" => path = value,
-            "--response" => file = Some(value),
-            _ => usage(),
-        }
-    }
-    let listen = listen.unwrap_or_else(|| usage());
-    let response = match (copy_from, file) {
-        (Some(addr), None) => copy_response(addr, &path)?,
-        (None, Some(f)) => std::fs::read(f)?,
-        _ => usage(),
-    };
-    if threads == 0 {
-        usage();
-    }
-    Ok(Args { listen, threads, response })
-}
+const USAGE: &str = "canned --listen ADDR [--threads N] (--copy-from ADDR [--path /health] | --response FILE)";
 
 /// One keep-alive response to `GET path`, head and body, as the server sent it.
 fn copy_response(addr: SocketAddr, path: &str) -> io::Result<Vec<u8>> {
@@ -109,45 +72,48 @@ struct Conn {
     sent: usize,
 }
 
-impl Conn {
+/// Every connection answers with the same bytes.
+#[derive(Clone, Copy)]
+struct Canned(&'static [u8]);
+
+impl Service for Canned {
+    type Conn = Conn;
+
+    fn open(&mut self, stream: TcpStream) -> Conn {
+        Conn { stream, inbuf: vec![0; READ_BUF].into_boxed_slice(), len: 0, out: Vec::with_capacity(READ_BUF), sent: 0 }
+    }
+
+    fn stream(conn: &mut Conn) -> &mut TcpStream {
+        &mut conn.stream
+    }
+
     /// Read until `WouldBlock`, answer every whole request, write until
-    /// `WouldBlock`; again while the read buffer filled up. `false`: the
-    /// connection is finished.
-    fn ready(&mut self, response: &[u8]) -> bool {
+    /// `WouldBlock`; again while the read buffer filled up.
+    fn ready(&mut self, c: &mut Conn) -> bool {
         loop {
             let mut open = true;
-            while self.len < READ_BUF {
-                match self.stream.read(&mut self.inbuf[self.len..]) {
+            while c.len < READ_BUF {
+                match c.stream.read(&mut c.inbuf[c.len..]) {
                     Ok(0) => {
                         open = false;
                         break;
                     }
-                    Ok(n) => self.len += n,
+                    Ok(n) => c.len += n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(_) => return false,
                 }
             }
-            let full = self.len == READ_BUF;
+            let full = c.len == READ_BUF;
             let mut at = 0;
-            while let Some(end) = head_end(&self.inbuf[..self.len], at) {
-                self.out.extend_from_slice(response);
+            while let Some(end) = head_end(&c.inbuf[..c.len], at) {
+                c.out.extend_from_slice(self.0);
                 at = end;
             }
-            self.inbuf.copy_within(at..self.len, 0);
-            self.len -= at;
-            while self.sent < self.out.len() {
-                match self.stream.write(&self.out[self.sent..]) {
-                    Ok(0) => return false,
-                    Ok(n) => self.sent += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => return false,
-                }
-            }
-            if self.sent == self.out.len() {
-                self.out.clear();
-                self.sent = 0;
+            c.inbuf.copy_within(at..c.len, 0);
+            c.len -= at;
+            if !write_out(&mut c.stream, &mut c.out, &mut c.sent) {
+                return false;
             }
             if !open || (full && at == 0) {
                 return false; // closed, or a head larger than the buffer
@@ -159,91 +125,25 @@ impl Conn {
     }
 }
 
-fn listener(addr: SocketAddr) -> io::Result<TcpListener> {
-    let domain = socket2::Domain::for_address(addr);
-    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
-    s.set_reuse_address(true)?;
-    s.set_reuse_port(true)?;
-    s.set_nonblocking(true)?;
-    s.bind(&addr.into())?;
-    s.listen(1024)?;
-    Ok(TcpListener::from_std(s.into()))
-}
-
-fn serve(addr: SocketAddr, response: &[u8]) -> io::Result<()> {
-    let mut poll = Poll::new()?;
-    let mut listener = listener(addr)?;
-    poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
-    let mut conns: Vec<Option<Conn>> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
-    let mut events = Events::with_capacity(1024);
-    loop {
-        match poll.poll(&mut events, None) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-        for ev in events.iter() {
-            if ev.token() == LISTENER {
-                loop {
-                    match listener.accept() {
-                        Ok((mut stream, _)) => {
-                            let _ = stream.set_nodelay(true);
-                            let i = free.pop().unwrap_or_else(|| {
-                                conns.push(None);
-                                conns.len() - 1
-                            });
-                            poll.registry().register(&mut stream, Token(i), Interest::READABLE | Interest::WRITABLE)?;
-                            conns[i] = Some(Conn {
-                                stream,
-                                inbuf: vec![0; READ_BUF].into_boxed_slice(),
-                                len: 0,
-                                out: Vec::with_capacity(READ_BUF),
-                                sent: 0,
-                            });
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => break, // EMFILE and the like: try again on the next event
-                    }
-                }
-                continue;
-            }
-            let i = ev.token().0;
-            let done = match conns.get_mut(i).and_then(Option::as_mut) {
-                Some(c) => !c.ready(response),
-                None => false,
-            };
-            if done {
-                if let Some(mut c) = conns[i].take() {
-                    let _ = poll.registry().deregister(&mut c.stream);
-                }
-                free.push(i);
-            }
-        }
-    }
-}
-
 fn main() {
-    let args = match parse_args() {
+    let (args, response) = match Args::parse(USAGE).and_then(|a| {
+        let response = match (a.copy_from, &a.response) {
+            (Some(addr), None) => copy_response(addr, &a.path)?,
+            (None, Some(f)) => std::fs::read(f)?,
+            _ => {
+                eprintln!("usage: {USAGE}");
+                std::process::exit(2)
+            }
+        };
+        Ok((a, response))
+    }) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("canned: {e}");
             std::process::exit(1)
         }
     };
-    let response: &'static [u8] = Box::leak(args.response.into_boxed_slice());
+    let response: &'static [u8] = Box::leak(response.into_boxed_slice());
     eprintln!("canned: {} threads on {}, {} response bytes", args.threads, args.listen, response.len());
-    let handles: Vec<_> = (0..args.threads)
-        .map(|_| {
-            let addr = args.listen;
-            std::thread::spawn(move || serve(addr, response))
-        })
-        .collect();
-    for h in handles {
-        if let Ok(Err(e)) = h.join() {
-            eprintln!("canned: {e}");
-            std::process::exit(1);
-        }
-    }
+    mio_serve::run("canned", args.threads, args.listen, move || Canned(response));
 }

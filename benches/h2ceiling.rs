@@ -30,11 +30,12 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream as StdStream};
 use std::time::{Duration, SystemTime};
 
-use forkd::http2::hpack::{self, huffman, put_int, STATIC};
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token};
+use forkd::http2::hpack::{huffman, put_int, Decoder, STATIC};
+use mio::net::TcpStream;
 
-const LISTENER: Token = Token(usize::MAX);
+#[path = "mio_serve.rs"]
+mod mio_serve;
+use mio_serve::{write_out, Args, Service};
 /// The client connection preface (RFC 9113 §3.4).
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// SETTINGS_MAX_FRAME_SIZE we accept (the protocol's default).
@@ -94,98 +95,6 @@ struct Answer {
 fn put_huffman(out: &mut Vec<u8>, s: &[u8]) {
     put_int(out, 0x80, 7, huffman::encoded_len(s));
     huffman::encode(s, out);
-}
-
-/// An HPACK integer with an `n`-bit prefix at the start of `input` (the library's).
-fn get_int(input: &[u8], n: u8) -> Result<(usize, usize), H2Error> {
-    hpack::get_int(input, n).map_err(|_| H2Error::Compression)
-}
-
-/// A string literal at the start of `input`, decoded into `out`; returns its length.
-fn get_str(input: &[u8], out: &mut Vec<u8>) -> Result<usize, H2Error> {
-    hpack::get_str(input, out).map_err(|_| H2Error::Compression)
-}
-
-/// The request decoder's state: the dynamic table (RFC 7541 §2.3.2).
-struct Decoder {
-    /// Newest first.
-    table: VecDeque<(Vec<u8>, Vec<u8>)>,
-    size: usize,
-    max: usize,
-    name: Vec<u8>,
-    value: Vec<u8>,
-}
-
-impl Decoder {
-    fn new() -> Decoder {
-        Decoder { table: VecDeque::new(), size: 0, max: DECODER_TABLE, name: Vec::new(), value: Vec::new() }
-    }
-
-    fn evict(&mut self) {
-        while self.size > self.max {
-            match self.table.pop_back() {
-                Some((n, v)) => self.size -= 32 + n.len() + v.len(),
-                None => break,
-            }
-        }
-    }
-
-    fn insert(&mut self, name: &[u8], value: &[u8]) {
-        self.size += 32 + name.len() + value.len();
-        self.table.push_front((name.to_vec(), value.to_vec()));
-        self.evict();
-    }
-
-    /// Entry `index` of the static and dynamic tables.
-    fn entry(&self, index: usize) -> Result<(&[u8], &[u8]), H2Error> {
-        match index {
-            0 => Err(H2Error::Compression),
-            1..=61 => Ok((STATIC[index - 1].0.as_bytes(), STATIC[index - 1].1.as_bytes())),
-            _ => self.table.get(index - 62).map(|(n, v)| (&n[..], &v[..])).ok_or(H2Error::Compression),
-        }
-    }
-
-    /// Decode a whole header block; `field` sees each field in order.
-    fn decode(&mut self, mut block: &[u8], mut field: impl FnMut(&[u8], &[u8])) -> Result<(), H2Error> {
-        while let Some(&b) = block.first() {
-            let used = if b & 0x80 != 0 {
-                let (index, n) = get_int(block, 7)?;
-                let (name, value) = self.entry(index)?;
-                field(name, value);
-                n
-            } else if b & 0xe0 == 0x20 {
-                let (size, n) = get_int(block, 5)?;
-                if size > DECODER_TABLE {
-                    return Err(H2Error::Compression);
-                }
-                self.max = size;
-                self.evict();
-                n
-            } else {
-                // A literal: with incremental indexing (01), without (0000) or never indexed (0001).
-                let (prefix, index_it) = if b & 0xc0 == 0x40 { (6, true) } else { (4, false) };
-                let (index, mut n) = get_int(block, prefix)?;
-                let mut name = std::mem::take(&mut self.name);
-                if index == 0 {
-                    n += get_str(&block[n..], &mut name)?;
-                } else {
-                    name.clear();
-                    name.extend_from_slice(self.entry(index)?.0);
-                }
-                let mut value = std::mem::take(&mut self.value);
-                n += get_str(&block[n..], &mut value)?;
-                field(&name, &value);
-                if index_it {
-                    self.insert(&name, &value);
-                }
-                self.name = name;
-                self.value = value;
-                n
-            };
-            block = &block[used..];
-        }
-        Ok(())
-    }
 }
 
 // ------------------------------------------------------------------ per-thread state
@@ -276,7 +185,7 @@ impl Codec {
     fn new() -> Codec {
         Codec {
             preface: false,
-            decoder: Decoder::new(),
+            decoder: Decoder::new(DECODER_TABLE),
             fixed_indexed: false,
             fixed_fit: true,
             peer_table: 4096,
@@ -477,11 +386,12 @@ impl Codec {
     ) -> Result<(), H2Error> {
         let mut found = false;
         let path = &shared.answer.path;
-        self.decoder.decode(block, |name, value| {
+        let fields = |name: &[u8], value: &[u8]| {
             if name == b":path" {
                 found = value == &path[..];
             }
-        })?;
+        };
+        self.decoder.decode(block, usize::MAX, fields).map_err(|_| H2Error::Compression)?;
         if end_stream {
             self.answer(stream, !found, self.peer_window, out, shared);
         } else {
@@ -580,40 +490,7 @@ fn window_update(out: &mut Vec<u8>, stream: u32, inc: u32) {
 
 // ------------------------------------------------------------------ start-up
 
-struct Args {
-    listen: SocketAddr,
-    threads: usize,
-    answer: Answer,
-}
-
-fn usage() -> ! {
-    eprintln!("usage: h2ceiling --listen ADDR [--threads N] --copy-from ADDR [--path /health]");
-    std::process::exit(2)
-}
-
-fn parse_args() -> io::Result<Args> {
-    let mut listen = None;
-    let mut threads = 2;
-    let mut copy_from = None;
-    let mut path = "/health".to_owned();
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().unwrap_or_else(|| usage());
-        match flag.as_str() {
-            "--listen" => listen = Some(value.parse::<SocketAddr>().map_err(io::Error::other)?),
-            "--threads" => threads = value.parse::<usize>().map_err(io::Error::other)?,
-            "--copy-from" => copy_from = Some(value.parse::<SocketAddr>().map_err(io::Error::other)?),
-            "--path" => path = value,
-            _ => usage(),
-        }
-    }
-    let (Some(listen), Some(from)) = (listen, copy_from) else { usage() };
-    if threads == 0 {
-        usage();
-    }
-    let answer = copy_answer(from, &path)?;
-    Ok(Args { listen, threads, answer })
-}
+const USAGE: &str = "h2ceiling --listen ADDR [--threads N] --copy-from ADDR [--path /health]";
 
 /// The fields and body forkd answers `GET path` with (over HTTP/1.1: the
 /// same fields as over HTTP/2 but the connection-specific ones), without
@@ -648,23 +525,34 @@ struct Conn {
     sent: usize,
 }
 
-impl Conn {
+impl Service for Shared {
+    type Conn = Conn;
+
+    fn open(&mut self, stream: TcpStream) -> Conn {
+        let mut out = Vec::with_capacity(READ_CHUNK);
+        Codec::start(&mut out);
+        Conn { stream, codec: Codec::new(), inbuf: Vec::new(), out, sent: 0 }
+    }
+
+    fn stream(conn: &mut Conn) -> &mut TcpStream {
+        &mut conn.stream
+    }
+
     /// Read until `WouldBlock`, run the codec, write until `WouldBlock`.
-    /// `false`: the connection is finished.
-    fn ready(&mut self, shared: &mut Shared) -> bool {
+    fn ready(&mut self, c: &mut Conn) -> bool {
         let mut open = true;
         loop {
-            let len = self.inbuf.len();
-            self.inbuf.resize(len + READ_CHUNK, 0);
-            match self.stream.read(&mut self.inbuf[len..]) {
+            let len = c.inbuf.len();
+            c.inbuf.resize(len + READ_CHUNK, 0);
+            match c.stream.read(&mut c.inbuf[len..]) {
                 Ok(0) => {
-                    self.inbuf.truncate(len);
+                    c.inbuf.truncate(len);
                     open = false;
                     break;
                 }
-                Ok(n) => self.inbuf.truncate(len + n),
+                Ok(n) => c.inbuf.truncate(len + n),
                 Err(e) => {
-                    self.inbuf.truncate(len);
+                    c.inbuf.truncate(len);
                     match e.kind() {
                         io::ErrorKind::WouldBlock => break,
                         io::ErrorKind::Interrupted => {}
@@ -673,98 +561,36 @@ impl Conn {
                 }
             }
         }
-        if self.codec.on_bytes(&mut self.inbuf, &mut self.out, shared) == Next::Close {
+        if c.codec.on_bytes(&mut c.inbuf, &mut c.out, self) == Next::Close {
             open = false;
         }
-        while self.sent < self.out.len() {
-            match self.stream.write(&self.out[self.sent..]) {
-                Ok(0) => return false,
-                Ok(n) => self.sent += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return false,
-            }
+        if !write_out(&mut c.stream, &mut c.out, &mut c.sent) {
+            return false;
         }
-        if self.sent == self.out.len() {
-            self.out.clear();
-            self.sent = 0;
-        }
-        open || self.sent < self.out.len()
+        open || c.sent < c.out.len()
     }
-}
 
-fn listener(addr: SocketAddr) -> io::Result<TcpListener> {
-    let domain = socket2::Domain::for_address(addr);
-    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
-    s.set_reuse_address(true)?;
-    s.set_reuse_port(true)?;
-    s.set_nonblocking(true)?;
-    s.bind(&addr.into())?;
-    s.listen(1024)?;
-    Ok(TcpListener::from_std(s.into()))
-}
-
-fn serve(addr: SocketAddr, answer: &'static Answer) -> io::Result<()> {
-    let mut poll = Poll::new()?;
-    let mut listener = listener(addr)?;
-    poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
-    let mut shared = Shared::new(answer);
-    let mut conns: Vec<Option<Conn>> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
-    let mut events = Events::with_capacity(1024);
-    loop {
-        match poll.poll(&mut events, None) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-        shared.tick();
-        for ev in events.iter() {
-            if ev.token() == LISTENER {
-                loop {
-                    match listener.accept() {
-                        Ok((mut stream, _)) => {
-                            let _ = stream.set_nodelay(true);
-                            let i = free.pop().unwrap_or_else(|| {
-                                conns.push(None);
-                                conns.len() - 1
-                            });
-                            poll.registry().register(&mut stream, Token(i), Interest::READABLE | Interest::WRITABLE)?;
-                            let mut out = Vec::with_capacity(READ_CHUNK);
-                            Codec::start(&mut out);
-                            conns[i] = Some(Conn { stream, codec: Codec::new(), inbuf: Vec::new(), out, sent: 0 });
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => break, // EMFILE and the like: try again on the next event
-                    }
-                }
-                continue;
-            }
-            let i = ev.token().0;
-            let done = match conns.get_mut(i).and_then(Option::as_mut) {
-                Some(c) => !c.ready(&mut shared),
-                None => false,
-            };
-            if done {
-                if let Some(mut c) = conns[i].take() {
-                    let _ = poll.registry().deregister(&mut c.stream);
-                }
-                free.push(i);
-            }
-        }
+    fn turn(&mut self) {
+        self.tick();
     }
 }
 
 fn main() {
-    let args = match parse_args() {
+    let (args, answer) = match Args::parse(USAGE).and_then(|a| {
+        let (Some(from), None) = (a.copy_from, &a.response) else {
+            eprintln!("usage: {USAGE}");
+            std::process::exit(2)
+        };
+        let answer = copy_answer(from, &a.path)?;
+        Ok((a, answer))
+    }) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("h2ceiling: {e}");
             std::process::exit(1)
         }
     };
-    let answer: &'static Answer = Box::leak(Box::new(args.answer));
+    let answer: &'static Answer = Box::leak(Box::new(answer));
     eprintln!(
         "h2ceiling: {} threads on {}, {} fixed fields ({} bytes of HPACK table), {} body bytes",
         args.threads,
@@ -773,18 +599,7 @@ fn main() {
         fixed_size(answer),
         answer.body.len()
     );
-    let handles: Vec<_> = (0..args.threads)
-        .map(|_| {
-            let addr = args.listen;
-            std::thread::spawn(move || serve(addr, answer))
-        })
-        .collect();
-    for h in handles {
-        if let Ok(Err(e)) = h.join() {
-            eprintln!("h2ceiling: {e}");
-            std::process::exit(1);
-        }
-    }
+    mio_serve::run("h2ceiling", args.threads, args.listen, move || Shared::new(answer));
 }
 
 #[cfg(test)]
@@ -845,10 +660,10 @@ mod tests {
         let kinds: Vec<_> = f.iter().map(|x| (x.0, x.2)).collect();
         assert_eq!(kinds, [(SETTINGS, 0), (HEADERS, 1), (DATA, 1), (HEADERS, 3), (DATA, 3)]);
         // The client's decoder sees every field of both answers.
-        let mut client = Decoder::new();
+        let mut client = Decoder::new(DECODER_TABLE);
         for head in [&f[1].3, &f[3].3] {
             let mut seen = Vec::new();
-            client.decode(head, |n, v| seen.push((n.to_vec(), v.to_vec()))).expect("our own block decodes");
+            client.decode(head, usize::MAX, |n, v| seen.push((n.to_vec(), v.to_vec()))).expect("our own block decodes");
             let names: Vec<_> = seen.iter().map(|(n, _)| String::from_utf8_lossy(n).into_owned()).collect();
             assert_eq!(names, [":status", "date", "x-request-id", "content-type", "server", "x-frame-options"]);
             assert_eq!(seen[2].1.len(), 36);
