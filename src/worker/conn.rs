@@ -21,10 +21,12 @@
 //! not know a route.
 
 use std::io::{self, Read};
+use std::net::IpAddr;
 use std::time::Instant;
 
 use super::call::CallState;
-use super::download::Download;
+use super::engine::Exchanges;
+use super::h1_sink::{Answered, Current};
 use super::h2::{self, H2Session};
 use super::pool::{ExchangeId, Work};
 use super::produce::{Emit, Events, Ticking};
@@ -32,7 +34,7 @@ use super::transport::Transport;
 use super::websocket::Ws;
 use super::{Glue, Worker, LINGER, READ_AHEAD};
 use crate::app::Body;
-use crate::http::service::{Env, HIGH_WATERMARK};
+use crate::http::service::{Env, Protocol, HIGH_WATERMARK};
 use crate::http1::codec::{Http1, Phase, Progress};
 
 /// What a detached connection is.
@@ -41,8 +43,6 @@ pub enum Stream {
     Sse(Events),
     /// A WebSocket (`/ws` or `/ws/echo`).
     Ws(Box<Ws>),
-    /// A file body being sent.
-    Download(Download),
     /// An upstream stream relayed (its state is the connection's `call`).
     Relay,
     /// A chunked stream produced on a timer.
@@ -71,7 +71,7 @@ impl Stream {
         match self {
             Stream::Sse(s) => Some(s.next()),
             Stream::Ws(w) => Some(w.next_ping),
-            Stream::Download(_) | Stream::Relay | Stream::Aborted => None,
+            Stream::Relay | Stream::Aborted => None,
             Stream::Ticker(t) => Some(t.next()),
         }
     }
@@ -82,7 +82,7 @@ pub(super) struct Conn {
     /// The socket, TLS session, buffers and send deadline.
     pub(super) io: Transport,
     /// The client's address.
-    pub(super) peer: std::net::IpAddr,
+    pub(super) peer: IpAddr,
     pub(super) generation: u32,
     pub(super) timer_at: Option<Instant>,
     /// Its reading (or its relay's upstream) stopped because the output passed the
@@ -126,6 +126,7 @@ impl ConnState {
         match self {
             ConnState::ProxyHeader(until) => Some(*until),
             ConnState::Http1(H1 { stream: Some(s), .. }) => s.deadline(),
+            ConnState::Http1(h) if !h.ex.is_empty() => h.ex.deadline(),
             ConnState::Http1(h) => h.codec.deadline().map(|d| d.0),
             ConnState::Http2(sess) => sess.deadline(env),
             ConnState::Lingering(until) => Some(*until),
@@ -142,9 +143,12 @@ pub(super) struct H1 {
     /// handshake's ALPN) may still make the connection HTTP/2.
     pub(super) sniff: bool,
     /// The body of the exchange in progress once it left request processing
-    /// (an event stream, a WebSocket, a download, a relay, a ticker); the
-    /// codec is `Detached` meanwhile.
+    /// (an event stream, a WebSocket, a relay, a ticker); the codec is
+    /// `Detached` meanwhile.
     pub(super) stream: Option<Stream>,
+    /// The exchange in progress once the engine runs its body (a file body),
+    /// the codec `Detached` meanwhile: at most one.
+    pub(super) ex: Exchanges<Current, Answered>,
     /// Upstream requests the exchange in progress waits on (or relays).
     pub(super) call: Option<CallState>,
     /// Close as soon as the output is flushed (a stream ended the connection).
@@ -152,15 +156,24 @@ pub(super) struct H1 {
 }
 
 impl H1 {
-    /// A fresh connection's state: `codec` waits for the first head, the protocol undecided.
-    pub(super) fn new(codec: Http1) -> H1 {
-        H1 { codec, sniff: true, stream: None, call: None, closing: false }
+    /// A fresh state of connection `conn` (generation `gen`) from `peer`: `codec` waits for
+    /// the first head, the protocol undecided.
+    pub(super) fn new(codec: Http1, conn: usize, gen: u32, peer: IpAddr, now: Instant) -> H1 {
+        let ex = Exchanges::new(conn, gen, peer, Protocol::Http11, None, false, now);
+        H1 { codec, sniff: true, stream: None, ex, call: None, closing: false }
     }
 
-    /// The state of a connection from `peer` (over TLS when `secure`) about to read its first
-    /// bytes as HTTP (`h2`: HTTP/2 is on, so they are sniffed for its preface).
-    pub(super) fn fresh(peer: std::net::IpAddr, secure: bool, h2: bool, env: &Env, now: Instant) -> H1 {
-        H1 { sniff: h2, ..H1::new(Http1::new(peer, secure, env, now)) }
+    /// The state of connection `conn` (generation `gen`) from `peer` (over TLS when `secure`)
+    /// about to read its first bytes as HTTP (`h2`: HTTP/2 is on, so they are sniffed for its
+    /// preface).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fresh(conn: usize, gen: u32, peer: IpAddr, secure: bool, h2: bool, env: &Env, now: Instant) -> H1 {
+        H1 { sniff: h2, ..H1::new(Http1::new(peer, secure, env, now), conn, gen, peer, now) }
+    }
+
+    /// The exchange in progress is past its head: its body runs outside the codec.
+    pub(super) fn detached(&self) -> bool {
+        self.stream.is_some() || !self.ex.is_empty()
     }
 }
 
@@ -393,9 +406,9 @@ mod tests {
     #[test]
     fn each_state_answers_for_its_own_deadline() {
         let (env, now) = (env(), Instant::now());
-        let fresh = ConnState::Http1(H1::new(Http1::new(PEER, false, &env, now)));
+        let fresh = ConnState::Http1(H1::new(Http1::new(PEER, false, &env, now), 0, 0, PEER, now));
         assert_eq!(fresh.deadline(&env), Some(now + env.header_timeout), "a new connection owes a head");
-        let mut relaying = H1::new(Http1::new(PEER, false, &env, now));
+        let mut relaying = H1::new(Http1::new(PEER, false, &env, now), 0, 0, PEER, now);
         relaying.stream = Some(Stream::Relay);
         assert_eq!(ConnState::Http1(relaying).deadline(&env), None, "a relay's upstream has the timer, not the codec");
         let until = now + Duration::from_secs(2);

@@ -1,6 +1,6 @@
 //! A file body's read-ahead ([`Download`]): which 64 KiB slices to ask the pool for, only
 //! while the client keeps up, and which read slice goes out next. An HTTP/1.1 download
-//! (`h1_download.rs`) also sends a plain sized body with `sendfile(2)` and keeps only its
+//! (`h1_sink.rs`) also sends a plain sized body with `sendfile(2)` and keeps only its
 //! progress here; an HTTP/2 download keeps the same state in its exchange (`h2.rs`,
 //! `Produce::Download`), reads only as much as its stream may send
 //! ([`Download::next_read`], asked with the stream's window) and never uses `sendfile`.
@@ -26,7 +26,7 @@ pub struct Download {
     ready: Vec<(u64, Vec<u8>)>,
     /// A written slice's buffer, for the next read.
     spare: Option<Vec<u8>>,
-    /// Sent with `sendfile(2)`, page cache to socket, no slices (`h1_download.rs`).
+    /// Sent with `sendfile(2)`, page cache to socket, no slices (`h1_sink.rs`).
     pub(super) direct: bool,
     /// With `direct`: the file is advised to the kernel (`WILLNEED`) up to here.
     pub(super) advised: u64,

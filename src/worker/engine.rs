@@ -406,6 +406,37 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         self.list.len() - 1
     }
 
+    /// Take on an exchange its codec answered already (HTTP/1.1: the head is written and
+    /// logged): only its body runs here, from `produce`. Its index.
+    pub(super) fn adopt(&mut self, stream: K, head: H, produce: Produce, now: Instant) -> usize {
+        let done = match &produce {
+            Produce::Download(d) => d.done(),
+            _ => false,
+        };
+        self.list.push(Exchange {
+            stream,
+            method: Method::Get,
+            head,
+            body: Vec::new(),
+            stage: Stage::Streaming,
+            started: now,
+            deadline: None,
+            request_id: RequestId::Fresh([b'-'; 36]),
+            label: 0,
+            client: None,
+            produce: Some(produce),
+            unsent: Vec::new(),
+            done,
+            call: None,
+            tunnel: false,
+            priority: Priority::default(),
+            gone: false,
+            body_sent: 0,
+        });
+        self.idle_since = None;
+        self.list.len() - 1
+    }
+
     /// Request body bytes for the exchange on `stream` (`end`: the last). A WebSocket's are
     /// its frames. Bytes for no exchange are released and dropped.
     pub(super) fn data<S, V>(

@@ -22,8 +22,8 @@
 //!   `h3_file.rs`: an HTTP/3 file body; `h3_inbox.rs`: who reads the slot's UDP socket while
 //!   workers hand over.
 //! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event streams, tickers,
-//!   WebSockets, relays) and its end of `mux.rs`'s routes; `h1_download.rs`: HTTP/1.1 file
-//!   bodies (slices or `sendfile`).
+//!   WebSockets, relays) and its end of `mux.rs`'s routes; `h1_sink.rs`: how the engine
+//!   writes an HTTP/1.1 exchange's body (file bodies: slices or `sendfile`).
 //! * `produce.rs`: the event-stream and ticker producers every protocol runs;
 //!   `download.rs`: a file body's read-ahead (HTTP/1.1 and HTTP/2); `websocket.rs`: one
 //!   WebSocket's state and messages.
@@ -42,7 +42,7 @@ mod download;
 mod engine;
 mod fanout;
 mod glue;
-mod h1_download;
+mod h1_sink;
 mod h2;
 mod h3;
 mod h3_file;
@@ -539,7 +539,7 @@ impl Worker {
                 match &mut c.state {
                     // GOAWAY: open streams finish; the drain deadline cuts the rest.
                     ConnState::Http2(sess) => sess.shut_down(now + h2::cut_after(self.config.shutdown_timeout)),
-                    ConnState::Http1(h) if h.stream.is_none() => h.codec.drain(now),
+                    ConnState::Http1(h) if !h.detached() => h.codec.drain(now),
                     ConnState::Http1(_) | ConnState::Lingering(_) => {}
                     // No request has started: nothing to finish.
                     ConnState::ProxyHeader(_) => {
@@ -653,7 +653,7 @@ impl Worker {
             state: if proxied {
                 ConnState::ProxyHeader(now + self.env.header_timeout)
             } else {
-                ConnState::Http1(H1::fresh(peer, secure, self.h2.is_some(), &self.env, now))
+                ConnState::Http1(H1::fresh(idx, generation, peer, secure, self.h2.is_some(), &self.env, now))
             },
         });
         self.live += 1;
@@ -690,9 +690,13 @@ impl Worker {
     /// and their upstream calls are cancelled.
     fn release(&mut self, idx: usize, generation: u32, state: ConnState) {
         match state {
-            ConnState::Http1(h) => {
+            ConnState::Http1(mut h) => {
                 if let Some(s) = h.stream {
                     self.forget_stream(idx, generation, s);
+                }
+                if !h.ex.is_empty() {
+                    h.ex.close_all(&mut self.sse);
+                    self.carry_out(std::mem::take(&mut h.ex.effects));
                 }
                 if let Some(call) = h.call {
                     self.cancel_call(ExchangeId::H1 { conn: idx, gen: generation }, call);
@@ -728,8 +732,8 @@ impl Worker {
     fn drive(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         match &c.state {
-            ConnState::Http1(H1 { stream: None, .. }) => self.drive_h1(idx),
-            ConnState::Http1(H1 { stream: Some(_), .. }) => self.drive_stream(idx),
+            ConnState::Http1(h) if h.detached() => self.drive_stream(idx),
+            ConnState::Http1(_) => self.drive_h1(idx),
             ConnState::Http2(_) => self.drive_h2(idx),
             ConnState::Lingering(_) => self.linger(idx),
             ConnState::ProxyHeader(_) => self.drive_proxy_header(idx),
@@ -794,7 +798,7 @@ impl Worker {
                 continue;
             }
             match &mut c.state {
-                ConnState::Http1(H1 { stream: Some(_), .. }) => self.stream_timer(idx, now),
+                ConnState::Http1(h) if h.detached() => self.stream_timer(idx, now),
                 ConnState::Http1(h) => {
                     let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
                     // `Close` (an idle keep-alive, or a 408 queued): `drive` flushes

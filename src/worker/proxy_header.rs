@@ -95,7 +95,15 @@ impl Worker {
             c.peer = source.ip().to_canonical();
         }
         let secure = c.io.tls.is_some();
-        c.state = ConnState::Http1(H1::fresh(c.peer, secure, self.h2.is_some(), &self.env, Instant::now()));
+        c.state = ConnState::Http1(H1::fresh(
+            idx,
+            c.generation,
+            c.peer,
+            secure,
+            self.h2.is_some(),
+            &self.env,
+            Instant::now(),
+        ));
         c.timer_at = None;
         self.drive(idx);
     }

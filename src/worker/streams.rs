@@ -3,10 +3,11 @@
 //!
 //! After a handler answers with a producer, a file or a WebSocket, the codec
 //! writes the head and steps aside (`Detached`); the exchange lands here.
-//! This file starts event streams, tickers and WebSockets (downloads:
-//! `h1_download.rs`), drives their connection (read, flush, back pressure,
-//! EOF), runs their timers (SSE heartbeats, WebSocket pings, ticks), and
-//! ends them: normally, on a panic in app code, on shutdown. It is also the
+//! This file starts event streams, tickers and WebSockets, hands file bodies
+//! to the exchange engine (written through `h1_sink.rs`), drives their
+//! connection (read, flush, back pressure, EOF), runs their timers (SSE
+//! heartbeats, WebSocket pings, ticks), and ends them: normally, on a panic
+//! in app code, on shutdown. It is also the
 //! HTTP/1.1 end of what `mux.rs` routes to an exchange: a pool result, a bus
 //! event, an upstream's answer, a WebSocket frame written straight to the
 //! socket. Body bytes go back through the codec (`Http1::data`, `end_body`),
@@ -18,13 +19,17 @@ use std::time::Instant;
 
 use super::bufs::Bufs;
 use super::conn::{Conn, ConnState, Framed, Stream, H1};
-use super::engine::Host;
+use super::download::Download;
+use super::engine::{engine_cx, Cx, Exchanges, Host, Produce};
+use super::h1_sink::{Answered, Current, Fate, H1Sink};
 use super::pool::{Completion, ExchangeId, REPLAY_PANICKED};
 use super::produce::{Events, Tick, Ticking, MAX_BACKLOG};
 use super::websocket::{Ws, WS_PING_EVERY};
 use super::{Glue, Worker, READ_AHEAD};
 use crate::app::{Producer, WebSocket};
+use crate::http::reply::FileRange;
 use crate::http::response::Response;
+use crate::http2::Heads;
 
 /// An event stream or WebSocket with nothing buffered holds no buffer. Both
 /// live long and are idle most of the time; a kept buffer has the capacity of
@@ -67,6 +72,56 @@ impl Worker {
         self.drive_stream(idx);
     }
 
+    /// Connection `idx` got a file reply; its head is in the output already. Plain HTTP/1.1
+    /// with a sized body goes to the socket as it is, so the kernel moves it from the page
+    /// cache (TLS encrypts in user space; chunked or `HEAD` framing is not pass-through).
+    pub(super) fn start_download(&mut self, idx: usize, f: FileRange) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let FileRange { file, offset, len } = f;
+        let direct = c.io.tls.is_none() && len > 0 && h.codec.passthrough(len) == len;
+        let body = Produce::Download(Download::new(file, offset, len, direct));
+        h.ex.adopt(Current, Answered, body, Instant::now());
+        self.drive_stream(idx);
+    }
+
+    /// Run `f` on the engine's exchange of HTTP/1.1 connection `idx`, writing through the
+    /// connection's [`H1Sink`]; then carry out what became of the connection: the body's end
+    /// (the codec writes it and serves what was pipelined meanwhile, or closes), its cut (it
+    /// closes now), or more to send (next turn, or at the writable edge).
+    fn on_h1_engine(
+        &mut self,
+        idx: usize,
+        f: impl FnOnce(&mut Exchanges<Current, Answered>, &mut H1Sink<'_>, &mut Cx<'_, Glue<'_>>),
+    ) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
+        let ConnState::Http1(h) = &mut c.state else { return };
+        let now = Instant::now();
+        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+        // Never used: the codec wrote the head of an adopted exchange.
+        let mut heads = Heads::default();
+        let mut sink = H1Sink::new(&mut h.codec, &mut c.io, now);
+        f(&mut h.ex, &mut sink, &mut engine_cx!(self, &mut glue, &mut heads));
+        let (fate, again) = (sink.fate, sink.again);
+        let effects = std::mem::take(&mut h.ex.effects);
+        match fate {
+            Fate::Open => {
+                if again {
+                    self.drained.push((idx, c.generation));
+                }
+                self.arm(idx);
+            }
+            Fate::Ended => {
+                h.codec.end_body(&mut c.io.out, &self.env, now);
+                self.drive(idx);
+            }
+            Fate::Cut => self.close(idx),
+        }
+        if !effects.is_empty() {
+            self.carry_out(effects);
+        }
+    }
+
     /// Connection `idx` switched to WebSocket; the codec's `101` is in the output already.
     pub(super) fn start_websocket(&mut self, idx: usize, w: WebSocket, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
@@ -91,7 +146,8 @@ impl Worker {
         let mut todo = Vec::new();
         // Edge-triggered: keep reading until the socket is empty, in slices of
         // READ_AHEAD, unless our own output backs up (then whatever drains it resumes).
-        let download = matches!(h.stream, Some(Stream::Download(_)));
+        // The engine runs the body (a download).
+        let download = !h.ex.is_empty();
         // A response that ends returns to HTTP/1.1: input meanwhile is a pipelined request.
         let ends = download || matches!(h.stream, Some(Stream::Relay | Stream::Ticker(_)));
         // A WebSocket's messages make replies: above the watermark it reads nothing more
@@ -117,7 +173,7 @@ impl Worker {
             match &mut h.stream {
                 // A stream's client has nothing to say; an aborted one is only being flushed.
                 Some(Stream::Sse(_) | Stream::Aborted) => c.io.inbuf.clear(),
-                Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_)) => {}
+                Some(Stream::Relay | Stream::Ticker(_)) => {}
                 Some(Stream::Ws(w)) => {
                     let mut closed = false;
                     match w.read(&self.app, &c.io.inbuf, &mut c.io.out, &mut todo, &mut closed) {
@@ -179,7 +235,9 @@ impl Worker {
         shed_buffers(c, &mut self.bufs);
         self.arm(idx);
         if download {
-            self.feed(idx);
+            self.on_h1_engine(idx, |ex, sink, cx| {
+                ex.service(sink, cx);
+            });
         }
         if relay {
             self.relay_resume(ExchangeId::H1 { conn: idx, gen: generation });
@@ -332,7 +390,7 @@ impl Worker {
                 self.sse.remove(&id);
                 self.sse_count_changed();
             }
-            Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted => {}
+            Stream::Relay | Stream::Ticker(_) | Stream::Aborted => {}
             Stream::Ws(w) => self.websocket_left(id, &w.rooms),
         }
     }
@@ -343,7 +401,11 @@ impl Worker {
         let result = match result {
             Completion::Response(r) => r,
             Completion::Replay(bytes, last) => return self.replayed(idx, bytes, last),
-            Completion::Chunk(offset, bytes) => return self.chunk_arrived(idx, offset, bytes),
+            read @ Completion::Chunk(..) => {
+                // A download's slice; a failed read cuts the body.
+                self.on_h1_engine(idx, |ex, sink, cx| ex.completed(Current, read, sink, cx));
+                return self.drive(idx);
+            }
         };
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
@@ -439,7 +501,7 @@ impl Worker {
                 }
                 Some(Stream::Ws(w)) => w.conn.close(1001, "server shutting down", &mut c.io.out),
                 // A download in flight finishes (the drain deadline bounds it).
-                Some(Stream::Download(_) | Stream::Relay | Stream::Ticker(_) | Stream::Aborted) | None => continue,
+                Some(Stream::Relay | Stream::Ticker(_) | Stream::Aborted) | None => continue,
             }
             h.closing = true;
             self.flush_conn(idx);
