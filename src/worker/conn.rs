@@ -29,7 +29,6 @@ use super::engine::Exchanges;
 use super::h1_sink::{Answered, Current};
 use super::h2::{self, H2Session};
 use super::pool::{ExchangeId, Work};
-use super::produce::{Emit, Events, Ticking};
 use super::transport::Transport;
 use super::websocket::Ws;
 use super::{Glue, Worker, LINGER, READ_AHEAD};
@@ -39,40 +38,21 @@ use crate::http1::codec::{Http1, Phase, Progress};
 
 /// What a detached connection is.
 pub enum Stream {
-    /// An `/api/events` stream.
-    Sse(Events),
     /// A WebSocket (`/ws` or `/ws/echo`).
     Ws(Box<Ws>),
     /// An upstream stream relayed (its state is the connection's `call`).
     Relay,
-    /// A chunked stream produced on a timer.
-    Ticker(Ticking),
     /// A stream whose app code panicked: its end is queued, the connection
     /// closes once the output is flushed, and nothing more is read or produced.
     Aborted,
-}
-
-/// An HTTP/1.1 connection's output as a producer's [`Emit`]: each piece is framed by the
-/// codec (one chunk each when the body is chunked).
-pub(super) struct Framed<'a> {
-    pub(super) codec: &'a mut Http1,
-    pub(super) out: &'a mut Vec<u8>,
-}
-
-impl Emit for Framed<'_> {
-    fn emit(&mut self, bytes: &[u8]) {
-        self.codec.data(self.out, bytes);
-    }
 }
 
 impl Stream {
     /// The stream's own next deadline.
     pub fn deadline(&self) -> Option<Instant> {
         match self {
-            Stream::Sse(s) => Some(s.next()),
             Stream::Ws(w) => Some(w.next_ping),
             Stream::Relay | Stream::Aborted => None,
-            Stream::Ticker(t) => Some(t.next()),
         }
     }
 }
@@ -153,6 +133,9 @@ pub(super) struct H1 {
     pub(super) call: Option<CallState>,
     /// Close as soon as the output is flushed (a stream ended the connection).
     pub(super) closing: bool,
+    /// The end of the body the engine runs closes the connection (an event stream's: its
+    /// client reconnects).
+    pub(super) closes: bool,
 }
 
 impl H1 {
@@ -160,7 +143,7 @@ impl H1 {
     /// the first head, the protocol undecided.
     pub(super) fn new(codec: Http1, conn: usize, gen: u32, peer: IpAddr, now: Instant) -> H1 {
         let ex = Exchanges::new(conn, gen, peer, Protocol::Http11, None, false, now);
-        H1 { codec, sniff: true, stream: None, ex, call: None, closing: false }
+        H1 { codec, sniff: true, stream: None, ex, call: None, closing: false, closes: false }
     }
 
     /// The state of connection `conn` (generation `gen`) from `peer` (over TLS when `secure`)

@@ -31,7 +31,7 @@ use super::call::CallState;
 use super::download::Download;
 use super::h3_file::FileBody;
 use super::pool::{Completion, ExchangeId, Pool, Work};
-use super::produce::{Events, Subscribers, Ticking, MAX_BACKLOG};
+use super::produce::{Events, Subscribers, Tick, Ticking, MAX_BACKLOG};
 use super::websocket::{Todo, Ws};
 use crate::app::{App, Body, Producer, WebSocket};
 use crate::error::Error;
@@ -92,6 +92,12 @@ pub(super) trait Sink {
     fn send_data(&mut self, stream: Self::Stream, data: Bytes, end: bool) -> Result<(), Gone>;
     /// Reset the stream.
     fn reset(&mut self, stream: Self::Stream, why: Reset);
+    /// The body's producer failed after the head (its app code panicked) and what it made is
+    /// sent: end the stream as the codec ends such a body. An empty last frame unless the
+    /// codec cuts it short.
+    fn abandon(&mut self, stream: Self::Stream) {
+        let _ = self.send_data(stream, Bytes::new(), true);
+    }
     /// `n` received bytes are consumed: the peer may send as many more (flow control).
     fn release(&mut self, stream: Self::Stream, n: usize);
     /// The producer of a file body, reading ahead as this codec's flow control wants.
@@ -262,6 +268,9 @@ pub(super) struct Exchange<K, H> {
     pub(super) gone: bool,
     /// Body bytes handed to the stream so far.
     pub(super) body_sent: u64,
+    /// Its producer's app code failed: once what it made is sent, the body is abandoned
+    /// ([`Sink::abandon`]).
+    failed: bool,
 }
 
 impl<K, H: Head> Exchange<K, H> {
@@ -401,6 +410,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
             priority: o.priority,
             gone: false,
             body_sent: 0,
+            failed: false,
         });
         self.idle_since = None;
         self.list.len() - 1
@@ -408,9 +418,9 @@ impl<K: Key, H: Head> Exchanges<K, H> {
 
     /// Take on an exchange its codec answered already (HTTP/1.1: the head is written and
     /// logged): only its body runs here, from `produce`. Its index.
-    pub(super) fn adopt(&mut self, stream: K, head: H, produce: Produce, now: Instant) -> usize {
+    pub(super) fn adopt(&mut self, stream: K, head: H, produce: Option<Produce>, now: Instant) -> usize {
         let done = match &produce {
-            Produce::Download(d) => d.done(),
+            Some(Produce::Download(d)) => d.done(),
             _ => false,
         };
         self.list.push(Exchange {
@@ -424,7 +434,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
             request_id: RequestId::Fresh([b'-'; 36]),
             label: 0,
             client: None,
-            produce: Some(produce),
+            produce,
             unsent: Vec::new(),
             done,
             call: None,
@@ -432,6 +442,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
             priority: Priority::default(),
             gone: false,
             body_sent: 0,
+            failed: false,
         });
         self.idle_since = None;
         self.list.len() - 1
@@ -651,7 +662,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// Exchange `i`'s head went out; its body comes from `p`.
-    fn start_producer<V: Host>(&mut self, i: usize, p: Producer, cx: &mut Cx<'_, V>, now: Instant) {
+    pub(super) fn start_producer<V: Host>(&mut self, i: usize, p: Producer, cx: &mut Cx<'_, V>, now: Instant) {
         let id = self.id(self.list[i].stream);
         let ex = &mut self.list[i];
         match p {
@@ -807,7 +818,11 @@ impl<K: Key, H: Head> Exchanges<K, H> {
             }
             if ex.done && ex.unsent.is_empty() {
                 // Nothing was left to carry the end: an empty DATA frame ends it.
-                let _ = sink.send_data(ex.stream, Bytes::new(), true);
+                if ex.failed {
+                    sink.abandon(ex.stream);
+                } else {
+                    let _ = sink.send_data(ex.stream, Bytes::new(), true);
+                }
                 queued = true;
                 self.remove(i, cx.sse);
                 continue;
@@ -831,7 +846,13 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         for ex in &mut self.list {
             let go = match &mut ex.produce {
                 Some(Produce::Events(e)) => e.beat(host.app(), now, &mut ex.unsent),
-                Some(Produce::Ticker(t)) => t.tick(now, ex.unsent.len(), &mut ex.unsent).goes_on(),
+                Some(Produce::Ticker(t)) => match t.tick(now, ex.unsent.len(), &mut ex.unsent) {
+                    Tick::Panicked => {
+                        ex.failed = true;
+                        false
+                    }
+                    tick => tick.goes_on(),
+                },
                 Some(Produce::Ws(t)) if t.ws.next_ping <= now => {
                     let backed_up = ex.unsent.len() > HIGH_WATERMARK;
                     if t.ws.awaiting_pong {

@@ -24,6 +24,7 @@ use super::engine::{Exchange, Gone, Head, Key, Produce, Reset, Sink};
 use super::pool::{ExchangeId, Pool, Work};
 use super::transport::Transport;
 use crate::http::reply::FileRange;
+use crate::http::service::HIGH_WATERMARK;
 use crate::http1::codec::Http1;
 
 /// A direct download asks the kernel to read ahead this much of the file at a time, on the
@@ -83,6 +84,9 @@ pub(super) enum Fate {
     Open,
     /// The body is complete: the codec writes its end and has the connection back.
     Ended,
+    /// The body's producer failed after its head: nothing more is written (its client sees
+    /// the body cut short) and the connection closes once its output is sent.
+    Abandoned,
     /// The connection cannot carry the body (a write failed, the file shrank): it closes.
     Cut,
 }
@@ -196,6 +200,12 @@ impl Sink for H1Sink<'_> {
         self.fate = Fate::Cut;
     }
 
+    fn abandon(&mut self, _: Current) {
+        if self.fate != Fate::Cut {
+            self.fate = Fate::Abandoned;
+        }
+    }
+
     /// The connection's input is read as its turn allows: no window to open.
     fn release(&mut self, _: Current, _: usize) {}
 
@@ -203,9 +213,18 @@ impl Sink for H1Sink<'_> {
         Produce::Download(Download::new(f.file, f.offset, f.len, false))
     }
 
-    /// A download's slices, or its direct turn, go out as the socket takes them.
+    /// A download's slices, or its direct turn, go out as the socket takes them; what a
+    /// producer made goes into the output as one piece while the output is below the
+    /// watermark (above it the bytes wait, so the producer is held back).
     fn feed<H>(&mut self, ex: &mut Exchange<Current, H>, pool: &Pool, _: ExchangeId) -> bool {
-        let Some(Produce::Download(d)) = &mut ex.produce else { return false };
+        let Some(Produce::Download(d)) = &mut ex.produce else {
+            if !ex.unsent.is_empty() && self.io.backlog() <= HIGH_WATERMARK {
+                // Taken, not kept: a long-lived stream holds no buffer between its pieces.
+                let piece = std::mem::take(&mut ex.unsent);
+                self.codec.data(&mut self.io.out, &piece);
+            }
+            return false;
+        };
         let sent = if d.direct { self.direct(d, pool) } else { self.slices(d) };
         if sent.is_err() {
             self.fate = Fate::Cut;

@@ -18,12 +18,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::bufs::Bufs;
-use super::conn::{Conn, ConnState, Framed, Stream, H1};
+use super::conn::{Conn, ConnState, Stream, H1};
 use super::download::Download;
 use super::engine::{engine_cx, Cx, Exchanges, Host, Produce};
 use super::h1_sink::{Answered, Current, Fate, H1Sink};
-use super::pool::{Completion, ExchangeId, REPLAY_PANICKED};
-use super::produce::{Events, Tick, Ticking, MAX_BACKLOG};
+use super::pool::{Completion, ExchangeId};
 use super::websocket::{Ws, WS_PING_EVERY};
 use super::{Glue, Worker, READ_AHEAD};
 use crate::app::{Producer, WebSocket};
@@ -38,38 +37,38 @@ use crate::http2::Heads;
 /// Downloads keep theirs: the output is a recycled slice buffer.
 /// They go back to the worker's free list ([`Bufs`]).
 fn shed_buffers(c: &mut Conn, bufs: &mut Bufs) {
-    if matches!(c.state, ConnState::Http1(H1 { stream: Some(Stream::Sse(_) | Stream::Ws(_)), .. })) {
+    let ConnState::Http1(h) = &c.state else { return };
+    if events(h) || matches!(h.stream, Some(Stream::Ws(_))) {
         bufs.shed(&mut c.io.inbuf, &mut c.io.out);
     }
 }
 
+/// What the body the engine runs for `h` is produced by, if it runs one.
+fn produce(h: &H1) -> Option<&Produce> {
+    h.ex.list.first()?.produce.as_ref()
+}
+
+/// The engine runs an event stream on `h`.
+fn events(h: &H1) -> bool {
+    matches!(produce(h), Some(Produce::Events(_)))
+}
+
 impl Worker {
-    /// Connection `idx` got a streamed reply; its head is in the output already.
+    /// Connection `idx` got a streamed reply (an event stream, a ticker); its head is in the
+    /// output already. The engine runs its producer.
     pub(super) fn start_producer(&mut self, idx: usize, p: Producer, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
-        match p {
-            Producer::Events { last_event_id, audience } => {
-                let id = ExchangeId::H1 { conn: idx, gen: c.generation };
-                let mut out = Framed { codec: &mut h.codec, out: &mut c.io.out };
-                let Some(events) =
-                    Events::start(&self.app, last_event_id, audience, id, &mut self.sse, &self.pool, &mut out, now)
-                else {
-                    // The head went out: end the body at once.
-                    h.stream = Some(Stream::Sse(Events::new(None, now)));
-                    self.abort_stream(idx);
-                    return;
-                };
-                h.stream = Some(Stream::Sse(events));
-                self.sse_count_changed();
-            }
-            Producer::Ticker(ticker) => {
-                h.stream = Some(Stream::Ticker(Ticking::new(ticker, now)));
-                self.stream_timer(idx, now);
-                return;
-            }
+        // An event stream's end closes its connection: its client reconnects.
+        h.closes = matches!(p, Producer::Events { .. });
+        let started = self.on_h1_engine(idx, |ex, _, cx| {
+            let i = ex.adopt(Current, Answered, None, now);
+            ex.start_producer(i, p, cx, now);
+        });
+        if started {
+            // A ticker's first tick is due now.
+            self.stream_timer(idx, now);
         }
-        self.drive_stream(idx);
     }
 
     /// Connection `idx` got a file reply; its head is in the output already. Plain HTTP/1.1
@@ -81,21 +80,23 @@ impl Worker {
         let FileRange { file, offset, len } = f;
         let direct = c.io.tls.is_none() && len > 0 && h.codec.passthrough(len) == len;
         let body = Produce::Download(Download::new(file, offset, len, direct));
-        h.ex.adopt(Current, Answered, body, Instant::now());
+        h.ex.adopt(Current, Answered, Some(body), Instant::now());
         self.drive_stream(idx);
     }
 
     /// Run `f` on the engine's exchange of HTTP/1.1 connection `idx`, writing through the
-    /// connection's [`H1Sink`]; then carry out what became of the connection: the body's end
-    /// (the codec writes it and serves what was pipelined meanwhile, or closes), its cut (it
-    /// closes now), or more to send (next turn, or at the writable edge).
+    /// connection's [`H1Sink`]; then carry out what the engine asked for and what became of
+    /// the connection: more to send (next turn, or at the writable edge), the body's end (the
+    /// codec writes it and serves what was pipelined meanwhile, or closes: after an event
+    /// stream, once flushed), a body abandoned (no end; it closes once flushed) or cut (it
+    /// closes now). Returns whether the body goes on.
     fn on_h1_engine(
         &mut self,
         idx: usize,
         f: impl FnOnce(&mut Exchanges<Current, Answered>, &mut H1Sink<'_>, &mut Cx<'_, Glue<'_>>),
-    ) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let ConnState::Http1(h) = &mut c.state else { return };
+    ) -> bool {
+        let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
+        let ConnState::Http1(h) = &mut c.state else { return false };
         let now = Instant::now();
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         // Never used: the codec wrote the head of an adopted exchange.
@@ -103,23 +104,37 @@ impl Worker {
         let mut sink = H1Sink::new(&mut h.codec, &mut c.io, now);
         f(&mut h.ex, &mut sink, &mut engine_cx!(self, &mut glue, &mut heads));
         let (fate, again) = (sink.fate, sink.again);
+        let open = fate == Fate::Open && !h.ex.is_empty();
         let effects = std::mem::take(&mut h.ex.effects);
+        let generation = c.generation;
+        self.carry_out(effects);
+        let Some(Some(c)) = self.conns.get_mut(idx).filter(|c| c.as_ref().is_some_and(|c| c.generation == generation))
+        else {
+            return false;
+        };
+        let ConnState::Http1(h) = &mut c.state else { return false };
         match fate {
             Fate::Open => {
                 if again {
-                    self.drained.push((idx, c.generation));
+                    self.drained.push((idx, generation));
                 }
                 self.arm(idx);
             }
-            Fate::Ended => {
+            Fate::Ended if !h.closes => {
                 h.codec.end_body(&mut c.io.out, &self.env, now);
                 self.drive(idx);
             }
+            Fate::Ended | Fate::Abandoned => {
+                if fate == Fate::Ended {
+                    h.codec.end_body(&mut c.io.out, &self.env, now);
+                }
+                h.stream = Some(Stream::Aborted);
+                h.closing = true;
+                self.flush_conn(idx);
+            }
             Fate::Cut => self.close(idx),
         }
-        if !effects.is_empty() {
-            self.carry_out(effects);
-        }
+        open
     }
 
     /// Connection `idx` switched to WebSocket; the codec's `101` is in the output already.
@@ -146,10 +161,12 @@ impl Worker {
         let mut todo = Vec::new();
         // Edge-triggered: keep reading until the socket is empty, in slices of
         // READ_AHEAD, unless our own output backs up (then whatever drains it resumes).
-        // The engine runs the body (a download).
-        let download = !h.ex.is_empty();
+        // The engine runs the body.
+        let engine = !h.ex.is_empty();
+        let download = matches!(produce(h), Some(Produce::Download(_)));
+        let events = events(h);
         // A response that ends returns to HTTP/1.1: input meanwhile is a pipelined request.
-        let ends = download || matches!(h.stream, Some(Stream::Relay | Stream::Ticker(_)));
+        let ends = (engine && !events) || matches!(h.stream, Some(Stream::Relay));
         // A WebSocket's messages make replies: above the watermark it reads nothing more
         // until the peer has taken some.
         let ws = matches!(h.stream, Some(Stream::Ws(_)));
@@ -172,8 +189,9 @@ impl Worker {
             }
             match &mut h.stream {
                 // A stream's client has nothing to say; an aborted one is only being flushed.
-                Some(Stream::Sse(_) | Stream::Aborted) => c.io.inbuf.clear(),
-                Some(Stream::Relay | Stream::Ticker(_)) => {}
+                Some(Stream::Aborted) => c.io.inbuf.clear(),
+                None if events => c.io.inbuf.clear(),
+                Some(Stream::Relay) => {}
                 Some(Stream::Ws(w)) => {
                     let mut closed = false;
                     match w.read(&self.app, &c.io.inbuf, &mut c.io.out, &mut todo, &mut closed) {
@@ -234,10 +252,8 @@ impl Worker {
         let generation = c.generation;
         shed_buffers(c, &mut self.bufs);
         self.arm(idx);
-        if download {
-            self.on_h1_engine(idx, |ex, sink, cx| {
-                ex.service(sink, cx);
-            });
+        if engine && self.on_h1_engine(idx, |ex, sink, cx| _ = ex.service(sink, cx)) {
+            self.flush_conn(idx);
         }
         if relay {
             self.relay_resume(ExchangeId::H1 { conn: idx, gen: generation });
@@ -274,15 +290,14 @@ impl Worker {
     pub(super) fn stream_timer(&mut self, idx: usize, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
-        let app = &self.app;
-        match &mut h.stream {
-            Some(Stream::Sse(s)) => {
-                let alive = s.beat(app, now, &mut Framed { codec: &mut h.codec, out: &mut c.io.out });
-                if !alive {
-                    self.abort_stream(idx);
-                    return;
-                }
+        if !h.ex.is_empty() {
+            // Heartbeats and ticks that are due.
+            if self.on_h1_engine(idx, |ex, _, cx| ex.tick(&*cx.host, now)) {
+                self.drive_stream(idx);
             }
+            return;
+        }
+        match &mut h.stream {
             // Above the watermark its input is not read, so its pong may be waiting
             // unread: the send timeout judges that peer instead.
             Some(Stream::Ws(w)) if w.next_ping <= now && c.io.out.len() - c.io.out_pos > super::HIGH_WATERMARK => {
@@ -295,24 +310,6 @@ impl Worker {
                     h.closing = true;
                     self.flush_conn(idx);
                     return;
-                }
-            }
-            Some(Stream::Ticker(t)) => {
-                let mut event = Vec::new();
-                let tick = t.tick(now, c.io.backlog(), &mut event);
-                if matches!(tick, Tick::More | Tick::Last) {
-                    h.codec.data(&mut c.io.out, &event);
-                }
-                match tick {
-                    Tick::Idle | Tick::More => {}
-                    Tick::Last => {
-                        self.stream_done(idx);
-                        return;
-                    }
-                    Tick::Panicked => {
-                        self.abort_stream(idx);
-                        return;
-                    }
                 }
             }
             _ => {}
@@ -328,13 +325,18 @@ impl Worker {
     pub(super) fn abort_stream(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
-        let mut old = h.stream.replace(Stream::Aborted);
-        match &mut old {
-            Some(Stream::Sse(_)) => {
-                h.codec.end_body(&mut c.io.out, &self.env, Instant::now());
+        if !h.ex.is_empty() {
+            if self.on_h1_engine(idx, |ex, sink, cx| {
+                ex.abort(Current, sink, cx.sse);
+                ex.service(sink, cx);
+            }) {
+                self.flush_conn(idx);
             }
-            Some(Stream::Ws(w)) => w.conn.close(1011, "internal error", &mut c.io.out),
-            _ => {}
+            return;
+        }
+        let mut old = h.stream.replace(Stream::Aborted);
+        if let Some(Stream::Ws(w)) = &mut old {
+            w.conn.close(1011, "internal error", &mut c.io.out);
         }
         h.closing = true;
         let call = h.call.take();
@@ -369,42 +371,25 @@ impl Worker {
         self.flush_conn(idx);
     }
 
-    /// A `Last-Event-ID` replay finished: send it, then what arrived meanwhile.
-    fn replayed(&mut self, idx: usize, bytes: Vec<u8>, last: i64) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let ConnState::Http1(h) = &mut c.state else { return };
-        let Some(Stream::Sse(s)) = &mut h.stream else { return };
-        if last == REPLAY_PANICKED {
-            self.abort_stream(idx);
-            return;
-        }
-        s.replayed(&bytes, last, &mut Framed { codec: &mut h.codec, out: &mut c.io.out });
-        self.drive_stream(idx);
-    }
-
     /// A detached connection closed: drop it from every registry at once.
     pub(super) fn forget_stream(&mut self, idx: usize, generation: u32, s: Stream) {
         let id = ExchangeId::H1 { conn: idx, gen: generation };
         match s {
-            Stream::Sse(_) => {
-                self.sse.remove(&id);
-                self.sse_count_changed();
-            }
-            Stream::Relay | Stream::Ticker(_) | Stream::Aborted => {}
+            Stream::Relay | Stream::Aborted => {}
             Stream::Ws(w) => self.websocket_left(id, &w.rooms),
         }
     }
 
     /// A pool result for the exchange of connection `idx`: its answer (then the
-    /// connection carries on), a replay or a download slice.
+    /// connection carries on), or for the body the engine runs, a replay or a download slice.
     pub(super) fn h1_completed(&mut self, idx: usize, result: Completion) {
         let result = match result {
             Completion::Response(r) => r,
-            Completion::Replay(bytes, last) => return self.replayed(idx, bytes, last),
-            read @ Completion::Chunk(..) => {
-                // A download's slice; a failed read cuts the body.
-                self.on_h1_engine(idx, |ex, sink, cx| ex.completed(Current, read, sink, cx));
-                return self.drive(idx);
+            body => {
+                if self.on_h1_engine(idx, |ex, sink, cx| ex.completed(Current, body, sink, cx)) {
+                    self.drive_stream(idx);
+                }
+                return;
             }
         };
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
@@ -417,22 +402,16 @@ impl Worker {
         self.drive(idx);
     }
 
-    /// A bus event (`id`, rendered `event`) for the event stream of connection `idx`,
-    /// framed by its codec; a subscriber past [`MAX_BACKLOG`] is dropped.
+    /// A bus event (`id`, rendered `event`) for the event stream of connection `idx`; a
+    /// subscriber past `MAX_BACKLOG` is dropped.
     pub(super) fn h1_event(&mut self, idx: usize, id: i64, event: &Arc<[u8]>) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let ConnState::Http1(h) = &mut c.state else { return };
-        let Some(Stream::Sse(s)) = &mut h.stream else { return };
-        if !s.admit(id, event) {
-            return;
+        let sent = self.on_h1_engine(idx, |ex, sink, cx| {
+            ex.event(Current, id, event);
+            ex.service(sink, cx);
+        });
+        if sent {
+            self.flush_conn(idx);
         }
-        if c.io.backlog() > MAX_BACKLOG {
-            log::warn!("SSE subscriber is not reading; dropping it");
-            self.close(idx);
-            return;
-        }
-        h.codec.data(&mut c.io.out, event);
-        self.flush_conn(idx);
     }
 
     /// Answer the exchange of connection `idx`, which waited on upstreams (`relayed`: a
@@ -492,16 +471,23 @@ impl Worker {
                     self.sse_count_changed();
                     continue;
                 }
+                // A download or ticker in flight finishes (the drain deadline bounds it).
+                ConnState::Http1(h) if !h.ex.is_empty() => {
+                    let goes_on = self.on_h1_engine(idx, |ex, sink, cx| {
+                        ex.end_event_streams(cx.sse);
+                        ex.service(sink, cx);
+                    });
+                    if goes_on {
+                        self.flush_conn(idx);
+                    }
+                    continue;
+                }
                 ConnState::Http1(h) => h,
                 ConnState::ProxyHeader(_) | ConnState::Lingering(_) => continue,
             };
             match &mut h.stream {
-                Some(Stream::Sse(_)) => {
-                    h.codec.end_body(&mut c.io.out, &self.env, Instant::now());
-                }
                 Some(Stream::Ws(w)) => w.conn.close(1001, "server shutting down", &mut c.io.out),
-                // A download in flight finishes (the drain deadline bounds it).
-                Some(Stream::Relay | Stream::Ticker(_) | Stream::Aborted) | None => continue,
+                Some(Stream::Relay | Stream::Aborted) | None => continue,
             }
             h.closing = true;
             self.flush_conn(idx);
