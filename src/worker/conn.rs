@@ -30,7 +30,6 @@ use super::h1_sink::{Answered, Current};
 use super::h2::{self, H2Session};
 use super::pool::{ExchangeId, Work};
 use super::transport::Transport;
-use super::websocket::Ws;
 use super::{Glue, Worker, LINGER, READ_AHEAD};
 use crate::app::Body;
 use crate::http::service::{Env, Protocol, HIGH_WATERMARK};
@@ -38,8 +37,6 @@ use crate::http1::codec::{Http1, Phase, Progress};
 
 /// What a detached connection is.
 pub enum Stream {
-    /// A WebSocket (`/ws` or `/ws/echo`).
-    Ws(Box<Ws>),
     /// An upstream stream relayed (its state is the connection's `call`).
     Relay,
     /// A stream whose app code panicked: its end is queued, the connection
@@ -51,7 +48,6 @@ impl Stream {
     /// The stream's own next deadline.
     pub fn deadline(&self) -> Option<Instant> {
         match self {
-            Stream::Ws(w) => Some(w.next_ping),
             Stream::Relay | Stream::Aborted => None,
         }
     }

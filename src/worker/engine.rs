@@ -192,6 +192,12 @@ pub(super) struct Tunnel {
 }
 
 impl Produce {
+    /// A WebSocket whose frames the codec reads itself (HTTP/1.1 reads them in place from
+    /// the connection's input).
+    pub(super) fn websocket(ws: Ws) -> Produce {
+        Produce::Ws(Box::new(Tunnel { ws, input: Vec::new(), unreleased: 0, peer_ended: false }))
+    }
+
     /// When the producer next has something to do by itself.
     fn deadline(&self) -> Option<Instant> {
         match self {

@@ -218,7 +218,10 @@ impl Sink for H1Sink<'_> {
     /// watermark (above it the bytes wait, so the producer is held back).
     fn feed<H>(&mut self, ex: &mut Exchange<Current, H>, pool: &Pool, _: ExchangeId) -> bool {
         let Some(Produce::Download(d)) = &mut ex.produce else {
-            if !ex.unsent.is_empty() && self.io.backlog() <= HIGH_WATERMARK {
+            if matches!(ex.produce, Some(Produce::Ws(_))) {
+                // A WebSocket's frames are the connection's bytes, after the 101.
+                self.io.out.append(&mut ex.unsent);
+            } else if !ex.unsent.is_empty() && self.io.backlog() <= HIGH_WATERMARK {
                 // Taken, not kept: a long-lived stream holds no buffer between its pieces.
                 let piece = std::mem::take(&mut ex.unsent);
                 self.codec.data(&mut self.io.out, &piece);

@@ -691,9 +691,6 @@ impl Worker {
     fn release(&mut self, idx: usize, generation: u32, state: ConnState) {
         match state {
             ConnState::Http1(mut h) => {
-                if let Some(s) = h.stream {
-                    self.forget_stream(idx, generation, s);
-                }
                 if !h.ex.is_empty() {
                     h.ex.close_all(&mut self.sse);
                     self.carry_out(std::mem::take(&mut h.ex.effects));

@@ -11,8 +11,9 @@
 use std::sync::Arc;
 
 use super::call::CallState;
-use super::conn::{Conn, ConnState, Stream, H1};
+use super::conn::{Conn, ConnState};
 use super::engine::{engine_cx, Effect, Reset};
+use super::h1_sink::Current;
 use super::h3::H3;
 use super::pool::{Completion, ExchangeId};
 use super::websocket::Ws;
@@ -77,7 +78,7 @@ pub(super) fn ws_of(conns: &mut [Option<Conn>], id: ExchangeId) -> Option<(&mut 
             let c = live(conns, conn, gen)?;
             let backlog = c.io.backlog();
             match &mut c.state {
-                ConnState::Http1(H1 { stream: Some(Stream::Ws(w)), .. }) => Some((w, &mut c.io.out, backlog)),
+                ConnState::Http1(h) => Some((h.ex.ws_of(Current)?.0, &mut c.io.out, backlog)),
                 _ => None,
             }
         }

@@ -38,7 +38,7 @@ use crate::http2::Heads;
 /// They go back to the worker's free list ([`Bufs`]).
 fn shed_buffers(c: &mut Conn, bufs: &mut Bufs) {
     let ConnState::Http1(h) = &c.state else { return };
-    if events(h) || matches!(h.stream, Some(Stream::Ws(_))) {
+    if matches!(produce(h), Some(Produce::Events(_) | Produce::Ws(_))) {
         bufs.shed(&mut c.io.inbuf, &mut c.io.out);
     }
 }
@@ -138,12 +138,16 @@ impl Worker {
     }
 
     /// Connection `idx` switched to WebSocket; the codec's `101` is in the output already.
+    /// The engine holds the WebSocket; its frames are read in place from the connection's
+    /// input and its replies written straight into the output (no HTTP framing after a 101).
     pub(super) fn start_websocket(&mut self, idx: usize, w: WebSocket, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
         let max_message = Glue::new(&self.app, self.config, self.record, self.metrics).websocket_opened();
         let (ws, greeted) = Ws::open(&self.app, w, max_message, &mut c.io.out, now);
-        h.stream = Some(Stream::Ws(Box::new(ws)));
+        h.ex.adopt(Current, Answered, Some(Produce::websocket(ws)), now);
+        // Its end closes the connection.
+        h.closes = true;
         if !greeted {
             self.abort_stream(idx);
             return;
@@ -169,7 +173,7 @@ impl Worker {
         let ends = (engine && !events) || matches!(h.stream, Some(Stream::Relay));
         // A WebSocket's messages make replies: above the watermark it reads nothing more
         // until the peer has taken some.
-        let ws = matches!(h.stream, Some(Stream::Ws(_)));
+        let ws = matches!(produce(h), Some(Produce::Ws(_)));
         c.paused = false;
         loop {
             let mut more = false;
@@ -192,17 +196,18 @@ impl Worker {
                 Some(Stream::Aborted) => c.io.inbuf.clear(),
                 None if events => c.io.inbuf.clear(),
                 Some(Stream::Relay) => {}
-                Some(Stream::Ws(w)) => {
-                    let mut closed = false;
-                    match w.read(&self.app, &c.io.inbuf, &mut c.io.out, &mut todo, &mut closed) {
-                        Ok(used) => {
-                            c.io.inbuf.drain(..used);
+                None => {
+                    if let Some((w, _, _)) = h.ex.ws_of(Current) {
+                        let mut closed = false;
+                        match w.read(&self.app, &c.io.inbuf, &mut c.io.out, &mut todo, &mut closed) {
+                            Ok(used) => {
+                                c.io.inbuf.drain(..used);
+                            }
+                            Err(()) => panicked = true,
                         }
-                        Err(()) => panicked = true,
+                        h.closing |= closed;
                     }
-                    h.closing |= closed;
                 }
-                None => {}
             }
             if close || panicked || c.io.eof || h.closing {
                 break;
@@ -290,20 +295,14 @@ impl Worker {
     pub(super) fn stream_timer(&mut self, idx: usize, now: Instant) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
-        if !h.ex.is_empty() {
-            // Heartbeats and ticks that are due.
-            if self.on_h1_engine(idx, |ex, _, cx| ex.tick(&*cx.host, now)) {
-                self.drive_stream(idx);
-            }
-            return;
-        }
-        match &mut h.stream {
+        let backed_up = c.io.backlog() > super::HIGH_WATERMARK;
+        match h.ex.ws_of(Current) {
             // Above the watermark its input is not read, so its pong may be waiting
             // unread: the send timeout judges that peer instead.
-            Some(Stream::Ws(w)) if w.next_ping <= now && c.io.out.len() - c.io.out_pos > super::HIGH_WATERMARK => {
+            Some((w, _, _)) if w.next_ping <= now && backed_up => {
                 w.next_ping = now + WS_PING_EVERY;
             }
-            Some(Stream::Ws(w)) if w.next_ping <= now => {
+            Some((w, _, _)) if w.next_ping <= now => {
                 let alive = w.heartbeat(now, false, &mut c.io.out);
                 if !alive {
                     // Its close (1001) goes out, then the connection closes.
@@ -314,7 +313,10 @@ impl Worker {
             }
             _ => {}
         }
-        self.drive_stream(idx);
+        // Heartbeats and ticks that are due.
+        if h.ex.is_empty() || self.on_h1_engine(idx, |ex, _, cx| ex.tick(&*cx.host, now)) {
+            self.drive_stream(idx);
+        }
     }
 
     /// App code behind detached connection `idx` panicked: end that exchange
@@ -325,6 +327,17 @@ impl Worker {
     pub(super) fn abort_stream(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
+        if let Some((w, _, _)) = h.ex.ws_of(Current) {
+            // It closes with 1011 once flushed, out of its rooms now.
+            w.conn.close(1011, "internal error", &mut c.io.out);
+            h.ex.close_all(&mut self.sse);
+            let effects = std::mem::take(&mut h.ex.effects);
+            h.stream = Some(Stream::Aborted);
+            h.closing = true;
+            self.carry_out(effects);
+            self.flush_conn(idx);
+            return;
+        }
         if !h.ex.is_empty() {
             if self.on_h1_engine(idx, |ex, sink, cx| {
                 ex.abort(Current, sink, cx.sse);
@@ -334,16 +347,10 @@ impl Worker {
             }
             return;
         }
-        let mut old = h.stream.replace(Stream::Aborted);
-        if let Some(Stream::Ws(w)) = &mut old {
-            w.conn.close(1011, "internal error", &mut c.io.out);
-        }
+        h.stream = Some(Stream::Aborted);
         h.closing = true;
         let call = h.call.take();
         let generation = c.generation;
-        if let Some(s) = old {
-            self.forget_stream(idx, generation, s);
-        }
         if let Some(call) = call {
             self.cancel_call(ExchangeId::H1 { conn: idx, gen: generation }, call);
         }
@@ -369,15 +376,6 @@ impl Worker {
         self.bufs.fill(&mut c.io.out);
         c.io.out.extend_from_slice(&bytes[pos..]);
         self.flush_conn(idx);
-    }
-
-    /// A detached connection closed: drop it from every registry at once.
-    pub(super) fn forget_stream(&mut self, idx: usize, generation: u32, s: Stream) {
-        let id = ExchangeId::H1 { conn: idx, gen: generation };
-        match s {
-            Stream::Relay | Stream::Aborted => {}
-            Stream::Ws(w) => self.websocket_left(id, &w.rooms),
-        }
     }
 
     /// A pool result for the exchange of connection `idx`: its answer (then the
@@ -449,14 +447,8 @@ impl Worker {
         let ConnState::Http1(h) = &mut c.state else { return };
         let keep_alive = h.codec.end_body(&mut c.io.out, &self.env, Instant::now());
         h.call = None;
-        let generation = c.generation;
-        if let Some(s) = h.stream.take() {
-            self.forget_stream(idx, generation, s);
-        }
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        if let ConnState::Http1(h) = &mut c.state {
-            h.closing |= !keep_alive;
-        }
+        h.stream = None;
+        h.closing |= !keep_alive;
         self.drive(idx);
     }
 
@@ -465,13 +457,12 @@ impl Worker {
     pub(super) fn end_streams(&mut self) {
         for idx in 0..self.conns.len() {
             let Some(Some(c)) = self.conns.get_mut(idx) else { continue };
-            let h = match &mut c.state {
+            match &mut c.state {
                 ConnState::Http2(sess) => {
                     sess.parts().0.end_event_streams(&mut self.sse);
                     self.sse_count_changed();
-                    continue;
                 }
-                // A download or ticker in flight finishes (the drain deadline bounds it).
+                // A download, ticker or relay in flight finishes (the drain deadline bounds it).
                 ConnState::Http1(h) if !h.ex.is_empty() => {
                     let goes_on = self.on_h1_engine(idx, |ex, sink, cx| {
                         ex.end_event_streams(cx.sse);
@@ -480,17 +471,9 @@ impl Worker {
                     if goes_on {
                         self.flush_conn(idx);
                     }
-                    continue;
                 }
-                ConnState::Http1(h) => h,
-                ConnState::ProxyHeader(_) | ConnState::Lingering(_) => continue,
-            };
-            match &mut h.stream {
-                Some(Stream::Ws(w)) => w.conn.close(1001, "server shutting down", &mut c.io.out),
-                Some(Stream::Relay | Stream::Aborted) | None => continue,
+                ConnState::Http1(_) | ConnState::ProxyHeader(_) | ConnState::Lingering(_) => {}
             }
-            h.closing = true;
-            self.flush_conn(idx);
         }
     }
 }
