@@ -5,11 +5,12 @@
 //! codec and what the exchange in progress needs from the loop), HTTP/2 (the session with all
 //! its exchanges), or lingering (our side shut, the peer's input discarded until its FIN).
 //!
-//! Event streams, WebSockets, downloads, relays and tickers over HTTP/1.1 are sub-states of
-//! [`H1`] ([`H1::stream`], a [`Stream`], driven in `streams.rs`), not variants of their own: they keep the codec (a download, relay
-//! or ticker returns the connection to keep-alive, its pipelined requests waiting in the read
-//! buffer; an event stream's body is framed by the codec until its last chunk), and every one
-//! of them is driven the same way (read, flush, back pressure).
+//! Event streams, WebSockets, downloads, relays and tickers over HTTP/1.1 are not variants of
+//! their own: the exchange engine runs the body of the exchange in progress ([`H1::ex`],
+//! driven in `streams.rs`) while the codec keeps the connection (a download, relay or ticker
+//! returns it to keep-alive, its pipelined requests waiting in the read buffer; an event
+//! stream's body is framed by the codec until its last chunk), and every one of them is
+//! driven the same way (read, flush, back pressure).
 //!
 //! HTTP/3 is not a variant here: it runs over the slot's UDP socket, one socket for every
 //! peer, so an HTTP/3 connection has no `TcpStream`, no byte stream and no TLS session of its
@@ -24,8 +25,7 @@ use std::io::{self, Read};
 use std::net::IpAddr;
 use std::time::Instant;
 
-use super::call::CallState;
-use super::engine::Exchanges;
+use super::engine::{Exchanges, Stage};
 use super::h1_sink::{Answered, Current};
 use super::h2::{self, H2Session};
 use super::pool::{ExchangeId, Work};
@@ -34,24 +34,6 @@ use super::{Glue, Worker, LINGER, READ_AHEAD};
 use crate::app::Body;
 use crate::http::service::{Env, Protocol, HIGH_WATERMARK};
 use crate::http1::codec::{Http1, Phase, Progress};
-
-/// What a detached connection is.
-pub enum Stream {
-    /// An upstream stream relayed (its state is the connection's `call`).
-    Relay,
-    /// A stream whose app code panicked: its end is queued, the connection
-    /// closes once the output is flushed, and nothing more is read or produced.
-    Aborted,
-}
-
-impl Stream {
-    /// The stream's own next deadline.
-    pub fn deadline(&self) -> Option<Instant> {
-        match self {
-            Stream::Relay | Stream::Aborted => None,
-        }
-    }
-}
 
 /// A client connection: transport plus protocol state.
 pub(super) struct Conn {
@@ -101,8 +83,8 @@ impl ConnState {
     pub(super) fn deadline(&self, env: &Env) -> Option<Instant> {
         match self {
             ConnState::ProxyHeader(until) => Some(*until),
-            ConnState::Http1(H1 { stream: Some(s), .. }) => s.deadline(),
-            ConnState::Http1(h) if !h.ex.is_empty() => h.ex.deadline(),
+            ConnState::Http1(H1 { aborted: true, .. }) => None,
+            ConnState::Http1(h) if h.detached() => h.ex.deadline(),
             ConnState::Http1(h) => h.codec.deadline().map(|d| d.0),
             ConnState::Http2(sess) => sess.deadline(env),
             ConnState::Lingering(until) => Some(*until),
@@ -118,16 +100,14 @@ pub(super) struct H1 {
     /// The protocol is not decided yet: the first bytes (or the TLS
     /// handshake's ALPN) may still make the connection HTTP/2.
     pub(super) sniff: bool,
-    /// The body of the exchange in progress once it left request processing
-    /// (an event stream, a WebSocket, a relay, a ticker); the codec is
-    /// `Detached` meanwhile.
-    pub(super) stream: Option<Stream>,
-    /// The exchange in progress once the engine runs its body (a file body),
-    /// the codec `Detached` meanwhile: at most one.
+    /// The exchange in progress once the engine has it (at most one): waiting on
+    /// upstreams, or past its head with its body (an event stream, a WebSocket, a
+    /// download, a relay, a ticker) while the codec is `Detached`.
     pub(super) ex: Exchanges<Current, Answered>,
-    /// Upstream requests the exchange in progress waits on (or relays).
-    pub(super) call: Option<CallState>,
-    /// Close as soon as the output is flushed (a stream ended the connection).
+    /// The body's app code failed: its end (if any) is queued, the connection closes once
+    /// the output is flushed, and nothing more is read or produced.
+    pub(super) aborted: bool,
+    /// Close as soon as the output is flushed (a body ended the connection).
     pub(super) closing: bool,
     /// The end of the body the engine runs closes the connection (an event stream's: its
     /// client reconnects).
@@ -139,7 +119,7 @@ impl H1 {
     /// the first head, the protocol undecided.
     pub(super) fn new(codec: Http1, conn: usize, gen: u32, peer: IpAddr, now: Instant) -> H1 {
         let ex = Exchanges::new(conn, gen, peer, Protocol::Http11, None, false, now);
-        H1 { codec, sniff: true, stream: None, ex, call: None, closing: false, closes: false }
+        H1 { codec, sniff: true, ex, aborted: false, closing: false, closes: false }
     }
 
     /// The state of connection `conn` (generation `gen`) from `peer` (over TLS when `secure`)
@@ -152,7 +132,12 @@ impl H1 {
 
     /// The exchange in progress is past its head: its body runs outside the codec.
     pub(super) fn detached(&self) -> bool {
-        self.stream.is_some() || !self.ex.is_empty()
+        self.aborted || self.ex.list.first().is_some_and(|e| e.streaming())
+    }
+
+    /// The exchange in progress waits on upstreams (or relays one).
+    pub(super) fn calling(&self) -> bool {
+        self.ex.list.first().is_some_and(|e| e.call.is_some())
     }
 }
 
@@ -279,7 +264,7 @@ impl Worker {
         // The client left while its request waits (on upstreams, which are cancelled, or on
         // a pool job, which runs to its end and whose answer is dropped): close now, not
         // when the answer comes.
-        if c.io.eof && (h.call.is_some() || h.codec.phase() == Phase::Waiting) {
+        if c.io.eof && (h.calling() || h.codec.phase() == Phase::Waiting) {
             close = true;
         }
         if close {
@@ -290,13 +275,15 @@ impl Worker {
             self.end(idx);
             return;
         }
-        if h.stream.is_none() {
+        if !h.detached() {
             // Between requests, or waiting on a job or upstreams: hold no empty buffer.
             self.bufs.shed(&mut c.io.inbuf, &mut c.io.out);
         }
         match body {
             None | Some(Body::Full | Body::Job(_)) => {}
             Some(Body::Upstream(up)) => {
+                // The engine holds the wait; the codec answers it.
+                h.ex.adopt(Current, Answered, Stage::Waiting, None, now);
                 self.start_call(ExchangeId::H1 { conn: idx, gen: generation }, up);
                 self.arm(idx);
                 return;
@@ -345,8 +332,7 @@ impl Worker {
         self.bufs.give(std::mem::take(&mut c.io.out));
         c.io.out_pos = 0;
         c.io.send_deadline = None;
-        let generation = c.generation;
-        self.release(idx, generation, state);
+        self.release(state);
         self.linger(idx);
     }
 
@@ -388,7 +374,7 @@ mod tests {
         let fresh = ConnState::Http1(H1::new(Http1::new(PEER, false, &env, now), 0, 0, PEER, now));
         assert_eq!(fresh.deadline(&env), Some(now + env.header_timeout), "a new connection owes a head");
         let mut relaying = H1::new(Http1::new(PEER, false, &env, now), 0, 0, PEER, now);
-        relaying.stream = Some(Stream::Relay);
+        relaying.ex.adopt(Current, Answered, Stage::Streaming, None, now);
         assert_eq!(ConnState::Http1(relaying).deadline(&env), None, "a relay's upstream has the timer, not the codec");
         let until = now + Duration::from_secs(2);
         assert_eq!(ConnState::Lingering(until).deadline(&env), Some(until));

@@ -422,9 +422,10 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         self.list.len() - 1
     }
 
-    /// Take on an exchange its codec answered already (HTTP/1.1: the head is written and
-    /// logged): only its body runs here, from `produce`. Its index.
-    pub(super) fn adopt(&mut self, stream: K, head: H, produce: Option<Produce>, now: Instant) -> usize {
+    /// Take on an exchange its codec answers (HTTP/1.1: the codec writes and logs the head)
+    /// at `stage`: waiting on upstreams, or past its head with its body from `produce`. Its
+    /// index.
+    pub(super) fn adopt(&mut self, stream: K, head: H, stage: Stage, produce: Option<Produce>, now: Instant) -> usize {
         let done = match &produce {
             Some(Produce::Download(d)) => d.done(),
             _ => false,
@@ -434,7 +435,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
             method: Method::Get,
             head,
             body: Vec::new(),
-            stage: Stage::Streaming,
+            stage,
             started: now,
             deadline: None,
             request_id: RequestId::Fresh([b'-'; 36]),

@@ -675,7 +675,7 @@ impl Worker {
             let _ = self.poll.registry().deregister(&mut c.io.sock);
             self.bufs.give(c.io.inbuf);
             self.bufs.give(c.io.out);
-            self.release(idx, c.generation, c.state);
+            self.release(c.state);
             self.free.push(idx);
             self.live -= 1;
             self.publish_connections();
@@ -685,18 +685,14 @@ impl Worker {
         }
     }
 
-    /// The protocol state of connection `idx` (generation `generation`) is gone
-    /// (the connection closed or lingers): its exchanges leave every registry
-    /// and their upstream calls are cancelled.
-    fn release(&mut self, idx: usize, generation: u32, state: ConnState) {
+    /// The protocol state of a connection is gone (the connection closed or lingers): its
+    /// exchanges leave every registry and their upstream calls are cancelled.
+    fn release(&mut self, state: ConnState) {
         match state {
             ConnState::Http1(mut h) => {
                 if !h.ex.is_empty() {
                     h.ex.close_all(&mut self.sse);
                     self.carry_out(std::mem::take(&mut h.ex.effects));
-                }
-                if let Some(call) = h.call {
-                    self.cancel_call(ExchangeId::H1 { conn: idx, gen: generation }, call);
                 }
             }
             ConnState::Http2(sess) => self.forget_h2(*sess),

@@ -56,7 +56,7 @@ pub(super) fn call_of<'a>(
 ) -> Option<&'a mut Option<CallState>> {
     match id {
         ExchangeId::H1 { conn, gen } => match &mut live(conns, conn, gen)?.state {
-            ConnState::Http1(h) => Some(&mut h.call),
+            ConnState::Http1(h) => h.ex.call_slot(Current),
             _ => None,
         },
         ExchangeId::H2 { conn, stream, gen } => match &mut live(conns, conn, gen)?.state {
@@ -185,10 +185,8 @@ impl Worker {
             return;
         }
         if let ExchangeId::H1 { conn, gen } = id {
-            if let Some(c) = live(&mut self.conns, conn, gen) {
-                if let ConnState::Http1(h) = &mut c.state {
-                    h.codec.data(&mut c.io.out, bytes);
-                }
+            if self.h1_live(conn, gen) {
+                self.h1_relay_data(conn, bytes);
             }
             return;
         }
@@ -219,7 +217,7 @@ impl Worker {
     pub(super) fn exchange_relay_done(&mut self, id: ExchangeId) {
         if let ExchangeId::H1 { conn, gen } = id {
             if self.h1_live(conn, gen) {
-                self.stream_done(conn);
+                self.h1_relay_done(conn);
             }
             return;
         }

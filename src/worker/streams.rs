@@ -1,5 +1,5 @@
-//! An HTTP/1.1 exchange's body after its head: the [`Stream`] sub-state of
-//! a connection ([`super::conn::H1::stream`]).
+//! An HTTP/1.1 exchange's body after its head, which the exchange engine runs
+//! ([`super::conn::H1::ex`]), and the driving of its connection meanwhile.
 //!
 //! After a handler answers with a producer, a file or a WebSocket, the codec
 //! writes the head and steps aside (`Detached`); the exchange lands here.
@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::bufs::Bufs;
-use super::conn::{Conn, ConnState, Stream, H1};
+use super::conn::{Conn, ConnState, H1};
 use super::download::Download;
-use super::engine::{engine_cx, Cx, Exchanges, Host, Produce};
+use super::engine::{engine_cx, Cx, Exchanges, Host, Produce, Stage};
 use super::h1_sink::{Answered, Current, Fate, H1Sink};
 use super::pool::{Completion, ExchangeId};
 use super::websocket::{Ws, WS_PING_EVERY};
@@ -62,7 +62,7 @@ impl Worker {
         // An event stream's end closes its connection: its client reconnects.
         h.closes = matches!(p, Producer::Events { .. });
         let started = self.on_h1_engine(idx, |ex, _, cx| {
-            let i = ex.adopt(Current, Answered, None, now);
+            let i = ex.adopt(Current, Answered, Stage::Streaming, None, now);
             ex.start_producer(i, p, cx, now);
         });
         if started {
@@ -80,7 +80,7 @@ impl Worker {
         let FileRange { file, offset, len } = f;
         let direct = c.io.tls.is_none() && len > 0 && h.codec.passthrough(len) == len;
         let body = Produce::Download(Download::new(file, offset, len, direct));
-        h.ex.adopt(Current, Answered, Some(body), Instant::now());
+        h.ex.adopt(Current, Answered, Stage::Streaming, Some(body), Instant::now());
         self.drive_stream(idx);
     }
 
@@ -128,7 +128,7 @@ impl Worker {
                 if fate == Fate::Ended {
                     h.codec.end_body(&mut c.io.out, &self.env, now);
                 }
-                h.stream = Some(Stream::Aborted);
+                h.aborted = true;
                 h.closing = true;
                 self.flush_conn(idx);
             }
@@ -145,7 +145,7 @@ impl Worker {
         let ConnState::Http1(h) = &mut c.state else { return };
         let max_message = Glue::new(&self.app, self.config, self.record, self.metrics).websocket_opened();
         let (ws, greeted) = Ws::open(&self.app, w, max_message, &mut c.io.out, now);
-        h.ex.adopt(Current, Answered, Some(Produce::websocket(ws)), now);
+        h.ex.adopt(Current, Answered, Stage::Streaming, Some(Produce::websocket(ws)), now);
         // Its end closes the connection.
         h.closes = true;
         if !greeted {
@@ -170,7 +170,7 @@ impl Worker {
         let download = matches!(produce(h), Some(Produce::Download(_)));
         let events = events(h);
         // A response that ends returns to HTTP/1.1: input meanwhile is a pipelined request.
-        let ends = (engine && !events) || matches!(h.stream, Some(Stream::Relay));
+        let ends = engine && !events;
         // A WebSocket's messages make replies: above the watermark it reads nothing more
         // until the peer has taken some.
         let ws = matches!(produce(h), Some(Produce::Ws(_)));
@@ -191,23 +191,18 @@ impl Worker {
                     Err(_) => close = true,
                 }
             }
-            match &mut h.stream {
-                // A stream's client has nothing to say; an aborted one is only being flushed.
-                Some(Stream::Aborted) => c.io.inbuf.clear(),
-                None if events => c.io.inbuf.clear(),
-                Some(Stream::Relay) => {}
-                None => {
-                    if let Some((w, _, _)) = h.ex.ws_of(Current) {
-                        let mut closed = false;
-                        match w.read(&self.app, &c.io.inbuf, &mut c.io.out, &mut todo, &mut closed) {
-                            Ok(used) => {
-                                c.io.inbuf.drain(..used);
-                            }
-                            Err(()) => panicked = true,
-                        }
-                        h.closing |= closed;
+            if h.aborted || events {
+                // An event stream's client has nothing to say; an aborted one is only flushed.
+                c.io.inbuf.clear();
+            } else if let Some((w, _, _)) = h.ex.ws_of(Current) {
+                let mut closed = false;
+                match w.read(&self.app, &c.io.inbuf, &mut c.io.out, &mut todo, &mut closed) {
+                    Ok(used) => {
+                        c.io.inbuf.drain(..used);
                     }
+                    Err(()) => panicked = true,
                 }
+                h.closing |= closed;
             }
             if close || panicked || c.io.eof || h.closing {
                 break;
@@ -253,7 +248,7 @@ impl Worker {
             self.close(idx);
             return;
         }
-        let relay = matches!(h.stream, Some(Stream::Relay));
+        let relay = h.calling();
         let generation = c.generation;
         shed_buffers(c, &mut self.bufs);
         self.arm(idx);
@@ -327,33 +322,25 @@ impl Worker {
     pub(super) fn abort_stream(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
-        if let Some((w, _, _)) = h.ex.ws_of(Current) {
-            // It closes with 1011 once flushed, out of its rooms now.
-            w.conn.close(1011, "internal error", &mut c.io.out);
-            h.ex.close_all(&mut self.sse);
-            let effects = std::mem::take(&mut h.ex.effects);
-            h.stream = Some(Stream::Aborted);
-            h.closing = true;
-            self.carry_out(effects);
-            self.flush_conn(idx);
-            return;
-        }
-        if !h.ex.is_empty() {
-            if self.on_h1_engine(idx, |ex, sink, cx| {
+        if events(h) {
+            let goes_on = self.on_h1_engine(idx, |ex, sink, cx| {
                 ex.abort(Current, sink, cx.sse);
                 ex.service(sink, cx);
-            }) {
+            });
+            if goes_on {
                 self.flush_conn(idx);
             }
             return;
         }
-        h.stream = Some(Stream::Aborted);
-        h.closing = true;
-        let call = h.call.take();
-        let generation = c.generation;
-        if let Some(call) = call {
-            self.cancel_call(ExchangeId::H1 { conn: idx, gen: generation }, call);
+        if let Some((w, _, _)) = h.ex.ws_of(Current) {
+            w.conn.close(1011, "internal error", &mut c.io.out);
         }
+        // Its upstreams are cancelled and a WebSocket leaves its rooms now.
+        h.ex.close_all(&mut self.sse);
+        let effects = std::mem::take(&mut h.ex.effects);
+        h.aborted = true;
+        h.closing = true;
+        self.carry_out(effects);
         self.flush_conn(idx);
     }
 
@@ -414,8 +401,8 @@ impl Worker {
 
     /// Answer the exchange of connection `idx`, which waited on upstreams (`relayed`: a
     /// chunked head, its body relayed after it). Returns whether a body follows: then the
-    /// connection relays. Otherwise (a whole answer, or the head of `HEAD`) the upstreams
-    /// are cancelled and the connection carries on.
+    /// connection relays. Otherwise (a whole answer, or the head of `HEAD`) the exchange is
+    /// over, its upstreams are cancelled and the connection carries on.
     pub(super) fn h1_respond(&mut self, idx: usize, resp: Response, relayed: bool) -> bool {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
         let ConnState::Http1(h) = &mut c.state else { return false };
@@ -423,33 +410,38 @@ impl Worker {
         let now = Instant::now();
         if !relayed {
             h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, now);
-            self.drive(idx);
-            return false;
-        }
-        if h.codec.complete_stream(resp, &mut c.io.out, &mut glue, &mut self.env, now) {
-            h.stream = Some(Stream::Relay);
+        } else if h.codec.complete_stream(resp, &mut c.io.out, &mut glue, &mut self.env, now) {
+            if let Some(ex) = h.ex.list.first_mut() {
+                ex.stage = Stage::Streaming;
+            }
             return true;
         }
-        // `HEAD`: the head went out; the upstream is not needed any more.
-        let call = h.call.take();
-        let generation = c.generation;
-        if let Some(call) = call {
-            self.cancel_call(ExchangeId::H1 { conn: idx, gen: generation }, call);
-        }
+        h.ex.close_all(&mut self.sse);
+        let effects = std::mem::take(&mut h.ex.effects);
+        self.carry_out(effects);
         self.drive(idx);
         false
     }
 
-    /// A chunked stream's last event is queued: end the body and return the
-    /// connection to HTTP/1.1 (keep-alive).
-    pub(super) fn stream_done(&mut self, idx: usize) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let ConnState::Http1(h) = &mut c.state else { return };
-        let keep_alive = h.codec.end_body(&mut c.io.out, &self.env, Instant::now());
-        h.call = None;
-        h.stream = None;
-        h.closing |= !keep_alive;
-        self.drive(idx);
+    /// Relayed bytes for the exchange of connection `idx`: framed into its output as one
+    /// piece (sent by the flush of the relay's next step).
+    pub(super) fn h1_relay_data(&mut self, idx: usize, bytes: &[u8]) {
+        self.on_h1_engine(idx, |ex, sink, cx| {
+            ex.relay_data(Current, bytes);
+            ex.service(sink, cx);
+        });
+    }
+
+    /// The relay of connection `idx` ended: its body ends once sent and the connection
+    /// returns to keep-alive.
+    pub(super) fn h1_relay_done(&mut self, idx: usize) {
+        let goes_on = self.on_h1_engine(idx, |ex, sink, cx| {
+            ex.relay_done(Current);
+            ex.service(sink, cx);
+        });
+        if goes_on {
+            self.flush_conn(idx);
+        }
     }
 
     /// Graceful stop: end every stream (SSE: the last chunk; the client reconnects elsewhere).
