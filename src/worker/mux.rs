@@ -4,9 +4,11 @@
 //! engine returns (upstreams to start or cancel, rooms) are carried out here.
 //!
 //! An HTTP/2 or HTTP/3 exchange is one engine call on its session; an HTTP/1.1 exchange is
-//! its connection's codec and body ([`super::conn::H1`]). Only this file and the lookups
-//! beside it ([`call_of`], [`ws_of`]) know where each protocol keeps its exchanges; callers
-//! never branch on the protocol. This file must not touch a socket or look at a route.
+//! the engine's exchange on its connection ([`super::conn::H1::ex`]), which its codec
+//! answers and whose socket is written at once (`streams.rs`). Only this file and the
+//! lookups beside it ([`call_of`], [`ws_of`]) know where each protocol keeps its exchanges;
+//! callers never branch on the protocol. This file must not touch a socket or look at a
+//! route.
 
 use std::sync::Arc;
 

@@ -5,10 +5,9 @@
 //! subscribers they join ([`Subscribers`]) and the backlog past which a stream's client is
 //! given up ([`MAX_BACKLOG`]).
 //!
-//! A producer writes through [`Emit`]: an HTTP/2 or HTTP/3 exchange's unsent bytes (a
-//! `Vec<u8>`; the codec's glue moves them into its stream as flow control allows), or an
-//! HTTP/1.1 connection's output framed by its codec, one chunk per write. The caller ends the
-//! exchange when a producer says so.
+//! A producer writes into its exchange's unsent bytes; the codec's sink moves them into its
+//! stream as it may send (an HTTP/1.1 connection frames them, one chunk per piece it takes).
+//! The caller ends the exchange when a producer says so.
 //!
 //! It must not touch a socket, a codec's framing or the exchange table.
 
@@ -35,19 +34,6 @@ pub(super) type Subscribers = HashMap<ExchangeId, Audience>;
 
 /// Unsent bytes one subscriber may accumulate before it is dropped.
 pub const MAX_BACKLOG: usize = 1 << 20;
-
-/// Where a producer's bytes go.
-pub(super) trait Emit {
-    /// Send `bytes` (one event, a heartbeat, a replay) as the body's next piece.
-    fn emit(&mut self, bytes: &[u8]);
-}
-
-/// A multiplexed exchange's unsent bytes: the pieces are appended as they are.
-impl Emit for Vec<u8> {
-    fn emit(&mut self, bytes: &[u8]) {
-        self.extend_from_slice(bytes);
-    }
-}
 
 /// An `/api/events` subscription on an exchange.
 pub(super) struct Events {
@@ -78,14 +64,14 @@ impl Events {
         id: ExchangeId,
         sse: &mut Subscribers,
         pool: &Pool,
-        out: &mut impl Emit,
+        out: &mut Vec<u8>,
         now: Instant,
     ) -> Option<Events> {
         let start = guard("SSE stream start", || {
             (app.sse_preamble(), app.sse_heartbeat_every(), last_event_id.map(|after| app.sse_replay(after, &audience)))
         });
         let (preamble, every, replay) = start.ok()?;
-        out.emit(&preamble);
+        out.extend_from_slice(&preamble);
         sse.insert(id, audience);
         let events = Events::new(last_event_id, now + every);
         if let Some(job) = replay {
@@ -100,13 +86,13 @@ impl Events {
     }
 
     /// A heartbeat into `out` if one is due; `false`: app code panicked, end the stream.
-    pub(super) fn beat(&mut self, app: &App, now: Instant, out: &mut impl Emit) -> bool {
+    pub(super) fn beat(&mut self, app: &App, now: Instant, out: &mut Vec<u8>) -> bool {
         if self.next_beat > now {
             return true;
         }
         match guard("SSE heartbeat", || (app.sse_heartbeat(), app.sse_heartbeat_every())) {
             Ok((beat, every)) => {
-                out.emit(&beat);
+                out.extend_from_slice(&beat);
                 self.next_beat = now + every;
                 true
             }
@@ -116,16 +102,16 @@ impl Events {
 
     /// The replay's result: its events, then the live ones held meanwhile that it did not
     /// cover. `false`: the replay panicked, end the stream.
-    pub(super) fn replayed(&mut self, bytes: &[u8], last: i64, out: &mut impl Emit) -> bool {
+    pub(super) fn replayed(&mut self, bytes: &[u8], last: i64, out: &mut Vec<u8>) -> bool {
         if last == REPLAY_PANICKED {
             return false;
         }
-        out.emit(bytes);
+        out.extend_from_slice(bytes);
         self.last_id = self.last_id.max(last);
         self.replaying = false;
         for (id, event) in self.held.drain(..) {
             if id > self.last_id {
-                out.emit(&event);
+                out.extend_from_slice(&event);
                 self.last_id = id;
             }
         }
@@ -148,9 +134,9 @@ impl Events {
     }
 
     /// A live event from the bus, sent into `out` if [`Events::admit`] lets it through.
-    pub(super) fn live(&mut self, id: i64, event: &Arc<[u8]>, out: &mut impl Emit) {
+    pub(super) fn live(&mut self, id: i64, event: &Arc<[u8]>, out: &mut Vec<u8>) {
         if self.admit(id, event) {
-            out.emit(event);
+            out.extend_from_slice(event);
         }
     }
 }
@@ -235,15 +221,6 @@ mod tests {
         Arc::from(s.as_bytes())
     }
 
-    /// Records each emitted piece (an HTTP/1.1 chunk each).
-    #[derive(Default)]
-    struct Pieces(Vec<Vec<u8>>);
-    impl Emit for Pieces {
-        fn emit(&mut self, bytes: &[u8]) {
-            self.0.push(bytes.to_vec());
-        }
-    }
-
     #[test]
     fn live_events_are_sent_once_in_order() {
         let mut s = Events::new(None, Instant::now());
@@ -260,9 +237,9 @@ mod tests {
             assert!(!s.admit(id, &event(text)), "held while the replay runs");
         }
         // The replay sent 11..=12 (the store had them).
-        let mut out = Pieces::default();
+        let mut out = Vec::new();
         assert!(s.replayed(b"[11][12]", 12, &mut out));
-        assert_eq!(out.0, [&b"[11][12]"[..], b"fifteen"], "the replay, then only what it did not cover, each alone");
+        assert_eq!(out, b"[11][12]fifteen", "the replay, then only what it did not cover");
         assert!(!s.admit(15, &event("fifteen")), "sent already");
         assert!(s.admit(16, &event("sixteen")), "live again after the replay");
     }
@@ -271,9 +248,9 @@ mod tests {
     fn a_replay_that_found_nothing_keeps_the_last_event_id() {
         let mut s = Events::new(Some(7), Instant::now());
         assert!(!s.admit(5, &event("old")));
-        let mut out = Pieces::default();
+        let mut out = Vec::new();
         assert!(s.replayed(b"", 0, &mut out));
-        assert_eq!(out.0, [&b""[..]], "an event at or below Last-Event-ID is not sent again");
+        assert!(out.is_empty(), "an event at or below Last-Event-ID is not sent again");
         assert!(!s.admit(7, &event("seven")));
         assert!(s.admit(8, &event("eight")));
     }

@@ -2,15 +2,15 @@
 //! ([`super::conn::H1::ex`]), and the driving of its connection meanwhile.
 //!
 //! After a handler answers with a producer, a file or a WebSocket, the codec
-//! writes the head and steps aside (`Detached`); the exchange lands here.
-//! This file starts event streams, tickers and WebSockets, hands file bodies
-//! to the exchange engine (written through `h1_sink.rs`), drives their
-//! connection (read, flush, back pressure, EOF), runs their timers (SSE
-//! heartbeats, WebSocket pings, ticks), and ends them: normally, on a panic
-//! in app code, on shutdown. It is also the
-//! HTTP/1.1 end of what `mux.rs` routes to an exchange: a pool result, a bus
-//! event, an upstream's answer, a WebSocket frame written straight to the
-//! socket. Body bytes go back through the codec (`Http1::data`, `end_body`),
+//! writes the head and steps aside (`Detached`); the engine adopts the exchange
+//! and this file runs it on the connection: it starts the body, drives the
+//! connection meanwhile (read, flush, back pressure, EOF; a WebSocket's frames
+//! read in place from its input), runs its timers (heartbeats, pings, ticks)
+//! and carries out what became of the connection (`h1_sink.rs`'s `Fate`):
+//! keep-alive, a close once flushed, or at once. It is also the HTTP/1.1 end
+//! of what `mux.rs` routes to an exchange: a pool result, a bus event, an
+//! upstream's answer or relayed bytes, a WebSocket frame written straight to
+//! the socket. Body bytes go through the codec (`Http1::data`, `end_body`),
 //! which frames them; this file never writes HTTP framing. Who receives bus
 //! messages (the SSE and room registries) is `fanout.rs`'s.
 
