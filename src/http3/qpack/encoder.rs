@@ -227,29 +227,26 @@ impl Section<'_> {
         let mut buf = [0u8; 64];
         let name = lowered(name, &mut buf);
         let name = &*name;
+        // An entry is inserted only when the static table has no exact match, so a field in
+        // the dynamic table needs no static search.
+        let dynamic = if self.dynamic { self.enc.find(name, value) } else { None };
+        if let Some(abs) = dynamic.filter(|&abs| abs < self.base) {
+            // Indexed Field Line, dynamic (T = 0), relative to the Base.
+            write_integer(self.base - 1 - abs, 6, 0x80, &mut self.enc.lines);
+            self.required = self.required.max(abs + 1);
+            return;
+        }
         let found = table::find(name, value);
         if let Some(Found::Exact(i)) = found {
             write_integer(i as u64, 6, 0xc0, &mut self.enc.lines);
             return;
         }
-        if self.dynamic {
-            match self.enc.find(name, value) {
-                Some(abs) if abs < self.base => {
-                    // Indexed Field Line, dynamic (T = 0), relative to the Base.
-                    write_integer(self.base - 1 - abs, 6, 0x80, &mut self.enc.lines);
-                    self.required = self.required.max(abs + 1);
-                    return;
-                }
-                Some(_) => {}
-                None if index == Index::Insert => {
-                    let static_name = match found {
-                        Some(Found::Name(i)) => Some(i),
-                        _ => None,
-                    };
-                    self.enc.insert(name, value, static_name);
-                }
-                None => {}
-            }
+        if self.dynamic && dynamic.is_none() && index == Index::Insert {
+            let static_name = match found {
+                Some(Found::Name(i)) => Some(i),
+                _ => None,
+            };
+            self.enc.insert(name, value, static_name);
         }
         static_line(name, value, found, &mut self.enc.lines);
     }
