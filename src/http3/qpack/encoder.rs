@@ -68,6 +68,9 @@ pub struct TableEncoder {
     unacknowledged_total: usize,
     /// Encoder-stream instructions not yet taken by the connection.
     instructions: Vec<u8>,
+    /// The entry after the last one found: response heads list their fields in the same
+    /// order every time, so it is most often the next field's.
+    next: usize,
     /// The field lines of the section being written (its prefix is known only at the end).
     lines: Vec<u8>,
 }
@@ -168,16 +171,20 @@ impl TableEncoder {
     }
 
     /// The absolute index of the entry `name: value`.
-    fn find(&self, name: &[u8], value: &[u8]) -> Option<u64> {
-        self.entries
-            .iter()
-            .position(|&(n, v, e)| {
-                (v - n) as usize == name.len()
-                    && (e - v) as usize == value.len()
-                    && &self.text[n as usize..v as usize] == name
-                    && &self.text[v as usize..e as usize] == value
-            })
-            .map(|i| i as u64)
+    fn find(&mut self, name: &[u8], value: &[u8]) -> Option<u64> {
+        let text = &self.text;
+        let is = |&(n, v, e): &(u32, u32, u32)| {
+            (v - n) as usize == name.len()
+                && (e - v) as usize == value.len()
+                && &text[n as usize..v as usize] == name
+                && &text[v as usize..e as usize] == value
+        };
+        let i = match self.entries.get(self.next) {
+            Some(entry) if is(entry) => self.next,
+            _ => self.entries.iter().position(is)?,
+        };
+        self.next = i + 1;
+        Some(i as u64)
     }
 
     /// Inserts `name: value` if it fits (an Insert With Name Reference to static entry
