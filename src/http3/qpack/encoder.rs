@@ -24,8 +24,7 @@
 //! connection maps it to `QPACK_DECODER_STREAM_ERROR`). Which fields are worth inserting is
 //! HTTP's business (`head.rs` decides); this file knows only QPACK.
 
-use std::collections::HashMap;
-
+use super::super::idmap::IdMap;
 use super::table::{self, Found};
 use super::{integer, lowered, static_line, write_integer, write_string, DecodeError, Encoder};
 
@@ -64,7 +63,7 @@ pub struct TableEncoder {
     /// The decoder's Known Received Count: entries below it may be referenced.
     acknowledged: u64,
     /// Per request stream, its sections with dynamic references not yet acknowledged.
-    unacknowledged: HashMap<u64, u32>,
+    unacknowledged: IdMap<u64, u32>,
     unacknowledged_total: usize,
     /// Encoder-stream instructions not yet taken by the connection.
     instructions: Vec<u8>,
