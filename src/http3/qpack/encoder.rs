@@ -234,8 +234,9 @@ impl Section<'_> {
         let name = lowered(name, &mut buf);
         let name = &*name;
         // An entry is inserted only when the static table has no exact match, so a field in
-        // the dynamic table needs no static search.
-        let dynamic = if self.dynamic { self.enc.find(name, value) } else { None };
+        // the dynamic table needs no static search. A field never to be indexed is never
+        // looked for there either: it stays a literal.
+        let dynamic = if self.dynamic && index == Index::Insert { self.enc.find(name, value) } else { None };
         if let Some(abs) = dynamic.filter(|&abs| abs < self.base) {
             // Indexed Field Line, dynamic (T = 0), relative to the Base.
             write_integer(self.base - 1 - abs, 6, 0x80, &mut self.enc.lines);
@@ -247,7 +248,7 @@ impl Section<'_> {
             write_integer(i as u64, 6, 0xc0, &mut self.enc.lines);
             return;
         }
-        if self.dynamic && dynamic.is_none() && index == Index::Insert {
+        if self.dynamic && index == Index::Insert && dynamic.is_none() {
             let static_name = match found {
                 Some(Found::Name(i)) => Some(i),
                 _ => None,

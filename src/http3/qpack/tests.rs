@@ -304,6 +304,29 @@ fn fields_in_any_order_reference_their_own_entries() {
 }
 
 #[test]
+fn a_field_never_indexed_stays_a_literal_even_when_the_table_has_it() {
+    let (mut enc, mut dec) = (TableEncoder::default(), TableDecoder::new(16_384));
+    assert!(enc.enable(16_384, TABLE_BOUND));
+    let mut out = Vec::new();
+    let mut s = enc.section(0, &mut out);
+    s.field(b"x-a", b"1", Index::Insert);
+    s.finish();
+    let mut instructions = Vec::new();
+    enc.take_instructions(&mut instructions);
+    assert_eq!(dec.on_encoder_stream(&instructions), Ok(instructions.len()));
+    let mut ack = Vec::new();
+    dec.increment(&mut ack);
+    assert_eq!(enc.on_decoder_stream(&ack), Ok(ack.len()));
+    for (index, references) in [(Index::Insert, true), (Index::Never, false)] {
+        let mut out = Vec::new();
+        let mut s = enc.section(4, &mut out);
+        s.field(b"x-a", b"1", index);
+        s.finish();
+        assert_eq!(decoded(&out, 10_000).is_err(), references, "{index:?}");
+    }
+}
+
+#[test]
 fn what_does_not_fit_stays_a_literal() {
     let mut enc = TableEncoder::default();
     assert!(enc.enable(100, TABLE_BOUND), "a 100-byte table holds one small entry");
