@@ -94,8 +94,10 @@ const QUIET_CRATES: &[&str] = &["rustls"];
 #[derive(Default)]
 struct Pending {
     buf: Vec<u8>,
-    /// `(unix second, "YYYY-MM-DDTHH:MM:SS")`: the timestamp is formatted once per second.
-    second: (u64, [u8; 19]),
+    /// `(unix second, "YYYY-MM-DDTHH:MM:SS", process id)`: the timestamp is formatted, and
+    /// the process id (a system call) read, once per second. Only workers write access
+    /// lines, so no process inherits another's across `fork`.
+    second: (u64, [u8; 19], u32),
 }
 
 thread_local! {
@@ -143,12 +145,18 @@ pub fn flush_access() {
 /// and target), to `out`; after the request id: `done.client` (the decided client's address)
 /// when known, the protocol, the TLS version over TLS, and the user agent and referer when
 /// the request had them.
-fn write_access(out: &mut Vec<u8>, second: &mut (u64, [u8; 19]), done: &Finished<'_>, now: SystemTime, json: bool) {
+fn write_access(
+    out: &mut Vec<u8>,
+    second: &mut (u64, [u8; 19], u32),
+    done: &Finished<'_>,
+    now: SystemTime,
+    json: bool,
+) {
     let client = done.client;
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     if second.0 != secs || second.1[0] == 0 {
-        *second = (secs, rfc3339_seconds(secs));
+        *second = (secs, rfc3339_seconds(secs), std::process::id());
     }
     let ts = std::str::from_utf8(&second.1).unwrap_or("1970-01-01T00:00:00");
     let millis = since.subsec_millis();
@@ -156,7 +164,7 @@ fn write_access(out: &mut Vec<u8>, second: &mut (u64, [u8; 19]), done: &Finished
     let target = redact(&raw);
     let rid = String::from_utf8_lossy(done.request_id);
     let ms = done.elapsed.as_secs_f64() * 1000.0;
-    let pid = std::process::id();
+    let pid = second.2;
     // Writing to a Vec cannot fail.
     if json {
         let _ = write!(
@@ -305,7 +313,7 @@ mod tests {
             referer: None,
         };
         let at = UNIX_EPOCH + Duration::from_millis(1_798_761_599_042);
-        let (mut out, mut second) = (Vec::new(), (0, [0; 19]));
+        let (mut out, mut second) = (Vec::new(), (0, [0; 19], 0));
         write_access(&mut out, &mut second, &done, at, false);
         assert_eq!(
             String::from_utf8_lossy(&out),
@@ -347,7 +355,7 @@ mod tests {
             referer: None,
         };
         let at = UNIX_EPOCH + Duration::from_secs(1_798_761_599);
-        let (mut out, mut second) = (Vec::new(), (0, [0; 19]));
+        let (mut out, mut second) = (Vec::new(), (0, [0; 19], 0));
         write_access(&mut out, &mut second, &done, at, false);
         let line = String::from_utf8_lossy(&out);
         let want = format!(" id=r1 client=2001:db8::17 protocol=HTTP/2.0 tls=TLSv1.3 pid={}\n", std::process::id());
@@ -375,7 +383,7 @@ mod tests {
             user_agent: Some(agent),
             referer: Some(referer),
         };
-        let (mut out, mut second) = (Vec::new(), (0, [0; 19]));
+        let (mut out, mut second) = (Vec::new(), (0, [0; 19], 0));
         write_access(&mut out, &mut second, &done, UNIX_EPOCH, json);
         out
     }

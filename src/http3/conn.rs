@@ -26,7 +26,7 @@
 //! directions), a connection error closes the connection with its code. This file must not
 //! touch sockets or handlers; what a request means is the caller's business.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -39,6 +39,7 @@ use super::amplification::{opened_frames, Budget};
 use super::error::{Code, H3Error};
 use super::frame;
 use super::head::{write_response_head, RequestHead};
+use super::idmap::IdMap;
 use super::qpack::encoder::{TableEncoder, TABLE_BOUND};
 use super::stream::{uni, Input, Outbox, PeerStreams, Phase, Request, UniNext};
 use super::varint;
@@ -127,7 +128,7 @@ pub struct H3Conn {
     /// The encoder side of the client's dynamic table (off until then).
     qpack: TableEncoder,
     peers: PeerStreams,
-    requests: HashMap<StreamId, Request>,
+    requests: IdMap<StreamId, Request>,
     events: VecDeque<Event>,
     /// The highest request stream accepted.
     last_request: Option<StreamId>,
@@ -167,7 +168,7 @@ impl H3Conn {
             encoder_out: Outbox::default(),
             qpack: TableEncoder::default(),
             peers: PeerStreams::default(),
-            requests: HashMap::new(),
+            requests: IdMap::default(),
             events: VecDeque::new(),
             last_request: None,
             heads: VecDeque::new(),

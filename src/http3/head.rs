@@ -196,7 +196,11 @@ const PER_RESPONSE: [&[u8]; 13] = [
 /// response). `date` changes once a second: inserting it would take a new entry each second
 /// in a table nothing is evicted from, so it stays a literal (with the static table's name).
 pub fn indexing(name: &[u8], value: &[u8]) -> Index {
-    let nonce = || value.windows(6).any(|w| w == b"nonce-");
+    // `str::contains` searches with SIMD; a value that is not UTF-8 is scanned as bytes.
+    let nonce = || match std::str::from_utf8(value) {
+        Ok(v) => v.contains("nonce-"),
+        Err(_) => value.windows(6).any(|w| w == b"nonce-"),
+    };
     if PER_RESPONSE.iter().any(|n| n.eq_ignore_ascii_case(name))
         || (name.len() >= 23 && name[..23].eq_ignore_ascii_case(b"content-security-policy") && nonce())
     {

@@ -41,6 +41,7 @@ pub mod conn;
 pub mod error;
 pub mod frame;
 pub mod head;
+pub mod idmap;
 pub mod keys;
 pub mod qpack;
 pub mod server;

@@ -20,6 +20,7 @@ use bytes::BytesMut;
 use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint, Endpoint, EndpointConfig, ServerConfig, Transmit};
 
 use super::conn::{ConnLimits, H3Conn};
+use super::idmap::IdMap;
 
 /// A datagram for the socket: where to and what (`bytes[..transmit.size]`, in segments of
 /// `transmit.segment_size` when GSO batches several).
@@ -34,7 +35,7 @@ pub struct Outgoing {
 /// One worker's QUIC endpoint and connections.
 pub struct Server {
     endpoint: Endpoint,
-    conns: std::collections::HashMap<ConnectionHandle, H3Conn>,
+    conns: IdMap<ConnectionHandle, H3Conn>,
     limits: ConnLimits,
     under_load: bool,
     /// This worker's slot and CID generation, and whether another worker of the slot reads
@@ -58,7 +59,7 @@ impl Server {
     pub fn new(endpoint: Arc<EndpointConfig>, server: Arc<ServerConfig>, limits: ConnLimits) -> Server {
         Server {
             endpoint: Endpoint::new(endpoint, Some(server), false, None),
-            conns: std::collections::HashMap::new(),
+            conns: IdMap::default(),
             limits,
             under_load: false,
             own: None,

@@ -5,7 +5,7 @@
 //! and writes the QUIC streams and acts on what these return; every rule about which frame
 //! may come where lives here.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use bytes::{Buf, Bytes, BytesMut};
 use quinn_proto::StreamId;
@@ -13,6 +13,7 @@ use quinn_proto::StreamId;
 use super::error::{Code, H3Error};
 use super::frame::{self, Frame, FrameReader};
 use super::head::RequestHead;
+use super::idmap::IdMap;
 use super::qpack::encoder::TableEncoder;
 use super::qpack::{self, DecodeError, Fields};
 use super::varint;
@@ -233,7 +234,7 @@ enum Uni {
 /// The client's unidirectional streams and the SETTINGS they brought.
 #[derive(Debug, Default)]
 pub(super) struct PeerStreams {
-    unis: HashMap<StreamId, Uni>,
+    unis: IdMap<StreamId, Uni>,
     /// Which of control, encoder, decoder the client has opened.
     opened: [bool; 3],
     /// The client's SETTINGS, once they arrived.

@@ -25,7 +25,7 @@
 //! open streams finish, event streams end. This file must not look at routes, read or write
 //! the socket, or write HTTP/3 frames (that is `crate::http3`).
 
-use std::collections::{HashMap, HashSet};
+use crate::http3::idmap::{IdMap, IdSet};
 use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -62,10 +62,10 @@ type Session = Exchanges<StreamId, Box<RequestHead>>;
 pub(super) struct H3 {
     /// The slot's socket and the QUIC endpoint on it.
     endpoint: Endpoint,
-    sessions: HashMap<ConnectionHandle, Session>,
+    sessions: IdMap<ConnectionHandle, Session>,
     next_generation: u32,
     /// Connections to run and flush at the end of this turn.
-    touched: HashSet<ConnectionHandle>,
+    touched: IdSet<ConnectionHandle>,
     heads: Heads,
     /// The earliest quinn timer or exchange deadline.
     deadline: Option<Instant>,
@@ -79,9 +79,9 @@ impl H3 {
     pub(super) fn new(args: WorkerH3, config: &Config, registry: &Registry) -> io::Result<H3> {
         Ok(H3 {
             endpoint: Endpoint::new(args, config, registry)?,
-            sessions: HashMap::new(),
+            sessions: IdMap::default(),
             next_generation: 1,
-            touched: HashSet::new(),
+            touched: IdSet::default(),
             heads: Heads::new(),
             deadline: None,
             draining: false,

@@ -354,16 +354,22 @@ pub fn encoded_len(input: &[u8]) -> usize {
 
 /// Appends the encoding of `input` to `out`, padded with ones.
 pub fn encode(input: &[u8], out: &mut Vec<u8>) {
+    // `acc` holds fewer than 32 pending bits between symbols (codes are at most 30 bits long),
+    // written out 32 at a time.
     let (mut acc, mut bits) = (0u64, 0u32);
     for &b in input {
         let (code, len) = CODES[b as usize];
         acc = (acc << len) | u64::from(code);
         bits += u32::from(len);
-        while bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
+        if bits >= 32 {
+            bits -= 32;
+            out.extend_from_slice(&((acc >> bits) as u32).to_be_bytes());
+            acc &= (1 << bits) - 1;
         }
-        acc &= (1 << bits) - 1;
+    }
+    while bits >= 8 {
+        bits -= 8;
+        out.push((acc >> bits) as u8);
     }
     if bits > 0 {
         out.push(((acc << (8 - bits)) | ((1 << (8 - bits)) - 1)) as u8);

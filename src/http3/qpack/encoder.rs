@@ -24,8 +24,7 @@
 //! connection maps it to `QPACK_DECODER_STREAM_ERROR`). Which fields are worth inserting is
 //! HTTP's business (`head.rs` decides); this file knows only QPACK.
 
-use std::collections::HashMap;
-
+use super::super::idmap::IdMap;
 use super::table::{self, Found};
 use super::{integer, lowered, static_line, write_integer, write_string, DecodeError, Encoder};
 
@@ -64,10 +63,13 @@ pub struct TableEncoder {
     /// The decoder's Known Received Count: entries below it may be referenced.
     acknowledged: u64,
     /// Per request stream, its sections with dynamic references not yet acknowledged.
-    unacknowledged: HashMap<u64, u32>,
+    unacknowledged: IdMap<u64, u32>,
     unacknowledged_total: usize,
     /// Encoder-stream instructions not yet taken by the connection.
     instructions: Vec<u8>,
+    /// The entry after the last one found: response heads list their fields in the same
+    /// order every time, so it is most often the next field's.
+    next: usize,
     /// The field lines of the section being written (its prefix is known only at the end).
     lines: Vec<u8>,
 }
@@ -168,16 +170,20 @@ impl TableEncoder {
     }
 
     /// The absolute index of the entry `name: value`.
-    fn find(&self, name: &[u8], value: &[u8]) -> Option<u64> {
-        self.entries
-            .iter()
-            .position(|&(n, v, e)| {
-                (v - n) as usize == name.len()
-                    && (e - v) as usize == value.len()
-                    && &self.text[n as usize..v as usize] == name
-                    && &self.text[v as usize..e as usize] == value
-            })
-            .map(|i| i as u64)
+    fn find(&mut self, name: &[u8], value: &[u8]) -> Option<u64> {
+        let text = &self.text;
+        let is = |&(n, v, e): &(u32, u32, u32)| {
+            (v - n) as usize == name.len()
+                && (e - v) as usize == value.len()
+                && &text[n as usize..v as usize] == name
+                && &text[v as usize..e as usize] == value
+        };
+        let i = match self.entries.get(self.next) {
+            Some(entry) if is(entry) => self.next,
+            _ => self.entries.iter().position(is)?,
+        };
+        self.next = i + 1;
+        Some(i as u64)
     }
 
     /// Inserts `name: value` if it fits (an Insert With Name Reference to static entry
@@ -227,29 +233,27 @@ impl Section<'_> {
         let mut buf = [0u8; 64];
         let name = lowered(name, &mut buf);
         let name = &*name;
+        // An entry is inserted only when the static table has no exact match, so a field in
+        // the dynamic table needs no static search. A field never to be indexed is never
+        // looked for there either: it stays a literal.
+        let dynamic = if self.dynamic && index == Index::Insert { self.enc.find(name, value) } else { None };
+        if let Some(abs) = dynamic.filter(|&abs| abs < self.base) {
+            // Indexed Field Line, dynamic (T = 0), relative to the Base.
+            write_integer(self.base - 1 - abs, 6, 0x80, &mut self.enc.lines);
+            self.required = self.required.max(abs + 1);
+            return;
+        }
         let found = table::find(name, value);
         if let Some(Found::Exact(i)) = found {
             write_integer(i as u64, 6, 0xc0, &mut self.enc.lines);
             return;
         }
-        if self.dynamic {
-            match self.enc.find(name, value) {
-                Some(abs) if abs < self.base => {
-                    // Indexed Field Line, dynamic (T = 0), relative to the Base.
-                    write_integer(self.base - 1 - abs, 6, 0x80, &mut self.enc.lines);
-                    self.required = self.required.max(abs + 1);
-                    return;
-                }
-                Some(_) => {}
-                None if index == Index::Insert => {
-                    let static_name = match found {
-                        Some(Found::Name(i)) => Some(i),
-                        _ => None,
-                    };
-                    self.enc.insert(name, value, static_name);
-                }
-                None => {}
-            }
+        if self.dynamic && index == Index::Insert && dynamic.is_none() {
+            let static_name = match found {
+                Some(Found::Name(i)) => Some(i),
+                _ => None,
+            };
+            self.enc.insert(name, value, static_name);
         }
         static_line(name, value, found, &mut self.enc.lines);
     }

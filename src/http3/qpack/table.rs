@@ -114,17 +114,57 @@ pub enum Found {
     Name(usize),
 }
 
-/// Looks `name: value` up. A linear scan that compares lengths first: 99 entries, most of
-/// them rejected on the length alone.
-pub fn find(name: &[u8], value: &[u8]) -> Option<Found> {
-    let mut by_name = None;
-    for (i, (n, v)) in STATIC.iter().enumerate() {
-        if n.len() == name.len() && n.as_bytes() == name {
-            if v.as_bytes() == value {
-                return Some(Found::Exact(i));
-            }
-            by_name.get_or_insert(i);
+/// Static indices ordered by name, entries of one name in index order: the order [`find`]
+/// searches.
+const BY_NAME: [u8; 99] = by_name();
+
+/// Byte-wise `a < b`, as `<` on slices orders them (usable in a constant).
+const fn less(a: &[u8], b: &[u8]) -> bool {
+    let mut i = 0;
+    while i < a.len() && i < b.len() {
+        if a[i] != b[i] {
+            return a[i] < b[i];
         }
+        i += 1;
+    }
+    a.len() < b.len()
+}
+
+/// [`BY_NAME`], sorted at compile time (a stable insertion sort).
+const fn by_name() -> [u8; 99] {
+    let mut order = [0u8; 99];
+    let mut i = 0;
+    while i < order.len() {
+        order[i] = i as u8;
+        i += 1;
+    }
+    let mut i = 1;
+    while i < order.len() {
+        let mut j = i;
+        while j > 0 && less(STATIC[order[j] as usize].0.as_bytes(), STATIC[order[j - 1] as usize].0.as_bytes()) {
+            let t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+            j -= 1;
+        }
+        i += 1;
+    }
+    order
+}
+
+/// Looks `name: value` up: a binary search for the name, then its few entries.
+pub fn find(name: &[u8], value: &[u8]) -> Option<Found> {
+    let start = BY_NAME.partition_point(|&i| STATIC[usize::from(i)].0.as_bytes() < name);
+    let mut by_name = None;
+    for &i in &BY_NAME[start..] {
+        let (n, v) = STATIC[usize::from(i)];
+        if n.as_bytes() != name {
+            break;
+        }
+        if v.as_bytes() == value {
+            return Some(Found::Exact(usize::from(i)));
+        }
+        by_name.get_or_insert(usize::from(i));
     }
     by_name.map(Found::Name)
 }
@@ -141,5 +181,26 @@ mod tests {
         assert_eq!(find(b":status", b"418"), Some(Found::Name(24)));
         assert_eq!(find(b"content-type", b"application/json"), Some(Found::Exact(46)));
         assert_eq!(find(b"x-request-id", b"1"), None);
+    }
+
+    /// What `find` must answer: the first exact entry, else the first entry of the name.
+    fn scan(name: &[u8], value: &[u8]) -> Option<Found> {
+        let exact = STATIC.iter().position(|(n, v)| n.as_bytes() == name && v.as_bytes() == value);
+        let named = STATIC.iter().position(|(n, _)| n.as_bytes() == name);
+        exact.map(Found::Exact).or(named.map(Found::Name))
+    }
+
+    #[test]
+    fn the_search_finds_what_a_scan_of_the_whole_table_finds() {
+        for (n, v) in STATIC {
+            for value in [v, "", "other", "0"] {
+                assert_eq!(find(n.as_bytes(), value.as_bytes()), scan(n.as_bytes(), value.as_bytes()), "{n}: {value}");
+            }
+            for name in [&n[..n.len() - 1], &format!("{n}x"), &format!("{n}-"), &n.to_uppercase()] {
+                assert_eq!(find(name.as_bytes(), b""), scan(name.as_bytes(), b""), "{name}");
+            }
+        }
+        assert_eq!(find(b"", b""), None);
+        assert_eq!(find(b"\xff", b""), None);
     }
 }

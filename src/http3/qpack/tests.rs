@@ -280,6 +280,53 @@ fn fixed_fields_are_inserted_once_and_referenced_once_acknowledged() {
 }
 
 #[test]
+fn fields_in_any_order_reference_their_own_entries() {
+    let (mut enc, mut dec) = (TableEncoder::default(), TableDecoder::new(16_384));
+    assert!(enc.enable(16_384, TABLE_BOUND));
+    section(&mut enc, 0, &RESPONSE);
+    let mut instructions = Vec::new();
+    enc.take_instructions(&mut instructions);
+    assert_eq!(dec.on_encoder_stream(&instructions), Ok(instructions.len()));
+    let mut ack = Vec::new();
+    dec.increment(&mut ack);
+    assert_eq!(enc.on_decoder_stream(&ack), Ok(ack.len()));
+    // Reversed, every other one, and one field twice: each decodes to itself.
+    let reversed: Vec<_> = RESPONSE.iter().rev().copied().collect();
+    let sparse: Vec<_> = RESPONSE.iter().step_by(2).chain(&RESPONSE[4..5]).copied().collect();
+    for (stream, fields) in [(4, reversed), (8, sparse)] {
+        let block = section(&mut enc, stream, &fields);
+        let mut want = pairs(&[(":status", "200")]);
+        want.extend(fields.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.to_string())));
+        let (required, got) = decoded_with(&dec, &block).expect("decodes with the table");
+        assert_eq!((required > 0, got), (true, want), "stream {stream}");
+    }
+    assert_eq!(enc.inserted(), 7, "nothing inserted twice");
+}
+
+#[test]
+fn a_field_never_indexed_stays_a_literal_even_when_the_table_has_it() {
+    let (mut enc, mut dec) = (TableEncoder::default(), TableDecoder::new(16_384));
+    assert!(enc.enable(16_384, TABLE_BOUND));
+    let mut out = Vec::new();
+    let mut s = enc.section(0, &mut out);
+    s.field(b"x-a", b"1", Index::Insert);
+    s.finish();
+    let mut instructions = Vec::new();
+    enc.take_instructions(&mut instructions);
+    assert_eq!(dec.on_encoder_stream(&instructions), Ok(instructions.len()));
+    let mut ack = Vec::new();
+    dec.increment(&mut ack);
+    assert_eq!(enc.on_decoder_stream(&ack), Ok(ack.len()));
+    for (index, references) in [(Index::Insert, true), (Index::Never, false)] {
+        let mut out = Vec::new();
+        let mut s = enc.section(4, &mut out);
+        s.field(b"x-a", b"1", index);
+        s.finish();
+        assert_eq!(decoded(&out, 10_000).is_err(), references, "{index:?}");
+    }
+}
+
+#[test]
 fn what_does_not_fit_stays_a_literal() {
     let mut enc = TableEncoder::default();
     assert!(enc.enable(100, TABLE_BOUND), "a 100-byte table holds one small entry");
