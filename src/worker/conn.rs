@@ -26,7 +26,7 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use super::engine::{Exchanges, Stage};
-use super::h1_sink::{Answered, Current};
+use super::h1_sink::{Answered, Current, Fate};
 use super::h2::{self, H2Session};
 use super::pool::{ExchangeId, Work};
 use super::transport::Transport;
@@ -112,6 +112,9 @@ pub(super) struct H1 {
     /// The end of the body the engine runs closes the connection (an event stream's: its
     /// client reconnects).
     pub(super) closes: bool,
+    /// What an engine call routed to the exchange made of the connection, carried out
+    /// when the exchange is woken (`mux.rs`).
+    pub(super) fate: Fate,
 }
 
 impl H1 {
@@ -119,7 +122,7 @@ impl H1 {
     /// the first head, the protocol undecided.
     pub(super) fn new(codec: Http1, conn: usize, gen: u32, peer: IpAddr, now: Instant) -> H1 {
         let ex = Exchanges::new(conn, gen, peer, Protocol::Http11, None, false, now);
-        H1 { codec, sniff: true, ex, aborted: false, closing: false, closes: false }
+        H1 { codec, sniff: true, ex, aborted: false, closing: false, closes: false, fate: Fate::Open }
     }
 
     /// The state of connection `conn` (generation `gen`) from `peer` (over TLS when `secure`)

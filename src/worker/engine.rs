@@ -1085,13 +1085,16 @@ mod tests {
         Head(u32, u16, bool),
         Data(u32, usize, bool),
         Reset(u32, Reset),
+        Abandoned(u32),
     }
 
-    /// A sink that records what it is given and takes at most `room` body bytes per feed.
+    /// A sink that records what it is given and takes at most `room` body bytes per feed;
+    /// with `cuts`, a failed body is cut short rather than ended.
     #[derive(Default)]
     struct TestSink {
         wrote: Vec<Wrote>,
         room: usize,
+        cuts: bool,
     }
 
     impl Sink for TestSink {
@@ -1109,6 +1112,13 @@ mod tests {
         }
         fn reset(&mut self, s: S, why: Reset) {
             self.wrote.push(Wrote::Reset(s.0, why));
+        }
+        fn abandon(&mut self, s: S) {
+            if self.cuts {
+                self.wrote.push(Wrote::Abandoned(s.0));
+            } else {
+                let _ = self.send_data(s, Bytes::new(), true);
+            }
         }
         fn release(&mut self, _: S, _: usize) {}
         fn file_body(f: FileRange) -> Produce {
@@ -1176,7 +1186,7 @@ mod tests {
             let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).expect("waker"));
             Bench {
                 ex: Exchanges::new(1, 7, IpAddr::from([127, 0, 0, 1]), Protocol::Http2, None, false, Instant::now()),
-                sink: TestSink { wrote: Vec::new(), room: usize::MAX },
+                sink: TestSink { wrote: Vec::new(), room: usize::MAX, cuts: false },
                 host: TestHost { reply: Box::new(reply), finished: Vec::new() },
                 env: Env::testing(),
                 pool: Pool::new(1, waker).expect("pool"),
@@ -1409,5 +1419,56 @@ mod tests {
         b.ex.data(S(1), &vec![0; limit + 1], false, &mut b.sink, &mut cx, now);
         assert!(matches!(b.sink.wrote.first(), Some(Wrote::Head(1, 413, _))));
         assert!(b.ex.is_empty());
+    }
+
+    #[test]
+    fn a_ticker_that_panics_is_abandoned_where_the_codec_cuts_a_failed_body_short() {
+        let (_, mut b) = ticker_bench(1, true);
+        b.sink.cuts = true;
+        b.request(9, "GET");
+        b.ex.tick(&b.host, Instant::now());
+        b.service();
+        assert_eq!(b.sink.wrote.last(), Some(&Wrote::Abandoned(9)), "no clean end: {:?}", b.sink.wrote);
+        assert!(b.ex.is_empty());
+    }
+
+    #[test]
+    fn an_adopted_exchange_runs_its_body_and_ends_without_a_head() {
+        let mut b = Bench::new(|| Reply::full(Response::new(200)));
+        let now = Instant::now();
+        let t = Counting { ticks: Rc::new(Cell::new(0)), size: 3, boom: false };
+        let i = b.ex.adopt(S(1), TestHead("GET", "/x"), Stage::Streaming, None, now);
+        let mut cx = bench_cx!(b);
+        b.ex.start_producer(i, Producer::Ticker(Box::new(t)), &mut cx, now);
+        b.ex.tick(&b.host, now);
+        b.service();
+        assert_eq!(b.sink.wrote, [Wrote::Data(1, 3, false)], "the codec wrote the head: the body only");
+        let done = b.ex.adopt(
+            S(3),
+            TestHead("GET", "/f"),
+            Stage::Streaming,
+            Some(TestSink::file_body(FileRange { file: file(), offset: 0, len: 0 })),
+            now,
+        );
+        assert!(b.ex.list[done].done, "an empty file body is complete at once");
+        b.service();
+        assert_eq!(b.sink.wrote.last(), Some(&Wrote::Data(3, 0, true)), "and ends");
+        assert!(b.host.finished.is_empty(), "the codec logged those exchanges, not the engine");
+    }
+
+    #[test]
+    fn an_adopted_wait_holds_its_upstreams_until_it_goes() {
+        let mut b = Bench::new(|| Reply::full(Response::new(200)));
+        b.ex.adopt(S(1), TestHead("GET", "/x"), Stage::Waiting, None, Instant::now());
+        *b.ex.call_slot(S(1)).expect("open") = Some(CallState::Gather {
+            ups: Vec::new(),
+            results: Vec::new(),
+            waiting: 1,
+            finish: Box::new(|_| Ok(Assembled::Now(Response::new(200)))),
+        });
+        b.service();
+        assert!(b.sink.wrote.is_empty() && !b.ex.is_empty(), "nothing streams while it waits");
+        b.ex.close_all(&mut b.sse);
+        assert!(matches!(b.ex.effects.as_slice(), [Effect::Cancel(ExchangeId::H2 { stream: 1, .. }, _)]));
     }
 }

@@ -199,9 +199,15 @@ impl Sink for H1Sink<'_> {
         Ok(())
     }
 
-    /// A body that cannot be completed: HTTP/1.1 has no reset but closing the connection.
-    fn reset(&mut self, _: Current, _: Reset) {
-        self.fate = Fate::Cut;
+    /// HTTP/1.1 has no reset but closing the connection: at once when the exchange is given
+    /// up (`Cancel`), once what was sent is flushed when the server failed mid-body
+    /// (`Internal`: the body is cut short).
+    fn reset(&mut self, _: Current, why: Reset) {
+        self.fate = match why {
+            Reset::Cancel => Fate::Cut,
+            Reset::Internal if self.fate == Fate::Cut => Fate::Cut,
+            Reset::Internal => Fate::Abandoned,
+        };
     }
 
     fn abandon(&mut self, _: Current) {

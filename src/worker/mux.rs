@@ -15,20 +15,40 @@ use std::sync::Arc;
 use super::call::CallState;
 use super::conn::{Conn, ConnState};
 use super::engine::{engine_cx, Effect, Reset};
-use super::h1_sink::Current;
+use super::h1_sink::{Current, H1Sink};
 use super::h3::H3;
 use super::pool::{Completion, ExchangeId};
 use super::websocket::Ws;
 use super::{Glue, Worker, HIGH_WATERMARK};
 use crate::http::response::{Delimit, Response};
-use crate::http2::StreamId;
+use crate::http2::{Heads, StreamId};
 
-/// Run `$body` with the exchanges, sink, head builder and stream of multiplexed exchange
-/// `$id`, if its session is still open; `None` otherwise (and for an HTTP/1.1 id, which each
-/// operation below routes to its connection first).
+/// Run `$body` with the exchanges, sink, head builder and stream of exchange `$id`, if its
+/// connection (its session) is still open; `None` otherwise. An HTTP/1.1 sink's outcome
+/// waits on its connection (`H1::fate`) for the [`Worker::wake`] that follows.
 macro_rules! on_session {
     ($w:ident, $id:expr, |$ex:ident, $sink:ident, $heads:ident, $stream:ident| $body:expr) => {
         match $id {
+            ExchangeId::H1 { conn, gen } => match $w.conns.get_mut(conn) {
+                Some(Some(c)) if c.generation == gen => match &mut c.state {
+                    ConnState::Http1(h) => {
+                        // Never used: the codec writes HTTP/1.1 heads.
+                        let mut heads = Heads::default();
+                        let $heads = &mut heads;
+                        let pending = h.fate;
+                        let mut sink = H1Sink::new(&mut h.codec, &mut c.io, std::time::Instant::now());
+                        sink.fate = pending;
+                        let $sink = &mut sink;
+                        let $ex = &mut h.ex;
+                        let $stream = Current;
+                        let out = $body;
+                        h.fate = sink.fate;
+                        Some(out)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            },
             ExchangeId::H2 { conn, stream, gen } => match $w.conns.get_mut(conn) {
                 Some(Some(c)) if c.generation == gen => match &mut c.state {
                     ConnState::Http2(sess) => {
@@ -44,7 +64,6 @@ macro_rules! on_session {
                 Some(($ex, $sink, $heads, $stream)) => Some($body),
                 None => None,
             },
-            ExchangeId::H1 { .. } => None,
         }
     };
 }
@@ -103,9 +122,10 @@ impl Worker {
         matches!(self.conns.get(conn), Some(Some(c)) if c.generation == gen)
     }
 
-    /// A pool job of exchange `id` finished: its answer, a replay or a download slice.
+    /// A pool job of exchange `id` finished: its answer, a replay or a download slice. An
+    /// HTTP/1.1 answer is its codec's to write.
     pub(super) fn exchange_completed(&mut self, id: ExchangeId, result: Completion) {
-        if let ExchangeId::H1 { conn, gen } = id {
+        if let (ExchangeId::H1 { conn, gen }, Completion::Response(_)) = (id, &result) {
             if self.h1_live(conn, gen) {
                 self.h1_completed(conn, result);
             }
@@ -120,25 +140,13 @@ impl Worker {
 
     /// A bus event (`event_id`, rendered `event`) for event stream `id`.
     pub(super) fn exchange_event(&mut self, id: ExchangeId, event_id: i64, event: &Arc<[u8]>) {
-        if let ExchangeId::H1 { conn, gen } = id {
-            if self.h1_live(conn, gen) {
-                self.h1_event(conn, event_id, event);
-            }
-            return;
-        }
         on_session!(self, id, |ex, _sink, _heads, stream| ex.event(stream, event_id, event));
         self.wake(id);
     }
 
     /// App code behind exchange `id`'s body failed: its body ends with what was sent, or,
-    /// not answered yet, its stream is reset (HTTP/1.1: its connection closes once flushed).
+    /// not answered yet, its stream is reset.
     pub(super) fn exchange_abort(&mut self, id: ExchangeId) {
-        if let ExchangeId::H1 { conn, gen } = id {
-            if self.h1_live(conn, gen) {
-                self.abort_stream(conn);
-            }
-            return;
-        }
         on_session!(self, id, |ex, sink, _heads, stream| ex.abort(stream, sink, &mut self.sse));
         self.sse.remove(&id);
         self.sse_count_changed();
@@ -147,17 +155,9 @@ impl Worker {
 
     /// Give up exchange `id`: a WebSocket member that stopped reading ([`Reset::Cancel`]:
     /// an HTTP/1.1 one loses its connection), a relay whose app code failed
-    /// ([`Reset::Internal`]: an HTTP/1.1 body is cut short, see [`Worker::abort_stream`]).
+    /// ([`Reset::Internal`]: an HTTP/1.1 body is cut short, its connection closed once
+    /// flushed).
     pub(super) fn exchange_drop(&mut self, id: ExchangeId, why: Reset) {
-        if let ExchangeId::H1 { conn, gen } = id {
-            if self.h1_live(conn, gen) {
-                match why {
-                    Reset::Cancel => self.close(conn),
-                    Reset::Internal => self.abort_stream(conn),
-                }
-            }
-            return;
-        }
         on_session!(self, id, |ex, sink, _heads, stream| ex.drop_stream(stream, why, sink, &mut self.sse));
         self.wake(id);
     }
@@ -179,17 +179,9 @@ impl Worker {
         follows.unwrap_or(false)
     }
 
-    /// Relayed bytes for exchange `id`: queued on it (HTTP/1.1: framed into its output,
-    /// sent by the [`Worker::exchange_relay_slow`] or [`Worker::exchange_relay_done`] that
-    /// follows), sent as its stream allows.
+    /// Relayed bytes for exchange `id`: queued on it, sent as its stream allows.
     pub(super) fn exchange_relay_data(&mut self, id: ExchangeId, bytes: &[u8]) {
         if bytes.is_empty() {
-            return;
-        }
-        if let ExchangeId::H1 { conn, gen } = id {
-            if self.h1_live(conn, gen) {
-                self.h1_relay_data(conn, bytes);
-            }
             return;
         }
         if on_session!(self, id, |ex, _sink, _heads, stream| ex.relay_data(stream, bytes)) == Some(true) {
@@ -217,12 +209,6 @@ impl Worker {
     /// The relay of exchange `id` ended: its body ends once sent (HTTP/1.1: the connection
     /// returns to keep-alive).
     pub(super) fn exchange_relay_done(&mut self, id: ExchangeId) {
-        if let ExchangeId::H1 { conn, gen } = id {
-            if self.h1_live(conn, gen) {
-                self.h1_relay_done(conn);
-            }
-            return;
-        }
         on_session!(self, id, |ex, _sink, _heads, stream| ex.relay_done(stream));
         self.wake(id);
     }
@@ -243,10 +229,14 @@ impl Worker {
     }
 
     /// Exchange `id` has more to do: its session runs at the end of this turn (HTTP/1.1: its
-    /// output is flushed now).
+    /// exchange runs, and its output is flushed, now).
     pub(super) fn wake(&mut self, id: ExchangeId) {
         match id {
-            ExchangeId::H1 { conn, .. } => self.flush_conn(conn),
+            ExchangeId::H1 { conn, gen } => {
+                if self.h1_live(conn, gen) {
+                    self.h1_wake(conn);
+                }
+            }
             ExchangeId::H2 { conn, gen, .. } => self.drained.push((conn, gen)),
             ExchangeId::H3 { conn, .. } => {
                 if let Some(h3) = self.h3.as_mut() {

@@ -14,7 +14,6 @@
 //! which frames them; this file never writes HTTP framing. Who receives bus
 //! messages (the SSE and room registries) is `fanout.rs`'s.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::bufs::Bufs;
@@ -102,6 +101,8 @@ impl Worker {
         // Never used: the codec wrote the head of an adopted exchange.
         let mut heads = Heads::default();
         let mut sink = H1Sink::new(&mut h.codec, &mut c.io, now);
+        // What a routed engine call made of the connection first.
+        sink.fate = std::mem::replace(&mut h.fate, Fate::Open);
         f(&mut h.ex, &mut sink, &mut engine_cx!(self, &mut glue, &mut heads));
         let (fate, again) = (sink.fate, sink.again);
         let open = fate == Fate::Open && !h.ex.is_empty();
@@ -314,28 +315,14 @@ impl Worker {
         }
     }
 
-    /// App code behind detached connection `idx` panicked: end that exchange
-    /// only. SSE: the last chunk (the client reconnects); WebSocket: close
-    /// 1011; a finite stream (ticker, relay): no last chunk, so the client
-    /// sees the response cut short. Then the connection closes once flushed;
-    /// its registries and upstream calls are dropped now.
+    /// The app code of the WebSocket on connection `idx` panicked: it closes with 1011 once
+    /// flushed, and leaves its rooms now.
     pub(super) fn abort_stream(&mut self, idx: usize) {
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
-        if events(h) {
-            let goes_on = self.on_h1_engine(idx, |ex, sink, cx| {
-                ex.abort(Current, sink, cx.sse);
-                ex.service(sink, cx);
-            });
-            if goes_on {
-                self.flush_conn(idx);
-            }
-            return;
-        }
         if let Some((w, _, _)) = h.ex.ws_of(Current) {
             w.conn.close(1011, "internal error", &mut c.io.out);
         }
-        // Its upstreams are cancelled and a WebSocket leaves its rooms now.
         h.ex.close_all(&mut self.sse);
         let effects = std::mem::take(&mut h.ex.effects);
         h.aborted = true;
@@ -365,18 +352,10 @@ impl Worker {
         self.flush_conn(idx);
     }
 
-    /// A pool result for the exchange of connection `idx`: its answer (then the
-    /// connection carries on), or for the body the engine runs, a replay or a download slice.
+    /// A pool job's answer for the exchange of connection `idx`: the codec writes it, then
+    /// the connection carries on.
     pub(super) fn h1_completed(&mut self, idx: usize, result: Completion) {
-        let result = match result {
-            Completion::Response(r) => r,
-            body => {
-                if self.on_h1_engine(idx, |ex, sink, cx| ex.completed(Current, body, sink, cx)) {
-                    self.drive_stream(idx);
-                }
-                return;
-            }
-        };
+        let Completion::Response(result) = result else { return };
         let Some(Some(c)) = self.conns.get_mut(idx) else { return };
         let ConnState::Http1(h) = &mut c.state else { return };
         // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
@@ -385,18 +364,6 @@ impl Worker {
         self.bufs.fill(&mut c.io.out);
         h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, Instant::now());
         self.drive(idx);
-    }
-
-    /// A bus event (`id`, rendered `event`) for the event stream of connection `idx`; a
-    /// subscriber past `MAX_BACKLOG` is dropped.
-    pub(super) fn h1_event(&mut self, idx: usize, id: i64, event: &Arc<[u8]>) {
-        let sent = self.on_h1_engine(idx, |ex, sink, cx| {
-            ex.event(Current, id, event);
-            ex.service(sink, cx);
-        });
-        if sent {
-            self.flush_conn(idx);
-        }
     }
 
     /// Answer the exchange of connection `idx`, which waited on upstreams (`relayed`: a
@@ -423,23 +390,10 @@ impl Worker {
         false
     }
 
-    /// Relayed bytes for the exchange of connection `idx`: framed into its output as one
-    /// piece (sent by the flush of the relay's next step).
-    pub(super) fn h1_relay_data(&mut self, idx: usize, bytes: &[u8]) {
-        self.on_h1_engine(idx, |ex, sink, cx| {
-            ex.relay_data(Current, bytes);
-            ex.service(sink, cx);
-        });
-    }
-
-    /// The relay of connection `idx` ended: its body ends once sent and the connection
-    /// returns to keep-alive.
-    pub(super) fn h1_relay_done(&mut self, idx: usize) {
-        let goes_on = self.on_h1_engine(idx, |ex, sink, cx| {
-            ex.relay_done(Current);
-            ex.service(sink, cx);
-        });
-        if goes_on {
+    /// Exchange-engine work routed to connection `idx` (`mux.rs`) is done: its exchange
+    /// runs (what was queued goes into the output) and the output is flushed.
+    pub(super) fn h1_wake(&mut self, idx: usize) {
+        if self.on_h1_engine(idx, |ex, sink, cx| _ = ex.service(sink, cx)) {
             self.flush_conn(idx);
         }
     }
