@@ -152,7 +152,13 @@ pub struct H3Conn {
     /// could not tell its requests in flight were not processed (RFC 9114 §5.2).
     close_after: Option<Instant>,
     closed: bool,
+    /// Where a frame head (and a small payload) is written before it is queued as one exact
+    /// allocation.
+    scratch: Vec<u8>,
 }
+
+/// DATA payloads up to this size are copied into their frame: one chunk, not two.
+const SMALL_DATA: usize = 1024;
 
 impl H3Conn {
     /// An HTTP/3 connection over a QUIC connection accepted at `now`; `validated`: the
@@ -179,6 +185,7 @@ impl H3Conn {
             goaway: None,
             close_after: None,
             closed: false,
+            scratch: Vec::new(),
         };
         conn.open_control();
         conn
@@ -294,10 +301,11 @@ impl H3Conn {
         if !self.requests.get(&stream).is_some_and(|r| r.outbox.open()) {
             return Err(StreamGone);
         }
-        let mut out = Vec::with_capacity(256);
-        write_response_head(status, fields, &mut self.qpack, VarInt::from(stream).into_inner(), &mut out);
+        self.scratch.clear();
+        write_response_head(status, fields, &mut self.qpack, VarInt::from(stream).into_inner(), &mut self.scratch);
+        let head = Bytes::copy_from_slice(&self.scratch);
         self.send_instructions();
-        self.queue(stream, Bytes::from(out))
+        self.queue(stream, head)
     }
 
     /// The encoder side of the client's QPACK dynamic table (for statistics and tests).
@@ -311,9 +319,16 @@ impl H3Conn {
         if data.is_empty() {
             return Ok(());
         }
-        let mut head = Vec::with_capacity(9);
-        frame::write_header(frame::ty::DATA, data.len() as u64, &mut head);
-        self.queue_frame(stream, Bytes::from(head), data)
+        self.scratch.clear();
+        frame::write_header(frame::ty::DATA, data.len() as u64, &mut self.scratch);
+        if data.len() <= SMALL_DATA {
+            // One chunk, one allocation: a small payload is cheaper copied than queued apart.
+            self.scratch.extend_from_slice(&data);
+            let frame = Bytes::copy_from_slice(&self.scratch);
+            return self.queue(stream, frame);
+        }
+        let head = Bytes::copy_from_slice(&self.scratch);
+        self.queue_frame(stream, head, data)
     }
 
     /// Ends the response: FIN after the queue. A request body still arriving is refused with

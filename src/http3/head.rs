@@ -222,8 +222,7 @@ pub fn write_response_head<'a>(
     stream: u64,
     out: &mut Vec<u8>,
 ) {
-    let mut block = Vec::with_capacity(256);
-    let mut section = qpack.section(stream, &mut block);
+    let mut section = qpack.section(stream, out);
     section.status(status);
     for (name, value) in fields {
         if CONNECTION_SPECIFIC.iter().any(|c| c.eq_ignore_ascii_case(name)) {
@@ -231,9 +230,7 @@ pub fn write_response_head<'a>(
         }
         section.field(name, value, indexing(name, value));
     }
-    section.finish();
-    frame::write_header(frame::ty::HEADERS, block.len() as u64, out);
-    out.extend_from_slice(&block);
+    section.finish_with(|len, out| frame::write_header(frame::ty::HEADERS, len as u64, out));
 }
 
 #[cfg(test)]

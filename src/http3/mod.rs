@@ -23,6 +23,8 @@
 //!   (quinn lets one datagram pass it).
 //! - `server.rs`: [`server::Server`], one worker's quinn `Endpoint` and its connections:
 //!   datagrams in, datagrams out, timers; Retry under load; stateless resets.
+//! - `idmap.rs`: the maps keyed by stream IDs and connection handles, hashed with one
+//!   multiplication (a peer cannot choose colliding keys: it opens streams in order).
 //! - `keys.rs`, `setup.rs`: the connection-ID, stateless-reset, Retry-token and ticket keys
 //!   derived from the supervisor's pre-fork secret; connection IDs that carry the worker slot;
 //!   quinn's endpoint and server configuration (TLS 1.3 from the `[tls]` pair, ALPN `h3`).

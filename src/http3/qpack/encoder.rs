@@ -72,6 +72,8 @@ pub struct TableEncoder {
     next: usize,
     /// The field lines of the section being written (its prefix is known only at the end).
     lines: Vec<u8>,
+    /// The section prefix being written (kept, like `lines`, so writing allocates nothing).
+    prefix: Vec<u8>,
 }
 
 impl TableEncoder {
@@ -261,18 +263,27 @@ impl Section<'_> {
     /// Writes the section (prefix, then its lines) into the output and records it as awaiting
     /// acknowledgment if it references the table.
     pub fn finish(self) {
+        self.finish_with(|_, _| {});
+    }
+
+    /// [`Self::finish`], with `before` first given the section's length and the output (to
+    /// write what frames it) so the section is written in place, never copied.
+    pub fn finish_with(self, before: impl FnOnce(usize, &mut Vec<u8>)) {
         let enc = self.enc;
+        enc.prefix.clear();
         if self.required == 0 {
-            self.out.extend_from_slice(&[0, 0]);
+            enc.prefix.extend_from_slice(&[0, 0]);
         } else {
             // RFC 9204 §4.5.1.1: Required Insert Count modulo 2 × MaxEntries, plus 1; the
             // Base is at or above it (sign 0, Delta Base = Base − Required Insert Count).
             let encoded = self.required % (2 * enc.max_entries.max(1)) + 1;
-            write_integer(encoded, 8, 0, self.out);
-            write_integer(self.base - self.required, 7, 0, self.out);
+            write_integer(encoded, 8, 0, &mut enc.prefix);
+            write_integer(self.base - self.required, 7, 0, &mut enc.prefix);
             *enc.unacknowledged.entry(self.stream).or_insert(0) += 1;
             enc.unacknowledged_total += 1;
         }
+        before(enc.prefix.len() + enc.lines.len(), self.out);
+        self.out.extend_from_slice(&enc.prefix);
         self.out.extend_from_slice(&enc.lines);
     }
 }
