@@ -279,17 +279,29 @@ fn fixed_fields_are_inserted_once_and_referenced_once_acknowledged() {
     );
 }
 
-#[test]
-fn fields_in_any_order_reference_their_own_entries() {
+/// An encoder whose table holds `fields` (one section on stream 0, the insertions taken by
+/// the decoder and acknowledged), and that decoder.
+fn acknowledged(fields: &[(&str, &str)], index: fn(&str) -> Index) -> (TableEncoder, TableDecoder) {
     let (mut enc, mut dec) = (TableEncoder::default(), TableDecoder::new(16_384));
     assert!(enc.enable(16_384, TABLE_BOUND));
-    section(&mut enc, 0, &RESPONSE);
+    let mut out = Vec::new();
+    let mut s = enc.section(0, &mut out);
+    for (n, v) in fields {
+        s.field(n.as_bytes(), v.as_bytes(), index(n));
+    }
+    s.finish();
     let mut instructions = Vec::new();
     enc.take_instructions(&mut instructions);
     assert_eq!(dec.on_encoder_stream(&instructions), Ok(instructions.len()));
     let mut ack = Vec::new();
     dec.increment(&mut ack);
     assert_eq!(enc.on_decoder_stream(&ack), Ok(ack.len()));
+    (enc, dec)
+}
+
+#[test]
+fn fields_in_any_order_reference_their_own_entries() {
+    let (mut enc, dec) = acknowledged(&RESPONSE, index_of);
     // Reversed, every other one, and one field twice: each decodes to itself.
     let reversed: Vec<_> = RESPONSE.iter().rev().copied().collect();
     let sparse: Vec<_> = RESPONSE.iter().step_by(2).chain(&RESPONSE[4..5]).copied().collect();
@@ -305,18 +317,7 @@ fn fields_in_any_order_reference_their_own_entries() {
 
 #[test]
 fn a_field_never_indexed_stays_a_literal_even_when_the_table_has_it() {
-    let (mut enc, mut dec) = (TableEncoder::default(), TableDecoder::new(16_384));
-    assert!(enc.enable(16_384, TABLE_BOUND));
-    let mut out = Vec::new();
-    let mut s = enc.section(0, &mut out);
-    s.field(b"x-a", b"1", Index::Insert);
-    s.finish();
-    let mut instructions = Vec::new();
-    enc.take_instructions(&mut instructions);
-    assert_eq!(dec.on_encoder_stream(&instructions), Ok(instructions.len()));
-    let mut ack = Vec::new();
-    dec.increment(&mut ack);
-    assert_eq!(enc.on_decoder_stream(&ack), Ok(ack.len()));
+    let (mut enc, _) = acknowledged(&[("x-a", "1")], |_| Index::Insert);
     for (index, references) in [(Index::Insert, true), (Index::Never, false)] {
         let mut out = Vec::new();
         let mut s = enc.section(4, &mut out);
