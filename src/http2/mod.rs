@@ -26,6 +26,7 @@ mod frame;
 mod head;
 pub mod hpack;
 mod io;
+pub mod machine;
 mod meter;
 pub mod priority;
 pub mod request;

@@ -335,6 +335,12 @@ pub fn put_ping_ack(out: &mut Vec<u8>, data: [u8; 8]) {
     out.extend_from_slice(&data);
 }
 
+/// Appends a PING (not an acknowledgement) carrying `data`.
+pub fn put_ping(out: &mut Vec<u8>, data: [u8; 8]) {
+    put_head(out, 8, kind::PING, 0, 0);
+    out.extend_from_slice(&data);
+}
+
 /// Appends a WINDOW_UPDATE (`stream` 0: the connection's window).
 pub fn put_window_update(out: &mut Vec<u8>, stream: u32, increment: u32) {
     put_head(out, 4, kind::WINDOW_UPDATE, 0, stream);
