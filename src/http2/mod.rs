@@ -36,8 +36,8 @@ mod unfinished;
 pub mod wire;
 
 pub use conn::{Event, H2Conn, H2Error, H2Settings, RequestHead, StreamId};
-pub use h2::Reason;
 pub use head::{Head, Heads};
 pub use io::Io;
 pub use priority::{Priority, Scheduler, Sent};
 pub use unfinished::Unfinished;
+pub use wire::Reason;

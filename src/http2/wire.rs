@@ -42,6 +42,12 @@ impl Reason {
     pub const HTTP_1_1_REQUIRED: Reason = Reason(0xd);
 }
 
+impl From<Reason> for u32 {
+    fn from(r: Reason) -> u32 {
+        r.0
+    }
+}
+
 /// The frame header's length (RFC 9113 §4.1).
 pub const HEADER_LEN: usize = 9;
 /// The smallest (and default) SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2).

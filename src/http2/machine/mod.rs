@@ -254,8 +254,9 @@ impl Machine {
         }
     }
 
-    /// Appends our SETTINGS (and the WINDOW_UPDATE that raises the connection's receive
-    /// window) to `out`: the server's preface, sent before anything else.
+    /// Appends our SETTINGS to `out`: the server's preface, sent before anything else. The
+    /// WINDOW_UPDATE that raises the connection's receive window follows the acknowledgement
+    /// of the peer's first SETTINGS.
     pub fn start(&mut self, out: &mut Vec<u8>) {
         let l = &self.limits;
         let mut pairs = vec![
@@ -268,10 +269,6 @@ impl Machine {
             pairs.push((setting::MAX_FRAME_SIZE, l.max_frame_size.min(wire::MAX_MAX_FRAME as u32)));
         }
         wire::put_settings(out, &pairs);
-        let raise = self.conn_recv.open().saturating_sub(DEFAULT_WINDOW);
-        if raise > 0 {
-            wire::put_window_update(out, 0, raise);
-        }
     }
 
     /// Reads every complete frame at the front of `input`, appending what they call for to
@@ -337,6 +334,25 @@ impl Machine {
         matches!(self.shutdown, Shutdown::Final(_)) && self.streams.is_empty()
     }
 
+    /// The peer's preface and first SETTINGS arrived, and the connection is not closed.
+    pub fn is_established(&self) -> bool {
+        self.phase == Phase::Open
+    }
+
+    /// What the peer's connection window lets us send now.
+    pub fn conn_window(&self) -> usize {
+        self.conn_send.available()
+    }
+
+    /// What `stream`'s own window lets it send now: 0 before its final response head, after
+    /// its end, or when it is unknown.
+    pub fn stream_window(&self, stream: u32) -> usize {
+        match self.streams.binary_search_by_key(&stream, |s| s.id) {
+            Ok(i) if self.streams[i].responded && self.streams[i].send_open => self.streams[i].send.available(),
+            _ => 0,
+        }
+    }
+
     /// The highest stream id the peer opened.
     pub fn last_stream(&self) -> u32 {
         self.highest
@@ -392,12 +408,7 @@ impl Machine {
     /// How many DATA bytes `stream` may send now: the smaller of its and the connection's
     /// send windows; 0 before the response head, after its end, or for an unknown stream.
     pub fn writable(&self, stream: u32) -> usize {
-        match self.streams.binary_search_by_key(&stream, |s| s.id) {
-            Ok(i) if self.streams[i].responded && self.streams[i].send_open => {
-                self.streams[i].send.available().min(self.conn_send.available())
-            }
-            _ => 0,
-        }
+        self.stream_window(stream).min(self.conn_send.available())
     }
 
     /// Sends `data` (at most [`Machine::writable`]) as DATA frames no larger than the peer
@@ -621,6 +632,10 @@ impl Machine {
                 wire::put_settings_ack(out);
                 if self.phase == Phase::Settings {
                     self.phase = Phase::Open;
+                    let raise = self.conn_recv.open().saturating_sub(DEFAULT_WINDOW);
+                    if raise > 0 {
+                        wire::put_window_update(out, 0, raise);
+                    }
                 }
                 Ok(())
             }

@@ -75,8 +75,11 @@ impl Client {
         let mut hello = PREFACE.to_vec();
         hello.extend(frame(SETTINGS, 0, 0, &[]));
         c.send(&hello);
-        let frames: Vec<_> = c.frames().iter().map(|f| (f.kind, f.flags)).filter(|f| f.0 != WINDOW_UPDATE).collect();
-        assert_eq!(frames, [(SETTINGS, 0), (SETTINGS, 1)]);
+        let frames: Vec<_> = c.frames().iter().map(|f| (f.kind, f.flags)).collect();
+        let raised = c.m.limits.connection_window_size > DEFAULT_WINDOW;
+        let want: &[(u8, u8)] =
+            if raised { &[(SETTINGS, 0), (SETTINGS, 1), (WINDOW_UPDATE, 0)] } else { &[(SETTINGS, 0), (SETTINGS, 1)] };
+        assert_eq!(frames, want);
         c
     }
 
@@ -160,6 +163,13 @@ fn our_settings_say_what_was_configured() {
     m.start(&mut out);
     let Some((Frame::Settings(s), n)) = wire::parse(&out, MIN_MAX_FRAME).expect("ok") else { panic!("SETTINGS first") };
     assert_eq!(s.iter().collect::<Vec<_>>(), [(3, 128), (4, 65_535), (6, 32_768), (8, 1), (5, 32_768)]);
+    assert_eq!(n, out.len(), "nothing else before the peer's preface");
+    out.clear();
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    assert_eq!(m.recv(&hello, &mut out, &mut |_| {}), Ok(hello.len()));
+    let (ack, n) = wire::parse(&out, MIN_MAX_FRAME).expect("ok").expect("a frame");
+    assert_eq!(ack, Frame::SettingsAck);
     let update = wire::parse(&out[n..], MIN_MAX_FRAME).expect("ok").map(|f| f.0);
     assert_eq!(update, Some(Frame::WindowUpdate { stream: 0, increment: 15 * 65_535 }));
 }
