@@ -699,7 +699,7 @@ impl H2Conn {
         if self.streams[i].responded {
             return Err(H2Error::State(stream, "early hints after the response"));
         }
-        let fields = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+        let fields = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
         self.machine.respond(stream.0, 103, fields, false, &mut self.output).map_err(|e| send_error(stream, e))
     }
 
@@ -740,7 +740,7 @@ impl H2Conn {
         if self.streams[i].responded {
             return Err(H2Error::State(stream, "response already sent"));
         }
-        let fields = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+        let fields = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
         self.machine
             .respond(stream.0, status.as_u16(), fields, end_stream, &mut self.output)
             .map_err(|e| send_error(stream, e))?;

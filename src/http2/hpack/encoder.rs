@@ -99,6 +99,18 @@ impl Encoder {
         status: Option<u16>,
         fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) {
+        self.encode_marked(out, status, fields.into_iter().map(|(n, v)| (n, v, false)));
+    }
+
+    /// [`Encoder::encode`] with each field marked sensitive or not: a sensitive field (a
+    /// value fresh on every response that must not reach any table, such as a CSP nonce) is
+    /// a never-indexed literal whatever its name.
+    pub fn encode_marked<'a>(
+        &mut self,
+        out: &mut Vec<u8>,
+        status: Option<u16>,
+        fields: impl IntoIterator<Item = (&'a [u8], &'a [u8], bool)>,
+    ) {
         if let Some((low, max)) = self.pending.take() {
             if low < max {
                 put_int(out, 0x20, 5, low);
@@ -113,8 +125,8 @@ impl Encoder {
             digits[2] = b'0' + (code % 10) as u8;
             self.field(out, b":status", &digits, Policy::Index);
         }
-        for (name, value) in fields {
-            self.field(out, name, value, policy(name));
+        for (name, value, sensitive) in fields {
+            self.field(out, name, value, if sensitive { Policy::Never } else { policy(name) });
         }
     }
 

@@ -359,12 +359,13 @@ impl Machine {
     }
 
     /// Sends the response head (`status` ≥ 200) or an interim one (1xx, never with
-    /// `end_stream`). `fields` are lowercase names without connection-specific fields.
+    /// `end_stream`). `fields` are lowercase names without connection-specific fields, each
+    /// marked sensitive (a never-indexed literal, [`Encoder::encode_marked`]) or not.
     pub fn respond<'f>(
         &mut self,
         stream: u32,
         status: u16,
-        fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
+        fields: impl IntoIterator<Item = (&'f [u8], &'f [u8], bool)>,
         end_stream: bool,
         out: &mut Vec<u8>,
     ) -> Result<(), SendError> {
@@ -378,7 +379,7 @@ impl Machine {
             return Err(SendError::State("an interim response cannot end the stream"));
         }
         self.block.clear();
-        self.encoder.encode(&mut self.block, Some(status), fields);
+        self.encoder.encode_marked(&mut self.block, Some(status), fields);
         wire::put_headers(out, stream, &self.block, end_stream, self.peer_max_frame);
         let s = &mut self.streams[i];
         s.responded = !interim;

@@ -179,7 +179,8 @@ fn a_get_is_answered_with_an_indexed_head() {
     let mut c = Client::new();
     c.request(1, &GET, true);
     assert_eq!(c.take_events(), ["request 1 GET / end"]);
-    let head: [(&[u8], &[u8]); 2] = [(b"content-type", b"application/json"), (b"x-request-id", b"abc")];
+    let head: [(&[u8], &[u8], bool); 2] =
+        [(b"content-type", b"application/json", false), (b"x-request-id", b"abc", true)];
     c.m.respond(1, 200, head, false, &mut c.out).expect("respond");
     assert_eq!(c.m.writable(1), 65_535);
     c.m.send_data(1, b"{}", true, &mut c.out).expect("data");
@@ -599,7 +600,7 @@ fn abort_writes_one_goaway_and_ignores_the_rest() {
 fn interim_responses_precede_the_final_one() {
     let mut c = Client::new();
     c.request(1, &GET, true);
-    let link: [(&[u8], &[u8]); 1] = [(b"link", b"</a.css>; rel=preload")];
+    let link: [(&[u8], &[u8], bool); 1] = [(b"link", b"</a.css>; rel=preload", false)];
     c.m.respond(1, 103, link, false, &mut c.out).expect("103");
     assert_eq!(
         c.m.respond(1, 100, [], true, &mut c.out),
@@ -631,7 +632,7 @@ fn the_peers_table_size_is_honoured() {
     c.send(&frame(SETTINGS, 0, 0, &[0, 1, 0, 0, 0, 0]));
     c.frames();
     c.request(1, &GET, true);
-    let head: [(&[u8], &[u8]); 1] = [(b"server", b"forkd")];
+    let head: [(&[u8], &[u8], bool); 1] = [(b"server", b"forkd", false)];
     c.m.respond(1, 200, head, true, &mut c.out).expect("respond");
     let frames = c.frames();
     let mut dec = Decoder::new(0);
