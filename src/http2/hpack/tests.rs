@@ -286,3 +286,18 @@ fn table_evicts_oldest_and_refuses_oversized_entries() {
     t.set_max(10);
     assert_eq!((t.len(), t.size()), (0, 0));
 }
+
+/// The static-table lookups agree with the table itself (RFC 7541 Appendix A).
+#[test]
+fn static_lookups_match_the_table() {
+    use crate::http2::hpack::{static_field, static_name, STATIC};
+    for (i, (name, value)) in STATIC.iter().enumerate() {
+        let first = STATIC.iter().position(|(n, _)| n == name).map(|j| j + 1);
+        assert_eq!(static_name(name.as_bytes()), first, "{name}");
+        let want = (!value.is_empty()).then_some(i + 1);
+        assert_eq!(static_field(name.as_bytes(), value.as_bytes()), want, "{name}: {value}");
+    }
+    assert_eq!(static_name(b"x-request-id"), None);
+    assert_eq!(static_field(b":status", b"201"), None);
+    assert_eq!(static_field(b"content-type", b""), None);
+}
