@@ -1,19 +1,22 @@
 //! One HTTP/2 connection: bytes in, events out, responses in, bytes out.
 //!
-//! [`H2Conn::advance`] drives h2 (handshake, frame reading and writing) and
+//! [`H2Conn`] wraps the connection state machine ([`super::machine`]) with
+//! what the event loop needs: an input buffer fed from the socket, one
+//! output buffer drained to it, the [`Meter`] that decides how much input is
+//! read per turn, per-stream response queues, and the conversion of request
+//! heads into `http` types. [`H2Conn::advance`] reads the admitted input and
 //! reports what happened as [`Event`]s: new requests, request body bytes,
 //! streams reset by the peer, streams whose send window reopened, and the
 //! end of the connection. The caller answers with [`H2Conn::respond`],
-//! [`H2Conn::send_data`] and friends, then calls `advance` again so h2
-//! writes the frames. Nothing here blocks or sleeps.
+//! [`H2Conn::send_data`] and friends. Nothing here blocks or sleeps.
 //!
 //! Work per turn: the caller starts each drive of the connection with
-//! [`H2Conn::begin_turn`]; h2 then reads at most
-//! [`H2Settings::frames_per_turn`] units of input (a meter walks the frame
-//! headers before h2 sees them), and [`H2Conn::throttled`] says when input
-//! waits for the next turn. Control frames beyond what requests, DATA sent
-//! and time pay for ([`H2Settings::max_control_burst`]) end the connection
-//! with `GOAWAY(ENHANCE_YOUR_CALM)`, reported as [`Event::Closed`].
+//! [`H2Conn::begin_turn`]; at most [`H2Settings::frames_per_turn`] units of
+//! input are read per turn (a meter walks the frame headers first), and
+//! [`H2Conn::throttled`] says when input waits for the next turn. Control
+//! frames beyond what requests, DATA sent and time pay for
+//! ([`H2Settings::max_control_burst`]) end the connection with
+//! `GOAWAY(ENHANCE_YOUR_CALM)`, reported as [`Event::Closed`].
 //!
 //! Flow control, both ways:
 //! - Receiving: request body bytes count against the stream's and the
@@ -24,39 +27,35 @@
 //!   others room).
 //! - Sending: [`H2Conn::writable`] says how much the stream may send now
 //!   (its share of the peer's windows, and 0 while the connection output is
-//!   above its watermark). A producer asked only for that much never makes
-//!   h2 buffer more; when it gets 0, [`Event::Writable`] tells when to ask
-//!   again.
+//!   above its watermark) and reserves that much of the connection window
+//!   for it until its next [`H2Conn::send_data`] or [`H2Conn::unreserve`].
+//!   A producer asked only for that much never makes the connection queue
+//!   more; when it gets 0, [`Event::Writable`] tells when to ask again.
 //!
 //! Stream lifetime: a stream is tracked from its [`Event::Request`] until
-//! both its request body has ended and its response has ended (or until a
-//! reset, either side). A response that ends before the request body does
-//! drops the body: h2 then sends `RST_STREAM(NO_ERROR)` after the response,
-//! as RFC 9113 §8.1 allows.
+//! its response has ended and been written (or until a reset, either side).
+//! A response that ends before the request body does drops the body:
+//! `RST_STREAM(NO_ERROR)` follows the response, as RFC 9113 §8.1 allows.
 
 use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::io::Write;
 
-use bytes::Bytes;
-use h2::ext::Protocol;
-use h2::server::{self, Connection, Handshake, SendResponse};
-use h2::{Reason, RecvStream, SendStream};
+use bytes::{Buf, Bytes};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Response, StatusCode, Uri};
 
 use super::head::HOP_BY_HOP;
-use super::io::Io;
+use super::machine::{self, Fields, Limits, Machine};
 use super::meter::Meter;
+use super::wire::{Reason, HEADER_LEN};
 
 /// The id of one stream on one connection (odd, client-initiated). The
 /// worker keys its exchanges by it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StreamId(pub u32);
 
-/// The connection's settings and h2's protocol-abuse defences.
+/// The connection's settings and its protocol-abuse defences.
 #[derive(Clone, Debug)]
 pub struct H2Settings {
     /// SETTINGS_MAX_CONCURRENT_STREAMS: streams the client may have open at
@@ -75,14 +74,13 @@ pub struct H2Settings {
     pub connection_window_size: u32,
     /// The largest header list accepted (the server's
     /// `limits.max_header_bytes`, RFC 9113 §6.5.2 size); the caller answers
-    /// a larger one with 431 ([`super::request::check`]). h2 is given twice
-    /// this, as SETTINGS_MAX_HEADER_LIST_SIZE and as its own limit, so that
-    /// a list just over it reaches the caller, whose 431 carries the JSON
-    /// error and the usual fields (h2's own 431 is a bare `:status`); h2
-    /// answers that bare 431 beyond twice, ends the connection beyond eight
-    /// times, and derives from it how many CONTINUATION frames one header
-    /// block may take (h2 ≥ 0.4.4), so a CONTINUATION flood ends the
-    /// connection.
+    /// a larger one with 431 ([`super::request::check`]). The connection
+    /// advertises twice this as SETTINGS_MAX_HEADER_LIST_SIZE and decodes up
+    /// to it, so that a list just over the limit reaches the caller, whose
+    /// 431 carries the JSON error and the usual fields; beyond twice the
+    /// connection answers a bare `:status: 431` itself. It also bounds how
+    /// many CONTINUATION frames one header block may take, so a
+    /// CONTINUATION flood ends the connection.
     pub max_header_list_size: u32,
     /// Streams the peer reset before they were accepted, queued at once;
     /// beyond this the connection ends with `GOAWAY(ENHANCE_YOUR_CALM)`
@@ -92,18 +90,16 @@ pub struct H2Settings {
     /// beyond this the connection ends with `GOAWAY(ENHANCE_YOUR_CALM)`
     /// (the same attack, provoking resets instead of sending them).
     pub max_local_error_reset_streams: usize,
-    /// Locally reset streams whose state is remembered (to ignore frames
+    /// Locally reset streams whose ids are remembered (to ignore frames
     /// still in flight for them); the oldest is forgotten beyond this.
     pub max_concurrent_reset_streams: usize,
-    /// How long a locally reset stream's state is remembered.
-    pub reset_stream_duration: Duration,
-    /// Response bytes h2 may buffer per stream beyond what it has written;
-    /// also the most [`H2Conn::writable`] ever offers at once.
+    /// The most [`H2Conn::writable`] ever offers a stream at once (bytes it
+    /// may queue beyond what is written).
     pub max_send_buffer_size: usize,
-    /// The connection's output buffer: at or above this many bytes h2 stops
-    /// writing and [`H2Conn::writable`] is 0 until the caller drains it.
+    /// The connection's output buffer: response DATA stops at this many
+    /// bytes and [`H2Conn::writable`] is 0 until the caller drains it.
     pub output_high_watermark: usize,
-    /// Work units of peer input h2 reads per turn ([`H2Conn::begin_turn`]):
+    /// Work units of peer input read per turn ([`H2Conn::begin_turn`]):
     /// a frame is one, a SETTINGS that changes INITIAL_WINDOW_SIZE one more
     /// per open stream. The rest waits for the next turn, so one
     /// connection's frames never hold up the worker's other connections.
@@ -113,7 +109,7 @@ pub struct H2Settings {
     /// stream) the peer may send beyond what its requests, the DATA we send
     /// and the time elapsed pay for; beyond this the connection ends with
     /// `GOAWAY(ENHANCE_YOUR_CALM)` (PING, SETTINGS and WINDOW_UPDATE floods,
-    /// and SETTINGS that make h2 revisit every stream).
+    /// and SETTINGS that make the connection revisit every stream).
     pub max_control_burst: u32,
 }
 
@@ -129,18 +125,16 @@ impl H2Settings {
             connection_window_size: 16 * 65_535,
             max_header_list_size: u32::try_from(max_header_bytes).unwrap_or(u32::MAX),
             // h2's and hyper's default: a browser cancelling a few streams
-            // in one burst stays well below it.
+            // in one read stays well below it.
             max_pending_accept_reset_streams: 20,
             // h2's default.
             max_local_error_reset_streams: 1024,
-            // h2's defaults: 50 remembered, for 1 s.
             max_concurrent_reset_streams: 50,
-            reset_stream_duration: Duration::from_secs(1),
-            // One window's worth (h2's default is ~400 KB): with 128 streams
-            // at most 8 MiB of response data is buffered per connection.
+            // One window's worth: with 128 streams at most 8 MiB of response
+            // data is queued per connection.
             max_send_buffer_size: 64 * 1024,
             output_high_watermark: crate::http::service::HIGH_WATERMARK,
-            // A few hundred microseconds of h2's work per turn.
+            // A few hundred microseconds of work per turn.
             frames_per_turn: 1024,
             // Far above what browsers, curl and h2 clients send (a handful of
             // SETTINGS, PING and WINDOW_UPDATE frames per many requests); a
@@ -158,18 +152,17 @@ impl Default for H2Settings {
     }
 }
 
-/// A request's head, as received: h2's own parts, not copied (the URI and
-/// the field values share the decoded header block).
+/// A request's head, as received and checked against RFC 9113 §8.3.
 #[derive(Debug)]
 pub struct RequestHead {
     /// `:method`.
     pub method: Method,
-    /// `:scheme`, `:authority` and `:path` as h2 validated them (read
+    /// `:scheme`, `:authority` and `:path` (read
     /// them with [`RequestHead::scheme`], [`RequestHead::authority`],
     /// [`RequestHead::path`]).
     pub uri: Uri,
     /// `:protocol` of an extended CONNECT (RFC 8441), e.g. `websocket`.
-    pub protocol: Option<Protocol>,
+    pub protocol: Option<Box<str>>,
     /// The regular header fields, names lowercase; iterating yields
     /// repeated names together, each name's values in the order received.
     pub headers: HeaderMap,
@@ -180,7 +173,7 @@ pub struct RequestHead {
 impl RequestHead {
     /// `:scheme`. Absent on a plain CONNECT, and when the request has no
     /// `:authority` (an `http::Uri` cannot hold a scheme without an
-    /// authority, so h2 drops it).
+    /// authority, so it is dropped).
     pub fn scheme(&self) -> Option<&str> {
         self.uri.scheme_str()
     }
@@ -197,7 +190,7 @@ impl RequestHead {
 
     /// `:protocol`, e.g. `websocket`.
     pub fn protocol(&self) -> Option<&str> {
-        self.protocol.as_ref().map(Protocol::as_str)
+        self.protocol.as_deref()
     }
 }
 
@@ -238,10 +231,10 @@ pub enum Event {
         /// The reset's reason.
         reason: Reason,
     },
-    /// The connection is over: after the peer's EOF or a completed graceful
-    /// shutdown (`error: None`), or a protocol error, either side's GOAWAY,
-    /// or an I/O error. Every stream is gone. Drain the output (it may hold
-    /// a GOAWAY), then close the socket.
+    /// The connection is over: after the peer's EOF, its GOAWAY once no
+    /// stream is left, or a completed graceful shutdown (`error: None`), or
+    /// a protocol error, an error GOAWAY either side. Every stream is gone.
+    /// Drain the output (it may hold a GOAWAY), then close the socket.
     Closed {
         /// Why, unless it ended cleanly.
         error: Option<H2Error>,
@@ -259,23 +252,17 @@ pub enum H2Error {
     State(StreamId, &'static str),
     /// A status, header name or header value the caller gave is invalid.
     InvalidHead(&'static str),
-    /// h2 reported an error.
+    /// The connection failed.
     Codec {
         /// The HTTP/2 error code, when there is one.
         reason: Option<Reason>,
-        /// It came from a GOAWAY.
+        /// It came with a GOAWAY.
         go_away: bool,
-        /// The peer sent it (its GOAWAY or RST_STREAM).
+        /// The peer sent it (its GOAWAY).
         remote: bool,
-        /// h2's description.
-        message: String,
+        /// What happened.
+        message: &'static str,
     },
-}
-
-impl From<h2::Error> for H2Error {
-    fn from(e: h2::Error) -> H2Error {
-        H2Error::Codec { reason: e.reason(), go_away: e.is_go_away(), remote: e.is_remote(), message: e.to_string() }
-    }
 }
 
 impl std::fmt::Display for H2Error {
@@ -284,7 +271,10 @@ impl std::fmt::Display for H2Error {
             H2Error::UnknownStream(id) => write!(f, "no stream {}", id.0),
             H2Error::State(id, what) => write!(f, "stream {}: {what}", id.0),
             H2Error::InvalidHead(what) => write!(f, "invalid response head: {what}"),
-            H2Error::Codec { message, .. } => write!(f, "HTTP/2: {message}"),
+            H2Error::Codec { message, reason, .. } => match reason {
+                Some(r) => write!(f, "HTTP/2: {message} ({r:?})"),
+                None => write!(f, "HTTP/2: {message}"),
+            },
         }
     }
 }
@@ -293,107 +283,94 @@ impl std::error::Error for H2Error {}
 
 /// Where the connection is.
 enum State {
-    /// Waiting for the client preface; our SETTINGS may still be queued.
-    Handshake(Pin<Box<Handshake<Io, Bytes>>>),
+    /// Nothing written yet: our SETTINGS go out on the first advance.
+    New,
     /// Frames flow.
-    Open(Box<Connection<Io, Bytes>>),
-    /// [`H2Conn::abort`] during the handshake: the next advance reports
-    /// [`Event::Closed`].
-    Aborted,
+    Open,
+    /// Over but not yet reported: the next advance reports [`Event::Closed`]
+    /// with this error.
+    Closing(Option<H2Error>),
     /// Over; [`Event::Closed`] was reported.
     Closed,
 }
 
-/// One open stream's handles.
+/// One open stream's response side.
 struct Stream {
     id: StreamId,
-    /// The request body (kept after its end, so a late `release` still
-    /// finds it and h2 returns the connection window when it is dropped).
-    recv: RecvStream,
     /// The request body ended (reported, or END_STREAM on the head).
     recv_ended: bool,
-    /// Until the response head is sent.
-    respond: Option<SendResponse<Bytes>>,
-    /// After the response head, while the body may still be sent.
-    send: Option<SendStream<Bytes>>,
+    /// The final response head went out.
+    responded: bool,
     /// The response ended (END_STREAM queued).
     send_ended: bool,
     /// [`H2Conn::writable`] returned 0: report [`Event::Writable`] once it
     /// would not.
     blocked: bool,
+    /// Connection window [`H2Conn::writable`] promised this stream.
+    reserved: usize,
+    /// Body bytes given and not yet written (beyond the windows or the
+    /// output watermark), oldest first.
+    queue: VecDeque<Bytes>,
+    queued: usize,
 }
-
-impl Stream {
-    fn finished(&self) -> bool {
-        self.send_ended
-    }
-}
-
-/// The largest flow-control window (RFC 9113 §6.9.1).
-const MAX_WINDOW_SIZE: u32 = (1 << 31) - 1;
-/// SETTINGS_MAX_FRAME_SIZE's range (RFC 9113 §6.5.2; h2 panics outside it).
-const MIN_MAX_FRAME_SIZE: u32 = 1 << 14;
-const MAX_MAX_FRAME_SIZE: u32 = (1 << 24) - 1;
 
 /// The server side of one HTTP/2 connection, socket-free.
 pub struct H2Conn {
-    io: Io,
+    machine: Machine,
     state: State,
-    /// Open streams, ascending by id (≤ MAX_CONCURRENT_STREAMS of them). A
-    /// deque: streams mostly finish oldest first, and removing the front of
-    /// a `Vec` moved every later stream (with 128 open, a few KiB of memmove
-    /// per response).
-    streams: VecDeque<Stream>,
     settings: H2Settings,
-    /// [`H2Conn::graceful_shutdown`] was asked before the handshake ended.
+    meter: Meter,
+    /// Received bytes; those before `read` were consumed.
+    input: Vec<u8>,
+    read: usize,
+    eof: bool,
+    output: Vec<u8>,
+    /// Output bytes the meter has seen.
+    metered: usize,
+    /// Open streams, ascending by id (≤ MAX_CONCURRENT_STREAMS of them). A
+    /// deque: streams mostly finish oldest first.
+    streams: VecDeque<Stream>,
+    /// Connection window promised to streams by [`H2Conn::writable`].
+    reserved: usize,
+    /// [`H2Conn::graceful_shutdown`] was asked before our SETTINGS went out.
     shutdown_asked: bool,
-    /// The peer's control frames were a flood: the connection ends with
-    /// `GOAWAY(ENHANCE_YOUR_CALM)`.
-    flooded: bool,
+    /// The peer's GOAWAY (NO_ERROR) arrived: the connection ends once no
+    /// stream is left.
+    peer_goaway: bool,
+    /// Streams whose head the conversion to `http` types refused, to reset.
+    refused: Vec<u32>,
 }
 
 impl H2Conn {
     /// A connection whose client preface has not arrived yet. Our SETTINGS
     /// are written on the first [`H2Conn::advance`].
     pub fn new(settings: H2Settings) -> H2Conn {
-        let meter = Meter::new(settings.frames_per_turn, settings.max_control_burst);
-        let io = Io::metered(settings.output_high_watermark, meter);
-        let mut builder = server::Builder::new();
-        builder
-            // The SETTINGS frame: MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE
-            // (RFC 9113 §6.5.2: at most 2^31 - 1), MAX_HEADER_LIST_SIZE (see
-            // `H2Settings::max_header_list_size`), ENABLE_CONNECT_PROTOCOL = 1
-            // (RFC 8441: WebSocket over h2).
-            .max_concurrent_streams(settings.max_concurrent_streams)
-            .initial_window_size(settings.initial_window_size.min(MAX_WINDOW_SIZE))
-            .initial_connection_window_size(settings.connection_window_size.min(MAX_WINDOW_SIZE))
-            .max_header_list_size(settings.max_header_list_size.saturating_mul(2))
-            .enable_connect_protocol()
-            // Defences. MAX_HEADER_LIST_SIZE above also bounds a header
-            // block's CONTINUATION frames (h2 >= 0.4.4: a CONTINUATION flood
-            // is ENHANCE_YOUR_CALM); h2's default data-frame budget ends a
-            // flood of tiny DATA frames the same way.
-            // Rapid reset (CVE-2023-44487), streams reset before accepted:
-            .max_pending_accept_reset_streams(settings.max_pending_accept_reset_streams)
-            // Rapid reset provoked: streams we must reset for protocol errors.
-            .max_local_error_reset_streams(Some(settings.max_local_error_reset_streams))
-            // Memory for locally reset streams: how many, how long.
-            .max_concurrent_reset_streams(settings.max_concurrent_reset_streams)
-            .reset_stream_duration(settings.reset_stream_duration)
-            // Response bytes buffered per stream (h2 asserts <= u32::MAX).
-            .max_send_buffer_size(settings.max_send_buffer_size.min(u32::MAX as usize));
-        if settings.max_frame_size > MIN_MAX_FRAME_SIZE {
-            // Announced only when above the protocol's default.
-            builder.max_frame_size(settings.max_frame_size.min(MAX_MAX_FRAME_SIZE));
-        }
-        let handshake = builder.handshake(io.clone());
+        let limits = Limits {
+            max_concurrent_streams: settings.max_concurrent_streams,
+            initial_window_size: settings.initial_window_size,
+            connection_window_size: settings.connection_window_size,
+            max_frame_size: settings.max_frame_size,
+            max_header_list_size: settings.max_header_list_size.saturating_mul(2),
+            max_pending_resets: settings.max_pending_accept_reset_streams,
+            max_local_error_resets: settings.max_local_error_reset_streams,
+            max_recent_resets: settings.max_concurrent_reset_streams,
+            ..Limits::default()
+        };
         H2Conn {
-            io,
-            state: State::Handshake(Box::pin(handshake)),
-            streams: VecDeque::new(),
+            machine: Machine::new(limits),
+            state: State::New,
+            meter: Meter::new(settings.frames_per_turn, settings.max_control_burst),
             settings,
+            input: Vec::new(),
+            read: 0,
+            eof: false,
+            output: Vec::new(),
+            metered: 0,
+            streams: VecDeque::new(),
+            reserved: 0,
             shutdown_asked: false,
-            flooded: false,
+            peer_goaway: false,
+            refused: Vec::new(),
         }
     }
 
@@ -405,37 +382,78 @@ impl H2Conn {
     /// Append bytes received from the peer (call [`H2Conn::advance`] next).
     /// Once the connection is closed they are dropped.
     pub fn feed(&mut self, bytes: &[u8]) {
-        if !self.is_closed() {
-            self.io.feed(bytes);
+        if self.is_closed() {
+            return;
         }
+        if self.read > 0 && self.read == self.input.len() {
+            self.input.clear();
+            self.read = 0;
+        }
+        self.input.extend_from_slice(bytes);
     }
 
     /// The peer closed its side.
     pub fn feed_eof(&mut self) {
-        self.io.feed_eof();
+        self.eof = true;
     }
 
-    /// Received bytes not yet consumed. h2 stops reading while its output is
-    /// full, so a caller stops reading the socket while this is large.
+    /// Received bytes not yet consumed. Input is read only as the meter
+    /// admits it, so a caller stops reading the socket while this is large.
     pub fn input_len(&self) -> usize {
-        self.io.input_len()
+        self.input.len() - self.read
     }
 
     /// Bytes waiting for the socket.
     pub fn output_len(&self) -> usize {
-        self.io.output_len()
+        self.output.len()
     }
 
     /// Move the pending output to the end of `out`.
     pub fn drain_output(&mut self, out: &mut Vec<u8>) {
-        self.io.drain_output(out);
+        self.meter_output();
+        if out.is_empty() {
+            std::mem::swap(out, &mut self.output);
+        } else {
+            out.extend_from_slice(&self.output);
+            self.output.clear();
+        }
+        self.metered = 0;
     }
 
     /// Write pending output to `w` until empty or `WouldBlock`; returns the
-    /// bytes written. Call [`H2Conn::advance`] after draining: h2 may have
-    /// been waiting for room.
-    pub fn write_output<W: std::io::Write>(&mut self, w: &mut W) -> std::io::Result<usize> {
-        self.io.write_output(w)
+    /// bytes written. Call [`H2Conn::advance`] after draining: queued
+    /// response data may have been waiting for room.
+    pub fn write_output<W: Write>(&mut self, w: &mut W) -> std::io::Result<usize> {
+        self.meter_output();
+        let mut written = 0;
+        while written < self.output.len() {
+            match w.write(&self.output[written..]) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    self.consume_output(written);
+                    return Err(e);
+                }
+            }
+        }
+        self.consume_output(written);
+        Ok(written)
+    }
+
+    fn consume_output(&mut self, n: usize) {
+        self.output.drain(..n);
+        self.metered = self.output.len();
+    }
+
+    /// Let the meter see what was written since it last looked (each DATA
+    /// frame pays back part of the control-frame level).
+    fn meter_output(&mut self) {
+        if self.metered < self.output.len() {
+            self.meter.wrote(&self.output[self.metered..]);
+            self.metered = self.output.len();
+        }
     }
 
     /// The connection is over ([`Event::Closed`] was reported).
@@ -448,197 +466,219 @@ impl H2Conn {
         self.streams.len()
     }
 
-    /// Start a turn: h2 may read [`H2Settings::frames_per_turn`] units of
-    /// input until the next call. Call once per drive of the connection by
+    /// Start a turn: [`H2Settings::frames_per_turn`] units of input may be
+    /// read until the next call. Call once per drive of the connection by
     /// the event loop, before its first [`H2Conn::advance`].
     pub fn begin_turn(&mut self, now: std::time::Instant) {
-        self.io.with_meter(|m| m.begin_turn(now));
+        self.meter.begin_turn(now);
     }
 
     /// This turn's units are spent and input waits: call
     /// [`H2Conn::begin_turn`] and [`H2Conn::advance`] again on a later turn
     /// (no readiness event will come for bytes already received).
     pub fn throttled(&self) -> bool {
-        !self.is_closed() && self.io.with_meter(|m| m.throttled()).unwrap_or(false)
+        !self.is_closed() && self.meter.throttled()
     }
 
-    /// The connection is open and carries nothing: no stream is tracked
-    /// here, and h2 has no stream either (none received and not yet
-    /// accepted, none with frames still queued). A GOAWAY now
-    /// ([`H2Conn::abort`] with `NO_ERROR`) is the last frame: nothing is
-    /// in flight that it could cut or that could follow it.
+    /// The connection is open and carries nothing: no stream is open, no
+    /// header block is half-read and no input waits. A GOAWAY now ([`H2Conn::abort`] with
+    /// `NO_ERROR`) is the last frame: nothing is in flight that it could cut
+    /// or that could follow it.
     pub fn is_quiet(&self) -> bool {
-        match &self.state {
-            State::Open(conn) => self.streams.is_empty() && !conn.has_streams(),
-            State::Handshake(_) | State::Aborted | State::Closed => false,
-        }
+        matches!(self.state, State::Open)
+            && self.machine.is_established()
+            && self.streams.is_empty()
+            && self.input_len() == 0
+            && self.machine.is_quiet()
     }
 
-    /// Drive h2 and append what happened to `events`: call after every
-    /// readiness event (input fed, output drained, a response or body bytes
-    /// given, a timer). Never blocks.
+    /// Read the admitted input and append what happened to `events`: call
+    /// after every readiness event (input fed, output drained, a response or
+    /// body bytes given, a timer). Never blocks.
     pub fn advance(&mut self, events: &mut Vec<Event>) {
-        if let State::Aborted = self.state {
-            return self.close(None, events);
-        }
-        if let State::Handshake(hs) = &mut self.state {
-            match hs.as_mut().poll(&mut noop_cx()) {
-                Poll::Pending => return,
-                Poll::Ready(Ok(mut conn)) => {
-                    if self.shutdown_asked {
-                        conn.graceful_shutdown();
-                    }
-                    self.state = State::Open(Box::new(conn));
+        match std::mem::replace(&mut self.state, State::Open) {
+            State::New => {
+                self.machine.start(&mut self.output);
+                if self.shutdown_asked {
+                    self.machine.graceful_shutdown(&mut self.output);
                 }
-                Poll::Ready(Err(e)) => return self.close(Some(e.into()), events),
+            }
+            State::Open => {}
+            State::Closing(error) => return self.close(error, events),
+            State::Closed => {
+                self.state = State::Closed;
+                return;
             }
         }
-        let open = self.streams.len();
-        self.io.with_meter(|m| m.set_open_streams(open));
-        if !self.accept(events) {
-            return;
-        }
-        self.poll_streams(events);
-        // Flush what polling the streams queued (WINDOW_UPDATEs, resets) and
-        // take anything that arrived meanwhile.
-        if !self.accept(events) {
-            return;
-        }
-        self.poll_streams(events);
-        if !self.flooded && self.io.with_meter(|m| m.flooded()).unwrap_or(false) {
-            self.flooded = true;
-            self.abort(Reason::ENHANCE_YOUR_CALM);
-            // Queue the GOAWAY; the close follows once it is written.
-            self.accept(events);
-        }
-    }
-
-    /// Poll the connection and accept new streams; false once it closed.
-    fn accept(&mut self, events: &mut Vec<Event>) -> bool {
-        let State::Open(conn) = &mut self.state else {
-            return false;
-        };
-        loop {
-            match conn.poll_accept(&mut noop_cx()) {
-                Poll::Pending => return true,
-                Poll::Ready(None) => {
-                    self.close(None, events);
-                    return false;
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    self.close(Some(e.into()), events);
-                    return false;
-                }
-                Poll::Ready(Some(Ok((request, respond)))) => {
-                    let id = StreamId(respond.stream_id().as_u32());
-                    let (mut parts, recv) = request.into_parts();
-                    let end_stream = recv.is_end_stream();
-                    let head = RequestHead {
-                        protocol: parts.extensions.remove::<Protocol>(),
-                        method: parts.method,
-                        uri: parts.uri,
-                        headers: parts.headers,
-                        end_stream,
-                    };
-                    // Client stream ids only grow, so this is the end; the
-                    // search keeps the order even if that ever changed.
-                    let at = self.streams.partition_point(|s| s.id < id);
-                    self.streams.insert(
-                        at,
-                        Stream {
-                            id,
-                            recv,
+        self.meter.set_open_streams(self.streams.len());
+        let admitted = self.meter.admit(&self.input[self.read..], self.eof);
+        let result = {
+            let H2Conn { machine, streams, meter, output, refused, peer_goaway, input, read, .. } = self;
+            let input = &input[*read..*read + admitted];
+            let mut on = |e: machine::Event<'_>| match e {
+                machine::Event::Request { stream, head, end_stream } => match request_head(head, end_stream) {
+                    Some(head) => {
+                        streams.push_back(Stream {
+                            id: StreamId(stream),
                             recv_ended: end_stream,
-                            respond: Some(respond),
-                            send: None,
+                            responded: false,
                             send_ended: false,
                             blocked: false,
-                        },
-                    );
-                    self.io.with_meter(Meter::credit_request);
-                    events.push(Event::Request { stream: id, head });
+                            reserved: 0,
+                            queue: VecDeque::new(),
+                            queued: 0,
+                        });
+                        meter.credit_request();
+                        events.push(Event::Request { stream: StreamId(stream), head });
+                    }
+                    None => refused.push(stream),
+                },
+                machine::Event::Data { stream, data, end } => {
+                    if let Ok(i) = streams.binary_search_by_key(&StreamId(stream), |s| s.id) {
+                        streams[i].recv_ended |= end;
+                        let bytes = Bytes::copy_from_slice(data);
+                        events.push(Event::Data { stream: StreamId(stream), bytes, end });
+                    }
                 }
+                machine::Event::Reset { stream, reason } => {
+                    if let Ok(i) = streams.binary_search_by_key(&StreamId(stream), |s| s.id) {
+                        streams.remove(i);
+                        events.push(Event::Reset { stream: StreamId(stream), reason });
+                    }
+                }
+                machine::Event::Window { .. } => {}
+                machine::Event::GoAway { reason } => {
+                    if reason == Reason::NO_ERROR {
+                        *peer_goaway = true;
+                    }
+                }
+            };
+            machine.recv(input, output, &mut on)
+        };
+        // Streams dropped by resets hold no reservation any more.
+        self.reserved = self.streams.iter().map(|s| s.reserved).sum();
+        for stream in std::mem::take(&mut self.refused) {
+            let _ = self.machine.reset(stream, Reason::PROTOCOL_ERROR, &mut self.output);
+        }
+        match result {
+            Ok(n) => {
+                self.read += n;
+                self.meter.consumed(n);
             }
+            Err(e) => {
+                let error = H2Error::Codec { reason: Some(e.reason), go_away: true, remote: false, message: e.message };
+                return self.close(Some(error), events);
+            }
+        }
+        if self.read == self.input.len() {
+            self.input.clear();
+            self.read = 0;
+        }
+        self.flush(events);
+        if self.meter.flooded() {
+            self.machine.abort(Reason::ENHANCE_YOUR_CALM, &mut self.output);
+            let error = H2Error::Codec {
+                reason: Some(Reason::ENHANCE_YOUR_CALM),
+                go_away: true,
+                remote: false,
+                message: "control-frame flood",
+            };
+            return self.close(Some(error), events);
+        }
+        if self.eof && !self.meter.throttled() {
+            // Everything received was read: what is left is a frame cut short.
+            let error = (self.input_len() > 0).then_some(H2Error::Codec {
+                reason: None,
+                go_away: false,
+                remote: false,
+                message: "EOF inside a frame",
+            });
+            return self.close(error, events);
+        }
+        if self.machine.is_drained() || (self.peer_goaway && self.streams.is_empty()) {
+            self.close(None, events);
         }
     }
 
-    /// Request body bytes, resets, reopened send windows.
-    fn poll_streams(&mut self, events: &mut Vec<Event>) {
-        let below = self.io.output_len() < self.settings.output_high_watermark;
-        let mut cx = noop_cx();
+    /// Write what the streams queued as far as windows and the output
+    /// watermark allow; report blocked streams that may send again.
+    fn flush(&mut self, events: &mut Vec<Event>) {
         let mut i = 0;
         while i < self.streams.len() {
-            let s = &mut self.streams[i];
-            let mut reset = None;
-            while !s.recv_ended {
-                match s.recv.poll_data(&mut cx) {
-                    Poll::Pending => break,
-                    Poll::Ready(None) => {
-                        s.recv_ended = true;
-                        events.push(Event::Data { stream: s.id, bytes: Bytes::new(), end: true });
-                    }
-                    Poll::Ready(Some(Ok(bytes))) => {
-                        s.recv_ended = s.recv.is_end_stream();
-                        events.push(Event::Data { stream: s.id, bytes, end: s.recv_ended });
-                    }
-                    Poll::Ready(Some(Err(e))) => {
-                        reset = Some(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
-                        break;
-                    }
-                }
-            }
-            if reset.is_none() {
-                let polled = if let Some(respond) = &mut s.respond {
-                    respond.poll_reset(&mut cx)
-                } else if let (Some(send), false) = (&mut s.send, s.send_ended) {
-                    send.poll_reset(&mut cx)
-                } else {
-                    Poll::Pending
-                };
-                if let Poll::Ready(r) = polled {
-                    reset = Some(r.unwrap_or(Reason::INTERNAL_ERROR));
-                }
-            }
-            if let Some(reason) = reset {
-                events.push(Event::Reset { stream: s.id, reason });
-                self.streams.remove(i);
+            self.flush_stream(i);
+            if self.retire(i) {
                 continue;
             }
-            if s.blocked && below {
-                if let Some(send) = &s.send {
-                    if send.capacity() > 0 {
-                        s.blocked = false;
-                        events.push(Event::Writable { stream: s.id });
-                    }
+            let s = &self.streams[i];
+            if s.blocked && self.output.len() < self.settings.output_high_watermark {
+                let id = s.id;
+                if self.room(i) > 0 {
+                    self.streams[i].blocked = false;
+                    events.push(Event::Writable { stream: id });
                 }
             }
             i += 1;
         }
     }
 
+    /// Write stream `i`'s queue as far as its windows and the output
+    /// watermark allow.
+    fn flush_stream(&mut self, i: usize) {
+        let watermark = self.settings.output_high_watermark;
+        let s = &mut self.streams[i];
+        let id = s.id.0;
+        loop {
+            let last = s.queue.len() == 1 && s.send_ended;
+            let Some(front) = s.queue.front_mut() else { break };
+            let room = watermark.saturating_sub(self.output.len() + HEADER_LEN);
+            let n = front.len().min(self.machine.writable(id)).min(room);
+            if n == 0 && !front.is_empty() {
+                break;
+            }
+            let end = last && n == front.len();
+            if self.machine.send_data(id, &front[..n], end, &mut self.output).is_err() {
+                break;
+            }
+            front.advance(n);
+            s.queued -= n;
+            if front.is_empty() {
+                s.queue.pop_front();
+            }
+        }
+    }
+
+    /// Drop stream `i` once its response ended and went out; true if it did.
+    fn retire(&mut self, i: usize) -> bool {
+        let s = &self.streams[i];
+        if !(s.send_ended && s.queue.is_empty()) {
+            return false;
+        }
+        self.reserved -= s.reserved.min(self.reserved);
+        self.streams.remove(i);
+        true
+    }
+
     fn close(&mut self, error: Option<H2Error>, events: &mut Vec<Event>) {
-        let error = error.or_else(|| {
-            self.flooded.then(|| H2Error::Codec {
-                reason: Some(Reason::ENHANCE_YOUR_CALM),
-                go_away: true,
-                remote: false,
-                message: "control-frame flood".to_string(),
-            })
-        });
         self.state = State::Closed;
         self.streams.clear();
+        self.reserved = 0;
+        self.input = Vec::new();
+        self.read = 0;
         events.push(Event::Closed { error });
     }
 
-    fn find(&mut self, stream: StreamId) -> Result<usize, H2Error> {
+    fn find(&self, stream: StreamId) -> Result<usize, H2Error> {
         self.streams.binary_search_by_key(&stream, |s| s.id).map_err(|_| H2Error::UnknownStream(stream))
     }
 
-    /// Drop the stream once its response has ended.
-    fn retire(&mut self, i: usize) {
-        if self.streams[i].finished() {
-            self.streams.remove(i);
-        }
+    /// What stream `i` may send now: its window and the connection's less
+    /// what other streams were promised, less what it already queued.
+    fn room(&self, i: usize) -> usize {
+        let s = &self.streams[i];
+        let others = self.reserved - s.reserved.min(self.reserved);
+        let conn = self.machine.conn_window().saturating_sub(others);
+        let stream = self.machine.stream_window(s.id.0);
+        conn.min(stream).saturating_sub(s.queued).min(self.settings.max_send_buffer_size)
     }
 
     /// Send an interim `103 Early Hints` with `headers` (typically `link`);
@@ -653,17 +693,14 @@ impl H2Conn {
     }
 
     /// [`H2Conn::early_hints`] with the fields already in a map (no
-    /// connection-specific fields in it: h2 refuses those).
+    /// connection-specific fields in it).
     pub fn early_hints_with(&mut self, stream: StreamId, fields: HeaderMap) -> Result<(), H2Error> {
         let i = self.find(stream)?;
-        let mut response = Response::new(());
-        *response.status_mut() = StatusCode::EARLY_HINTS;
-        *response.headers_mut() = fields;
-        let Some(respond) = &mut self.streams[i].respond else {
+        if self.streams[i].responded {
             return Err(H2Error::State(stream, "early hints after the response"));
-        };
-        respond.send_informational(response)?;
-        Ok(())
+        }
+        let fields = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
+        self.machine.respond(stream.0, 103, fields, false, &mut self.output).map_err(|e| send_error(stream, e))
     }
 
     /// Send the response head. Connection-specific fields (`connection`,
@@ -688,7 +725,7 @@ impl H2Conn {
     }
 
     /// [`H2Conn::respond`] with the head already built (no
-    /// connection-specific fields in `fields`: h2 refuses those).
+    /// connection-specific fields in `fields`).
     pub fn respond_with(
         &mut self,
         stream: StreamId,
@@ -697,28 +734,21 @@ impl H2Conn {
         end_stream: bool,
     ) -> Result<(), H2Error> {
         let i = self.find(stream)?;
-        let mut response = Response::new(());
-        *response.status_mut() = status;
-        *response.headers_mut() = fields;
-        if response.status().is_informational() {
+        if status.is_informational() {
             return Err(H2Error::InvalidHead("1xx status as the final response"));
         }
-        let s = &mut self.streams[i];
-        let Some(mut respond) = s.respond.take() else {
+        if self.streams[i].responded {
             return Err(H2Error::State(stream, "response already sent"));
-        };
-        match respond.send_response(response, end_stream) {
-            Ok(send) => {
-                s.send = Some(send);
-                s.send_ended = end_stream;
-                self.retire(i);
-                Ok(())
-            }
-            Err(e) => {
-                s.respond = Some(respond);
-                Err(e.into())
-            }
         }
+        let fields = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
+        self.machine
+            .respond(stream.0, status.as_u16(), fields, end_stream, &mut self.output)
+            .map_err(|e| send_error(stream, e))?;
+        let s = &mut self.streams[i];
+        s.responded = true;
+        s.send_ended = end_stream;
+        self.retire(i);
+        Ok(())
     }
 
     /// How many body bytes `stream` may send now: its share of the peer's
@@ -727,80 +757,71 @@ impl H2Conn {
     /// blocked: [`Event::Writable`] reports when it may send again. Unknown
     /// or finished streams get 0 (and no event).
     ///
-    /// Asking reserves window for the stream until the next
-    /// [`H2Conn::send_data`]: ask when there are bytes to send.
+    /// Asking reserves that much of the connection window for the stream
+    /// until its next [`H2Conn::send_data`]: ask when there are bytes to
+    /// send.
     pub fn writable(&mut self, stream: StreamId) -> usize {
-        let below = self.io.output_len() < self.settings.output_high_watermark;
-        let want = self.settings.max_send_buffer_size;
+        let below = self.output.len() < self.settings.output_high_watermark;
         let Ok(i) = self.find(stream) else {
             return 0;
         };
-        let s = &mut self.streams[i];
-        let Some(send) = &mut s.send else {
-            return 0;
-        };
-        if s.send_ended {
+        let s = &self.streams[i];
+        if !s.responded || s.send_ended {
             return 0;
         }
-        // Ask for a full buffer's worth beyond what is already queued; h2
-        // assigns what the windows allow now, the rest as they open.
-        send.reserve_capacity(want);
-        let n = if below { send.capacity() } else { 0 };
+        let n = if below { self.room(i) } else { 0 };
+        let s = &mut self.streams[i];
+        self.reserved = self.reserved - s.reserved.min(self.reserved) + n;
+        s.reserved = n;
         s.blocked = n == 0;
         n
     }
 
     /// Give back the window [`H2Conn::writable`] reserved for `stream`
     /// without sending: the stream stops competing for the connection
-    /// window (h2 hands the connection window to waiting streams in the
-    /// order they asked, not by priority), so a scheduler lets only the
-    /// stream it wants served next keep asking. No [`Event::Writable`]
-    /// follows for it. Unknown or finished streams are ignored.
+    /// window, so a scheduler lets only the stream it wants served next keep
+    /// asking. No [`Event::Writable`] follows for it. Unknown or finished
+    /// streams are ignored.
     pub fn unreserve(&mut self, stream: StreamId) {
         let Ok(i) = self.find(stream) else {
             return;
         };
         let s = &mut self.streams[i];
-        if let (Some(send), false) = (&mut s.send, s.send_ended) {
-            send.reserve_capacity(0);
-            s.blocked = false;
-        }
+        self.reserved -= s.reserved.min(self.reserved);
+        s.reserved = 0;
+        s.blocked = false;
     }
 
-    /// Queue body bytes (at most what [`H2Conn::writable`] said, or h2
-    /// buffers the rest without bound); `end` ends the response.
+    /// Queue body bytes (at most what [`H2Conn::writable`] said, or the rest
+    /// waits in the stream's queue for the windows); `end` ends the
+    /// response.
     pub fn send_data(&mut self, stream: StreamId, data: Bytes, end: bool) -> Result<(), H2Error> {
         let i = self.find(stream)?;
         let s = &mut self.streams[i];
-        let Some(send) = &mut s.send else {
+        if !s.responded {
             return Err(H2Error::State(stream, "body before the response head"));
-        };
+        }
         if s.send_ended {
             return Err(H2Error::State(stream, "body after the end of the response"));
         }
-        send.send_data(data, end)?;
-        if end {
-            s.send_ended = true;
-            self.retire(i);
-        } else {
-            // Hand back whatever of the reservation these bytes did not use:
-            // a producer that goes quiet (an idle SSE stream) must not sit
-            // on connection window other streams could use. The next
-            // `writable` reserves again.
-            send.reserve_capacity(0);
+        self.reserved -= s.reserved.min(self.reserved);
+        s.reserved = 0;
+        if !data.is_empty() || end {
+            s.queued += data.len();
+            s.queue.push_back(data);
         }
+        s.send_ended = end;
+        self.flush_stream(i);
+        self.retire(i);
         Ok(())
     }
 
     /// Hand `n` request body bytes back to the peer's flow control (they
-    /// were consumed): h2 sends WINDOW_UPDATEs on the next advance. Bytes of
-    /// a stream that is gone are ignored.
+    /// were consumed): WINDOW_UPDATEs go out once half a window is owed.
+    /// Bytes of a stream that is gone are ignored.
     pub fn release(&mut self, stream: StreamId, n: usize) -> Result<(), H2Error> {
-        let Ok(i) = self.find(stream) else {
-            return Ok(());
-        };
         if n > 0 {
-            self.streams[i].recv.flow_control().release_capacity(n)?;
+            self.machine.release(stream.0, n, &mut self.output);
         }
         Ok(())
     }
@@ -809,15 +830,10 @@ impl H2Conn {
     /// `INTERNAL_ERROR` after a failure mid-body). It is gone at once.
     pub fn reset(&mut self, stream: StreamId, reason: Reason) -> Result<(), H2Error> {
         let i = self.find(stream)?;
-        let Some(s) = self.streams.remove(i) else {
-            return Err(H2Error::UnknownStream(stream));
-        };
-        if let Some(mut respond) = s.respond {
-            respond.send_reset(reason);
-        } else if let Some(mut send) = s.send {
-            send.send_reset(reason);
+        if let Some(s) = self.streams.remove(i) {
+            self.reserved -= s.reserved.min(self.reserved);
         }
-        Ok(())
+        self.machine.reset(stream.0, reason, &mut self.output).map_err(|e| send_error(stream, e))
     }
 
     /// Start a graceful shutdown the way RFC 9113 §6.8 suggests: GOAWAY
@@ -829,31 +845,71 @@ impl H2Conn {
     /// protocol error): when [`H2Conn::is_quiet`], a single final GOAWAY
     /// ([`H2Conn::abort`] with `NO_ERROR`) is the better close.
     pub fn graceful_shutdown(&mut self) {
-        match &mut self.state {
-            State::Open(conn) => conn.graceful_shutdown(),
-            State::Handshake(_) => self.shutdown_asked = true,
-            State::Aborted | State::Closed => {}
+        match self.state {
+            State::Open => self.machine.graceful_shutdown(&mut self.output),
+            State::New => self.shutdown_asked = true,
+            State::Closing(_) | State::Closed => {}
         }
     }
 
     /// End the connection now: GOAWAY with `reason` and the last stream
-    /// processed, open streams are dropped. h2 reads no frame after it, so a
+    /// processed, open streams are dropped. No frame is read after it, so a
     /// stream above that id is never processed: a client may safely retry
-    /// it. [`Event::Closed`] follows on the next advance (before the
-    /// handshake ended: without a GOAWAY).
+    /// it. [`Event::Closed`] follows on the next advance (before our
+    /// SETTINGS went out: without a GOAWAY).
     pub fn abort(&mut self, reason: Reason) {
-        match &mut self.state {
-            State::Open(conn) => conn.abrupt_shutdown(reason),
-            State::Handshake(_) => self.state = State::Aborted,
-            State::Aborted | State::Closed => {}
+        match self.state {
+            State::Open => {
+                self.machine.abort(reason, &mut self.output);
+                let error = (reason != Reason::NO_ERROR).then_some(H2Error::Codec {
+                    reason: Some(reason),
+                    go_away: true,
+                    remote: false,
+                    message: "closed by the server",
+                });
+                self.state = State::Closing(error);
+            }
+            State::New => self.state = State::Closing(None),
+            State::Closing(_) | State::Closed => {}
         }
     }
 }
 
-/// A polling context whose waker does nothing: the caller re-polls on every
-/// readiness event, so h2 never needs to wake anyone.
-fn noop_cx() -> Context<'static> {
-    Context::from_waker(Waker::noop())
+/// The `http` form of a request head the machine accepted; `None` when a
+/// field does not fit `http`'s types (the stream is reset).
+fn request_head(fields: &Fields, end_stream: bool) -> Option<RequestHead> {
+    let method = Method::from_bytes(fields.method()?).ok()?;
+    let mut parts = http::uri::Parts::default();
+    if let Some(authority) = fields.authority() {
+        parts.authority = Some(Authority::try_from(authority).ok()?);
+        if let Some(scheme) = fields.scheme() {
+            parts.scheme = Some(Scheme::try_from(scheme).ok()?);
+        }
+    }
+    if let Some(path) = fields.path() {
+        parts.path_and_query = Some(PathAndQuery::try_from(path).ok()?);
+    } else if parts.scheme.is_some() {
+        parts.path_and_query = Some(PathAndQuery::from_static("/"));
+    }
+    let uri = Uri::from_parts(parts).ok()?;
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for (name, value) in fields.iter() {
+        let name = HeaderName::from_bytes(name).ok()?;
+        headers.append(name, HeaderValue::from_bytes(value).ok()?);
+    }
+    let protocol = match fields.protocol() {
+        Some(p) => Some(std::str::from_utf8(p).ok()?.into()),
+        None => None,
+    };
+    Some(RequestHead { method, uri, protocol, headers, end_stream })
+}
+
+fn send_error(stream: StreamId, e: machine::SendError) -> H2Error {
+    match e {
+        machine::SendError::UnknownStream => H2Error::UnknownStream(stream),
+        machine::SendError::State(what) => H2Error::State(stream, what),
+        machine::SendError::Window => H2Error::State(stream, "data past the window"),
+    }
 }
 
 /// A response head with `status` and `headers`, hop-by-hop fields dropped.

@@ -12,9 +12,9 @@
 //! copy); the values that change (`date` once a second, the CSP with its
 //! nonce, `x-request-id`, `content-length`) are written into one shared
 //! arena and handed out as refcounted slices, so a head costs no allocation
-//! beyond h2's own `HeaderMap`. An HTML document's CSP (with its nonce) and
-//! `x-request-id` are fresh every time: they are marked sensitive, which makes h2's HPACK encoder
-//! send them as literals that are never indexed instead of inserting each one
+//! beyond the `HeaderMap`. An HTML document's CSP (with its nonce) and
+//! `x-request-id` are fresh every time: they are marked sensitive, which makes the HPACK
+//! encoder send them as literals that are never indexed instead of inserting each one
 //! into the dynamic table, where they would evict the fixed fields (which
 //! then encode as one-byte indices on every later response).
 

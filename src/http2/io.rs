@@ -1,17 +1,12 @@
-//! The in-memory duplex h2 reads from and writes to: no socket.
+//! An in-memory duplex for the `h2` crate's client, no socket: the tests
+//! drive [`super::H2Conn`] with h2's client over it.
 //!
-//! The event loop copies bytes received from the socket into the input
-//! buffer ([`Io::feed`]) and moves the output buffer onto the socket
+//! The test copies bytes from the server into the input buffer
+//! ([`Io::feed`]) and moves the output buffer to the server
 //! ([`Io::write_output`], [`Io::drain_output`]). h2 sees an
 //! `AsyncRead + AsyncWrite` that is `Pending` when the input is empty (more
-//! will come with the next readiness event) and when the output holds more
-//! than its cap (back pressure: h2 stops producing until the caller drains
-//! and polls again). Wakers are never stored: the caller re-polls on every
-//! readiness event.
-//!
-//! A server connection's `Io` carries a [`Meter`]: h2 reads only the input
-//! the meter admits (whole frames, so many per turn, none once the peer's
-//! control frames are a flood), and the meter sees every byte h2 writes.
+//! will come with the next shuttle) and when the output holds more than its
+//! cap. Wakers are never stored: the caller re-polls every time.
 
 use std::cell::RefCell;
 use std::io::{self, Write};
@@ -21,8 +16,6 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-use super::meter::Meter;
 
 /// Both buffers of one connection.
 struct Buffers {
@@ -36,8 +29,6 @@ struct Buffers {
     output_cap: usize,
     /// h2 shut its write side down (it has nothing more to send).
     shutdown: bool,
-    /// What h2 may read of `input` (none: all of it).
-    meter: Option<Meter>,
 }
 
 /// A shared handle on a connection's input and output buffers.
@@ -61,21 +52,8 @@ impl Io {
             output: Vec::new(),
             output_cap: output_cap.max(1),
             shutdown: false,
-            meter: None,
         };
         Io { inner: Rc::new(RefCell::new(buffers)) }
-    }
-
-    /// [`Io::new`] for a server connection: h2 reads only what `meter` admits.
-    pub fn metered(output_cap: usize, meter: Meter) -> Io {
-        let io = Io::new(output_cap);
-        io.inner.borrow_mut().meter = Some(meter);
-        io
-    }
-
-    /// Run `f` on the meter, if there is one.
-    pub fn with_meter<T>(&self, f: impl FnOnce(&mut Meter) -> T) -> Option<T> {
-        self.inner.borrow_mut().meter.as_mut().map(f)
     }
 
     /// Append bytes received from the peer.
@@ -153,20 +131,9 @@ impl AsyncRead for Io {
             // Ready with nothing filled is EOF to the reader.
             return if b.eof { Poll::Ready(Ok(())) } else { Poll::Pending };
         }
-        let admitted = match &mut b.meter {
-            Some(m) => m.admit(&b.input, b.eof),
-            None => b.input.len(),
-        };
-        if admitted == 0 {
-            // The rest waits for the next turn (or more bytes of its frame).
-            return Poll::Pending;
-        }
-        let n = admitted.min(buf.remaining());
+        let n = b.input.len().min(buf.remaining());
         buf.put_slice(&b.input[..n]);
         b.input.advance(n);
-        if let Some(m) = &mut b.meter {
-            m.consumed(n);
-        }
         Poll::Ready(Ok(()))
     }
 }
@@ -181,9 +148,6 @@ impl AsyncWrite for Io {
         // it, whatever h2 has queued.
         let n = data.len().min(b.output_cap - b.output.len());
         b.output.extend_from_slice(&data[..n]);
-        if let Some(m) = &mut b.meter {
-            m.wrote(&data[..n]);
-        }
         Poll::Ready(Ok(n))
     }
 

@@ -1,13 +1,12 @@
 //! What one HTTP/2 connection's peer may make us do: frames per turn, and
 //! when its control frames are a flood.
 //!
-//! h2 parses frames itself and gives no hook per frame, so the [`Meter`]
-//! walks the 9-byte frame headers of the bytes on their way into h2 (the
-//! input side of [`super::Io`]) and of the bytes h2 writes (the output side),
-//! and decides how much of the input h2 may read now:
+//! The [`Meter`] walks the 9-byte frame headers of the input before the
+//! connection state machine reads it, and of the bytes the connection
+//! writes, and decides how much of the input may be read now:
 //! - **Work per turn.** Each frame costs a unit, a SETTINGS that carries
-//!   `INITIAL_WINDOW_SIZE` one more per open stream (h2 updates every
-//!   stream's window for it). A turn (one drive of the connection by the
+//!   `INITIAL_WINDOW_SIZE` one more per open stream (every stream's
+//!   window is updated for it). A turn (one drive of the connection by the
 //!   event loop, [`Meter::begin_turn`]) admits frames until its
 //!   `frames_per_turn` units are spent; the rest waits for the next turn, so
 //!   one connection's input never holds the loop for long, however cheap
@@ -20,14 +19,14 @@
 //!   `max_control_burst` is a flood: nothing more is admitted, and the
 //!   connection ends it with `GOAWAY(ENHANCE_YOUR_CALM)`, as nginx's
 //!   "http2 flood detected" and h2o's per-connection counters do.
-//!   DATA, HEADERS and CONTINUATION are h2's to judge (its small-DATA budget,
-//!   the header-list limit, rapid reset).
+//!   DATA, HEADERS and CONTINUATION are the state machine's to judge (its
+//!   empty-DATA budget, the header-list limit, rapid reset).
 //!
 //! Frames are admitted whole: a frame's header decides, its payload follows
 //! as it arrives. A SETTINGS frame's payload (at most [`SETTINGS_SCAN`]
-//! bytes) is waited for, so that its cost is known before h2 sees it. It
+//! bytes) is waited for, so that its cost is known before it is read. It
 //! must not buffer, copy or change a byte: it only says how many of the
-//! input's leading bytes h2 may read.
+//! input's leading bytes may be read.
 
 use std::time::Instant;
 

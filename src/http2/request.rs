@@ -1,6 +1,6 @@
-//! The checks of a request head that h2 leaves to its user.
+//! The checks of a request head that the connection leaves to its user.
 //!
-//! h2 validates the framing of a request (pseudo-fields present and first,
+//! The connection validates the framing of a request (pseudo-fields present and first,
 //! connection-specific fields absent, names lowercase) and refuses a header
 //! list over its own limit. What it lets through is checked here, once per
 //! request, before the worker turns the head into an exchange: a header list
@@ -78,7 +78,6 @@ pub fn check(head: &RequestHead, max_header_bytes: usize) -> Result<(), Fault> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use h2::ext::Protocol;
     use http::{HeaderMap, HeaderValue, Method, Uri};
 
     fn head(method: Method, uri: &str, fields: &[(&'static str, &str)], protocol: Option<&str>) -> RequestHead {
@@ -89,7 +88,7 @@ mod tests {
         RequestHead {
             method,
             uri: uri.parse::<Uri>().expect("uri"),
-            protocol: protocol.map(Protocol::from),
+            protocol: protocol.map(Into::into),
             headers,
             end_stream: true,
         }

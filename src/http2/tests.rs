@@ -764,7 +764,7 @@ fn reset_by_the_peer_is_reported() {
     let (_rf, mut up) = pair.request(Request::post("https://example.test/x").body(()).expect("req"), false);
     pair.pump();
     let (stream, _) = pair.only_request();
-    up.send_reset(Reason::CANCEL);
+    up.send_reset(h2::Reason::CANCEL);
     pair.pump();
     let events = pair.events();
     assert!(matches!(events[..], [Event::Reset { stream: s, reason: Reason::CANCEL }] if s == stream), "{events:?}");
@@ -778,7 +778,7 @@ fn reset_by_the_peer_is_reported() {
     pair.server.reset(stream, Reason::INTERNAL_ERROR).expect("reset");
     pair.pump();
     let err = response(&mut rf).expect("ready").expect_err("reset");
-    assert_eq!(err.reason(), Some(Reason::INTERNAL_ERROR));
+    assert_eq!(err.reason(), Some(h2::Reason::INTERNAL_ERROR));
 }
 
 #[test]

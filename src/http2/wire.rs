@@ -42,6 +42,12 @@ impl Reason {
     pub const HTTP_1_1_REQUIRED: Reason = Reason(0xd);
 }
 
+impl From<Reason> for u32 {
+    fn from(r: Reason) -> u32 {
+        r.0
+    }
+}
+
 /// The frame header's length (RFC 9113 §4.1).
 pub const HEADER_LEN: usize = 9;
 /// The smallest (and default) SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2).
@@ -332,6 +338,12 @@ pub fn put_settings_ack(out: &mut Vec<u8>) {
 /// Appends the PING acknowledgement of `data`.
 pub fn put_ping_ack(out: &mut Vec<u8>, data: [u8; 8]) {
     put_head(out, 8, kind::PING, flag::ACK, 0);
+    out.extend_from_slice(&data);
+}
+
+/// Appends a PING (not an acknowledgement) carrying `data`.
+pub fn put_ping(out: &mut Vec<u8>, data: [u8; 8]) {
+    put_head(out, 8, kind::PING, 0, 0);
     out.extend_from_slice(&data);
 }
 

@@ -22,30 +22,15 @@ enum Policy {
     Never,
 }
 
-/// Fields whose values differ on (nearly) every response: indexing them would only churn the
-/// table.
-const LITERAL: [&[u8]; 9] = [
-    b"date",
-    b"x-request-id",
-    b"content-length",
-    b"etag",
-    b"last-modified",
-    b"location",
-    b"content-range",
-    b"age",
-    b"expires",
-];
-
-/// Fields that carry credentials.
-const NEVER: [&[u8]; 4] = [b"set-cookie", b"authorization", b"proxy-authorization", b"cookie"];
-
+/// How `name` is written: credentials never indexed; fields whose values differ on (nearly)
+/// every response as literals (indexing them would only churn the table); the rest indexed.
 fn policy(name: &[u8]) -> Policy {
-    if NEVER.contains(&name) {
-        Policy::Never
-    } else if LITERAL.contains(&name) {
-        Policy::Literal
-    } else {
-        Policy::Index
+    // A match compiles to a switch on the length first: asked for every field.
+    match name {
+        b"set-cookie" | b"authorization" | b"proxy-authorization" | b"cookie" => Policy::Never,
+        b"date" | b"x-request-id" | b"content-length" | b"etag" | b"last-modified" | b"location" | b"content-range"
+        | b"age" | b"expires" => Policy::Literal,
+        _ => Policy::Index,
     }
 }
 
@@ -99,6 +84,18 @@ impl Encoder {
         status: Option<u16>,
         fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) {
+        self.encode_marked(out, status, fields.into_iter().map(|(n, v)| (n, v, false)));
+    }
+
+    /// [`Encoder::encode`] with each field marked sensitive or not: a sensitive field (a
+    /// value fresh on every response that must not reach any table, such as a CSP nonce) is
+    /// a never-indexed literal whatever its name.
+    pub fn encode_marked<'a>(
+        &mut self,
+        out: &mut Vec<u8>,
+        status: Option<u16>,
+        fields: impl IntoIterator<Item = (&'a [u8], &'a [u8], bool)>,
+    ) {
         if let Some((low, max)) = self.pending.take() {
             if low < max {
                 put_int(out, 0x20, 5, low);
@@ -113,8 +110,8 @@ impl Encoder {
             digits[2] = b'0' + (code % 10) as u8;
             self.field(out, b":status", &digits, Policy::Index);
         }
-        for (name, value) in fields {
-            self.field(out, name, value, policy(name));
+        for (name, value, sensitive) in fields {
+            self.field(out, name, value, if sensitive { Policy::Never } else { policy(name) });
         }
     }
 

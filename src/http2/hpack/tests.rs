@@ -176,6 +176,24 @@ fn credentials_are_never_indexed() {
     assert_eq!(d.table_size(), 0);
 }
 
+/// A field marked sensitive (an HTML document's CSP with its nonce) is a never-indexed literal
+/// whatever its name; the same name unmarked is indexed.
+#[test]
+fn sensitive_fields_are_never_indexed() {
+    let mut e = Encoder::new(4096);
+    let csp = (&b"content-security-policy"[..], &b"script-src 'nonce-abc'"[..]);
+    let mut out = Vec::new();
+    e.encode_marked(&mut out, None, [(csp.0, csp.1, true)]);
+    assert_eq!(out[0] & 0xf0, 0x10, "{out:02x?}");
+    assert_eq!(e.table_size(), 0);
+    let mut d = Decoder::new(4096);
+    assert_eq!(decode(&mut d, &out), Ok(fields(&[("content-security-policy", "script-src 'nonce-abc'")])));
+    out.clear();
+    e.encode_marked(&mut out, None, [(csp.0, csp.1, false)]);
+    assert_eq!(out[0] & 0xc0, 0x40, "inserted: {out:02x?}");
+    assert!(e.table_size() > 0);
+}
+
 /// A status outside the static table is indexed after its first use; any value round trips.
 #[test]
 fn statuses_round_trip() {
@@ -267,4 +285,19 @@ fn table_evicts_oldest_and_refuses_oversized_entries() {
     t.insert(b"d", b"4");
     t.set_max(10);
     assert_eq!((t.len(), t.size()), (0, 0));
+}
+
+/// The static-table lookups agree with the table itself (RFC 7541 Appendix A).
+#[test]
+fn static_lookups_match_the_table() {
+    use crate::http2::hpack::{static_field, static_name, STATIC};
+    for (i, (name, value)) in STATIC.iter().enumerate() {
+        let first = STATIC.iter().position(|(n, _)| n == name).map(|j| j + 1);
+        assert_eq!(static_name(name.as_bytes()), first, "{name}");
+        let want = (!value.is_empty()).then_some(i + 1);
+        assert_eq!(static_field(name.as_bytes(), value.as_bytes()), want, "{name}: {value}");
+    }
+    assert_eq!(static_name(b"x-request-id"), None);
+    assert_eq!(static_field(b":status", b"201"), None);
+    assert_eq!(static_field(b"content-type", b""), None);
 }
