@@ -31,6 +31,8 @@ use std::net::{SocketAddr, TcpStream as StdStream};
 use std::time::{Duration, SystemTime};
 
 use forkd::http2::hpack::{huffman, put_int, Decoder, STATIC};
+use forkd::http2::wire::flag::{ACK, END_HEADERS, END_STREAM, PADDED, PRIORITY as PRIORITY_FLAG};
+use forkd::http2::wire::kind::{CONTINUATION, DATA, GOAWAY, HEADERS, PING, RST_STREAM, SETTINGS, WINDOW_UPDATE};
 use mio::net::TcpStream;
 
 #[path = "mio_serve.rs"]
@@ -44,20 +46,6 @@ const MAX_FRAME: usize = 16_384;
 const DECODER_TABLE: usize = 4096;
 /// Read size per `read` call.
 const READ_CHUNK: usize = 64 * 1024;
-
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const WINDOW_UPDATE: u8 = 0x8;
-const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const ACK: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY_FLAG: u8 = 0x20;
 
 /// Static index of `date`.
 const DATE: usize = 33;

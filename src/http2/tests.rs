@@ -13,21 +13,12 @@ use h2::RecvStream;
 use http::{Method, Request, Response};
 
 use super::frame::testing::{frame, PREFACE};
+use super::wire::kind::{CONTINUATION, DATA, GOAWAY, HEADERS, PING, RST_STREAM, SETTINGS, WINDOW_UPDATE};
 use super::*;
 
 fn cx() -> Context<'static> {
     Context::from_waker(Waker::noop())
 }
-
-// Frame types.
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const WINDOW_UPDATE: u8 = 0x8;
-const CONTINUATION: u8 = 0x9;
 
 /// One frame: type, flags, stream, payload.
 struct Frame {

@@ -58,25 +58,40 @@ pub const MAX_MAX_FRAME: usize = (1 << 24) - 1;
 pub const MAX_WINDOW: u32 = (1 << 31) - 1;
 
 /// Frame types (RFC 9113 §6).
-mod kind {
+pub mod kind {
+    /// DATA.
     pub const DATA: u8 = 0x0;
+    /// HEADERS.
     pub const HEADERS: u8 = 0x1;
+    /// PRIORITY.
     pub const PRIORITY: u8 = 0x2;
+    /// RST_STREAM.
     pub const RST_STREAM: u8 = 0x3;
+    /// SETTINGS.
     pub const SETTINGS: u8 = 0x4;
+    /// PUSH_PROMISE.
     pub const PUSH_PROMISE: u8 = 0x5;
+    /// PING.
     pub const PING: u8 = 0x6;
+    /// GOAWAY.
     pub const GOAWAY: u8 = 0x7;
+    /// WINDOW_UPDATE.
     pub const WINDOW_UPDATE: u8 = 0x8;
+    /// CONTINUATION.
     pub const CONTINUATION: u8 = 0x9;
 }
 
 /// Frame flags.
-mod flag {
+pub mod flag {
+    /// END_STREAM.
     pub const END_STREAM: u8 = 0x1;
+    /// ACK.
     pub const ACK: u8 = 0x1;
+    /// END_HEADERS.
     pub const END_HEADERS: u8 = 0x4;
+    /// PADDED.
     pub const PADDED: u8 = 0x8;
+    /// PRIORITY.
     pub const PRIORITY: u8 = 0x20;
 }
 

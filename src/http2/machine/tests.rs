@@ -3,19 +3,10 @@
 
 use super::*;
 use crate::http2::hpack::{Decoder, Encoder};
-
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const PRIORITY: u8 = 0x2;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const WINDOW_UPDATE: u8 = 0x8;
-const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
+use crate::http2::wire::flag::{END_HEADERS, END_STREAM, PADDED};
+use crate::http2::wire::kind::{
+    CONTINUATION, DATA, GOAWAY, HEADERS, PING, PRIORITY, RST_STREAM, SETTINGS, WINDOW_UPDATE,
+};
 
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
