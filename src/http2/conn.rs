@@ -43,9 +43,9 @@ use std::io::Write;
 use bytes::{Buf, Bytes};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{Method, Response, StatusCode, Uri};
+use http::{Method, StatusCode, Uri};
 
-use super::head::HOP_BY_HOP;
+use super::head::ResponseFields;
 use super::machine::{self, Fields, Limits, Machine};
 use super::meter::Meter;
 use super::wire::{Reason, HEADER_LEN};
@@ -688,19 +688,17 @@ impl H2Conn {
         N: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        let response = response_head(103, headers)?;
-        self.early_hints_with(stream, response.into_parts().0.headers)
+        self.early_hints_with(stream, &ResponseFields::from_pairs(headers)?)
     }
 
-    /// [`H2Conn::early_hints`] with the fields already in a map (no
-    /// connection-specific fields in it).
-    pub fn early_hints_with(&mut self, stream: StreamId, fields: HeaderMap) -> Result<(), H2Error> {
+    /// [`H2Conn::early_hints`] with the fields already listed (no
+    /// connection-specific fields among them).
+    pub fn early_hints_with(&mut self, stream: StreamId, fields: &ResponseFields) -> Result<(), H2Error> {
         let i = self.find(stream)?;
         if self.streams[i].responded {
             return Err(H2Error::State(stream, "early hints after the response"));
         }
-        let fields = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
-        self.machine.respond(stream.0, 103, fields, false, &mut self.output).map_err(|e| send_error(stream, e))
+        self.machine.respond(stream.0, 103, fields.parts(), false, &mut self.output).map_err(|e| send_error(stream, e))
     }
 
     /// Send the response head. Connection-specific fields (`connection`,
@@ -719,9 +717,8 @@ impl H2Conn {
         N: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        let response = response_head(status, headers)?;
-        let (parts, ()) = response.into_parts();
-        self.respond_with(stream, parts.status, parts.headers, end_stream)
+        let status = StatusCode::from_u16(status).map_err(|_| H2Error::InvalidHead("status"))?;
+        self.respond_with(stream, status, &ResponseFields::from_pairs(headers)?, end_stream)
     }
 
     /// [`H2Conn::respond`] with the head already built (no
@@ -730,7 +727,7 @@ impl H2Conn {
         &mut self,
         stream: StreamId,
         status: StatusCode,
-        fields: HeaderMap,
+        fields: &ResponseFields,
         end_stream: bool,
     ) -> Result<(), H2Error> {
         let i = self.find(stream)?;
@@ -740,9 +737,8 @@ impl H2Conn {
         if self.streams[i].responded {
             return Err(H2Error::State(stream, "response already sent"));
         }
-        let fields = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
         self.machine
-            .respond(stream.0, status.as_u16(), fields, end_stream, &mut self.output)
+            .respond(stream.0, status.as_u16(), fields.parts(), end_stream, &mut self.output)
             .map_err(|e| send_error(stream, e))?;
         let s = &mut self.streams[i];
         s.responded = true;
@@ -910,24 +906,4 @@ fn send_error(stream: StreamId, e: machine::SendError) -> H2Error {
         machine::SendError::State(what) => H2Error::State(stream, what),
         machine::SendError::Window => H2Error::State(stream, "data past the window"),
     }
-}
-
-/// A response head with `status` and `headers`, hop-by-hop fields dropped.
-fn response_head<N, V>(status: u16, headers: &[(N, V)]) -> Result<Response<()>, H2Error>
-where
-    N: AsRef<[u8]>,
-    V: AsRef<[u8]>,
-{
-    let mut response = Response::new(());
-    *response.status_mut() = StatusCode::from_u16(status).map_err(|_| H2Error::InvalidHead("status"))?;
-    let map = response.headers_mut();
-    for (name, value) in headers {
-        let name = HeaderName::from_bytes(name.as_ref()).map_err(|_| H2Error::InvalidHead("header name"))?;
-        if HOP_BY_HOP.contains(&name.as_str()) || (name == http::header::TE && value.as_ref() != b"trailers") {
-            continue;
-        }
-        let value = HeaderValue::from_bytes(value.as_ref()).map_err(|_| H2Error::InvalidHead("header value"))?;
-        map.append(name, value);
-    }
-    Ok(response)
 }

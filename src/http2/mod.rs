@@ -35,7 +35,7 @@ mod unfinished;
 pub mod wire;
 
 pub use conn::{Event, H2Conn, H2Error, H2Settings, RequestHead, StreamId};
-pub use head::{Head, Heads};
+pub use head::{Head, Heads, ResponseFields};
 pub use io::Io;
 pub use priority::{Priority, Scheduler, Sent};
 pub use unfinished::Unfinished;

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 
 use super::call::CallState;
 use super::download::Download;
@@ -41,7 +41,7 @@ use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Protocol, Service, HIGH_WATERMARK};
 use crate::http::target::{split_target, valid_host};
-use crate::http2::{Heads, Priority};
+use crate::http2::{Heads, Priority, ResponseFields};
 use crate::proto::handshake;
 
 /// A request head as a codec received it.
@@ -84,10 +84,15 @@ pub(super) trait Sink {
     /// The codec's stream id.
     type Stream: Key;
     /// A `103 Early Hints` head.
-    fn informational(&mut self, stream: Self::Stream, fields: HeaderMap) -> Result<(), Gone>;
+    fn informational(&mut self, stream: Self::Stream, fields: &ResponseFields) -> Result<(), Gone>;
     /// The response head; the stream ends with it when `end`.
-    fn send_head(&mut self, stream: Self::Stream, status: StatusCode, fields: HeaderMap, end: bool)
-        -> Result<(), Gone>;
+    fn send_head(
+        &mut self,
+        stream: Self::Stream,
+        status: StatusCode,
+        fields: &ResponseFields,
+        end: bool,
+    ) -> Result<(), Gone>;
     /// Body bytes; the stream ends with them when `end`.
     fn send_data(&mut self, stream: Self::Stream, data: Bytes, end: bool) -> Result<(), Gone>;
     /// Reset the stream.
@@ -1016,10 +1021,10 @@ pub(super) fn send_head<S: Sink>(
     follows: bool,
 ) -> Result<(), Gone> {
     if let Some(hints) = head.hints {
-        sink.informational(stream, hints)?;
+        sink.informational(stream, &hints)?;
     }
     let end = head.body.is_empty() && !follows;
-    sink.send_head(stream, head.status, head.fields, end)?;
+    sink.send_head(stream, head.status, &head.fields, end)?;
     if !head.body.is_empty() {
         sink.send_data(stream, head.body, !follows)?;
     }
@@ -1099,10 +1104,10 @@ mod tests {
 
     impl Sink for TestSink {
         type Stream = S;
-        fn informational(&mut self, _: S, _: HeaderMap) -> Result<(), Gone> {
+        fn informational(&mut self, _: S, _: &ResponseFields) -> Result<(), Gone> {
             Ok(())
         }
-        fn send_head(&mut self, s: S, status: StatusCode, _: HeaderMap, end: bool) -> Result<(), Gone> {
+        fn send_head(&mut self, s: S, status: StatusCode, _: &ResponseFields, end: bool) -> Result<(), Gone> {
             self.wrote.push(Wrote::Head(s.0, status.as_u16(), end));
             Ok(())
         }

@@ -28,7 +28,7 @@ use crate::http::reply::FileRange;
 use crate::http::service::{Env, Protocol, HIGH_WATERMARK};
 use crate::http2::request::{self, Fault};
 use crate::http2::{
-    Event, H2Conn, H2Error, H2Settings, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId,
+    Event, H2Conn, H2Error, H2Settings, Heads, Priority, Reason, RequestHead, ResponseFields, Scheduler, Sent, StreamId,
 };
 
 /// A request field looked up by name (a constant: no name parsing per lookup).
@@ -175,7 +175,7 @@ impl engine::Head for RequestHead {
 impl Sink for H2Sink {
     type Stream = StreamId;
 
-    fn informational(&mut self, stream: StreamId, fields: http::HeaderMap) -> Result<(), Gone> {
+    fn informational(&mut self, stream: StreamId, fields: &ResponseFields) -> Result<(), Gone> {
         self.conn.early_hints_with(stream, fields).map_err(|_| Gone)
     }
 
@@ -183,7 +183,7 @@ impl Sink for H2Sink {
         &mut self,
         stream: StreamId,
         status: http::StatusCode,
-        fields: http::HeaderMap,
+        fields: &ResponseFields,
         end: bool,
     ) -> Result<(), Gone> {
         self.conn.respond_with(stream, status, fields, end).map_err(|_| Gone)
@@ -754,7 +754,7 @@ mod tests {
     fn a_head_for_an_unknown_stream_is_refused() {
         let mut sink =
             H2Sink { conn: H2Conn::new(H2Settings::default()), scheduler: Scheduler::new(), ready: Vec::new() };
-        let fields = http::HeaderMap::new();
-        assert!(sink.send_head(StreamId(1), http::StatusCode::OK, fields, true).is_err());
+        let fields = ResponseFields::default();
+        assert!(sink.send_head(StreamId(1), http::StatusCode::OK, &fields, true).is_err());
     }
 }
