@@ -4,7 +4,7 @@
 //! what the event loop needs: an input buffer fed from the socket, one
 //! output buffer drained to it, the [`Meter`] that decides how much input is
 //! read per turn, per-stream response queues, and the conversion of request
-//! heads into `http` types. [`H2Conn::advance`] reads the admitted input and
+//! heads into [`RequestHead`]s. [`H2Conn::advance`] reads the admitted input and
 //! reports what happened as [`Event`]s: new requests, request body bytes,
 //! streams reset by the peer, streams whose send window reopened, and the
 //! end of the connection. The caller answers with [`H2Conn::respond`],
@@ -41,13 +41,12 @@ use std::collections::VecDeque;
 use std::io::Write;
 
 use bytes::{Buf, Bytes};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{Method, StatusCode, Uri};
+use http::StatusCode;
 
 use super::head::ResponseFields;
-use super::machine::{self, Fields, Limits, Machine};
+use super::machine::{self, Limits, Machine};
 use super::meter::Meter;
+use super::request::RequestHead;
 use super::wire::{Reason, HEADER_LEN};
 
 /// The id of one stream on one connection (odd, client-initiated). The
@@ -149,48 +148,6 @@ impl Default for H2Settings {
     /// default `limits.max_header_bytes`).
     fn default() -> H2Settings {
         H2Settings::new(16 * 1024)
-    }
-}
-
-/// A request's head, as received and checked against RFC 9113 §8.3.
-#[derive(Debug)]
-pub struct RequestHead {
-    /// `:method`.
-    pub method: Method,
-    /// `:scheme`, `:authority` and `:path` (read
-    /// them with [`RequestHead::scheme`], [`RequestHead::authority`],
-    /// [`RequestHead::path`]).
-    pub uri: Uri,
-    /// `:protocol` of an extended CONNECT (RFC 8441), e.g. `websocket`.
-    pub protocol: Option<Box<str>>,
-    /// The regular header fields, names lowercase; iterating yields
-    /// repeated names together, each name's values in the order received.
-    pub headers: HeaderMap,
-    /// The request has no body (END_STREAM on its HEADERS).
-    pub end_stream: bool,
-}
-
-impl RequestHead {
-    /// `:scheme`. Absent on a plain CONNECT, and when the request has no
-    /// `:authority` (an `http::Uri` cannot hold a scheme without an
-    /// authority, so it is dropped).
-    pub fn scheme(&self) -> Option<&str> {
-        self.uri.scheme_str()
-    }
-
-    /// `:authority`.
-    pub fn authority(&self) -> Option<&str> {
-        self.uri.authority().map(|a| a.as_str())
-    }
-
-    /// `:path` with the query (empty on a plain CONNECT).
-    pub fn path(&self) -> &str {
-        self.uri.path_and_query().map_or("", |p| p.as_str())
-    }
-
-    /// `:protocol`, e.g. `websocket`.
-    pub fn protocol(&self) -> Option<&str> {
-        self.protocol.as_deref()
     }
 }
 
@@ -337,7 +294,7 @@ pub struct H2Conn {
     /// The peer's GOAWAY (NO_ERROR) arrived: the connection ends once no
     /// stream is left.
     peer_goaway: bool,
-    /// Streams whose head the conversion to `http` types refused, to reset.
+    /// Streams whose head [`RequestHead::new`] refused, to reset.
     refused: Vec<u32>,
 }
 
@@ -516,7 +473,7 @@ impl H2Conn {
             let H2Conn { machine, streams, meter, output, refused, peer_goaway, input, read, .. } = self;
             let input = &input[*read..*read + admitted];
             let mut on = |e: machine::Event<'_>| match e {
-                machine::Event::Request { stream, head, end_stream } => match request_head(head, end_stream) {
+                machine::Event::Request { stream, head, end_stream } => match RequestHead::new(head, end_stream) {
                     Some(head) => {
                         streams.push_back(Stream {
                             id: StreamId(stream),
@@ -869,35 +826,6 @@ impl H2Conn {
             State::Closing(_) | State::Closed => {}
         }
     }
-}
-
-/// The `http` form of a request head the machine accepted; `None` when a
-/// field does not fit `http`'s types (the stream is reset).
-fn request_head(fields: &Fields, end_stream: bool) -> Option<RequestHead> {
-    let method = Method::from_bytes(fields.method()?).ok()?;
-    let mut parts = http::uri::Parts::default();
-    if let Some(authority) = fields.authority() {
-        parts.authority = Some(Authority::try_from(authority).ok()?);
-        if let Some(scheme) = fields.scheme() {
-            parts.scheme = Some(Scheme::try_from(scheme).ok()?);
-        }
-    }
-    if let Some(path) = fields.path() {
-        parts.path_and_query = Some(PathAndQuery::try_from(path).ok()?);
-    } else if parts.scheme.is_some() {
-        parts.path_and_query = Some(PathAndQuery::from_static("/"));
-    }
-    let uri = Uri::from_parts(parts).ok()?;
-    let mut headers = HeaderMap::with_capacity(fields.len());
-    for (name, value) in fields.iter() {
-        let name = HeaderName::from_bytes(name).ok()?;
-        headers.append(name, HeaderValue::from_bytes(value).ok()?);
-    }
-    let protocol = match fields.protocol() {
-        Some(p) => Some(std::str::from_utf8(p).ok()?.into()),
-        None => None,
-    };
-    Some(RequestHead { method, uri, protocol, headers, end_stream })
 }
 
 fn send_error(stream: StreamId, e: machine::SendError) -> H2Error {

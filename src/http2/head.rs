@@ -26,6 +26,7 @@ use bytes::{Bytes, BytesMut};
 use http::StatusCode;
 
 use super::hpack::Part;
+use super::machine::is_token;
 use super::H2Error;
 use crate::http::headers::{Common, API_CSP, SECURITY_FIELDS};
 use crate::http::response::{itoa_buf, sends_early_hints, Body, Delimit, Inline, RequestMeta, Response, Value};
@@ -142,7 +143,7 @@ impl ResponseFields {
 /// forbids (connection-specific, or `te` other than `trailers`), an error
 /// for a name that is not a token or a value that is not visible ASCII.
 fn allowed(name: &str, value: &str) -> Result<bool, H2Error> {
-    if name.is_empty() || !name.bytes().all(is_tchar) {
+    if name.is_empty() || !name.bytes().all(is_token) {
         return Err(H2Error::InvalidHead("header name"));
     }
     if HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
@@ -172,11 +173,6 @@ fn lowercase(name: &'static str) -> Value {
         }
     }
     Value::Owned(name.to_ascii_lowercase())
-}
-
-/// A token character (RFC 9110 §5.6.2): what a field name is made of.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// Visible ASCII, space and tab: what a value may hold (as

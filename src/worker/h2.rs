@@ -31,9 +31,6 @@ use crate::http2::{
     Event, H2Conn, H2Error, H2Settings, Heads, Priority, Reason, RequestHead, ResponseFields, Scheduler, Sent, StreamId,
 };
 
-/// A request field looked up by name (a constant: no name parsing per lookup).
-const PRIORITY: http::HeaderName = http::HeaderName::from_static("priority");
-
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -152,7 +149,7 @@ impl Key for StreamId {
 
 impl engine::Head for RequestHead {
     fn method(&self) -> &str {
-        self.method.as_str()
+        RequestHead::method(self)
     }
 
     fn path(&self) -> &str {
@@ -164,11 +161,11 @@ impl engine::Head for RequestHead {
     }
 
     fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()))
+        RequestHead::fields(self)
     }
 
     fn field(&self, name: &str) -> Option<&[u8]> {
-        self.headers.get(name).map(http::HeaderValue::as_bytes)
+        RequestHead::field(self, name)
     }
 }
 
@@ -527,10 +524,10 @@ impl H2Session {
 
     fn on_request(&mut self, stream: StreamId, head: RequestHead, cx: &mut Cx<'_, Glue<'_>>, now: Instant) {
         // RFC 8441: the stream is the tunnel; the request is complete with its head.
-        let tunnel = head.method == http::Method::CONNECT && head.protocol() == Some("websocket");
+        let tunnel = head.method() == "CONNECT" && head.protocol() == Some("websocket");
         let declared =
-            head.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-        let priority = Priority::from_fields(head.headers.get_all(PRIORITY).iter().map(|v| v.as_bytes()));
+            head.field("content-length").and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
+        let priority = Priority::from_fields(head.field_all("priority"));
         let end_stream = head.end_stream;
         let checked = request::check(&head, self.out.conn.settings().max_header_list_size as usize);
         let opening = Opening { stream, head, priority, body_follows: !end_stream, tunnel };

@@ -31,7 +31,8 @@ mod tests;
 
 use std::collections::VecDeque;
 
-pub use fields::Fields;
+pub(crate) use fields::{every, is_token, HOST, PATH};
+pub use fields::{Fields, Text};
 
 use super::flow::{RecvWindow, SendWindow};
 use super::hpack::{Decoder, Encoder, HpackError, Part};
