@@ -66,9 +66,33 @@ static SECURITY_RUN: [(&str, &str); 10] = SECURITY_FIELDS;
 #[derive(Debug, Clone)]
 struct Field {
     name: &'static str,
-    value: Bytes,
+    value: Text,
     /// Fresh on every response: a never-indexed literal in HPACK.
     sensitive: bool,
+}
+
+/// A field value: text of the program (an HPACK encoder keeps what it encodes to) or
+/// bytes of this response.
+#[derive(Debug, Clone)]
+enum Text {
+    Static(&'static str),
+    Shared(Bytes),
+}
+
+impl Field {
+    fn value(&self) -> &[u8] {
+        match &self.value {
+            Text::Static(s) => s.as_bytes(),
+            Text::Shared(b) => b,
+        }
+    }
+
+    fn part(&self) -> Part<'_> {
+        match self.value {
+            Text::Static(s) if !self.sensitive => Part::Static(self.name, s),
+            _ => Part::Field(self.name.as_bytes(), self.value(), self.sensitive),
+        }
+    }
 }
 
 /// A response head's regular fields (lowercase names, no connection-specific
@@ -107,7 +131,7 @@ impl ResponseFields {
     /// The fields in order: name, value, and whether the value is fresh on
     /// every response (never to be indexed).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8], bool)> {
-        let lead = self.lead.iter().flatten().map(|f| (f.name.as_bytes(), &f.value[..], f.sensitive));
+        let lead = self.lead.iter().flatten().map(|f| (f.name.as_bytes(), f.value(), f.sensitive));
         let fixed = self.fixed.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes(), false));
         let links = self.links.iter().map(|l| (&b"link"[..], l.as_bytes(), false));
         let own = self.own.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes(), false));
@@ -116,7 +140,7 @@ impl ResponseFields {
 
     /// The fields as HPACK [`Part`]s: the static run as one.
     pub fn parts(&self) -> impl Iterator<Item = Part<'_>> {
-        let lead = self.lead.iter().flatten().map(|f| Part::Field(f.name.as_bytes(), &f.value[..], f.sensitive));
+        let lead = self.lead.iter().flatten().map(Field::part);
         let fixed = (!self.fixed.is_empty()).then_some(Part::Fixed(self.fixed));
         let links = self.links.iter().map(|l| Part::Field(b"link", l.as_bytes(), false));
         let own = self.own.iter().map(|(n, v)| Part::Field(n.as_bytes(), v.as_bytes(), false));
@@ -238,20 +262,24 @@ impl Heads {
         };
         let report_only = common.csp_field_name() == CSP_REPORT_ONLY;
         let mut lead = [const { None }; 6];
-        lead[0] = Some(Field { name: "date", value: self.date(common), sensitive: false });
+        lead[0] = Some(Field { name: "date", value: Text::Shared(self.date(common)), sensitive: false });
         if length.is_some() || meta.delimit == Delimit::Chunked {
             lead[1] = Some(Field { name: "content-type", value: static_value(resp.content_type)?, sensitive: false });
         }
         if let Some(n) = length {
             let mut digits = itoa_buf(n as usize);
-            lead[2] =
-                Some(Field { name: "content-length", value: self.value(&[digits.as_slice()])?, sensitive: false });
+            lead[2] = Some(Field {
+                name: "content-length",
+                value: Text::Shared(self.value(&[digits.as_slice()])?),
+                sensitive: false,
+            });
         }
         lead[3] = Some(Field { name: "cache-control", value: static_value(resp.cache_control)?, sensitive: false });
-        lead[4] = Some(Field { name: "x-request-id", value: self.value(&[meta.request_id])?, sensitive: true });
+        lead[4] =
+            Some(Field { name: "x-request-id", value: Text::Shared(self.value(&[meta.request_id])?), sensitive: true });
         let fixed: &'static Run = if resp.is_document() {
             let name = if report_only { CSP_REPORT_ONLY } else { CSP };
-            lead[5] = Some(Field { name, value: self.value(&common.fresh_csp())?, sensitive: true });
+            lead[5] = Some(Field { name, value: Text::Shared(self.value(&common.fresh_csp())?), sensitive: true });
             &SECURITY_RUN
         } else if report_only {
             &API_RUN_REPORT_ONLY
@@ -321,9 +349,9 @@ impl Heads {
 }
 
 /// A value that lives for the whole program, checked and not copied.
-fn static_value(s: &'static str) -> Result<Bytes, H2Error> {
+fn static_value(s: &'static str) -> Result<Text, H2Error> {
     if valid_value(s.as_bytes()) {
-        Ok(Bytes::from_static(s.as_bytes()))
+        Ok(Text::Static(s))
     } else {
         Err(H2Error::InvalidHead("header value"))
     }
@@ -536,6 +564,7 @@ mod tests {
                 Part::Fixed(run) => {
                     all.extend(run.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec(), false)))
                 }
+                Part::Static(n, v) => all.push((n.as_bytes().to_vec(), v.as_bytes().to_vec(), false)),
             }
         }
         all
@@ -553,6 +582,10 @@ mod tests {
         for (head, run) in [(api.expect("builds"), &API_RUN[..]), (page.expect("builds"), &SECURITY_RUN[..])] {
             let fixed: Vec<_> = head.fields.parts().filter(|p| matches!(p, Part::Fixed(_))).collect();
             assert!(matches!(fixed[..], [Part::Fixed(r)] if std::ptr::eq(r, run)), "{fixed:?}");
+            // The handler's static content-type and cache-control are kept by the encoder too.
+            let statics: Vec<_> =
+                head.fields.parts().filter_map(|p| if let Part::Static(n, _) = p { Some(n) } else { None }).collect();
+            assert_eq!(statics, ["content-type", "cache-control"]);
             let listed: Vec<_> = head.fields.iter().map(|(n, v, s)| (n.to_vec(), v.to_vec(), s)).collect();
             assert_eq!(spelled_out(head.fields.parts()), listed);
             assert_eq!(head.fields.len(), listed.len());

@@ -42,7 +42,7 @@ fn policy(name: &[u8]) -> Policy {
     }
 }
 
-/// The most [`Part::Fixed`] runs an encoder keeps the bytes of.
+/// The most [`Part::Fixed`] runs and [`Part::Static`] fields an encoder keeps the bytes of.
 const RUNS: usize = 8;
 
 /// One piece of a header block for [`Encoder::encode_parts`].
@@ -55,13 +55,18 @@ pub enum Part<'a> {
     /// the same fields, so what it encodes to is kept and copied while the table has not
     /// changed. The fields are written by their names' rules, as [`Part::Field`]s unmarked.
     Fixed(&'static [(&'static str, &'static str)]),
+    /// One field whose name and value live for the whole program (a `content-type` a
+    /// handler names), kept as a [`Part::Fixed`] run is: known by where its text is.
+    Static(&'static str, &'static str),
 }
 
-/// The bytes a [`Part::Fixed`] run encoded to, and the table generation they are valid in.
+/// The bytes a [`Part::Fixed`] run or a [`Part::Static`] field encoded to, and the table
+/// generation they are valid in.
 #[derive(Debug)]
 struct Run {
-    key: *const (&'static str, &'static str),
-    len: usize,
+    /// Where the run's fields are and how many; or where the field's name and value are
+    /// and how long.
+    key: [usize; 4],
     generation: u64,
     bytes: Vec<u8>,
 }
@@ -198,16 +203,20 @@ impl Encoder {
                 Part::Field(name, value, sensitive) => {
                     self.field(out, name, value, if sensitive { Policy::Never } else { policy(name) })
                 }
-                Part::Fixed(run) => self.run(out, run),
+                Part::Fixed(run) => self.run(out, [run.as_ptr() as usize, run.len(), 0, 0], run),
+                Part::Static(name, value) => {
+                    let key = [name.as_ptr() as usize, name.len(), value.as_ptr() as usize, value.len()];
+                    self.run(out, key, &[(name, value)]);
+                }
             }
         }
     }
 
-    /// Writes the fixed `run`: its kept bytes when they are of this generation, else its
-    /// fields one by one, kept when writing them left the table as it was.
-    fn run(&mut self, out: &mut Vec<u8>, run: &'static [(&'static str, &'static str)]) {
-        let key = run.as_ptr();
-        let at = self.runs.iter().position(|r| std::ptr::eq(r.key, key) && r.len == run.len());
+    /// Writes the fixed `run` known by `key`: its kept bytes when they are of this
+    /// generation, else its fields one by one, kept when writing them left the table as it
+    /// was.
+    fn run(&mut self, out: &mut Vec<u8>, key: [usize; 4], run: &[(&'static str, &'static str)]) {
+        let at = self.runs.iter().position(|r| r.key == key);
         if let Some(r) = at.map(|i| &self.runs[i]) {
             if r.generation == self.generation {
                 out.extend_from_slice(&r.bytes);
@@ -229,7 +238,7 @@ impl Encoder {
                 if self.runs.len() == RUNS {
                     self.runs.remove(0);
                 }
-                self.runs.push(Run { key, len: run.len(), generation: 0, bytes: Vec::new() });
+                self.runs.push(Run { key, generation: 0, bytes: Vec::new() });
                 self.runs.len() - 1
             }
         };

@@ -382,3 +382,26 @@ fn literals_follow_their_values() {
     assert!(out.len() < csp.len(), "{} vs {}", out.len(), csp.len());
     assert_eq!(decode(&mut d, &out), Ok(fields(&[("content-security-policy", &csp)])));
 }
+
+/// A static field is kept like a run: the same bytes as the field given plainly, before and
+/// after the table changes under it.
+#[test]
+fn a_static_field_is_its_field_whatever_the_table_did() {
+    static JSON: &str = "application/json";
+    let (mut kept, mut plain) = (Encoder::new(4096), Encoder::new(4096));
+    let mut d = Decoder::new(4096);
+    for extra in [None, None, Some("x-one"), None, Some("x-two"), None] {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        let head = extra.map(|n| (n.as_bytes(), &b"v"[..]));
+        kept.encode_parts(
+            &mut a,
+            Some(200),
+            head.map(|(n, v)| Part::Field(n, v, false)).into_iter().chain([Part::Static("content-type", JSON)]),
+        );
+        plain.encode(&mut b, Some(200), head.into_iter().chain([(&b"content-type"[..], JSON.as_bytes())]));
+        assert_eq!(a, b, "after {extra:?}");
+        let decoded = decode(&mut d, &a).expect("decodes");
+        assert_eq!(decoded.last(), Some(&("content-type".to_string(), JSON.to_string())));
+    }
+}
