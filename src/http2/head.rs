@@ -209,8 +209,9 @@ fn valid_value(v: &[u8]) -> bool {
 /// A response head and body, with no wire format yet.
 #[derive(Debug)]
 pub struct Head {
-    /// The `Link` fields of a `103 Early Hints` to send first, if any.
-    pub hints: Option<ResponseFields>,
+    /// The `Link` fields of a `103 Early Hints` to send first, if any (boxed: rare, and a
+    /// head is moved a few times on its way out).
+    pub hints: Option<Box<ResponseFields>>,
     /// `:status`.
     pub status: StatusCode,
     /// The regular fields, connection-specific ones left out.
@@ -251,7 +252,7 @@ impl Heads {
         }
         let hints = match resp.early_hints {
             Some(_) if sends_early_hints(resp.status, meta) => {
-                Some(ResponseFields { links, ..ResponseFields::default() })
+                Some(Box::new(ResponseFields { links, ..ResponseFields::default() }))
             }
             _ => None,
         };
@@ -261,7 +262,10 @@ impl Heads {
             _ => None,
         };
         let report_only = common.csp_field_name() == CSP_REPORT_ONLY;
-        let mut lead = [const { None }; 6];
+        // Filled in place: a head is a few hundred bytes, each move of it a copy.
+        let mut head =
+            Head { hints, status, fields: ResponseFields { links, ..ResponseFields::default() }, body: Bytes::new() };
+        let lead = &mut head.fields.lead;
         lead[0] = Some(Field { name: "date", value: Text::Shared(self.date(common)), sensitive: false });
         if length.is_some() || meta.delimit == Delimit::Chunked {
             lead[1] = Some(Field { name: "content-type", value: static_value(resp.content_type)?, sensitive: false });
@@ -277,7 +281,7 @@ impl Heads {
         lead[3] = Some(Field { name: "cache-control", value: static_value(resp.cache_control)?, sensitive: false });
         lead[4] =
             Some(Field { name: "x-request-id", value: Text::Shared(self.value(&[meta.request_id])?), sensitive: true });
-        let fixed: &'static Run = if resp.is_document() {
+        head.fields.fixed = if resp.is_document() {
             let name = if report_only { CSP_REPORT_ONLY } else { CSP };
             lead[5] = Some(Field { name, value: Text::Shared(self.value(&common.fresh_csp())?), sensitive: true });
             &SECURITY_RUN
@@ -286,8 +290,8 @@ impl Heads {
         } else {
             &API_RUN
         };
-        let mut own = Vec::new();
         if !resp.headers.is_empty() {
+            let own = &mut head.fields.own;
             own.reserve(resp.headers.len());
             for (name, value) in std::mem::take(&mut resp.headers) {
                 if allowed(name, &value)? {
@@ -295,11 +299,8 @@ impl Heads {
                 }
             }
         }
-        let fields = ResponseFields { lead, fixed, links, own };
-        let body = if meta.head || bodyless {
-            Bytes::new()
-        } else {
-            match (std::mem::take(&mut resp.body), resp.nonce_slot) {
+        if !(meta.head || bodyless) {
+            head.body = match (std::mem::take(&mut resp.body), resp.nonce_slot) {
                 (Body::Empty, _) => Bytes::new(),
                 (Body::Static(b), None) => Bytes::from_static(b),
                 (Body::Static(b), Some(slot)) => {
@@ -313,9 +314,9 @@ impl Heads {
                     }
                     Bytes::from(v)
                 }
-            }
-        };
-        Ok(Head { hints, status, fields, body })
+            };
+        }
+        Ok(head)
     }
 
     /// The `date` value of `common`'s current second (made once a second).
@@ -483,7 +484,7 @@ mod tests {
             assert_ne!(h1_nonce, h2_nonce, "a fresh nonce per response");
         }
         assert_eq!(without_nonce(h2_fields, &h2_nonce), without_nonce(h2_only(h1_fields), &h1_nonce));
-        let h2_hints: Vec<Fields> = head.hints.iter().map(fields_of).collect();
+        let h2_hints: Vec<Fields> = head.hints.iter().map(|h| fields_of(h)).collect();
         assert_eq!(h2_hints, want_hints);
         let unnonce = |body: &[u8], nonce: &[u8]| match std::str::from_utf8(nonce).expect("ascii") {
             "" => String::from_utf8_lossy(body).into_owned(),
