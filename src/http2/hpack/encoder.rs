@@ -153,7 +153,8 @@ impl Encoder {
     /// `content-range`, `age` and `expires` are literals without indexing; `set-cookie`,
     /// `authorization`, `proxy-authorization` and `cookie` are never-indexed literals; any
     /// other field is an index when the static or dynamic table has it, else a literal
-    /// inserted into the dynamic table (if it takes at most a quarter of it).
+    /// inserted into the dynamic table (if it takes at most a quarter of it). A value that
+    /// stays out of the table is a raw literal up to 64 bytes, Huffman-coded above.
     pub fn encode<'a>(
         &mut self,
         out: &mut Vec<u8>,
