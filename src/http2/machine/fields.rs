@@ -133,9 +133,8 @@ impl Fields {
     /// Adds one decoded field, in block order.
     pub fn push(&mut self, name: &[u8], value: &[u8]) {
         self.size += name.len() + value.len() + 32;
-        // One pass with no early exit (it compiles to vector compares); the rare value that
-        // has a control byte is looked at again.
-        let controls = classes(value) & CONTROL != 0;
+        // The rare value that has a control byte is looked at again.
+        let controls = value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f);
         if controls && value.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n') {
             self.broke("a field value with NUL, CR or LF");
         }
@@ -275,8 +274,6 @@ pub(crate) const fn is_token(b: u8) -> bool {
 
 /// Byte class: a `tchar` that is not upper-case (what a field name is made of).
 pub(crate) const NAME: u8 = 1;
-/// Byte class: a control byte other than tab, or DEL (what a field value must not hold).
-pub(crate) const CONTROL: u8 = 2;
 /// Byte class: what `http::Uri` takes anywhere in a path and query, fragments aside.
 pub(crate) const PATH: u8 = 4;
 /// Byte class: what a plain `host[:port]` authority is made of.
@@ -291,9 +288,6 @@ static CLASS: [u8; 256] = {
         let mut c = 0;
         if is_token(b) && !b.is_ascii_uppercase() {
             c |= NAME;
-        }
-        if (b < 0x20 && b != b'\t') || b == 0x7f {
-            c |= CONTROL;
         }
         if b.is_ascii_alphanumeric()
             || matches!(
@@ -329,11 +323,6 @@ static CLASS: [u8; 256] = {
     }
     t
 };
-
-/// The classes any byte of `bytes` has.
-pub(crate) fn classes(bytes: &[u8]) -> u8 {
-    bytes.iter().fold(0, |c, &b| c | CLASS[usize::from(b)])
-}
 
 /// The classes every byte of `bytes` has (all of them for none).
 pub(crate) fn every(bytes: &[u8]) -> u8 {
