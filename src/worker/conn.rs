@@ -25,7 +25,7 @@ use std::io::{self, Read};
 use std::net::IpAddr;
 use std::time::Instant;
 
-use super::engine::{Exchanges, Stage};
+use super::exchange::{Exchanges, Stage};
 use super::h1_sink::{Answered, Current, Fate};
 use super::h2::{self, H2Session};
 use super::pool::{ExchangeId, Work};

@@ -4,7 +4,7 @@
 //! The codec (`http1/codec.rs`) parses the request, answers it and writes the head (and a
 //! whole body). An exchange that waits on upstreams, or whose body follows its head (an event
 //! stream, a ticker, a relay, a WebSocket, a file), is the engine's: it adopts it
-//! ([`super::engine::Exchanges::adopt`]) under the key [`Current`] (one exchange at a time)
+//! ([`super::exchange::Exchanges::adopt`]) under the key [`Current`] (one exchange at a time)
 //! and writes its body through [`H1Sink`]. What a producer made goes into the output as one
 //! piece (a chunk) while the output is below the watermark; a WebSocket's frames go as they
 //! are. A file body is read from disk on the pool in slices only while the client keeps up
@@ -23,8 +23,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
-use super::download::Download;
-use super::engine::{Exchange, Gone, Head, Key, Produce, Reset, Sink};
+use super::exchange::Download;
+use super::exchange::{Exchange, Gone, Head, Key, Produce, Reset, Sink};
 use super::pool::{ExchangeId, Pool, Work};
 use super::transport::Transport;
 use crate::http::reply::FileRange;

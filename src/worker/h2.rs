@@ -3,7 +3,7 @@
 //! A connection is HTTP/2 when a plain one opens with the client preface
 //! (prior knowledge, h2c) or a TLS one negotiated `h2` by ALPN. Its
 //! [`H2Session`] owns the codec behind an [`H2Sink`] and the engine's
-//! [`Exchanges`], one per open stream (`engine.rs`: dispatch, answers,
+//! [`Exchanges`], one per open stream (`exchange/`: dispatch, answers,
 //! producers). This module moves bytes between the connection's transport
 //! and the codec, turns the codec's events into engine calls, and decides
 //! how the connection ends (GOAWAY, the keep-alive and header timers, the
@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::download::Download;
-use super::engine::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
+use super::exchange::Download;
+use super::exchange::SLICE;
+use super::exchange::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
 use super::pool::{ExchangeId, Pool, Work};
-use super::produce::SLICE;
 use super::{Glue, Worker, READ_AHEAD};
 use crate::error::Error;
 use crate::http::reply::FileRange;
@@ -150,7 +150,7 @@ impl Key for StreamId {
     }
 }
 
-impl engine::Head for RequestHead {
+impl exchange::Head for RequestHead {
     fn method(&self) -> &str {
         self.method.as_str()
     }

@@ -12,7 +12,7 @@
 //! An exchange is keyed by [`ExchangeId::H3`]: `conn` = the connection's handle, `stream` =
 //! the QUIC stream id, with a per-session generation: pool completions, bus events and
 //! upstream waits find it as they find an HTTP/2 stream. The exchanges are the engine's
-//! (`engine.rs`: dispatch, answers, producers), written through [`H3Conn`] as their `Sink`:
+//! (`exchange/`: dispatch, answers, producers), written through [`H3Conn`] as their `Sink`:
 //! response bodies go into the connection's per-stream queue while [`H3Conn::may_send`]
 //! allows; a download reads
 //! its next slice only once the stream (QUIC flow control) took the last one ([`FileBody`]).
@@ -35,10 +35,10 @@ use bytes::Bytes;
 use mio::Registry;
 use quinn_proto::{ConnectionHandle, StreamId, VarInt};
 
-use super::engine::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
-use super::h3_file::FileBody;
+use super::exchange::FileBody;
+use super::exchange::SLICE;
+use super::exchange::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
 use super::pool::{ExchangeId, Pool, Work};
-use super::produce::SLICE;
 use super::quic::{Endpoint, WorkerH3};
 use super::{Glue, Worker};
 use crate::config::Config;
@@ -137,7 +137,7 @@ fn quic_of(conn: usize, stream: u64) -> (ConnectionHandle, StreamId) {
     (ConnectionHandle(conn), StreamId::from(VarInt::from_u64(stream).unwrap_or(VarInt::MAX)))
 }
 
-impl engine::Head for Box<RequestHead> {
+impl exchange::Head for Box<RequestHead> {
     fn method(&self) -> &str {
         RequestHead::method(self)
     }
@@ -253,7 +253,7 @@ fn send_whole(conn: &mut H3Conn, cx: &mut Cx<'_, Glue<'_>>, stream: StreamId, e:
     let mut resp = e.into_response(cx.env.development);
     let meta = RequestMeta { delimit: Delimit::Length, head: false, http10: false, keep_alive: true, request_id: b"" };
     if let Ok(h) = cx.heads.build(&mut resp, &meta, &mut cx.env.common) {
-        let _ = engine::send_head(conn, stream, h, false);
+        let _ = exchange::send_head(conn, stream, h, false);
     }
 }
 

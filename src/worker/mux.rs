@@ -12,13 +12,13 @@
 
 use std::sync::Arc;
 
-use super::call::CallState;
 use super::conn::{Conn, ConnState};
-use super::engine::{engine_cx, Effect, Reset};
+use super::exchange::CallState;
+use super::exchange::Ws;
+use super::exchange::{engine_cx, Effect, Reset};
 use super::h1_sink::{Current, H1Sink};
 use super::h3::H3;
 use super::pool::{Completion, ExchangeId};
-use super::websocket::Ws;
 use super::{Glue, Worker, HIGH_WATERMARK};
 use crate::http::response::{Delimit, Response};
 use crate::http2::{Heads, StreamId};

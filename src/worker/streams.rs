@@ -18,11 +18,11 @@ use std::time::Instant;
 
 use super::bufs::Bufs;
 use super::conn::{Conn, ConnState, H1};
-use super::download::Download;
-use super::engine::{engine_cx, Cx, Exchanges, Host, Produce, Stage};
+use super::exchange::Download;
+use super::exchange::{engine_cx, Cx, Exchanges, Host, Produce, Stage};
+use super::exchange::{Ws, WS_PING_EVERY};
 use super::h1_sink::{Answered, Current, Fate, H1Sink};
 use super::pool::{Completion, ExchangeId};
-use super::websocket::{Ws, WS_PING_EVERY};
 use super::{Glue, Worker, READ_AHEAD};
 use crate::app::{Producer, WebSocket};
 use crate::http::reply::FileRange;
