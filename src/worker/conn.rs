@@ -259,6 +259,8 @@ impl Worker {
             // A request that reached its handler runs to its end, whatever
             // becomes of the connection meanwhile (its answer is then dropped).
             Some(Body::Job(job)) => {
+                // The engine holds the wait; the codec answers it (`Sink::respond`).
+                h.ex.adopt(Current, Answered, Stage::Waiting, None, now);
                 self.pool.submit(ExchangeId::H1 { conn: idx, gen: c.generation }, Work::Request(job));
                 None
             }

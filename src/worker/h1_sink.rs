@@ -23,12 +23,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
-use super::exchange::Download;
-use super::exchange::{Exchange, Gone, Head, Key, Produce, Reset, Sink};
+use super::bufs::Bufs;
+use super::exchange::{Download, Exchange, Gone, Head, Key, Produce, Reset, Sink};
 use super::pool::{ExchangeId, Pool, Work};
 use super::transport::Transport;
 use crate::http::reply::FileRange;
-use crate::http::service::HIGH_WATERMARK;
+use crate::http::response::{Delimit, Response};
+use crate::http::service::{Env, Service, HIGH_WATERMARK};
 use crate::http1::codec::Http1;
 
 /// A direct download asks the kernel to read ahead this much of the file at a time, on the
@@ -93,12 +94,17 @@ pub(super) enum Fate {
     Abandoned,
     /// The connection cannot carry the body (a write failed, the file shrank): it closes.
     Cut,
+    /// The codec answered the exchange whole (a pool job's or upstreams' answer): it has the
+    /// connection back (keep-alive and the pipelined requests, or its close).
+    Answered,
 }
 
 /// An HTTP/1.1 connection's write side for one engine call.
 pub(super) struct H1Sink<'a> {
     codec: &'a mut Http1,
     io: &'a mut Transport,
+    /// Where an answer's output buffer comes from (an idle connection holds none).
+    bufs: &'a mut Bufs,
     now: Instant,
     /// What became of the connection.
     pub(super) fate: Fate,
@@ -108,9 +114,16 @@ pub(super) struct H1Sink<'a> {
 }
 
 impl<'a> H1Sink<'a> {
-    /// The write side of the connection whose codec is `codec` and transport `io`.
-    pub(super) fn new(codec: &'a mut Http1, io: &'a mut Transport, now: Instant) -> H1Sink<'a> {
-        H1Sink { codec, io, now, fate: Fate::Open, again: false }
+    /// The write side of the connection whose codec is `codec` and transport `io`, with
+    /// output buffers from `bufs`; what became of it so far is `fate`.
+    pub(super) fn new(
+        codec: &'a mut Http1,
+        io: &'a mut Transport,
+        bufs: &'a mut Bufs,
+        fate: Fate,
+        now: Instant,
+    ) -> H1Sink<'a> {
+        H1Sink { codec, io, bufs, now, fate, again: false }
     }
 
     /// Whenever the output is fully written, the next slice in order becomes the output
@@ -214,6 +227,24 @@ impl Sink for H1Sink<'_> {
         if self.fate != Fate::Cut {
             self.fate = Fate::Abandoned;
         }
+    }
+
+    const ANSWERS: bool = true;
+
+    /// The codec writes the head (and a whole body) and logs the exchange; once it is whole,
+    /// the codec has the connection back ([`Fate::Answered`]).
+    fn respond(&mut self, _: Current, resp: Response, delimit: Delimit, svc: &mut dyn Service, env: &mut Env) -> bool {
+        self.bufs.fill(&mut self.io.out);
+        let follows = if delimit == Delimit::Length {
+            self.codec.complete(resp, &mut self.io.out, svc, env, self.now);
+            false
+        } else {
+            self.codec.complete_stream(resp, &mut self.io.out, svc, env, self.now)
+        };
+        if !follows {
+            self.fate = Fate::Answered;
+        }
+        follows
     }
 
     /// The connection's input is read as its turn allows: no window to open.

@@ -35,9 +35,8 @@ macro_rules! on_session {
                         // Never used: the codec writes HTTP/1.1 heads.
                         let mut heads = Heads::default();
                         let $heads = &mut heads;
-                        let pending = h.fate;
-                        let mut sink = H1Sink::new(&mut h.codec, &mut c.io, std::time::Instant::now());
-                        sink.fate = pending;
+                        let now = std::time::Instant::now();
+                        let mut sink = H1Sink::new(&mut h.codec, &mut c.io, &mut $w.bufs, h.fate, now);
                         let $sink = &mut sink;
                         let $ex = &mut h.ex;
                         let $stream = Current;
@@ -122,15 +121,8 @@ impl Worker {
         matches!(self.conns.get(conn), Some(Some(c)) if c.generation == gen)
     }
 
-    /// A pool job of exchange `id` finished: its answer, a replay or a download slice. An
-    /// HTTP/1.1 answer is its codec's to write.
+    /// A pool job of exchange `id` finished: its answer, a replay or a download slice.
     pub(super) fn exchange_completed(&mut self, id: ExchangeId, result: Completion) {
-        if let (ExchangeId::H1 { conn, gen }, Completion::Response(_)) = (id, &result) {
-            if self.h1_live(conn, gen) {
-                self.h1_completed(conn, result);
-            }
-            return;
-        }
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         on_session!(self, id, |ex, sink, heads, stream| {
             ex.completed(stream, result, sink, &mut engine_cx!(self, &mut glue, heads))
@@ -166,9 +158,6 @@ impl Worker {
     /// relayed events). Returns whether a body follows (not for `HEAD`, whose exchange ends
     /// with its head; its upstreams are then cancelled).
     pub(super) fn exchange_respond(&mut self, id: ExchangeId, resp: Response, relayed: bool) -> bool {
-        if let ExchangeId::H1 { conn, gen } = id {
-            return self.h1_live(conn, gen) && self.h1_respond(conn, resp, relayed);
-        }
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         let delimit = if relayed { Delimit::Chunked } else { Delimit::Length };
         let follows = on_session!(self, id, |ex, sink, heads, stream| match ex.find(stream) {

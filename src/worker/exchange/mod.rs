@@ -519,9 +519,10 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         self.answer(i, resp, Delimit::Length, sink, cx);
     }
 
-    /// Send `resp` on exchange `i`'s stream and log it. With `Delimit::Length` (or for
-    /// `HEAD`) the response is whole and the exchange is forgotten; otherwise its body
-    /// follows (returns `true`).
+    /// Send `resp` on exchange `i`'s stream and log it (through the codec's own
+    /// [`Sink::respond`] when it writes its heads). With `Delimit::Length` (or for `HEAD`)
+    /// the response is whole and the exchange is forgotten; otherwise its body follows
+    /// (returns `true`).
     pub(super) fn answer<S, V>(
         &mut self,
         i: usize,
@@ -534,6 +535,16 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         S: Sink<Stream = K>,
         V: Host,
     {
+        if S::ANSWERS {
+            // The codec wrote the head and logged the exchange.
+            let follows = sink.respond(self.list[i].stream, resp, delimit, &mut *cx.host, cx.env);
+            if follows {
+                self.list[i].stage = Stage::Streaming;
+            } else {
+                self.remove(i, cx.sse);
+            }
+            return follows;
+        }
         let ex = &self.list[i];
         let head_only = ex.method == Method::Head;
         let follows = !head_only && delimit != Delimit::Length;

@@ -1,6 +1,7 @@
 //! What the engine writes through and reads from: a codec's request [`Head`], its stream
 //! [`Key`], and its write side, the [`Sink`] (`send_head`, `informational` for 103,
-//! `send_data`, `reset`, flow control, and how streamed bodies reach the stream).
+//! `send_data`, `reset`, flow control, and how streamed bodies reach the stream; or, for a
+//! codec that writes its own heads, `respond`).
 //!
 //! Each codec implements these for its own streams (`h1_sink.rs`, `h2.rs`, `h3.rs`); the
 //! engine calls only them and never branches on the protocol. This file must not touch a
@@ -11,6 +12,8 @@ use http::{HeaderMap, StatusCode};
 
 use super::{Exchange, Produce};
 use crate::http::reply::FileRange;
+use crate::http::response::{Delimit, Response};
+use crate::http::service::{Env, Service};
 use crate::worker::pool::{ExchangeId, Pool};
 
 /// A request head as a codec received it.
@@ -66,6 +69,22 @@ pub(in crate::worker) trait Sink {
     /// codec cuts it short.
     fn abandon(&mut self, stream: Self::Stream) {
         let _ = self.send_data(stream, Bytes::new(), true);
+    }
+    /// The codec writes (and logs) its own heads: the engine answers through
+    /// [`Sink::respond`], not through heads it builds for [`Sink::send_head`].
+    const ANSWERS: bool = false;
+    /// Answer `stream` with `resp` (whole for `Delimit::Length`, else its head with the body
+    /// to follow) as the codec does, logging the exchange through `svc`. Returns whether a
+    /// body follows. Called only when [`Sink::ANSWERS`].
+    fn respond(
+        &mut self,
+        _stream: Self::Stream,
+        _resp: Response,
+        _delimit: Delimit,
+        _svc: &mut dyn Service,
+        _env: &mut Env,
+    ) -> bool {
+        false
     }
     /// `n` received bytes are consumed: the peer may send as many more (flow control).
     fn release(&mut self, stream: Self::Stream, n: usize);

@@ -428,3 +428,58 @@ fn an_adopted_wait_holds_its_upstreams_until_it_goes() {
     b.ex.close_all(&mut b.sse);
     assert!(matches!(b.ex.effects.as_slice(), [Effect::Cancel(ExchangeId::H2 { stream: 1, .. }, _)]));
 }
+
+/// A sink whose codec writes its own heads: it records what it was asked to answer, and
+/// says a body follows when `follows` and the answer is not whole.
+struct Answering {
+    answered: Vec<(u16, Delimit)>,
+    follows: bool,
+}
+
+impl Sink for Answering {
+    type Stream = S;
+    const ANSWERS: bool = true;
+    fn respond(&mut self, _: S, resp: Response, delimit: Delimit, _: &mut dyn Service, _: &mut Env) -> bool {
+        self.answered.push((resp.status, delimit));
+        self.follows && delimit != Delimit::Length
+    }
+    fn informational(&mut self, _: S, _: HeaderMap) -> Result<(), Gone> {
+        unreachable!("the codec writes its heads")
+    }
+    fn send_head(&mut self, _: S, _: StatusCode, _: HeaderMap, _: bool) -> Result<(), Gone> {
+        unreachable!("the codec writes its heads")
+    }
+    fn send_data(&mut self, _: S, _: Bytes, _: bool) -> Result<(), Gone> {
+        Ok(())
+    }
+    fn reset(&mut self, _: S, _: Reset) {}
+    fn release(&mut self, _: S, _: usize) {}
+    fn file_body(f: FileRange) -> Produce {
+        Produce::Download(Download::new(f.file, f.offset, f.len, false))
+    }
+    fn feed<H>(&mut self, _: &mut Exchange<S, H>, _: &Pool, _: ExchangeId) -> bool {
+        false
+    }
+    fn pump<H>(&mut self, _: &mut [Exchange<S, H>], _: &Pool, _: usize, _: u32) -> bool {
+        false
+    }
+}
+
+#[test]
+fn a_codec_that_writes_its_own_heads_answers_an_adopted_exchange_and_logs_it_itself() {
+    let mut b = Bench::new(|| unreachable!("an adopted exchange was dispatched by its codec"));
+    let mut sink = Answering { answered: Vec::new(), follows: true };
+    let now = Instant::now();
+    b.ex.adopt(S(1), TestHead("GET", "/job"), Stage::Waiting, None, now);
+    let mut cx = bench_cx!(b);
+    b.ex.completed(S(1), Completion::Response(Ok(Response::new(201))), &mut sink, &mut cx);
+    assert_eq!(sink.answered, [(201, Delimit::Length)], "the pool's answer, whole, through the codec");
+    assert!(b.ex.is_empty(), "a whole answer ends the exchange");
+    // Waiting on upstreams that relay: the head now, the body after it.
+    let i = b.ex.adopt(S(1), TestHead("GET", "/relay"), Stage::Waiting, None, now);
+    let mut cx = bench_cx!(b);
+    assert!(b.ex.answer(i, Response::new(200), Delimit::Chunked, &mut sink, &mut cx));
+    assert_eq!(sink.answered[1], (200, Delimit::Chunked));
+    assert_eq!(b.ex.list[0].stage, Stage::Streaming, "the relayed body follows");
+    assert!(b.host.finished.is_empty(), "the codec logs what it answers, not the engine");
+}
