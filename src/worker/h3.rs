@@ -288,23 +288,20 @@ fn on_request(
     let priority = Priority::from_fields(head.fields().filter(|(n, _)| *n == b"priority").map(|(_, v)| v));
     // RFC 9218 urgency 0 (most urgent) .. 7; quinn sends higher priorities first.
     conn.set_priority(stream, 7 - i32::from(priority.urgency.min(7)));
-    let early = head.early && !head.safe_for_early_data();
-    let declared = head.content_length;
-    let connect = head.method() == "CONNECT";
+    let refused = if head.early && !head.safe_for_early_data() {
+        // RFC 8470: not replay-safe; the client sends it again after the handshake.
+        Some(Error::TooEarly)
+    } else if head.content_length.is_some_and(|n| n > cx.env.max_body) {
+        Some(Error::PayloadTooLarge)
+    } else if head.method() == "CONNECT" {
+        // No extended CONNECT (WebSocket) over HTTP/3, as a plain CONNECT over HTTP/2.
+        Some(Error::bad_request("CONNECT is not supported"))
+    } else {
+        None
+    };
     // The end of the stream is an event of its own: a body may always follow.
     let opening = Opening { stream, head, priority, body_follows: true, tunnel: false };
-    let i = sess.open(opening, &mut cx.env.common, cx.env.body_timeout, now);
-    if early {
-        // RFC 8470: not replay-safe; the client sends it again after the handshake.
-        return sess.fail(i, Error::TooEarly, conn, cx, now);
-    }
-    if declared.is_some_and(|n| n > cx.env.max_body) {
-        return sess.fail(i, Error::PayloadTooLarge, conn, cx, now);
-    }
-    if connect {
-        // No extended CONNECT (WebSocket) over HTTP/3, as a plain CONNECT over HTTP/2.
-        sess.fail(i, Error::bad_request("CONNECT is not supported"), conn, cx, now);
-    }
+    sess.request(opening, refused, false, conn, cx, now);
 }
 
 impl Worker {

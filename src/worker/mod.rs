@@ -681,14 +681,18 @@ impl Worker {
     /// exchanges leave every registry and their upstream calls are cancelled.
     fn release(&mut self, state: ConnState) {
         match state {
-            ConnState::Http1(mut h) => {
-                if !h.ex.is_empty() {
-                    h.ex.close_all(&mut self.sse);
-                    self.carry_out(std::mem::take(&mut h.ex.effects));
-                }
-            }
-            ConnState::Http2(sess) => self.forget_h2(*sess),
+            ConnState::Http1(mut h) => self.forget(&mut h.ex),
+            ConnState::Http2(mut sess) => self.forget(sess.parts().0),
             ConnState::ProxyHeader(_) | ConnState::Lingering(_) => {}
+        }
+    }
+
+    /// A connection's exchanges are gone: their subscriptions, upstream waits and
+    /// WebSockets go.
+    fn forget<K: exchange::Key, H: exchange::Head>(&mut self, ex: &mut exchange::Exchanges<K, H>) {
+        if !ex.is_empty() {
+            ex.close_all(&mut self.sse);
+            self.carry_out(std::mem::take(&mut ex.effects));
         }
     }
 

@@ -328,6 +328,30 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         self.list.len() - 1
     }
 
+    /// A request head arrived: a new exchange, answered at once with `refused` (what the
+    /// codec found wrong with the head), else dispatched when the request is `complete`
+    /// (else its body follows, [`Exchanges::data`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn request<S, V>(
+        &mut self,
+        o: Opening<K, H>,
+        refused: Option<Error>,
+        complete: bool,
+        sink: &mut S,
+        cx: &mut Cx<'_, V>,
+        now: Instant,
+    ) where
+        S: Sink<Stream = K>,
+        V: Host,
+    {
+        let i = self.open(o, &mut cx.env.common, cx.env.body_timeout, now);
+        match refused {
+            Some(e) => self.fail(i, e, sink, cx, now),
+            None if complete => self.dispatch(i, sink, cx, now),
+            None => {}
+        }
+    }
+
     /// Take on an exchange its codec answers (HTTP/1.1: the codec writes and logs the head)
     /// at `stage`: waiting on upstreams, or past its head with its body from `produce`. Its
     /// index.
