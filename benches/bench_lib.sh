@@ -54,7 +54,8 @@ start_forkd() {
   SUP=$!
   SUPS+=("$SUP")
   local port
-  port=$(sed -n 's/^listen = "127.0.0.1:\([0-9]*\)"$/\1/p' "$cfg")
+  # The first `listen` (the plain one: a [tls] section may follow with its own).
+  port=$(sed -n 's/^listen = "127.0.0.1:\([0-9]*\)"$/\1/p' "$cfg" | head -1)
   for _ in $(seq 1 100); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
     kill -0 "$SUP" 2>/dev/null || break

@@ -316,7 +316,9 @@ pub fn exec_with_fds(exe: &std::path::Path, args: &[std::ffi::OsString], fds: &[
 /// Drop this process's resident pages of its own executable code. The
 /// supervisor calls it once its start-up work (config, migrations: most of
 /// the code it will ever run) is done: afterwards its loop touches a few
-/// pages, which fault back in from the page cache. Only the executable,
+/// pages, which fault back in from the page cache, and the workers it forks
+/// start with none of them resident and map in only the code they run, so a
+/// worker's RSS counts its own heap and the code it uses. Only the executable,
 /// non-writable mappings of the binary are touched: code is never modified
 /// after loading. (Read-only data is not: with RELRO, relocated pointers live
 /// in read-only private pages whose file copy is not what the process holds.)
@@ -332,29 +334,6 @@ pub fn drop_code_pages() {
         // unchanged, since code pages are never written.
         unsafe {
             libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED);
-        }
-    });
-}
-
-/// Map in, now, every page of this process's read-only file mappings (the
-/// binary's code and constants, and the shared libraries'). A worker calls it
-/// once at start: the pages are in the page cache anyway, shared with every
-/// other forkd process, so this costs page-table entries, not memory. Without
-/// it a worker's RSS grew for tens of minutes as rarer code paths ran for the
-/// first time (up to ~0.4 MiB in a 30-minute soak), which reads like a leak
-/// and counts against `worker_max_rss_mb`; and each first run of a path took
-/// minor faults while serving. Kernels before 5.14 lack MADV_POPULATE_READ:
-/// then nothing happens.
-pub fn populate_file_pages() {
-    for_each_mapping(|start, len, perms, path| {
-        if perms.contains('w') || !perms.contains('r') || !path.is_some_and(|p| p.starts_with('/')) {
-            return;
-        }
-        // SAFETY: a readable, non-writable file mapping as the kernel lists it;
-        // MADV_POPULATE_READ only faults its pages in for reading (as a read of
-        // each page would): no content changes.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, len, libc::MADV_POPULATE_READ);
         }
     });
 }
@@ -392,30 +371,5 @@ mod tests {
         assert_eq!(super::cpu_seconds_of("4242 (x) S 1", 100.0), None);
         let me = std::process::id() as i32;
         assert!(super::cpu_seconds(me).is_ok() && super::open_fds(me).unwrap_or(0) >= 3);
-    }
-
-    use super::mapping_rss_kib as rss_kib_at;
-
-    #[test]
-    fn read_only_file_pages_are_resident_after_populate() {
-        // A file mapping of its own, which no other test thread touches: the
-        // executable's own pages are faulted in by every thread running (and
-        // by fault-around in large folios), so they cannot show this.
-        use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
-        const LEN: usize = 4 << 20;
-        let mut file = tempfile::tempfile().expect("temp file");
-        std::io::Write::write_all(&mut file, &vec![7u8; LEN]).expect("write");
-        let len = std::num::NonZeroUsize::new(LEN).expect("non-zero");
-        // SAFETY: a fresh read-only private mapping of a file this test owns,
-        // at a kernel-chosen address: it aliases no Rust object.
-        let ptr = unsafe { mmap(None, len, ProtFlags::PROT_READ, MapFlags::MAP_PRIVATE, &file, 0) }.expect("mmap");
-        let start = ptr.as_ptr() as usize;
-        let before = rss_kib_at(start);
-        assert!(before < 1024, "{before} KiB resident before any access");
-        super::populate_file_pages();
-        let after = rss_kib_at(start);
-        // SAFETY: the mapping made above, unmapped once; nothing refers to it.
-        unsafe { munmap(ptr, LEN) }.expect("munmap");
-        assert_eq!(after, (LEN / 1024) as u64, "KiB resident after populate");
     }
 }

@@ -821,7 +821,7 @@ fn chat_relay_to_a_client_that_does_not_read_pauses_the_upstream(p: Proto) {
     // longer than the other tests' 400 ms: this test is about back pressure, not timeouts.
     let s = relay_server_timeout(&format!("{}{UPSTREAM_PATH}", up.url()), 10_000).on(p);
     let pid = s.wait_workers(1, START_TIMEOUT)[0];
-    let before = vm_rss_kib(pid);
+    let before = anon_rss_kib(pid);
     let st = open_stream(&s, &body_of(json!([user_msg("a lot")])), "a relay nobody reads");
     ensure!(s, up.wait_requests(1, IO_TIMEOUT), "the upstream got no request:\n{}", up.describe());
     let conn_id = up.requests()[0].conn_id;
@@ -840,7 +840,7 @@ fn chat_relay_to_a_client_that_does_not_read_pauses_the_upstream(p: Proto) {
         stalled && sent < n / 2,
         "the upstream kept sending to a client that reads nothing: {sent} of {n} pieces"
     );
-    let grew = (vm_rss_kib(pid) - before) / 1024;
+    let grew = (anon_rss_kib(pid) - before) / 1024;
     ensure!(s, grew < 16, "the worker buffered the stream: RSS grew {grew} MiB while {sent} pieces were stuck");
     drop(st);
     s.assert_healthy();

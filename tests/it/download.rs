@@ -756,7 +756,7 @@ fn slow_reader_keeps_worker_memory_bounded_and_the_loop_responsive() {
     let w = d.get("/download/small.bin", &[]);
     ensure!(d.s, w.status == 200, "warm-up GET /download/small.bin: {}", head_of(&w));
     thread::sleep(Duration::from_millis(200));
-    let rss0 = vm_rss_kib(pid);
+    let rss0 = anon_rss_kib(pid);
 
     let mut c = d.s.conn();
     c.send(&request("GET", "/download/big.bin", &[], b""));
@@ -780,7 +780,7 @@ fn slow_reader_keeps_worker_memory_bounded_and_the_loop_responsive() {
     let mut health_ms = Vec::new();
     let mut health_fail = Vec::new();
     while stall.elapsed() < Duration::from_secs(2) {
-        max_rss = max_rss.max(vm_rss_kib(pid));
+        max_rss = max_rss.max(anon_rss_kib(pid));
         let t = Instant::now();
         match d.s.try_get("/health", Duration::from_secs(2)) {
             Ok(r) if r.status == 200 => health_ms.push(t.elapsed().as_millis() as u64),
@@ -788,7 +788,7 @@ fn slow_reader_keeps_worker_memory_bounded_and_the_loop_responsive() {
         }
         thread::sleep(Duration::from_millis(150));
     }
-    max_rss = max_rss.max(vm_rss_kib(pid));
+    max_rss = max_rss.max(anon_rss_kib(pid));
     let cpu_used = cpu_ticks(pid) - cpu0;
     let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
 
@@ -824,7 +824,7 @@ fn slow_reader_keeps_worker_memory_bounded_and_the_loop_responsive() {
     got += k;
     ensure_eq!(d.s, got, size, "total bytes");
     ensure!(d.s, h == want_sum, "checksum of the 64 MiB body differs from the file's (FNV-1a {h:#x} vs {want_sum:#x})");
-    let after = vm_rss_kib(pid);
+    let after = anon_rss_kib(pid);
     ensure!(d.s, after - rss0 <= 8 * 1024, "worker RSS after the download: {after} KiB vs {rss0} KiB before");
     health_on(&d.s, &mut c, "after the 64 MiB download");
 }
@@ -844,10 +844,10 @@ fn stalled_plain_downloads_hold_no_file_buffers_in_the_worker() {
     ensure!(d.s, w.status == 206, "warm-up range: {}", head_of(&w));
     let settle = |what: &str| -> i64 {
         // The loop is done when the worker's RSS has not moved for half a second.
-        let (mut last, mut same, t) = (vm_rss_kib(pid), 0, Instant::now());
+        let (mut last, mut same, t) = (anon_rss_kib(pid), 0, Instant::now());
         while same < 5 && t.elapsed() < Duration::from_secs(8) {
             thread::sleep(Duration::from_millis(100));
-            let now = vm_rss_kib(pid);
+            let now = anon_rss_kib(pid);
             same = if now == last { same + 1 } else { 0 };
             last = now;
         }

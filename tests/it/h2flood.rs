@@ -355,7 +355,7 @@ impl Watch {
         let worker = server.wait_workers(1, IO_TIMEOUT)[0];
         assert_eq!(server.get("/health").status, 200);
         let peak_reset = std::fs::write(format!("/proc/{worker}/clear_refs"), "5").is_ok();
-        let before = vm_rss_kib(worker);
+        let before = status_kib(worker, "VmRSS:").unwrap_or(0);
         Watch { worker, before, peak_reset, prober: Prober::start(server.addr()) }
     }
 
@@ -365,7 +365,7 @@ impl Watch {
         eprintln!(
             "{what}: worker RSS before {} KiB, now {} KiB, peak {:?} KiB",
             self.before,
-            vm_rss_kib(self.worker),
+            status_kib(self.worker, "VmRSS:").unwrap_or(0),
             status_kib(self.worker, "VmHWM:")
         );
         let mut probes = self.prober.finish();
@@ -374,7 +374,7 @@ impl Watch {
             assert_eq!(status, &Ok(200), "{what}: /health probe {i} of {}\n{}", probes.len(), server.log_tail());
             assert!(*took < HEALTH_BOUND, "{what}: /health probe {i} of {} took {took:?}", probes.len());
         }
-        let now = vm_rss_kib(self.worker);
+        let now = status_kib(self.worker, "VmRSS:").unwrap_or(0);
         let peak = if self.peak_reset { status_kib(self.worker, "VmHWM:").unwrap_or(now).max(now) } else { now };
         assert!(
             peak - self.before < RSS_BOUND_KIB,
@@ -762,7 +762,7 @@ fn a_flood_queued_behind_the_preface_is_not_read_whole_by_the_sniff() {
     let worker = server.wait_workers(1, IO_TIMEOUT)[0];
     assert_eq!(server.get("/health").status, 200);
     let peak_reset = std::fs::write(format!("/proc/{worker}/clear_refs"), "5").is_ok();
-    let before = vm_rss_kib(worker);
+    let before = status_kib(worker, "VmRSS:").unwrap_or(0);
     // The worker's loop sleeps for 1 s (a debug route), so the attacker's bytes pile up.
     let mut busy = Conn::open(server.addr());
     busy.send(&request("GET", "/_debug/block?ms=1000", &[], b""));
@@ -785,7 +785,7 @@ fn a_flood_queued_behind_the_preface_is_not_read_whole_by_the_sniff() {
     });
     assert_eq!(busy.read_response().status, 200, "the busy loop answers once it wakes");
     let written = writer.join().expect("writer");
-    let now = vm_rss_kib(worker);
+    let now = status_kib(worker, "VmRSS:").unwrap_or(0);
     let peak = if peak_reset { status_kib(worker, "VmHWM:").unwrap_or(now).max(now) } else { now };
     eprintln!("queued flood: {written} bytes written; worker RSS {before} KiB → peak {peak} KiB (now {now} KiB)");
     assert!(peak - before < 4 * 1024, "worker RSS {before} KiB → peak {peak} KiB after a queued flood");

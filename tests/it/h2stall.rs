@@ -56,7 +56,7 @@ fn growth_while_stalled(worker: i32, before: i64, window: u32, clients: &mut [(H
         for (c, _) in clients.iter_mut() {
             c.pump();
         }
-        most = most.max(vm_rss_kib(worker) - before);
+        most = most.max(anon_rss_kib(worker) - before);
     }
     let received: usize = clients.iter().map(|(c, _)| c.received).sum();
     let allowed = CONNECTIONS * STREAMS * (window as usize + 4096);
@@ -73,7 +73,7 @@ fn stalled_streams_hold_little(server: &Server, path: &str, window: u32) {
     let mut warm = H2Client::h2c(server.addr());
     assert_eq!(warm.get("/health").status, 200);
     drop(warm);
-    let before = vm_rss_kib(worker);
+    let before = anon_rss_kib(worker);
     let mut first = stall(server, path, window);
     let grew = growth_while_stalled(worker, before, window, &mut first);
     let what = format!("{path}: {} streams stalled after {window} bytes", CONNECTIONS * STREAMS);
@@ -82,7 +82,7 @@ fn stalled_streams_hold_little(server: &Server, path: &str, window: u32) {
     drop(first);
     // The worker lets the connections go (its SSE count, when it keeps one, drops).
     assert!(eventually(IO_TIMEOUT, || server.get("/health").status == 200));
-    let after_first = vm_rss_kib(worker);
+    let after_first = anon_rss_kib(worker);
     let mut second = stall(server, path, window);
     let grew_again = growth_while_stalled(worker, before, window, &mut second);
     eprintln!("{what}: after the first round +{} KiB, second round peak +{grew_again} KiB", after_first - before);

@@ -116,7 +116,7 @@ fn a_100_mib_download_is_byte_exact_with_bounded_worker_memory() {
     let worker = server.wait_workers(1, Duration::from_secs(10))[0];
     let mut c = H3Client::connect(addr, &client_config(&pki));
     assert_eq!(c.get("/health").status(), 200);
-    let before = vm_rss_kib(worker);
+    let before = anon_rss_kib(worker);
     let started = Instant::now();
     let id = c.send("GET", "/download/big.bin", &[], b"");
     let deadline = Instant::now() + Duration::from_secs(240);
@@ -125,7 +125,7 @@ fn a_100_mib_download_is_byte_exact_with_bounded_worker_memory() {
     c.run_until(deadline, |c| {
         steps += 1;
         if steps % 200 == 0 {
-            peak = peak.max(vm_rss_kib(worker));
+            peak = peak.max(anon_rss_kib(worker));
         }
         c.streams.get(&id).is_some_and(|s| s.fin || s.reset.is_some()) || c.lost.is_some()
     });

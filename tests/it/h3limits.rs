@@ -253,7 +253,7 @@ fn stalled_downloads_hold_little_memory() {
     for c in &mut clients {
         assert_eq!(c.get("/health").status(), 200);
     }
-    let before = vm_rss_kib(worker);
+    let before = anon_rss_kib(worker);
     for c in &mut clients {
         for _ in 0..100 {
             let id = c.send("GET", "/download/big.bin", &[], b"");
@@ -273,14 +273,14 @@ fn stalled_downloads_hold_little_memory() {
             (last, quiet_since) = (got, Instant::now());
         }
     }
-    let stalled = vm_rss_kib(worker);
+    let stalled = anon_rss_kib(worker);
     assert!(clients.iter().all(|c| c.lost.is_none()), "{:?}", clients.iter().map(|c| &c.lost).collect::<Vec<_>>());
     for c in &mut clients {
         c.close(NO_ERROR.into());
     }
     let after = eventually_some(Duration::from_secs(5), || {
         let r = server.get("/health");
-        (r.status == 200).then(|| vm_rss_kib(worker))
+        (r.status == 200).then(|| anon_rss_kib(worker))
     });
     eprintln!(
         "400 stalled HTTP/3 downloads: worker RSS {before} KiB -> {stalled} KiB ({} KiB, {:.1} KiB a stream); \

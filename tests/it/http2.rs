@@ -395,15 +395,6 @@ fn a_download_with_range_and_head_over_h2() {
     assert!(r.body.is_empty());
 }
 
-fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn a_stalled_download_holds_bounded_memory_and_stalls_no_neighbour() {
     let size = 48 << 20;
@@ -414,7 +405,7 @@ fn a_stalled_download_holds_bounded_memory_and_stalls_no_neighbour() {
     builder.initial_connection_window_size(64 << 20);
     let mut c = H2Client::h2c_with(server.addr(), builder);
     assert_eq!(c.get("/health").status, 200);
-    let before = rss_kib(worker);
+    let before = anon_rss_kib(worker);
     let (mut rf, _) = c.start(c.build("GET", "/download/big.bin", &[]), true);
     let resp = c.head(&mut rf).expect("head");
     assert_eq!(resp.status(), 200);
@@ -428,7 +419,7 @@ fn a_stalled_download_holds_bounded_memory_and_stalls_no_neighbour() {
     let t = Instant::now();
     assert_eq!(c.get("/health").status, 200);
     assert!(t.elapsed() < Duration::from_secs(2));
-    let after = rss_kib(worker);
+    let after = anon_rss_kib(worker);
     assert!(after < before + 8 * 1024, "worker RSS {before} KiB → {after} KiB for a stalled {size}-byte download");
 }
 
@@ -713,7 +704,7 @@ fn an_h2_event_stream_that_never_reads_is_reset_past_the_backlog() {
     let mut got = Vec::new();
     // Subscribed once the preamble is there; from here on nothing is read or released.
     read_until(&mut c, &mut events, &mut got, "connected");
-    let before = rss_kib(worker);
+    let before = anon_rss_kib(worker);
     // Within the API's limits (characters, not bytes): 2000 four-byte characters of
     // body and 200 of title, about 9 KB an event; 160 of them are ~1.4 MB unsent.
     let body = "\u{1D11E}".repeat(2000);
@@ -726,7 +717,7 @@ fn an_h2_event_stream_that_never_reads_is_reset_past_the_backlog() {
     assert!(t.elapsed() < Duration::from_secs(12), "publishing took {:?}", t.elapsed());
     // The server gives up on the stream (its log says so) …
     s.wait_log_line(IO_TIMEOUT, |l| l.contains("event stream is not reading"));
-    let after = rss_kib(worker);
+    let after = anon_rss_kib(worker);
     assert!(after < before + 16 * 1024, "worker RSS {before} KiB → {after} KiB for a stalled event stream");
     // … and, reading at last, the client finds the window's worth of events then RST_STREAM.
     let err = c.until(IO_TIMEOUT, "RST_STREAM on the event stream", |c| match c.body_now(&mut events, &mut got) {

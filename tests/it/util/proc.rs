@@ -63,14 +63,16 @@ pub fn kill_pid(pid: i32, sig: Signal) {
     kill(Pid::from_raw(pid), sig).unwrap_or_else(|e| panic!("kill({pid}, {sig:?}): {e}"));
 }
 
-/// `VmRSS` of `pid` in KiB.
-pub fn vm_rss_kib(pid: i32) -> i64 {
+/// `RssAnon` of `pid` in KiB: the resident memory only this process holds (heap, stacks,
+/// buffers). The tests that bound what a worker buffers read this, not `VmRSS`, which also
+/// counts the binary's code pages as each path first runs them.
+pub fn anon_rss_kib(pid: i32) -> i64 {
     let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     st.lines()
-        .find(|l| l.starts_with("VmRSS:"))
+        .find(|l| l.starts_with("RssAnon:"))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS for pid {pid}"))
+        .unwrap_or_else(|| panic!("no RssAnon for pid {pid}"))
 }
 
 /// Polls `child` for its exit, up to `timeout`; `None` if it is still running.
