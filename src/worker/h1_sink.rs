@@ -2,18 +2,19 @@
 //! connection.
 //!
 //! The codec (`http1/codec.rs`) parses the request, answers it and writes the head (and a
-//! whole body). An exchange that waits on upstreams, or whose body follows its head (an event
-//! stream, a ticker, a relay, a WebSocket, a file), is the engine's: it adopts it
-//! ([`super::exchange::Exchanges::adopt`]) under the key [`Current`] (one exchange at a time)
-//! and writes its body through [`H1Sink`]. What a producer made goes into the output as one
+//! whole body). An exchange that waits on a pool job or upstreams, or whose body follows its
+//! head (an event stream, a ticker, a relay, a WebSocket, a file), is the engine's: it adopts
+//! it ([`super::exchange::Exchanges::adopt`]) under the key [`Current`] (one exchange at a
+//! time), answers a waiting one through the codec ([`Sink::respond`]: the codec writes and
+//! logs it, then has the connection back) and writes a body through [`H1Sink`]. What a producer made goes into the output as one
 //! piece (a chunk) while the output is below the watermark; a WebSocket's frames go as they
 //! are. A file body is read from disk on the pool in slices only while the client keeps up
 //! (each slice becomes the output buffer, no copy), or, on a plain connection with a sized
 //! body, moved by `sendfile(2)` from the page cache with the kernel advised to read ahead.
 //! The codec frames (or passes through) every byte. What became of the connection is the
 //! sink's [`Fate`]: the body ended (the codec has the connection back: keep-alive and the
-//! pipelined requests, or its close), was abandoned (cut short, closed once flushed), or the
-//! connection cannot carry it (closed now).
+//! pipelined requests, or its close), was abandoned (cut short, closed once flushed), the
+//! connection cannot carry it (closed now), or the codec answered the exchange whole.
 //!
 //! This file must not write HTTP framing, touch the connection table or know a route.
 

@@ -8,9 +8,11 @@
 //! read in place from its input), runs its timers (heartbeats, pings, ticks)
 //! and carries out what became of the connection (`h1_sink.rs`'s `Fate`):
 //! keep-alive, a close once flushed, or at once. It is also the HTTP/1.1 end
-//! of what `mux.rs` routes to an exchange: a pool result, a bus event, an
-//! upstream's answer or relayed bytes, a WebSocket frame written straight to
-//! the socket. Body bytes go through the codec (`Http1::data`, `end_body`),
+//! of what `mux.rs` routes to an exchange: the engine call runs on the
+//! connection's sink (a pool result or an upstream's answer is written by the
+//! codec, `Sink::respond`; a bus event or relayed bytes are queued on the
+//! exchange), and the wake that follows carries out its `Fate`; a WebSocket
+//! frame is written straight to the socket. Body bytes go through the codec (`Http1::data`, `end_body`),
 //! which frames them; this file never writes HTTP framing. Who receives bus
 //! messages (the SSE and room registries) is `fanout.rs`'s.
 
