@@ -116,11 +116,6 @@ fn live(conns: &mut [Option<Conn>], conn: usize, gen: u32) -> Option<&mut Conn> 
 }
 
 impl Worker {
-    /// HTTP/1.1 connection `conn` is still generation `gen` (its exchange is open).
-    fn h1_live(&self, conn: usize, gen: u32) -> bool {
-        matches!(self.conns.get(conn), Some(Some(c)) if c.generation == gen)
-    }
-
     /// A pool job of exchange `id` finished: its answer, a replay or a download slice.
     pub(super) fn exchange_completed(&mut self, id: ExchangeId, result: Completion) {
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
@@ -183,9 +178,7 @@ impl Worker {
     /// and the flush that drains it resumes the relay.
     pub(super) fn exchange_relay_slow(&mut self, id: ExchangeId) -> Option<bool> {
         if let ExchangeId::H1 { conn, gen } = id {
-            if !self.h1_live(conn, gen) {
-                return None;
-            }
+            live(&mut self.conns, conn, gen)?;
             self.flush_conn(conn);
             let c = live(&mut self.conns, conn, gen)?;
             let slow = c.io.backlog() > HIGH_WATERMARK;
@@ -206,7 +199,7 @@ impl Worker {
     /// connection with nothing queued gets it straight from `frame` (no copy).
     pub(super) fn exchange_frame(&mut self, id: ExchangeId, frame: &[u8]) {
         if let ExchangeId::H1 { conn, gen } = id {
-            if self.h1_live(conn, gen) {
+            if live(&mut self.conns, conn, gen).is_some() {
                 self.write_direct(conn, frame);
             }
             return;
@@ -222,7 +215,7 @@ impl Worker {
     pub(super) fn wake(&mut self, id: ExchangeId) {
         match id {
             ExchangeId::H1 { conn, gen } => {
-                if self.h1_live(conn, gen) {
+                if live(&mut self.conns, conn, gen).is_some() {
                     self.h1_wake(conn);
                 }
             }
