@@ -118,22 +118,27 @@ impl Key for StreamId {
 }
 
 impl exchange::Head for RequestHead {
+    #[inline]
     fn method(&self) -> &str {
         self.method.as_str()
     }
 
+    #[inline]
     fn path(&self) -> &str {
         RequestHead::path(self)
     }
 
+    #[inline]
     fn authority(&self) -> Option<&str> {
         RequestHead::authority(self)
     }
 
+    #[inline]
     fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
         self.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()))
     }
 
+    #[inline]
     fn field(&self, name: &str) -> Option<&[u8]> {
         self.headers.get(name).map(http::HeaderValue::as_bytes)
     }

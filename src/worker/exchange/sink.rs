@@ -101,6 +101,7 @@ pub(in crate::worker) trait Sink {
 
 /// Send a built head on `stream`: its early hints, the head, and what of its body it holds
 /// (`follows`: the body comes later, the stream stays open).
+#[inline]
 pub(in crate::worker) fn send_head<S: Sink>(
     sink: &mut S,
     stream: S::Stream,
