@@ -21,7 +21,6 @@
 //! * `h2.rs`: an HTTP/2 connection's session (its sink, scheduler and ending).
 //! * `h3.rs`: HTTP/3: the exchanges of each QUIC connection (a table of its own, not a
 //!   `ConnState`); `quic.rs`: the slot's UDP socket and the QUIC endpoint on it;
-//!   `h3_inbox.rs`: who reads the slot's UDP socket while workers hand over.
 //! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event streams, tickers,
 //!   WebSockets, relays) and its end of `mux.rs`'s routes; `h1_sink.rs`: how the engine
 //!   writes an HTTP/1.1 exchange's body (file bodies: slices or `sendfile`).
@@ -40,7 +39,6 @@ mod glue;
 mod h1_sink;
 mod h2;
 mod h3;
-mod h3_inbox;
 mod mux;
 mod panics;
 mod pool;
