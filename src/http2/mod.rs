@@ -6,7 +6,8 @@
 //! side's state machine over them: SETTINGS, streams, flow control, GOAWAY,
 //! the protocol-abuse defences), and [`H2Conn`], which wraps the machine
 //! with the loop's buffers, the per-turn `meter` and per-stream
-//! response queues, keyed by [`StreamId`]. It must not touch sockets,
+//! response queues, keyed by [`StreamId`]; [`sniff`] tells an HTTP/2
+//! connection from its first bytes. It must not touch sockets,
 //! routes or application code: the worker moves bytes between the socket
 //! (or TLS session) and [`H2Conn`]'s buffers, turns [`Event`]s into
 //! exchanges and answers through [`H2Conn::respond`] and
@@ -29,6 +30,7 @@ pub mod machine;
 mod meter;
 pub mod priority;
 pub mod request;
+pub mod sniff;
 #[cfg(test)]
 mod tests;
 mod unfinished;

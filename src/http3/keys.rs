@@ -11,7 +11,7 @@
 //! ‖ tag (4)`, the tag a truncated HMAC-SHA256 of the first 8 bytes under the CID key. The
 //! generation tells a slot's successive workers apart: while an old worker drains beside its
 //! replacement, the one reading the slot's socket forwards the other's packets by it (see
-//! `worker/h3_inbox.rs`; `Server::set_sibling` where no hand-over took place). The slot is in
+//! `http3/handover.rs`; `Server::set_sibling` where no hand-over took place). The slot is in
 //! the clear on purpose: a `SO_ATTACH_REUSEPORT_EBPF` program (or a worker forwarding a stray
 //! packet) reads it without a key, as nginx's `quic_bpf` reads its worker cookie. It tells an
 //! observer which worker serves a connection, not which connection a packet belongs to: the

@@ -42,6 +42,7 @@ mod amplification;
 pub mod conn;
 pub mod error;
 pub mod frame;
+pub mod handover;
 pub mod head;
 pub mod idmap;
 pub mod keys;

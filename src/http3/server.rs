@@ -78,7 +78,7 @@ impl Server {
 
     /// `sibling`: another worker of this slot may read the same socket after us (a draining
     /// worker whose successor could not take the socket over by forwarding, see
-    /// `worker/h3_inbox.rs`, and waits for it to exit). Then a packet for a connection of the
+    /// `http3/handover.rs`, and waits for it to exit). Then a packet for a connection of the
     /// slot's other generation is dropped, not answered with a stateless reset (it is not
     /// ours to end). `refuse_new`: a new client's first packets are dropped too (a draining
     /// worker leaves them to its successor). A worker that gets its packets forwarded sees

@@ -1,6 +1,6 @@
 //! A worker's HTTP/3 inbox: a non-blocking `AF_UNIX` datagram socket bound to the abstract
 //! name `\0forkd-h3-<udp port>-<pid>`, through which the workers of one slot hand the slot's
-//! UDP socket over (`worker/h3_inbox.rs` decides who reads it; this file only moves bytes).
+//! UDP socket over (`http3/handover.rs` decides who reads it; this file only moves bytes).
 //!
 //! Messages, the first byte their kind (a new kind is a new byte; a message of an unknown
 //! kind is ignored):

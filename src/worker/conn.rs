@@ -25,15 +25,16 @@ use std::io::{self, Read};
 use std::net::IpAddr;
 use std::time::Instant;
 
-use super::engine::{Exchanges, Stage};
+use super::exchange::{Exchanges, Stage};
 use super::h1_sink::{Answered, Current, Fate};
-use super::h2::{self, H2Session};
+use super::h2::H2Session;
 use super::pool::{ExchangeId, Work};
 use super::transport::Transport;
 use super::{Glue, Worker, LINGER, READ_AHEAD};
 use crate::app::Body;
 use crate::http::service::{Env, Protocol, HIGH_WATERMARK};
 use crate::http1::codec::{Http1, Phase, Progress};
+use crate::http2::sniff::{sniff, Sniff};
 
 /// A client connection: transport plus protocol state.
 pub(super) struct Conn {
@@ -198,17 +199,17 @@ impl Worker {
                     close = true;
                     break;
                 }
-                match h2::sniff(&c.io.inbuf, alpn.map(|a| a.map(|p| p.unwrap_or(b"")))) {
-                    h2::Sniff::H1 => h.sniff = false,
-                    h2::Sniff::H2 => {
+                match sniff(&c.io.inbuf, alpn.map(|a| a.map(|p| p.unwrap_or(b"")))) {
+                    Sniff::H1 => h.sniff = false,
+                    Sniff::H2 => {
                         self.start_h2(idx);
                         return;
                     }
-                    h2::Sniff::Wait if c.io.eof => {
+                    Sniff::Wait if c.io.eof => {
                         close = true;
                         break;
                     }
-                    h2::Sniff::Wait if c.io.tls.is_none() && !c.io.inbuf.is_empty() => {
+                    Sniff::Wait if c.io.tls.is_none() && !c.io.inbuf.is_empty() => {
                         // A prefix of the preface: wait for the rest. Not yet HTTP/2,
                         // so the wait is part of an HTTP/1.1 head: its timer, its 408.
                         h.codec.head_started(&self.env, now);
@@ -217,7 +218,7 @@ impl Worker {
                         }
                         break;
                     }
-                    h2::Sniff::Wait => {}
+                    Sniff::Wait => {}
                 }
             }
             self.bufs.fill(&mut c.io.out);
@@ -259,6 +260,8 @@ impl Worker {
             // A request that reached its handler runs to its end, whatever
             // becomes of the connection meanwhile (its answer is then dropped).
             Some(Body::Job(job)) => {
+                // The engine holds the wait; the codec answers it (`Sink::respond`).
+                h.ex.adopt(Current, Answered, Stage::Waiting, None, now);
                 self.pool.submit(ExchangeId::H1 { conn: idx, gen: c.generation }, Work::Request(job));
                 None
             }

@@ -1,7 +1,7 @@
 //! Fan-out: who receives what. The per-worker registries of event-stream
 //! subscribers and WebSocket members (by exchange, HTTP/1.1 connection or
-//! HTTP/2 stream alike; a member's own state is `websocket.rs`'s, an event
-//! stream's `produce.rs`'s), WebSocket rooms, and the
+//! HTTP/2 stream alike; a member's own state is `exchange/websocket.rs`'s, an event
+//! stream's `exchange/produce.rs`'s), WebSocket rooms, and the
 //! bus: publishing, receiving, and delivering a message to every local
 //! subscriber with back pressure (a subscriber whose unsent output passes
 //! `MAX_BACKLOG` is dropped rather than buffered without bound). Every
@@ -17,12 +17,12 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::engine::Reset;
+use super::exchange::Reset;
+use super::exchange::Todo;
+use super::exchange::MAX_BACKLOG;
 use super::mux::ws_of;
 use super::panics::guard;
 use super::pool::ExchangeId;
-use super::produce::MAX_BACKLOG;
-use super::websocket::Todo;
 use super::Worker;
 use crate::bus::{self, Topic};
 use crate::proto::ws as wire;

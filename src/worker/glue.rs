@@ -69,7 +69,7 @@ impl Service for Glue<'_> {
     }
 }
 
-impl super::engine::Host for Glue<'_> {
+impl super::exchange::Host for Glue<'_> {
     fn app(&self) -> &App {
         self.app
     }

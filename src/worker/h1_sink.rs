@@ -2,18 +2,19 @@
 //! connection.
 //!
 //! The codec (`http1/codec.rs`) parses the request, answers it and writes the head (and a
-//! whole body). An exchange that waits on upstreams, or whose body follows its head (an event
-//! stream, a ticker, a relay, a WebSocket, a file), is the engine's: it adopts it
-//! ([`super::engine::Exchanges::adopt`]) under the key [`Current`] (one exchange at a time)
-//! and writes its body through [`H1Sink`]. What a producer made goes into the output as one
+//! whole body). An exchange that waits on a pool job or upstreams, or whose body follows its
+//! head (an event stream, a ticker, a relay, a WebSocket, a file), is the engine's: it adopts
+//! it ([`super::exchange::Exchanges::adopt`]) under the key [`Current`] (one exchange at a
+//! time), answers a waiting one through the codec ([`Sink::respond`]: the codec writes and
+//! logs it, then has the connection back) and writes a body through [`H1Sink`]. What a producer made goes into the output as one
 //! piece (a chunk) while the output is below the watermark; a WebSocket's frames go as they
 //! are. A file body is read from disk on the pool in slices only while the client keeps up
 //! (each slice becomes the output buffer, no copy), or, on a plain connection with a sized
 //! body, moved by `sendfile(2)` from the page cache with the kernel advised to read ahead.
 //! The codec frames (or passes through) every byte. What became of the connection is the
 //! sink's [`Fate`]: the body ended (the codec has the connection back: keep-alive and the
-//! pipelined requests, or its close), was abandoned (cut short, closed once flushed), or the
-//! connection cannot carry it (closed now).
+//! pipelined requests, or its close), was abandoned (cut short, closed once flushed), the
+//! connection cannot carry it (closed now), or the codec answered the exchange whole.
 //!
 //! This file must not write HTTP framing, touch the connection table or know a route.
 
@@ -23,12 +24,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::StatusCode;
 
-use super::download::Download;
-use super::engine::{Exchange, Gone, Head, Key, Produce, Reset, Sink};
+use super::bufs::Bufs;
+use super::exchange::{Download, Exchange, Gone, Head, Key, Produce, Reset, Sink};
 use super::pool::{ExchangeId, Pool, Work};
 use super::transport::Transport;
 use crate::http::reply::FileRange;
-use crate::http::service::HIGH_WATERMARK;
+use crate::http::response::{Delimit, Response};
+use crate::http::service::{Env, Service, HIGH_WATERMARK};
 use crate::http1::codec::Http1;
 use crate::http2::ResponseFields;
 
@@ -94,12 +96,17 @@ pub(super) enum Fate {
     Abandoned,
     /// The connection cannot carry the body (a write failed, the file shrank): it closes.
     Cut,
+    /// The codec answered the exchange whole (a pool job's or upstreams' answer): it has the
+    /// connection back (keep-alive and the pipelined requests, or its close).
+    Answered,
 }
 
 /// An HTTP/1.1 connection's write side for one engine call.
 pub(super) struct H1Sink<'a> {
     codec: &'a mut Http1,
     io: &'a mut Transport,
+    /// Where an answer's output buffer comes from (an idle connection holds none).
+    bufs: &'a mut Bufs,
     now: Instant,
     /// What became of the connection.
     pub(super) fate: Fate,
@@ -109,9 +116,16 @@ pub(super) struct H1Sink<'a> {
 }
 
 impl<'a> H1Sink<'a> {
-    /// The write side of the connection whose codec is `codec` and transport `io`.
-    pub(super) fn new(codec: &'a mut Http1, io: &'a mut Transport, now: Instant) -> H1Sink<'a> {
-        H1Sink { codec, io, now, fate: Fate::Open, again: false }
+    /// The write side of the connection whose codec is `codec` and transport `io`, with
+    /// output buffers from `bufs`; what became of it so far is `fate`.
+    pub(super) fn new(
+        codec: &'a mut Http1,
+        io: &'a mut Transport,
+        bufs: &'a mut Bufs,
+        fate: Fate,
+        now: Instant,
+    ) -> H1Sink<'a> {
+        H1Sink { codec, io, bufs, now, fate, again: false }
     }
 
     /// Whenever the output is fully written, the next slice in order becomes the output
@@ -215,6 +229,24 @@ impl Sink for H1Sink<'_> {
         if self.fate != Fate::Cut {
             self.fate = Fate::Abandoned;
         }
+    }
+
+    const ANSWERS: bool = true;
+
+    /// The codec writes the head (and a whole body) and logs the exchange; once it is whole,
+    /// the codec has the connection back ([`Fate::Answered`]).
+    fn respond(&mut self, _: Current, resp: Response, delimit: Delimit, svc: &mut dyn Service, env: &mut Env) -> bool {
+        self.bufs.fill(&mut self.io.out);
+        let follows = if delimit == Delimit::Length {
+            self.codec.complete(resp, &mut self.io.out, svc, env, self.now);
+            false
+        } else {
+            self.codec.complete_stream(resp, &mut self.io.out, svc, env, self.now)
+        };
+        if !follows {
+            self.fate = Fate::Answered;
+        }
+        follows
     }
 
     /// The connection's input is read as its turn allows: no window to open.

@@ -3,7 +3,7 @@
 //! A connection is HTTP/2 when a plain one opens with the client preface
 //! (prior knowledge, h2c) or a TLS one negotiated `h2` by ALPN. Its
 //! [`H2Session`] owns the codec behind an [`H2Sink`] and the engine's
-//! [`Exchanges`], one per open stream (`engine.rs`: dispatch, answers,
+//! [`Exchanges`], one per open stream (`exchange/`: dispatch, answers,
 //! producers). This module moves bytes between the connection's transport
 //! and the codec, turns the codec's events into engine calls, and decides
 //! how the connection ends (GOAWAY, the keep-alive and header timers, the
@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::download::Download;
-use super::engine::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
+use super::exchange::Download;
+use super::exchange::SLICE;
+use super::exchange::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
 use super::pool::{ExchangeId, Pool, Work};
-use super::produce::SLICE;
 use super::{Glue, Worker, READ_AHEAD};
 use crate::error::Error;
 use crate::http::reply::FileRange;
@@ -30,9 +30,6 @@ use crate::http2::request::{self, Fault};
 use crate::http2::{
     Event, H2Conn, H2Error, H2Settings, Heads, Priority, Reason, RequestHead, ResponseFields, Scheduler, Sent, StreamId,
 };
-
-/// The HTTP/2 client connection preface (RFC 9113 §3.4).
-pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// After the two-step GOAWAY of a connection that reached its keep-alive
 /// timeout with a response still queued in h2, the peer gets this long to
@@ -72,36 +69,6 @@ const QUANTUM: usize = 16 * 1024;
 /// close) goes out before the worker exits and cuts every socket.
 pub(super) fn cut_after(shutdown_timeout: Duration) -> Duration {
     shutdown_timeout - shutdown_timeout / 10
-}
-
-/// What the first bytes of a connection say it speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Sniff {
-    /// HTTP/1.1.
-    H1,
-    /// HTTP/2.
-    H2,
-    /// Not known yet: more bytes (or the TLS handshake) are needed.
-    Wait,
-}
-
-/// Classify a connection from its first plaintext bytes and, over TLS, the
-/// protocol ALPN chose (`Some` once the handshake is done).
-pub(super) fn sniff(first: &[u8], tls: Option<Option<&[u8]>>) -> Sniff {
-    match tls {
-        Some(None) => Sniff::Wait,
-        Some(Some(alpn)) if alpn == b"h2" => Sniff::H2,
-        Some(Some(_)) => Sniff::H1,
-        None if first.len() >= PREFACE.len() => {
-            if first.starts_with(PREFACE) {
-                Sniff::H2
-            } else {
-                Sniff::H1
-            }
-        }
-        None if PREFACE.starts_with(first) => Sniff::Wait,
-        None => Sniff::H1,
-    }
 }
 
 /// How an HTTP/2 connection ends, from the server's side.
@@ -147,23 +114,28 @@ impl Key for StreamId {
     }
 }
 
-impl engine::Head for RequestHead {
+impl exchange::Head for RequestHead {
+    #[inline]
     fn method(&self) -> &str {
         RequestHead::method(self)
     }
 
+    #[inline]
     fn path(&self) -> &str {
         RequestHead::path(self)
     }
 
+    #[inline]
     fn authority(&self) -> Option<&str> {
         RequestHead::authority(self)
     }
 
+    #[inline]
     fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
         RequestHead::fields(self)
     }
 
+    #[inline]
     fn field(&self, name: &str) -> Option<&[u8]> {
         RequestHead::field(self, name)
     }
@@ -529,20 +501,14 @@ impl H2Session {
             head.field("content-length").and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
         let priority = Priority::from_fields(head.field_all("priority"));
         let end_stream = head.end_stream;
-        let checked = request::check(&head, self.out.conn.settings().max_header_list_size as usize);
+        let refused = match request::check(&head, self.out.conn.settings().max_header_list_size as usize) {
+            Err(Fault::TooLarge) => Some(Error::HeaderTooLarge),
+            Err(Fault::Malformed(why)) => Some(Error::bad_request(why)),
+            Ok(()) if declared.is_some_and(|n| n > cx.env.max_body) => Some(Error::PayloadTooLarge),
+            Ok(()) => None,
+        };
         let opening = Opening { stream, head, priority, body_follows: !end_stream, tunnel };
-        let i = self.ex.open(opening, &mut cx.env.common, cx.env.body_timeout, now);
-        match checked {
-            Ok(()) => {}
-            Err(Fault::TooLarge) => return self.ex.fail(i, Error::HeaderTooLarge, &mut self.out, cx, now),
-            Err(Fault::Malformed(why)) => return self.ex.fail(i, Error::bad_request(why), &mut self.out, cx, now),
-        }
-        if declared.is_some_and(|n| n > cx.env.max_body) {
-            return self.ex.fail(i, Error::PayloadTooLarge, &mut self.out, cx, now);
-        }
-        if end_stream || tunnel {
-            self.ex.dispatch(i, &mut self.out, cx, now);
-        }
+        self.ex.request(opening, refused, end_stream || tunnel, &mut self.out, cx, now);
     }
 }
 impl Worker {
@@ -668,12 +634,6 @@ impl Worker {
         self.arm(idx);
     }
 
-    /// An HTTP/2 connection closed: its subscriptions, upstream waits and WebSockets go.
-    pub(super) fn forget_h2(&mut self, mut sess: H2Session) {
-        sess.ex.close_all(&mut self.sse);
-        self.carry_out(std::mem::take(&mut sess.ex.effects));
-    }
-
     /// The HTTP/2 connection's timer fired: 408 on streams whose body is
     /// late, the final GOAWAY when idle ([`Ending`]), the two-step GOAWAY
     /// when a drain found no quiet moment in time, the cut at its deadline,
@@ -719,18 +679,7 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_preface_makes_a_connection_http2() {
-        assert_eq!(sniff(PREFACE, None), Sniff::H2);
-        assert_eq!(sniff(&PREFACE[..10], None), Sniff::Wait);
-        assert_eq!(sniff(b"", None), Sniff::Wait);
-        assert_eq!(sniff(b"GET / HTTP/1.1\r\n", None), Sniff::H1);
-        assert_eq!(sniff(b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n", None), Sniff::H1);
-        assert_eq!(sniff(b"", Some(None)), Sniff::Wait);
-        assert_eq!(sniff(b"", Some(Some(b"h2"))), Sniff::H2);
-        assert_eq!(sniff(PREFACE, Some(Some(b"http/1.1"))), Sniff::H1);
-    }
+    use crate::http2::sniff::PREFACE;
 
     #[test]
     fn a_session_owes_its_preface_then_a_stalled_header_block_within_the_header_timeout() {

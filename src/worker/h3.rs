@@ -12,7 +12,7 @@
 //! An exchange is keyed by [`ExchangeId::H3`]: `conn` = the connection's handle, `stream` =
 //! the QUIC stream id, with a per-session generation: pool completions, bus events and
 //! upstream waits find it as they find an HTTP/2 stream. The exchanges are the engine's
-//! (`engine.rs`: dispatch, answers, producers), written through [`H3Conn`] as their `Sink`:
+//! (`exchange/`: dispatch, answers, producers), written through [`H3Conn`] as their `Sink`:
 //! response bodies go into the connection's per-stream queue while [`H3Conn::may_send`]
 //! allows; a download reads
 //! its next slice only once the stream (QUIC flow control) took the last one ([`FileBody`]).
@@ -35,10 +35,10 @@ use bytes::Bytes;
 use mio::Registry;
 use quinn_proto::{ConnectionHandle, StreamId, VarInt};
 
-use super::engine::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
-use super::h3_file::FileBody;
+use super::exchange::FileBody;
+use super::exchange::SLICE;
+use super::exchange::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
 use super::pool::{ExchangeId, Pool, Work};
-use super::produce::SLICE;
 use super::quic::{Endpoint, WorkerH3};
 use super::{Glue, Worker};
 use crate::config::Config;
@@ -137,7 +137,7 @@ fn quic_of(conn: usize, stream: u64) -> (ConnectionHandle, StreamId) {
     (ConnectionHandle(conn), StreamId::from(VarInt::from_u64(stream).unwrap_or(VarInt::MAX)))
 }
 
-impl engine::Head for Box<RequestHead> {
+impl exchange::Head for Box<RequestHead> {
     fn method(&self) -> &str {
         RequestHead::method(self)
     }
@@ -247,7 +247,7 @@ fn send_whole(conn: &mut H3Conn, cx: &mut Cx<'_, Glue<'_>>, stream: StreamId, e:
     let mut resp = e.into_response(cx.env.development);
     let meta = RequestMeta { delimit: Delimit::Length, head: false, http10: false, keep_alive: true, request_id: b"" };
     if let Ok(h) = cx.heads.build(&mut resp, &meta, &mut cx.env.common) {
-        let _ = engine::send_head(conn, stream, h, false);
+        let _ = exchange::send_head(conn, stream, h, false);
     }
 }
 
@@ -282,23 +282,20 @@ fn on_request(
     let priority = Priority::from_fields(head.fields().filter(|(n, _)| *n == b"priority").map(|(_, v)| v));
     // RFC 9218 urgency 0 (most urgent) .. 7; quinn sends higher priorities first.
     conn.set_priority(stream, 7 - i32::from(priority.urgency.min(7)));
-    let early = head.early && !head.safe_for_early_data();
-    let declared = head.content_length;
-    let connect = head.method() == "CONNECT";
+    let refused = if head.early && !head.safe_for_early_data() {
+        // RFC 8470: not replay-safe; the client sends it again after the handshake.
+        Some(Error::TooEarly)
+    } else if head.content_length.is_some_and(|n| n > cx.env.max_body) {
+        Some(Error::PayloadTooLarge)
+    } else if head.method() == "CONNECT" {
+        // No extended CONNECT (WebSocket) over HTTP/3, as a plain CONNECT over HTTP/2.
+        Some(Error::bad_request("CONNECT is not supported"))
+    } else {
+        None
+    };
     // The end of the stream is an event of its own: a body may always follow.
     let opening = Opening { stream, head, priority, body_follows: true, tunnel: false };
-    let i = sess.open(opening, &mut cx.env.common, cx.env.body_timeout, now);
-    if early {
-        // RFC 8470: not replay-safe; the client sends it again after the handshake.
-        return sess.fail(i, Error::TooEarly, conn, cx, now);
-    }
-    if declared.is_some_and(|n| n > cx.env.max_body) {
-        return sess.fail(i, Error::PayloadTooLarge, conn, cx, now);
-    }
-    if connect {
-        // No extended CONNECT (WebSocket) over HTTP/3, as a plain CONNECT over HTTP/2.
-        sess.fail(i, Error::bad_request("CONNECT is not supported"), conn, cx, now);
-    }
+    sess.request(opening, refused, false, conn, cx, now);
 }
 
 impl Worker {

@@ -12,45 +12,36 @@
 //! * `conn.rs`: a TCP connection (`Conn`: a `Transport` + one `ConnState`) and the driving of
 //!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline;
 //!   `proxy_header.rs`: the PROXY protocol header a listener may require before the rest.
-//! * `engine.rs`: the life of an exchange on a multiplexed connection (dispatch, answer,
-//!   producers, back pressure), written once for HTTP/2 and HTTP/3 against a codec's `Sink`;
-//!   `mux.rs`: routes what the loop produced for an `ExchangeId` (HTTP/1.1, HTTP/2 or
-//!   HTTP/3) to its exchange and carries out the engine's effects.
+//! * `exchange/`: the life of an exchange (dispatch, answer, producers, back pressure),
+//!   written once for every protocol against a codec's `Sink` (`exchange/sink.rs`), with its
+//!   socket-free producers (`produce.rs`, `download.rs`, `file.rs`, `websocket.rs`) and
+//!   `call.rs`, what a waiting exchange holds; `mux.rs`: routes what the loop produced for an
+//!   `ExchangeId` (HTTP/1.1, HTTP/2 or HTTP/3) to its exchange and carries out the engine's
+//!   effects.
 //! * `h2.rs`: an HTTP/2 connection's session (its sink, scheduler and ending).
 //! * `h3.rs`: HTTP/3: the exchanges of each QUIC connection (a table of its own, not a
 //!   `ConnState`); `quic.rs`: the slot's UDP socket and the QUIC endpoint on it;
-//!   `h3_file.rs`: an HTTP/3 file body; `h3_inbox.rs`: who reads the slot's UDP socket while
-//!   workers hand over.
 //! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event streams, tickers,
 //!   WebSockets, relays) and its end of `mux.rs`'s routes; `h1_sink.rs`: how the engine
 //!   writes an HTTP/1.1 exchange's body (file bodies: slices or `sendfile`).
-//! * `produce.rs`: the event-stream and ticker producers every protocol runs;
-//!   `download.rs`: a file body's read-ahead (HTTP/1.1 and HTTP/2); `websocket.rs`: one
-//!   WebSocket's state and messages.
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
 //! * `upstream.rs`: which exchange waits on which upstream connection (and gathers);
-//!   `relay.rs`: an upstream stream relayed to its client; `call.rs`: what a waiting
-//!   exchange holds.
+//!   `relay.rs`: an upstream stream relayed to its client.
 //! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
 //!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens;
 //!   `bufs.rs`: the free list of connection buffers (idle ones hold none).
 
 mod bufs;
-mod call;
 mod conn;
-mod download;
-mod engine;
+mod exchange;
 mod fanout;
 mod glue;
 mod h1_sink;
 mod h2;
 mod h3;
-mod h3_file;
-mod h3_inbox;
 mod mux;
 mod panics;
 mod pool;
-mod produce;
 mod proxy_header;
 mod quic;
 mod relay;
@@ -60,7 +51,6 @@ mod token;
 mod transport;
 mod trim;
 mod upstream;
-mod websocket;
 
 use crate::cpu::{CpuLane, Standing};
 use std::io;
@@ -226,7 +216,7 @@ struct Worker {
     published: crossbeam_channel::Receiver<crate::app::Publish>,
     /// Event-stream subscribers, by exchange (HTTP/1.1 connections, HTTP/2 and HTTP/3
     /// streams), with who each is for.
-    sse: produce::Subscribers,
+    sse: exchange::Subscribers,
     rooms: fanout::Rooms,
     up: crate::upstream::conn::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,
@@ -687,14 +677,18 @@ impl Worker {
     /// exchanges leave every registry and their upstream calls are cancelled.
     fn release(&mut self, state: ConnState) {
         match state {
-            ConnState::Http1(mut h) => {
-                if !h.ex.is_empty() {
-                    h.ex.close_all(&mut self.sse);
-                    self.carry_out(std::mem::take(&mut h.ex.effects));
-                }
-            }
-            ConnState::Http2(sess) => self.forget_h2(*sess),
+            ConnState::Http1(mut h) => self.forget(&mut h.ex),
+            ConnState::Http2(mut sess) => self.forget(sess.parts().0),
             ConnState::ProxyHeader(_) | ConnState::Lingering(_) => {}
+        }
+    }
+
+    /// A connection's exchanges are gone: their subscriptions, upstream waits and
+    /// WebSockets go.
+    fn forget<K: exchange::Key, H: exchange::Head>(&mut self, ex: &mut exchange::Exchanges<K, H>) {
+        if !ex.is_empty() {
+            ex.close_all(&mut self.sse);
+            self.carry_out(std::mem::take(&mut ex.effects));
         }
     }
 
@@ -810,37 +804,83 @@ impl Worker {
 mod tests {
     use std::collections::BTreeMap;
 
-    /// Each worker file and the sibling files it names (`super::name`), comments aside.
-    fn sibling_imports() -> BTreeMap<String, Vec<String>> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/worker");
+    /// The `.rs` files of `dir` by stem (`mod` included), read.
+    fn sources(dir: &std::path::Path) -> BTreeMap<String, String> {
         let mut files = BTreeMap::new();
-        for entry in std::fs::read_dir(&dir).expect("src/worker") {
+        for entry in std::fs::read_dir(dir).expect("a source folder") {
             let path = entry.expect("entry").path();
-            let (Some(stem), Some("rs")) =
+            if let (Some(stem), Some("rs")) =
                 (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|e| e.to_str()))
-            else {
-                continue;
-            };
-            if stem != "mod" {
+            {
                 files.insert(stem.to_owned(), std::fs::read_to_string(&path).expect("source"));
             }
         }
-        let mut graph = BTreeMap::new();
-        for (name, text) in &files {
-            let mut uses: Vec<String> = Vec::new();
-            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
-                for (at, _) in line.match_indices("super::") {
-                    let rest = &line[at + "super::".len()..];
-                    let word: String = rest
-                        .chars()
-                        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
-                        .collect();
-                    if files.contains_key(&word) && word != *name && !uses.contains(&word) {
-                        uses.push(word);
+        files
+    }
+
+    /// The module names `text` reaches through `prefix` (`super::name`), comments aside;
+    /// `super::super::` is not read as `super::`.
+    fn named(text: &str, prefix: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            for (at, _) in line.match_indices(prefix) {
+                let rest = &line[at + prefix.len()..];
+                if prefix == "super::" && (line[..at].ends_with("super::") || rest.starts_with("super::")) {
+                    continue;
+                }
+                let word: String =
+                    rest.chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
+                words.push(word);
+            }
+        }
+        words
+    }
+
+    /// Each worker module and the sibling modules it names, comments aside. A folder
+    /// (`exchange/`) is one module to the rest, naming what any of its files names
+    /// (`super::name` from its `mod.rs`, `super::super::name` from the others,
+    /// `crate::worker::name` from any); its files other than `mod.rs` are also nodes
+    /// (`exchange/sink`), naming each other (`super::name`).
+    fn sibling_imports() -> BTreeMap<String, Vec<String>> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/worker");
+        let mut modules: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for (stem, text) in sources(&root) {
+            if stem != "mod" {
+                modules.insert(stem, vec![("mod".to_owned(), text)]);
+            }
+        }
+        for entry in std::fs::read_dir(&root).expect("src/worker") {
+            let path = entry.expect("entry").path();
+            if let (true, Some(name)) = (path.is_dir(), path.file_name().and_then(|s| s.to_str())) {
+                modules.insert(name.to_owned(), sources(&path).into_iter().collect());
+            }
+        }
+        let mut graph: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let add = |graph: &mut BTreeMap<String, Vec<String>>, from: &str, to: String| {
+            let uses = graph.entry(from.to_owned()).or_default();
+            if to != from && !uses.contains(&to) {
+                uses.push(to);
+            }
+        };
+        for (name, files) in &modules {
+            graph.entry(name.clone()).or_default();
+            for (file, text) in files {
+                let up = if file == "mod" { "super::" } else { "super::super::" };
+                for word in named(text, up).into_iter().chain(named(text, "crate::worker::")) {
+                    if modules.contains_key(&word) {
+                        add(&mut graph, name, word);
+                    }
+                }
+                if file != "mod" {
+                    let node = format!("{name}/{file}");
+                    graph.entry(node.clone()).or_default();
+                    for word in named(text, "super::") {
+                        if word != "mod" && files.iter().any(|(f, _)| *f == word) {
+                            add(&mut graph, &node, format!("{name}/{word}"));
+                        }
                     }
                 }
             }
-            graph.insert(name.clone(), uses);
         }
         graph
     }
@@ -865,7 +905,9 @@ mod tests {
     #[test]
     fn the_worker_files_import_each_other_without_a_cycle() {
         let graph = sibling_imports();
-        assert!(graph.contains_key("engine") && graph["mux"].contains(&"engine".to_owned()), "the parse sees imports");
+        assert!(graph["mux"].contains(&"exchange".to_owned()), "the parse sees imports");
+        assert!(graph["exchange"].contains(&"pool".to_owned()), "and a folder's");
+        assert!(graph["exchange/produce"].contains(&"exchange/download".to_owned()), "and those within a folder");
         for file in graph.keys() {
             if let Some(found) = cycle(&graph, file, &mut Vec::new()) {
                 panic!("an import cycle among worker files: {}", found.join(" -> "));

@@ -12,13 +12,13 @@
 
 use std::sync::Arc;
 
-use super::call::CallState;
 use super::conn::{Conn, ConnState};
-use super::engine::{engine_cx, Effect, Reset};
+use super::exchange::CallState;
+use super::exchange::Ws;
+use super::exchange::{engine_cx, Effect, Reset};
 use super::h1_sink::{Current, H1Sink};
 use super::h3::H3;
 use super::pool::{Completion, ExchangeId};
-use super::websocket::Ws;
 use super::{Glue, Worker, HIGH_WATERMARK};
 use crate::http::response::{Delimit, Response};
 use crate::http2::{Heads, StreamId};
@@ -35,9 +35,8 @@ macro_rules! on_session {
                         // Never used: the codec writes HTTP/1.1 heads.
                         let mut heads = Heads::default();
                         let $heads = &mut heads;
-                        let pending = h.fate;
-                        let mut sink = H1Sink::new(&mut h.codec, &mut c.io, std::time::Instant::now());
-                        sink.fate = pending;
+                        let now = std::time::Instant::now();
+                        let mut sink = H1Sink::new(&mut h.codec, &mut c.io, &mut $w.bufs, h.fate, now);
                         let $sink = &mut sink;
                         let $ex = &mut h.ex;
                         let $stream = Current;
@@ -117,20 +116,8 @@ fn live(conns: &mut [Option<Conn>], conn: usize, gen: u32) -> Option<&mut Conn> 
 }
 
 impl Worker {
-    /// HTTP/1.1 connection `conn` is still generation `gen` (its exchange is open).
-    fn h1_live(&self, conn: usize, gen: u32) -> bool {
-        matches!(self.conns.get(conn), Some(Some(c)) if c.generation == gen)
-    }
-
-    /// A pool job of exchange `id` finished: its answer, a replay or a download slice. An
-    /// HTTP/1.1 answer is its codec's to write.
+    /// A pool job of exchange `id` finished: its answer, a replay or a download slice.
     pub(super) fn exchange_completed(&mut self, id: ExchangeId, result: Completion) {
-        if let (ExchangeId::H1 { conn, gen }, Completion::Response(_)) = (id, &result) {
-            if self.h1_live(conn, gen) {
-                self.h1_completed(conn, result);
-            }
-            return;
-        }
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         on_session!(self, id, |ex, sink, heads, stream| {
             ex.completed(stream, result, sink, &mut engine_cx!(self, &mut glue, heads))
@@ -166,9 +153,6 @@ impl Worker {
     /// relayed events). Returns whether a body follows (not for `HEAD`, whose exchange ends
     /// with its head; its upstreams are then cancelled).
     pub(super) fn exchange_respond(&mut self, id: ExchangeId, resp: Response, relayed: bool) -> bool {
-        if let ExchangeId::H1 { conn, gen } = id {
-            return self.h1_live(conn, gen) && self.h1_respond(conn, resp, relayed);
-        }
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         let delimit = if relayed { Delimit::Chunked } else { Delimit::Length };
         let follows = on_session!(self, id, |ex, sink, heads, stream| match ex.find(stream) {
@@ -194,9 +178,7 @@ impl Worker {
     /// and the flush that drains it resumes the relay.
     pub(super) fn exchange_relay_slow(&mut self, id: ExchangeId) -> Option<bool> {
         if let ExchangeId::H1 { conn, gen } = id {
-            if !self.h1_live(conn, gen) {
-                return None;
-            }
+            live(&mut self.conns, conn, gen)?;
             self.flush_conn(conn);
             let c = live(&mut self.conns, conn, gen)?;
             let slow = c.io.backlog() > HIGH_WATERMARK;
@@ -217,7 +199,7 @@ impl Worker {
     /// connection with nothing queued gets it straight from `frame` (no copy).
     pub(super) fn exchange_frame(&mut self, id: ExchangeId, frame: &[u8]) {
         if let ExchangeId::H1 { conn, gen } = id {
-            if self.h1_live(conn, gen) {
+            if live(&mut self.conns, conn, gen).is_some() {
                 self.write_direct(conn, frame);
             }
             return;
@@ -233,7 +215,7 @@ impl Worker {
     pub(super) fn wake(&mut self, id: ExchangeId) {
         match id {
             ExchangeId::H1 { conn, gen } => {
-                if self.h1_live(conn, gen) {
+                if live(&mut self.conns, conn, gen).is_some() {
                     self.h1_wake(conn);
                 }
             }

@@ -6,7 +6,7 @@
 //! segments not sent) is kept and sent first when the socket is writable.
 //!
 //! Hand-over: while a predecessor of the slot drains, one worker reads the socket
-//! ([`Handover`], `h3_inbox.rs`). A new worker says hello to its siblings' inboxes and reads
+//! ([`Handover`], `http3/handover.rs`). A new worker says hello to its siblings' inboxes and reads
 //! once they acked, sending each datagram of an acked predecessor's generation to that
 //! predecessor's inbox; a worker told hello reads no more (its socket stays registered for
 //! writing) and feeds the datagrams its inbox brings to the endpoint like those it read.
@@ -24,10 +24,10 @@ use mio::{Interest, Registry};
 use nix::sys::socket::UnixAddr;
 use quinn_proto::ConnectionHandle;
 
-use super::h3_inbox::Handover;
 use super::token::Tok;
 use crate::config::Config;
 use crate::http3::conn::ConnLimits;
+use crate::http3::handover::Handover;
 use crate::http3::keys::QuicKeys;
 use crate::http3::server::{Outgoing, Server};
 use crate::http3::setup;
@@ -47,7 +47,7 @@ pub struct WorkerH3 {
     /// The pids of the slot's other workers still alive (a reload's or a memory replacement's
     /// old worker, about to drain; the old supervisor's after `SIGUSR2`): they are asked to
     /// leave the socket to this worker and take their packets from its forwards
-    /// (`h3_inbox.rs`).
+    /// (`http3/handover.rs`).
     pub siblings: Vec<i32>,
 }
 

@@ -11,8 +11,8 @@
 
 use std::time::Instant;
 
-use super::call::CallState;
-use super::engine::Reset;
+use super::exchange::CallState;
+use super::exchange::Reset;
 use super::mux::call_of;
 use super::panics::{guard, Panicked};
 use super::pool::ExchangeId;

@@ -8,9 +8,11 @@
 //! read in place from its input), runs its timers (heartbeats, pings, ticks)
 //! and carries out what became of the connection (`h1_sink.rs`'s `Fate`):
 //! keep-alive, a close once flushed, or at once. It is also the HTTP/1.1 end
-//! of what `mux.rs` routes to an exchange: a pool result, a bus event, an
-//! upstream's answer or relayed bytes, a WebSocket frame written straight to
-//! the socket. Body bytes go through the codec (`Http1::data`, `end_body`),
+//! of what `mux.rs` routes to an exchange: the engine call runs on the
+//! connection's sink (a pool result or an upstream's answer is written by the
+//! codec, `Sink::respond`; a bus event or relayed bytes are queued on the
+//! exchange), and the wake that follows carries out its `Fate`; a WebSocket
+//! frame is written straight to the socket. Body bytes go through the codec (`Http1::data`, `end_body`),
 //! which frames them; this file never writes HTTP framing. Who receives bus
 //! messages (the SSE and room registries) is `fanout.rs`'s.
 
@@ -18,15 +20,14 @@ use std::time::Instant;
 
 use super::bufs::Bufs;
 use super::conn::{Conn, ConnState, H1};
-use super::download::Download;
-use super::engine::{engine_cx, Cx, Exchanges, Host, Produce, Stage};
+use super::exchange::Download;
+use super::exchange::{engine_cx, Cx, Exchanges, Host, Produce, Stage};
+use super::exchange::{Ws, WS_PING_EVERY};
 use super::h1_sink::{Answered, Current, Fate, H1Sink};
-use super::pool::{Completion, ExchangeId};
-use super::websocket::{Ws, WS_PING_EVERY};
+use super::pool::ExchangeId;
 use super::{Glue, Worker, READ_AHEAD};
 use crate::app::{Producer, WebSocket};
 use crate::http::reply::FileRange;
-use crate::http::response::Response;
 use crate::http2::Heads;
 
 /// An event stream or WebSocket with nothing buffered holds no buffer. Both
@@ -88,7 +89,8 @@ impl Worker {
     /// the connection: more to send (next turn, or at the writable edge), the body's end (the
     /// codec writes it and serves what was pipelined meanwhile, or closes: after an event
     /// stream, once flushed), a body abandoned (no end; it closes once flushed) or cut (it
-    /// closes now). Returns whether the body goes on.
+    /// closes now), an answer the codec wrote (it serves what was pipelined meanwhile).
+    /// Returns whether the body goes on.
     fn on_h1_engine(
         &mut self,
         idx: usize,
@@ -100,9 +102,9 @@ impl Worker {
         let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
         // Never used: the codec wrote the head of an adopted exchange.
         let mut heads = Heads::default();
-        let mut sink = H1Sink::new(&mut h.codec, &mut c.io, now);
         // What a routed engine call made of the connection first.
-        sink.fate = std::mem::replace(&mut h.fate, Fate::Open);
+        let fate = std::mem::replace(&mut h.fate, Fate::Open);
+        let mut sink = H1Sink::new(&mut h.codec, &mut c.io, &mut self.bufs, fate, now);
         f(&mut h.ex, &mut sink, &mut engine_cx!(self, &mut glue, &mut heads));
         let (fate, again) = (sink.fate, sink.again);
         let open = fate == Fate::Open && !h.ex.is_empty();
@@ -134,6 +136,7 @@ impl Worker {
                 self.flush_conn(idx);
             }
             Fate::Cut => self.close(idx),
+            Fate::Answered => self.drive(idx),
         }
         open
     }
@@ -350,44 +353,6 @@ impl Worker {
         self.bufs.fill(&mut c.io.out);
         c.io.out.extend_from_slice(&bytes[pos..]);
         self.flush_conn(idx);
-    }
-
-    /// A pool job's answer for the exchange of connection `idx`: the codec writes it, then
-    /// the connection carries on.
-    pub(super) fn h1_completed(&mut self, idx: usize, result: Completion) {
-        let Completion::Response(result) = result else { return };
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let ConnState::Http1(h) = &mut c.state else { return };
-        // Only a panic makes a job fail (the app renders its own errors); the guard logged it.
-        let resp = result.unwrap_or_else(|e| e.into_response(self.env.development));
-        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        self.bufs.fill(&mut c.io.out);
-        h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, Instant::now());
-        self.drive(idx);
-    }
-
-    /// Answer the exchange of connection `idx`, which waited on upstreams (`relayed`: a
-    /// chunked head, its body relayed after it). Returns whether a body follows: then the
-    /// connection relays. Otherwise (a whole answer, or the head of `HEAD`) the exchange is
-    /// over, its upstreams are cancelled and the connection carries on.
-    pub(super) fn h1_respond(&mut self, idx: usize, resp: Response, relayed: bool) -> bool {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return false };
-        let ConnState::Http1(h) = &mut c.state else { return false };
-        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        let now = Instant::now();
-        if !relayed {
-            h.codec.complete(resp, &mut c.io.out, &mut glue, &mut self.env, now);
-        } else if h.codec.complete_stream(resp, &mut c.io.out, &mut glue, &mut self.env, now) {
-            if let Some(ex) = h.ex.list.first_mut() {
-                ex.stage = Stage::Streaming;
-            }
-            return true;
-        }
-        h.ex.close_all(&mut self.sse);
-        let effects = std::mem::take(&mut h.ex.effects);
-        self.carry_out(effects);
-        self.drive(idx);
-        false
     }
 
     /// Exchange-engine work routed to connection `idx` (`mux.rs`) is done: its exchange

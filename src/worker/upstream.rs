@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use mio::Interest;
 
-use super::call::CallState;
+use super::exchange::CallState;
 use super::mux::call_of;
 use super::panics::guard;
 use super::pool::{ExchangeId, Work};

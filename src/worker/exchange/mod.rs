@@ -1,5 +1,5 @@
-//! The exchange engine: the life of one request/response exchange on a multiplexed
-//! connection, written once for HTTP/2 and HTTP/3.
+//! The exchange engine: the life of one request/response exchange, written once for every
+//! protocol.
 //!
 //! A codec's session owns an [`Exchanges`] (its open exchanges, keyed by stream) and a
 //! [`Sink`] (its connection's write side). The codec turns what its peer sent into calls
@@ -11,110 +11,58 @@
 //! ticker, download, WebSocket, relay), keeps each producer under back pressure (nothing is
 //! produced into an exchange whose unsent bytes are past the watermark) and ends or cancels
 //! the exchange. It never branches on the protocol: what differs between the codecs (how a
-//! head and DATA are framed, flow control, how a download reads ahead) is the sink's.
+//! head and DATA are framed, flow control, how a download reads ahead) is the sink's. The
+//! HTTP/1.1 codec parses, dispatches and answers its requests itself; the engine adopts an
+//! exchange whose body follows its head or waits on upstreams ([`Exchanges::adopt`]).
 //!
 //! What the engine needs done outside the session (upstream requests to start or cancel,
 //! rooms a WebSocket joins or leaves) it returns as [`Effect`] values for the worker to
 //! carry out after the session's turn.
 //!
-//! This file must not touch a socket, a connection table or a route, and must not write
+//! Beside it, socket-free too: `sink.rs` (what a codec implements), `produce.rs` (the
+//! producers), `download.rs` and `file.rs` (file bodies), `websocket.rs` (one WebSocket),
+//! `call.rs` (what an exchange waiting on upstreams holds).
+//!
+//! This module must not touch a socket, a connection table or a route, and must not write
 //! protocol framing.
+
+mod call;
+mod download;
+mod file;
+mod produce;
+mod sink;
+#[cfg(test)]
+mod tests;
+mod websocket;
+
+pub(super) use call::CallState;
+pub(super) use download::Download;
+pub(super) use file::FileBody;
+pub(super) use produce::{Events, Produce, Subscribers, Tick, Ticking, Tunnel, MAX_BACKLOG};
+pub(super) use sink::{send_head, Gone, Head, Key, Reset, Sink};
+pub(super) use websocket::{Todo, Ws, WS_PING_EVERY};
+
+/// The unit a body moves in, on every protocol: one disk read of a file body, and the most of
+/// a producer's unsent bytes an exchange takes in (or queues) at a time.
+pub(super) const SLICE: usize = 64 * 1024;
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::StatusCode;
 
-use super::call::CallState;
-use super::download::Download;
-use super::h3_file::FileBody;
 use super::pool::{Completion, ExchangeId, Pool, Work};
-use super::produce::{Events, Subscribers, Tick, Ticking, MAX_BACKLOG};
-use super::websocket::{Todo, Ws};
 use crate::app::{App, Body, Producer, WebSocket};
 use crate::error::Error;
 use crate::http::headers::{valid_request_id, Common};
-use crate::http::reply::{refusal, FileRange};
+use crate::http::reply::refusal;
 use crate::http::request::{Method, Request};
 use crate::http::response::{Delimit, RequestMeta, Response};
 use crate::http::service::{Env, Finished, Protocol, Service, HIGH_WATERMARK};
 use crate::http::target::{split_target, valid_host};
-use crate::http2::{Heads, Priority, ResponseFields};
+use crate::http2::{Heads, Priority};
 use crate::proto::handshake;
-
-/// A request head as a codec received it.
-pub(super) trait Head {
-    /// `:method`.
-    fn method(&self) -> &str;
-    /// `:path` with the query (empty on a plain CONNECT).
-    fn path(&self) -> &str;
-    /// `:authority`.
-    fn authority(&self) -> Option<&str>;
-    /// The regular fields in order, names lower-case.
-    fn fields(&self) -> impl Iterator<Item = (&str, &[u8])>;
-    /// The first field named `name`.
-    fn field(&self, name: &str) -> Option<&[u8]> {
-        self.fields().find(|(n, _)| *n == name).map(|(_, v)| v)
-    }
-}
-
-/// A codec's stream id.
-pub(super) trait Key: Copy + Eq {
-    /// The worker-wide id of this stream's exchange on connection `conn` (generation `gen`).
-    fn id(self, conn: usize, gen: u32) -> ExchangeId;
-}
-
-/// Why a stream is reset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Reset {
-    /// The exchange is given up (its client stopped reading).
-    Cancel,
-    /// The server failed mid-response (a download's file shrank, app code failed).
-    Internal,
-}
-
-/// The stream is gone (reset, or its connection closed): nothing more can be sent on it.
-#[derive(Debug)]
-pub(super) struct Gone;
-
-/// A codec's write side, as the engine writes a response through it.
-pub(super) trait Sink {
-    /// The codec's stream id.
-    type Stream: Key;
-    /// A `103 Early Hints` head.
-    fn informational(&mut self, stream: Self::Stream, fields: &ResponseFields) -> Result<(), Gone>;
-    /// The response head; the stream ends with it when `end`.
-    fn send_head(
-        &mut self,
-        stream: Self::Stream,
-        status: StatusCode,
-        fields: &ResponseFields,
-        end: bool,
-    ) -> Result<(), Gone>;
-    /// Body bytes; the stream ends with them when `end`.
-    fn send_data(&mut self, stream: Self::Stream, data: Bytes, end: bool) -> Result<(), Gone>;
-    /// Reset the stream.
-    fn reset(&mut self, stream: Self::Stream, why: Reset);
-    /// The body's producer failed after the head (its app code panicked) and what it made is
-    /// sent: end the stream as the codec ends such a body. An empty last frame unless the
-    /// codec cuts it short.
-    fn abandon(&mut self, stream: Self::Stream) {
-        let _ = self.send_data(stream, Bytes::new(), true);
-    }
-    /// `n` received bytes are consumed: the peer may send as many more (flow control).
-    fn release(&mut self, stream: Self::Stream, n: usize);
-    /// The producer of a file body, reading ahead as this codec's flow control wants.
-    fn file_body(f: FileRange) -> Produce;
-    /// Move streaming exchange `ex`'s produced bytes toward its stream as the stream takes
-    /// them (its download's read slices too). Returns whether the stream is gone.
-    fn feed<H>(&mut self, ex: &mut Exchange<Self::Stream, H>, pool: &Pool, id: ExchangeId) -> bool;
-    /// After every exchange was fed: what the codec sends across exchanges (priorities).
-    /// Exchanges whose body ended or whose stream failed are marked `gone`. Returns whether
-    /// anything was queued.
-    fn pump<H>(&mut self, exchanges: &mut [Exchange<Self::Stream, H>], pool: &Pool, conn: usize, gen: u32) -> bool;
-}
 
 /// What the engine asks of the service behind it.
 pub(super) trait Host: Service {
@@ -151,7 +99,7 @@ pub(super) struct Cx<'a, V> {
 /// borrowed from `conns` or `h3` can live beside it).
 macro_rules! engine_cx {
     ($w:ident, $host:expr, $heads:expr) => {
-        $crate::worker::engine::Cx { host: $host, env: &mut $w.env, pool: &$w.pool, sse: &mut $w.sse, heads: $heads }
+        $crate::worker::exchange::Cx { host: $host, env: &mut $w.env, pool: &$w.pool, sse: &mut $w.sse, heads: $heads }
     };
 }
 pub(super) use engine_cx;
@@ -165,53 +113,6 @@ pub(super) enum Stage {
     Waiting,
     /// The head went out; the body follows from `produce` / `unsent`.
     Streaming,
-}
-
-/// What produces a streamed body after its head.
-pub(super) enum Produce {
-    /// An `/api/events` subscription.
-    Events(Events),
-    /// Events from a timer (the chat echo).
-    Ticker(Ticking),
-    /// A WebSocket over an extended CONNECT (RFC 8441): its frames are the stream's DATA
-    /// both ways.
-    Ws(Box<Tunnel>),
-    /// A byte range of a file, read ahead as the stream's window allows.
-    Download(Download),
-    /// A byte range of a file, one slice at a time once the stream took the last.
-    Slices(FileBody),
-}
-
-/// A WebSocket carried by a stream.
-pub(super) struct Tunnel {
-    pub(super) ws: Ws,
-    /// Received bytes not yet read as frames: the start of a frame, or, while the stream's
-    /// output is backed up, whole frames waiting.
-    input: Vec<u8>,
-    /// Bytes of `input` not yet released to the peer's flow control: while the output is
-    /// backed up nothing is, so the peer's stream window closes and its frames wait on its
-    /// side (back pressure, as an HTTP/1.1 WebSocket stops reading its socket).
-    unreleased: usize,
-    /// The peer ended its side of the stream.
-    peer_ended: bool,
-}
-
-impl Produce {
-    /// A WebSocket whose frames the codec reads itself (HTTP/1.1 reads them in place from
-    /// the connection's input).
-    pub(super) fn websocket(ws: Ws) -> Produce {
-        Produce::Ws(Box::new(Tunnel { ws, input: Vec::new(), unreleased: 0, peer_ended: false }))
-    }
-
-    /// When the producer next has something to do by itself.
-    fn deadline(&self) -> Option<Instant> {
-        match self {
-            Produce::Events(e) => Some(e.next()),
-            Produce::Ticker(t) => Some(t.next()),
-            Produce::Ws(t) => Some(t.ws.next_ping),
-            Produce::Download(_) | Produce::Slices(_) => None,
-        }
-    }
 }
 
 /// The id answered in `x-request-id`: the client's own when it is valid, else a fresh UUID.
@@ -427,6 +328,30 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         self.list.len() - 1
     }
 
+    /// A request head arrived: a new exchange, answered at once with `refused` (what the
+    /// codec found wrong with the head), else dispatched when the request is `complete`
+    /// (else its body follows, [`Exchanges::data`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn request<S, V>(
+        &mut self,
+        o: Opening<K, H>,
+        refused: Option<Error>,
+        complete: bool,
+        sink: &mut S,
+        cx: &mut Cx<'_, V>,
+        now: Instant,
+    ) where
+        S: Sink<Stream = K>,
+        V: Host,
+    {
+        let i = self.open(o, &mut cx.env.common, cx.env.body_timeout, now);
+        match refused {
+            Some(e) => self.fail(i, e, sink, cx, now),
+            None if complete => self.dispatch(i, sink, cx, now),
+            None => {}
+        }
+    }
+
     /// Take on an exchange its codec answers (HTTP/1.1: the codec writes and logs the head)
     /// at `stage`: waiting on upstreams, or past its head with its body from `produce`. Its
     /// index.
@@ -618,9 +543,10 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         self.answer(i, resp, Delimit::Length, sink, cx);
     }
 
-    /// Send `resp` on exchange `i`'s stream and log it. With `Delimit::Length` (or for
-    /// `HEAD`) the response is whole and the exchange is forgotten; otherwise its body
-    /// follows (returns `true`).
+    /// Send `resp` on exchange `i`'s stream and log it (through the codec's own
+    /// [`Sink::respond`] when it writes its heads). With `Delimit::Length` (or for `HEAD`)
+    /// the response is whole and the exchange is forgotten; otherwise its body follows
+    /// (returns `true`).
     pub(super) fn answer<S, V>(
         &mut self,
         i: usize,
@@ -633,6 +559,16 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         S: Sink<Stream = K>,
         V: Host,
     {
+        if S::ANSWERS {
+            // The codec wrote the head and logged the exchange.
+            let follows = sink.respond(self.list[i].stream, resp, delimit, &mut *cx.host, cx.env);
+            if follows {
+                self.list[i].stage = Stage::Streaming;
+            } else {
+                self.remove(i, cx.sse);
+            }
+            return follows;
+        }
         let ex = &self.list[i];
         let head_only = ex.method == Method::Head;
         let follows = !head_only && delimit != Delimit::Length;
@@ -1012,25 +948,6 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 }
 
-/// Send a built head on `stream`: its early hints, the head, and what of its body it holds
-/// (`follows`: the body comes later, the stream stays open).
-pub(super) fn send_head<S: Sink>(
-    sink: &mut S,
-    stream: S::Stream,
-    head: crate::http2::Head,
-    follows: bool,
-) -> Result<(), Gone> {
-    if let Some(hints) = head.hints {
-        sink.informational(stream, &hints)?;
-    }
-    let end = head.body.is_empty() && !follows;
-    sink.send_head(stream, head.status, &head.fields, end)?;
-    if !head.body.is_empty() {
-        sink.send_data(stream, head.body, !follows)?;
-    }
-    Ok(())
-}
-
 /// Request fields handed to the handlers from the stack ([`Exchanges::dispatch`]); a
 /// request with more takes one allocation for them.
 const STACK_FIELDS: usize = 32;
@@ -1046,434 +963,4 @@ fn handler_fields<H: Head>(head: &H) -> impl Iterator<Item = httparse::Header<'_
         .filter(move |(name, _)| authority.is_none() || *name != "host")
         .map(|(name, value)| httparse::Header { name, value });
     host.into_iter().chain(fields)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::http::reply::{Assembled, Call, Reply, Ticker, Upstream};
-    use std::cell::Cell;
-    use std::rc::Rc;
-    use std::time::Duration;
-
-    /// A stream id of the test sink.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    struct S(u32);
-
-    impl Key for S {
-        fn id(self, conn: usize, gen: u32) -> ExchangeId {
-            ExchangeId::H2 { conn, stream: self.0, gen }
-        }
-    }
-
-    /// A request head: method, path, fields (with `host`).
-    struct TestHead(&'static str, &'static str);
-
-    impl Head for TestHead {
-        fn method(&self) -> &str {
-            self.0
-        }
-        fn path(&self) -> &str {
-            self.1
-        }
-        fn authority(&self) -> Option<&str> {
-            Some("example.test")
-        }
-        fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
-            std::iter::empty()
-        }
-    }
-
-    /// What the engine wrote, in order.
-    #[derive(Debug, PartialEq, Eq)]
-    enum Wrote {
-        Head(u32, u16, bool),
-        Data(u32, usize, bool),
-        Reset(u32, Reset),
-        Abandoned(u32),
-    }
-
-    /// A sink that records what it is given and takes at most `room` body bytes per feed;
-    /// with `cuts`, a failed body is cut short rather than ended.
-    #[derive(Default)]
-    struct TestSink {
-        wrote: Vec<Wrote>,
-        room: usize,
-        cuts: bool,
-    }
-
-    impl Sink for TestSink {
-        type Stream = S;
-        fn informational(&mut self, _: S, _: &ResponseFields) -> Result<(), Gone> {
-            Ok(())
-        }
-        fn send_head(&mut self, s: S, status: StatusCode, _: &ResponseFields, end: bool) -> Result<(), Gone> {
-            self.wrote.push(Wrote::Head(s.0, status.as_u16(), end));
-            Ok(())
-        }
-        fn send_data(&mut self, s: S, data: Bytes, end: bool) -> Result<(), Gone> {
-            self.wrote.push(Wrote::Data(s.0, data.len(), end));
-            Ok(())
-        }
-        fn reset(&mut self, s: S, why: Reset) {
-            self.wrote.push(Wrote::Reset(s.0, why));
-        }
-        fn abandon(&mut self, s: S) {
-            if self.cuts {
-                self.wrote.push(Wrote::Abandoned(s.0));
-            } else {
-                let _ = self.send_data(s, Bytes::new(), true);
-            }
-        }
-        fn release(&mut self, _: S, _: usize) {}
-        fn file_body(f: FileRange) -> Produce {
-            Produce::Download(Download::new(f.file, f.offset, f.len, false))
-        }
-        fn feed<H>(&mut self, ex: &mut Exchange<S, H>, _: &Pool, _: ExchangeId) -> bool {
-            let n = ex.unsent.len().min(self.room);
-            if n > 0 {
-                ex.unsent.drain(..n);
-                self.wrote.push(Wrote::Data(ex.stream.0, n, false));
-            }
-            false
-        }
-        fn pump<H>(&mut self, _: &mut [Exchange<S, H>], _: &Pool, _: usize, _: u32) -> bool {
-            false
-        }
-    }
-
-    /// A service answering every request with what `reply` makes.
-    struct TestHost {
-        reply: Box<dyn FnMut() -> Reply>,
-        finished: Vec<u16>,
-    }
-
-    impl Service for TestHost {
-        fn call(&mut self, _: &Request<'_>) -> Reply {
-            (self.reply)()
-        }
-        fn finished(&mut self, done: &Finished<'_>) {
-            self.finished.push(done.status);
-        }
-    }
-
-    impl Host for TestHost {
-        fn app(&self) -> &App {
-            unreachable!("these tests run no event stream or WebSocket")
-        }
-        fn websocket_opened(&mut self) -> usize {
-            1 << 20
-        }
-    }
-
-    /// The engine's `Cx` from a bench's fields.
-    macro_rules! bench_cx {
-        ($b:ident) => {
-            Cx { host: &mut $b.host, env: &mut $b.env, pool: &$b.pool, sse: &mut $b.sse, heads: &mut $b.heads }
-        };
-    }
-
-    /// Everything an engine test drives: the exchanges, sink, host and what `Cx` borrows.
-    struct Bench {
-        ex: Exchanges<S, TestHead>,
-        sink: TestSink,
-        host: TestHost,
-        env: Env,
-        pool: Pool,
-        sse: Subscribers,
-        heads: Heads,
-        _poll: mio::Poll,
-    }
-
-    impl Bench {
-        fn new(reply: impl FnMut() -> Reply + 'static) -> Bench {
-            let poll = mio::Poll::new().expect("poll");
-            let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).expect("waker"));
-            Bench {
-                ex: Exchanges::new(1, 7, IpAddr::from([127, 0, 0, 1]), Protocol::Http2, None, false, Instant::now()),
-                sink: TestSink { wrote: Vec::new(), room: usize::MAX, cuts: false },
-                host: TestHost { reply: Box::new(reply), finished: Vec::new() },
-                env: Env::testing(),
-                pool: Pool::new(1, waker).expect("pool"),
-                sse: Subscribers::new(),
-                heads: Heads::new(),
-                _poll: poll,
-            }
-        }
-
-        /// Open a complete request on `stream` and dispatch it.
-        fn request(&mut self, stream: u32, method: &'static str) {
-            let o = Opening {
-                stream: S(stream),
-                head: TestHead(method, "/x"),
-                priority: Priority::default(),
-                body_follows: false,
-                tunnel: false,
-            };
-            let now = Instant::now();
-            let i = self.ex.open(o, &mut self.env.common, self.env.body_timeout, now);
-            let mut cx = bench_cx!(self);
-            self.ex.dispatch(i, &mut self.sink, &mut cx, now);
-        }
-
-        fn service(&mut self) {
-            let mut cx = Cx {
-                host: &mut self.host,
-                env: &mut self.env,
-                pool: &self.pool,
-                sse: &mut self.sse,
-                heads: &mut self.heads,
-            };
-            self.ex.service(&mut self.sink, &mut cx);
-        }
-    }
-
-    /// A ticker that counts its ticks, writes `size` bytes each, and panics when `boom`.
-    struct Counting {
-        ticks: Rc<Cell<usize>>,
-        size: usize,
-        boom: bool,
-    }
-
-    impl Ticker for Counting {
-        fn tick(&mut self, out: &mut Vec<u8>) -> Option<Duration> {
-            assert!(!self.boom, "ticker failure");
-            self.ticks.set(self.ticks.get() + 1);
-            out.resize(out.len() + self.size, b'x');
-            Some(Duration::ZERO)
-        }
-    }
-
-    fn ticker(ticks: &Rc<Cell<usize>>, size: usize, boom: bool) -> Reply {
-        let t = Counting { ticks: Rc::clone(ticks), size, boom };
-        Reply { head: Response::new(200), body: Body::Producer(Producer::Ticker(Box::new(t))) }
-    }
-
-    /// A bench whose every request gets a [`Counting`] ticker, and its tick count.
-    fn ticker_bench(size: usize, boom: bool) -> (Rc<Cell<usize>>, Bench) {
-        let ticks = Rc::new(Cell::new(0));
-        let t = Rc::clone(&ticks);
-        (ticks, Bench::new(move || ticker(&t, size, boom)))
-    }
-
-    fn file() -> Arc<std::fs::File> {
-        Arc::new(std::fs::File::open("/dev/null").expect("/dev/null"))
-    }
-
-    #[test]
-    fn a_job_that_completes_after_its_stream_was_reset_sends_nothing() {
-        let mut b = Bench::new(|| Reply::later(Box::new(|| Ok(Response::new(200)))));
-        b.request(1, "GET");
-        assert_eq!(b.ex.list[0].stage, Stage::Waiting);
-        assert!(b.ex.cancel(S(1), &mut b.sse));
-        let mut cx = bench_cx!(b);
-        b.ex.completed(S(1), Completion::Response(Ok(Response::new(200))), &mut b.sink, &mut cx);
-        assert!(b.sink.wrote.is_empty(), "nothing for a gone stream: {:?}", b.sink.wrote);
-        assert!(b.ex.is_empty());
-    }
-
-    #[test]
-    fn a_job_that_completes_is_answered_whole() {
-        let mut b = Bench::new(|| Reply::later(Box::new(|| Ok(Response::new(200)))));
-        b.request(3, "GET");
-        let mut cx = bench_cx!(b);
-        b.ex.completed(S(3), Completion::Response(Ok(Response::static_json(b"{}"))), &mut b.sink, &mut cx);
-        assert_eq!(b.sink.wrote, [Wrote::Head(3, 200, false), Wrote::Data(3, 2, true)]);
-        assert_eq!(b.host.finished, [200]);
-        assert!(b.ex.is_empty());
-    }
-
-    #[test]
-    fn head_gets_no_body_whatever_the_body_kind() {
-        let ticks = Rc::new(Cell::new(0));
-        let t = Rc::clone(&ticks);
-        let kinds: Vec<Box<dyn Fn() -> Reply>> = vec![
-            Box::new(|| Reply::full(Response::static_json(b"{\"a\":1}"))),
-            Box::new(|| Reply {
-                head: Response::new(200),
-                body: Body::File(FileRange { file: file(), offset: 0, len: 10 }),
-            }),
-            Box::new(move || ticker(&t, 5, false)),
-        ];
-        for kind in kinds {
-            let mut b = Bench::new(kind);
-            b.request(5, "HEAD");
-            assert_eq!(b.sink.wrote, [Wrote::Head(5, 200, true)], "a HEAD answer is its head alone");
-            assert!(b.ex.is_empty(), "and the exchange is over");
-        }
-        assert_eq!(ticks.get(), 0, "no producer runs for a HEAD");
-    }
-
-    #[test]
-    fn a_ticker_is_held_back_while_its_stream_is_backed_up() {
-        let (ticks, mut b) = ticker_bench(HIGH_WATERMARK + 1, false);
-        b.sink.room = 0;
-        b.request(1, "GET");
-        assert_eq!(b.sink.wrote, [Wrote::Head(1, 200, false)]);
-        let now = Instant::now();
-        b.ex.tick(&b.host, now);
-        assert_eq!(ticks.get(), 1);
-        // The stream takes nothing: past the watermark, the ticker is not asked again.
-        b.service();
-        b.ex.tick(&b.host, now + Duration::from_secs(1));
-        assert_eq!(ticks.get(), 1, "held back");
-        // Once the stream took the bytes, it ticks again.
-        b.sink.room = usize::MAX;
-        b.service();
-        b.ex.tick(&b.host, now + Duration::from_secs(2));
-        assert_eq!(ticks.get(), 2, "goes on once drained");
-    }
-
-    #[test]
-    fn a_ticker_that_panics_ends_its_body_and_its_exchange() {
-        let (_, mut b) = ticker_bench(1, true);
-        b.request(9, "GET");
-        b.ex.tick(&b.host, Instant::now());
-        assert!(b.ex.list[0].done, "the body ends");
-        b.service();
-        assert_eq!(b.sink.wrote.last(), Some(&Wrote::Data(9, 0, true)), "with an empty last frame");
-        assert!(b.ex.is_empty());
-    }
-
-    #[test]
-    fn a_relay_behind_its_client_pauses_until_its_bytes_drain() {
-        let call = || Reply {
-            head: Response::new(200),
-            body: Body::Upstream(Upstream::Call(Call {
-                requests: Vec::new(),
-                finish: Box::new(|_| Ok(Assembled::Now(Response::new(200)))),
-            })),
-        };
-        let mut b = Bench::new(call);
-        b.request(1, "GET");
-        assert!(matches!(b.ex.effects.as_slice(), [Effect::Start(ExchangeId::H2 { conn: 1, stream: 1, gen: 7 }, _)]));
-        b.ex.effects.clear();
-        let follows = {
-            let mut cx = bench_cx!(b);
-            b.ex.answer(0, Response::new(200), Delimit::Chunked, &mut b.sink, &mut cx)
-        };
-        assert!(follows);
-        b.sink.room = 0;
-        assert!(b.ex.relay_data(S(1), &vec![0; HIGH_WATERMARK + 1]));
-        assert!(b.ex.relay_slow(S(1)));
-        b.sink.room = usize::MAX;
-        b.service();
-        assert!(!b.ex.relay_slow(S(1)), "drained");
-        b.ex.relay_done(S(1));
-        b.service();
-        assert!(b.ex.is_empty(), "the body ended once sent");
-    }
-
-    #[test]
-    fn a_reset_exchange_hands_its_upstream_wait_back_to_be_cancelled() {
-        let mut b = Bench::new(|| Reply::later(Box::new(|| Ok(Response::new(200)))));
-        b.request(1, "GET");
-        let slot = b.ex.call_slot(S(1)).expect("open");
-        *slot = Some(CallState::Gather {
-            ups: Vec::new(),
-            results: Vec::new(),
-            waiting: 1,
-            finish: Box::new(|_| Ok(Assembled::Now(Response::new(200)))),
-        });
-        b.ex.cancel(S(1), &mut b.sse);
-        assert!(matches!(b.ex.effects.as_slice(), [Effect::Cancel(ExchangeId::H2 { stream: 1, .. }, _)]));
-    }
-
-    #[test]
-    fn a_client_that_stops_reading_is_reset_past_the_backlog() {
-        let (_, mut b) = ticker_bench(MAX_BACKLOG + 1, false);
-        b.sink.room = 0;
-        b.request(1, "GET");
-        b.ex.tick(&b.host, Instant::now());
-        b.service();
-        assert_eq!(b.sink.wrote.last(), Some(&Wrote::Reset(1, Reset::Cancel)));
-        assert!(b.ex.is_empty());
-    }
-
-    #[test]
-    fn a_body_deadline_and_a_producer_deadline_both_count() {
-        let (_, mut b) = ticker_bench(1, false);
-        let now = Instant::now();
-        let o = Opening {
-            stream: S(1),
-            head: TestHead("POST", "/x"),
-            priority: Priority::default(),
-            body_follows: true,
-            tunnel: false,
-        };
-        b.ex.open(o, &mut b.env.common, b.env.body_timeout, now);
-        assert_eq!(b.ex.deadline(), Some(now + b.env.body_timeout), "a body still arriving is timed");
-        b.request(3, "GET");
-        assert!(b.ex.deadline().is_some_and(|t| t <= now + Duration::from_millis(100)), "and so is a ticker");
-    }
-
-    #[test]
-    fn a_body_past_the_limit_is_answered_413() {
-        let mut b = Bench::new(|| Reply::full(Response::new(200)));
-        let o = Opening {
-            stream: S(1),
-            head: TestHead("POST", "/x"),
-            priority: Priority::default(),
-            body_follows: true,
-            tunnel: false,
-        };
-        let now = Instant::now();
-        b.ex.open(o, &mut b.env.common, b.env.body_timeout, now);
-        let limit = b.env.max_body as usize;
-        let mut cx = bench_cx!(b);
-        b.ex.data(S(1), &vec![0; limit + 1], false, &mut b.sink, &mut cx, now);
-        assert!(matches!(b.sink.wrote.first(), Some(Wrote::Head(1, 413, _))));
-        assert!(b.ex.is_empty());
-    }
-
-    #[test]
-    fn a_ticker_that_panics_is_abandoned_where_the_codec_cuts_a_failed_body_short() {
-        let (_, mut b) = ticker_bench(1, true);
-        b.sink.cuts = true;
-        b.request(9, "GET");
-        b.ex.tick(&b.host, Instant::now());
-        b.service();
-        assert_eq!(b.sink.wrote.last(), Some(&Wrote::Abandoned(9)), "no clean end: {:?}", b.sink.wrote);
-        assert!(b.ex.is_empty());
-    }
-
-    #[test]
-    fn an_adopted_exchange_runs_its_body_and_ends_without_a_head() {
-        let mut b = Bench::new(|| Reply::full(Response::new(200)));
-        let now = Instant::now();
-        let t = Counting { ticks: Rc::new(Cell::new(0)), size: 3, boom: false };
-        let i = b.ex.adopt(S(1), TestHead("GET", "/x"), Stage::Streaming, None, now);
-        let mut cx = bench_cx!(b);
-        b.ex.start_producer(i, Producer::Ticker(Box::new(t)), &mut cx, now);
-        b.ex.tick(&b.host, now);
-        b.service();
-        assert_eq!(b.sink.wrote, [Wrote::Data(1, 3, false)], "the codec wrote the head: the body only");
-        let done = b.ex.adopt(
-            S(3),
-            TestHead("GET", "/f"),
-            Stage::Streaming,
-            Some(TestSink::file_body(FileRange { file: file(), offset: 0, len: 0 })),
-            now,
-        );
-        assert!(b.ex.list[done].done, "an empty file body is complete at once");
-        b.service();
-        assert_eq!(b.sink.wrote.last(), Some(&Wrote::Data(3, 0, true)), "and ends");
-        assert!(b.host.finished.is_empty(), "the codec logged those exchanges, not the engine");
-    }
-
-    #[test]
-    fn an_adopted_wait_holds_its_upstreams_until_it_goes() {
-        let mut b = Bench::new(|| Reply::full(Response::new(200)));
-        b.ex.adopt(S(1), TestHead("GET", "/x"), Stage::Waiting, None, Instant::now());
-        *b.ex.call_slot(S(1)).expect("open") = Some(CallState::Gather {
-            ups: Vec::new(),
-            results: Vec::new(),
-            waiting: 1,
-            finish: Box::new(|_| Ok(Assembled::Now(Response::new(200)))),
-        });
-        b.service();
-        assert!(b.sink.wrote.is_empty() && !b.ex.is_empty(), "nothing streams while it waits");
-        b.ex.close_all(&mut b.sse);
-        assert!(matches!(b.ex.effects.as_slice(), [Effect::Cancel(ExchangeId::H2 { stream: 1, .. }, _)]));
-    }
 }

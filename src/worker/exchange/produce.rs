@@ -1,9 +1,11 @@
-//! The timer- and bus-driven body producers an exchange runs after its head, written once for
-//! every protocol: an `/api/events` subscription ([`Events`]: preamble, `Last-Event-ID`
+//! What produces a streamed body after its head ([`Produce`]), written once for every
+//! protocol: an `/api/events` subscription ([`Events`]: preamble, `Last-Event-ID`
 //! replay on the pool, live bus events held while the replay runs, heartbeats) and a
 //! timer-driven ticker ([`Ticking`], the chat echo); the worker's registry of event-stream
 //! subscribers they join ([`Subscribers`]) and the backlog past which a stream's client is
-//! given up ([`MAX_BACKLOG`]).
+//! given up ([`MAX_BACKLOG`]). File bodies ([`super::download`], [`super::file`]) and
+//! WebSockets ([`super::websocket`], carried by a stream as a [`Tunnel`]) have files of
+//! their own.
 //!
 //! A producer writes into its exchange's unsent bytes; the codec's sink moves them into its
 //! stream as it may send (an HTTP/1.1 connection frames them, one chunk per piece it takes).
@@ -15,28 +17,74 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::panics::guard;
-use super::pool::{ExchangeId, Pool, Work, REPLAY_PANICKED};
+use super::download::Download;
+use super::file::FileBody;
+use super::websocket::Ws;
 use crate::app::App;
 use crate::http::service::HIGH_WATERMARK;
 use crate::resources::audience::Audience;
+use crate::worker::panics::guard;
+use crate::worker::pool::{ExchangeId, Pool, Work, REPLAY_PANICKED};
 
-/// The unit a body moves in, on every protocol: one disk read of a file body, and the most of
-/// a producer's unsent bytes an exchange takes in (or queues) at a time.
-pub(super) const SLICE: usize = 64 * 1024;
+/// What produces a streamed body after its head.
+pub(in crate::worker) enum Produce {
+    /// An `/api/events` subscription.
+    Events(Events),
+    /// Events from a timer (the chat echo).
+    Ticker(Ticking),
+    /// A WebSocket over an extended CONNECT (RFC 8441): its frames are the stream's DATA
+    /// both ways.
+    Ws(Box<Tunnel>),
+    /// A byte range of a file, read ahead as the stream's window allows.
+    Download(Download),
+    /// A byte range of a file, one slice at a time once the stream took the last.
+    Slices(FileBody),
+}
+
+/// A WebSocket carried by a stream.
+pub(in crate::worker) struct Tunnel {
+    pub(in crate::worker) ws: Ws,
+    /// Received bytes not yet read as frames: the start of a frame, or, while the stream's
+    /// output is backed up, whole frames waiting.
+    pub(super) input: Vec<u8>,
+    /// Bytes of `input` not yet released to the peer's flow control: while the output is
+    /// backed up nothing is, so the peer's stream window closes and its frames wait on its
+    /// side (back pressure, as an HTTP/1.1 WebSocket stops reading its socket).
+    pub(super) unreleased: usize,
+    /// The peer ended its side of the stream.
+    pub(super) peer_ended: bool,
+}
+
+impl Produce {
+    /// A WebSocket whose frames the codec reads itself (HTTP/1.1 reads them in place from
+    /// the connection's input).
+    pub(in crate::worker) fn websocket(ws: Ws) -> Produce {
+        Produce::Ws(Box::new(Tunnel { ws, input: Vec::new(), unreleased: 0, peer_ended: false }))
+    }
+
+    /// When the producer next has something to do by itself.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        match self {
+            Produce::Events(e) => Some(e.next()),
+            Produce::Ticker(t) => Some(t.next()),
+            Produce::Ws(t) => Some(t.ws.next_ping),
+            Produce::Download(_) | Produce::Slices(_) => None,
+        }
+    }
+}
 
 /// How long a ticker whose stream is backed up waits before it is asked again.
 const TICK_BACKOFF: Duration = Duration::from_millis(50);
 
 /// This worker's event streams, by exchange, with who each is for (the filter of every
 /// change event).
-pub(super) type Subscribers = HashMap<ExchangeId, Audience>;
+pub(in crate::worker) type Subscribers = HashMap<ExchangeId, Audience>;
 
 /// Unsent bytes one subscriber may accumulate before it is dropped.
 pub const MAX_BACKLOG: usize = 1 << 20;
 
 /// An `/api/events` subscription on an exchange.
-pub(super) struct Events {
+pub(in crate::worker) struct Events {
     /// A `Last-Event-ID` replay runs on the pool.
     replaying: bool,
     /// The last notification id sent.
@@ -49,7 +97,7 @@ pub(super) struct Events {
 impl Events {
     /// A subscriber that has seen every event up to `last_event_id` (then a replay of what
     /// follows it runs on the pool), or none; heartbeat due at `next_beat`.
-    pub(super) fn new(last_event_id: Option<i64>, next_beat: Instant) -> Events {
+    pub(in crate::worker) fn new(last_event_id: Option<i64>, next_beat: Instant) -> Events {
         Events { replaying: last_event_id.is_some(), last_id: last_event_id.unwrap_or(0), held: Vec::new(), next_beat }
     }
 
@@ -57,7 +105,7 @@ impl Events {
     /// subscription into `sse`, the replay after `last_event_id` (if any) to the pool. `None`:
     /// app code panicked; end the stream.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn start(
+    pub(in crate::worker) fn start(
         app: &App,
         last_event_id: Option<i64>,
         audience: Audience,
@@ -81,12 +129,12 @@ impl Events {
     }
 
     /// When the next heartbeat is due.
-    pub(super) fn next(&self) -> Instant {
+    pub(in crate::worker) fn next(&self) -> Instant {
         self.next_beat
     }
 
     /// A heartbeat into `out` if one is due; `false`: app code panicked, end the stream.
-    pub(super) fn beat(&mut self, app: &App, now: Instant, out: &mut Vec<u8>) -> bool {
+    pub(in crate::worker) fn beat(&mut self, app: &App, now: Instant, out: &mut Vec<u8>) -> bool {
         if self.next_beat > now {
             return true;
         }
@@ -102,7 +150,7 @@ impl Events {
 
     /// The replay's result: its events, then the live ones held meanwhile that it did not
     /// cover. `false`: the replay panicked, end the stream.
-    pub(super) fn replayed(&mut self, bytes: &[u8], last: i64, out: &mut Vec<u8>) -> bool {
+    pub(in crate::worker) fn replayed(&mut self, bytes: &[u8], last: i64, out: &mut Vec<u8>) -> bool {
         if last == REPLAY_PANICKED {
             return false;
         }
@@ -121,7 +169,7 @@ impl Events {
     /// A live event `id` from the bus: whether to send it now. During a replay it is held
     /// (sent after the replay, unless the replay covered it); an event at or below the last
     /// one sent is a duplicate (another worker's copy, or one the replay sent).
-    pub(super) fn admit(&mut self, id: i64, event: &Arc<[u8]>) -> bool {
+    pub(in crate::worker) fn admit(&mut self, id: i64, event: &Arc<[u8]>) -> bool {
         if self.replaying {
             self.held.push((id, Arc::clone(event)));
             return false;
@@ -134,7 +182,7 @@ impl Events {
     }
 
     /// A live event from the bus, sent into `out` if [`Events::admit`] lets it through.
-    pub(super) fn live(&mut self, id: i64, event: &Arc<[u8]>, out: &mut Vec<u8>) {
+    pub(in crate::worker) fn live(&mut self, id: i64, event: &Arc<[u8]>, out: &mut Vec<u8>) {
         if self.admit(id, event) {
             out.extend_from_slice(event);
         }
@@ -142,25 +190,25 @@ impl Events {
 }
 
 /// A ticker-driven stream (events from a timer).
-pub(super) struct Ticking {
+pub(in crate::worker) struct Ticking {
     ticker: Box<dyn crate::app::Ticker>,
     next: Instant,
 }
 
 impl Ticking {
     /// A ticker asked first at `now`.
-    pub(super) fn new(ticker: Box<dyn crate::app::Ticker>, now: Instant) -> Ticking {
+    pub(in crate::worker) fn new(ticker: Box<dyn crate::app::Ticker>, now: Instant) -> Ticking {
         Ticking { ticker, next: now }
     }
 
     /// When the ticker is asked next.
-    pub(super) fn next(&self) -> Instant {
+    pub(in crate::worker) fn next(&self) -> Instant {
         self.next
     }
 
     /// Ask the ticker for its event into `out` if it is due, unless the exchange's unsent
     /// output (`backlog` bytes) is past the watermark (then again after a short pause).
-    pub(super) fn tick(&mut self, now: Instant, backlog: usize, out: &mut Vec<u8>) -> Tick {
+    pub(in crate::worker) fn tick(&mut self, now: Instant, backlog: usize, out: &mut Vec<u8>) -> Tick {
         if self.next > now {
             return Tick::Idle;
         }
@@ -181,7 +229,7 @@ impl Ticking {
 
 /// What one [`Ticking::tick`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Tick {
+pub(in crate::worker) enum Tick {
     /// Not due, or held back while the exchange is backed up: nothing written.
     Idle,
     /// The ticker wrote an event and runs on.
@@ -194,7 +242,7 @@ pub(super) enum Tick {
 
 impl Tick {
     /// Whether the ticker runs on.
-    pub(super) fn goes_on(self) -> bool {
+    pub(in crate::worker) fn goes_on(self) -> bool {
         matches!(self, Tick::Idle | Tick::More)
     }
 }

@@ -16,22 +16,24 @@
 //! older ones). Once it has acked, its generation no longer changes.
 //!
 //! It must not touch sockets or the poll: the worker sends, receives and registers; this
-//! file only says who reads and where a packet goes.
+//! file only says who reads and where a packet goes. It lives beside the HTTP/3 codec, not
+//! in the worker, because it is a pure state machine over pids, times and connection IDs
+//! (`keys`), driven by the worker's inbox code.
 
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::UnixAddr;
 
-use crate::http3::keys::{generation_of, packet_cid, slot_of};
+use super::keys::{generation_of, packet_cid, slot_of};
 
 /// How long a successor waits for its predecessors' acks before it falls back.
-pub(super) const HELLO_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const HELLO_WAIT: Duration = Duration::from_secs(1);
 /// How often pending hellos are said again, and successors and predecessors checked.
-pub(super) const CHECK: Duration = Duration::from_millis(50);
+pub(crate) const CHECK: Duration = Duration::from_millis(50);
 
 /// An acked predecessor: where its packets go.
 #[derive(Debug, Clone)]
-pub(super) struct Forward {
+pub(crate) struct Forward {
     /// The generation byte its connection IDs carry.
     pub generation: u8,
     /// Its pid.
@@ -42,7 +44,7 @@ pub(super) struct Forward {
 
 /// One worker's side of the hand-over (see the module doc).
 #[derive(Debug)]
-pub(super) struct Handover {
+pub(crate) struct Handover {
     /// Our hello phase is over: we read the socket unless a successor does.
     started: bool,
     /// Predecessors said hello to and not acked yet: pid, whether to say it again (it was
@@ -67,7 +69,7 @@ pub(super) struct Handover {
 
 impl Handover {
     /// A worker started beside `siblings` (hellos are being sent to each), or alone.
-    pub(super) fn new(siblings: &[i32], now: Instant, fallback_for: Duration) -> Handover {
+    pub(crate) fn new(siblings: &[i32], now: Instant, fallback_for: Duration) -> Handover {
         let mut h = Handover {
             started: false,
             waiting: siblings.iter().map(|&pid| (pid, false)).collect(),
@@ -85,22 +87,22 @@ impl Handover {
     }
 
     /// Whether the worker reads the slot's socket now.
-    pub(super) fn reads(&self) -> bool {
+    pub(crate) fn reads(&self) -> bool {
         self.started && self.successor.is_none()
     }
 
     /// Whether the hello phase is over (the generation may be chosen, the socket registered).
-    pub(super) fn started(&self) -> bool {
+    pub(crate) fn started(&self) -> bool {
         self.started
     }
 
     /// The successor reading for us, if any.
-    pub(super) fn successor(&self) -> Option<i32> {
+    pub(crate) fn successor(&self) -> Option<i32> {
         self.successor
     }
 
     /// When [`Handover::check`] is due.
-    pub(super) fn next_check(&self) -> Option<Instant> {
+    pub(crate) fn next_check(&self) -> Option<Instant> {
         self.next_check
     }
 
@@ -120,21 +122,21 @@ impl Handover {
 
     /// The hello to `pid` was not delivered: say it again at the next check (until
     /// [`HELLO_WAIT`] ends).
-    pub(super) fn undelivered(&mut self, pid: i32) {
+    pub(crate) fn undelivered(&mut self, pid: i32) {
         if let Some(w) = self.waiting.iter_mut().find(|w| w.0 == pid) {
             w.1 = true;
         }
     }
 
     /// Every predecessor falls back (the worker has no inbox to talk through).
-    pub(super) fn without_inbox(&mut self, now: Instant) {
+    pub(crate) fn without_inbox(&mut self, now: Instant) {
         self.hello_until = now;
         self.check(now, |_| true);
     }
 
     /// Runs the checks due at `now` (`alive`: whether a pid still exists); returns the pids
     /// to say hello to again. The worker compares [`Handover::reads`] before and after.
-    pub(super) fn check(&mut self, now: Instant, alive: impl Fn(i32) -> bool) -> Vec<i32> {
+    pub(crate) fn check(&mut self, now: Instant, alive: impl Fn(i32) -> bool) -> Vec<i32> {
         self.next_check = None;
         self.waiting.retain(|w| alive(w.0));
         self.fallback.retain(|&pid| alive(pid));
@@ -156,7 +158,7 @@ impl Handover {
 
     /// `pid` acked our hello: its connection IDs carry `generation`, its inbox is `addr`;
     /// `ours`: our generation so far. Whether it was taken (a pid we said hello to).
-    pub(super) fn acked(&mut self, now: Instant, pid: i32, generation: u8, addr: UnixAddr, ours: u8) -> bool {
+    pub(crate) fn acked(&mut self, now: Instant, pid: i32, generation: u8, addr: UnixAddr, ours: u8) -> bool {
         let was_waiting = self.waiting.iter().any(|w| w.0 == pid);
         if !was_waiting && !self.fallback.contains(&pid) {
             return false;
@@ -176,7 +178,7 @@ impl Handover {
     }
 
     /// `pid` said hello (we acked): it reads the socket from now on.
-    pub(super) fn hello(&mut self, now: Instant, pid: i32) {
+    pub(crate) fn hello(&mut self, now: Instant, pid: i32) {
         self.successor = Some(pid);
         self.frozen = true;
         self.settle(now);
@@ -184,7 +186,7 @@ impl Handover {
 
     /// Our generation once the hello phase is over: `ours` unless an acked predecessor has
     /// it (and it was not announced yet), then the next free byte.
-    pub(super) fn pick(&self, ours: u8) -> u8 {
+    pub(crate) fn pick(&self, ours: u8) -> u8 {
         if self.frozen {
             return ours;
         }
@@ -197,7 +199,7 @@ impl Handover {
 
     /// Where `datagram` goes when it is an acked predecessor's (its CID names slot `slot` and
     /// that predecessor's generation).
-    pub(super) fn route(&self, datagram: &[u8], slot: u16) -> Option<&Forward> {
+    pub(crate) fn route(&self, datagram: &[u8], slot: u16) -> Option<&Forward> {
         if self.forward.is_empty() {
             return None;
         }
@@ -210,7 +212,7 @@ impl Handover {
     }
 
     /// The predecessor of `generation` is gone: its packets are no longer forwarded.
-    pub(super) fn forget(&mut self, generation: u8) {
+    pub(crate) fn forget(&mut self, generation: u8) {
         self.forward.retain(|f| f.generation != generation);
     }
 }
