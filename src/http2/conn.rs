@@ -4,7 +4,7 @@
 //! what the event loop needs: an input buffer fed from the socket, one
 //! output buffer drained to it, the [`Meter`] that decides how much input is
 //! read per turn, per-stream response queues, and the conversion of request
-//! heads into `http` types. [`H2Conn::advance`] reads the admitted input and
+//! heads into [`RequestHead`]s. [`H2Conn::advance`] reads the admitted input and
 //! reports what happened as [`Event`]s: new requests, request body bytes,
 //! streams reset by the peer, streams whose send window reopened, and the
 //! end of the connection. The caller answers with [`H2Conn::respond`],
@@ -41,13 +41,12 @@ use std::collections::VecDeque;
 use std::io::Write;
 
 use bytes::{Buf, Bytes};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{Method, Response, StatusCode, Uri};
+use http::StatusCode;
 
-use super::head::HOP_BY_HOP;
-use super::machine::{self, Fields, Limits, Machine};
+use super::head::ResponseFields;
+use super::machine::{self, Limits, Machine};
 use super::meter::Meter;
+use super::request::RequestHead;
 use super::wire::{Reason, HEADER_LEN};
 
 /// The id of one stream on one connection (odd, client-initiated). The
@@ -149,48 +148,6 @@ impl Default for H2Settings {
     /// default `limits.max_header_bytes`).
     fn default() -> H2Settings {
         H2Settings::new(16 * 1024)
-    }
-}
-
-/// A request's head, as received and checked against RFC 9113 §8.3.
-#[derive(Debug)]
-pub struct RequestHead {
-    /// `:method`.
-    pub method: Method,
-    /// `:scheme`, `:authority` and `:path` (read
-    /// them with [`RequestHead::scheme`], [`RequestHead::authority`],
-    /// [`RequestHead::path`]).
-    pub uri: Uri,
-    /// `:protocol` of an extended CONNECT (RFC 8441), e.g. `websocket`.
-    pub protocol: Option<Box<str>>,
-    /// The regular header fields, names lowercase; iterating yields
-    /// repeated names together, each name's values in the order received.
-    pub headers: HeaderMap,
-    /// The request has no body (END_STREAM on its HEADERS).
-    pub end_stream: bool,
-}
-
-impl RequestHead {
-    /// `:scheme`. Absent on a plain CONNECT, and when the request has no
-    /// `:authority` (an `http::Uri` cannot hold a scheme without an
-    /// authority, so it is dropped).
-    pub fn scheme(&self) -> Option<&str> {
-        self.uri.scheme_str()
-    }
-
-    /// `:authority`.
-    pub fn authority(&self) -> Option<&str> {
-        self.uri.authority().map(|a| a.as_str())
-    }
-
-    /// `:path` with the query (empty on a plain CONNECT).
-    pub fn path(&self) -> &str {
-        self.uri.path_and_query().map_or("", |p| p.as_str())
-    }
-
-    /// `:protocol`, e.g. `websocket`.
-    pub fn protocol(&self) -> Option<&str> {
-        self.protocol.as_deref()
     }
 }
 
@@ -337,7 +294,7 @@ pub struct H2Conn {
     /// The peer's GOAWAY (NO_ERROR) arrived: the connection ends once no
     /// stream is left.
     peer_goaway: bool,
-    /// Streams whose head the conversion to `http` types refused, to reset.
+    /// Streams whose head [`RequestHead::new`] refused, to reset.
     refused: Vec<u32>,
 }
 
@@ -516,7 +473,7 @@ impl H2Conn {
             let H2Conn { machine, streams, meter, output, refused, peer_goaway, input, read, .. } = self;
             let input = &input[*read..*read + admitted];
             let mut on = |e: machine::Event<'_>| match e {
-                machine::Event::Request { stream, head, end_stream } => match request_head(head, end_stream) {
+                machine::Event::Request { stream, head, end_stream } => match RequestHead::new(head, end_stream) {
                     Some(head) => {
                         streams.push_back(Stream {
                             id: StreamId(stream),
@@ -688,19 +645,17 @@ impl H2Conn {
         N: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        let response = response_head(103, headers)?;
-        self.early_hints_with(stream, response.into_parts().0.headers)
+        self.early_hints_with(stream, &ResponseFields::from_pairs(headers)?)
     }
 
-    /// [`H2Conn::early_hints`] with the fields already in a map (no
-    /// connection-specific fields in it).
-    pub fn early_hints_with(&mut self, stream: StreamId, fields: HeaderMap) -> Result<(), H2Error> {
+    /// [`H2Conn::early_hints`] with the fields already listed (no
+    /// connection-specific fields among them).
+    pub fn early_hints_with(&mut self, stream: StreamId, fields: &ResponseFields) -> Result<(), H2Error> {
         let i = self.find(stream)?;
         if self.streams[i].responded {
             return Err(H2Error::State(stream, "early hints after the response"));
         }
-        let fields = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
-        self.machine.respond(stream.0, 103, fields, false, &mut self.output).map_err(|e| send_error(stream, e))
+        self.machine.respond(stream.0, 103, fields.parts(), false, &mut self.output).map_err(|e| send_error(stream, e))
     }
 
     /// Send the response head. Connection-specific fields (`connection`,
@@ -719,9 +674,8 @@ impl H2Conn {
         N: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        let response = response_head(status, headers)?;
-        let (parts, ()) = response.into_parts();
-        self.respond_with(stream, parts.status, parts.headers, end_stream)
+        let status = StatusCode::from_u16(status).map_err(|_| H2Error::InvalidHead("status"))?;
+        self.respond_with(stream, status, &ResponseFields::from_pairs(headers)?, end_stream)
     }
 
     /// [`H2Conn::respond`] with the head already built (no
@@ -730,7 +684,7 @@ impl H2Conn {
         &mut self,
         stream: StreamId,
         status: StatusCode,
-        fields: HeaderMap,
+        fields: &ResponseFields,
         end_stream: bool,
     ) -> Result<(), H2Error> {
         let i = self.find(stream)?;
@@ -740,9 +694,8 @@ impl H2Conn {
         if self.streams[i].responded {
             return Err(H2Error::State(stream, "response already sent"));
         }
-        let fields = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
         self.machine
-            .respond(stream.0, status.as_u16(), fields, end_stream, &mut self.output)
+            .respond(stream.0, status.as_u16(), fields.parts(), end_stream, &mut self.output)
             .map_err(|e| send_error(stream, e))?;
         let s = &mut self.streams[i];
         s.responded = true;
@@ -875,59 +828,10 @@ impl H2Conn {
     }
 }
 
-/// The `http` form of a request head the machine accepted; `None` when a
-/// field does not fit `http`'s types (the stream is reset).
-fn request_head(fields: &Fields, end_stream: bool) -> Option<RequestHead> {
-    let method = Method::from_bytes(fields.method()?).ok()?;
-    let mut parts = http::uri::Parts::default();
-    if let Some(authority) = fields.authority() {
-        parts.authority = Some(Authority::try_from(authority).ok()?);
-        if let Some(scheme) = fields.scheme() {
-            parts.scheme = Some(Scheme::try_from(scheme).ok()?);
-        }
-    }
-    if let Some(path) = fields.path() {
-        parts.path_and_query = Some(PathAndQuery::try_from(path).ok()?);
-    } else if parts.scheme.is_some() {
-        parts.path_and_query = Some(PathAndQuery::from_static("/"));
-    }
-    let uri = Uri::from_parts(parts).ok()?;
-    let mut headers = HeaderMap::with_capacity(fields.len());
-    for (name, value) in fields.iter() {
-        let name = HeaderName::from_bytes(name).ok()?;
-        headers.append(name, HeaderValue::from_bytes(value).ok()?);
-    }
-    let protocol = match fields.protocol() {
-        Some(p) => Some(std::str::from_utf8(p).ok()?.into()),
-        None => None,
-    };
-    Some(RequestHead { method, uri, protocol, headers, end_stream })
-}
-
 fn send_error(stream: StreamId, e: machine::SendError) -> H2Error {
     match e {
         machine::SendError::UnknownStream => H2Error::UnknownStream(stream),
         machine::SendError::State(what) => H2Error::State(stream, what),
         machine::SendError::Window => H2Error::State(stream, "data past the window"),
     }
-}
-
-/// A response head with `status` and `headers`, hop-by-hop fields dropped.
-fn response_head<N, V>(status: u16, headers: &[(N, V)]) -> Result<Response<()>, H2Error>
-where
-    N: AsRef<[u8]>,
-    V: AsRef<[u8]>,
-{
-    let mut response = Response::new(());
-    *response.status_mut() = StatusCode::from_u16(status).map_err(|_| H2Error::InvalidHead("status"))?;
-    let map = response.headers_mut();
-    for (name, value) in headers {
-        let name = HeaderName::from_bytes(name.as_ref()).map_err(|_| H2Error::InvalidHead("header name"))?;
-        if HOP_BY_HOP.contains(&name.as_str()) || (name == http::header::TE && value.as_ref() != b"trailers") {
-            continue;
-        }
-        let value = HeaderValue::from_bytes(value.as_ref()).map_err(|_| H2Error::InvalidHead("header value"))?;
-        map.append(name, value);
-    }
-    Ok(response)
 }

@@ -1,30 +1,35 @@
-//! HTTP/2 response heads built straight from the protocol-neutral
-//! [`Response`]: the `:status`, an `http::HeaderMap` and the body as
-//! [`Bytes`], ready for [`super::H2Conn::respond_with`].
+//! Response heads built straight from the protocol-neutral [`Response`]:
+//! the status, the regular fields as a [`ResponseFields`] list and the body
+//! as [`Bytes`], ready for [`super::H2Conn::respond_with`] and for HTTP/3's
+//! QPACK encoder alike.
 //!
-//! This module owns the HTTP/2 form of the fields every response carries
-//! (CONTRACT §4) and of the fields a [`Response`] adds; it must stay field
-//! for field what `write_response` writes for HTTP/1.1, minus the
-//! connection-specific fields HTTP/2 forbids (RFC 9113 §8.2.2). The unit
-//! tests hold the two side by side.
+//! This module owns the HTTP/2 and HTTP/3 form of the fields every response
+//! carries and of the fields a [`Response`] adds; it must stay
+//! field for field what `write_response` writes for HTTP/1.1, minus the
+//! connection-specific fields both forbid (RFC 9113 §8.2.2, RFC 9114
+//! §4.2). The unit tests hold the two side by side. It knows no wire format.
 //!
-//! Cost: the fixed fields are compile-time constants (a clone is a pointer
-//! copy); the values that change (`date` once a second, the CSP with its
-//! nonce, `x-request-id`, `content-length`) are written into one shared
-//! arena and handed out as refcounted slices, so a head costs no allocation
-//! beyond the `HeaderMap`. An HTML document's CSP (with its nonce) and
-//! `x-request-id` are fresh every time: they are marked sensitive, which makes the HPACK
-//! encoder send them as literals that are never indexed instead of inserting each one
-//! into the dynamic table, where they would evict the fixed fields (which
-//! then encode as one-byte indices on every later response).
+//! Cost: a head is built without a map and, but for a response's own
+//! fields, without an allocation. The fields every response of a kind
+//! shares (the API policy and the security fields) are one static run
+//! ([`hpack::Part::Fixed`]), which an HPACK encoder writes as the bytes it
+//! made the last time. The values that change (`date` once a second, an
+//! HTML document's CSP with its nonce, `x-request-id`, `content-length`)
+//! are written into one shared arena and handed out as refcounted slices.
+//! An HTML document's CSP and `x-request-id` are fresh every time: they are
+//! marked sensitive, which makes the HPACK encoder send them as literals
+//! that are never indexed instead of inserting each one into the dynamic
+//! table, where they would evict the fixed fields (which then encode as
+//! one-byte indices on every later response).
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
 
+use super::hpack::Part;
+use super::machine::is_token;
 use super::H2Error;
 use crate::http::headers::{Common, API_CSP, SECURITY_FIELDS};
-use crate::http::response::{itoa_buf, sends_early_hints, Body, Delimit, RequestMeta, Response};
+use crate::http::response::{itoa_buf, sends_early_hints, Body, Delimit, Inline, RequestMeta, Response, Value};
 
 /// Fresh bytes are carved from arena blocks of this size.
 const ARENA_BLOCK: usize = 8 * 1024;
@@ -33,37 +38,184 @@ const ARENA_BLOCK: usize = 8 * 1024;
 pub(crate) const HOP_BY_HOP: [&str; 5] =
     ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"];
 
-const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-const CSP: HeaderName = HeaderName::from_static("content-security-policy");
-const CSP_REPORT_ONLY: HeaderName = HeaderName::from_static("content-security-policy-report-only");
+/// A static run of fields.
+type Run = [(&'static str, &'static str)];
 
-const fn security_field(i: usize) -> (HeaderName, HeaderValue) {
-    (HeaderName::from_static(SECURITY_FIELDS[i].0), HeaderValue::from_static(SECURITY_FIELDS[i].1))
+const CSP: &str = "content-security-policy";
+const CSP_REPORT_ONLY: &str = "content-security-policy-report-only";
+
+/// The fixed API policy under the CSP field `name`, then the security fields.
+const fn api_run(name: &'static str) -> [(&'static str, &'static str); 11] {
+    let mut run = [(name, API_CSP); 11];
+    let mut i = 0;
+    while i < SECURITY_FIELDS.len() {
+        run[i + 1] = SECURITY_FIELDS[i];
+        i += 1;
+    }
+    run
 }
 
-/// [`SECURITY_FIELDS`] as HTTP/2 fields, validated at compile time.
-const SECURITY: [(HeaderName, HeaderValue); 10] = [
-    security_field(0),
-    security_field(1),
-    security_field(2),
-    security_field(3),
-    security_field(4),
-    security_field(5),
-    security_field(6),
-    security_field(7),
-    security_field(8),
-    security_field(9),
-];
+/// The run that ends every API response (statics: a run is known by its address).
+static API_RUN: [(&str, &str); 11] = api_run(CSP);
+/// [`API_RUN`] when the policy is only reported.
+static API_RUN_REPORT_ONLY: [(&str, &str); 11] = api_run(CSP_REPORT_ONLY);
+/// The run that ends an HTML document's head, after its own CSP.
+static SECURITY_RUN: [(&str, &str); 10] = SECURITY_FIELDS;
 
-/// A response head and body in HTTP/2 form.
+/// One field of this response: a name known at compile time and a value.
+#[derive(Debug, Clone)]
+struct Field {
+    name: &'static str,
+    value: Text,
+    /// Fresh on every response: a never-indexed literal in HPACK.
+    sensitive: bool,
+}
+
+/// A field value: text of the program (an HPACK encoder keeps what it encodes to) or
+/// bytes of this response.
+#[derive(Debug, Clone)]
+enum Text {
+    Static(&'static str),
+    Shared(Bytes),
+}
+
+impl Field {
+    fn value(&self) -> &[u8] {
+        match &self.value {
+            Text::Static(s) => s.as_bytes(),
+            Text::Shared(b) => b,
+        }
+    }
+
+    fn part(&self) -> Part<'_> {
+        match self.value {
+            Text::Static(s) if !self.sensitive => Part::Static(self.name, s),
+            _ => Part::Field(self.name.as_bytes(), self.value(), self.sensitive),
+        }
+    }
+}
+
+/// A response head's regular fields (lowercase names, no connection-specific
+/// ones), in `write_response`'s order: the leading fields of this response
+/// (`date`, `content-type`, `content-length`, `cache-control`,
+/// `x-request-id`, an HTML document's CSP), the static run every response
+/// of its kind shares, the `link`s of its early hints, then the response's
+/// own fields.
+#[derive(Debug, Default)]
+pub struct ResponseFields {
+    lead: [Option<Field>; 6],
+    fixed: &'static Run,
+    links: &'static [String],
+    own: Vec<(Value, Value)>,
+}
+
+impl ResponseFields {
+    /// The fields `(name, value)` of `list`, in order, connection-specific
+    /// ones and a `te` other than `trailers` left out; names lower-cased.
+    pub fn from_pairs<N, V>(list: &[(N, V)]) -> Result<ResponseFields, H2Error>
+    where
+        N: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let mut own = Vec::with_capacity(list.len());
+        for (name, value) in list {
+            let name = std::str::from_utf8(name.as_ref()).map_err(|_| H2Error::InvalidHead("header name"))?;
+            let value = std::str::from_utf8(value.as_ref()).map_err(|_| H2Error::InvalidHead("header value"))?;
+            if allowed(name, value)? {
+                own.push((Value::Owned(name.to_ascii_lowercase()), Value::Owned(value.to_owned())));
+            }
+        }
+        Ok(ResponseFields { own, ..ResponseFields::default() })
+    }
+
+    /// The fields in order: name, value, and whether the value is fresh on
+    /// every response (never to be indexed).
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8], bool)> {
+        let lead = self.lead.iter().flatten().map(|f| (f.name.as_bytes(), f.value(), f.sensitive));
+        let fixed = self.fixed.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes(), false));
+        let links = self.links.iter().map(|l| (&b"link"[..], l.as_bytes(), false));
+        let own = self.own.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes(), false));
+        lead.chain(fixed).chain(links).chain(own)
+    }
+
+    /// The fields as HPACK [`Part`]s: the static run as one.
+    pub fn parts(&self) -> impl Iterator<Item = Part<'_>> {
+        let lead = self.lead.iter().flatten().map(Field::part);
+        let fixed = (!self.fixed.is_empty()).then_some(Part::Fixed(self.fixed));
+        let links = self.links.iter().map(|l| Part::Field(b"link", l.as_bytes(), false));
+        let own = self.own.iter().map(|(n, v)| Part::Field(n.as_bytes(), v.as_bytes(), false));
+        lead.chain(fixed).chain(links).chain(own)
+    }
+
+    /// The value of the first field named `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.iter().find(|(n, _, _)| *n == name.as_bytes()).map(|(_, v, _)| v)
+    }
+
+    /// The number of fields.
+    pub fn len(&self) -> usize {
+        self.lead.iter().flatten().count() + self.fixed.len() + self.links.len() + self.own.len()
+    }
+
+    /// No field at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Checks a response's own field `name: value`: `false` for one HTTP/2
+/// forbids (connection-specific, or `te` other than `trailers`), an error
+/// for a name that is not a token or a value that is not visible ASCII.
+fn allowed(name: &str, value: &str) -> Result<bool, H2Error> {
+    if name.is_empty() || !name.bytes().all(is_token) {
+        return Err(H2Error::InvalidHead("header name"));
+    }
+    if HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+        || (name.eq_ignore_ascii_case("te") && value != "trailers")
+    {
+        return Ok(false);
+    }
+    if !valid_value(value.as_bytes()) {
+        return Err(H2Error::InvalidHead("header value"));
+    }
+    Ok(true)
+}
+
+/// `name` in lower case: itself when it has no upper-case letter, else a
+/// copy (in place when short).
+fn lowercase(name: &'static str) -> Value {
+    if !name.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Value::Static(name);
+    }
+    let mut buf = [0u8; Inline::CAP];
+    if let Some(dest) = buf.get_mut(..name.len()) {
+        dest.copy_from_slice(name.as_bytes());
+        dest.make_ascii_lowercase();
+        let mut inline = Inline::default();
+        if inline.push(std::str::from_utf8(dest).unwrap_or_default()) {
+            return Value::Inline(inline);
+        }
+    }
+    Value::Owned(name.to_ascii_lowercase())
+}
+
+/// Visible ASCII, space and tab: what a value may hold (as
+/// `http::HeaderValue::from_str` requires).
+fn valid_value(v: &[u8]) -> bool {
+    // No early exit: the loop compiles to vector compares.
+    v.iter().fold(true, |ok, &b| ok & ((b == b'\t') | (0x20..0x7f).contains(&b)))
+}
+
+/// A response head and body, with no wire format yet.
 #[derive(Debug)]
 pub struct Head {
-    /// The `Link` fields of a `103 Early Hints` to send first, if any.
-    pub hints: Option<HeaderMap>,
+    /// The `Link` fields of a `103 Early Hints` to send first, if any (boxed: rare, and a
+    /// head is moved a few times on its way out).
+    pub hints: Option<Box<ResponseFields>>,
     /// `:status`.
     pub status: StatusCode,
     /// The regular fields, connection-specific ones left out.
-    pub fields: HeaderMap,
+    pub fields: ResponseFields,
     /// The body to send now (empty: none, or it follows later).
     pub body: Bytes,
 }
@@ -74,50 +226,7 @@ pub struct Head {
 pub struct Heads {
     arena: BytesMut,
     /// The `date` value and the second it was made for.
-    date: Option<(u64, HeaderValue)>,
-    /// The fields every head of one [`Shape`] starts with, made on first
-    /// use: cloning one and setting the values that change costs a fraction
-    /// of inserting the fields one by one (each insert hashes its name).
-    templates: [Option<HeaderMap>; Shape::COUNT],
-}
-
-/// Which of the leading fields a head has; indexes [`Heads`]' templates.
-#[derive(Clone, Copy)]
-struct Shape {
-    content_type: bool,
-    content_length: bool,
-    report_only: bool,
-}
-
-impl Shape {
-    const COUNT: usize = 8;
-
-    fn index(self) -> usize {
-        usize::from(self.content_type) | usize::from(self.content_length) << 1 | usize::from(self.report_only) << 2
-    }
-
-    /// The leading fields in `write_response`'s order: `date`,
-    /// [`content-type`], [`content-length`], `cache-control`,
-    /// `x-request-id`, the CSP (empty values, set per head), then the fixed
-    /// security fields.
-    fn template(self) -> HeaderMap {
-        let empty = HeaderValue::from_static("");
-        let mut map = HeaderMap::with_capacity(16);
-        map.append(http::header::DATE, empty.clone());
-        if self.content_type {
-            map.append(http::header::CONTENT_TYPE, empty.clone());
-        }
-        if self.content_length {
-            map.append(http::header::CONTENT_LENGTH, empty.clone());
-        }
-        map.append(http::header::CACHE_CONTROL, empty.clone());
-        map.append(X_REQUEST_ID, empty.clone());
-        map.append(if self.report_only { CSP_REPORT_ONLY } else { CSP }, empty);
-        for (name, value) in SECURITY {
-            map.append(name, value);
-        }
-        map
-    }
+    date: Option<(u64, Bytes)>,
 }
 
 impl Heads {
@@ -126,24 +235,24 @@ impl Heads {
         Heads::default()
     }
 
-    /// The HTTP/2 head (and whole body, for `Delimit::Length`) of `resp`,
+    /// The head (and whole body, for `Delimit::Length`) of `resp`,
     /// answering a request described by `meta`: the same fields
     /// `write_response` writes for HTTP/1.1 with the same arguments, in the
-    /// same order, minus the connection-specific ones. Takes the body out
-    /// of `resp`. A fresh CSP nonce is drawn from `common` (and put into the
-    /// body's nonce slot, if any).
+    /// same order, minus the connection-specific ones. Takes the body and
+    /// the own fields out of `resp`. A fresh CSP nonce is drawn from
+    /// `common` for an HTML document (and put into the body's nonce slot,
+    /// if any).
     pub fn build(&mut self, resp: &mut Response, meta: &RequestMeta<'_>, common: &mut Common) -> Result<Head, H2Error> {
         let status = StatusCode::from_u16(resp.status).map_err(|_| H2Error::InvalidHead("status"))?;
         let body_len = resp.body.as_bytes().len();
         let bodyless = resp.status == 204 || resp.status == 304 || resp.status < 200 || meta.delimit != Delimit::Length;
-        let links = resp.early_hints.map_or(&[][..], |h| h.links());
+        let links: &'static [String] = resp.early_hints.map_or(&[], |h| h.links());
+        if !links.iter().all(|l| valid_value(l.as_bytes())) {
+            return Err(H2Error::InvalidHead("link"));
+        }
         let hints = match resp.early_hints {
             Some(_) if sends_early_hints(resp.status, meta) => {
-                let mut map = HeaderMap::with_capacity(links.len());
-                for l in links {
-                    map.append(http::header::LINK, HeaderValue::from_str(l).map_err(|_| H2Error::InvalidHead("link"))?);
-                }
-                Some(map)
+                Some(Box::new(ResponseFields { links, ..ResponseFields::default() }))
             }
             _ => None,
         };
@@ -152,50 +261,46 @@ impl Heads {
             Delimit::Length if !bodyless => Some(body_len as u64),
             _ => None,
         };
-        let shape = Shape {
-            content_type: length.is_some() || meta.delimit == Delimit::Chunked,
-            content_length: length.is_some(),
-            report_only: common.csp_field_name() == CSP_REPORT_ONLY.as_str(),
-        };
-        // The values in the template's order.
-        let mut leading = [const { None }; 6];
-        leading[0] = Some(self.date(common));
-        if shape.content_type {
-            leading[1] = Some(static_value(resp.content_type)?);
+        let report_only = common.csp_field_name() == CSP_REPORT_ONLY;
+        // Filled in place: a head is a few hundred bytes, each move of it a copy.
+        let mut head =
+            Head { hints, status, fields: ResponseFields { links, ..ResponseFields::default() }, body: Bytes::new() };
+        let lead = &mut head.fields.lead;
+        lead[0] = Some(Field { name: "date", value: Text::Shared(self.date(common)), sensitive: false });
+        if length.is_some() || meta.delimit == Delimit::Chunked {
+            lead[1] = Some(Field { name: "content-type", value: static_value(resp.content_type)?, sensitive: false });
         }
         if let Some(n) = length {
             let mut digits = itoa_buf(n as usize);
-            leading[2] = Some(self.value(&[digits.as_slice()], false)?);
+            lead[2] = Some(Field {
+                name: "content-length",
+                value: Text::Shared(self.value(&[digits.as_slice()])?),
+                sensitive: false,
+            });
         }
-        leading[3] = Some(static_value(resp.cache_control)?);
-        leading[4] = Some(self.value(&[meta.request_id], true)?);
-        leading[5] = Some(if resp.is_document() {
-            self.value(&common.fresh_csp(), true)?
+        lead[3] = Some(Field { name: "cache-control", value: static_value(resp.cache_control)?, sensitive: false });
+        lead[4] =
+            Some(Field { name: "x-request-id", value: Text::Shared(self.value(&[meta.request_id])?), sensitive: true });
+        head.fields.fixed = if resp.is_document() {
+            let name = if report_only { CSP_REPORT_ONLY } else { CSP };
+            lead[5] = Some(Field { name, value: Text::Shared(self.value(&common.fresh_csp())?), sensitive: true });
+            &SECURITY_RUN
+        } else if report_only {
+            &API_RUN_REPORT_ONLY
         } else {
-            HeaderValue::from_static(API_CSP)
-        });
-        let mut fields = self.templates[shape.index()].get_or_insert_with(|| shape.template()).clone();
-        for (slot, value) in fields.values_mut().zip(leading.into_iter().flatten()) {
-            *slot = value;
-        }
-        for l in links {
-            fields.append(http::header::LINK, HeaderValue::from_str(l).map_err(|_| H2Error::InvalidHead("link"))?);
-        }
-        for (name, value) in &resp.headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| H2Error::InvalidHead("header name"))?;
-            if HOP_BY_HOP.contains(&name.as_str()) || (name == http::header::TE && value != "trailers") {
-                continue;
+            &API_RUN
+        };
+        if !resp.headers.is_empty() {
+            let own = &mut head.fields.own;
+            own.reserve(resp.headers.len());
+            for (name, value) in std::mem::take(&mut resp.headers) {
+                if allowed(name, &value)? {
+                    own.push((lowercase(name), value));
+                }
             }
-            let value = match value {
-                crate::http::response::Value::Static(s) => static_value(s)?,
-                other => HeaderValue::from_str(other).map_err(|_| H2Error::InvalidHead("header value"))?,
-            };
-            fields.append(name, value);
         }
-        let body = if meta.head || bodyless {
-            Bytes::new()
-        } else {
-            match (std::mem::take(&mut resp.body), resp.nonce_slot) {
+        if !(meta.head || bodyless) {
+            head.body = match (std::mem::take(&mut resp.body), resp.nonce_slot) {
                 (Body::Empty, _) => Bytes::new(),
                 (Body::Static(b), None) => Bytes::from_static(b),
                 (Body::Static(b), Some(slot)) => {
@@ -209,27 +314,29 @@ impl Heads {
                     }
                     Bytes::from(v)
                 }
-            }
-        };
-        Ok(Head { hints, status, fields, body })
+            };
+        }
+        Ok(head)
     }
 
     /// The `date` value of `common`'s current second (made once a second).
-    fn date(&mut self, common: &Common) -> HeaderValue {
+    fn date(&mut self, common: &Common) -> Bytes {
         let (secs, text) = common.date();
         match &self.date {
             Some((s, v)) if *s == secs => v.clone(),
             _ => {
-                // 29 bytes of an HTTP date; a value that fails (never) goes out empty.
-                let v = HeaderValue::from_bytes(text).unwrap_or_else(|_| HeaderValue::from_static(""));
+                let v = Bytes::copy_from_slice(text);
                 self.date = Some((secs, v.clone()));
                 v
             }
         }
     }
 
-    /// A value made of `parts`, in the arena, validated.
-    fn value(&mut self, parts: &[&[u8]], sensitive: bool) -> Result<HeaderValue, H2Error> {
+    /// A value made of `parts`, in the arena, checked.
+    fn value(&mut self, parts: &[&[u8]]) -> Result<Bytes, H2Error> {
+        if !parts.iter().all(|p| valid_value(p)) {
+            return Err(H2Error::InvalidHead("header value"));
+        }
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if self.arena.capacity() < len {
             // Reclaims the block in place when every value cut from it is gone.
@@ -238,18 +345,14 @@ impl Heads {
         for p in parts {
             self.arena.extend_from_slice(p);
         }
-        let mut v = HeaderValue::from_maybe_shared(self.arena.split().freeze())
-            .map_err(|_| H2Error::InvalidHead("header value"))?;
-        v.set_sensitive(sensitive);
-        Ok(v)
+        Ok(self.arena.split().freeze())
     }
 }
 
-/// A value that lives for the whole program, checked (as
-/// `HeaderValue::from_static` would, without its panic) and not copied.
-fn static_value(s: &'static str) -> Result<HeaderValue, H2Error> {
-    if s.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b)) {
-        Ok(HeaderValue::from_static(s))
+/// A value that lives for the whole program, checked and not copied.
+fn static_value(s: &'static str) -> Result<Text, H2Error> {
+    if valid_value(s.as_bytes()) {
+        Ok(Text::Static(s))
     } else {
         Err(H2Error::InvalidHead("header value"))
     }
@@ -294,8 +397,21 @@ mod tests {
         }
     }
 
-    fn fields_of(map: &HeaderMap) -> Fields {
-        map.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect()
+    fn fields_of(list: &ResponseFields) -> Fields {
+        list.iter().map(|(n, v, _)| (String::from_utf8_lossy(n).into_owned(), v.to_vec())).collect()
+    }
+
+    /// The value of `name` in `list` as text ("" when absent).
+    fn get<'a>(list: &'a ResponseFields, name: &str) -> &'a str {
+        list.get(name).map_or("", |v| std::str::from_utf8(v).expect("ascii"))
+    }
+
+    fn has(list: &ResponseFields, name: &str) -> bool {
+        list.get(name).is_some()
+    }
+
+    fn count(list: &ResponseFields, name: &str) -> usize {
+        list.iter().filter(|(n, _, _)| *n == name.as_bytes()).count()
     }
 
     /// The fields HTTP/1.1 sends that HTTP/2 must not.
@@ -368,7 +484,7 @@ mod tests {
             assert_ne!(h1_nonce, h2_nonce, "a fresh nonce per response");
         }
         assert_eq!(without_nonce(h2_fields, &h2_nonce), without_nonce(h2_only(h1_fields), &h1_nonce));
-        let h2_hints: Vec<Fields> = head.hints.iter().map(fields_of).collect();
+        let h2_hints: Vec<Fields> = head.hints.iter().map(|h| fields_of(h)).collect();
         assert_eq!(h2_hints, want_hints);
         let unnonce = |body: &[u8], nonce: &[u8]| match std::str::from_utf8(nonce).expect("ascii") {
             "" => String::from_utf8_lossy(body).into_owned(),
@@ -393,7 +509,7 @@ mod tests {
     #[test]
     fn health_is_field_for_field_the_http1_head() {
         let head = same_as_h1(|| Response::static_json(b"{\"status\":\"ok\"}"), &meta(Delimit::Length, false), false);
-        let names: Vec<&str> = head.fields.keys().map(|n| n.as_str()).collect();
+        let names: Vec<String> = fields_of(&head.fields).into_iter().map(|(n, _)| n).collect();
         assert_eq!(
             names,
             [
@@ -415,8 +531,8 @@ mod tests {
                 "cross-origin-resource-policy",
             ]
         );
-        assert_eq!(head.fields["content-length"], "15");
-        assert_eq!(head.fields["x-request-id"], "0f3c2a9e-7d41-4b8e-9c55-2e6f1a0b3d77");
+        assert_eq!(get(&head.fields, "content-length"), "15");
+        assert_eq!(get(&head.fields, "x-request-id"), "0f3c2a9e-7d41-4b8e-9c55-2e6f1a0b3d77");
         assert_eq!(&head.body[..], b"{\"status\":\"ok\"}");
         assert!(head.hints.is_none());
     }
@@ -426,17 +542,54 @@ mod tests {
         let mut common = Common::new(false);
         let mut resp = Response::static_json(b"{}");
         let head = Heads::new().build(&mut resp, &meta(Delimit::Length, false), &mut common).expect("builds");
-        for (name, value) in &head.fields {
+        for (name, _, sensitive) in head.fields.iter() {
             // An API response's policy is the fixed one: indexed like the other fixed fields.
-            assert_eq!(value.is_sensitive(), name == "x-request-id", "{name}");
+            assert_eq!(sensitive, name == b"x-request-id", "{}", String::from_utf8_lossy(name));
         }
-        assert_eq!(head.fields["content-security-policy"], API_CSP);
+        assert_eq!(get(&head.fields, "content-security-policy"), API_CSP);
         let mut page = Response::new(200);
         page.content_type = "text/html; charset=utf-8";
         let head = Heads::new().build(&mut page, &meta(Delimit::Length, false), &mut common).expect("builds");
-        for (name, value) in &head.fields {
-            let fresh = name == "x-request-id" || name == "content-security-policy";
-            assert_eq!(value.is_sensitive(), fresh, "{name}: a document's policy carries its nonce");
+        for (name, _, sensitive) in head.fields.iter() {
+            let fresh = name == b"x-request-id" || name == b"content-security-policy";
+            assert_eq!(sensitive, fresh, "{}: a document's policy carries its nonce", String::from_utf8_lossy(name));
+        }
+    }
+
+    /// The fields of `parts`, each fixed run spelled out.
+    fn spelled_out<'a>(parts: impl Iterator<Item = Part<'a>>) -> Vec<(Vec<u8>, Vec<u8>, bool)> {
+        let mut all = Vec::new();
+        for part in parts {
+            match part {
+                Part::Field(n, v, s) => all.push((n.to_vec(), v.to_vec(), s)),
+                Part::Fixed(run) => {
+                    all.extend(run.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec(), false)))
+                }
+                Part::Static(n, v) => all.push((n.as_bytes().to_vec(), v.as_bytes().to_vec(), false)),
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn the_shared_fields_are_one_static_run_among_the_parts() {
+        let mut common = Common::new(false);
+        let api = Heads::new().build(&mut Response::static_json(b"{}"), &meta(Delimit::Length, false), &mut common);
+        let mut page = Response::new(200);
+        page.content_type = "text/html; charset=utf-8";
+        page.header("X-Custom", "yes");
+        page.early_hints = Some(hints());
+        let page = Heads::new().build(&mut page, &meta(Delimit::Length, false), &mut common);
+        for (head, run) in [(api.expect("builds"), &API_RUN[..]), (page.expect("builds"), &SECURITY_RUN[..])] {
+            let fixed: Vec<_> = head.fields.parts().filter(|p| matches!(p, Part::Fixed(_))).collect();
+            assert!(matches!(fixed[..], [Part::Fixed(r)] if std::ptr::eq(r, run)), "{fixed:?}");
+            // The handler's static content-type and cache-control are kept by the encoder too.
+            let statics: Vec<_> =
+                head.fields.parts().filter_map(|p| if let Part::Static(n, _) = p { Some(n) } else { None }).collect();
+            assert_eq!(statics, ["content-type", "cache-control"]);
+            let listed: Vec<_> = head.fields.iter().map(|(n, v, s)| (n.to_vec(), v.to_vec(), s)).collect();
+            assert_eq!(spelled_out(head.fields.parts()), listed);
+            assert_eq!(head.fields.len(), listed.len());
         }
     }
 
@@ -444,11 +597,11 @@ mod tests {
     fn head_and_bodyless_statuses() {
         // HEAD: GET's fields (with its length), no body.
         let head = same_as_h1(|| Response::static_json(b"{\"a\":1}"), &meta(Delimit::Length, true), false);
-        assert_eq!(head.fields["content-length"], "7");
+        assert_eq!(get(&head.fields, "content-length"), "7");
         assert!(head.body.is_empty());
         for status in [204, 304] {
             let head = same_as_h1(|| Response::new(status), &meta(Delimit::Length, false), false);
-            assert!(!head.fields.contains_key("content-length") && !head.fields.contains_key("content-type"));
+            assert!(!has(&head.fields, "content-length") && !has(&head.fields, "content-type"));
         }
     }
 
@@ -456,11 +609,11 @@ mod tests {
     fn streamed_bodies_and_the_tunnel() {
         // Chunked over HTTP/1.1: a type, no length, no transfer-encoding.
         let head = same_as_h1(|| Response::new(200), &meta(Delimit::Chunked, false), false);
-        assert!(head.fields.contains_key("content-type") && !head.fields.contains_key("transfer-encoding"));
+        assert!(has(&head.fields, "content-type") && !has(&head.fields, "transfer-encoding"));
         let head = same_as_h1(|| Response::new(206), &meta(Delimit::Sized(12345), false), false);
-        assert_eq!(head.fields["content-length"], "12345");
+        assert_eq!(get(&head.fields, "content-length"), "12345");
         let head = same_as_h1(|| Response::new(200), &meta(Delimit::Upgrade, false), false);
-        assert!(!head.fields.contains_key("connection") && !head.fields.contains_key("content-type"));
+        assert!(!has(&head.fields, "connection") && !has(&head.fields, "content-type"));
     }
 
     #[test]
@@ -479,19 +632,19 @@ mod tests {
                     &meta(Delimit::Length, false),
                     report_only,
                 );
-                assert_eq!(head.fields["content-length"], body.len().to_string().as_str());
+                assert_eq!(get(&head.fields, "content-length"), body.len().to_string());
                 same_as_h1_with(&mut heads, || Response::new(204), &meta(Delimit::Length, false), report_only);
                 same_as_h1_with(&mut heads, || Response::new(200), &meta(Delimit::Chunked, false), report_only);
                 let len = 1000 + u64::from(round);
                 let head =
                     same_as_h1_with(&mut heads, || Response::new(206), &meta(Delimit::Sized(len), false), report_only);
-                assert_eq!(head.fields["content-length"], len.to_string().as_str());
+                assert_eq!(get(&head.fields, "content-length"), len.to_string());
                 let mut cached = Response::static_json(b"{}");
                 cached.cache_control = "public, max-age=60";
                 let head = heads
                     .build(&mut cached, &meta(Delimit::Length, false), &mut Common::new(report_only))
                     .expect("builds");
-                assert_eq!(head.fields["cache-control"], "public, max-age=60");
+                assert_eq!(get(&head.fields, "cache-control"), "public, max-age=60");
             }
         }
     }
@@ -507,12 +660,12 @@ mod tests {
         };
         let head = same_as_h1(make, &meta(Delimit::Length, false), false);
         let hints = head.hints.expect("a 103");
-        assert_eq!(hints.get_all("link").iter().count(), 2);
-        assert_eq!(head.fields.get_all("link").iter().count(), 2);
+        assert_eq!(count(&hints, "link"), 2);
+        assert_eq!(count(&head.fields, "link"), 2);
         // Not to HEAD: the final head still has the links.
         let head = same_as_h1(make, &meta(Delimit::Length, true), false);
         assert!(head.hints.is_none());
-        assert_eq!(head.fields.get_all("link").iter().count(), 2);
+        assert_eq!(count(&head.fields, "link"), 2);
     }
 
     #[test]
@@ -533,15 +686,15 @@ mod tests {
             r
         };
         let head = same_as_h1(make, &meta(Delimit::Length, false), true);
-        assert_eq!(head.fields["cache-control"], "public, max-age=60");
-        assert_eq!(head.fields["location"], "/elsewhere");
-        assert_eq!(head.fields["etag"], "\"42\"");
-        let vary: Vec<_> = head.fields.get_all("vary").iter().collect();
-        assert_eq!(vary, ["Accept-Encoding", "Origin"]);
-        assert!(head.fields.contains_key("content-security-policy-report-only"));
-        assert!(!head.fields.contains_key("content-security-policy"));
+        assert_eq!(get(&head.fields, "cache-control"), "public, max-age=60");
+        assert_eq!(get(&head.fields, "location"), "/elsewhere");
+        assert_eq!(get(&head.fields, "etag"), "\"42\"");
+        let vary: Vec<_> = head.fields.iter().filter(|(n, _, _)| *n == b"vary").map(|(_, v, _)| v).collect();
+        assert_eq!(vary, [&b"Accept-Encoding"[..], b"Origin"]);
+        assert!(has(&head.fields, "content-security-policy-report-only"));
+        assert!(!has(&head.fields, "content-security-policy"));
         for name in HOP_BY_HOP {
-            assert!(!head.fields.contains_key(name), "{name}");
+            assert!(!has(&head.fields, name), "{name}");
         }
     }
 
@@ -585,7 +738,7 @@ mod tests {
             kept.push((id, head));
         }
         for (id, head) in &kept {
-            assert_eq!(head.fields["x-request-id"], id.as_str());
+            assert_eq!(get(&head.fields, "x-request-id"), id.as_str());
         }
     }
 }

@@ -36,9 +36,10 @@ mod tests;
 mod unfinished;
 pub mod wire;
 
-pub use conn::{Event, H2Conn, H2Error, H2Settings, RequestHead, StreamId};
-pub use head::{Head, Heads};
+pub use conn::{Event, H2Conn, H2Error, H2Settings, StreamId};
+pub use head::{Head, Heads, ResponseFields};
 pub use io::Io;
 pub use priority::{Priority, Scheduler, Sent};
+pub use request::RequestHead;
 pub use unfinished::Unfinished;
 pub use wire::Reason;

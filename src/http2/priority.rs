@@ -60,9 +60,14 @@ impl Priority {
     /// The priority in the `priority` field lines of a request, combined as
     /// one comma-separated list (RFC 9110 §5.3), in the order received.
     pub fn from_fields<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Priority {
+        let mut lines = lines.into_iter().peekable();
+        if lines.peek().is_none() {
+            // Most requests have none: no buffer to clear.
+            return Priority::default();
+        }
         let mut joined = [0u8; MAX_FIELD];
         let mut len = 0;
-        for (n, line) in lines.into_iter().enumerate() {
+        for (n, line) in lines.enumerate() {
             let sep: &[u8] = if n == 0 { b"" } else { b", " };
             if len + sep.len() + line.len() > MAX_FIELD {
                 return Priority::default();

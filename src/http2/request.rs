@@ -1,18 +1,126 @@
-//! The checks of a request head that the connection leaves to its user.
+//! A request head as the connection hands it to its user, and the checks of
+//! it that the connection leaves to that user.
 //!
-//! The connection validates the framing of a request (pseudo-fields present and first,
-//! connection-specific fields absent, names lowercase) and refuses a header
-//! list over its own limit. What it lets through is checked here, once per
-//! request, before the worker turns the head into an exchange: a header list
-//! over `limits.max_header_bytes` (so that the 431 is the server's JSON
-//! error, as over HTTP/1.1 and HTTP/3), field values that RFC 9113 §8.2.1
-//! makes malformed, a `:scheme` that is not HTTP's, a `Host` that names
-//! another origin than `:authority` (§8.3.1), and a `:protocol` (RFC 8441)
-//! other than `websocket`.
+//! [`RequestHead`] keeps the decoded fields in the one buffer the HPACK
+//! decoder filled (copied out of the connection's, no map, no URI type),
+//! with the pseudo-fields apart. It is made only from a head the machine
+//! accepted (pseudo-fields present and first, connection-specific fields
+//! absent, names lowercase tokens) and whose pseudo-fields parse as HTTP's
+//! (a token method, a URI scheme, authority and path): [`RequestHead::new`]
+//! refuses the rest, and the stream is reset.
 //!
-//! Pure functions of the head: no allocation, nothing kept.
+//! What it lets through is checked by [`check`], once per request, before
+//! the worker turns the head into an exchange: a header list over
+//! `limits.max_header_bytes` (so that the 431 is the server's JSON error, as
+//! over HTTP/1.1 and HTTP/3), field values that RFC 9113 §8.2.1 makes
+//! malformed, a `:scheme` that is not HTTP's, a `Host` that names another
+//! origin than `:authority` (§8.3.1), and a `:protocol` (RFC 8441) other
+//! than `websocket`.
+//!
+//! Pure functions of the head: [`check`] allocates nothing and keeps nothing.
 
-use super::conn::RequestHead;
+use http::uri::{Authority, PathAndQuery, Scheme};
+
+use super::machine::{every, is_token, HOST, PATH};
+use super::machine::{Fields, Text};
+
+/// A request's head, as received and checked against RFC 9113 §8.3.
+#[derive(Debug, Clone)]
+pub struct RequestHead {
+    fields: Fields<Text>,
+    /// `:path` up to its fragment, if it has one (as `http::Uri` takes it).
+    path_len: usize,
+    /// `:scheme`, kept only with an `:authority` (as `http::Uri` keeps it).
+    has_scheme: bool,
+    /// The request has no body (END_STREAM on its HEADERS).
+    pub end_stream: bool,
+}
+
+impl RequestHead {
+    /// The head of `fields` (a block the machine accepted), or `None` when
+    /// a pseudo-field is not what HTTP's grammar allows: a method that is
+    /// not a token, a scheme, authority or path `http::Uri` refuses, a
+    /// `:protocol` or a field name that is not UTF-8.
+    pub fn new(fields: &Fields, end_stream: bool) -> Option<RequestHead> {
+        let method = fields.method()?;
+        if method.is_empty() || !method.iter().all(|&b| is_token(b)) {
+            return None;
+        }
+        // What `http::HeaderValue` refuses: control bytes but tab, and DEL.
+        if fields.has_controls() {
+            return None;
+        }
+        let authority = fields.authority();
+        if let Some(a) = authority {
+            let plain = every(a) & HOST != 0;
+            if !plain || a.is_empty() || a.iter().filter(|&&b| b == b':').count() > 1 {
+                Authority::try_from(a).ok()?;
+            }
+        }
+        let has_scheme = authority.is_some() && fields.scheme().is_some();
+        if let Some(scheme) = fields.scheme().filter(|_| has_scheme) {
+            if scheme != b"https" && scheme != b"http" {
+                Scheme::try_from(scheme).ok()?;
+            }
+        }
+        let path_len = match fields.path() {
+            Some(p) if every(p) & PATH != 0 => p.len(),
+            Some(p) => PathAndQuery::try_from(p).ok()?.as_str().len(),
+            None => 0,
+        };
+        if let Some(p) = fields.protocol() {
+            std::str::from_utf8(p).ok()?;
+        }
+        Some(RequestHead { fields: fields.to_text(), path_len, has_scheme, end_stream })
+    }
+
+    /// `:method`.
+    pub fn method(&self) -> &str {
+        self.fields.method_str().unwrap_or("")
+    }
+
+    /// `:scheme`. Absent on a plain CONNECT, and when the request has no
+    /// `:authority` (as an `http::Uri`, which cannot hold a scheme without
+    /// an authority).
+    pub fn scheme(&self) -> Option<&str> {
+        self.fields.scheme_str().filter(|_| self.has_scheme)
+    }
+
+    /// `:authority`.
+    pub fn authority(&self) -> Option<&str> {
+        self.fields.authority_str()
+    }
+
+    /// `:path` with the query (empty on a plain CONNECT; `/` for an
+    /// `OPTIONS` or any request without one but with a scheme).
+    pub fn path(&self) -> &str {
+        match self.fields.path_str() {
+            Some(p) => p.get(..self.path_len).unwrap_or(""),
+            None if self.has_scheme => "/",
+            None => "",
+        }
+    }
+
+    /// `:protocol`, e.g. `websocket`.
+    pub fn protocol(&self) -> Option<&str> {
+        self.fields.protocol_str()
+    }
+
+    /// The regular fields in the order received, names lowercase.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.fields.iter_str()
+    }
+
+    /// The value of the first field named `name`.
+    pub fn field(&self, name: &str) -> Option<&[u8]> {
+        self.fields.iter().find(|(n, _)| *n == name.as_bytes()).map(|(_, v)| v)
+    }
+
+    /// The values of every field named `name`, in order.
+    pub fn field_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
+        self.fields.iter().filter(move |(n, _)| *n == name.as_bytes()).map(|(_, v)| v)
+    }
+}
 
 /// Why a request head is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,23 +132,10 @@ pub enum Fault {
     Malformed(&'static str),
 }
 
-/// The RFC 9113 §6.5.2 size of one field: name, value and 32 octets.
-fn field_size(name: &str, value: &[u8]) -> usize {
-    name.len() + value.len() + 32
-}
-
-/// The size of `head`'s header list as RFC 9113 §6.5.2 counts it (and h2
-/// does): every field, the pseudo-fields included.
+/// The size of `head`'s header list as RFC 9113 §6.5.2 counts it: every
+/// field, the pseudo-fields included.
 pub fn header_list_size(head: &RequestHead) -> usize {
-    let pseudo = [
-        Some((":method", head.method.as_str())),
-        head.scheme().map(|s| (":scheme", s)),
-        head.authority().map(|a| (":authority", a)),
-        Some((":path", head.path())).filter(|(_, p)| !p.is_empty()),
-        head.protocol().map(|p| (":protocol", p)),
-    ];
-    let pseudo: usize = pseudo.iter().flatten().map(|(n, v)| field_size(n, v.as_bytes())).sum();
-    pseudo + head.headers.iter().map(|(n, v)| field_size(n.as_str(), v.as_bytes())).sum::<usize>()
+    head.fields.list_size()
 }
 
 /// Check `head` against `max_header_bytes` and the rules above; the first
@@ -51,25 +146,20 @@ pub fn check(head: &RequestHead, max_header_bytes: usize) -> Result<(), Fault> {
     }
     // RFC 9113 §8.2.1: no leading or trailing whitespace in a field value.
     let padded = |v: &[u8]| matches!(v.first(), Some(b' ' | b'\t')) || matches!(v.last(), Some(b' ' | b'\t'));
-    if head.headers.values().any(|v| padded(v.as_bytes())) {
+    if head.fields.iter().any(|(_, v)| padded(v)) {
         return Err(Fault::Malformed("a field value with leading or trailing whitespace"));
     }
     if head.scheme().is_some_and(|s| !s.eq_ignore_ascii_case("http") && !s.eq_ignore_ascii_case("https")) {
         return Err(Fault::Malformed(":scheme must be http or https"));
     }
     if let Some(authority) = head.authority() {
-        if head
-            .headers
-            .get_all(http::header::HOST)
-            .iter()
-            .any(|h| !h.as_bytes().eq_ignore_ascii_case(authority.as_bytes()))
-        {
+        if head.field_all("host").any(|h| !h.eq_ignore_ascii_case(authority.as_bytes())) {
             return Err(Fault::Malformed("Host differs from :authority"));
         }
     }
     match head.protocol() {
         None => Ok(()),
-        Some(_) if head.method != http::Method::CONNECT => Err(Fault::Malformed(":protocol without CONNECT")),
+        Some(_) if head.method() != "CONNECT" => Err(Fault::Malformed(":protocol without CONNECT")),
         Some(p) if p.eq_ignore_ascii_case("websocket") => Ok(()),
         Some(_) => Err(Fault::Malformed("unsupported :protocol")),
     }
@@ -78,24 +168,33 @@ pub fn check(head: &RequestHead, max_header_bytes: usize) -> Result<(), Fault> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::{HeaderMap, HeaderValue, Method, Uri};
 
-    fn head(method: Method, uri: &str, fields: &[(&'static str, &str)], protocol: Option<&str>) -> RequestHead {
-        let mut headers = HeaderMap::new();
+    /// The head of a request for `uri` (`scheme://authority/path`, or a
+    /// path alone) with `fields`, as the machine would hand it over.
+    fn head(method: &str, uri: &str, fields: &[(&'static str, &str)], protocol: Option<&str>) -> RequestHead {
+        let mut f = Fields::default();
+        f.push(b":method", method.as_bytes());
+        match uri.split_once("://") {
+            Some((scheme, rest)) => {
+                let at = rest.find('/').unwrap_or(rest.len());
+                f.push(b":scheme", scheme.as_bytes());
+                let (authority, path) = rest.as_bytes().split_at(at);
+                f.push(b":authority", authority);
+                f.push(b":path", path);
+            }
+            None => f.push(b":path", uri.as_bytes()),
+        }
+        if let Some(p) = protocol {
+            f.push(b":protocol", p.as_bytes());
+        }
         for (n, v) in fields {
-            headers.append(*n, HeaderValue::from_str(v).expect("value"));
+            f.push(n.as_bytes(), v.as_bytes());
         }
-        RequestHead {
-            method,
-            uri: uri.parse::<Uri>().expect("uri"),
-            protocol: protocol.map(Into::into),
-            headers,
-            end_stream: true,
-        }
+        RequestHead::new(&f, true).expect("a head")
     }
 
     fn get(fields: &[(&'static str, &str)]) -> RequestHead {
-        head(Method::GET, "https://example.test/health", fields, None)
+        head("GET", "https://example.test/health", fields, None)
     }
 
     #[test]
@@ -119,10 +218,10 @@ mod tests {
     #[test]
     fn only_http_schemes_pass() {
         for uri in ["http://a/", "https://a/", "HTTPS://a/"] {
-            assert_eq!(check(&head(Method::GET, uri, &[], None), 1 << 20), Ok(()), "{uri}");
+            assert_eq!(check(&head("GET", uri, &[], None), 1 << 20), Ok(()), "{uri}");
         }
         for uri in ["ftp://a/", "ws://a/", "foo://a/"] {
-            assert!(check(&head(Method::GET, uri, &[], None), 1 << 20).is_err(), "{uri}");
+            assert!(check(&head("GET", uri, &[], None), 1 << 20).is_err(), "{uri}");
         }
     }
 
@@ -133,15 +232,105 @@ mod tests {
         assert!(check(&get(&[("host", "other.test")]), 1 << 20).is_err());
         assert!(check(&get(&[("host", "example.test"), ("host", "other.test")]), 1 << 20).is_err());
         // Without :authority, Host is the authority (the dispatcher checks it).
-        assert_eq!(check(&head(Method::GET, "/x", &[("host", "a")], None), 1 << 20), Ok(()));
+        assert_eq!(check(&head("GET", "/x", &[("host", "a")], None), 1 << 20), Ok(()));
     }
 
     #[test]
     fn only_websocket_is_a_protocol() {
-        let connect = |p| head(Method::CONNECT, "https://example.test/ws", &[], Some(p));
+        let connect = |p| head("CONNECT", "https://example.test/ws", &[], Some(p));
         assert_eq!(check(&connect("websocket"), 1 << 20), Ok(()));
         assert!(check(&connect("foo"), 1 << 20).is_err());
         assert!(check(&connect("connect-udp"), 1 << 20).is_err());
-        assert!(check(&head(Method::GET, "https://example.test/", &[], Some("websocket")), 1 << 20).is_err());
+        assert!(check(&head("GET", "https://example.test/", &[], Some("websocket")), 1 << 20).is_err());
+    }
+
+    /// `list` pushed as a machine would decode it.
+    fn fields(list: &[(&str, &str)]) -> Fields {
+        let mut f = Fields::default();
+        for (n, v) in list {
+            f.push(n.as_bytes(), v.as_bytes());
+        }
+        f
+    }
+
+    const GET: [(&str, &str); 4] = [(":method", "GET"), (":scheme", "https"), (":authority", "a.test"), (":path", "/")];
+
+    #[test]
+    fn a_head_keeps_the_fields_in_the_order_received() {
+        let mut list = GET.to_vec();
+        list.extend([("cookie", "a=1"), ("accept", "*/*"), ("cookie", "b=2")]);
+        let h = RequestHead::new(&fields(&list), false).expect("a head");
+        assert_eq!((h.method(), h.scheme(), h.authority(), h.path()), ("GET", Some("https"), Some("a.test"), "/"));
+        let got: Vec<_> = h.fields().collect();
+        assert_eq!(got, [("cookie", &b"a=1"[..]), ("accept", b"*/*"), ("cookie", b"b=2")]);
+        assert_eq!(h.field("cookie"), Some(&b"a=1"[..]));
+        assert_eq!(h.field_all("cookie").collect::<Vec<_>>(), [&b"a=1"[..], b"b=2"]);
+        assert!(!h.end_stream);
+    }
+
+    /// What `http::Uri` and `http::HeaderValue` refuse is refused (the stream is reset), what
+    /// they take is taken, as they take it.
+    #[test]
+    fn pseudo_fields_follow_http_s_grammar() {
+        let with = |name: &str, value: &str| {
+            let list: Vec<_> = GET.iter().map(|&(n, v)| (n, if n == name { value } else { v })).collect();
+            RequestHead::new(&fields(&list), true)
+        };
+        for (name, bad) in [
+            (":method", "G T"),
+            (":method", "GET\u{0}"),
+            (":authority", "a b"),
+            (":authority", "a:1:2"),
+            (":authority", ""),
+            (":scheme", "ht tp"),
+            (":path", "/a b"),
+            (":path", "/\u{7f}"),
+        ] {
+            assert!(with(name, bad).is_none(), "{name}: {bad:?}");
+        }
+        for (name, good) in [
+            (":method", "PURGE"),
+            (":authority", "[::1]:8443"),
+            (":authority", "user@a.test"),
+            (":authority", "a.test:443"),
+            (":scheme", "HTTPS"),
+            (":path", "/a?b=c&d=%20e"),
+            (":path", "/{x}"),
+        ] {
+            let h = with(name, good).unwrap_or_else(|| panic!("{name}: {good:?}"));
+            let got = match name {
+                ":method" => h.method(),
+                ":authority" => h.authority().unwrap_or_default(),
+                ":scheme" => h.scheme().unwrap_or_default(),
+                _ => h.path(),
+            };
+            assert_eq!(got, good);
+        }
+        // A fragment is cut off the path, as `http::Uri` cuts it.
+        assert_eq!(with(":path", "/page?q=1#top").expect("taken").path(), "/page?q=1");
+        // A control byte other than tab in a value: refused; a tab inside: taken.
+        let mut list = GET.to_vec();
+        list.push(("x-a", "a\u{1}b"));
+        assert!(RequestHead::new(&fields(&list), true).is_none());
+        list.pop();
+        list.push(("x-a", "a\tb"));
+        assert!(RequestHead::new(&fields(&list), true).is_some());
+        // Without :authority, :scheme is not kept.
+        let list = [(":method", "GET"), (":scheme", "https"), (":path", "/x")];
+        let h = RequestHead::new(&fields(&list), true).expect("a head");
+        assert_eq!((h.scheme(), h.authority(), h.path()), (None, None, "/x"));
+    }
+
+    /// A value with obs-text (bytes that are not UTF-8, which `http::HeaderValue` takes) is
+    /// taken as received; the pseudo-fields and names still read as text.
+    #[test]
+    fn a_value_that_is_not_utf8_is_kept_as_bytes() {
+        let mut f = fields(&GET);
+        f.push(b"x-latin1", b"caf\xe9");
+        f.push(b"accept", b"*/*");
+        let h = RequestHead::new(&f, true).expect("a head");
+        assert_eq!((h.method(), h.authority(), h.path()), ("GET", Some("a.test"), "/"));
+        let got: Vec<_> = h.fields().collect();
+        assert_eq!(got, [("x-latin1", &b"caf\xe9"[..]), ("accept", b"*/*")]);
     }
 }

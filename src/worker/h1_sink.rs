@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 
 use super::bufs::Bufs;
 use super::exchange::{Download, Exchange, Gone, Head, Key, Produce, Reset, Sink};
@@ -32,6 +32,7 @@ use crate::http::reply::FileRange;
 use crate::http::response::{Delimit, Response};
 use crate::http::service::{Env, Service, HIGH_WATERMARK};
 use crate::http1::codec::Http1;
+use crate::http2::ResponseFields;
 
 /// A direct download asks the kernel to read ahead this much of the file at a time, on the
 /// pool (`posix_fadvise(WILLNEED)`), half a window before `sendfile` gets there, so the
@@ -192,12 +193,12 @@ impl Sink for H1Sink<'_> {
     type Stream = Current;
 
     /// The codec writes every HTTP/1.1 head: an adopted exchange is past its head.
-    fn informational(&mut self, _: Current, _: HeaderMap) -> Result<(), Gone> {
+    fn informational(&mut self, _: Current, _: &ResponseFields) -> Result<(), Gone> {
         Err(Gone)
     }
 
     /// As [`H1Sink::informational`].
-    fn send_head(&mut self, _: Current, _: StatusCode, _: HeaderMap, _: bool) -> Result<(), Gone> {
+    fn send_head(&mut self, _: Current, _: StatusCode, _: &ResponseFields, _: bool) -> Result<(), Gone> {
         Err(Gone)
     }
 

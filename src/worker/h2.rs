@@ -28,11 +28,8 @@ use crate::http::reply::FileRange;
 use crate::http::service::{Env, Protocol, HIGH_WATERMARK};
 use crate::http2::request::{self, Fault};
 use crate::http2::{
-    Event, H2Conn, H2Error, H2Settings, Heads, Priority, Reason, RequestHead, Scheduler, Sent, StreamId,
+    Event, H2Conn, H2Error, H2Settings, Heads, Priority, Reason, RequestHead, ResponseFields, Scheduler, Sent, StreamId,
 };
-
-/// A request field looked up by name (a constant: no name parsing per lookup).
-const PRIORITY: http::HeaderName = http::HeaderName::from_static("priority");
 
 /// After the two-step GOAWAY of a connection that reached its keep-alive
 /// timeout with a response still queued in h2, the peer gets this long to
@@ -120,7 +117,7 @@ impl Key for StreamId {
 impl exchange::Head for RequestHead {
     #[inline]
     fn method(&self) -> &str {
-        self.method.as_str()
+        RequestHead::method(self)
     }
 
     #[inline]
@@ -135,19 +132,19 @@ impl exchange::Head for RequestHead {
 
     #[inline]
     fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()))
+        RequestHead::fields(self)
     }
 
     #[inline]
     fn field(&self, name: &str) -> Option<&[u8]> {
-        self.headers.get(name).map(http::HeaderValue::as_bytes)
+        RequestHead::field(self, name)
     }
 }
 
 impl Sink for H2Sink {
     type Stream = StreamId;
 
-    fn informational(&mut self, stream: StreamId, fields: http::HeaderMap) -> Result<(), Gone> {
+    fn informational(&mut self, stream: StreamId, fields: &ResponseFields) -> Result<(), Gone> {
         self.conn.early_hints_with(stream, fields).map_err(|_| Gone)
     }
 
@@ -155,7 +152,7 @@ impl Sink for H2Sink {
         &mut self,
         stream: StreamId,
         status: http::StatusCode,
-        fields: http::HeaderMap,
+        fields: &ResponseFields,
         end: bool,
     ) -> Result<(), Gone> {
         self.conn.respond_with(stream, status, fields, end).map_err(|_| Gone)
@@ -499,10 +496,10 @@ impl H2Session {
 
     fn on_request(&mut self, stream: StreamId, head: RequestHead, cx: &mut Cx<'_, Glue<'_>>, now: Instant) {
         // RFC 8441: the stream is the tunnel; the request is complete with its head.
-        let tunnel = head.method == http::Method::CONNECT && head.protocol() == Some("websocket");
+        let tunnel = head.method() == "CONNECT" && head.protocol() == Some("websocket");
         let declared =
-            head.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-        let priority = Priority::from_fields(head.headers.get_all(PRIORITY).iter().map(|v| v.as_bytes()));
+            head.field("content-length").and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
+        let priority = Priority::from_fields(head.field_all("priority"));
         let end_stream = head.end_stream;
         let refused = match request::check(&head, self.out.conn.settings().max_header_list_size as usize) {
             Err(Fault::TooLarge) => Some(Error::HeaderTooLarge),
@@ -703,7 +700,7 @@ mod tests {
     fn a_head_for_an_unknown_stream_is_refused() {
         let mut sink =
             H2Sink { conn: H2Conn::new(H2Settings::default()), scheduler: Scheduler::new(), ready: Vec::new() };
-        let fields = http::HeaderMap::new();
-        assert!(sink.send_head(StreamId(1), http::StatusCode::OK, fields, true).is_err());
+        let fields = ResponseFields::default();
+        assert!(sink.send_head(StreamId(1), http::StatusCode::OK, &fields, true).is_err());
     }
 }

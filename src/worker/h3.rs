@@ -46,7 +46,7 @@ use crate::error::Error;
 use crate::http::reply::FileRange;
 use crate::http::response::{Delimit, RequestMeta};
 use crate::http::service::Protocol;
-use crate::http2::{Heads, Priority};
+use crate::http2::{Heads, Priority, ResponseFields};
 use crate::http3::conn::{Event, H3Conn};
 use crate::http3::head::RequestHead;
 use crate::http3::server::Server;
@@ -159,24 +159,18 @@ impl exchange::Head for Box<RequestHead> {
 impl Sink for H3Conn {
     type Stream = StreamId;
 
-    fn informational(&mut self, stream: StreamId, fields: http::HeaderMap) -> Result<(), Gone> {
-        self.send_head(stream, 103, fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))).map_err(|_| Gone)
+    fn informational(&mut self, stream: StreamId, fields: &ResponseFields) -> Result<(), Gone> {
+        self.send_head(stream, 103, fields.iter().map(|(n, v, _)| (n, v))).map_err(|_| Gone)
     }
 
     fn send_head(
         &mut self,
         stream: StreamId,
         status: http::StatusCode,
-        fields: http::HeaderMap,
+        fields: &ResponseFields,
         end: bool,
     ) -> Result<(), Gone> {
-        H3Conn::send_head(
-            self,
-            stream,
-            status.as_u16(),
-            fields.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
-        )
-        .map_err(|_| Gone)?;
+        H3Conn::send_head(self, stream, status.as_u16(), fields.iter().map(|(n, v, _)| (n, v))).map_err(|_| Gone)?;
         if end {
             self.finish(stream).map_err(|_| Gone)?;
         }

@@ -22,7 +22,7 @@ mod table;
 mod tests;
 
 pub use decoder::Decoder;
-pub use encoder::Encoder;
+pub use encoder::{Encoder, Part};
 
 /// Why a header block cannot be decoded. Every variant but [`HpackError::ListTooLarge`] is a
 /// connection error of type `COMPRESSION_ERROR` (RFC 9113 §4.3): the decoder's table may no

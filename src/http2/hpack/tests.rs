@@ -1,5 +1,6 @@
 //! HPACK against RFC 7541 Appendix C, encoder/decoder round trips, and hostile blocks.
 
+use super::encoder::Part;
 use super::table::Table;
 use super::*;
 
@@ -300,4 +301,107 @@ fn static_lookups_match_the_table() {
     assert_eq!(static_name(b"x-request-id"), None);
     assert_eq!(static_field(b":status", b"201"), None);
     assert_eq!(static_field(b"content-type", b""), None);
+}
+
+/// A run of fields fixed for the program: the same static slice every time.
+static RUN: [(&str, &str); 3] =
+    [("server", "forkd"), ("x-content-type-options", "nosniff"), ("x-frame-options", "DENY")];
+
+/// One block both ways: `lead` fields then [`RUN`], as parts with the run kept by `kept`, and
+/// as fields one by one by `plain`. The two must be the same bytes.
+fn both_ways(kept: &mut Encoder, plain: &mut Encoder, lead: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut a = Vec::new();
+    let parts = lead.iter().map(|&(n, v)| Part::Field(n, v, false)).chain([Part::Fixed(&RUN)]);
+    kept.encode_parts(&mut a, Some(200), parts);
+    let mut b = Vec::new();
+    let run = RUN.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()));
+    plain.encode(&mut b, Some(200), lead.iter().copied().chain(run));
+    assert_eq!(a, b, "a kept run writes what its fields write");
+    a
+}
+
+/// A fixed run's bytes are reused only while the table is as it was: a field inserted before
+/// it, or a new table size, moves the indices it names, and the next block writes them anew.
+#[test]
+fn a_fixed_run_is_its_fields_whatever_the_table_did_in_between() {
+    let (mut kept, mut plain) = (Encoder::new(4096), Encoder::new(4096));
+    let mut d = Decoder::new(4096);
+    let mut want = vec![(":status".to_string(), "200".to_string())];
+    want.extend(RUN.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+    let json: &[(&[u8], &[u8])] = &[(b"content-type", b"application/json")];
+    let mut with_json = vec![want[0].clone(), ("content-type".to_string(), "application/json".to_string())];
+    with_json.extend_from_slice(&want[1..]);
+    // Inserted, then indices (kept), then a new entry ahead of the run moves them.
+    let first = both_ways(&mut kept, &mut plain, &[]);
+    assert_eq!(decode(&mut d, &first), Ok(want.clone()));
+    let second = both_ways(&mut kept, &mut plain, &[]);
+    assert_eq!(second, [0x88, 0xc0, 0xbf, 0xbe], "indices, the first inserted highest: {second:02x?}");
+    assert_eq!(decode(&mut d, &second), Ok(want.clone()));
+    let third = both_ways(&mut kept, &mut plain, json);
+    assert_eq!(decode(&mut d, &third), Ok(with_json.clone()));
+    let fourth = both_ways(&mut kept, &mut plain, json);
+    assert_eq!(fourth, [0x88, 0xbe, 0xc1, 0xc0, 0xbf], "the run's indices moved by one: {fourth:02x?}");
+    assert_eq!(decode(&mut d, &fourth), Ok(with_json.clone()));
+    // The peer empties its table: the run is inserted again.
+    for e in [&mut kept, &mut plain] {
+        e.set_peer_table_size(0);
+        e.set_peer_table_size(4096);
+    }
+    let fifth = both_ways(&mut kept, &mut plain, &[]);
+    assert_eq!(decode(&mut d, &fifth), Ok(want.clone()));
+    assert_eq!(both_ways(&mut kept, &mut plain, &[]), [0x88, 0xc0, 0xbf, 0xbe]);
+    assert_eq!(d.table_size(), kept.table_size());
+}
+
+/// `date` is the same literal all second, written anew when the second changes; a short
+/// value that changes per response (a request id) is a raw literal, a long one Huffman-coded.
+#[test]
+fn literals_follow_their_values() {
+    let mut e = Encoder::new(4096);
+    let mut d = Decoder::new(4096);
+    let id = b"0f3c2a9e-7d41-4b8e-9c55-2e6f1a0b3d77";
+    let mut blocks = Vec::new();
+    for date in
+        [&b"Sat, 28 Nov 2026 15:00:00 GMT"[..], b"Sat, 28 Nov 2026 15:00:00 GMT", b"Sat, 28 Nov 2026 15:00:01 GMT"]
+    {
+        let mut out = Vec::new();
+        e.encode(&mut out, None, [(&b"date"[..], date), (b"x-request-id", id)]);
+        let text = |s: &[u8]| String::from_utf8_lossy(s).into_owned();
+        let want = vec![("date".to_string(), text(date)), ("x-request-id".to_string(), text(id))];
+        assert_eq!(decode(&mut d, &out), Ok(want));
+        assert!(out.windows(id.len()).any(|w| w == id), "the id is raw: {out:02x?}");
+        blocks.push(out);
+    }
+    assert_eq!(blocks[0], blocks[1]);
+    assert_ne!(blocks[1], blocks[2]);
+    assert_eq!(e.table_size(), 0);
+    // A long fresh value (an HTML document's CSP) is coded: shorter than itself.
+    let csp = format!("script-src 'nonce-{}'; {}", "a".repeat(24), "default-src 'self'; ".repeat(4));
+    let mut out = Vec::new();
+    e.encode_marked(&mut out, None, [(&b"content-security-policy"[..], csp.as_bytes(), true)]);
+    assert!(out.len() < csp.len(), "{} vs {}", out.len(), csp.len());
+    assert_eq!(decode(&mut d, &out), Ok(fields(&[("content-security-policy", &csp)])));
+}
+
+/// A static field is kept like a run: the same bytes as the field given plainly, before and
+/// after the table changes under it.
+#[test]
+fn a_static_field_is_its_field_whatever_the_table_did() {
+    static JSON: &str = "application/json";
+    let (mut kept, mut plain) = (Encoder::new(4096), Encoder::new(4096));
+    let mut d = Decoder::new(4096);
+    for extra in [None, None, Some("x-one"), None, Some("x-two"), None] {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        let head = extra.map(|n| (n.as_bytes(), &b"v"[..]));
+        kept.encode_parts(
+            &mut a,
+            Some(200),
+            head.map(|(n, v)| Part::Field(n, v, false)).into_iter().chain([Part::Static("content-type", JSON)]),
+        );
+        plain.encode(&mut b, Some(200), head.into_iter().chain([(&b"content-type"[..], JSON.as_bytes())]));
+        assert_eq!(a, b, "after {extra:?}");
+        let decoded = decode(&mut d, &a).expect("decodes");
+        assert_eq!(decoded.last(), Some(&("content-type".to_string(), JSON.to_string())));
+    }
 }

@@ -2,6 +2,10 @@
 //! one buffer the connection reuses, with the RFC 9113 §8.2 and §8.3 checks that make a
 //! request malformed (a stream error of type `PROTOCOL_ERROR`).
 //!
+//! A head that outlives the connection's buffer is copied into a [`Text`] buffer
+//! ([`Fields::to_text`]): text as one UTF-8 string, validated once, so reading a pseudo-field
+//! or a name as `&str` costs no validation after that.
+//!
 //! This file owns the field list and the framing-level checks only; what the server refuses
 //! on top (a header list over its limit, a `Host` that disagrees with `:authority`, schemes)
 //! is `super::super::request`'s.
@@ -14,10 +18,11 @@ const CONNECTION_SPECIFIC: [&[u8]; 5] =
 type Span = (u32, u32);
 
 /// One request's header block, decoded. Pseudo-fields are kept apart from the regular
-/// fields; [`Fields::malformed`] says why the head breaks RFC 9113, if it does.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Fields {
-    buf: Vec<u8>,
+/// fields; [`Fields::malformed`] says why the head breaks RFC 9113, if it does. `B` holds
+/// the bytes: a `Vec` while fields are pushed, a [`Text`] once copied out.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Fields<B = Vec<u8>> {
+    buf: B,
     /// Regular fields: name and value spans, in the order received.
     list: Vec<(Span, Span)>,
     method: Option<Span>,
@@ -29,9 +34,92 @@ pub struct Fields {
     size: usize,
     /// The first rule broken while fields were added.
     broken: Option<&'static str>,
+    /// A regular field's value holds a control byte (other than tab) that RFC 9113 allows
+    /// and HTTP's field grammar does not (RFC 9110 §5.5).
+    controls: bool,
+}
+
+/// A copied head's bytes: one UTF-8 string when they are one (a value may hold other
+/// bytes, obs-text), else as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Text {
+    /// Valid UTF-8: spans read as `&str` without validation.
+    Utf8(String),
+    /// Not UTF-8: each span is validated when read as `&str`.
+    Bytes(Vec<u8>),
+}
+
+impl AsRef<[u8]> for Text {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Text::Utf8(s) => s.as_bytes(),
+            Text::Bytes(b) => b,
+        }
+    }
+}
+
+impl Fields<Text> {
+    /// `:method` as text.
+    pub fn method_str(&self) -> Option<&str> {
+        self.text(self.method)
+    }
+
+    /// `:scheme` as text.
+    pub fn scheme_str(&self) -> Option<&str> {
+        self.text(self.scheme)
+    }
+
+    /// `:authority` as text.
+    pub fn authority_str(&self) -> Option<&str> {
+        self.text(self.authority)
+    }
+
+    /// `:path` as text.
+    pub fn path_str(&self) -> Option<&str> {
+        self.text(self.path)
+    }
+
+    /// `:protocol` as text.
+    pub fn protocol_str(&self) -> Option<&str> {
+        self.text(self.protocol)
+    }
+
+    /// The regular fields in the order received, names as text (a name is a token: ASCII).
+    pub fn iter_str(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.list.iter().map(|&(n, v)| (self.text(Some(n)).unwrap_or(""), self.span(v)))
+    }
+
+    /// The span as text; `None` for no span, or one that is not UTF-8.
+    fn text(&self, span: Option<Span>) -> Option<&str> {
+        let (start, end) = span?;
+        match &self.buf {
+            Text::Utf8(s) => s.get(start as usize..end as usize),
+            Text::Bytes(b) => std::str::from_utf8(b.get(start as usize..end as usize)?).ok(),
+        }
+    }
 }
 
 impl Fields {
+    /// A copy that owns its bytes as [`Text`]: checked as UTF-8 once, here.
+    pub fn to_text(&self) -> Fields<Text> {
+        let buf = match String::from_utf8(self.buf.clone()) {
+            Ok(s) => Text::Utf8(s),
+            Err(e) => Text::Bytes(e.into_bytes()),
+        };
+        Fields {
+            buf,
+            list: self.list.clone(),
+            method: self.method,
+            scheme: self.scheme,
+            authority: self.authority,
+            path: self.path,
+            protocol: self.protocol,
+            size: self.size,
+            broken: self.broken,
+            controls: self.controls,
+        }
+    }
+
     /// Empties the list, keeping its memory.
     pub fn clear(&mut self) {
         self.buf.clear();
@@ -39,12 +127,15 @@ impl Fields {
         (self.method, self.scheme, self.authority, self.path, self.protocol) = (None, None, None, None, None);
         self.size = 0;
         self.broken = None;
+        self.controls = false;
     }
 
     /// Adds one decoded field, in block order.
     pub fn push(&mut self, name: &[u8], value: &[u8]) {
         self.size += name.len() + value.len() + 32;
-        if value.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n') {
+        // The rare value that may have a control byte is looked at again, byte by byte.
+        let controls = maybe_controls(value) && value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f);
+        if controls && value.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n') {
             self.broke("a field value with NUL, CR or LF");
         }
         let span = self.keep(value);
@@ -65,7 +156,8 @@ impl Fields {
             }
             return;
         }
-        if name.is_empty() || !name.iter().all(|&b| is_token(b) && !b.is_ascii_uppercase()) {
+        self.controls |= controls;
+        if name.is_empty() || every(name) & NAME == 0 {
             self.broke("a field name that is empty, uppercase or not a token");
         }
         if CONNECTION_SPECIFIC.contains(&name) || (name == b"te" && value != b"trailers") {
@@ -75,6 +167,18 @@ impl Fields {
         self.list.push((name, span));
     }
 
+    fn broke(&mut self, why: &'static str) {
+        self.broken.get_or_insert(why);
+    }
+
+    fn keep(&mut self, bytes: &[u8]) -> Span {
+        let start = self.buf.len() as u32;
+        self.buf.extend_from_slice(bytes);
+        (start, self.buf.len() as u32)
+    }
+}
+
+impl<B: AsRef<[u8]>> Fields<B> {
     /// Why the head is malformed (RFC 9113 §8.3.1), checked once all fields are in:
     /// `:method` always; `:scheme` and a non-empty `:path` unless a plain CONNECT, which
     /// instead needs `:authority` and neither of them; `:protocol` only on CONNECT.
@@ -139,23 +243,19 @@ impl Fields {
         self.list.is_empty()
     }
 
+    /// A regular field's value holds a control byte other than tab (none of NUL, CR or LF,
+    /// which make the head malformed), or DEL.
+    pub fn has_controls(&self) -> bool {
+        self.controls
+    }
+
     /// The header list's size as RFC 9113 §6.5.2 counts it, pseudo-fields included.
     pub fn list_size(&self) -> usize {
         self.size
     }
 
-    fn broke(&mut self, why: &'static str) {
-        self.broken.get_or_insert(why);
-    }
-
-    fn keep(&mut self, bytes: &[u8]) -> Span {
-        let start = self.buf.len() as u32;
-        self.buf.extend_from_slice(bytes);
-        (start, self.buf.len() as u32)
-    }
-
     fn span(&self, (start, end): Span) -> &[u8] {
-        &self.buf[start as usize..end as usize]
+        &self.buf.as_ref()[start as usize..end as usize]
     }
 
     fn get(&self, span: Option<Span>) -> Option<&[u8]> {
@@ -163,9 +263,86 @@ impl Fields {
     }
 }
 
-/// A `tchar` of RFC 9110 §5.6.2.
-fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+/// A `tchar` of RFC 9110 §5.6.2: what field names and methods are made of.
+pub(crate) const fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
+        )
+}
+
+/// Whether `bytes` may hold a byte below 0x20 or DEL: exact but for tab, which also
+/// counts. Eight bytes at a time (a word's borrows mark the bytes below a bound), which
+/// is cheap whatever the build's optimisation.
+fn maybe_controls(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut words = bytes.chunks_exact(8);
+    let mut hit = 0;
+    for word in &mut words {
+        let x = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+        let del = x ^ (ONES * 0x7f);
+        hit |= (x.wrapping_sub(ONES * 0x20) & !x & HIGH) | (del.wrapping_sub(ONES) & !del & HIGH);
+    }
+    hit != 0 || words.remainder().iter().any(|&b| b < 0x20 || b == 0x7f)
+}
+
+/// Byte class: a `tchar` that is not upper-case (what a field name is made of).
+pub(crate) const NAME: u8 = 1;
+/// Byte class: what `http::Uri` takes anywhere in a path and query, fragments aside.
+pub(crate) const PATH: u8 = 4;
+/// Byte class: what a plain `host[:port]` authority is made of.
+pub(crate) const HOST: u8 = 8;
+
+/// Each byte's classes: one table look-up per byte where a chain of compares was.
+static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        let mut c = 0;
+        if is_token(b) && !b.is_ascii_uppercase() {
+            c |= NAME;
+        }
+        if b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'/' | b'-'
+                    | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'@'
+                    | b'%'
+                    | b'?'
+            )
+        {
+            c |= PATH;
+        }
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':') {
+            c |= HOST;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+/// The classes every byte of `bytes` has (all of them for none).
+pub(crate) fn every(bytes: &[u8]) -> u8 {
+    bytes.iter().fold(!0, |c, &b| c & CLASS[usize::from(b)])
 }
 
 #[cfg(test)]
@@ -229,6 +406,38 @@ mod tests {
         assert!(head(&[(":method", "GET"), (":protocol", "websocket"), (":scheme", "https"), (":path", "/")])
             .malformed()
             .is_some());
+    }
+
+    #[test]
+    fn control_bytes_but_nul_cr_lf_are_framed_yet_flagged() {
+        for (value, malformed, flagged) in [("a\u{1}b", false, true), ("a\u{7f}", false, true), ("a\u{0}", true, true)]
+        {
+            let f = head(&[GET.to_vec(), vec![("x-a", value)]].concat());
+            assert_eq!((f.malformed().is_some(), f.has_controls()), (malformed, flagged), "{value:?}");
+        }
+        let f = head(&[GET.to_vec(), vec![("x-a", "a\tb c")]].concat());
+        assert_eq!((f.malformed(), f.has_controls()), (None, false), "tab and space are text");
+        let mut f = head(&[GET.to_vec(), vec![("x-a", "\u{1}")]].concat());
+        f.clear();
+        assert!(!f.has_controls());
+    }
+
+    #[test]
+    fn the_word_scan_finds_every_control_byte_at_every_place() {
+        for len in 0..20 {
+            for at in 0..len {
+                for bad in [0u8, 1, b'\t', b'\n', 0x1f, 0x7f] {
+                    let mut v = vec![b'a'; len];
+                    v[at] = bad;
+                    assert!(maybe_controls(&v), "{bad:#x} at {at} of {len}");
+                }
+                for good in [b' ', b'~', 0x80, 0xff, b'A'] {
+                    let mut v = vec![b'a'; len];
+                    v[at] = good;
+                    assert!(!maybe_controls(&v), "{good:#x} at {at} of {len}");
+                }
+            }
+        }
     }
 
     #[test]

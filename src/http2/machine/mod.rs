@@ -31,10 +31,11 @@ mod tests;
 
 use std::collections::VecDeque;
 
-pub use fields::Fields;
+pub(crate) use fields::{every, is_token, HOST, PATH};
+pub use fields::{Fields, Text};
 
 use super::flow::{RecvWindow, SendWindow};
-use super::hpack::{Decoder, Encoder, HpackError};
+use super::hpack::{Decoder, Encoder, HpackError, Part};
 use super::wire::{self, setting, Frame, FrameError, Reason, MAX_WINDOW, MIN_MAX_FRAME};
 
 /// The client connection preface (RFC 9113 §3.4).
@@ -360,12 +361,13 @@ impl Machine {
 
     /// Sends the response head (`status` ≥ 200) or an interim one (1xx, never with
     /// `end_stream`). `fields` are lowercase names without connection-specific fields, each
-    /// marked sensitive (a never-indexed literal, [`Encoder::encode_marked`]) or not.
+    /// marked sensitive (a never-indexed literal) or not, and fixed runs
+    /// ([`Encoder::encode_parts`]).
     pub fn respond<'f>(
         &mut self,
         stream: u32,
         status: u16,
-        fields: impl IntoIterator<Item = (&'f [u8], &'f [u8], bool)>,
+        fields: impl IntoIterator<Item = Part<'f>>,
         end_stream: bool,
         out: &mut Vec<u8>,
     ) -> Result<(), SendError> {
@@ -379,7 +381,7 @@ impl Machine {
             return Err(SendError::State("an interim response cannot end the stream"));
         }
         self.block.clear();
-        self.encoder.encode_marked(&mut self.block, Some(status), fields);
+        self.encoder.encode_parts(&mut self.block, Some(status), fields);
         wire::put_headers(out, stream, &self.block, end_stream, self.peer_max_frame);
         let s = &mut self.streams[i];
         s.responded = !interim;

@@ -142,6 +142,11 @@ fn decode(dec: &mut Decoder, block: &[u8]) -> Vec<(String, String)> {
     fields
 }
 
+/// Fields (name, value, sensitive) as the parts of a head.
+fn parts<'a>(list: &'a [(&'a [u8], &'a [u8], bool)]) -> impl Iterator<Item = Part<'a>> {
+    list.iter().map(|&(n, v, s)| Part::Field(n, v, s))
+}
+
 fn strs(v: &[(String, String)]) -> Vec<(&str, &str)> {
     v.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect()
 }
@@ -172,7 +177,7 @@ fn a_get_is_answered_with_an_indexed_head() {
     assert_eq!(c.take_events(), ["request 1 GET / end"]);
     let head: [(&[u8], &[u8], bool); 2] =
         [(b"content-type", b"application/json", false), (b"x-request-id", b"abc", true)];
-    c.m.respond(1, 200, head, false, &mut c.out).expect("respond");
+    c.m.respond(1, 200, parts(&head), false, &mut c.out).expect("respond");
     assert_eq!(c.m.writable(1), 65_535);
     c.m.send_data(1, b"{}", true, &mut c.out).expect("data");
     assert_eq!(c.m.open_streams(), 0, "both sides ended");
@@ -189,7 +194,7 @@ fn a_get_is_answered_with_an_indexed_head() {
 
     // The second response's content-type is one byte: the table has it.
     c.request(3, &GET, true);
-    c.m.respond(3, 200, head, true, &mut c.out).expect("respond");
+    c.m.respond(3, 200, parts(&head), true, &mut c.out).expect("respond");
     let frames = c.frames();
     assert!(frames[0].payload.len() + 12 <= first, "{:?}", frames[0].payload);
     assert_eq!(strs(&decode(&mut dec, &frames[0].payload))[1], ("content-type", "application/json"));
@@ -592,7 +597,7 @@ fn interim_responses_precede_the_final_one() {
     let mut c = Client::new();
     c.request(1, &GET, true);
     let link: [(&[u8], &[u8], bool); 1] = [(b"link", b"</a.css>; rel=preload", false)];
-    c.m.respond(1, 103, link, false, &mut c.out).expect("103");
+    c.m.respond(1, 103, parts(&link), false, &mut c.out).expect("103");
     assert_eq!(
         c.m.respond(1, 100, [], true, &mut c.out),
         Err(SendError::State("an interim response cannot end the stream"))
@@ -624,7 +629,7 @@ fn the_peers_table_size_is_honoured() {
     c.frames();
     c.request(1, &GET, true);
     let head: [(&[u8], &[u8], bool); 1] = [(b"server", b"forkd", false)];
-    c.m.respond(1, 200, head, true, &mut c.out).expect("respond");
+    c.m.respond(1, 200, parts(&head), true, &mut c.out).expect("respond");
     let frames = c.frames();
     let mut dec = Decoder::new(0);
     assert_eq!(strs(&decode(&mut dec, &frames[0].payload)), [(":status", "200"), ("server", "forkd")]);

@@ -8,12 +8,13 @@
 //! socket or write protocol framing.
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 
 use super::{Exchange, Produce};
 use crate::http::reply::FileRange;
 use crate::http::response::{Delimit, Response};
 use crate::http::service::{Env, Service};
+use crate::http2::ResponseFields;
 use crate::worker::pool::{ExchangeId, Pool};
 
 /// A request head as a codec received it.
@@ -56,10 +57,15 @@ pub(in crate::worker) trait Sink {
     /// The codec's stream id.
     type Stream: Key;
     /// A `103 Early Hints` head.
-    fn informational(&mut self, stream: Self::Stream, fields: HeaderMap) -> Result<(), Gone>;
+    fn informational(&mut self, stream: Self::Stream, fields: &ResponseFields) -> Result<(), Gone>;
     /// The response head; the stream ends with it when `end`.
-    fn send_head(&mut self, stream: Self::Stream, status: StatusCode, fields: HeaderMap, end: bool)
-        -> Result<(), Gone>;
+    fn send_head(
+        &mut self,
+        stream: Self::Stream,
+        status: StatusCode,
+        fields: &ResponseFields,
+        end: bool,
+    ) -> Result<(), Gone>;
     /// Body bytes; the stream ends with them when `end`.
     fn send_data(&mut self, stream: Self::Stream, data: Bytes, end: bool) -> Result<(), Gone>;
     /// Reset the stream.
@@ -109,10 +115,10 @@ pub(in crate::worker) fn send_head<S: Sink>(
     follows: bool,
 ) -> Result<(), Gone> {
     if let Some(hints) = head.hints {
-        sink.informational(stream, hints)?;
+        sink.informational(stream, &hints)?;
     }
     let end = head.body.is_empty() && !follows;
-    sink.send_head(stream, head.status, head.fields, end)?;
+    sink.send_head(stream, head.status, &head.fields, end)?;
     if !head.body.is_empty() {
         sink.send_data(stream, head.body, !follows)?;
     }

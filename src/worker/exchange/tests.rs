@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::http::reply::{Assembled, Call, FileRange, Reply, Ticker, Upstream};
-use http::{HeaderMap, StatusCode};
+use crate::http2::ResponseFields;
+use http::StatusCode;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
@@ -56,10 +57,10 @@ struct TestSink {
 
 impl Sink for TestSink {
     type Stream = S;
-    fn informational(&mut self, _: S, _: HeaderMap) -> Result<(), Gone> {
+    fn informational(&mut self, _: S, _: &ResponseFields) -> Result<(), Gone> {
         Ok(())
     }
-    fn send_head(&mut self, s: S, status: StatusCode, _: HeaderMap, end: bool) -> Result<(), Gone> {
+    fn send_head(&mut self, s: S, status: StatusCode, _: &ResponseFields, end: bool) -> Result<(), Gone> {
         self.wrote.push(Wrote::Head(s.0, status.as_u16(), end));
         Ok(())
     }
@@ -443,10 +444,10 @@ impl Sink for Answering {
         self.answered.push((resp.status, delimit));
         self.follows && delimit != Delimit::Length
     }
-    fn informational(&mut self, _: S, _: HeaderMap) -> Result<(), Gone> {
+    fn informational(&mut self, _: S, _: &ResponseFields) -> Result<(), Gone> {
         unreachable!("the codec writes its heads")
     }
-    fn send_head(&mut self, _: S, _: StatusCode, _: HeaderMap, _: bool) -> Result<(), Gone> {
+    fn send_head(&mut self, _: S, _: StatusCode, _: &ResponseFields, _: bool) -> Result<(), Gone> {
         unreachable!("the codec writes its heads")
     }
     fn send_data(&mut self, _: S, _: Bytes, _: bool) -> Result<(), Gone> {
