@@ -8,8 +8,9 @@
 //! What repeats is encoded once and copied after that: a run of fields fixed for the whole
 //! program ([`Part::Fixed`]) is kept as the bytes it last encoded to, valid while the
 //! dynamic table has not changed since (every insertion or resize starts a new generation,
-//! because it moves the indices those bytes name); the last `date` literal and the last
-//! literal name outside the static table are kept too (a literal never depends on the
+//! because it moves the indices those bytes name); `date` enters the table once a second
+//! and is the newest entry's index until anything else enters; the last
+//! literal name outside the static table is kept too (a literal never depends on the
 //! table). Short values that change per response are raw literals ([`put_literal`]):
 //! Huffman coding them costs more instructions than the bytes it saves are worth.
 
@@ -22,6 +23,9 @@ const DEFAULT_TABLE: usize = 4096;
 /// How one field is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Policy {
+    /// `date`: the same value for a whole second, then never again. Inserted when its
+    /// second begins, an index for the rest of that second.
+    Date,
     /// Indexed when the table has it; otherwise a literal inserted into the table.
     Index,
     /// A literal the table never holds: the value changes from one response to the next.
@@ -36,8 +40,9 @@ fn policy(name: &[u8]) -> Policy {
     // A match compiles to a switch on the length first: asked for every field.
     match name {
         b"set-cookie" | b"authorization" | b"proxy-authorization" | b"cookie" => Policy::Never,
-        b"date" | b"x-request-id" | b"content-length" | b"etag" | b"last-modified" | b"location" | b"content-range"
-        | b"age" | b"expires" => Policy::Literal,
+        b"date" => Policy::Date,
+        b"x-request-id" | b"content-length" | b"etag" | b"last-modified" | b"location" | b"content-range" | b"age"
+        | b"expires" => Policy::Literal,
         _ => Policy::Index,
     }
 }
@@ -106,8 +111,9 @@ pub struct Encoder {
     generation: u64,
     /// The [`Part::Fixed`] runs met last, with their bytes.
     runs: Vec<Run>,
-    /// The last `date` field, as a literal.
-    date: Memo,
+    /// The last `date` value inserted, and the generation its insertion made: while the
+    /// generation is that one, it is the newest entry (dynamic index 62).
+    date: (Vec<u8>, u64),
     /// The last name outside the static table written as a literal.
     name: Memo,
 }
@@ -123,7 +129,7 @@ impl Encoder {
             pending,
             generation: 0,
             runs: Vec::new(),
-            date: Memo::default(),
+            date: (Vec::new(), 0),
             name: Memo::default(),
         }
     }
@@ -149,8 +155,10 @@ impl Encoder {
     /// Appends one header block to `out`: `:status` first when given (a response head, not
     /// trailers), then `fields` (lowercase names) in order.
     ///
-    /// `date`, `x-request-id`, `content-length`, `etag`, `last-modified`, `location`,
-    /// `content-range`, `age` and `expires` are literals without indexing; `set-cookie`,
+    /// `date` is inserted into the table when its value changes (once a second) and an index
+    /// for the rest of that second; `x-request-id`, `content-length`, `etag`,
+    /// `last-modified`, `location`, `content-range`, `age` and `expires` are literals
+    /// without indexing; `set-cookie`,
     /// `authorization`, `proxy-authorization` and `cookie` are never-indexed literals; any
     /// other field is an index when the static or dynamic table has it, else a literal
     /// inserted into the dynamic table (if it takes at most a quarter of it). A value that
@@ -250,7 +258,12 @@ impl Encoder {
     }
 
     fn field(&mut self, out: &mut Vec<u8>, name: &[u8], value: &[u8], policy: Policy) {
-        if policy == Policy::Index {
+        if policy == Policy::Date && self.date.1 == self.generation && self.date.0 == value {
+            // Nothing entered the table since this value did: it is the newest entry.
+            out.push(0x80 | 62);
+            return;
+        }
+        if matches!(policy, Policy::Index | Policy::Date) {
             if let Some(i) = static_field(name, value) {
                 put_int(out, 0x80, 7, i);
                 return;
@@ -260,20 +273,12 @@ impl Encoder {
                 return;
             }
         }
-        let insert = policy == Policy::Index && entry_size(name, value) <= self.table.max() / 4;
+        let insert = matches!(policy, Policy::Index | Policy::Date) && entry_size(name, value) <= self.table.max() / 4;
         let (flags, prefix) = match (policy, insert) {
             (Policy::Never, _) => (0x10, 4),
             (_, true) => (0x40, 6),
             _ => (0x00, 4),
         };
-        if policy == Policy::Literal && name == b"date" {
-            // Literal without indexing (0x00), static name: the same bytes all second.
-            self.date.put(out, value, |out| {
-                put_int(out, 0x00, 4, 33);
-                put_str(out, value);
-            });
-            return;
-        }
         match static_name(name) {
             Some(i) => put_int(out, flags, prefix, i),
             None => {
@@ -289,6 +294,11 @@ impl Encoder {
             put_str(out, value);
             self.table.insert(name, value);
             self.generation += 1;
+            if policy == Policy::Date {
+                self.date.0.clear();
+                self.date.0.extend_from_slice(value);
+                self.date.1 = self.generation;
+            }
         } else {
             put_literal(out, value);
         }

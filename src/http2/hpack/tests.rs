@@ -140,7 +140,8 @@ fn owned(list: &[(&[u8], &[u8])], status: &str) -> Fields {
 }
 
 /// The fixed fields go into the table on the first response and are one byte each after it;
-/// `date`, `x-request-id` and `content-length` stay literals out of the table.
+/// `date` goes in once a second; `x-request-id` and `content-length` stay literals out of
+/// the table.
 #[test]
 fn encoder_indexes_fixed_fields_once_and_round_trips() {
     let mut e = Encoder::new(4096);
@@ -149,8 +150,8 @@ fn encoder_indexes_fixed_fields_once_and_round_trips() {
     let mut out = Vec::new();
     e.encode(&mut out, Some(200), first.iter().copied());
     assert_eq!(decode(&mut d, &out), Ok(owned(&first, "200")));
-    let fixed: usize = first[..4].iter().map(|(n, v)| n.len() + v.len() + 32).sum();
-    assert_eq!(e.table_size(), fixed, "only the fixed fields are in the table");
+    let fixed: usize = first[..5].iter().map(|(n, v)| n.len() + v.len() + 32).sum();
+    assert_eq!(e.table_size(), fixed, "only the fixed fields and the date are in the table");
     assert_eq!(d.table_size(), e.table_size());
 
     let second = response(b"Sat, 28 Nov 2026 15:00:01 GMT", b"77aa9c11-2b1e-4c55-9a7e-1f2e3d4c5b6a");
@@ -353,8 +354,9 @@ fn a_fixed_run_is_its_fields_whatever_the_table_did_in_between() {
     assert_eq!(d.table_size(), kept.table_size());
 }
 
-/// `date` is the same literal all second, written anew when the second changes; a short
-/// value that changes per response (a request id) is a raw literal, a long one Huffman-coded.
+/// `date` is inserted when its second begins and the newest entry's index (one byte) for the
+/// rest of that second; a short value that changes per response (a request id) is a raw
+/// literal, a long one Huffman-coded.
 #[test]
 fn literals_follow_their_values() {
     let mut e = Encoder::new(4096);
@@ -372,9 +374,19 @@ fn literals_follow_their_values() {
         assert!(out.windows(id.len()).any(|w| w == id), "the id is raw: {out:02x?}");
         blocks.push(out);
     }
-    assert_eq!(blocks[0], blocks[1]);
-    assert_ne!(blocks[1], blocks[2]);
-    assert_eq!(e.table_size(), 0);
+    assert_eq!(blocks[0][0], 0x40 | 33, "inserted, static name `date`: {:02x?}", blocks[0]);
+    assert_eq!(blocks[1][0], 0x80 | 62, "the newest entry: {:02x?}", blocks[1]);
+    assert_eq!(blocks[2][0], 0x40 | 33, "the next second is inserted: {:02x?}", blocks[2]);
+    assert_eq!(e.table_size(), 2 * (4 + 29 + 32), "two dates, no id");
+    assert_eq!(d.table_size(), e.table_size());
+    // Another entry moves it: found in the table, not assumed newest.
+    let date = &b"Sat, 28 Nov 2026 15:00:01 GMT"[..];
+    let mut out = Vec::new();
+    e.encode(&mut out, None, [(&b"x-one"[..], &b"v"[..]), (b"date", date)]);
+    assert_eq!(out.last(), Some(&(0x80 | 63)), "{out:02x?}");
+    let want =
+        vec![("x-one".to_string(), "v".to_string()), ("date".to_string(), String::from_utf8_lossy(date).into_owned())];
+    assert_eq!(decode(&mut d, &out), Ok(want));
     // A long fresh value (an HTML document's CSP) is coded: shorter than itself.
     let csp = format!("script-src 'nonce-{}'; {}", "a".repeat(24), "default-src 'self'; ".repeat(4));
     let mut out = Vec::new();
