@@ -24,6 +24,9 @@ impl Supervisor {
         let parent = std::process::id() as i32;
         let challenges = self.acme.as_ref().map(|a| Arc::clone(&a.challenges)).unwrap_or_default();
         let (ours, theirs) = bus::pair()?;
+        // What the supervisor freed since the last fork goes back first: a worker would
+        // otherwise start sharing those pages and count them in its RSS.
+        sys::trim_heap();
         match sys::fork()? {
             Forked::Parent(pid) => {
                 drop(theirs);

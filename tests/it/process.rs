@@ -47,6 +47,24 @@ fn two_workers_are_children_of_the_supervisor() {
     assert_eq!(server.workers().len(), 2, "worker count drifted: {:?}", server.workers());
 }
 
+/// A worker starts with only its own heap: the supervisor gives back what its start-up
+/// freed before each fork, so no worker begins life sharing (and counting in its RSS) the
+/// supervisor's garbage. Without that, one worker of two held ~20 MiB of it.
+#[test]
+fn workers_start_without_the_supervisors_freed_start_up_memory() {
+    let server = Server::builder().workers(2).start();
+    let workers = server.wait_workers(2, START_TIMEOUT);
+    assert_eq!(server.get("/health").status, 200);
+    for w in workers {
+        let anon = anon_rss_kib(w);
+        eprintln!("worker {w}: RssAnon {anon} KiB");
+        assert!(anon < 9 * 1024, "worker {w} starts with {anon} KiB of anonymous memory");
+    }
+    let sup = anon_rss_kib(server.pid());
+    eprintln!("supervisor: RssAnon {sup} KiB");
+    assert!(sup < 9 * 1024, "the supervisor holds {sup} KiB of anonymous memory after start");
+}
+
 #[test]
 fn killed_worker_is_replaced_while_the_other_keeps_serving() {
     let server = Server::builder().workers(2).start();
