@@ -244,16 +244,11 @@ mod tests {
         assert!(check(&head("GET", "https://example.test/", &[], Some("websocket")), 1 << 20).is_err());
     }
 
-    /// `list` pushed as a machine would decode it.
-    fn fields(list: &[(&str, &str)]) -> Fields {
-        let mut f = Fields::default();
-        for (n, v) in list {
-            f.push(n.as_bytes(), v.as_bytes());
-        }
-        f
-    }
+    use super::super::machine::TEST_GET as GET;
 
-    const GET: [(&str, &str); 4] = [(":method", "GET"), (":scheme", "https"), (":authority", "a.test"), (":path", "/")];
+    fn fields(list: &[(&str, &str)]) -> Fields {
+        Fields::of(list)
+    }
 
     #[test]
     fn a_head_keeps_the_fields_in_the_order_received() {

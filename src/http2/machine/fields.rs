@@ -99,6 +99,23 @@ impl Fields<Text> {
     }
 }
 
+/// A plain GET's pseudo-fields, for tests of request heads.
+#[cfg(test)]
+pub(crate) const TEST_GET: [(&str, &str); 4] =
+    [(":method", "GET"), (":scheme", "https"), (":authority", "a.test"), (":path", "/")];
+
+#[cfg(test)]
+impl Fields {
+    /// `list` pushed as a connection would decode it (tests).
+    pub(crate) fn of(list: &[(&str, &str)]) -> Fields {
+        let mut f = Fields::default();
+        for (n, v) in list {
+            f.push(n.as_bytes(), v.as_bytes());
+        }
+        f
+    }
+}
+
 impl Fields {
     /// A copy that owns its bytes as [`Text`]: checked as UTF-8 once, here.
     pub fn to_text(&self) -> Fields<Text> {
@@ -349,15 +366,11 @@ pub(crate) fn every(bytes: &[u8]) -> u8 {
 mod tests {
     use super::*;
 
-    fn head(fields: &[(&str, &str)]) -> Fields {
-        let mut f = Fields::default();
-        for (n, v) in fields {
-            f.push(n.as_bytes(), v.as_bytes());
-        }
-        f
-    }
+    use super::TEST_GET as GET;
 
-    const GET: [(&str, &str); 4] = [(":method", "GET"), (":scheme", "https"), (":authority", "a.test"), (":path", "/")];
+    fn head(fields: &[(&str, &str)]) -> Fields {
+        Fields::of(fields)
+    }
 
     #[test]
     fn a_plain_request_keeps_its_pseudo_fields_apart() {

@@ -31,6 +31,8 @@ mod tests;
 
 use std::collections::VecDeque;
 
+#[cfg(test)]
+pub(crate) use fields::TEST_GET;
 pub(crate) use fields::{every, is_token, HOST, PATH};
 pub use fields::{Fields, Text};
 
