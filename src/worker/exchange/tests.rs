@@ -156,13 +156,7 @@ impl Bench {
 
     /// Open a complete request on `stream` and dispatch it.
     fn request(&mut self, stream: u32, method: &'static str) {
-        let o = Opening {
-            stream: S(stream),
-            head: TestHead(method, "/x"),
-            priority: Priority::default(),
-            body_follows: false,
-            tunnel: false,
-        };
+        let o = opening(stream, method, false);
         let now = Instant::now();
         let i = self.ex.open(o, &mut self.env.common, self.env.body_timeout, now);
         let mut cx = bench_cx!(self);
@@ -343,17 +337,22 @@ fn a_client_that_stops_reading_is_reset_past_the_backlog() {
     assert!(b.ex.is_empty());
 }
 
+/// A request head for `/x` on `stream` (`body_follows`: its body is still to come).
+fn opening(stream: u32, method: &'static str, body_follows: bool) -> Opening<S, TestHead> {
+    Opening {
+        stream: S(stream),
+        head: TestHead(method, "/x"),
+        priority: Priority::default(),
+        body_follows,
+        tunnel: false,
+    }
+}
+
 #[test]
 fn a_body_deadline_and_a_producer_deadline_both_count() {
     let (_, mut b) = ticker_bench(1, false);
     let now = Instant::now();
-    let o = Opening {
-        stream: S(1),
-        head: TestHead("POST", "/x"),
-        priority: Priority::default(),
-        body_follows: true,
-        tunnel: false,
-    };
+    let o = opening(1, "POST", true);
     b.ex.open(o, &mut b.env.common, b.env.body_timeout, now);
     assert_eq!(b.ex.deadline(), Some(now + b.env.body_timeout), "a body still arriving is timed");
     b.request(3, "GET");
@@ -363,13 +362,7 @@ fn a_body_deadline_and_a_producer_deadline_both_count() {
 #[test]
 fn a_body_past_the_limit_is_answered_413() {
     let mut b = Bench::new(|| Reply::full(Response::new(200)));
-    let o = Opening {
-        stream: S(1),
-        head: TestHead("POST", "/x"),
-        priority: Priority::default(),
-        body_follows: true,
-        tunnel: false,
-    };
+    let o = opening(1, "POST", true);
     let now = Instant::now();
     b.ex.open(o, &mut b.env.common, b.env.body_timeout, now);
     let limit = b.env.max_body as usize;
