@@ -75,6 +75,18 @@ pub fn anon_rss_kib(pid: i32) -> i64 {
         .unwrap_or_else(|| panic!("no RssAnon for pid {pid}"))
 }
 
+/// CPU time (user + system, all threads) process `pid` has used, in milliseconds; 0 when
+/// it is gone.
+pub fn cpu_ms(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // SAFETY: sysconf only reads a system constant.
+    let per_s = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1);
+    (ticks(11) + ticks(12)) * 1000 / per_s
+}
+
 /// Polls `child` for its exit, up to `timeout`; `None` if it is still running.
 pub fn wait_child(child: &mut std::process::Child, timeout: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + timeout;
