@@ -16,11 +16,13 @@
 //! made the last time. The values that change (`date` once a second, an
 //! HTML document's CSP with its nonce, `x-request-id`, `content-length`)
 //! are written into one shared arena and handed out as refcounted slices.
-//! An HTML document's CSP and `x-request-id` are fresh every time: they are
-//! marked sensitive, which makes the HPACK encoder send them as literals
-//! that are never indexed instead of inserting each one into the dynamic
+//! An HTML document's CSP is fresh every time and carries a nonce: it is
+//! marked sensitive, which makes the HPACK encoder send it as a literal
+//! that is never indexed instead of inserting each one into the dynamic
 //! table, where they would evict the fixed fields (which then encode as
-//! one-byte indices on every later response).
+//! one-byte indices on every later response). `x-request-id` is fresh too
+//! but no secret: the encoder's rule for its name applies (its first value
+//! enters the table, later ones name that entry).
 
 use bytes::{Bytes, BytesMut};
 use http::StatusCode;
@@ -279,8 +281,11 @@ impl Heads {
             });
         }
         lead[3] = Some(Field { name: "cache-control", value: static_value(resp.cache_control)?, sensitive: false });
-        lead[4] =
-            Some(Field { name: "x-request-id", value: Text::Shared(self.value(&[meta.request_id])?), sensitive: true });
+        lead[4] = Some(Field {
+            name: "x-request-id",
+            value: Text::Shared(self.value(&[meta.request_id])?),
+            sensitive: false,
+        });
         head.fields.fixed = if resp.is_document() {
             let name = if report_only { CSP_REPORT_ONLY } else { CSP };
             lead[5] = Some(Field { name, value: Text::Shared(self.value(&common.fresh_csp())?), sensitive: true });
@@ -538,20 +543,21 @@ mod tests {
     }
 
     #[test]
-    fn values_that_change_per_response_are_never_indexed_the_rest_may_be() {
+    fn only_a_policy_with_a_nonce_is_marked_never_to_be_indexed() {
         let mut common = Common::new(false);
         let mut resp = Response::static_json(b"{}");
         let head = Heads::new().build(&mut resp, &meta(Delimit::Length, false), &mut common).expect("builds");
         for (name, _, sensitive) in head.fields.iter() {
-            // An API response's policy is the fixed one: indexed like the other fixed fields.
-            assert_eq!(sensitive, name == b"x-request-id", "{}", String::from_utf8_lossy(name));
+            // An API response's policy is the fixed one: indexed like the other fixed fields;
+            // the request id is left to the encoder's rule for its name.
+            assert!(!sensitive, "{}", String::from_utf8_lossy(name));
         }
         assert_eq!(get(&head.fields, "content-security-policy"), API_CSP);
         let mut page = Response::new(200);
         page.content_type = "text/html; charset=utf-8";
         let head = Heads::new().build(&mut page, &meta(Delimit::Length, false), &mut common).expect("builds");
         for (name, _, sensitive) in head.fields.iter() {
-            let fresh = name == b"x-request-id" || name == b"content-security-policy";
+            let fresh = name == b"content-security-policy";
             assert_eq!(sensitive, fresh, "{}: a document's policy carries its nonce", String::from_utf8_lossy(name));
         }
     }

@@ -1195,3 +1195,39 @@ fn a_download_through_a_tiny_window_is_not_a_flood_of_window_updates() {
     assert!(data > 12_000, "{data} DATA frames");
     assert!(pair.server.open_streams() == 0 && !pair.server.is_closed(), "still open after {data} DATA frames");
 }
+
+/// The first response's `x-request-id` enters the client's HPACK table and later ones name
+/// that entry; fillers evict it and the next id enters again. The h2 crate's decoder reads
+/// every id as sent, so the encoder's table stays in step with a real peer's.
+#[test]
+fn request_ids_by_table_entry_decode_in_a_real_client() {
+    let mut pair = Pair::new();
+    let fill = "f".repeat(980);
+    for i in 0..10 {
+        let (mut rf, _) = pair.request(get("/"), true);
+        pair.pump();
+        let (stream, _) = pair.only_request();
+        let id = format!("0f3c2a9e-7d41-4b8e-9c55-2e6f1a0b{i:04}");
+        let name = format!("x-fill-{i}");
+        let mut fields = vec![("x-request-id", id.as_str())];
+        if i % 2 == 1 {
+            fields.push((name.as_str(), fill.as_str()));
+        }
+        pair.server.respond(stream, 200, &fields, true).expect("respond");
+        pair.pump();
+        let resp = response(&mut rf).expect("ready").expect("ok");
+        assert_eq!(resp.headers()["x-request-id"], id.as_str(), "response {i}");
+        if i % 2 == 1 {
+            assert_eq!(resp.headers()[name.as_str()], fill.as_str(), "response {i}");
+        }
+    }
+    let blocks: Vec<Vec<u8>> =
+        parse_frames(&pair.s2c).into_iter().filter(|f| f.kind == HEADERS).map(|f| f.payload).collect();
+    let openings: Vec<&[u8]> = blocks.iter().map(|b| &b[..2]).collect();
+    // :status 200, then the id: inserted; by index; the fourth filler (response 7) evicted
+    // it, so response 8 inserts it again.
+    let inserted: &[u8] = &[0x88, 0x40];
+    let indexed: &[u8] = &[0x88, 0x0f];
+    let want = [inserted, indexed, indexed, indexed, indexed, indexed, indexed, indexed, inserted, indexed];
+    assert_eq!(openings, want, "{openings:02x?}");
+}

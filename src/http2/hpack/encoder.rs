@@ -3,15 +3,16 @@
 //!
 //! What each field becomes is decided by its name, as [`Encoder::encode`] documents: the
 //! fields a connection repeats are inserted once and indexed after that; per-response values
-//! stay literals out of the table; credentials are never-indexed literals. Knows no frames.
+//! are literals (the first `x-request-id` of a connection enters the table, so that every
+//! later one names it by index); credentials are never-indexed literals. Knows no frames.
 //!
 //! What repeats is encoded once and copied after that: a run of fields fixed for the whole
 //! program ([`Part::Fixed`]) is kept as the bytes it last encoded to, valid while the
 //! dynamic table has not changed since (every insertion or resize starts a new generation,
 //! because it moves the indices those bytes name); `date` enters the table once a second
-//! and is the newest entry's index until anything else enters; the last
-//! literal name outside the static table is kept too (a literal never depends on the
-//! table). Short values that change per response are raw literals ([`put_literal`]):
+//! and the entry it went into is remembered, as is the entry the first `x-request-id`
+//! went into, so their indices take no search; the last literal name outside the static
+//! table is kept too (a literal never depends on the table). Short values that change per response are raw literals ([`put_literal`]):
 //! Huffman coding them costs more instructions than the bytes it saves are worth.
 
 use super::table::Table;
@@ -28,7 +29,9 @@ enum Policy {
     Date,
     /// Indexed when the table has it; otherwise a literal inserted into the table.
     Index,
-    /// A literal the table never holds: the value changes from one response to the next.
+    /// A literal: the value changes from one response to the next. When the static table
+    /// lacks the name (`x-request-id`), the first value enters the table with it, and every
+    /// later literal names that entry by its index.
     Literal,
     /// A never-indexed literal (RFC 7541 §7.1.3): a credential no hop may put in a table.
     Never,
@@ -111,11 +114,14 @@ pub struct Encoder {
     generation: u64,
     /// The [`Part::Fixed`] runs met last, with their bytes.
     runs: Vec<Run>,
-    /// The last `date` value inserted, and the generation its insertion made: while the
-    /// generation is that one, it is the newest entry (dynamic index 62).
-    date: (Vec<u8>, u64),
+    /// The last `date` value inserted and its entry ([`Table::insert`]'s number): its index
+    /// while the table holds it, with no search.
+    date: (Vec<u8>, Option<u64>),
     /// The last name outside the static table written as a literal.
     name: Memo,
+    /// The entry ([`Table::insert`]'s number) a [`Policy::Literal`] field whose name the
+    /// static table lacks went into last: its name, while the table holds it.
+    named: Option<u64>,
 }
 
 impl Encoder {
@@ -129,8 +135,9 @@ impl Encoder {
             pending,
             generation: 0,
             runs: Vec::new(),
-            date: (Vec::new(), 0),
+            date: (Vec::new(), None),
             name: Memo::default(),
+            named: None,
         }
     }
 
@@ -158,7 +165,9 @@ impl Encoder {
     /// `date` is inserted into the table when its value changes (once a second) and an index
     /// for the rest of that second; `x-request-id`, `content-length`, `etag`,
     /// `last-modified`, `location`, `content-range`, `age` and `expires` are literals
-    /// without indexing; `set-cookie`,
+    /// without indexing, but for the first `x-request-id` (the static table lacks the name):
+    /// it is inserted with its value, and later ones are literals naming that entry, two
+    /// bytes instead of eleven (inserted again once the table evicted it); `set-cookie`,
     /// `authorization`, `proxy-authorization` and `cookie` are never-indexed literals; any
     /// other field is an index when the static or dynamic table has it, else a literal
     /// inserted into the dynamic table (if it takes at most a quarter of it). A value that
@@ -258,10 +267,11 @@ impl Encoder {
     }
 
     fn field(&mut self, out: &mut Vec<u8>, name: &[u8], value: &[u8], policy: Policy) {
-        if policy == Policy::Date && self.date.1 == self.generation && self.date.0 == value {
-            // Nothing entered the table since this value did: it is the newest entry.
-            out.push(0x80 | 62);
-            return;
+        if policy == Policy::Date && self.date.0 == value {
+            if let Some(i) = self.date.1.and_then(|n| self.table.position(n)) {
+                put_int(out, 0x80, 7, 62 + i);
+                return;
+            }
         }
         if matches!(policy, Policy::Index | Policy::Date) {
             if let Some(i) = static_field(name, value) {
@@ -273,13 +283,18 @@ impl Encoder {
                 return;
             }
         }
-        let insert = matches!(policy, Policy::Index | Policy::Date) && entry_size(name, value) <= self.table.max() / 4;
+        let known = static_name(name);
+        if policy == Policy::Literal && known.is_none() {
+            self.fresh(out, name, value);
+            return;
+        }
+        let insert = matches!(policy, Policy::Index | Policy::Date) && self.fits(name, value);
         let (flags, prefix) = match (policy, insert) {
             (Policy::Never, _) => (0x10, 4),
             (_, true) => (0x40, 6),
             _ => (0x00, 4),
         };
-        match static_name(name) {
+        match known {
             Some(i) => put_int(out, flags, prefix, i),
             None => {
                 put_int(out, flags, prefix, 0);
@@ -292,16 +307,46 @@ impl Encoder {
         }
         if insert {
             put_str(out, value);
-            self.table.insert(name, value);
+            let entry = self.table.insert(name, value);
             self.generation += 1;
             if policy == Policy::Date {
                 self.date.0.clear();
                 self.date.0.extend_from_slice(value);
-                self.date.1 = self.generation;
+                self.date.1 = entry;
             }
         } else {
             put_literal(out, value);
         }
+    }
+
+    /// Whether `name: value` may enter the table: at most a quarter of it, so one entry
+    /// never evicts the fixed fields wholesale.
+    fn fits(&self, name: &[u8], value: &[u8]) -> bool {
+        entry_size(name, value) <= self.table.max() / 4
+    }
+
+    /// Writes a [`Policy::Literal`] field whose name the static table lacks: a literal
+    /// without indexing that names the entry the last such field went into while the table
+    /// holds it; else a literal inserted into the table (when it fits), whose entry the next
+    /// ones name; else a literal with a literal name.
+    fn fresh(&mut self, out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+        let held = self.named.and_then(|n| self.table.position(n));
+        match held.filter(|&i| self.table.get(i).is_some_and(|(n, _)| n == name)) {
+            Some(i) => put_int(out, 0x00, 4, 62 + i),
+            None if self.fits(name, value) => {
+                put_int(out, 0x40, 6, 0);
+                put_str(out, name);
+                put_literal(out, value);
+                self.named = self.table.insert(name, value);
+                self.generation += 1;
+                return;
+            }
+            None => {
+                put_int(out, 0x00, 4, 0);
+                self.name.put(out, name, |out| put_str(out, name));
+            }
+        }
+        put_literal(out, value);
     }
 }
 

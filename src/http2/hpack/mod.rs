@@ -6,7 +6,8 @@
 //! limit. [`Encoder`] writes response field blocks: fields a connection repeats (the fixed
 //! security head, `server`, `content-type`...) are inserted into the peer's dynamic table once
 //! and sent as one-byte indices after that; fields that change on every response (`date`,
-//! `x-request-id`, `content-length`...) are literals that never enter the table; credentials
+//! `x-request-id`, `content-length`...) are literals (`date` enters the table for its second;
+//! the first `x-request-id` enters it so that later ones name it by index); credentials
 //! (`set-cookie`, `authorization`...) are never-indexed literals (RFC 7541 §7.1.3), so no
 //! intermediary may index them either. [`huffman`] is the one Huffman table forkd has; QPACK
 //! reuses it.

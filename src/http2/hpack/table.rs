@@ -20,12 +20,15 @@ pub(crate) struct Table {
     entries: VecDeque<Entry>,
     size: usize,
     max: usize,
+    /// How many entries were ever inserted (and kept): the entry inserted as number `n`
+    /// (0 the first) sits at position `inserted - 1 - n` while the table holds it.
+    inserted: u64,
 }
 
 impl Table {
     /// An empty table of at most `max` bytes.
     pub(crate) fn new(max: usize) -> Table {
-        Table { entries: VecDeque::new(), size: 0, max }
+        Table { entries: VecDeque::new(), size: 0, max, inserted: 0 }
     }
 
     /// The size of the entries held (RFC 7541 §4.1).
@@ -51,13 +54,14 @@ impl Table {
     }
 
     /// Inserts an entry, evicting old ones first; an entry larger than the table empties it
-    /// and is not kept (RFC 7541 §4.4).
-    pub(crate) fn insert(&mut self, name: &[u8], value: &[u8]) {
+    /// and is not kept (RFC 7541 §4.4). Returns the entry's number, for [`Table::position`],
+    /// when it is kept.
+    pub(crate) fn insert(&mut self, name: &[u8], value: &[u8]) -> Option<u64> {
         let size = entry_size(name, value);
         if size > self.max {
             self.entries.clear();
             self.size = 0;
-            return;
+            return None;
         }
         self.evict_to(self.max - size);
         let mut bytes = Vec::with_capacity(name.len() + value.len());
@@ -65,6 +69,15 @@ impl Table {
         bytes.extend_from_slice(value);
         self.entries.push_front(Entry { bytes: bytes.into_boxed_slice(), name_len: name.len() });
         self.size += size;
+        self.inserted += 1;
+        Some(self.inserted - 1)
+    }
+
+    /// Where the entry [`Table::insert`] numbered `n` is now (0 the newest), if it was not
+    /// evicted since.
+    pub(crate) fn position(&self, n: u64) -> Option<usize> {
+        let back = self.inserted.checked_sub(n)?.checked_sub(1)?;
+        usize::try_from(back).ok().filter(|&i| i < self.entries.len())
     }
 
     /// Entry `i` of the dynamic table, 0 the newest.

@@ -140,8 +140,8 @@ fn owned(list: &[(&[u8], &[u8])], status: &str) -> Fields {
 }
 
 /// The fixed fields go into the table on the first response and are one byte each after it;
-/// `date` goes in once a second; `x-request-id` and `content-length` stay literals out of
-/// the table.
+/// `date` goes in once a second; the first `x-request-id` goes in for its name;
+/// `content-length` stays a literal out of the table.
 #[test]
 fn encoder_indexes_fixed_fields_once_and_round_trips() {
     let mut e = Encoder::new(4096);
@@ -150,8 +150,8 @@ fn encoder_indexes_fixed_fields_once_and_round_trips() {
     let mut out = Vec::new();
     e.encode(&mut out, Some(200), first.iter().copied());
     assert_eq!(decode(&mut d, &out), Ok(owned(&first, "200")));
-    let fixed: usize = first[..5].iter().map(|(n, v)| n.len() + v.len() + 32).sum();
-    assert_eq!(e.table_size(), fixed, "only the fixed fields and the date are in the table");
+    let kept: usize = first[..6].iter().map(|(n, v)| n.len() + v.len() + 32).sum();
+    assert_eq!(e.table_size(), kept, "the fixed fields, the date and the first request id");
     assert_eq!(d.table_size(), e.table_size());
 
     let second = response(b"Sat, 28 Nov 2026 15:00:01 GMT", b"77aa9c11-2b1e-4c55-9a7e-1f2e3d4c5b6a");
@@ -354,9 +354,9 @@ fn a_fixed_run_is_its_fields_whatever_the_table_did_in_between() {
     assert_eq!(d.table_size(), kept.table_size());
 }
 
-/// `date` is inserted when its second begins and the newest entry's index (one byte) for the
-/// rest of that second; a short value that changes per response (a request id) is a raw
-/// literal, a long one Huffman-coded.
+/// `date` is inserted when its second begins and its entry's index (one byte) for the rest of
+/// that second; a short value that changes per response (a request id) is a raw literal, a
+/// long one Huffman-coded.
 #[test]
 fn literals_follow_their_values() {
     let mut e = Encoder::new(4096);
@@ -375,9 +375,9 @@ fn literals_follow_their_values() {
         blocks.push(out);
     }
     assert_eq!(blocks[0][0], 0x40 | 33, "inserted, static name `date`: {:02x?}", blocks[0]);
-    assert_eq!(blocks[1][0], 0x80 | 62, "the newest entry: {:02x?}", blocks[1]);
+    assert_eq!(blocks[1][0], 0x80 | 63, "its entry, behind the first id's: {:02x?}", blocks[1]);
     assert_eq!(blocks[2][0], 0x40 | 33, "the next second is inserted: {:02x?}", blocks[2]);
-    assert_eq!(e.table_size(), 2 * (4 + 29 + 32), "two dates, no id");
+    assert_eq!(e.table_size(), 2 * (4 + 29 + 32) + (12 + 36 + 32), "two dates, the first id");
     assert_eq!(d.table_size(), e.table_size());
     // Another entry moves it: found in the table, not assumed newest.
     let date = &b"Sat, 28 Nov 2026 15:00:01 GMT"[..];
@@ -415,5 +415,88 @@ fn a_static_field_is_its_field_whatever_the_table_did() {
         assert_eq!(a, b, "after {extra:?}");
         let decoded = decode(&mut d, &a).expect("decodes");
         assert_eq!(decoded.last(), Some(&("content-type".to_string(), JSON.to_string())));
+    }
+}
+
+/// The first `x-request-id` of a connection enters the table (no static entry has its name);
+/// every later one is a literal without indexing that names the entry: two bytes where the
+/// name as a literal takes eleven. The index follows the entry as others enter ahead of it,
+/// and a request id marked sensitive stays a never-indexed literal.
+#[test]
+fn a_request_id_names_its_table_entry_after_the_first() {
+    let mut e = Encoder::new(4096);
+    let mut d = Decoder::new(4096);
+    let ids: [&[u8]; 3] = [
+        b"0f3c2a9e-7d41-4b8e-9c55-2e6f1a0b3d77",
+        b"1a2b3c4d-7d41-4b8e-9c55-2e6f1a0b3d77",
+        b"99999999-7d41-4b8e-9c55-2e6f1a0b3d77",
+    ];
+    let id_field = |id: &[u8]| ("x-request-id".to_string(), String::from_utf8_lossy(id).into_owned());
+    let mut out = Vec::new();
+    e.encode(&mut out, None, [(&b"x-request-id"[..], ids[0])]);
+    assert_eq!(out[..2], [0x40, 0x80 | 9], "inserted, the name Huffman-coded: {out:02x?}");
+    assert_eq!(decode(&mut d, &out), Ok(vec![id_field(ids[0])]));
+    assert_eq!(e.table_size(), 12 + 36 + 32);
+
+    out.clear();
+    e.encode(&mut out, None, [(&b"x-request-id"[..], ids[1])]);
+    let mut want = vec![0x0f, 62 - 15, 36];
+    want.extend_from_slice(ids[1]);
+    assert_eq!(out, want, "the name is dynamic index 62, the value a raw literal");
+    assert_eq!(decode(&mut d, &out), Ok(vec![id_field(ids[1])]));
+    assert_eq!(e.table_size(), 12 + 36 + 32, "later ids stay out of the table");
+
+    out.clear();
+    e.encode(&mut out, None, [(&b"x-one"[..], &b"v"[..]), (b"x-request-id", ids[2])]);
+    let at = out.len() - 36 - 3;
+    assert_eq!(out[at..at + 3], [0x0f, 63 - 15, 36], "moved behind x-one: {out:02x?}");
+    assert_eq!(decode(&mut d, &out), Ok(vec![("x-one".to_string(), "v".to_string()), id_field(ids[2])]));
+    assert_eq!(d.table_size(), e.table_size());
+
+    out.clear();
+    e.encode_marked(&mut out, None, [(&b"x-request-id"[..], ids[2], true)]);
+    assert_eq!(out[0] & 0xf0, 0x10, "never indexed: {out:02x?}");
+    assert_eq!(decode(&mut d, &out), Ok(vec![id_field(ids[2])]));
+}
+
+/// Once the table evicted the request id's entry, the next id enters it again; with no table
+/// at all (the peer's SETTINGS say 0), the name is a literal every time.
+#[test]
+fn an_evicted_request_id_entry_is_inserted_again() {
+    let mut e = Encoder::new(4096);
+    let mut d = Decoder::new(4096);
+    let id = &b"0f3c2a9e-7d41-4b8e-9c55-2e6f1a0b3d77"[..];
+    let fill = vec![b'f'; 980];
+    let mut first_bytes = Vec::new();
+    for i in 0..8 {
+        let name = format!("x-fill-{i}");
+        let mut out = Vec::new();
+        let filler = (i % 2 == 1).then_some((name.as_bytes(), &fill[..]));
+        e.encode(&mut out, None, [(&b"x-request-id"[..], id)].into_iter().chain(filler));
+        let mut want = vec![("x-request-id".to_string(), String::from_utf8_lossy(id).into_owned())];
+        want.extend(
+            filler.map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), String::from_utf8_lossy(v).into_owned())),
+        );
+        assert_eq!(decode(&mut d, &out), Ok(want), "block {i}");
+        assert_eq!(d.table_size(), e.table_size(), "block {i}");
+        first_bytes.push(out[0]);
+    }
+    // Four fillers of 1 020 bytes and the id's 80 overflow 4 096 bytes: the fourth (block 7)
+    // evicts the id's entry, the oldest.
+    assert_eq!(first_bytes, [0x40, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f], "{first_bytes:02x?}");
+    let mut out = Vec::new();
+    e.encode(&mut out, None, [(&b"x-request-id"[..], id)]);
+    assert_eq!(out[0], 0x40, "inserted again: {out:02x?}");
+    decode(&mut d, &out).expect("decodes");
+
+    e.set_peer_table_size(0);
+    for start in [&[0x20, 0x00][..], &[0x00]] {
+        out.clear();
+        e.encode(&mut out, None, [(&b"x-request-id"[..], id)]);
+        assert_eq!(out[..start.len()], *start, "a literal name: {out:02x?}");
+        assert_eq!(out[start.len()], 0x80 | 9, "the name Huffman-coded: {out:02x?}");
+        let got = decode(&mut d, &out).expect("decodes");
+        assert_eq!(got, vec![("x-request-id".to_string(), String::from_utf8_lossy(id).into_owned())]);
+        assert_eq!(e.table_size(), 0);
     }
 }
