@@ -107,10 +107,16 @@ thread_local! {
 /// Above this, the buffer is written at once rather than at the end of the turn.
 const PENDING_MAX: usize = 64 * 1024;
 
+/// Whether access lines are written (the `access` target at `info`): when not, nothing
+/// an access line quotes needs keeping.
+pub fn access_on() -> bool {
+    log::log_enabled!(target: "access", log::Level::Info)
+}
+
 /// Queue the access-log line for one exchange (written by [`flush_access`], or by the next
 /// other record of this thread, whichever comes first).
 pub fn access(done: &Finished<'_>) {
-    if !log::log_enabled!(target: "access", log::Level::Info) {
+    if !access_on() {
         return;
     }
     let full = PENDING.with(|p| {

@@ -30,6 +30,13 @@ pub trait Service {
     fn client(&self) -> Option<std::net::IpAddr> {
         None
     }
+    /// Whether [`Service::finished`] reads the request's target, `User-Agent` and `Referer`
+    /// (what the access line quotes). When it does not, a connection keeps none of them past
+    /// the head, and [`Finished`] carries an empty target and no agent or referer. By
+    /// default, while the access log is on.
+    fn quotes(&self) -> bool {
+        crate::logging::access_on()
+    }
     /// One request/response exchange finished (the access log).
     fn finished(&mut self, done: &Finished<'_>);
 }
@@ -38,7 +45,7 @@ pub trait Service {
 pub struct Finished<'a> {
     /// Method name (`-` when the request line was unreadable).
     pub method: &'a str,
-    /// Request target as received.
+    /// Request target as received (empty when [`Service::quotes`] said no).
     pub target: &'a [u8],
     /// Status sent.
     pub status: u16,

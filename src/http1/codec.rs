@@ -430,10 +430,14 @@ impl Http1 {
                 }
                 // Known from here on, so that a later 400/413/408 is logged with them.
                 self.cur.method = head.method;
-                let field =
-                    |name: &str| parsed.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
-                let target = parsed.path.unwrap_or("/").as_bytes();
-                self.cur.quote(target, field("user-agent"), field("referer"));
+                if svc.quotes() {
+                    let field =
+                        |name: &str| parsed.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
+                    let target = parsed.path.unwrap_or("/").as_bytes();
+                    self.cur.quote(target, field("user-agent"), field("referer"));
+                } else {
+                    self.cur.quote(b"", None, None);
+                }
                 self.head_known = true;
                 (head, parsed)
             }
@@ -673,6 +677,9 @@ mod tests {
         fn label(&self) -> u16 {
             7
         }
+        fn quotes(&self) -> bool {
+            true
+        }
         fn finished(&mut self, done: &Finished<'_>) {
             self.log.push((String::from_utf8_lossy(done.target).into_owned(), done.status, done.label));
         }
@@ -716,6 +723,9 @@ mod tests {
         fn call(&mut self, _: &Request<'_>) -> Reply {
             Reply::full(Response::new(204))
         }
+        fn quotes(&self) -> bool {
+            true
+        }
         fn finished(&mut self, done: &Finished<'_>) {
             let owned = |v: Option<&[u8]>| v.map(<[u8]>::to_vec);
             self.0.push((done.protocol, done.tls, owned(done.user_agent), owned(done.referer)));
@@ -748,6 +758,46 @@ mod tests {
             ],
             "nothing carries over from the request before; an agent is cut at the cap"
         );
+    }
+
+    /// Keeps the target and agent of each exchange; quotes only when told to.
+    struct Targets {
+        quotes: bool,
+        seen: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    }
+
+    impl Service for Targets {
+        fn call(&mut self, _: &Request<'_>) -> Reply {
+            Reply::full(Response::new(204))
+        }
+        fn quotes(&self) -> bool {
+            self.quotes
+        }
+        fn finished(&mut self, done: &Finished<'_>) {
+            self.seen.push((done.target.to_vec(), done.user_agent.map(<[u8]>::to_vec)));
+        }
+    }
+
+    /// A service that reads no target or agent (the access log is off) gets none: the
+    /// connection does not copy them out of the head; the answers are the same.
+    #[test]
+    fn a_service_that_quotes_nothing_is_handed_no_target_or_agent() {
+        let input = b"GET /a HTTP/1.1\r\nHost: x\r\nUser-Agent: one\r\n\r\nGET /b?q HTTP/1.1\r\nHost: x\r\n\r\n";
+        let mut answers = Vec::new();
+        for (quotes, want) in [
+            (true, vec![(b"/a".to_vec(), Some(b"one".to_vec())), (b"/b?q".to_vec(), None)]),
+            (false, vec![(Vec::new(), None), (Vec::new(), None)]),
+        ] {
+            let mut e = env();
+            let now = Instant::now();
+            let mut h = Http1::new("127.0.0.1".parse().expect("ip"), false, &e, now);
+            let mut svc = Targets { quotes, seen: Vec::new() };
+            let mut out = Vec::new();
+            assert_eq!(h.advance(&mut input.to_vec(), &mut out, &mut svc, &mut e, now), Progress::NeedInput);
+            assert_eq!(svc.seen, want, "quotes: {quotes}");
+            answers.push(String::from_utf8_lossy(&out).matches("HTTP/1.1 204").count());
+        }
+        assert_eq!(answers, [2, 2]);
     }
 
     #[test]
