@@ -125,6 +125,12 @@ impl Current {
             (target.len(), agent.map(<[u8]>::len), referer.map(<[u8]>::len));
     }
 
+    /// Keep nothing: the access line is off.
+    fn unquote(&mut self) {
+        self.quoted.clear();
+        (self.target_len, self.agent_len, self.referer_len) = (0, None, None);
+    }
+
     /// The target, `User-Agent` and `Referer` [`Current::quote`] kept.
     fn quoted(&self) -> (&[u8], Option<&[u8]>, Option<&[u8]>) {
         let (target, rest) = self.quoted.split_at(self.target_len.min(self.quoted.len()));
@@ -436,7 +442,7 @@ impl Http1 {
                     let target = parsed.path.unwrap_or("/").as_bytes();
                     self.cur.quote(target, field("user-agent"), field("referer"));
                 } else {
-                    self.cur.quote(b"", None, None);
+                    self.cur.unquote();
                 }
                 self.head_known = true;
                 (head, parsed)
