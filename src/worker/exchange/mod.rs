@@ -19,7 +19,8 @@
 //! rooms a WebSocket joins or leaves) it returns as [`Effect`] values for the worker to
 //! carry out after the session's turn.
 //!
-//! Beside it, socket-free too: `sink.rs` (what a codec implements), `produce.rs` (the
+//! Beside it, socket-free too: `input.rs` (what a codec's read path reports, applied in
+//! one place), `sink.rs` (what a codec implements), `produce.rs` (the
 //! producers), `download.rs` and `file.rs` (file bodies), `websocket.rs` (one WebSocket),
 //! `call.rs` (what an exchange waiting on upstreams holds).
 //!
@@ -29,6 +30,7 @@
 mod call;
 mod download;
 mod file;
+mod input;
 mod produce;
 mod sink;
 #[cfg(test)]
@@ -38,6 +40,7 @@ mod websocket;
 pub(super) use call::CallState;
 pub(super) use download::Download;
 pub(super) use file::FileBody;
+pub(super) use input::Input;
 pub(super) use produce::{Events, Produce, Subscribers, Tick, Ticking, Tunnel, MAX_BACKLOG};
 pub(super) use sink::{send_head, Gone, Head, Key, Reset, Sink};
 pub(super) use websocket::{Todo, Ws, WS_PING_EVERY};
