@@ -218,7 +218,7 @@ struct Worker {
     /// streams), with who each is for.
     sse: exchange::Subscribers,
     rooms: fanout::Rooms,
-    up: crate::upstream::conn::Upstreams,
+    up: crate::upstream::pool::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,
     /// generation): driven again after the turn's events.
     drained: Vec<(usize, u32)>,
@@ -417,7 +417,7 @@ impl Worker {
                     Tok::Waker => self.completions(),
                     Tok::Bus => self.on_bus(),
                     Tok::Signals => self.signals.drain(),
-                    Tok::Upstream(ui) => self.up_event(ui),
+                    Tok::Upstream(ui) => self.up_ready(ui),
                     Tok::Client(i) => {
                         self.edge = event.is_readable() && !event.is_read_closed() && !event.is_error();
                         self.drive(i);

@@ -6,16 +6,16 @@
 //! is answered with the sink's error response, after it with the sink's failure event and
 //! the end of the body; app code that panics is answered 500, or cuts the body short.
 //!
-//! The upstream connections are `upstream.rs`'s; the exchange is reached through `mux.rs`.
-//! This file must not touch a socket or frame a body.
-
-use std::time::Instant;
+//! The upstream connections are `crate::upstream::pool`'s, seated in the loop by
+//! `upstream.rs`; the exchange is reached through `mux.rs`. This file must not touch a
+//! socket or frame a body.
 
 use super::exchange::CallState;
 use super::exchange::Reset;
 use super::mux::call_of;
 use super::panics::{guard, Panicked};
 use super::pool::ExchangeId;
+use super::upstream::up_loop;
 use super::Worker;
 use crate::error::Error;
 use crate::upstream::conn::{client_error, Owner, Step};
@@ -25,7 +25,7 @@ impl Worker {
     /// Start exchange `id`'s relay of `request` (its call slot holds the relay's state).
     pub(super) fn start_relay(&mut self, id: ExchangeId, request: &Outbound) {
         let owner = Owner { id, slot: 0 };
-        match self.up_start(owner, request) {
+        match self.up.start(owner, request, up_loop!(self)) {
             Ok(ui) => {
                 if let Some(Some(CallState::Relay { up, .. })) = call_of(&mut self.conns, &mut self.h3, id) {
                     *up = Some(ui);
@@ -43,7 +43,7 @@ impl Worker {
         else {
             return;
         };
-        let up = ui.and_then(|ui| self.up.conns.get_mut(ui).and_then(Option::as_mut));
+        let up = ui.and_then(|ui| self.up.get_mut(ui));
         let mut events = Vec::new();
         let mut outcome: Result<bool, Error> = Ok(false);
         if let Some(u) = up {
@@ -90,14 +90,14 @@ impl Worker {
             Err(e) => {
                 if let Some(ui) = ui {
                     log::warn!("relay upstream: {e:?}");
-                    self.up_close(ui);
+                    self.up.close(ui, up_loop!(self));
                 }
                 self.exchange_relay_data(id, &events);
                 self.relay_failed(id, e);
             }
             Ok(true) => {
                 if let Some(ui) = ui {
-                    self.up_release(ui);
+                    self.up.release(ui, up_loop!(self));
                 }
                 self.exchange_relay_data(id, &events);
                 self.exchange_relay_done(id);
@@ -108,18 +108,12 @@ impl Worker {
                 // (`relay_resume`).
                 let Some(slow) = self.exchange_relay_slow(id) else {
                     if let Some(ui) = ui {
-                        self.up_close(ui);
+                        self.up.close(ui, up_loop!(self));
                     }
                     return;
                 };
                 if let Some(ui) = ui {
-                    if let Some(Some(u)) = self.up.conns.get_mut(ui) {
-                        u.paused = slow;
-                        if slow {
-                            u.deadline = None;
-                        }
-                    }
-                    self.up_arm(ui);
+                    self.up.pause(ui, slow, up_loop!(self));
                 }
             }
         }
@@ -131,7 +125,7 @@ impl Worker {
         let Some(call) = call_of(&mut self.conns, &mut self.h3, id) else { return };
         let Some(CallState::Relay { mut sink, started, up, .. }) = call.take() else { return };
         if let Some(ui) = up {
-            self.up_close(ui);
+            self.up.close(ui, up_loop!(self));
         }
         if !started {
             let dev = self.env.development;
@@ -170,19 +164,15 @@ impl Worker {
             return;
         };
         let ui = *ui;
-        let Some(Some(u)) = self.up.conns.get(ui) else { return };
-        if !u.paused {
+        if !self.up.paused(ui) {
             return;
         }
         // Still behind: the drain that follows resumes the upstream.
         if self.exchange_relay_slow(id).unwrap_or(false) {
             return;
         }
-        let Some(Some(u)) = self.up.conns.get_mut(ui) else { return };
-        u.paused = false;
-        if !u.total {
-            u.deadline = Some(Instant::now() + u.timeout);
+        if self.up.unpause(ui) {
+            self.up_ready(ui);
         }
-        self.up_ready(ui);
     }
 }
