@@ -14,8 +14,8 @@
 //!   `proxy_header.rs`: the PROXY protocol header a listener may require before the rest.
 //! * `exchange/`: the life of an exchange (dispatch, answer, producers, back pressure),
 //!   written once for every protocol against a codec's `Sink` (`exchange/sink.rs`), with its
-//!   socket-free producers (`produce.rs`, `download.rs`, `file.rs`, `websocket.rs`) and
-//!   `call.rs`, what a waiting exchange holds; `mux.rs`: routes what the loop produced for an
+//!   socket-free producers (`produce.rs`, `download.rs`, `file.rs`, `websocket.rs`);
+//!   `mux.rs`: routes what the loop produced for an
 //!   `ExchangeId` (HTTP/1.1, HTTP/2 or HTTP/3) to its exchange and carries out the engine's
 //!   effects.
 //! * `h2.rs`: an HTTP/2 connection's session (its sink, scheduler and ending).
@@ -25,7 +25,8 @@
 //!   WebSockets, relays) and its end of `mux.rs`'s routes; `h1_sink.rs`: how the engine
 //!   writes an HTTP/1.1 exchange's body (file bodies: slices or `sendfile`).
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
-//! * `upstream.rs`: which exchange waits on which upstream connection (and gathers);
+//! * `upstream.rs`: the seat in the loop of the upstream connections
+//!   (`crate::upstream::pool`) and which exchange waits on which of them (and gathers);
 //!   `relay.rs`: an upstream stream relayed to its client.
 //! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
 //!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens;

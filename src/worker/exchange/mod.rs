@@ -20,13 +20,12 @@
 //! carry out after the session's turn.
 //!
 //! Beside it, socket-free too: `sink.rs` (what a codec implements), `produce.rs` (the
-//! producers), `download.rs` and `file.rs` (file bodies), `websocket.rs` (one WebSocket),
-//! `call.rs` (what an exchange waiting on upstreams holds).
+//! producers), `download.rs` and `file.rs` (file bodies), `websocket.rs` (one WebSocket).
+//! What an exchange waiting on upstreams holds is `crate::upstream::call`'s.
 //!
 //! This module must not touch a socket, a connection table or a route, and must not write
 //! protocol framing.
 
-mod call;
 mod download;
 mod file;
 mod produce;
@@ -35,7 +34,7 @@ mod sink;
 mod tests;
 mod websocket;
 
-pub(super) use call::CallState;
+pub(super) use crate::upstream::call::CallState;
 pub(super) use download::Download;
 pub(super) use file::FileBody;
 pub(super) use produce::{Events, Produce, Subscribers, Tick, Ticking, Tunnel, MAX_BACKLOG};

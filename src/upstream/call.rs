@@ -1,11 +1,12 @@
 //! What a client exchange waiting on upstreams holds ([`CallState`]): the upstream
-//! connections it runs on, a gather's results so far, or a relay's sink. Every protocol's
-//! exchange keeps one; the worker's `upstream.rs` fills it.
+//! connections its requests run on (indices into [`super::pool::Upstreams`]), a gather's
+//! results so far, or a relay's sink. Every protocol's exchange keeps one; the worker fills
+//! it as the connections' passes arrive and hands it back here when the exchange ends.
 //!
 //! It holds state only: it must not touch a socket, the loop or an exchange table.
 
-use crate::app::{Assembled, Fetched, RelaySink};
 use crate::error::Error;
+use crate::http::reply::{Assembled, Fetched, RelaySink};
 
 /// A client request waiting on upstreams.
 pub enum CallState {
