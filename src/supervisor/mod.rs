@@ -182,6 +182,9 @@ fn load_tls(config: &Config) -> Result<Option<Arc<CertifiedKey>>, crate::tls::Tl
 
 /// Run the supervisor until the service stops; returns the exit code.
 pub fn run(config: Config, source: crate::config::Source) -> i32 {
+    // Before the start-up's threads (precompression): what they free goes back to the
+    // kernel, so no worker forked after them inherits it.
+    crate::sys::fix_mmap_threshold(crate::sys::MMAP_THRESHOLD);
     let run = Supervisor::start(config, source).and_then(|mut s| {
         let code = s.cycle();
         if let Some(path) = &s.config.pid_file {

@@ -222,10 +222,16 @@ pub fn idle_thread_policy() -> io::Result<()> {
     Ok(())
 }
 
+/// The mmap threshold the supervisor and its workers fix ([`fix_mmap_threshold`]).
+pub const MMAP_THRESHOLD: usize = 1 << 20;
+
 /// Fix glibc's mmap threshold at `bytes`: larger allocations are always their
-/// own mapping and go back to the kernel when freed. (By default the threshold
-/// rises after the first large free, and later large buffers, such as argon2's
-/// working memory, then stay in the allocator's arenas for good.)
+/// own mapping and go back to the kernel when freed, and a thread's arena gives
+/// its free top back as chunks are freed. (By default the threshold, and with it
+/// the trim threshold, rises after the first large free: later large buffers,
+/// such as argon2's working memory, then stay in the allocator's arenas for
+/// good, and a finished thread's arena keeps its free top, which `malloc_trim`
+/// does not return for arenas other than the main one.)
 pub fn fix_mmap_threshold(bytes: usize) {
     let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     // SAFETY: mallopt changes allocator tuning; it is called before any other

@@ -154,7 +154,7 @@ const PANIC_EXIT: i32 = 101;
 pub fn run(args: WorkerArgs<'_>) -> i32 {
     panics::install_hook();
     // Before any thread starts: big buffers are mappings of their own, returned when freed.
-    crate::sys::fix_mmap_threshold(1 << 20);
+    crate::sys::fix_mmap_threshold(crate::sys::MMAP_THRESHOLD);
     let worked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Worker::new(args).and_then(|mut w| w.run())));
     // The last turn's access lines, whichever way the loop ended.
     crate::logging::flush_access();

@@ -504,10 +504,8 @@ fn an_hpack_bomb_is_refused_per_stream_without_buffering_it() {
         let id = 3 + 2 * i;
         assert_ne!(a.seen.head(id), Some(0x88), "bombed stream {id} was served: {}", a.summary());
     }
-    let refused = (0..streams)
-        .map(|i| 3 + 2 * i)
-        .filter(|&id| a.seen.reset(id).is_some() || a.seen.head(id).is_some())
-        .count();
+    let refused =
+        (0..streams).map(|i| 3 + 2 * i).filter(|&id| a.seen.reset(id).is_some() || a.seen.head(id).is_some()).count();
     assert!(refused > 0 || a.ended(), "the bomb was not refused: {f:?} {}", a.summary());
     if a.ended() {
         assert!(a.wait_eof(IO_TIMEOUT), "HPACK bomb: GOAWAY but no close: {}", a.summary());

@@ -65,6 +65,37 @@ fn workers_start_without_the_supervisors_freed_start_up_memory() {
     assert!(sup < 9 * 1024, "the supervisor holds {sup} KiB of anonymous memory after start");
 }
 
+/// Resident anonymous memory of `pid`'s unnamed mappings (not `[heap]`, `[stack]` or a
+/// file): the arenas of threads other than the main one, and large allocations of their own.
+fn unnamed_anon_kib(pid: i32) -> u64 {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let (mut unnamed, mut total) = (false, 0);
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some(range), Some(_perms)) if range.contains('-') && !range.ends_with(':') => {
+                unnamed = line.split_whitespace().nth(5).is_none();
+            }
+            (Some("Anonymous:"), Some(kib)) if unnamed => total += kib.parse::<u64>().unwrap_or(0),
+            _ => {}
+        }
+    }
+    total
+}
+
+#[test]
+fn the_start_ups_finished_threads_leave_no_memory_behind() {
+    // The supervisor precompresses the fixed bodies on its thread and one more per other
+    // CPU, then forks; what those threads freed must not stay resident in their arenas,
+    // where every worker would inherit it.
+    let server = Server::builder().workers(1).start();
+    server.wait_workers(1, START_TIMEOUT);
+    assert_eq!(server.get("/health").status, 200);
+    let kib = unnamed_anon_kib(server.pid());
+    eprintln!("supervisor: {kib} KiB resident in unnamed anonymous mappings");
+    assert!(kib < 384, "the supervisor holds {kib} KiB in its threads' arenas after start");
+}
+
 #[test]
 fn killed_worker_is_replaced_while_the_other_keeps_serving() {
     let server = Server::builder().workers(2).start();
