@@ -4,7 +4,8 @@
 //! one already running, each connection's deadline, and what one readiness or timer event
 //! on a connection means for whoever waits on it ([`Pass`]): a pooled connection found dead
 //! before it answered is replaced once by a fresh one, a refused address gives way to the
-//! next one the name resolved to.
+//! next one the name resolved to. When an exchange ends, what only it waited on is closed
+//! ([`Upstreams::cancel`]), so the upstream sees the connection go.
 //!
 //! It knows nothing of the event loop or of exchanges: sockets are registered and deadlines
 //! queued through a [`Registrar`] the worker implements, and what an [`Owner`] must be told
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 
+use super::call::CallState;
 use super::conn::{connect_from, tls_session, up_io, Owner, Step, UpConn};
 use super::wire::{write_request, ClientError, Endpoint, Outbound, ResponseReader, ENDPOINTS};
 use crate::http::exchange::ExchangeId;
@@ -221,6 +223,16 @@ impl Upstreams {
                 Some(next) => u.owner = Some(next),
                 None => self.close(ui, reg),
             }
+        }
+    }
+
+    /// Exchange `id` ended while it waited on upstreams (`call`, taken from it): every
+    /// connection a gather's request ran on is left (one that other exchanges joined goes on
+    /// for them), a relay's connection is closed, so the upstream sees the connection go.
+    pub fn cancel(&mut self, id: ExchangeId, call: CallState, reg: &mut impl Registrar) {
+        match call {
+            CallState::Gather { ups, .. } => ups.into_iter().flatten().for_each(|ui| self.leave(ui, id, reg)),
+            CallState::Relay { up, .. } => up.into_iter().for_each(|ui| self.close(ui, reg)),
         }
     }
 
@@ -677,6 +689,27 @@ mod tests {
         assert!(ups.get_mut(ui).is_none(), "nobody waits: closed");
         assert_eq!(reg.deregistered, 1);
         assert_eq!(ups.join(owner(4), &req), None, "and no longer joinable");
+    }
+
+    #[test]
+    fn an_exchange_that_ends_closes_what_only_it_waited_on() {
+        let (_listener, ep) = upstream();
+        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let (shared, own) = (get(&ep, "/shared", true), get(&ep, "/own", false));
+        let joined = ups.start(owner(1), &shared, &mut reg).expect("started");
+        ups.share(joined, &shared);
+        ups.join(owner(2), &shared);
+        let alone = ups.start(Owner { id: owner(1).id, slot: 1 }, &own, &mut reg).expect("started");
+        let call = CallState::Gather {
+            ups: vec![Some(joined), Some(alone)],
+            results: vec![None, None],
+            waiting: 2,
+            finish: Box::new(|_| Err(crate::error::Error::UpstreamTimeout)),
+        };
+        ups.cancel(owner(1).id, call, &mut reg);
+        assert!(ups.get_mut(alone).is_none(), "closed: nobody else waited on it");
+        assert_eq!(ids(&ups, joined), [owner(2).id], "goes on for the exchange that joined it");
+        assert_eq!(reg.deregistered, 1);
     }
 
     #[test]

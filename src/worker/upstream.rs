@@ -110,12 +110,7 @@ impl Worker {
     /// Exchange `id` went away: drop every upstream exchange it owns (one
     /// that other clients joined goes on for them).
     pub(super) fn cancel_call(&mut self, id: ExchangeId, call: CallState) {
-        match call {
-            CallState::Gather { ups, .. } => {
-                ups.into_iter().flatten().for_each(|ui| self.up.leave(ui, id, up_loop!(self)))
-            }
-            CallState::Relay { up, .. } => up.into_iter().for_each(|ui| self.up.close(ui, up_loop!(self))),
-        }
+        self.up.cancel(id, call, up_loop!(self));
     }
 
     /// Record which upstream connection an owner's request runs on.
