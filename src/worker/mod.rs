@@ -218,7 +218,7 @@ struct Worker {
     /// Event-stream subscribers, by exchange (HTTP/1.1 connections, HTTP/2 and HTTP/3
     /// streams), with who each is for.
     sse: exchange::Subscribers,
-    rooms: fanout::Rooms,
+    rooms: crate::bus::rooms::Rooms,
     up: crate::upstream::pool::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,
     /// generation): driven again after the turn's events.
