@@ -1,15 +1,15 @@
 //! Upstream calls from the event loop: which exchange waits for which upstream connection.
 //!
 //! The connections, their idle pools, the coalescing of identical requests, their
-//! deadlines and retries are one value, [`Upstreams`] (`crate::upstream::pool`). This file
-//! is its seat in the loop: it registers its sockets (tokens [`Tok::Upstream`]) and queues
-//! its deadlines in the worker's timers ([`UpLoop`]), starts a handler's calls, and delivers
-//! what a connection's pass produced to the exchange waiting for it. A *gather*
-//! (`Upstream::Call`: requests in parallel, one response built from all results) is finished
-//! here; a *relay* (`Upstream::Relay`: one upstream stream forwarded as it arrives) is
-//! `relay.rs`'s. Cancellation: when the client exchange ends, every upstream socket it owns
-//! is closed at once, so the upstream sees the connection go. What the answers mean lives in
-//! the app.
+//! deadlines and retries are one value, [`Upstreams`](crate::upstream::pool::Upstreams).
+//! This file is its seat in the loop: it registers its sockets (tokens [`Tok::Upstream`])
+//! and queues its deadlines in the worker's timers ([`UpLoop`]), starts a handler's calls,
+//! and delivers what a connection's pass produced to the exchange waiting for it. A
+//! *gather* (`Upstream::Call`: requests in parallel, one response built from all results)
+//! is finished here; a *relay* (`Upstream::Relay`: one upstream stream forwarded as it
+//! arrives) is `relay.rs`'s. Cancellation: when the client exchange ends, every upstream
+//! socket it owns is closed at once, so the upstream sees the connection go. What the
+//! answers mean lives in the app.
 
 use std::io;
 use std::time::Instant;
