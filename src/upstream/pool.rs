@@ -517,15 +517,13 @@ mod tests {
     fn upstream() -> (TcpListener, Arc<Endpoint>) {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("address");
-        let endpoint = Endpoint {
-            id: 0,
-            url: format!("http://{addr}"),
-            host: addr.to_string(),
-            path: String::new(),
-            addrs: vec![addr],
-            tls: None,
-        };
-        (listener, Arc::new(endpoint))
+        (listener, endpoint(vec![addr]))
+    }
+
+    /// An endpoint whose name resolved to `addrs`.
+    fn endpoint(addrs: Vec<std::net::SocketAddr>) -> Arc<Endpoint> {
+        let host = addrs[0].to_string();
+        Arc::new(Endpoint { id: 0, url: format!("http://{host}"), host, path: String::new(), addrs, tls: None })
     }
 
     fn get(endpoint: &Arc<Endpoint>, path: &str, coalesce: bool) -> Outbound {
@@ -738,6 +736,29 @@ mod tests {
         assert_eq!(followers.iter().map(|o| o.id).collect::<Vec<_>>(), [owner(2).id]);
         assert!(ups.get_mut(ui).is_none());
         assert_eq!(ups.join(owner(3), &req), None);
+    }
+
+    #[test]
+    fn a_refused_address_gives_way_to_the_next_one_the_name_resolved_to() {
+        let refused = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port");
+        let (_listener, ep) = upstream();
+        let ep = endpoint(vec![refused, ep.addrs[0]]);
+        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let ui = ups.start(owner(1), &get(&ep, "/", false), &mut reg).expect("started");
+        let mut scratch = vec![0; 4096];
+        let mut events = Events::with_capacity(8);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        // A refusal is reported at once or by the connection's first pass.
+        while !ups.get_mut(ui).is_some_and(|u| u.connected) {
+            assert!(Instant::now() < deadline, "never connected");
+            reg.poll.poll(&mut events, Some(Duration::from_millis(100))).expect("poll");
+            match ups.pass(ui, &mut scratch, &mut reg) {
+                Pass::Quiet | Pass::Step(_, _, Step::Pending) => {}
+                Pass::Step(_, _, Step::Failed(e)) => panic!("failed: {e}"),
+                _ => panic!("not a fallback"),
+            }
+        }
+        assert_eq!(ups.get_mut(ui).map(|u| u.addr), Some(1));
     }
 
     #[test]
