@@ -15,8 +15,8 @@
 //! * `exchange/`: the life of an exchange (dispatch, answer, producers, back pressure),
 //!   written once for every protocol against a codec's `Sink` (`exchange/sink.rs`) and fed
 //!   what a codec's read path reports as `Input`s (`exchange/input.rs`), with its
-//!   socket-free producers (`produce.rs`, `download.rs`, `file.rs`, `websocket.rs`) and
-//!   `call.rs`, what a waiting exchange holds; `mux.rs`: routes what the loop produced for an
+//!   socket-free producers (`produce.rs`, `download.rs`, `file.rs`, `websocket.rs`);
+//!   `mux.rs`: routes what the loop produced for an
 //!   `ExchangeId` (HTTP/1.1, HTTP/2 or HTTP/3) to its exchange and carries out the engine's
 //!   effects.
 //! * `h2.rs`: an HTTP/2 connection's session (its reading and ending); `h2_sink.rs`: how the
@@ -28,7 +28,8 @@
 //!   WebSockets, relays) and its end of `mux.rs`'s routes; `h1_sink.rs`: how the engine
 //!   writes an HTTP/1.1 exchange's body (file bodies: slices or `sendfile`).
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
-//! * `upstream.rs`: which exchange waits on which upstream connection (and gathers);
+//! * `upstream.rs`: the seat in the loop of the upstream connections
+//!   (`crate::upstream::pool`) and which exchange waits on which of them (and gathers);
 //!   `relay.rs`: an upstream stream relayed to its client.
 //! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
 //!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens;
@@ -222,8 +223,8 @@ struct Worker {
     /// Event-stream subscribers, by exchange (HTTP/1.1 connections, HTTP/2 and HTTP/3
     /// streams), with who each is for.
     sse: exchange::Subscribers,
-    rooms: fanout::Rooms,
-    up: crate::upstream::conn::Upstreams,
+    rooms: crate::bus::rooms::Rooms,
+    up: crate::upstream::pool::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,
     /// generation): driven again after the turn's events.
     drained: Vec<(usize, u32)>,
@@ -422,7 +423,7 @@ impl Worker {
                     Tok::Waker => self.completions(),
                     Tok::Bus => self.on_bus(),
                     Tok::Signals => self.signals.drain(),
-                    Tok::Upstream(ui) => self.up_event(ui),
+                    Tok::Upstream(ui) => self.up_ready(ui),
                     Tok::Client(i) => {
                         self.edge = event.is_readable() && !event.is_read_closed() && !event.is_error();
                         self.drive(i);

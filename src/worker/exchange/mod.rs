@@ -20,14 +20,13 @@
 //! carry out after the session's turn.
 //!
 //! Beside it, socket-free too: `input.rs` (what a codec's read path reports, applied in
-//! one place), `sink.rs` (what a codec implements), `produce.rs` (the
-//! producers), `download.rs` and `file.rs` (file bodies), `websocket.rs` (one WebSocket),
-//! `call.rs` (what an exchange waiting on upstreams holds).
+//! one place), `sink.rs` (what a codec implements), `produce.rs` (the producers),
+//! `download.rs` and `file.rs` (file bodies), `websocket.rs` (one WebSocket). What an
+//! exchange waiting on upstreams holds is `crate::upstream::call`'s.
 //!
 //! This module must not touch a socket, a connection table or a route, and must not write
 //! protocol framing.
 
-mod call;
 mod download;
 mod file;
 mod input;
@@ -37,7 +36,7 @@ mod sink;
 mod tests;
 mod websocket;
 
-pub(super) use call::CallState;
+pub(super) use crate::upstream::call::CallState;
 pub(super) use download::Download;
 pub(super) use file::FileBody;
 pub(super) use input::Input;
