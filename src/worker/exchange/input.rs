@@ -45,7 +45,14 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         V: Host,
     {
         match input {
-            Input::Request { opening, refused, complete } => self.request(opening, refused, complete, sink, cx, now),
+            Input::Request { opening, refused, complete } => {
+                let i = self.open(opening, &mut cx.env.common, cx.env.body_timeout, now);
+                match refused {
+                    Some(e) => self.fail(i, e, sink, cx, now),
+                    None if complete => self.dispatch(i, sink, cx, now),
+                    None => {}
+                }
+            }
             Input::Data { stream, bytes, end } => self.data(stream, bytes, end, sink, cx, now),
             Input::Reset(stream) => return self.cancel(stream, cx.sse),
             Input::Closed => self.close_all(cx.sse),
