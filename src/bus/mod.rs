@@ -14,8 +14,9 @@
 //! SSE clients recover what they missed through `Last-Event-ID` replay). A
 //! replaced worker gets a fresh socketpair and simply starts receiving.
 //!
-//! This module owns the wire format and the endpoint; the supervisor and the
-//! worker own the sockets' registration in their polls.
+//! This module owns the wire format and the endpoint, and [`rooms`] the room messages and
+//! one worker's table of room members; the supervisor and the worker own the sockets'
+//! registration in their polls.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -23,6 +24,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use socket2::{Domain, Socket, Type};
+
+pub mod rooms;
 
 /// The largest message (header included).
 pub const MAX_MESSAGE: usize = 128 * 1024;
@@ -36,7 +39,7 @@ const MAGIC: u8 = 0xB5;
 pub enum Topic {
     /// A stored notification (JSON of `store::Notification`) for `/api/events`.
     Notification,
-    /// WebSocket room traffic (JSON: `{"room", "except"?, "message"}`).
+    /// WebSocket room traffic ([`rooms::RoomMessage`], JSON).
     Room,
     /// A stored change of a declared resource's record ([`ChangeEvent`], binary) for the
     /// `/api/events` streams that may read the record.

@@ -1,12 +1,11 @@
 //! The socket half of the outbound HTTP/1.1 client: one upstream connection ([`UpConn`]:
-//! its socket, optional TLS session, request bytes and incremental response reader), the
-//! worker's table of them with per-endpoint idle lists and the in-flight table for
-//! coalescing ([`Upstreams`]), a non-blocking connect with fallback to the next address,
-//! and one I/O pass ([`up_io`]: connect check, write, read, parse).
+//! its socket, optional TLS session, request bytes and incremental response reader), a
+//! non-blocking connect from a given address on ([`connect_from`]), and one I/O pass
+//! ([`up_io`]: connect check, write, read, parse).
 //!
 //! It moves bytes and reports what a pass left ([`Step`]); it does not know who waits for the
-//! answer beyond the [`Owner`] it carries, nor what the answer means: the worker's
-//! `upstream` glue routes results to exchanges, the app decides what they mean.
+//! answer beyond the [`Owner`] it carries, nor what the answer means: [`super::pool`] keeps
+//! the connections, the worker routes results to exchanges, the app decides what they mean.
 
 use std::io;
 use std::sync::Arc;
@@ -14,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 
-use super::wire::{ClientError, Endpoint, ResponseReader, ENDPOINTS};
+use super::wire::{ClientError, Endpoint, ResponseReader};
 use crate::error::Error;
 use crate::http::exchange::ExchangeId;
 use crate::net::{read_plain, write_some};
@@ -24,7 +23,7 @@ pub const READ_SLICE: usize = 64 * 1024;
 
 /// Who is waiting for an upstream connection's response: an exchange (an
 /// HTTP/1.1 connection, or one HTTP/2 stream) and its request's slot.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Owner {
     pub(crate) id: ExchangeId,
     pub(crate) slot: usize,
@@ -67,17 +66,6 @@ pub struct UpConn {
     pub(crate) paused: bool,
     /// The last read stopped at its cap: the socket may hold more (edge-triggered).
     pub(crate) more: bool,
-}
-
-/// The worker's upstream connections and pools.
-#[derive(Default)]
-pub struct Upstreams {
-    pub(crate) conns: Vec<Option<UpConn>>,
-    pub(crate) free: Vec<usize>,
-    pub(crate) idle: [Vec<usize>; ENDPOINTS],
-    pub(crate) next_generation: u32,
-    /// Coalescible requests in flight: (endpoint id, path) → connection.
-    pub(crate) inflight: std::collections::HashMap<(usize, String), usize>,
 }
 
 /// What one I/O pass on an upstream connection left.

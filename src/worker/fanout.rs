@@ -1,7 +1,8 @@
 //! Fan-out: who receives what. The per-worker registries of event-stream
 //! subscribers and WebSocket members (by exchange, HTTP/1.1 connection or
 //! HTTP/2 stream alike; a member's own state is `exchange/websocket.rs`'s, an event
-//! stream's `exchange/produce.rs`'s), WebSocket rooms, and the
+//! stream's `exchange/produce.rs`'s), WebSocket rooms (their table and their bus
+//! messages: `crate::bus::rooms`), and the
 //! bus: publishing, receiving, and delivering a message to every local
 //! subscriber with back pressure (a subscriber whose unsent output passes
 //! `MAX_BACKLOG` is dropped rather than buffered without bound). Every
@@ -13,7 +14,6 @@
 //! must not touch a socket (it queues output and asks for a flush) or know a
 //! route.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -24,39 +24,9 @@ use super::mux::ws_of;
 use super::panics::guard;
 use super::pool::ExchangeId;
 use super::Worker;
+use crate::bus::rooms::RoomMessage;
 use crate::bus::{self, Topic};
 use crate::proto::ws as wire;
-
-/// WebSocket rooms of this worker: room → member connections (slab indexes).
-#[derive(Default)]
-pub struct Rooms {
-    members: HashMap<String, Vec<ExchangeId>>,
-}
-
-impl Rooms {
-    fn join(&mut self, room: &str, id: ExchangeId) -> bool {
-        let list = self.members.entry(room.to_owned()).or_default();
-        if list.contains(&id) {
-            return false;
-        }
-        list.push(id);
-        true
-    }
-
-    pub(super) fn leave(&mut self, room: &str, id: ExchangeId) -> bool {
-        let Some(list) = self.members.get_mut(room) else { return false };
-        let Some(pos) = list.iter().position(|&m| m == id) else { return false };
-        list.swap_remove(pos);
-        if list.is_empty() {
-            self.members.remove(room);
-            // Give the table's memory back once most of its rooms are gone.
-            if self.members.capacity() > 64 && self.members.len() * 4 < self.members.capacity() {
-                self.members.shrink_to(self.members.len() * 2);
-            }
-        }
-        true
-    }
-}
 
 impl Worker {
     /// What a WebSocket message of exchange `id` asked for: join, leave, publish to a room.
@@ -92,9 +62,7 @@ impl Worker {
                 if !member {
                     return;
                 }
-                let payload = serde_json::json!({"room": room, "skipUser": skip_user, "message": message});
-                let payload = serde_json::to_vec(&payload).unwrap_or_default();
-                self.publish(Topic::Room, &payload);
+                self.publish(Topic::Room, &RoomMessage::encode(&room, &message, skip_user));
             }
         }
     }
@@ -103,10 +71,9 @@ impl Worker {
     /// frame is encoded once (server frames are unmasked: every member gets
     /// the same bytes; [`Worker::exchange_frame`] sends it).
     fn deliver_room(&mut self, payload: &[u8]) {
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else { return };
-        let (Some(room), Some(message)) = (v["room"].as_str(), v["message"].as_str()) else { return };
-        let skip = v["skipUser"].as_i64();
-        let Some(list) = self.rooms.members.get(room) else { return };
+        let Some(msg) = RoomMessage::decode(payload) else { return };
+        let (message, skip) = (msg.message(), msg.skip_user());
+        let Some(list) = self.rooms.members(msg.room()) else { return };
         // Members may leave while it runs (a dropped one): walk a copy, kept between messages.
         let mut members = std::mem::take(&mut self.room_members);
         members.clear();
@@ -215,26 +182,5 @@ impl Worker {
         for &sub in targets {
             self.exchange_event(sub, id, event);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rooms_list_each_member_once_and_forget_empty_rooms() {
-        let mut rooms = Rooms::default();
-        let a = ExchangeId::H1 { conn: 1, gen: 1 };
-        let b = ExchangeId::H2 { conn: 2, stream: 5, gen: 9 };
-        assert!(rooms.join("r", a));
-        assert!(!rooms.join("r", a), "already a member");
-        assert!(rooms.join("r", b));
-        assert_eq!(rooms.members["r"], [a, b]);
-        assert!(rooms.leave("r", a));
-        assert!(!rooms.leave("r", a), "not a member any more");
-        assert!(!rooms.leave("nowhere", b));
-        assert!(rooms.leave("r", b));
-        assert!(!rooms.members.contains_key("r"), "an empty room is dropped");
     }
 }

@@ -1,35 +1,26 @@
-//! HTTP/2 connections in the worker: the loop's side of [`H2Conn`].
+//! HTTP/2 connections in the worker: the loop's side of [`crate::http2::H2Conn`].
 //!
 //! A connection is HTTP/2 when a plain one opens with the client preface
 //! (prior knowledge, h2c) or a TLS one negotiated `h2` by ALPN. Its
-//! [`H2Session`] owns the codec behind an [`H2Sink`] and the engine's
-//! [`Exchanges`], one per open stream (`exchange/`: dispatch, answers,
-//! producers). This module moves bytes between the connection's transport
-//! and the codec, turns the codec's events into engine calls, and decides
-//! how the connection ends (GOAWAY, the keep-alive and header timers, the
-//! drain). Streamed bodies go out in the order of their requests'
-//! `priority` (RFC 9218, [`Scheduler`]): each pass offers the most urgent
-//! ready streams a [`QUANTUM`] of DATA and lets less urgent ones wait while
-//! those can go on. It never looks at a route and never writes HTTP/2
-//! frames itself.
+//! [`H2Session`] owns the codec behind an [`H2Sink`] (`h2_sink.rs`: how the
+//! engine writes through the codec, and the RFC 9218 scheduler) and the
+//! engine's [`Exchanges`], one per open stream (`exchange/`: dispatch,
+//! answers, producers). This module moves bytes between the connection's
+//! transport and the codec, turns the codec's events into the engine's
+//! [`Input`]s, and decides how the connection ends (GOAWAY, the keep-alive
+//! and header timers, the drain). It never looks at a route and never
+//! writes HTTP/2 frames itself.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
-use super::exchange::Download;
-use super::exchange::SLICE;
-use super::exchange::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
-use super::pool::{ExchangeId, Pool, Work};
+use super::exchange::{self, engine_cx, Cx, Exchanges, Input, Key, Opening};
+use super::h2_sink::H2Sink;
+use super::pool::ExchangeId;
 use super::{Glue, Worker, READ_AHEAD};
 use crate::error::Error;
-use crate::http::reply::FileRange;
 use crate::http::service::{Env, Protocol, HIGH_WATERMARK};
 use crate::http2::request::{self, Fault};
-use crate::http2::{
-    Event, H2Conn, H2Error, H2Settings, Heads, Priority, Reason, RequestHead, ResponseFields, Scheduler, Sent, StreamId,
-};
+use crate::http2::{Event, H2Error, H2Settings, Heads, Priority, Reason, RequestHead, StreamId};
 
 /// After the two-step GOAWAY of a connection that reached its keep-alive
 /// timeout with a response still queued in h2, the peer gets this long to
@@ -50,19 +41,6 @@ const MAX_PEER_RESETS: u32 = 200;
 
 /// Event-handling rounds per drive before the connection yields to the others.
 const MAX_ROUNDS: usize = 32;
-
-/// The least a download whose stream has any room reads ahead (a page): a
-/// tiny window does not make a pool job per few bytes.
-const READ_FLOOR: usize = 4 * 1024;
-/// Body bytes a download must have sent before it reads ahead beyond its
-/// window: more than any initial window, so its client has shown, by its
-/// WINDOW_UPDATEs, that it reads.
-const PROVEN: u64 = 256 * 1024;
-/// Body bytes handed to h2 per stream per scheduling pass (one default-size
-/// DATA frame): h2 interleaves whatever it holds round-robin, so what it holds
-/// stays small and a more urgent stream that turns up is not queued behind
-/// a less urgent one's buffered tail.
-const QUANTUM: usize = 16 * 1024;
 
 /// How long a draining connection's open streams may run after its GOAWAY:
 /// most of the worker's shutdown timeout, so the abort (`GOAWAY`, then the
@@ -99,15 +77,6 @@ enum Ending {
     GoingAway,
 }
 
-/// The write side of an HTTP/2 connection: the codec, and who of the streams with DATA
-/// ready sends next (RFC 9218).
-pub(super) struct H2Sink {
-    conn: H2Conn,
-    scheduler: Scheduler,
-    /// Scratch: the streams with DATA ready, for the scheduler.
-    ready: Vec<(StreamId, Priority)>,
-}
-
 impl Key for StreamId {
     fn id(self, conn: usize, gen: u32) -> ExchangeId {
         ExchangeId::H2 { conn, stream: self.0, gen }
@@ -139,204 +108,6 @@ impl exchange::Head for RequestHead {
     fn field(&self, name: &str) -> Option<&[u8]> {
         RequestHead::field(self, name)
     }
-}
-
-impl Sink for H2Sink {
-    type Stream = StreamId;
-
-    fn informational(&mut self, stream: StreamId, fields: &ResponseFields) -> Result<(), Gone> {
-        self.conn.early_hints_with(stream, fields).map_err(|_| Gone)
-    }
-
-    fn send_head(
-        &mut self,
-        stream: StreamId,
-        status: http::StatusCode,
-        fields: &ResponseFields,
-        end: bool,
-    ) -> Result<(), Gone> {
-        self.conn.respond_with(stream, status, fields, end).map_err(|_| Gone)
-    }
-
-    fn send_data(&mut self, stream: StreamId, data: Bytes, end: bool) -> Result<(), Gone> {
-        self.conn.send_data(stream, data, end).map_err(|_| Gone)
-    }
-
-    fn reset(&mut self, stream: StreamId, why: Reset) {
-        let reason = match why {
-            Reset::Cancel => Reason::CANCEL,
-            Reset::Internal => Reason::INTERNAL_ERROR,
-        };
-        let _ = self.conn.reset(stream, reason);
-    }
-
-    fn release(&mut self, stream: StreamId, n: usize) {
-        let _ = self.conn.release(stream, n);
-    }
-
-    fn file_body(f: FileRange) -> Produce {
-        Produce::Download(Download::new(f.file, f.offset, f.len, false))
-    }
-
-    /// Read slices, in order, into the unsent bytes; the next reads are asked for when the
-    /// stream is offered a turn ([`Sink::pump`]).
-    fn feed<H>(&mut self, ex: &mut Exchange<StreamId, H>, _pool: &Pool, _id: ExchangeId) -> bool {
-        if let Some(Produce::Download(d)) = &mut ex.produce {
-            while ex.unsent.len() < SLICE {
-                let Some(bytes) = d.take_next() else { break };
-                if ex.unsent.is_empty() {
-                    ex.unsent = bytes;
-                } else {
-                    ex.unsent.extend_from_slice(&bytes);
-                }
-            }
-            if d.done() {
-                ex.done = true;
-            }
-        }
-        false
-    }
-
-    /// One scheduling pass (RFC 9218): DATA for the streams with unsent bytes, the most
-    /// urgent first, at most [`QUANTUM`] each, and disk reads for downloads as far as their
-    /// windows allow.
-    fn pump<H>(&mut self, exchanges: &mut [Exchange<StreamId, H>], pool: &Pool, conn_idx: usize, gen: u32) -> bool {
-        // No room in the output: every stream would be blocked.
-        if self.conn.output_len() >= self.conn.settings().output_high_watermark {
-            return false;
-        }
-        self.ready.clear();
-        self.ready.extend(
-            exchanges
-                .iter()
-                .filter(|e| e.streaming() && (!e.unsent.is_empty() || reading(e) || unread(e)))
-                .map(|e| (e.stream, e.priority)),
-        );
-        if self.ready.is_empty() {
-            return false;
-        }
-        let mut queued = false;
-        let conn = &mut self.conn;
-        let pass = self.scheduler.pass(&self.ready, |stream| {
-            let Some(ex) = exchanges.iter_mut().find(|e| e.stream == stream) else { return Sent::Nothing };
-            // What the stream may send before this turn's bytes: its window, up to h2's
-            // buffer (nothing of it is queued in h2 while the output has room).
-            let room = if unread(ex) { conn.writable(ex.stream) } else { 0 };
-            let sent = send_quantum(conn, ex);
-            if ex.gone {
-                queued = true;
-                return Sent::All;
-            }
-            queued |= sent > 0;
-            if unread(ex) {
-                read_ahead(ex, room, pool, ex.stream.id(conn_idx, gen));
-            }
-            if ex.unsent.is_empty() {
-                if reading(ex) {
-                    Sent::Pending
-                } else if unread(ex) {
-                    // Its window is closed: nothing was read for it.
-                    Sent::Nothing
-                } else {
-                    Sent::All
-                }
-            } else if sent >= QUANTUM {
-                Sent::Quantum
-            } else if sent > 0 {
-                Sent::Short
-            } else {
-                Sent::Nothing
-            }
-        });
-        // Only the most urgent blocked stream keeps asking h2 for window: h2 gives window
-        // the peer opens to the streams that asked, first come first served, whatever
-        // their priority.
-        for stream in pass.release {
-            self.conn.unreserve(stream);
-        }
-        if let Some(stream) = pass.keeper {
-            self.conn.writable(stream);
-        }
-        queued
-    }
-}
-
-/// A download whose next bytes are being read from disk (or are read, not yet moved into
-/// `unsent`): more comes without the peer's help.
-fn reading<H>(ex: &Exchange<StreamId, H>) -> bool {
-    matches!(&ex.produce, Some(Produce::Download(d)) if d.reading())
-}
-
-/// A download with bytes still to read: they are read once its stream's window has room.
-fn unread<H>(ex: &Exchange<StreamId, H>) -> bool {
-    matches!(&ex.produce, Some(Produce::Download(d)) if d.unread())
-}
-
-/// Ask the pool for a download's next bytes, as many as the stream may send now (`room`,
-/// what [`H2Conn::writable`] said before its turn) less those already held or asked for, at
-/// least [`READ_FLOOR`] once it has any room. A stream that has sent [`PROVEN`] bytes and
-/// whose window is open beyond h2's buffer reads two [`SLICE`]s more, so that the disk keeps
-/// ahead of a fast client. A stream whose window is closed reads nothing; one that stalls
-/// early holds at most what its window let it read.
-fn read_ahead<H>(ex: &mut Exchange<StreamId, H>, room: usize, pool: &Pool, id: ExchangeId) {
-    let Some(Produce::Download(d)) = &mut ex.produce else { return };
-    if room == 0 {
-        return;
-    }
-    let want = if room >= SLICE && ex.body_sent >= PROVEN { room + 2 * SLICE } else { room.max(READ_FLOOR) };
-    let mut held = ex.unsent.len().saturating_add(usize::try_from(d.ahead()).unwrap_or(usize::MAX));
-    // Whole slices while something is held: fewer, larger reads.
-    while held < want && (held == 0 || want - held >= SLICE) {
-        let Some((at, len, buf)) = d.next_read(want - held) else { break };
-        held += len;
-        pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
-    }
-}
-
-/// Move a download's next slice, if it is read, into `unsent`; whether one was.
-fn refill<H>(ex: &mut Exchange<StreamId, H>) -> bool {
-    let Some(Produce::Download(d)) = &mut ex.produce else { return false };
-    let Some(bytes) = d.take_next() else { return false };
-    if d.done() {
-        ex.done = true;
-    }
-    if ex.unsent.is_empty() {
-        ex.unsent = bytes;
-    } else {
-        ex.unsent.extend_from_slice(&bytes);
-    }
-    !ex.unsent.is_empty()
-}
-
-/// Hand h2 up to [`QUANTUM`] of exchange `ex`'s unsent bytes, as its stream's window
-/// allows, taking its download's read slices as needed. Returns the bytes handed over;
-/// `ex.gone` once its body ended or its stream failed.
-fn send_quantum<H>(conn: &mut H2Conn, ex: &mut Exchange<StreamId, H>) -> usize {
-    let mut sent = 0;
-    while sent < QUANTUM {
-        if ex.unsent.is_empty() && !refill(ex) {
-            break;
-        }
-        let n = conn.writable(ex.stream).min(QUANTUM - sent);
-        if n == 0 {
-            break;
-        }
-        let chunk = if n >= ex.unsent.len() {
-            Bytes::from(std::mem::take(&mut ex.unsent))
-        } else {
-            let c = Bytes::copy_from_slice(&ex.unsent[..n]);
-            ex.unsent.drain(..n);
-            c
-        };
-        let end = ex.done && ex.unsent.is_empty();
-        sent += chunk.len();
-        ex.body_sent += chunk.len() as u64;
-        if conn.send_data(ex.stream, chunk, end).is_err() || end {
-            ex.gone = true;
-            break;
-        }
-    }
-    sent
 }
 
 /// One HTTP/2 connection's state: the codec, its exchanges, how it ends.
@@ -374,7 +145,7 @@ impl H2Session {
         now: Instant,
     ) -> H2Session {
         H2Session {
-            out: H2Sink { conn: H2Conn::new(settings), scheduler: Scheduler::new(), ready: Vec::new() },
+            out: H2Sink::new(settings),
             events: Vec::new(),
             ex: Exchanges::new(conn, gen, peer, Protocol::Http2, tls, true, now),
             peer,
@@ -467,19 +238,14 @@ impl H2Session {
     }
 
     fn on_event(&mut self, event: Event, cx: &mut Cx<'_, Glue<'_>>, now: Instant) {
-        match event {
-            Event::Request { stream, head } => self.on_request(stream, head, cx, now),
-            Event::Data { stream, bytes, end } => self.ex.data(stream, &bytes, end, &mut self.out, cx, now),
-            Event::Writable { .. } => {}
-            Event::Reset { stream, .. } => {
-                if self.ex.cancel(stream, cx.sse) {
-                    self.peer_resets += 1;
-                    if self.peer_resets > MAX_PEER_RESETS {
-                        log::debug!("HTTP/2: too many streams reset by the peer");
-                        self.out.conn.abort(Reason::ENHANCE_YOUR_CALM);
-                    }
-                }
+        let input = match event {
+            Event::Request { stream, head } => self.opening(stream, head, cx),
+            Event::Data { stream, bytes, end } => {
+                self.ex.input(Input::Data { stream, bytes: &bytes, end }, &mut self.out, cx, now);
+                return;
             }
+            Event::Writable { .. } => return,
+            Event::Reset { stream, .. } => Input::Reset(stream),
             Event::Closed { error } => {
                 match error {
                     Some(H2Error::Codec { reason: Some(Reason::ENHANCE_YOUR_CALM), remote: false, .. }) => {
@@ -489,12 +255,25 @@ impl H2Session {
                     None => {}
                 }
                 self.closed = true;
-                self.ex.close_all(cx.sse);
+                Input::Closed
+            }
+        };
+        if self.ex.input(input, &mut self.out, cx, now) {
+            self.peer_resets += 1;
+            if self.peer_resets > MAX_PEER_RESETS {
+                log::debug!("HTTP/2: too many streams reset by the peer");
+                self.out.conn.abort(Reason::ENHANCE_YOUR_CALM);
             }
         }
     }
 
-    fn on_request(&mut self, stream: StreamId, head: RequestHead, cx: &mut Cx<'_, Glue<'_>>, now: Instant) {
+    /// The engine's input for a request head on `stream`: what HTTP/2 finds wrong with it.
+    fn opening<'a>(
+        &self,
+        stream: StreamId,
+        head: RequestHead,
+        cx: &Cx<'_, Glue<'_>>,
+    ) -> Input<'a, StreamId, RequestHead> {
         // RFC 8441: the stream is the tunnel; the request is complete with its head.
         let tunnel = head.method() == "CONNECT" && head.protocol() == Some("websocket");
         let declared =
@@ -508,7 +287,7 @@ impl H2Session {
             Ok(()) => None,
         };
         let opening = Opening { stream, head, priority, body_follows: !end_stream, tunnel };
-        self.ex.request(opening, refused, end_stream || tunnel, &mut self.out, cx, now);
+        Input::Request { opening, refused, complete: end_stream || tunnel }
     }
 }
 impl Worker {
@@ -694,13 +473,5 @@ mod tests {
         let headers = [0, 0, 1, 0x1, 0x1, 0, 0, 0, 1, 0x82];
         sess.unfinished.as_mut().expect("watched").feed(&headers, fed);
         assert_eq!(sess.deadline(&env), Some(fed + env.header_timeout));
-    }
-
-    #[test]
-    fn a_head_for_an_unknown_stream_is_refused() {
-        let mut sink =
-            H2Sink { conn: H2Conn::new(H2Settings::default()), scheduler: Scheduler::new(), ready: Vec::new() };
-        let fields = ResponseFields::default();
-        assert!(sink.send_head(StreamId(1), http::StatusCode::OK, &fields, true).is_err());
     }
 }

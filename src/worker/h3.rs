@@ -12,10 +12,9 @@
 //! An exchange is keyed by [`ExchangeId::H3`]: `conn` = the connection's handle, `stream` =
 //! the QUIC stream id, with a per-session generation: pool completions, bus events and
 //! upstream waits find it as they find an HTTP/2 stream. The exchanges are the engine's
-//! (`exchange/`: dispatch, answers, producers), written through [`H3Conn`] as their `Sink`:
-//! response bodies go into the connection's per-stream queue while [`H3Conn::may_send`]
-//! allows; a download reads
-//! its next slice only once the stream (QUIC flow control) took the last one ([`FileBody`]).
+//! (`exchange/`: dispatch, answers, producers); what the connection reports becomes the
+//! engine's [`Input`]s, and the engine writes through [`H3Conn`] as their `Sink`
+//! (`h3_sink.rs`).
 //! A request head late past `header_timeout_ms` on its stream, or a body past
 //! `body_timeout_ms`, is answered 408 on that stream; a connection with no request stream
 //! for `keepalive_timeout_ms` is sent GOAWAY and closed (`http3::conn`).
@@ -28,25 +27,19 @@
 use crate::http3::idmap::{IdMap, IdSet};
 use std::io;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use mio::Registry;
 use quinn_proto::{ConnectionHandle, StreamId, VarInt};
 
-use super::exchange::FileBody;
-use super::exchange::SLICE;
-use super::exchange::{self, engine_cx, Cx, Exchange, Exchanges, Gone, Key, Opening, Produce, Reset, Sink};
-use super::pool::{ExchangeId, Pool, Work};
+use super::exchange::{self, engine_cx, Cx, Exchanges, Input, Key, Opening};
+use super::pool::ExchangeId;
 use super::quic::{Endpoint, WorkerH3};
 use super::{Glue, Worker};
 use crate::config::Config;
 use crate::error::Error;
-use crate::http::reply::FileRange;
-use crate::http::response::{Delimit, RequestMeta};
 use crate::http::service::Protocol;
-use crate::http2::{Heads, Priority, ResponseFields};
+use crate::http2::{Heads, Priority};
 use crate::http3::conn::{Event, H3Conn};
 use crate::http3::head::RequestHead;
 use crate::http3::server::Server;
@@ -156,129 +149,35 @@ impl exchange::Head for Box<RequestHead> {
     }
 }
 
-impl Sink for H3Conn {
-    type Stream = StreamId;
-
-    fn informational(&mut self, stream: StreamId, fields: &ResponseFields) -> Result<(), Gone> {
-        self.send_head(stream, 103, fields.iter().map(|(n, v, _)| (n, v))).map_err(|_| Gone)
-    }
-
-    fn send_head(
-        &mut self,
-        stream: StreamId,
-        status: http::StatusCode,
-        fields: &ResponseFields,
-        end: bool,
-    ) -> Result<(), Gone> {
-        H3Conn::send_head(self, stream, status.as_u16(), fields.iter().map(|(n, v, _)| (n, v))).map_err(|_| Gone)?;
-        if end {
-            self.finish(stream).map_err(|_| Gone)?;
-        }
-        Ok(())
-    }
-
-    fn send_data(&mut self, stream: StreamId, data: Bytes, end: bool) -> Result<(), Gone> {
-        if !data.is_empty() {
-            H3Conn::send_data(self, stream, data).map_err(|_| Gone)?;
-        }
-        if end {
-            self.finish(stream).map_err(|_| Gone)?;
-        }
-        Ok(())
-    }
-
-    fn reset(&mut self, stream: StreamId, why: Reset) {
-        let code = match why {
-            Reset::Cancel => crate::http3::Code::RequestCancelled,
-            Reset::Internal => crate::http3::Code::InternalError,
-        };
-        H3Conn::reset(self, Instant::now(), stream, code);
-    }
-
-    /// QUIC's stream windows are quinn's: what arrived is already consumed.
-    fn release(&mut self, _stream: StreamId, _n: usize) {}
-
-    fn file_body(f: FileRange) -> Produce {
-        Produce::Slices(FileBody::new(f.file, f.offset, f.len))
-    }
-
-    /// A download's read slice goes into the stream's queue, and the next is read once
-    /// quinn took all of it (its size follows how it did); produced bytes go in while the
-    /// stream may send.
-    fn feed<H>(&mut self, ex: &mut Exchange<StreamId, H>, pool: &Pool, id: ExchangeId) -> bool {
-        let mut gone = false;
-        if let Some(Produce::Slices(d)) = &mut ex.produce {
-            if let Some(bytes) = d.take() {
-                gone = H3Conn::send_data(self, ex.stream, Bytes::from(bytes)).is_err();
-                d.taken(self.queued(ex.stream) == 0);
-            }
-            if !gone && self.queued(ex.stream) == 0 && self.may_send(ex.stream) {
-                if let Some((at, len, buf)) = d.next_read() {
-                    pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
-                }
-            }
-            if d.done() {
-                ex.done = true;
-            }
-        }
-        while !gone && !ex.unsent.is_empty() && self.may_send(ex.stream) {
-            let n = ex.unsent.len().min(SLICE);
-            let chunk = if n == ex.unsent.len() {
-                Bytes::from(std::mem::take(&mut ex.unsent))
-            } else {
-                let c = Bytes::copy_from_slice(&ex.unsent[..n]);
-                ex.unsent.drain(..n);
-                c
-            };
-            gone = H3Conn::send_data(self, ex.stream, chunk).is_err();
-        }
-        gone
-    }
-
-    /// quinn sends the streams' queues in their priority order itself.
-    fn pump<H>(&mut self, _: &mut [Exchange<StreamId, H>], _: &Pool, _: usize, _: u32) -> bool {
-        false
-    }
-}
-
-/// Writes a whole error response on `stream`, which has no exchange (its head was too large
-/// or late).
-fn send_whole(conn: &mut H3Conn, cx: &mut Cx<'_, Glue<'_>>, stream: StreamId, e: Error) {
-    let mut resp = e.into_response(cx.env.development);
-    let meta = RequestMeta { delimit: Delimit::Length, head: false, http10: false, keep_alive: true, request_id: b"" };
-    if let Ok(h) = cx.heads.build(&mut resp, &meta, &mut cx.env.common) {
-        let _ = exchange::send_head(conn, stream, h, false);
-    }
-}
-
 /// Session `sess` of connection `conn`: handles what `conn` reported and services the
 /// streamed bodies.
 fn run_session(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, Glue<'_>>, now: Instant) {
     while let Some(event) = conn.poll_event() {
-        match event {
-            Event::Request { stream, head } => on_request(sess, conn, stream, head, cx, now),
-            Event::TooLarge { stream } => send_whole(conn, cx, stream, Error::HeaderTooLarge),
-            Event::HeadTimeout { stream } => send_whole(conn, cx, stream, Error::RequestTimeout),
-            Event::Data { stream, data } => sess.data(stream, &data, false, conn, cx, now),
-            Event::End { stream } => sess.data(stream, &[], true, conn, cx, now),
-            Event::Aborted { stream } => {
-                sess.cancel(stream, cx.sse);
+        let input = match event {
+            Event::Request { stream, head } => opening(conn, stream, head, cx),
+            Event::TooLarge { stream } => Input::Refused { stream, error: Error::HeaderTooLarge },
+            Event::HeadTimeout { stream } => Input::Refused { stream, error: Error::RequestTimeout },
+            Event::Data { stream, data } => {
+                sess.input(Input::Data { stream, bytes: &data, end: false }, conn, cx, now);
+                continue;
             }
-            Event::Writable { .. } => {}
-            Event::Closed => sess.close_all(cx.sse),
-        }
+            Event::End { stream } => Input::Data { stream, bytes: &[], end: true },
+            Event::Aborted { stream } => Input::Reset(stream),
+            Event::Writable { .. } => continue,
+            Event::Closed => Input::Closed,
+        };
+        sess.input(input, conn, cx, now);
     }
     sess.service(conn, cx);
 }
 
-fn on_request(
-    sess: &mut Session,
+/// The engine's input for a request head on `stream`: what HTTP/3 finds wrong with it.
+fn opening<'a>(
     conn: &mut H3Conn,
     stream: StreamId,
     head: Box<RequestHead>,
-    cx: &mut Cx<'_, Glue<'_>>,
-    now: Instant,
-) {
+    cx: &Cx<'_, Glue<'_>>,
+) -> Input<'a, StreamId, Box<RequestHead>> {
     let priority = Priority::from_fields(head.fields().filter(|(n, _)| *n == b"priority").map(|(_, v)| v));
     // RFC 9218 urgency 0 (most urgent) .. 7; quinn sends higher priorities first.
     conn.set_priority(stream, 7 - i32::from(priority.urgency.min(7)));
@@ -295,7 +194,7 @@ fn on_request(
     };
     // The end of the stream is an event of its own: a body may always follow.
     let opening = Opening { stream, head, priority, body_follows: true, tunnel: false };
-    sess.request(opening, refused, false, conn, cx, now);
+    Input::Request { opening, refused, complete: false }
 }
 
 impl Worker {

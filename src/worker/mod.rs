@@ -13,19 +13,23 @@
 //!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline;
 //!   `proxy_header.rs`: the PROXY protocol header a listener may require before the rest.
 //! * `exchange/`: the life of an exchange (dispatch, answer, producers, back pressure),
-//!   written once for every protocol against a codec's `Sink` (`exchange/sink.rs`), with its
-//!   socket-free producers (`produce.rs`, `download.rs`, `file.rs`, `websocket.rs`) and
-//!   `call.rs`, what a waiting exchange holds; `mux.rs`: routes what the loop produced for an
+//!   written once for every protocol against a codec's `Sink` (`exchange/sink.rs`) and fed
+//!   what a codec's read path reports as `Input`s (`exchange/input.rs`), with its
+//!   socket-free producers (`produce.rs`, `download.rs`, `file.rs`, `websocket.rs`);
+//!   `mux.rs`: routes what the loop produced for an
 //!   `ExchangeId` (HTTP/1.1, HTTP/2 or HTTP/3) to its exchange and carries out the engine's
 //!   effects.
-//! * `h2.rs`: an HTTP/2 connection's session (its sink, scheduler and ending).
+//! * `h2.rs`: an HTTP/2 connection's session (its reading and ending); `h2_sink.rs`: how the
+//!   engine writes through its codec, and the RFC 9218 scheduler of its bodies.
 //! * `h3.rs`: HTTP/3: the exchanges of each QUIC connection (a table of its own, not a
-//!   `ConnState`); `quic.rs`: the slot's UDP socket and the QUIC endpoint on it;
+//!   `ConnState`); `h3_sink.rs`: how the engine writes through its codec; `quic.rs`: the
+//!   slot's UDP socket and the QUIC endpoint on it;
 //! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event streams, tickers,
 //!   WebSockets, relays) and its end of `mux.rs`'s routes; `h1_sink.rs`: how the engine
 //!   writes an HTTP/1.1 exchange's body (file bodies: slices or `sendfile`).
 //! * `fanout.rs`: SSE subscribers, WebSocket members and rooms, the bus.
-//! * `upstream.rs`: which exchange waits on which upstream connection (and gathers);
+//! * `upstream.rs`: the seat in the loop of the upstream connections
+//!   (`crate::upstream::pool`) and which exchange waits on which of them (and gathers);
 //!   `relay.rs`: an upstream stream relayed to its client.
 //! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
 //!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens;
@@ -38,7 +42,9 @@ mod fanout;
 mod glue;
 mod h1_sink;
 mod h2;
+mod h2_sink;
 mod h3;
+mod h3_sink;
 mod mux;
 mod panics;
 mod pool;
@@ -217,8 +223,8 @@ struct Worker {
     /// Event-stream subscribers, by exchange (HTTP/1.1 connections, HTTP/2 and HTTP/3
     /// streams), with who each is for.
     sse: exchange::Subscribers,
-    rooms: fanout::Rooms,
-    up: crate::upstream::conn::Upstreams,
+    rooms: crate::bus::rooms::Rooms,
+    up: crate::upstream::pool::Upstreams,
     /// Paused connections whose output drained outside their own `drive` (slab index,
     /// generation): driven again after the turn's events.
     drained: Vec<(usize, u32)>,
@@ -417,7 +423,7 @@ impl Worker {
                     Tok::Waker => self.completions(),
                     Tok::Bus => self.on_bus(),
                     Tok::Signals => self.signals.drain(),
-                    Tok::Upstream(ui) => self.up_event(ui),
+                    Tok::Upstream(ui) => self.up_ready(ui),
                     Tok::Client(i) => {
                         self.edge = event.is_readable() && !event.is_read_closed() && !event.is_error();
                         self.drive(i);

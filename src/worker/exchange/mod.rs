@@ -2,9 +2,9 @@
 //! protocol.
 //!
 //! A codec's session owns an [`Exchanges`] (its open exchanges, keyed by stream) and a
-//! [`Sink`] (its connection's write side). The codec turns what its peer sent into calls
-//! here — a head ([`Exchanges::open`]), body bytes ([`Exchanges::data`]), a reset
-//! ([`Exchanges::cancel`]) — and the worker hands over what the rest of the loop produced:
+//! [`Sink`] (its connection's write side). The codec turns what its peer sent into
+//! [`Input`]s — a head, body bytes, a reset, the connection's end — applied in one place
+//! ([`Exchanges::input`]), and the worker hands over what the rest of the loop produced:
 //! a pool result ([`Exchanges::completed`]), a bus event ([`Exchanges::event`]), an upstream's
 //! answer or relayed bytes. The engine runs the one dispatch (the request to the app through
 //! [`Host`]), answers through the sink, starts the body's [`Produce`]r (event stream,
@@ -19,25 +19,27 @@
 //! rooms a WebSocket joins or leaves) it returns as [`Effect`] values for the worker to
 //! carry out after the session's turn.
 //!
-//! Beside it, socket-free too: `sink.rs` (what a codec implements), `produce.rs` (the
-//! producers), `download.rs` and `file.rs` (file bodies), `websocket.rs` (one WebSocket),
-//! `call.rs` (what an exchange waiting on upstreams holds).
+//! Beside it, socket-free too: `input.rs` (what a codec's read path reports, applied in
+//! one place), `sink.rs` (what a codec implements), `produce.rs` (the producers),
+//! `download.rs` and `file.rs` (file bodies), `websocket.rs` (one WebSocket). What an
+//! exchange waiting on upstreams holds is `crate::upstream::call`'s.
 //!
 //! This module must not touch a socket, a connection table or a route, and must not write
 //! protocol framing.
 
-mod call;
 mod download;
 mod file;
+mod input;
 mod produce;
 mod sink;
 #[cfg(test)]
 mod tests;
 mod websocket;
 
-pub(super) use call::CallState;
+pub(super) use crate::upstream::call::CallState;
 pub(super) use download::Download;
 pub(super) use file::FileBody;
+pub(super) use input::Input;
 pub(super) use produce::{Events, Produce, Subscribers, Tick, Ticking, Tunnel, MAX_BACKLOG};
 pub(super) use sink::{send_head, Gone, Head, Key, Reset, Sink};
 pub(super) use websocket::{Todo, Ws, WS_PING_EVERY};
@@ -326,30 +328,6 @@ impl<K: Key, H: Head> Exchanges<K, H> {
         });
         self.idle_since = None;
         self.list.len() - 1
-    }
-
-    /// A request head arrived: a new exchange, answered at once with `refused` (what the
-    /// codec found wrong with the head), else dispatched when the request is `complete`
-    /// (else its body follows, [`Exchanges::data`]).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn request<S, V>(
-        &mut self,
-        o: Opening<K, H>,
-        refused: Option<Error>,
-        complete: bool,
-        sink: &mut S,
-        cx: &mut Cx<'_, V>,
-        now: Instant,
-    ) where
-        S: Sink<Stream = K>,
-        V: Host,
-    {
-        let i = self.open(o, &mut cx.env.common, cx.env.body_timeout, now);
-        match refused {
-            Some(e) => self.fail(i, e, sink, cx, now),
-            None if complete => self.dispatch(i, sink, cx, now),
-            None => {}
-        }
     }
 
     /// Take on an exchange its codec answers (HTTP/1.1: the codec writes and logs the head)

@@ -477,3 +477,55 @@ fn a_codec_that_writes_its_own_heads_answers_an_adopted_exchange_and_logs_it_its
     assert_eq!(b.ex.list[0].stage, Stage::Streaming, "the relayed body follows");
     assert!(b.host.finished.is_empty(), "the codec logs what it answers, not the engine");
 }
+
+#[test]
+fn a_head_refused_before_it_had_an_exchange_is_answered_whole_and_opens_none() {
+    let mut b = Bench::new(|| unreachable!("a refused head reaches no handler"));
+    let (mut cx, now) = (bench_cx!(b), Instant::now());
+    let reset = b.ex.input(Input::Refused { stream: S(5), error: Error::HeaderTooLarge }, &mut b.sink, &mut cx, now);
+    assert!(!reset);
+    assert!(matches!(b.sink.wrote[..], [Wrote::Head(5, 431, false), Wrote::Data(5, _, true)]), "{:?}", b.sink.wrote);
+    assert!(b.ex.is_empty());
+    assert!(b.host.finished.is_empty(), "nothing is logged for a stream with no exchange");
+}
+
+#[test]
+fn a_reset_reports_whether_it_cancelled_an_open_exchange() {
+    let mut b = Bench::new(|| Reply::later(Box::new(|| Ok(Response::new(200)))));
+    let (mut cx, now) = (bench_cx!(b), Instant::now());
+    let request = Input::Request { opening: opening(1, "GET", false), refused: None, complete: true };
+    assert!(!b.ex.input(request, &mut b.sink, &mut cx, now), "a request is no reset");
+    assert_eq!(b.ex.list[0].stage, Stage::Waiting);
+    assert!(b.ex.input(Input::Reset(S(1)), &mut b.sink, &mut cx, now), "its exchange was open");
+    assert!(!b.ex.input(Input::Reset(S(1)), &mut b.sink, &mut cx, now), "no exchange is left to cancel");
+    assert!(b.ex.is_empty());
+    assert!(b.sink.wrote.is_empty(), "a reset stream is answered nothing: {:?}", b.sink.wrote);
+}
+
+#[test]
+fn a_request_refused_by_its_codec_is_answered_with_the_refusal_not_dispatched() {
+    let mut b = Bench::new(|| unreachable!("a refused request reaches no handler"));
+    let (mut cx, now) = (bench_cx!(b), Instant::now());
+    let refused = Some(Error::PayloadTooLarge);
+    let request = Input::Request { opening: opening(3, "POST", true), refused, complete: false };
+    b.ex.input(request, &mut b.sink, &mut cx, now);
+    assert!(matches!(b.sink.wrote[..], [Wrote::Head(3, 413, false), Wrote::Data(3, _, true)]), "{:?}", b.sink.wrote);
+    assert_eq!(b.host.finished, [413]);
+    assert!(b.ex.is_empty());
+}
+
+#[test]
+fn body_bytes_complete_a_request_then_the_closed_connection_takes_every_exchange() {
+    let mut b = Bench::new(|| Reply::later(Box::new(|| Ok(Response::new(200)))));
+    let (mut cx, now) = (bench_cx!(b), Instant::now());
+    for stream in [1, 3] {
+        let request = Input::Request { opening: opening(stream, "POST", true), refused: None, complete: false };
+        b.ex.input(request, &mut b.sink, &mut cx, now);
+    }
+    b.ex.input(Input::Data { stream: S(1), bytes: b"abc", end: true }, &mut b.sink, &mut cx, now);
+    let stages: Vec<Stage> = b.ex.list.iter().map(|e| e.stage).collect();
+    assert_eq!(stages, [Stage::Waiting, Stage::Receiving], "the ended body is dispatched, the other still arrives");
+    b.ex.input(Input::Closed, &mut b.sink, &mut cx, now);
+    assert!(b.ex.is_empty());
+    assert!(b.sink.wrote.is_empty(), "{:?}", b.sink.wrote);
+}
