@@ -431,7 +431,9 @@ fn main() {
                             readable.push(id);
                         }
                     }
-                    Event::ConnectionLost { reason } => {
+                    // A connection the server ends after its last answer (an idle one held by
+                    // `--hold`) lost nothing.
+                    Event::ConnectionLost { reason } if !conn.open.is_empty() || conn.started < per_conn => {
                         eprintln!("connection lost: {reason}");
                         totals.errors += conn.open.len() as u64 + (per_conn - conn.started);
                         conn.open.clear();
