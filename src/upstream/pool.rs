@@ -520,6 +520,20 @@ mod tests {
         (listener, endpoint(vec![addr]))
     }
 
+    /// An upstream on loopback, its endpoint, an empty pool and the loop it registers with.
+    struct Fixture {
+        /// Kept for the test's length: the upstream's connections wait in its backlog.
+        _listener: TcpListener,
+        ep: Arc<Endpoint>,
+        ups: Upstreams,
+        reg: Loop,
+    }
+
+    fn fixture() -> Fixture {
+        let (_listener, ep) = upstream();
+        Fixture { _listener, ep, ups: Upstreams::default(), reg: Loop::new() }
+    }
+
     /// An endpoint whose name resolved to `addrs`.
     fn endpoint(addrs: Vec<std::net::SocketAddr>) -> Arc<Endpoint> {
         let host = addrs[0].to_string();
@@ -560,8 +574,7 @@ mod tests {
 
     #[test]
     fn an_identical_coalescible_get_joins_the_one_in_flight() {
-        let (_listener, ep) = upstream();
-        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let Fixture { _listener, ep, mut ups, mut reg } = fixture();
         let req = get(&ep, "/a", true);
         let ui = ups.start(owner(1), &req, &mut reg).expect("started");
         ups.share(ui, &req);
@@ -577,8 +590,7 @@ mod tests {
 
     #[test]
     fn an_answer_goes_to_every_joined_request_and_ends_the_joining() {
-        let (_listener, ep) = upstream();
-        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let Fixture { _listener, ep, mut ups, mut reg } = fixture();
         let req = get(&ep, "/a", true);
         let ui = ups.start(owner(1), &req, &mut reg).expect("started");
         ups.share(ui, &req);
@@ -593,8 +605,7 @@ mod tests {
 
     #[test]
     fn a_pooled_connection_carries_the_next_idempotent_request_only() {
-        let (_listener, ep) = upstream();
-        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let Fixture { _listener, ep, mut ups, mut reg } = fixture();
         let ui = ups.start(owner(1), &get(&ep, "/a", false), &mut reg).expect("started");
         answer(&mut ups, ui, b"");
         ups.release(ui, &mut reg);
@@ -610,8 +621,7 @@ mod tests {
 
     #[test]
     fn the_idle_pool_keeps_at_most_max_idle_connections_per_endpoint() {
-        let (_listener, ep) = upstream();
-        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let Fixture { _listener, ep, mut ups, mut reg } = fixture();
         let busy: Vec<usize> =
             (0..=MAX_IDLE).map(|i| ups.start(owner(i), &get(&ep, "/", false), &mut reg).expect("started")).collect();
         for &ui in &busy {
@@ -625,8 +635,7 @@ mod tests {
 
     #[test]
     fn a_connection_is_not_pooled_when_its_answer_was_not_keep_alive() {
-        let (_listener, ep) = upstream();
-        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let Fixture { _listener, ep, mut ups, mut reg } = fixture();
         let ui = ups.start(owner(1), &get(&ep, "/", false), &mut reg).expect("started");
         let u = ups.get_mut(ui).expect("open");
         let response = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
@@ -638,8 +647,7 @@ mod tests {
 
     #[test]
     fn an_idle_connection_closes_at_its_deadline_and_not_before() {
-        let (_listener, ep) = upstream();
-        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let Fixture { _listener, ep, mut ups, mut reg } = fixture();
         let ui = ups.start(owner(1), &get(&ep, "/", false), &mut reg).expect("started");
         answer(&mut ups, ui, b"");
         let released = Instant::now();
@@ -659,8 +667,7 @@ mod tests {
 
     #[test]
     fn a_busy_connection_past_its_deadline_names_its_owner_once() {
-        let (_listener, ep) = upstream();
-        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let Fixture { _listener, ep, mut ups, mut reg } = fixture();
         let ui = ups.start(owner(1), &get(&ep, "/", false), &mut reg).expect("started");
         ups.arm(ui, &mut reg);
         let &[(_, at, generation)] = &reg.armed[..] else { panic!("one deadline: {:?}", reg.armed) };
@@ -671,8 +678,7 @@ mod tests {
 
     #[test]
     fn a_request_others_joined_outlives_its_owner_leaving() {
-        let (_listener, ep) = upstream();
-        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let Fixture { _listener, ep, mut ups, mut reg } = fixture();
         let req = get(&ep, "/a", true);
         let ui = ups.start(owner(1), &req, &mut reg).expect("started");
         ups.share(ui, &req);
@@ -691,8 +697,7 @@ mod tests {
 
     #[test]
     fn an_exchange_that_ends_closes_what_only_it_waited_on() {
-        let (_listener, ep) = upstream();
-        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let Fixture { _listener, ep, mut ups, mut reg } = fixture();
         let (shared, own) = (get(&ep, "/shared", true), get(&ep, "/own", false));
         let joined = ups.start(owner(1), &shared, &mut reg).expect("started");
         ups.share(joined, &shared);
@@ -712,8 +717,7 @@ mod tests {
 
     #[test]
     fn an_owner_gone_hands_its_connection_to_a_follower_or_closes_it() {
-        let (_listener, ep) = upstream();
-        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let Fixture { _listener, ep, mut ups, mut reg } = fixture();
         let req = get(&ep, "/a", true);
         let ui = ups.start(owner(1), &req, &mut reg).expect("started");
         ups.share(ui, &req);
@@ -726,8 +730,7 @@ mod tests {
 
     #[test]
     fn a_failed_connection_closes_and_returns_who_had_joined() {
-        let (_listener, ep) = upstream();
-        let (mut ups, mut reg) = (Upstreams::default(), Loop::new());
+        let Fixture { _listener, ep, mut ups, mut reg } = fixture();
         let req = get(&ep, "/a", true);
         let ui = ups.start(owner(1), &req, &mut reg).expect("started");
         ups.share(ui, &req);
