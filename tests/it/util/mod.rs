@@ -102,11 +102,23 @@ pub fn eventually_some<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bind :0, read, drop). A race with another process is
-/// possible; `Server::start` retries on "address in use".
+/// A free TCP port on 127.0.0.1 (bind :0, read, drop), never one this test process has
+/// handed out before: once dropped, the kernel may give the same port to the next bind, so
+/// two calls for one server (its `listen` and its `[tls] listen`) could otherwise collide.
+/// A race with another process is still possible; `Server::start` retries on "address in use".
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut port = 0;
+    for _ in 0..1000 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        port = l.local_addr().expect("local_addr").port();
+        if !given.contains(&port) {
+            break;
+        }
+    }
+    given.push(port);
+    port
 }
 
 fn tail(s: &str, max: usize) -> &str {
