@@ -228,7 +228,7 @@ pub fn write_response_head<'a>(
         if CONNECTION_SPECIFIC.iter().any(|c| c.eq_ignore_ascii_case(name)) {
             continue;
         }
-        section.field(name, value, indexing(name, value));
+        section.field_with(name, value, || indexing(name, value));
     }
     section.finish_with(|len, out| frame::write_header(frame::ty::HEADERS, len as u64, out));
 }

@@ -171,19 +171,24 @@ impl TableEncoder {
         Ok(())
     }
 
+    /// The absolute index of the entry `name: value`, when it is the entry after the last one
+    /// found (the one most often asked for next).
+    fn next_is(&mut self, name: &[u8], value: &[u8]) -> Option<u64> {
+        let i = self.next;
+        let entry = self.entries.get(i)?;
+        if !is(&self.text, entry, name, value) {
+            return None;
+        }
+        self.next = i + 1;
+        Some(i as u64)
+    }
+
     /// The absolute index of the entry `name: value`.
     fn find(&mut self, name: &[u8], value: &[u8]) -> Option<u64> {
-        let text = &self.text;
-        let is = |&(n, v, e): &(u32, u32, u32)| {
-            (v - n) as usize == name.len()
-                && (e - v) as usize == value.len()
-                && &text[n as usize..v as usize] == name
-                && &text[v as usize..e as usize] == value
-        };
-        let i = match self.entries.get(self.next) {
-            Some(entry) if is(entry) => self.next,
-            _ => self.entries.iter().position(is)?,
-        };
+        if let Some(i) = self.next_is(name, value) {
+            return Some(i);
+        }
+        let i = self.entries.iter().position(|entry| is(&self.text, entry, name, value))?;
         self.next = i + 1;
         Some(i as u64)
     }
@@ -209,6 +214,14 @@ impl TableEncoder {
     }
 }
 
+/// Whether entry `(n, v, e)` of `text` (as [`TableEncoder`] keeps them) is `name: value`.
+fn is(text: &[u8], &(n, v, e): &(u32, u32, u32), name: &[u8], value: &[u8]) -> bool {
+    (v - n) as usize == name.len()
+        && (e - v) as usize == value.len()
+        && &text[n as usize..v as usize] == name
+        && &text[v as usize..e as usize] == value
+}
+
 /// One field section being written (see [`TableEncoder::section`]).
 #[derive(Debug)]
 pub struct Section<'a> {
@@ -232,25 +245,36 @@ impl Section<'_> {
 
     /// Appends one field line; `name` is sent lower-case (RFC 9114 §4.2).
     pub fn field(&mut self, name: &[u8], value: &[u8], index: Index) {
-        let mut buf = [0u8; 64];
-        let name = lowered(name, &mut buf);
-        let name = &*name;
+        self.field_with(name, value, || index);
+    }
+
+    /// [`Self::field`], with whether the field may be inserted asked only when the answer
+    /// matters: a field that is the entry after the last one found (the same head as the
+    /// last response's) was inserted, so it may be, and nothing more is asked. `index` must
+    /// answer the same for the same field every time.
+    pub fn field_with(&mut self, name: &[u8], value: &[u8], index: impl FnOnce() -> Index) {
+        if name.iter().any(u8::is_ascii_uppercase) {
+            return self.lowered_field(name, value, index);
+        }
+        if self.dynamic {
+            if let Some(abs) = self.enc.next_is(name, value).filter(|&abs| abs < self.base) {
+                return self.reference(abs);
+            }
+        }
         // An entry is inserted only when the static table has no exact match, so a field in
         // the dynamic table needs no static search. A field never to be indexed is never
         // looked for there either: it stays a literal.
-        let dynamic = if self.dynamic && index == Index::Insert { self.enc.find(name, value) } else { None };
+        let insert = self.dynamic && index() == Index::Insert;
+        let dynamic = if insert { self.enc.find(name, value) } else { None };
         if let Some(abs) = dynamic.filter(|&abs| abs < self.base) {
-            // Indexed Field Line, dynamic (T = 0), relative to the Base.
-            write_integer(self.base - 1 - abs, 6, 0x80, &mut self.enc.lines);
-            self.required = self.required.max(abs + 1);
-            return;
+            return self.reference(abs);
         }
         let found = table::find(name, value);
         if let Some(Found::Exact(i)) = found {
             write_integer(i as u64, 6, 0xc0, &mut self.enc.lines);
             return;
         }
-        if self.dynamic && index == Index::Insert && dynamic.is_none() {
+        if insert && dynamic.is_none() {
             let static_name = match found {
                 Some(Found::Name(i)) => Some(i),
                 _ => None,
@@ -258,6 +282,20 @@ impl Section<'_> {
             self.enc.insert(name, value, static_name);
         }
         static_line(name, value, found, &mut self.enc.lines);
+    }
+
+    /// [`Self::field_with`] for a name with upper-case letters (sent lowered).
+    #[cold]
+    fn lowered_field(&mut self, name: &[u8], value: &[u8], index: impl FnOnce() -> Index) {
+        let mut buf = [0u8; 64];
+        let name = lowered(name, &mut buf);
+        self.field_with(&name, value, index);
+    }
+
+    /// Indexed Field Line, dynamic (T = 0), relative to the Base, for acknowledged entry `abs`.
+    fn reference(&mut self, abs: u64) {
+        write_integer(self.base - 1 - abs, 6, 0x80, &mut self.enc.lines);
+        self.required = self.required.max(abs + 1);
     }
 
     /// Writes the section (prefix, then its lines) into the output and records it as awaiting

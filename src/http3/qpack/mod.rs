@@ -300,7 +300,14 @@ impl Encoder {
     /// Appends `:status` (an index when the table has the code).
     pub fn status(&self, status: u16, out: &mut Vec<u8>) {
         let digits = [b'0' + (status / 100 % 10) as u8, b'0' + (status / 10 % 10) as u8, b'0' + (status % 10) as u8];
-        self.field(b":status", &digits, out);
+        // A status is three digits (`http::StatusCode`: 100–999), so its value is what
+        // `find_status` compares.
+        let found = if (100..=999).contains(&status) {
+            Some(table::find_status(status))
+        } else {
+            table::find(b":status", &digits)
+        };
+        static_line(b":status", &digits, found, out);
     }
 }
 

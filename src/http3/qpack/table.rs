@@ -114,9 +114,16 @@ pub enum Found {
     Name(usize),
 }
 
-/// Static indices ordered by name, entries of one name in index order: the order [`find`]
-/// searches.
-const BY_NAME: [u8; 99] = by_name();
+/// The longest name in the table (`access-control-allow-credentials`).
+const LONGEST: usize = 32;
+
+/// Static indices ordered by name length, then by name, entries of one name in index order:
+/// the order [`find`] searches.
+const BY_LEN: [u8; 99] = by_len();
+
+/// Where each name length starts in [`BY_LEN`]: the entries whose name is `l` bytes long are
+/// `BY_LEN[AT[l]..AT[l + 1]]`.
+const AT: [u8; LONGEST + 2] = at();
 
 /// Byte-wise `a < b`, as `<` on slices orders them (usable in a constant).
 const fn less(a: &[u8], b: &[u8]) -> bool {
@@ -130,8 +137,15 @@ const fn less(a: &[u8], b: &[u8]) -> bool {
     a.len() < b.len()
 }
 
-/// [`BY_NAME`], sorted at compile time (a stable insertion sort).
-const fn by_name() -> [u8; 99] {
+/// Whether entry `a`'s name goes before entry `b`'s in [`BY_LEN`]: shorter first, then
+/// byte-wise.
+const fn before(a: usize, b: usize) -> bool {
+    let (a, b) = (STATIC[a].0.as_bytes(), STATIC[b].0.as_bytes());
+    a.len() < b.len() || (a.len() == b.len() && less(a, b))
+}
+
+/// [`BY_LEN`], sorted at compile time (a stable insertion sort).
+const fn by_len() -> [u8; 99] {
     let mut order = [0u8; 99];
     let mut i = 0;
     while i < order.len() {
@@ -141,7 +155,7 @@ const fn by_name() -> [u8; 99] {
     let mut i = 1;
     while i < order.len() {
         let mut j = i;
-        while j > 0 && less(STATIC[order[j] as usize].0.as_bytes(), STATIC[order[j - 1] as usize].0.as_bytes()) {
+        while j > 0 && before(order[j] as usize, order[j - 1] as usize) {
             let t = order[j];
             order[j] = order[j - 1];
             order[j - 1] = t;
@@ -152,14 +166,64 @@ const fn by_name() -> [u8; 99] {
     order
 }
 
-/// Looks `name: value` up: a binary search for the name, then its few entries.
+/// [`AT`], counted at compile time.
+const fn at() -> [u8; LONGEST + 2] {
+    let mut at = [0u8; LONGEST + 2];
+    let mut i = 0;
+    while i < STATIC.len() {
+        let len = STATIC[i].0.len();
+        assert!(len <= LONGEST, "LONGEST is the longest name");
+        // Every length above this name's starts one entry later.
+        let mut l = len + 1;
+        while l < at.len() {
+            at[l] += 1;
+            l += 1;
+        }
+        i += 1;
+    }
+    at
+}
+
+/// The `:status` entries as `(code, index)`, in index order (the table has 14 codes).
+const STATUS: [(u16, u8); 14] = statuses();
+
+/// [`STATUS`], gathered at compile time.
+const fn statuses() -> [(u16, u8); 14] {
+    let mut found = [(0u16, 0u8); 14];
+    let (mut i, mut n) = (0, 0);
+    while i < STATIC.len() {
+        let (name, value) = (STATIC[i].0.as_bytes(), STATIC[i].1.as_bytes());
+        if name.len() == 7 && !less(name, b":status") && !less(b":status", name) {
+            let code = (value[0] - b'0') as u16 * 100 + (value[1] - b'0') as u16 * 10 + (value[2] - b'0') as u16;
+            found[n] = (code, i as u8);
+            n += 1;
+        }
+        i += 1;
+    }
+    assert!(n == found.len(), "STATUS holds every :status entry");
+    found
+}
+
+/// [`find`] for `:status` with `code` (three digits): its entry, else the name's.
+pub fn find_status(code: u16) -> Found {
+    match STATUS.iter().find(|&&(c, _)| c == code) {
+        Some(&(_, i)) => Found::Exact(usize::from(i)),
+        None => Found::Name(usize::from(STATUS[0].1)),
+    }
+}
+
+/// Looks `name: value` up: among the names of its length, its few entries.
 pub fn find(name: &[u8], value: &[u8]) -> Option<Found> {
-    let start = BY_NAME.partition_point(|&i| STATIC[usize::from(i)].0.as_bytes() < name);
+    let (Some(&from), Some(&to)) = (AT.get(name.len()), AT.get(name.len() + 1)) else { return None };
     let mut by_name = None;
-    for &i in &BY_NAME[start..] {
+    for &i in &BY_LEN[usize::from(from)..usize::from(to)] {
         let (n, v) = STATIC[usize::from(i)];
-        if n.as_bytes() != name {
-            break;
+        if n.as_bytes().first() != name.first() || n.as_bytes() != name {
+            if by_name.is_some() {
+                // Entries of one name are together: the name's are all seen.
+                break;
+            }
+            continue;
         }
         if v.as_bytes() == value {
             return Some(Found::Exact(usize::from(i)));
@@ -191,6 +255,13 @@ mod tests {
     }
 
     #[test]
+    fn a_status_is_found_as_the_search_finds_it() {
+        for code in 100..=999u16 {
+            assert_eq!(Some(find_status(code)), find(b":status", code.to_string().as_bytes()), "{code}");
+        }
+    }
+
+    #[test]
     fn the_search_finds_what_a_scan_of_the_whole_table_finds() {
         for (n, v) in STATIC {
             for value in [v, "", "other", "0"] {
@@ -201,6 +272,7 @@ mod tests {
             }
         }
         assert_eq!(find(b"", b""), None);
+        assert_eq!(find(&[b'a'; LONGEST + 1], b""), None);
         assert_eq!(find(b"\xff", b""), None);
     }
 }
