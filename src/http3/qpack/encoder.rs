@@ -172,9 +172,10 @@ impl TableEncoder {
     }
 
     /// The absolute index of the entry `name: value`, when it is the entry after the last one
-    /// found (the one most often asked for next).
+    /// found (the one most often asked for next; after the last entry, the first: the next
+    /// response's first field).
     fn next_is(&mut self, name: &[u8], value: &[u8]) -> Option<u64> {
-        let i = self.next;
+        let i = if self.next < self.entries.len() { self.next } else { 0 };
         let entry = self.entries.get(i)?;
         if !is(&self.text, entry, name, value) {
             return None;
@@ -215,6 +216,7 @@ impl TableEncoder {
 }
 
 /// Whether entry `(n, v, e)` of `text` (as [`TableEncoder`] keeps them) is `name: value`.
+#[inline]
 fn is(text: &[u8], &(n, v, e): &(u32, u32, u32), name: &[u8], value: &[u8]) -> bool {
     (v - n) as usize == name.len()
         && (e - v) as usize == value.len()
@@ -245,6 +247,12 @@ impl Section<'_> {
 
     /// Appends one field line; `name` is sent lower-case (RFC 9114 §4.2).
     pub fn field(&mut self, name: &[u8], value: &[u8], index: Index) {
+        if index == Index::Never {
+            // Not even an entry that holds it is referenced.
+            let mut buf = [0u8; 64];
+            let name = lowered(name, &mut buf);
+            return static_line(&name, value, table::find(&name, value), &mut self.enc.lines);
+        }
         self.field_with(name, value, || index);
     }
 
@@ -261,18 +269,18 @@ impl Section<'_> {
                 return self.reference(abs);
             }
         }
-        // An entry is inserted only when the static table has no exact match, so a field in
-        // the dynamic table needs no static search. A field never to be indexed is never
-        // looked for there either: it stays a literal.
-        let insert = self.dynamic && index() == Index::Insert;
-        let dynamic = if insert { self.enc.find(name, value) } else { None };
-        if let Some(abs) = dynamic.filter(|&abs| abs < self.base) {
-            return self.reference(abs);
-        }
+        // An entry is inserted only when the static table has no exact match, so a field the
+        // static table has is never looked for in the dynamic one. A field never to be
+        // indexed is not either: it stays a literal.
         let found = table::find(name, value);
         if let Some(Found::Exact(i)) = found {
             write_integer(i as u64, 6, 0xc0, &mut self.enc.lines);
             return;
+        }
+        let insert = self.dynamic && index() == Index::Insert;
+        let dynamic = if insert { self.enc.find(name, value) } else { None };
+        if let Some(abs) = dynamic.filter(|&abs| abs < self.base) {
+            return self.reference(abs);
         }
         if insert && dynamic.is_none() {
             let static_name = match found {
