@@ -1126,15 +1126,16 @@ fn a_client_without_a_dynamic_table_gets_no_encoder_stream_and_static_sections()
 fn a_client_with_a_dynamic_table_gets_the_fixed_fields_as_references_once_acknowledged() {
     let mut p = Pair::with_qpack(16_384);
     let mut table = qpack::decoder::TableDecoder::new(16_384);
-    // The first answer inserts the fixed fields (not the request id) and carries them as
-    // literals: it decodes without the table.
+    // The first answer inserts the fixed fields and the request id's name (not its value)
+    // and carries them as literals: it decodes without the table.
     let first = get_answered(&mut p, "/1", "id-1");
     p.run_until(|p| p.server_uni(0x02).is_some_and(|b| !b.is_empty()));
     assert_eq!(p.server_uni_types(), [0x00, 0x02], "control and QPACK encoder streams");
     let instructions = p.server_uni(0x02).expect("encoder stream").to_vec();
     assert_eq!(&instructions[..3], [0x3f, 0xe1, 0x1f], "Set Dynamic Table Capacity 4096 (our bound) first");
     assert_eq!(table.on_encoder_stream(&instructions), Ok(instructions.len()));
-    assert_eq!(table.inserted(), 3, "server, x-frame-options, referrer-policy (content-type is static)");
+    assert_eq!(table.inserted(), 4, "server, x-frame-options, referrer-policy (content-type is static), x-request-id");
+    assert_eq!(table.get(3), Some((&b"x-request-id"[..], &b""[..])), "the name, no value");
     let before = first_field_section(&p.streams[&first].bytes);
     assert_eq!(before[..2], [0, 0]);
     // The client's decoder stream acknowledges the insertions.
@@ -1142,13 +1143,14 @@ fn a_client_with_a_dynamic_table_gets_the_fixed_fields_as_references_once_acknow
     let mut out = vec![0x03];
     table.increment(&mut out);
     p.client.send_stream(decoder).write(&out).expect("written");
-    p.run_until(|p| p.conn().qpack().acknowledged() == 3);
-    // From then on the fixed fields are one byte each; the request id stays a literal.
+    p.run_until(|p| p.conn().qpack().acknowledged() == 4);
+    // From then on the fixed fields are one byte each; the request id is a literal value
+    // after its entry's name.
     let second = get_answered(&mut p, "/2", "id-2");
     let after = first_field_section(&p.streams[&second].bytes);
     let mut fields = Fields::default();
     let required = table.decode(&after, 4096, &mut fields).expect("decodes with the table");
-    assert_eq!(required, 3);
+    assert_eq!(required, 4);
     let got: Vec<(&[u8], &[u8])> = fields.iter().collect();
     assert_eq!(
         got,

@@ -10,7 +10,10 @@
 //! - A field the caller marks [`Index::Insert`] is inserted once, the first time it is sent,
 //!   if it fits in what is left of the capacity; nothing is ever evicted (a fixed set of
 //!   response fields fits; what does not fit stays a literal). A field marked
-//!   [`Index::Never`] (a value that changes per response) is never inserted.
+//!   [`Index::Never`] (a value that changes per response) is never inserted: it is a
+//!   literal, and when the static table lacks its name (`x-request-id`), that name is
+//!   inserted once with an empty value and named by its entry (a Literal Field Line with
+//!   Name Reference), so no value of such a field ever enters the table.
 //! - A section references only entries the peer's decoder has acknowledged (its Known
 //!   Received Count, raised by Insert Count Increment): the section that inserts a field and
 //!   every section sent before the acknowledgment arrives carry it as a literal. So the
@@ -194,6 +197,13 @@ impl TableEncoder {
         Some(i as u64)
     }
 
+    /// The absolute index of the entry `name` with an empty value (the name a field whose
+    /// value changes per message is sent with); like [`Self::find`], the entry after the
+    /// last one found is tried first, and the search goes on from it.
+    fn find_name(&mut self, name: &[u8]) -> Option<u64> {
+        self.find(name, b"")
+    }
+
     /// Inserts `name: value` if it fits (an Insert With Name Reference to static entry
     /// `static_name` when there is one, else With Literal Name).
     fn insert(&mut self, name: &[u8], value: &[u8], static_name: Option<usize>) {
@@ -251,7 +261,7 @@ impl Section<'_> {
             // Not even an entry that holds it is referenced.
             let mut buf = [0u8; 64];
             let name = lowered(name, &mut buf);
-            return static_line(&name, value, table::find(&name, value), &mut self.enc.lines);
+            return self.per_message(&name, value, table::find(&name, value));
         }
         self.field_with(name, value, || index);
     }
@@ -261,13 +271,14 @@ impl Section<'_> {
     /// last response's) was inserted, so it may be, and nothing more is asked. `index` must
     /// answer the same for the same field every time.
     pub fn field_with(&mut self, name: &[u8], value: &[u8], index: impl FnOnce() -> Index) {
-        if name.iter().any(u8::is_ascii_uppercase) {
-            return self.lowered_field(name, value, index);
-        }
+        // Entries are lower-case: a name that is one's needs no check.
         if self.dynamic {
             if let Some(abs) = self.enc.next_is(name, value).filter(|&abs| abs < self.base) {
                 return self.reference(abs);
             }
+        }
+        if name.iter().any(u8::is_ascii_uppercase) {
+            return self.lowered_field(name, value, index);
         }
         // An entry is inserted only when the static table has no exact match, so a field the
         // static table has is never looked for in the dynamic one. A field never to be
@@ -277,17 +288,45 @@ impl Section<'_> {
             write_integer(i as u64, 6, 0xc0, &mut self.enc.lines);
             return;
         }
-        let insert = self.dynamic && index() == Index::Insert;
-        let dynamic = if insert { self.enc.find(name, value) } else { None };
+        if !self.dynamic {
+            return static_line(name, value, found, &mut self.enc.lines);
+        }
+        let insert = index() == Index::Insert;
+        if !insert {
+            return self.per_message(name, value, found);
+        }
+        let dynamic = self.enc.find(name, value);
         if let Some(abs) = dynamic.filter(|&abs| abs < self.base) {
             return self.reference(abs);
         }
-        if insert && dynamic.is_none() {
+        if dynamic.is_none() {
             let static_name = match found {
                 Some(Found::Name(i)) => Some(i),
                 _ => None,
             };
             self.enc.insert(name, value, static_name);
+        }
+        static_line(name, value, found, &mut self.enc.lines);
+    }
+
+    /// A field whose value changes per message: a literal (the static entry when it is one);
+    /// with the table on, its name, when the static table has no entry of it, by the dynamic
+    /// entry of that name
+    /// (inserted once, with an empty value, by the first such field; referenced once
+    /// acknowledged).
+    fn per_message(&mut self, name: &[u8], value: &[u8], found: Option<Found>) {
+        if self.dynamic && found.is_none() {
+            match self.enc.find_name(name) {
+                Some(abs) if abs < self.base => {
+                    // Literal Field Line with Name Reference, dynamic (N = 0, T = 0).
+                    write_integer(self.base - 1 - abs, 4, 0x40, &mut self.enc.lines);
+                    write_string(value, 7, 0, &mut self.enc.lines);
+                    self.required = self.required.max(abs + 1);
+                    return;
+                }
+                Some(_) => {}
+                None => self.enc.insert(name, b"", None),
+            }
         }
         static_line(name, value, found, &mut self.enc.lines);
     }

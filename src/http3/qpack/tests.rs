@@ -241,11 +241,14 @@ fn fixed_fields_are_inserted_once_and_referenced_once_acknowledged() {
     assert_eq!(&instructions[..3], [0x3f, 0xe1, 0x1f], "Set Dynamic Table Capacity 4096 first");
     assert_eq!(dec.on_encoder_stream(&instructions), Ok(instructions.len()));
     // content-type application/json and cache-control no-store are exact static entries;
-    // date, x-request-id and content-length change per response: 7 fields are inserted.
-    assert_eq!((enc.inserted(), dec.inserted()), (7, 7));
-    for abs in 0..7 {
-        let (name, _) = dec.get(abs).expect("an entry");
-        assert!(![&b"date"[..], b"x-request-id", b"content-length"].contains(&name), "{name:?}");
+    // date, x-request-id and content-length change per response: 7 fields are inserted,
+    // and the name x-request-id (the static table has date's and content-length's), with
+    // an empty value.
+    assert_eq!((enc.inserted(), dec.inserted()), (8, 8));
+    for abs in 0..8 {
+        let (name, value) = dec.get(abs).expect("an entry");
+        assert!(![&b"date"[..], b"content-length"].contains(&name), "{name:?}");
+        assert_eq!(name == b"x-request-id", value.is_empty(), "{name:?}: {value:?}");
     }
     // The section that inserted them, and every one before the decoder's acknowledgment,
     // carries them as literals: it decodes without the table (Required Insert Count 0).
@@ -257,15 +260,15 @@ fn fixed_fields_are_inserted_once_and_referenced_once_acknowledged() {
     let mut ack = Vec::new();
     dec.increment(&mut ack);
     assert_eq!(enc.on_decoder_stream(&ack), Ok(ack.len()));
-    assert_eq!(enc.acknowledged(), 7);
+    assert_eq!(enc.acknowledged(), 8);
     let third = section(&mut enc, 8, &RESPONSE);
     let (required, got) = decoded_with(&dec, &third).expect("decodes with the table");
-    assert_eq!((required, got), (7, response_pairs()));
+    assert_eq!((required, got), (8, response_pairs()));
     assert!(decoded(&third, 10_000).is_err(), "it references the table");
-    let literals: usize = [RESPONSE[1], RESPONSE[2], RESPONSE[3]]
-        .iter()
-        .map(|(n, v)| section(&mut TableEncoder::default(), 0, &[(n, v)]).len() - 3)
-        .sum();
+    // content-length and date by their static names; the request id by its entry's name,
+    // as long as content-length's one byte of static name.
+    let named = |v: &str| section(&mut TableEncoder::default(), 0, &[("content-length", v)]).len() - 3;
+    let literals = named(RESPONSE[1].1) + named(RESPONSE[2].1) + named(RESPONSE[3].1);
     // Prefix (2) + :status (1) + two static (2) + seven dynamic (7) + the three literals.
     assert_eq!(third.len(), 12 + literals, "{} bytes before, {} after", first.len(), third.len());
     // Its Section Acknowledgment is accepted once.
@@ -312,7 +315,7 @@ fn fields_in_any_order_reference_their_own_entries() {
         let (required, got) = decoded_with(&dec, &block).expect("decodes with the table");
         assert_eq!((required > 0, got), (true, want), "stream {stream}");
     }
-    assert_eq!(enc.inserted(), 7, "nothing inserted twice");
+    assert_eq!(enc.inserted(), 8, "nothing inserted twice");
 }
 
 #[test]
@@ -351,13 +354,34 @@ fn what_does_not_fit_stays_a_literal() {
 }
 
 #[test]
+fn a_request_id_is_named_by_its_table_entry_once_acknowledged() {
+    let first = "0f3c2a9e-7d41-4b8e-9c55-2e6f1a0b3d77";
+    let (mut enc, dec) = acknowledged(&[("x-a", "1"), ("x-request-id", first)], index_of);
+    // The table: `x-a: 1` (0), the name `x-request-id` with no value (1); no id in it.
+    assert_eq!(dec.get(1), Some((&b"x-request-id"[..], &b""[..])));
+    for (stream, id) in [(4, "5b1d9c3e-2a4f-4c8b-8e7d-6f0a1b2c3d4e"), (8, first)] {
+        let block = section(&mut enc, stream, &[("x-request-id", id)]);
+        // The value as any literal carries it: after `content-length`'s one-byte name.
+        let value = &section(&mut TableEncoder::default(), 0, &[("content-length", id)])[4..];
+        // Required Insert Count 2 (encoded 3), Delta Base 0, :status 200 (static 25), then
+        // Literal Field Line with Name Reference, dynamic, relative index 0 (absolute 1).
+        let mut want = vec![0x03, 0x00, 0xd9, 0x40];
+        want.extend_from_slice(value);
+        assert_eq!(block, want, "stream {stream}");
+        let (required, got) = decoded_with(&dec, &block).expect("decodes with the table");
+        assert_eq!((required, got), (2, pairs(&[(":status", "200"), ("x-request-id", id)])));
+    }
+    assert_eq!(enc.inserted(), 2, "no value of the request id is inserted");
+}
+
+#[test]
 fn decoder_stream_instructions_and_their_errors() {
     let mut enc = TableEncoder::default();
     assert!(enc.enable(4096, TABLE_BOUND));
     let _ = section(&mut enc, 0, &RESPONSE);
     let err = |enc: &mut TableEncoder, bytes: &[u8]| enc.on_decoder_stream(bytes).expect_err("an error").0;
     assert_eq!(err(&mut enc, &[0x00]), "an Insert Count Increment of 0");
-    assert_eq!(err(&mut enc, &[0x08]), "an Insert Count Increment past the entries inserted");
+    assert_eq!(err(&mut enc, &[0x09]), "an Insert Count Increment past the entries inserted");
     assert_eq!(err(&mut enc, &[0x80]), "a Section Acknowledgment with no section outstanding");
     assert_eq!(err(&mut enc, &[0x3f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]), "an integer too large");
     // An instruction cut short waits; increments add up.
