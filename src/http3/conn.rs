@@ -38,11 +38,12 @@ use quinn_proto::{
 use super::amplification::{opened_frames, Budget};
 use super::error::{Code, H3Error};
 use super::frame;
-use super::head::{write_response_head, RequestHead};
+use super::head::{write_response_fields, write_response_head, RequestHead};
 use super::idmap::IdMap;
 use super::qpack::encoder::{TableEncoder, TABLE_BOUND};
 use super::stream::{uni, Input, Outbox, PeerStreams, Phase, Request, UniNext};
 use super::varint;
+use crate::http2::ResponseFields;
 
 pub use super::stream::WATERMARK;
 
@@ -298,11 +299,32 @@ impl H3Conn {
         status: u16,
         fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<(), StreamGone> {
+        self.queue_head(stream, |qpack, id, out| write_response_head(status, fields, qpack, id, out))
+    }
+
+    /// [`Self::send_head`] for a response's [`ResponseFields`]: the run of fields every
+    /// response of its kind shares is encoded once per QPACK table state and copied after.
+    pub fn send_head_fields(
+        &mut self,
+        stream: StreamId,
+        status: u16,
+        fields: &ResponseFields,
+    ) -> Result<(), StreamGone> {
+        self.queue_head(stream, |qpack, id, out| write_response_fields(status, fields, qpack, id, out))
+    }
+
+    /// Queues the HEADERS frame `write` makes (given the QPACK encoder, the stream's QUIC ID
+    /// and the buffer), and the encoder-stream instructions it left.
+    fn queue_head(
+        &mut self,
+        stream: StreamId,
+        write: impl FnOnce(&mut TableEncoder, u64, &mut Vec<u8>),
+    ) -> Result<(), StreamGone> {
         if !self.requests.get(&stream).is_some_and(|r| r.outbox.open()) {
             return Err(StreamGone);
         }
         self.scratch.clear();
-        write_response_head(status, fields, &mut self.qpack, VarInt::from(stream).into_inner(), &mut self.scratch);
+        write(&mut self.qpack, VarInt::from(stream).into_inner(), &mut self.scratch);
         let head = Bytes::copy_from_slice(&self.scratch);
         self.send_instructions();
         self.queue(stream, head)

@@ -8,8 +8,10 @@
 
 use super::error::{Code, H3Error};
 use super::frame;
-use super::qpack::encoder::{Index, TableEncoder};
+use super::qpack::encoder::{Index, Section, TableEncoder};
 use super::qpack::Fields;
+use crate::http2::hpack::Part;
+use crate::http2::ResponseFields;
 
 /// Fields that are connection-specific in HTTP/1.1 and malformed in HTTP/3 (RFC 9114 §4.2).
 const CONNECTION_SPECIFIC: [&[u8]; 5] =
@@ -225,12 +227,39 @@ pub fn write_response_head<'a>(
     let mut section = qpack.section(stream, out);
     section.status(status);
     for (name, value) in fields {
-        if CONNECTION_SPECIFIC.iter().any(|c| c.eq_ignore_ascii_case(name)) {
-            continue;
-        }
-        section.field_with(name, value, || indexing(name, value));
+        field(&mut section, name, value);
     }
     section.finish_with(|len, out| frame::write_header(frame::ty::HEADERS, len as u64, out));
+}
+
+/// [`write_response_head`] for a response's [`ResponseFields`]: the same frame, with the
+/// run of fields every response of its kind shares written as one ([`Section::run`]: its
+/// field lines are encoded once per table state and copied after that).
+pub fn write_response_fields(
+    status: u16,
+    fields: &ResponseFields,
+    qpack: &mut TableEncoder,
+    stream: u64,
+    out: &mut Vec<u8>,
+) {
+    let mut section = qpack.section(stream, out);
+    section.status(status);
+    for part in fields.parts() {
+        match part {
+            Part::Field(name, value, _) => field(&mut section, name, value),
+            Part::Static(name, value) => field(&mut section, name.as_bytes(), value.as_bytes()),
+            Part::Fixed(run) => section.run(run, field),
+        }
+    }
+    section.finish_with(|len, out| frame::write_header(frame::ty::HEADERS, len as u64, out));
+}
+
+/// One response field line, unless the field is connection-specific.
+fn field(section: &mut Section<'_>, name: &[u8], value: &[u8]) {
+    if CONNECTION_SPECIFIC.iter().any(|c| c.eq_ignore_ascii_case(name)) {
+        return;
+    }
+    section.field_with(name, value, || indexing(name, value));
 }
 
 #[cfg(test)]
@@ -295,6 +324,55 @@ mod tests {
             let err = RequestHead::from_fields(f, false).expect_err("malformed");
             assert_eq!((i, err.code(), err.is_connection()), (i, Code::MessageError, false), "{err}");
         }
+    }
+
+    /// The HEADERS frame's field section in `out`.
+    fn section_of(out: &[u8]) -> &[u8] {
+        let (drop, f) = frame::FrameReader::new(1 << 16).next(out).expect("frame");
+        let Some(frame::Frame::Headers { len }) = f else { panic!("{f:?}") };
+        &out[drop..drop + len]
+    }
+
+    #[test]
+    fn response_fields_with_their_run_copied_are_the_heads_field_by_field() {
+        use crate::http::headers::Common;
+        use crate::http::response::{Delimit, RequestMeta, Response};
+        use crate::http2::Heads;
+        use crate::http3::qpack::decoder::TableDecoder;
+        let meta =
+            RequestMeta { delimit: Delimit::Length, head: false, http10: false, keep_alive: true, request_id: b"id-1" };
+        let (mut heads, mut common) = (Heads::new(), Common::new(false));
+        let mut api = || heads.build(&mut Response::static_json(b"{}"), &meta, &mut common).expect("builds");
+        let mut page = Response::new(200);
+        page.content_type = "text/html; charset=utf-8";
+        let heads = [api(), api(), Heads::new().build(&mut page, &meta, &mut Common::new(false)).expect("builds")];
+        let (mut by_field, mut by_run) = (TableEncoder::default(), TableEncoder::default());
+        let mut dec = TableDecoder::new(4096);
+        assert!(by_field.enable(4096, 4096) && by_run.enable(4096, 4096));
+        for (round, stream) in (0..12u64).map(|i| (i, 4 * i)) {
+            let head = &heads[round as usize % heads.len()];
+            let (mut want, mut got) = (Vec::new(), Vec::new());
+            write_response_head(200, head.fields.iter().map(|(n, v, _)| (n, v)), &mut by_field, stream, &mut want);
+            write_response_fields(200, &head.fields, &mut by_run, stream, &mut got);
+            assert_eq!(got, want, "round {round}");
+            let mut instructions = Vec::new();
+            by_run.take_instructions(&mut instructions);
+            by_field.take_instructions(&mut Vec::new());
+            assert_eq!(dec.on_encoder_stream(&instructions), Ok(instructions.len()));
+            let mut decoded = Fields::default();
+            dec.decode(section_of(&got), 1 << 16, &mut decoded).expect("decodes");
+            let names: Vec<_> = decoded.iter().skip(1).map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+            let sent: Vec<_> = head.fields.iter().map(|(n, v, _)| (n.to_vec(), v.to_vec())).collect();
+            assert_eq!(names, sent, "round {round}");
+            if round == 4 {
+                // The decoder acknowledges all it has: the Base moves, the runs are rewritten.
+                let mut ack = Vec::new();
+                dec.increment(&mut ack);
+                assert_eq!(by_field.on_decoder_stream(&ack), Ok(ack.len()));
+                assert_eq!(by_run.on_decoder_stream(&ack), Ok(ack.len()));
+            }
+        }
+        assert!(by_run.acknowledged() > 0);
     }
 
     #[test]

@@ -28,7 +28,7 @@ impl Sink for H3Conn {
     type Stream = StreamId;
 
     fn informational(&mut self, stream: StreamId, fields: &ResponseFields) -> Result<(), Gone> {
-        self.send_head(stream, 103, fields.iter().map(|(n, v, _)| (n, v))).map_err(|_| Gone)
+        self.send_head_fields(stream, 103, fields).map_err(|_| Gone)
     }
 
     fn send_head(
@@ -38,7 +38,7 @@ impl Sink for H3Conn {
         fields: &ResponseFields,
         end: bool,
     ) -> Result<(), Gone> {
-        H3Conn::send_head(self, stream, status.as_u16(), fields.iter().map(|(n, v, _)| (n, v))).map_err(|_| Gone)?;
+        self.send_head_fields(stream, status.as_u16(), fields).map_err(|_| Gone)?;
         if end {
             self.finish(stream).map_err(|_| Gone)?;
         }

@@ -23,6 +23,16 @@
 //!   [`MAX_UNACKNOWLEDGED`] wait (a decoder that does not acknowledge), new sections are
 //!   static-only again, so the bookkeeping stays bounded.
 //!
+//! A run of fields fixed for the whole program (a `&'static` slice, known by its address:
+//! never freed, so never another run's) is encoded once per table state and its field lines
+//! copied after that ([`Section::run`]). The lines are kept with the Base and the dynamic
+//! flag of the section that wrote them and copied only into a section with the same two:
+//! a dynamic reference is relative to the Base (RFC 9204 §4.5.2), and every entry below
+//! the Base stays as it is (nothing is evicted), so the same Base gives the same indices,
+//! and entries at or above it are literals either way. The run's largest reference is kept
+//! too and raises the copying section's Required Insert Count, which stays at or below
+//! its Base, the Known Received Count: no copied section can block.
+//!
 //! A malformed or impossible decoder-stream instruction is a [`DecoderStreamError`] (the
 //! connection maps it to `QPACK_DECODER_STREAM_ERROR`). Which fields are worth inserting is
 //! HTTP's business (`head.rs` decides); this file knows only QPACK.
@@ -36,6 +46,25 @@ pub const TABLE_BOUND: u64 = 4096;
 
 /// Field sections with dynamic references that may await their acknowledgment at once.
 pub const MAX_UNACKNOWLEDGED: usize = 1024;
+
+/// The most fixed runs a connection keeps the field lines of.
+const RUNS: usize = 4;
+
+/// The field lines a fixed run was written as, and the section state they hold in.
+#[derive(Debug)]
+struct Run {
+    /// Where the run's fields are and how many.
+    key: (usize, usize),
+    /// The Base of the section that wrote the lines (its relative indices count from it).
+    base: u64,
+    /// Whether that section could reference the table.
+    dynamic: bool,
+    /// 1 + the largest absolute index the lines reference (0: none).
+    required: u64,
+    /// The entry after the last one found once the run was written.
+    next: usize,
+    lines: Vec<u8>,
+}
 
 /// Whether a field may be inserted into the dynamic table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +106,8 @@ pub struct TableEncoder {
     lines: Vec<u8>,
     /// The section prefix being written (kept, like `lines`, so writing allocates nothing).
     prefix: Vec<u8>,
+    /// The fixed runs met last, with their field lines.
+    runs: Vec<Run>,
 }
 
 impl TableEncoder {
@@ -329,6 +360,46 @@ impl Section<'_> {
             }
         }
         static_line(name, value, found, &mut self.enc.lines);
+    }
+
+    /// Appends the field lines of `run`, a run of fields fixed for the whole program, each
+    /// written by `each` (which must write the same lines for the same field in the same
+    /// table state, as [`Self::field_with`] does): the lines it was written as the last time
+    /// when that section had this one's Base and dynamic flag, else written field by field
+    /// and kept. See the module doc for why the copy is the same section.
+    pub fn run(&mut self, run: &'static [(&'static str, &'static str)], each: impl Fn(&mut Self, &[u8], &[u8])) {
+        let key = (run.as_ptr() as usize, run.len());
+        let at = self.enc.runs.iter().position(|r| r.key == key);
+        if let Some(r) = at.map(|i| &self.enc.runs[i]) {
+            if r.base == self.base && r.dynamic == self.dynamic {
+                self.enc.lines.extend_from_slice(&r.lines);
+                self.required = self.required.max(r.required);
+                self.enc.next = r.next;
+                return;
+            }
+        }
+        let start = self.enc.lines.len();
+        let required = std::mem::take(&mut self.required);
+        for (name, value) in run {
+            each(self, name.as_bytes(), value.as_bytes());
+        }
+        let (run_required, enc) = (self.required, &mut *self.enc);
+        self.required = required.max(run_required);
+        let i = match at {
+            Some(i) => i,
+            None => {
+                if enc.runs.len() == RUNS {
+                    enc.runs.remove(0);
+                }
+                let fresh = Run { key, base: 0, dynamic: false, required: 0, next: 0, lines: Vec::new() };
+                enc.runs.push(fresh);
+                enc.runs.len() - 1
+            }
+        };
+        let r = &mut enc.runs[i];
+        (r.base, r.dynamic, r.required, r.next) = (self.base, self.dynamic, run_required, enc.next);
+        r.lines.clear();
+        r.lines.extend_from_slice(&enc.lines[start..]);
     }
 
     /// [`Self::field_with`] for a name with upper-case letters (sent lowered).

@@ -409,6 +409,92 @@ fn a_decoder_that_never_acknowledges_sections_gets_static_ones_past_the_bound() 
     assert_ne!(section(&mut enc, 4, &RESPONSE)[0], 0, "below the bound again");
 }
 
+/// Two fixed runs: [`RESPONSE`]'s fields after the per-response ones, and a shorter one.
+static RUN: [(&str, &str); 7] = {
+    let mut run = [("", ""); 7];
+    let mut i = 0;
+    while i < 7 {
+        run[i] = RESPONSE[i + 5];
+        i += 1;
+    }
+    run
+};
+static OTHER_RUN: [(&str, &str); 2] = [("server", "forkd"), ("vary", "origin")];
+
+/// One section of `lead` then `run`: field by field, or (`as_run`) with `run` as one.
+fn section_with_run(
+    enc: &mut TableEncoder,
+    stream: u64,
+    lead: &[(&str, &str)],
+    run: &'static [(&'static str, &'static str)],
+    as_run: bool,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut s = enc.section(stream, &mut out);
+    s.status(200);
+    let field = |s: &mut encoder::Section<'_>, n: &[u8], v: &[u8]| {
+        s.field(n, v, index_of(std::str::from_utf8(n).expect("ascii")));
+    };
+    for (n, v) in lead {
+        field(&mut s, n.as_bytes(), v.as_bytes());
+    }
+    if as_run {
+        s.run(run, field);
+    } else {
+        for (n, v) in run {
+            field(&mut s, n.as_bytes(), v.as_bytes());
+        }
+    }
+    s.finish();
+    out
+}
+
+#[test]
+fn a_fixed_run_is_copied_only_into_a_section_of_the_same_base() {
+    // Two encoders see the same sections: one writes the runs field by field, the other
+    // as runs (copied whenever it may). Byte for byte, every section must be the same:
+    // before any acknowledgment (literals), after a partial one (the Base moves: lines kept
+    // at the old Base name other entries), after the rest, and with the table given up.
+    let (mut fields, mut runs, mut dec) = (TableEncoder::default(), TableEncoder::default(), TableDecoder::new(16_384));
+    assert!(fields.enable(16_384, TABLE_BOUND) && runs.enable(16_384, TABLE_BOUND));
+    let lead = &RESPONSE[..5];
+    let mut stream = 0;
+    let mut check = |fields: &mut TableEncoder, runs: &mut TableEncoder, dec: &mut TableDecoder, step: &str| {
+        let order: [&'static [(&'static str, &'static str)]; 4] = [&RUN, &OTHER_RUN, &RUN, &RUN];
+        for run in order {
+            let want = section_with_run(fields, stream, lead, run, false);
+            let got = section_with_run(runs, stream, lead, run, true);
+            assert_eq!(got, want, "{step}: stream {stream}");
+            let mut instructions = (Vec::new(), Vec::new());
+            fields.take_instructions(&mut instructions.0);
+            runs.take_instructions(&mut instructions.1);
+            assert_eq!(instructions.0, instructions.1, "{step}: the same insertions");
+            assert_eq!(dec.on_encoder_stream(&instructions.1), Ok(instructions.1.len()));
+            let (required, got) = decoded_with(dec, &got).expect("decodes with the table");
+            assert!(required <= runs.acknowledged(), "{step}: never blocks");
+            let mut pairs = pairs(&[(":status", "200")]);
+            pairs.extend(lead.iter().chain(run).map(|(n, v)| (n.to_ascii_lowercase(), v.to_string())));
+            assert_eq!(got, pairs, "{step}");
+            stream += 4;
+        }
+    };
+    check(&mut fields, &mut runs, &mut dec, "nothing acknowledged");
+    let inserted = runs.inserted();
+    assert!(inserted > 3, "{inserted} entries");
+    for ack in [[0x03], [inserted as u8 - 3]] {
+        assert_eq!(fields.on_decoder_stream(&ack), Ok(1));
+        assert_eq!(runs.on_decoder_stream(&ack), Ok(1));
+        let step = format!("{} acknowledged", runs.acknowledged());
+        check(&mut fields, &mut runs, &mut dec, &step);
+    }
+    // Past the bound of unacknowledged sections both are static-only: no dynamic lines.
+    for i in 0..MAX_UNACKNOWLEDGED as u64 {
+        section_with_run(&mut fields, 1_000_000 + 4 * i, lead, &RUN, false);
+        section_with_run(&mut runs, 1_000_000 + 4 * i, lead, &RUN, true);
+    }
+    check(&mut fields, &mut runs, &mut dec, "static only");
+}
+
 /// Cost of the codec on typical heads: `cargo test --release --lib -- --ignored
 /// qpack_cost --nocapture` (reported in docs/performance.md, not asserted).
 #[test]
