@@ -234,7 +234,8 @@ pub fn write_response_head<'a>(
 
 /// [`write_response_head`] for a response's [`ResponseFields`]: the same frame, with the
 /// run of fields every response of its kind shares written as one ([`Section::run`]: its
-/// field lines are encoded once per table state and copied after that).
+/// field lines are encoded once per table state and copied after that), and so is each
+/// field of the program's text (a handler's `content-type`, [`Section::static_field`]).
 pub fn write_response_fields(
     status: u16,
     fields: &ResponseFields,
@@ -247,7 +248,7 @@ pub fn write_response_fields(
     for part in fields.parts() {
         match part {
             Part::Field(name, value, _) => field(&mut section, name, value),
-            Part::Static(name, value) => field(&mut section, name.as_bytes(), value.as_bytes()),
+            Part::Static(name, value) => section.static_field(name, value, field),
             Part::Fixed(run) => section.run(run, field),
         }
     }

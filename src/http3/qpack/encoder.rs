@@ -25,7 +25,8 @@
 //!
 //! A run of fields fixed for the whole program (a `&'static` slice, known by its address:
 //! never freed, so never another run's) is encoded once per table state and its field lines
-//! copied after that ([`Section::run`]). The lines are kept with the Base and the dynamic
+//! copied after that ([`Section::run`]; a field whose name and value are `&'static` text is
+//! kept the same way, [`Section::static_field`]). The lines are kept with the Base and the dynamic
 //! flag of the section that wrote them and copied only into a section with the same two:
 //! a dynamic reference is relative to the Base (RFC 9204 §4.5.2), and every entry below
 //! the Base stays as it is (nothing is evicted), so the same Base gives the same indices,
@@ -47,14 +48,15 @@ pub const TABLE_BOUND: u64 = 4096;
 /// Field sections with dynamic references that may await their acknowledgment at once.
 pub const MAX_UNACKNOWLEDGED: usize = 1024;
 
-/// The most fixed runs a connection keeps the field lines of.
-const RUNS: usize = 4;
+/// The most fixed runs and static fields a connection keeps the field lines of.
+const RUNS: usize = 8;
 
 /// The field lines a fixed run was written as, and the section state they hold in.
 #[derive(Debug)]
 struct Run {
-    /// Where the run's fields are and how many.
-    key: (usize, usize),
+    /// Where the run's fields are and how many (then two zeros); or where one field's name
+    /// and value are and how long.
+    key: [usize; 4],
     /// The Base of the section that wrote the lines (its relative indices count from it).
     base: u64,
     /// Whether that section could reference the table.
@@ -368,7 +370,18 @@ impl Section<'_> {
     /// when that section had this one's Base and dynamic flag, else written field by field
     /// and kept. See the module doc for why the copy is the same section.
     pub fn run(&mut self, run: &'static [(&'static str, &'static str)], each: impl Fn(&mut Self, &[u8], &[u8])) {
-        let key = (run.as_ptr() as usize, run.len());
+        self.kept([run.as_ptr() as usize, run.len(), 0, 0], run, each);
+    }
+
+    /// [`Self::run`] for one field whose name and value live for the whole program (known by
+    /// where their text is).
+    pub fn static_field(&mut self, name: &'static str, value: &'static str, each: impl Fn(&mut Self, &[u8], &[u8])) {
+        let key = [name.as_ptr() as usize, name.len(), value.as_ptr() as usize, value.len()];
+        self.kept(key, &[(name, value)], each);
+    }
+
+    /// The lines of `fields`, known by `key`, as [`Self::run`] writes them.
+    fn kept(&mut self, key: [usize; 4], fields: &[(&str, &str)], each: impl Fn(&mut Self, &[u8], &[u8])) {
         let at = self.enc.runs.iter().position(|r| r.key == key);
         if let Some(r) = at.map(|i| &self.enc.runs[i]) {
             if r.base == self.base && r.dynamic == self.dynamic {
@@ -380,7 +393,7 @@ impl Section<'_> {
         }
         let start = self.enc.lines.len();
         let required = std::mem::take(&mut self.required);
-        for (name, value) in run {
+        for (name, value) in fields {
             each(self, name.as_bytes(), value.as_bytes());
         }
         let (run_required, enc) = (self.required, &mut *self.enc);
