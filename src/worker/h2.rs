@@ -2,7 +2,7 @@
 //!
 //! A connection is HTTP/2 when a plain one opens with the client preface
 //! (prior knowledge, h2c) or a TLS one negotiated `h2` by ALPN. Its
-//! [`H2Session`] owns the codec behind an [`H2Sink`] (`h2_sink.rs`: how the
+//! [`H2Session`] owns the codec behind an [`H2Sink`] (`crate::exchange::h2_sink`: how the
 //! engine writes through the codec, and the RFC 9218 scheduler) and the
 //! engine's [`Exchanges`], one per open stream (`exchange/`: dispatch,
 //! answers, producers). This module moves bytes between the connection's
@@ -13,11 +13,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::exchange::{self, engine_cx, Cx, Exchanges, Input, Key, Opening};
-use super::h2_sink::H2Sink;
-use super::pool::ExchangeId;
 use super::{Glue, Worker, READ_AHEAD};
 use crate::error::Error;
+use crate::exchange::h2_sink::H2Sink;
+use crate::exchange::pool::ExchangeId;
+use crate::exchange::{self, engine_cx, Cx, Exchanges, Input, Key, Opening};
 use crate::http::service::{Env, Protocol, HIGH_WATERMARK};
 use crate::http2::request::{self, Fault};
 use crate::http2::{Event, H2Error, H2Settings, Heads, Priority, Reason, RequestHead, StreamId};

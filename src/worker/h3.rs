@@ -14,7 +14,7 @@
 //! upstream waits find it as they find an HTTP/2 stream. The exchanges are the engine's
 //! (`exchange/`: dispatch, answers, producers); what the connection reports becomes the
 //! engine's [`Input`]s, and the engine writes through [`H3Conn`] as their `Sink`
-//! (`h3_sink.rs`).
+//! (`crate::exchange::h3_sink`).
 //! A request head late past `header_timeout_ms` on its stream, or a body past
 //! `body_timeout_ms`, is answered 408 on that stream; a connection with no request stream
 //! for `keepalive_timeout_ms` is sent GOAWAY and closed (`http3::conn`).
@@ -32,12 +32,12 @@ use std::time::Instant;
 use mio::Registry;
 use quinn_proto::{ConnectionHandle, StreamId, VarInt};
 
-use super::exchange::{self, engine_cx, Cx, Exchanges, Input, Key, Opening};
-use super::pool::ExchangeId;
 use super::quic::{Endpoint, WorkerH3};
 use super::{Glue, Worker};
 use crate::config::Config;
 use crate::error::Error;
+use crate::exchange::pool::ExchangeId;
+use crate::exchange::{self, engine_cx, Cx, Exchanges, Input, Key, Opening};
 use crate::http::service::Protocol;
 use crate::http2::{Heads, Priority};
 use crate::http3::conn::{Event, H3Conn};

@@ -8,8 +8,8 @@
 //! the codec for window. A file body is read ahead on the pool as far as its stream's window
 //! allows ([`read_ahead`]).
 //!
-//! It is socket-free (the session in `h2.rs` moves the codec's bytes), but it lives in the
-//! worker, not beside the codec in `http2/`: it works over the engine's exchanges, their
+//! It is socket-free (the worker's session moves the codec's bytes); it lives beside the
+//! engine, not beside the codec in `http2/`: it works over the engine's exchanges, their
 //! producers and the worker's pool, which `http2/` must not know. This file must not touch a
 //! socket, write HTTP/2 frames itself or know a route.
 
@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::exchange::{Download, Exchange, Gone, Key, Produce, Reset, Sink, SLICE};
 use super::pool::{ExchangeId, Pool, Work};
+use super::{Download, Exchange, Gone, Key, Produce, Reset, Sink, SLICE};
 use crate::http::reply::FileRange;
 use crate::http2::{H2Conn, H2Settings, Priority, Reason, ResponseFields, Scheduler, Sent, StreamId};
 
@@ -37,9 +37,9 @@ const QUANTUM: usize = 16 * 1024;
 
 /// The write side of an HTTP/2 connection: the codec, and who of the streams with DATA
 /// ready sends next (RFC 9218).
-pub(super) struct H2Sink {
+pub(crate) struct H2Sink {
     /// The codec.
-    pub(super) conn: H2Conn,
+    pub(crate) conn: H2Conn,
     scheduler: Scheduler,
     /// Scratch: the streams with DATA ready, for the scheduler.
     ready: Vec<(StreamId, Priority)>,
@@ -47,7 +47,7 @@ pub(super) struct H2Sink {
 
 impl H2Sink {
     /// A sink over a new codec with `settings`.
-    pub(super) fn new(settings: H2Settings) -> H2Sink {
+    pub(crate) fn new(settings: H2Settings) -> H2Sink {
         H2Sink { conn: H2Conn::new(settings), scheduler: Scheduler::new(), ready: Vec::new() }
     }
 }

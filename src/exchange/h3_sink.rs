@@ -7,8 +7,8 @@
 //! ([`FileBody`]: its size follows how the stream did). A reset is `H3_REQUEST_CANCELLED` or
 //! `H3_INTERNAL_ERROR`.
 //!
-//! It is socket-free (the endpoint in `quic.rs` sends the datagrams), but it lives in the
-//! worker, not beside the codec in `http3/`: it works over the engine's exchanges, their
+//! It is socket-free (the worker's endpoint sends the datagrams); it lives beside the
+//! engine, not beside the codec in `http3/`: it works over the engine's exchanges, their
 //! producers and the worker's pool, which `http3/` must not know. This file must not touch a
 //! socket, write HTTP/3 frames itself or know a route.
 
@@ -18,8 +18,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use quinn_proto::StreamId;
 
-use super::exchange::{Exchange, FileBody, Gone, Produce, Reset, Sink, SLICE};
 use super::pool::{ExchangeId, Pool, Work};
+use super::{Exchange, FileBody, Gone, Produce, Reset, Sink, SLICE};
 use crate::http::reply::FileRange;
 use crate::http2::ResponseFields;
 use crate::http3::conn::H3Conn;

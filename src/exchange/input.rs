@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::http::response::{Delimit, RequestMeta};
 
 /// One thing a codec's peer did, for the exchanges of its session.
-pub(in crate::worker) enum Input<'a, K, H> {
+pub(crate) enum Input<'a, K, H> {
     /// A request head: a new exchange, answered at once with `refused` (what the codec found
     /// wrong with the head), else dispatched when the request is `complete` (else its body
     /// follows as [`Input::Data`]).
@@ -33,13 +33,7 @@ pub(in crate::worker) enum Input<'a, K, H> {
 impl<K: Key, H: Head> Exchanges<K, H> {
     /// Apply what the peer did. Returns whether it was a reset of an open exchange (one the
     /// peer gave up on before its end).
-    pub(in crate::worker) fn input<S, V>(
-        &mut self,
-        input: Input<'_, K, H>,
-        sink: &mut S,
-        cx: &mut Cx<'_, V>,
-        now: Instant,
-    ) -> bool
+    pub(crate) fn input<S, V>(&mut self, input: Input<'_, K, H>, sink: &mut S, cx: &mut Cx<'_, V>, now: Instant) -> bool
     where
         S: Sink<Stream = K>,
         V: Host,
