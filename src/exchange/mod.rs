@@ -50,7 +50,7 @@ mod websocket;
 pub(crate) use crate::upstream::call::CallState;
 pub(crate) use download::Download;
 pub(crate) use file::FileBody;
-pub(crate) use input::Input;
+pub(crate) use input::{Input, Source};
 pub(crate) use produce::{Events, Produce, Subscribers, Tick, Ticking, Tunnel, MAX_BACKLOG};
 pub(crate) use sink::{send_head, Gone, Head, Key, Reset, Sink};
 pub(crate) use websocket::{Todo, Ws, WS_PING_EVERY};

@@ -69,9 +69,9 @@ use crate::shm::{ProcRecord, Region, WorkerState};
 use crate::store::Store;
 use crate::sys::signals::SignalSet;
 
-use crate::exchange;
 use crate::exchange::panics;
 use crate::exchange::pool::{self, ExchangeId, Pool};
+use crate::exchange::{self, engine_cx};
 use conn::{Conn, ConnState, H1};
 use glue::Glue;
 pub use quic::WorkerH3;
@@ -790,7 +790,15 @@ impl Worker {
                     h.codec.on_timeout(&mut c.io.out, &mut glue, &mut self.env, now);
                     self.drive(idx);
                 }
-                ConnState::Http2(_) => self.h2_timer(idx, now),
+                ConnState::Http2(sess) => {
+                    sess.on_timer(&self.env, now);
+                    // Then its exchanges': heartbeats, tickers and pings due; 408 on late bodies.
+                    let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+                    let (ex, out, heads) = sess.parts();
+                    ex.tick(&glue, now);
+                    ex.expire(out, &mut engine_cx!(self, &mut glue, heads), now);
+                    self.drive_h2(idx);
+                }
                 ConnState::Lingering(_) => self.arm(idx),
                 ConnState::ProxyHeader(_) => {}
             }
