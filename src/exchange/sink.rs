@@ -3,8 +3,8 @@
 //! `send_data`, `reset`, flow control, and how streamed bodies reach the stream; or, for a
 //! codec that writes its own heads, `respond`).
 //!
-//! Each codec implements these for its own streams (`h2_sink.rs`, `h3_sink.rs`, the worker's `h1_sink.rs`); the
-//! engine calls only them and never branches on the protocol. This file must not touch a
+//! Each codec implements these for its own streams (`h2_sink.rs`, `h3_sink.rs`, the
+//! worker's `h1_sink.rs`); the engine calls only them and never branches on the protocol. This file must not touch a
 //! socket or write protocol framing.
 
 use bytes::Bytes;
