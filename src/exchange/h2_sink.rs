@@ -61,8 +61,6 @@ pub(crate) struct H2Sink {
     ready: Vec<(StreamId, Priority)>,
     /// What the codec reported, in order, not yet read as input.
     events: VecDeque<Event>,
-    /// Scratch: what one [`H2Sink::advance`] brings.
-    fresh: Vec<Event>,
     /// The client (named in the log of a flood).
     peer: IpAddr,
     /// Streams the peer reset before their answer.
@@ -79,7 +77,6 @@ impl H2Sink {
             scheduler: Scheduler::new(),
             ready: Vec::new(),
             events: VecDeque::new(),
-            fresh: Vec::new(),
             peer,
             peer_resets: 0,
             closed: false,
@@ -89,8 +86,7 @@ impl H2Sink {
     /// Run the codec over what it was fed ([`H2Conn::advance`]); its events wait to be read
     /// as input.
     pub(crate) fn advance(&mut self) {
-        self.conn.advance(&mut self.fresh);
-        self.events.extend(self.fresh.drain(..));
+        self.conn.advance(&mut self.events);
     }
 
     /// Events are waiting to be read as input.
