@@ -85,17 +85,20 @@ impl H2Sink {
 
     /// Run the codec over what it was fed ([`H2Conn::advance`]); its events wait to be read
     /// as input.
+    #[inline]
     pub(crate) fn advance(&mut self) {
         self.conn.advance(&mut self.events);
     }
 
     /// Events are waiting to be read as input.
+    #[inline]
     pub(crate) fn has_events(&self) -> bool {
         !self.events.is_empty()
     }
 }
 
 impl Key for StreamId {
+    #[inline]
     fn id(self, conn: usize, gen: u32) -> ExchangeId {
         ExchangeId::H2 { conn, stream: self.0, gen }
     }
@@ -131,6 +134,7 @@ impl Head for RequestHead {
 impl Source for H2Sink {
     type Head = RequestHead;
 
+    #[inline]
     fn next_input(&mut self, env: &Env) -> Option<Input<StreamId, RequestHead>> {
         loop {
             return Some(match self.events.pop_front()? {
@@ -164,6 +168,7 @@ impl Source for H2Sink {
 
 impl H2Sink {
     /// The engine's input for a request head on `stream`: what HTTP/2 finds wrong with it.
+    #[inline]
     fn opening(&self, stream: StreamId, head: RequestHead, env: &Env) -> Input<StreamId, RequestHead> {
         // RFC 8441: the stream is the tunnel; the request is complete with its head.
         let tunnel = head.method() == "CONNECT" && head.protocol() == Some("websocket");
@@ -185,10 +190,12 @@ impl H2Sink {
 impl Sink for H2Sink {
     type Stream = StreamId;
 
+    #[inline]
     fn informational(&mut self, stream: StreamId, fields: &ResponseFields) -> Result<(), Gone> {
         self.conn.early_hints_with(stream, fields).map_err(|_| Gone)
     }
 
+    #[inline]
     fn send_head(
         &mut self,
         stream: StreamId,
@@ -199,6 +206,7 @@ impl Sink for H2Sink {
         self.conn.respond_with(stream, status, fields, end).map_err(|_| Gone)
     }
 
+    #[inline]
     fn send_data(&mut self, stream: StreamId, data: Bytes, end: bool) -> Result<(), Gone> {
         self.conn.send_data(stream, data, end).map_err(|_| Gone)
     }
@@ -211,6 +219,7 @@ impl Sink for H2Sink {
         let _ = self.conn.reset(stream, reason);
     }
 
+    #[inline]
     fn release(&mut self, stream: StreamId, n: usize) {
         let _ = self.conn.release(stream, n);
     }
