@@ -20,6 +20,7 @@ pub mod cli;
 pub mod config;
 pub mod cpu;
 pub mod error;
+pub(crate) mod exchange;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;

@@ -153,7 +153,7 @@ impl Default for H2Settings {
 
 /// What [`H2Conn::advance`] found.
 // `Request` is the large variant, and the common one: boxing its head would
-// cost an allocation per request, while events only pass through a vector
+// cost an allocation per request, while events only pass through a queue
 // the session reuses.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
@@ -452,7 +452,7 @@ impl H2Conn {
     /// Read the admitted input and append what happened to `events`: call
     /// after every readiness event (input fed, output drained, a response or
     /// body bytes given, a timer). Never blocks.
-    pub fn advance(&mut self, events: &mut Vec<Event>) {
+    pub fn advance(&mut self, events: &mut VecDeque<Event>) {
         match std::mem::replace(&mut self.state, State::Open) {
             State::New => {
                 self.machine.start(&mut self.output);
@@ -486,7 +486,7 @@ impl H2Conn {
                             queued: 0,
                         });
                         meter.credit_request();
-                        events.push(Event::Request { stream: StreamId(stream), head });
+                        events.push_back(Event::Request { stream: StreamId(stream), head });
                     }
                     None => refused.push(stream),
                 },
@@ -494,13 +494,13 @@ impl H2Conn {
                     if let Ok(i) = streams.binary_search_by_key(&StreamId(stream), |s| s.id) {
                         streams[i].recv_ended |= end;
                         let bytes = Bytes::copy_from_slice(data);
-                        events.push(Event::Data { stream: StreamId(stream), bytes, end });
+                        events.push_back(Event::Data { stream: StreamId(stream), bytes, end });
                     }
                 }
                 machine::Event::Reset { stream, reason } => {
                     if let Ok(i) = streams.binary_search_by_key(&StreamId(stream), |s| s.id) {
                         streams.remove(i);
-                        events.push(Event::Reset { stream: StreamId(stream), reason });
+                        events.push_back(Event::Reset { stream: StreamId(stream), reason });
                     }
                 }
                 machine::Event::Window { .. } => {}
@@ -559,7 +559,7 @@ impl H2Conn {
 
     /// Write what the streams queued as far as windows and the output
     /// watermark allow; report blocked streams that may send again.
-    fn flush(&mut self, events: &mut Vec<Event>) {
+    fn flush(&mut self, events: &mut VecDeque<Event>) {
         let mut i = 0;
         while i < self.streams.len() {
             self.flush_stream(i);
@@ -571,7 +571,7 @@ impl H2Conn {
                 let id = s.id;
                 if self.room(i) > 0 {
                     self.streams[i].blocked = false;
-                    events.push(Event::Writable { stream: id });
+                    events.push_back(Event::Writable { stream: id });
                 }
             }
             i += 1;
@@ -615,13 +615,13 @@ impl H2Conn {
         true
     }
 
-    fn close(&mut self, error: Option<H2Error>, events: &mut Vec<Event>) {
+    fn close(&mut self, error: Option<H2Error>, events: &mut VecDeque<Event>) {
         self.state = State::Closed;
         self.streams.clear();
         self.reserved = 0;
         self.input = Vec::new();
         self.read = 0;
-        events.push(Event::Closed { error });
+        events.push_back(Event::Closed { error });
     }
 
     fn find(&self, stream: StreamId) -> Result<usize, H2Error> {

@@ -25,13 +25,13 @@ use std::io::{self, Read};
 use std::net::IpAddr;
 use std::time::Instant;
 
-use super::exchange::{Exchanges, Stage};
 use super::h1_sink::{Answered, Current, Fate};
 use super::h2::H2Session;
-use super::pool::{ExchangeId, Work};
 use super::transport::Transport;
 use super::{Glue, Worker, LINGER, READ_AHEAD};
 use crate::app::Body;
+use crate::exchange::pool::{ExchangeId, Work};
+use crate::exchange::{Exchanges, Stage};
 use crate::http::service::{Env, Protocol, HIGH_WATERMARK};
 use crate::http1::codec::{Http1, Phase, Progress};
 use crate::http2::sniff::{sniff, Sniff};

@@ -17,15 +17,15 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::exchange::Reset;
-use super::exchange::Todo;
-use super::exchange::MAX_BACKLOG;
 use super::mux::ws_of;
-use super::panics::guard;
-use super::pool::ExchangeId;
 use super::Worker;
 use crate::bus::rooms::RoomMessage;
 use crate::bus::{self, Topic};
+use crate::exchange::panics::guard;
+use crate::exchange::pool::ExchangeId;
+use crate::exchange::Reset;
+use crate::exchange::Todo;
+use crate::exchange::MAX_BACKLOG;
 use crate::proto::ws as wire;
 
 impl Worker {

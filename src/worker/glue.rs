@@ -5,9 +5,9 @@
 //! its body needs from the loop (a pool job, upstreams, a stream) the worker
 //! takes from the codec afterwards. It must not touch a socket or framing.
 
-use super::panics;
 use crate::app::{App, Reply};
 use crate::config::Config;
+use crate::exchange::panics;
 use crate::http::request::Request;
 use crate::http::service::{Finished, Service};
 use crate::shm::metrics::ProcMetrics;
@@ -69,7 +69,7 @@ impl Service for Glue<'_> {
     }
 }
 
-impl super::exchange::Host for Glue<'_> {
+impl crate::exchange::Host for Glue<'_> {
     fn app(&self) -> &App {
         self.app
     }

@@ -25,9 +25,9 @@ use bytes::Bytes;
 use http::StatusCode;
 
 use super::bufs::Bufs;
-use super::exchange::{Download, Exchange, Gone, Head, Key, Produce, Reset, Sink};
-use super::pool::{ExchangeId, Pool, Work};
 use super::transport::Transport;
+use crate::exchange::pool::{ExchangeId, Pool, Work};
+use crate::exchange::{Download, Exchange, Gone, Head, Key, Produce, Reset, Sink};
 use crate::http::reply::FileRange;
 use crate::http::response::{Delimit, Response};
 use crate::http::service::{Env, Service, HIGH_WATERMARK};

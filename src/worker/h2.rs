@@ -2,25 +2,21 @@
 //!
 //! A connection is HTTP/2 when a plain one opens with the client preface
 //! (prior knowledge, h2c) or a TLS one negotiated `h2` by ALPN. Its
-//! [`H2Session`] owns the codec behind an [`H2Sink`] (`h2_sink.rs`: how the
-//! engine writes through the codec, and the RFC 9218 scheduler) and the
-//! engine's [`Exchanges`], one per open stream (`exchange/`: dispatch,
-//! answers, producers). This module moves bytes between the connection's
-//! transport and the codec, turns the codec's events into the engine's
-//! [`Input`]s, and decides how the connection ends (GOAWAY, the keep-alive
-//! and header timers, the drain). It never looks at a route and never
-//! writes HTTP/2 frames itself.
+//! [`H2Session`] owns the codec behind an [`H2Sink`] (`crate::exchange::h2_sink`: how the
+//! engine reads the codec's events as inputs and writes through it, and the RFC 9218
+//! scheduler) and the engine's [`Exchanges`], one per open stream (`crate::exchange`:
+//! dispatch, answers, producers). This module moves bytes between the connection's
+//! transport and the codec, runs the engine's turn ([`Exchanges::run`]) over them, and
+//! decides how the connection ends (GOAWAY, the keep-alive and header timers, the drain).
+//! It never looks at a route and never writes HTTP/2 frames itself.
 
 use std::time::{Duration, Instant};
 
-use super::exchange::{self, engine_cx, Cx, Exchanges, Input, Key, Opening};
-use super::h2_sink::H2Sink;
-use super::pool::ExchangeId;
 use super::{Glue, Worker, READ_AHEAD};
-use crate::error::Error;
+use crate::exchange::h2_sink::H2Sink;
+use crate::exchange::{engine_cx, Cx, Exchanges};
 use crate::http::service::{Env, Protocol, HIGH_WATERMARK};
-use crate::http2::request::{self, Fault};
-use crate::http2::{Event, H2Error, H2Settings, Heads, Priority, Reason, RequestHead, StreamId};
+use crate::http2::{H2Settings, Heads, Reason, RequestHead, StreamId};
 
 /// After the two-step GOAWAY of a connection that reached its keep-alive
 /// timeout with a response still queued in h2, the peer gets this long to
@@ -32,12 +28,6 @@ const GOAWAY_GRACE: Duration = Duration::from_secs(2);
 /// past it, the two-step GOAWAY tells its client to stop while its open
 /// streams finish.
 const QUIET_WAIT: Duration = Duration::from_secs(2);
-
-/// Streams the peer may reset before we answered them, per connection; one
-/// more ends the connection with `GOAWAY(ENHANCE_YOUR_CALM)`. h2 catches a
-/// burst of resets; this catches the slow kind (one HEADERS + RST_STREAM per
-/// read), which h2 never sees as a burst.
-const MAX_PEER_RESETS: u32 = 200;
 
 /// Event-handling rounds per drive before the connection yields to the others.
 const MAX_ROUNDS: usize = 32;
@@ -77,45 +67,10 @@ enum Ending {
     GoingAway,
 }
 
-impl Key for StreamId {
-    fn id(self, conn: usize, gen: u32) -> ExchangeId {
-        ExchangeId::H2 { conn, stream: self.0, gen }
-    }
-}
-
-impl exchange::Head for RequestHead {
-    #[inline]
-    fn method(&self) -> &str {
-        RequestHead::method(self)
-    }
-
-    #[inline]
-    fn path(&self) -> &str {
-        RequestHead::path(self)
-    }
-
-    #[inline]
-    fn authority(&self) -> Option<&str> {
-        RequestHead::authority(self)
-    }
-
-    #[inline]
-    fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        RequestHead::fields(self)
-    }
-
-    #[inline]
-    fn field(&self, name: &str) -> Option<&[u8]> {
-        RequestHead::field(self, name)
-    }
-}
-
 /// One HTTP/2 connection's state: the codec, its exchanges, how it ends.
 pub(super) struct H2Session {
     out: H2Sink,
-    events: Vec<Event>,
     ex: Exchanges<StreamId, RequestHead>,
-    peer: std::net::IpAddr,
     /// How the connection is being ended.
     ending: Ending,
     /// The connection is cut at this deadline if still open.
@@ -123,10 +78,6 @@ pub(super) struct H2Session {
     /// What the peer started sending and has not finished (the preface, a frame, a header
     /// block), timed as a head; `None` once the connection is ended for it.
     unfinished: Option<crate::http2::Unfinished>,
-    /// Streams the peer reset before their answer.
-    peer_resets: u32,
-    /// [`Event::Closed`] came: flush the output, then close.
-    closed: bool,
     /// The peer's EOF was handed to the codec.
     eof_fed: bool,
     /// Builds the HTTP/2 response heads.
@@ -145,15 +96,11 @@ impl H2Session {
         now: Instant,
     ) -> H2Session {
         H2Session {
-            out: H2Sink::new(settings),
-            events: Vec::new(),
+            out: H2Sink::new(settings, peer),
             ex: Exchanges::new(conn, gen, peer, Protocol::Http2, tls, true, now),
-            peer,
             ending: Ending::No,
             cut_at: None,
             unfinished: Some(crate::http2::Unfinished::new(now)),
-            peer_resets: 0,
-            closed: false,
             eof_fed: false,
             heads: Heads::new(),
         }
@@ -212,19 +159,45 @@ impl H2Session {
         self.cut_at = Some(self.cut_at.map_or(cut_at, |t| t.min(cut_at)));
     }
 
+    /// The connection's timer fired (its exchanges' timers are the engine's): the end of a
+    /// connection whose head is late, the cut at its deadline, the two-step GOAWAY when a
+    /// drain found no quiet moment in time, the final GOAWAY when idle ([`Ending`]).
+    pub(super) fn on_timer(&mut self, env: &Env, now: Instant) {
+        if self.head_since().is_some_and(|t| t + env.header_timeout <= now) {
+            // The preface, a header block or a frame not finished within the header
+            // timeout. A stream whose header block is incomplete cannot be answered
+            // (its fields are unknown, and nothing but its CONTINUATION may follow), so
+            // the connection ends: GOAWAY(PROTOCOL_ERROR), then the close, as nginx does.
+            log::debug!("HTTP/2: head not finished within the header timeout; closing");
+            self.unfinished = None;
+            self.out.conn.abort(Reason::PROTOCOL_ERROR);
+        }
+        if self.cut_at.is_some_and(|t| t <= now) {
+            self.cut_at = None;
+            self.out.conn.abort(Reason::NO_ERROR);
+        } else if matches!(self.ending, Ending::WhenQuiet { by } if by <= now) && !self.quiet() {
+            // Still busy: tell the client to stop; its open streams finish.
+            let cut_at = self.cut_at.unwrap_or(now + GOAWAY_GRACE);
+            self.go_away(cut_at);
+        } else if self.ex.idle_since.is_some_and(|t| t + env.keepalive_timeout <= now) {
+            self.ex.idle_since = None;
+            if self.quiet() {
+                self.final_goaway();
+            } else {
+                // No exchange, but the codec still holds a response the client has
+                // not taken (its window is closed): it gets a little longer.
+                self.go_away(now + GOAWAY_GRACE);
+            }
+        }
+    }
+
     /// Drive the codec and answer what it reports, until it goes quiet (or [`MAX_ROUNDS`]).
     /// Returns whether events are left for the next drive.
     fn step(&mut self, cx: &mut Cx<'_, Glue<'_>>, now: Instant) -> bool {
         for _ in 0..MAX_ROUNDS {
-            self.out.conn.advance(&mut self.events);
-            let quiet = self.events.is_empty();
-            // Drained in place and put back: its allocation serves every round.
-            let mut events = std::mem::take(&mut self.events);
-            for event in events.drain(..) {
-                self.on_event(event, cx, now);
-            }
-            self.events = events;
-            if !self.ex.service(&mut self.out, cx) && quiet {
+            self.out.advance();
+            let quiet = !self.out.has_events();
+            if !self.ex.run(&mut self.out, cx, now) && quiet {
                 if matches!(self.ending, Ending::WhenQuiet { .. }) && self.quiet() {
                     // Draining, and nothing is open: the final GOAWAY.
                     self.final_goaway();
@@ -233,63 +206,11 @@ impl H2Session {
                 return false;
             }
         }
-        self.out.conn.advance(&mut self.events);
-        !self.events.is_empty()
-    }
-
-    fn on_event(&mut self, event: Event, cx: &mut Cx<'_, Glue<'_>>, now: Instant) {
-        let input = match event {
-            Event::Request { stream, head } => self.opening(stream, head, cx),
-            Event::Data { stream, bytes, end } => {
-                self.ex.input(Input::Data { stream, bytes: &bytes, end }, &mut self.out, cx, now);
-                return;
-            }
-            Event::Writable { .. } => return,
-            Event::Reset { stream, .. } => Input::Reset(stream),
-            Event::Closed { error } => {
-                match error {
-                    Some(H2Error::Codec { reason: Some(Reason::ENHANCE_YOUR_CALM), remote: false, .. }) => {
-                        log::info!("HTTP/2 flood from {}: GOAWAY(ENHANCE_YOUR_CALM)", self.peer);
-                    }
-                    Some(e) => log::debug!("HTTP/2 connection ended: {e}"),
-                    None => {}
-                }
-                self.closed = true;
-                Input::Closed
-            }
-        };
-        if self.ex.input(input, &mut self.out, cx, now) {
-            self.peer_resets += 1;
-            if self.peer_resets > MAX_PEER_RESETS {
-                log::debug!("HTTP/2: too many streams reset by the peer");
-                self.out.conn.abort(Reason::ENHANCE_YOUR_CALM);
-            }
-        }
-    }
-
-    /// The engine's input for a request head on `stream`: what HTTP/2 finds wrong with it.
-    fn opening<'a>(
-        &self,
-        stream: StreamId,
-        head: RequestHead,
-        cx: &Cx<'_, Glue<'_>>,
-    ) -> Input<'a, StreamId, RequestHead> {
-        // RFC 8441: the stream is the tunnel; the request is complete with its head.
-        let tunnel = head.method() == "CONNECT" && head.protocol() == Some("websocket");
-        let declared =
-            head.field("content-length").and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
-        let priority = Priority::from_fields(head.field_all("priority"));
-        let end_stream = head.end_stream;
-        let refused = match request::check(&head, self.out.conn.settings().max_header_list_size as usize) {
-            Err(Fault::TooLarge) => Some(Error::HeaderTooLarge),
-            Err(Fault::Malformed(why)) => Some(Error::bad_request(why)),
-            Ok(()) if declared.is_some_and(|n| n > cx.env.max_body) => Some(Error::PayloadTooLarge),
-            Ok(()) => None,
-        };
-        let opening = Opening { stream, head, priority, body_follows: !end_stream, tunnel };
-        Input::Request { opening, refused, complete: end_stream || tunnel }
+        self.out.advance();
+        self.out.has_events()
     }
 }
+
 impl Worker {
     /// Make connection `idx` HTTP/2; its buffered input is the start of the preface.
     pub(super) fn start_h2(&mut self, idx: usize) {
@@ -360,7 +281,7 @@ impl Worker {
                 break;
             }
             let pending = io.flushed(now);
-            if sess.closed && conn.output_len() == 0 {
+            if sess.out.closed && conn.output_len() == 0 {
                 end = !pending;
                 break;
             }
@@ -411,47 +332,6 @@ impl Worker {
             self.drained.push((idx, generation));
         }
         self.arm(idx);
-    }
-
-    /// The HTTP/2 connection's timer fired: 408 on streams whose body is
-    /// late, the final GOAWAY when idle ([`Ending`]), the two-step GOAWAY
-    /// when a drain found no quiet moment in time, the cut at its deadline,
-    /// the end of a connection whose head is late.
-    pub(super) fn h2_timer(&mut self, idx: usize, now: Instant) {
-        let Some(Some(c)) = self.conns.get_mut(idx) else { return };
-        let Some((sess, _)) = c.h2_parts() else { return };
-        if sess.head_since().is_some_and(|t| t + self.env.header_timeout <= now) {
-            // The preface, a header block or a frame not finished within the header
-            // timeout. A stream whose header block is incomplete cannot be answered
-            // (its fields are unknown, and nothing but its CONTINUATION may follow), so
-            // the connection ends: GOAWAY(PROTOCOL_ERROR), then the close, as nginx does.
-            log::debug!("HTTP/2: head not finished within the header timeout; closing");
-            sess.unfinished = None;
-            sess.out.conn.abort(Reason::PROTOCOL_ERROR);
-        }
-        if sess.cut_at.is_some_and(|t| t <= now) {
-            sess.cut_at = None;
-            sess.out.conn.abort(Reason::NO_ERROR);
-        } else if matches!(sess.ending, Ending::WhenQuiet { by } if by <= now) && !sess.quiet() {
-            // Still busy: tell the client to stop; its open streams finish.
-            let cut_at = sess.cut_at.unwrap_or(now + GOAWAY_GRACE);
-            sess.go_away(cut_at);
-        } else if sess.ex.idle_since.is_some_and(|t| t + self.env.keepalive_timeout <= now) {
-            sess.ex.idle_since = None;
-            if sess.quiet() {
-                sess.final_goaway();
-            } else {
-                // No exchange, but h2 still holds a response the client has
-                // not taken (its window is closed): it gets a little longer.
-                sess.go_away(now + GOAWAY_GRACE);
-            }
-        }
-        let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
-        sess.ex.tick(&glue, now);
-        let (ex, out, heads) = sess.parts();
-        let mut cx = engine_cx!(self, &mut glue, heads);
-        ex.expire(out, &mut cx, now);
-        self.drive_h2(idx);
     }
 }
 

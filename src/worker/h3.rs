@@ -3,24 +3,23 @@
 //! beside (not inside) the TCP connection slab.
 //!
 //! Each turn, the connections the endpoint fed (or that completions, timers or the drain
-//! touched) run: their [`Event`]s become exchanges of the one service ([`Glue`], the same
+//! touched) run ([`Exchanges::run`]): their events become exchanges of the one service ([`Glue`], the same
 //! phases, handlers and rate limits as HTTP/1.1 and HTTP/2), and what quinn has to send goes
 //! out; while the socket refuses datagrams, no connection is polled for more. quinn's timers
 //! and the exchanges' own deadlines (body timeout, SSE heartbeats, tickers) make one deadline
 //! the loop waits for.
 //!
-//! An exchange is keyed by [`ExchangeId::H3`]: `conn` = the connection's handle, `stream` =
+//! An exchange is keyed by `ExchangeId::H3`: `conn` = the connection's handle, `stream` =
 //! the QUIC stream id, with a per-session generation: pool completions, bus events and
 //! upstream waits find it as they find an HTTP/2 stream. The exchanges are the engine's
-//! (`exchange/`: dispatch, answers, producers); what the connection reports becomes the
-//! engine's [`Input`]s, and the engine writes through [`H3Conn`] as their `Sink`
-//! (`h3_sink.rs`).
+//! (`crate::exchange`: dispatch, answers, producers); [`H3Conn`] is their `Source` (what the
+//! connection reports, as the engine's inputs, with HTTP/3's checks of a head) and their
+//! `Sink` (`crate::exchange::h3_sink`).
 //! A request head late past `header_timeout_ms` on its stream, or a body past
 //! `body_timeout_ms`, is answered 408 on that stream; a connection with no request stream
 //! for `keepalive_timeout_ms` is sent GOAWAY and closed (`http3::conn`).
 //!
-//! 0-RTT: a request that arrived in early data and is not GET, HEAD or OPTIONS is answered
-//! 425 (`TOO_EARLY`) without reaching a handler. Graceful stop: GOAWAY on every connection,
+//! Graceful stop: GOAWAY on every connection,
 //! open streams finish, event streams end. This file must not look at routes, read or write
 //! the socket, or write HTTP/3 frames (that is `crate::http3`).
 
@@ -32,15 +31,13 @@ use std::time::Instant;
 use mio::Registry;
 use quinn_proto::{ConnectionHandle, StreamId, VarInt};
 
-use super::exchange::{self, engine_cx, Cx, Exchanges, Input, Key, Opening};
-use super::pool::ExchangeId;
 use super::quic::{Endpoint, WorkerH3};
 use super::{Glue, Worker};
 use crate::config::Config;
-use crate::error::Error;
+use crate::exchange::{engine_cx, Exchanges};
 use crate::http::service::Protocol;
-use crate::http2::{Heads, Priority};
-use crate::http3::conn::{Event, H3Conn};
+use crate::http2::Heads;
+use crate::http3::conn::H3Conn;
 use crate::http3::head::RequestHead;
 use crate::http3::server::Server;
 
@@ -117,84 +114,11 @@ impl H3 {
     }
 }
 
-impl Key for StreamId {
-    fn id(self, conn: usize, gen: u32) -> ExchangeId {
-        ExchangeId::H3 { conn, stream: VarInt::from(self).into_inner(), gen }
-    }
-}
-
-/// The QUIC connection and stream of the parts of an [`ExchangeId::H3`]. Every such id is made
-/// from a [`StreamId`] ([`Key::id`]), so `stream` is a valid varint; were it not, the largest
+/// The QUIC connection and stream of the parts of an `ExchangeId::H3`. Every such id is made
+/// from a [`StreamId`] (`Key::id`), so `stream` is a valid varint; were it not, the largest
 /// varint names no open stream and the lookup finds nothing.
 fn quic_of(conn: usize, stream: u64) -> (ConnectionHandle, StreamId) {
     (ConnectionHandle(conn), StreamId::from(VarInt::from_u64(stream).unwrap_or(VarInt::MAX)))
-}
-
-impl exchange::Head for Box<RequestHead> {
-    fn method(&self) -> &str {
-        RequestHead::method(self)
-    }
-
-    fn path(&self) -> &str {
-        RequestHead::path(self)
-    }
-
-    fn authority(&self) -> Option<&str> {
-        RequestHead::authority(self)
-    }
-
-    fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        // Field names are checked lower-case tokens (ASCII).
-        RequestHead::fields(self).map(|(n, v)| (std::str::from_utf8(n).unwrap_or(""), v))
-    }
-}
-
-/// Session `sess` of connection `conn`: handles what `conn` reported and services the
-/// streamed bodies.
-fn run_session(sess: &mut Session, conn: &mut H3Conn, cx: &mut Cx<'_, Glue<'_>>, now: Instant) {
-    while let Some(event) = conn.poll_event() {
-        let input = match event {
-            Event::Request { stream, head } => opening(conn, stream, head, cx),
-            Event::TooLarge { stream } => Input::Refused { stream, error: Error::HeaderTooLarge },
-            Event::HeadTimeout { stream } => Input::Refused { stream, error: Error::RequestTimeout },
-            Event::Data { stream, data } => {
-                sess.input(Input::Data { stream, bytes: &data, end: false }, conn, cx, now);
-                continue;
-            }
-            Event::End { stream } => Input::Data { stream, bytes: &[], end: true },
-            Event::Aborted { stream } => Input::Reset(stream),
-            Event::Writable { .. } => continue,
-            Event::Closed => Input::Closed,
-        };
-        sess.input(input, conn, cx, now);
-    }
-    sess.service(conn, cx);
-}
-
-/// The engine's input for a request head on `stream`: what HTTP/3 finds wrong with it.
-fn opening<'a>(
-    conn: &mut H3Conn,
-    stream: StreamId,
-    head: Box<RequestHead>,
-    cx: &Cx<'_, Glue<'_>>,
-) -> Input<'a, StreamId, Box<RequestHead>> {
-    let priority = Priority::from_fields(head.fields().filter(|(n, _)| *n == b"priority").map(|(_, v)| v));
-    // RFC 9218 urgency 0 (most urgent) .. 7; quinn sends higher priorities first.
-    conn.set_priority(stream, 7 - i32::from(priority.urgency.min(7)));
-    let refused = if head.early && !head.safe_for_early_data() {
-        // RFC 8470: not replay-safe; the client sends it again after the handshake.
-        Some(Error::TooEarly)
-    } else if head.content_length.is_some_and(|n| n > cx.env.max_body) {
-        Some(Error::PayloadTooLarge)
-    } else if head.method() == "CONNECT" {
-        // No extended CONNECT (WebSocket) over HTTP/3, as a plain CONNECT over HTTP/2.
-        Some(Error::bad_request("CONNECT is not supported"))
-    } else {
-        None
-    };
-    // The end of the stream is an event of its own: a body may always follow.
-    let opening = Opening { stream, head, priority, body_follows: true, tunnel: false };
-    Input::Request { opening, refused, complete: false }
 }
 
 impl Worker {
@@ -243,7 +167,7 @@ impl Worker {
                     let mut cx = engine_cx!(self, &mut glue, &mut h3.heads);
                     // Request bodies late past their deadline: 408.
                     sess.expire(conn, &mut cx, now);
-                    run_session(sess, conn, &mut cx, now);
+                    sess.run(conn, &mut cx, now);
                     effects.append(&mut sess.effects);
                 }
                 if !h3.endpoint.flush(now, ch) {

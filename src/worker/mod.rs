@@ -12,18 +12,13 @@
 //! * `conn.rs`: a TCP connection (`Conn`: a `Transport` + one `ConnState`) and the driving of
 //!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline;
 //!   `proxy_header.rs`: the PROXY protocol header a listener may require before the rest.
-//! * `exchange/`: the life of an exchange (dispatch, answer, producers, back pressure),
-//!   written once for every protocol against a codec's `Sink` (`exchange/sink.rs`) and fed
-//!   what a codec's read path reports as `Input`s (`exchange/input.rs`), with its
-//!   socket-free producers (`produce.rs`, `download.rs`, `file.rs`, `websocket.rs`);
-//!   `mux.rs`: routes what the loop produced for an
-//!   `ExchangeId` (HTTP/1.1, HTTP/2 or HTTP/3) to its exchange and carries out the engine's
-//!   effects.
-//! * `h2.rs`: an HTTP/2 connection's session (its reading and ending); `h2_sink.rs`: how the
-//!   engine writes through its codec, and the RFC 9218 scheduler of its bodies.
+//! * `crate::exchange`: the engine this loop drives (dispatch, answer, producers, back
+//!   pressure, the HTTP/2 and HTTP/3 sinks, the thread pool, the panic boundary), socket-free;
+//!   `mux.rs`: routes what the loop produced for an `ExchangeId` (HTTP/1.1, HTTP/2 or
+//!   HTTP/3) to its exchange and carries out the engine's effects.
+//! * `h2.rs`: an HTTP/2 connection's session (its reading and ending).
 //! * `h3.rs`: HTTP/3: the exchanges of each QUIC connection (a table of its own, not a
-//!   `ConnState`); `h3_sink.rs`: how the engine writes through its codec; `quic.rs`: the
-//!   slot's UDP socket and the QUIC endpoint on it;
+//!   `ConnState`); `quic.rs`: the slot's UDP socket and the QUIC endpoint on it;
 //! * `streams.rs`: an HTTP/1.1 exchange's body after its head (event streams, tickers,
 //!   WebSockets, relays) and its end of `mux.rs`'s routes; `h1_sink.rs`: how the engine
 //!   writes an HTTP/1.1 exchange's body (file bodies: slices or `sendfile`).
@@ -31,23 +26,18 @@
 //! * `upstream.rs`: the seat in the loop of the upstream connections
 //!   (`crate::upstream::pool`) and which exchange waits on which of them (and gathers);
 //!   `relay.rs`: an upstream stream relayed to its client.
-//! * `glue.rs`, `panics.rs`: the one way into app code; `pool.rs`: the
-//!   thread pool; `timers.rs`: the deadline heap; `token.rs`: poll tokens;
+//! * `glue.rs`: the `Service` into app code (through `crate::exchange::panics`);
+//!   `timers.rs`: the deadline heap; `token.rs`: poll tokens;
 //!   `bufs.rs`: the free list of connection buffers (idle ones hold none).
 
 mod bufs;
 mod conn;
-mod exchange;
 mod fanout;
 mod glue;
 mod h1_sink;
 mod h2;
-mod h2_sink;
 mod h3;
-mod h3_sink;
 mod mux;
-mod panics;
-mod pool;
 mod proxy_header;
 mod quic;
 mod relay;
@@ -79,9 +69,11 @@ use crate::shm::{ProcRecord, Region, WorkerState};
 use crate::store::Store;
 use crate::sys::signals::SignalSet;
 
+use crate::exchange::panics;
+use crate::exchange::pool::{self, ExchangeId, Pool};
+use crate::exchange::{self, engine_cx};
 use conn::{Conn, ConnState, H1};
 use glue::Glue;
-use pool::{ExchangeId, Pool};
 pub use quic::WorkerH3;
 use timers::Timers;
 use token::Tok;
@@ -798,7 +790,15 @@ impl Worker {
                     h.codec.on_timeout(&mut c.io.out, &mut glue, &mut self.env, now);
                     self.drive(idx);
                 }
-                ConnState::Http2(_) => self.h2_timer(idx, now),
+                ConnState::Http2(sess) => {
+                    sess.on_timer(&self.env, now);
+                    // Then its exchanges': heartbeats, tickers and pings due; 408 on late bodies.
+                    let mut glue = Glue::new(&self.app, self.config, self.record, self.metrics);
+                    let (ex, out, heads) = sess.parts();
+                    ex.tick(&glue, now);
+                    ex.expire(out, &mut engine_cx!(self, &mut glue, heads), now);
+                    self.drive_h2(idx);
+                }
                 ConnState::Lingering(_) => self.arm(idx),
                 ConnState::ProxyHeader(_) => {}
             }
@@ -842,51 +842,21 @@ mod tests {
         words
     }
 
-    /// Each worker module and the sibling modules it names, comments aside. A folder
-    /// (`exchange/`) is one module to the rest, naming what any of its files names
-    /// (`super::name` from its `mod.rs`, `super::super::name` from the others,
-    /// `crate::worker::name` from any); its files other than `mod.rs` are also nodes
-    /// (`exchange/sink`), naming each other (`super::name`).
-    fn sibling_imports() -> BTreeMap<String, Vec<String>> {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/worker");
-        let mut modules: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-        for (stem, text) in sources(&root) {
-            if stem != "mod" {
-                modules.insert(stem, vec![("mod".to_owned(), text)]);
-            }
-        }
-        for entry in std::fs::read_dir(&root).expect("src/worker") {
-            let path = entry.expect("entry").path();
-            if let (true, Some(name)) = (path.is_dir(), path.file_name().and_then(|s| s.to_str())) {
-                modules.insert(name.to_owned(), sources(&path).into_iter().collect());
-            }
-        }
-        let mut graph: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let add = |graph: &mut BTreeMap<String, Vec<String>>, from: &str, to: String| {
-            let uses = graph.entry(from.to_owned()).or_default();
-            if to != from && !uses.contains(&to) {
-                uses.push(to);
-            }
-        };
-        for (name, files) in &modules {
-            graph.entry(name.clone()).or_default();
-            for (file, text) in files {
-                let up = if file == "mod" { "super::" } else { "super::super::" };
-                for word in named(text, up).into_iter().chain(named(text, "crate::worker::")) {
-                    if modules.contains_key(&word) {
-                        add(&mut graph, name, word);
-                    }
-                }
-                if file != "mod" {
-                    let node = format!("{name}/{file}");
-                    graph.entry(node.clone()).or_default();
-                    for word in named(text, "super::") {
-                        if word != "mod" && files.iter().any(|(f, _)| *f == word) {
-                            add(&mut graph, &node, format!("{name}/{word}"));
-                        }
-                    }
-                }
-            }
+    /// Each file of `src/<dir>` (`mod.rs` aside) and the sibling files it names, comments
+    /// aside: `super::name` or `crate::<dir>::name`.
+    fn sibling_imports(dir: &str) -> BTreeMap<String, Vec<String>> {
+        let files = sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir));
+        let within = format!("crate::{dir}::");
+        let mut graph = BTreeMap::new();
+        for (name, text) in files.iter().filter(|(name, _)| *name != "mod") {
+            let mut uses: Vec<String> = named(text, "super::")
+                .into_iter()
+                .chain(named(text, &within))
+                .filter(|word| word != name && word != "mod" && files.contains_key(word))
+                .collect();
+            uses.sort();
+            uses.dedup();
+            graph.insert(name.clone(), uses);
         }
         graph
     }
@@ -909,15 +879,26 @@ mod tests {
     }
 
     #[test]
-    fn the_worker_files_import_each_other_without_a_cycle() {
-        let graph = sibling_imports();
-        assert!(graph["mux"].contains(&"exchange".to_owned()), "the parse sees imports");
-        assert!(graph["exchange"].contains(&"pool".to_owned()), "and a folder's");
-        assert!(graph["exchange/produce"].contains(&"exchange/download".to_owned()), "and those within a folder");
-        for file in graph.keys() {
-            if let Some(found) = cycle(&graph, file, &mut Vec::new()) {
-                panic!("an import cycle among worker files: {}", found.join(" -> "));
+    fn the_worker_and_engine_files_import_each_other_without_a_cycle() {
+        let worker = sibling_imports("worker");
+        let engine = sibling_imports("exchange");
+        assert!(worker["mux"].contains(&"conn".to_owned()), "the parse sees imports");
+        assert!(engine["produce"].contains(&"download".to_owned()), "and the engine's");
+        for graph in [&worker, &engine] {
+            for file in graph.keys() {
+                if let Some(found) = cycle(graph, file, &mut Vec::new()) {
+                    panic!("an import cycle: {}", found.join(" -> "));
+                }
             }
+        }
+    }
+
+    #[test]
+    fn the_engine_never_names_the_worker() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/exchange");
+        for (name, text) in sources(&root) {
+            let code = text.lines().filter(|l| !l.trim_start().starts_with("//"));
+            assert!(code.clone().all(|l| !l.contains("worker::")), "exchange/{name}.rs names the worker");
         }
     }
 }

@@ -13,13 +13,13 @@
 use std::sync::Arc;
 
 use super::conn::{Conn, ConnState};
-use super::exchange::CallState;
-use super::exchange::Ws;
-use super::exchange::{engine_cx, Effect, Reset};
 use super::h1_sink::{Current, H1Sink};
 use super::h3::H3;
-use super::pool::{Completion, ExchangeId};
 use super::{Glue, Worker, HIGH_WATERMARK};
+use crate::exchange::pool::{Completion, ExchangeId};
+use crate::exchange::CallState;
+use crate::exchange::Ws;
+use crate::exchange::{engine_cx, Effect, Reset};
 use crate::http::response::{Delimit, Response};
 use crate::http2::{Heads, StreamId};
 

@@ -10,15 +10,15 @@
 //! `upstream.rs`; the exchange is reached through `mux.rs`. This file must not touch a
 //! socket or frame a body.
 
-use super::exchange::CallState;
-use super::exchange::Reset;
 use super::mux::call_of;
-use super::panics::{guard, Panicked};
-use super::pool::ExchangeId;
 use super::upstream::up_loop;
 use super::Worker;
 use crate::app::RelaySink;
 use crate::error::Error;
+use crate::exchange::panics::{guard, Panicked};
+use crate::exchange::pool::ExchangeId;
+use crate::exchange::CallState;
+use crate::exchange::Reset;
 use crate::http::response::Response;
 use crate::upstream::conn::{client_error, Owner, Step};
 use crate::upstream::wire::{Head, Outbound};

@@ -20,13 +20,13 @@ use std::time::Instant;
 
 use super::bufs::Bufs;
 use super::conn::{Conn, ConnState, H1};
-use super::exchange::Download;
-use super::exchange::{engine_cx, Cx, Exchanges, Host, Produce, Stage};
-use super::exchange::{Ws, WS_PING_EVERY};
 use super::h1_sink::{Answered, Current, Fate, H1Sink};
-use super::pool::ExchangeId;
 use super::{Glue, Worker, READ_AHEAD};
 use crate::app::{Producer, WebSocket};
+use crate::exchange::pool::ExchangeId;
+use crate::exchange::Download;
+use crate::exchange::{engine_cx, Cx, Exchanges, Host, Produce, Stage};
+use crate::exchange::{Ws, WS_PING_EVERY};
 use crate::http::reply::FileRange;
 use crate::http2::Heads;
 

@@ -18,15 +18,15 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry};
 
 use super::conn::Conn;
-use super::exchange::CallState;
 use super::h3::H3;
 use super::mux::call_of;
-use super::panics::guard;
-use super::pool::{ExchangeId, Work};
 use super::timers::Timers;
 use super::token::Tok;
 use super::Worker;
 use crate::app::{Assembled, Fetched};
+use crate::exchange::panics::guard;
+use crate::exchange::pool::{ExchangeId, Work};
+use crate::exchange::CallState;
 use crate::http::reply::Upstream;
 use crate::upstream::conn::{Owner, Step};
 use crate::upstream::pool::{Pass, Registrar};

@@ -13,13 +13,13 @@ use std::sync::Arc;
 /// client keeps up (back pressure: a slow reader pauses the disk; a download
 /// holds at most `READS_AHEAD` slices, 128 KiB, counting the one being written).
 pub struct Download {
-    pub(in crate::worker) file: Arc<std::fs::File>,
+    pub(crate) file: Arc<std::fs::File>,
     /// Next byte to append to the output.
-    pub(in crate::worker) sent: u64,
+    pub(crate) sent: u64,
     /// Next byte to ask the pool for.
     next_read: u64,
     /// One past the last byte to send.
-    pub(in crate::worker) end: u64,
+    pub(crate) end: u64,
     /// Reads on the pool.
     in_flight: usize,
     /// Slices read and not yet in the output (they may complete out of order).
@@ -27,14 +27,14 @@ pub struct Download {
     /// A written slice's buffer, for the next read.
     spare: Option<Vec<u8>>,
     /// Sent with `sendfile(2)`, page cache to socket, no slices (`h1_sink.rs`).
-    pub(in crate::worker) direct: bool,
+    pub(crate) direct: bool,
     /// With `direct`: the file is advised to the kernel (`WILLNEED`) up to here.
-    pub(in crate::worker) advised: u64,
+    pub(crate) advised: u64,
 }
 
 impl Download {
     /// `len` bytes of `file` from `offset`; `direct`: sent with `sendfile(2)`.
-    pub(in crate::worker) fn new(file: Arc<std::fs::File>, offset: u64, len: u64, direct: bool) -> Download {
+    pub(crate) fn new(file: Arc<std::fs::File>, offset: u64, len: u64, direct: bool) -> Download {
         Download {
             file,
             sent: offset,
@@ -52,23 +52,23 @@ impl Download {
     /// the download holds fewer than [`READS_AHEAD`] slices, counting the one being
     /// written (`writing`) and the reads in flight; `None` once the client must catch up
     /// or every slice is asked for.
-    pub(in crate::worker) fn next_slice(&mut self, writing: bool) -> Option<(u64, usize, Vec<u8>)> {
+    pub(crate) fn next_slice(&mut self, writing: bool) -> Option<(u64, usize, Vec<u8>)> {
         self.read(usize::from(writing), SLICE as usize)
     }
 
     /// The next read of at most `max` bytes (an HTTP/2 stream's window), while fewer
     /// than [`READS_AHEAD`] reads are in flight or read and not taken.
-    pub(in crate::worker) fn next_read(&mut self, max: usize) -> Option<(u64, usize, Vec<u8>)> {
+    pub(crate) fn next_read(&mut self, max: usize) -> Option<(u64, usize, Vec<u8>)> {
         self.read(0, max)
     }
 
     /// Bytes asked for and not yet taken: reads in flight and slices read.
-    pub(in crate::worker) fn ahead(&self) -> u64 {
+    pub(crate) fn ahead(&self) -> u64 {
         self.next_read - self.sent
     }
 
     /// Bytes remain to be asked for.
-    pub(in crate::worker) fn unread(&self) -> bool {
+    pub(crate) fn unread(&self) -> bool {
         self.next_read < self.end
     }
 
@@ -87,7 +87,7 @@ impl Download {
     /// The read at `offset` completed with `bytes` (reads may complete out of order).
     /// `false`: the read failed or the file shrank (no bytes), so the promised length
     /// cannot be sent.
-    pub(in crate::worker) fn arrived(&mut self, offset: u64, bytes: Vec<u8>) -> bool {
+    pub(crate) fn arrived(&mut self, offset: u64, bytes: Vec<u8>) -> bool {
         self.in_flight = self.in_flight.saturating_sub(1);
         if bytes.is_empty() {
             return false;
@@ -97,7 +97,7 @@ impl Download {
     }
 
     /// The next slice in file order, if it has arrived: it is sent from now on.
-    pub(in crate::worker) fn take_next(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn take_next(&mut self) -> Option<Vec<u8>> {
         let pos = self.ready.iter().position(|(o, _)| *o == self.sent)?;
         let (_, bytes) = self.ready.swap_remove(pos);
         self.sent += bytes.len() as u64;
@@ -105,7 +105,7 @@ impl Download {
     }
 
     /// A written slice's buffer, kept for the next read when it is slice-sized.
-    pub(in crate::worker) fn recycle(&mut self, mut spare: Vec<u8>) {
+    pub(crate) fn recycle(&mut self, mut spare: Vec<u8>) {
         if spare.capacity() >= SLICE as usize && spare.capacity() <= 2 * SLICE as usize {
             spare.clear();
             self.spare = Some(spare);
@@ -113,18 +113,18 @@ impl Download {
     }
 
     /// The file being sent.
-    pub(in crate::worker) fn file(&self) -> &Arc<std::fs::File> {
+    pub(crate) fn file(&self) -> &Arc<std::fs::File> {
         &self.file
     }
 
     /// Reads are on the pool, or slices read and not yet taken: more comes
     /// without the client's help.
-    pub(in crate::worker) fn reading(&self) -> bool {
+    pub(crate) fn reading(&self) -> bool {
         self.in_flight > 0 || !self.ready.is_empty()
     }
 
     /// Every byte is sent (or handed to the output).
-    pub(in crate::worker) fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.sent >= self.end
     }
 }

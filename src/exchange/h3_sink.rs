@@ -1,4 +1,7 @@
-//! HTTP/3's sink: how the exchange engine writes an HTTP/3 exchange through [`H3Conn`].
+//! HTTP/3's sink: how the exchange engine writes an HTTP/3 exchange through [`H3Conn`], and
+//! reads what its peer did ([`Source`]: the connection's events as [`Input`]s, with HTTP/3's
+//! checks of a request head: a request in 0-RTT that is not replay-safe is answered 425, a
+//! body past the limit 413, a CONNECT 400, none reaching a handler).
 //!
 //! Heads and DATA go into the connection's per-stream queue; quinn sends the queues in their
 //! priority order itself, so there is no scheduler here ([`Sink::pump`] does nothing).
@@ -7,8 +10,8 @@
 //! ([`FileBody`]: its size follows how the stream did). A reset is `H3_REQUEST_CANCELLED` or
 //! `H3_INTERNAL_ERROR`.
 //!
-//! It is socket-free (the endpoint in `quic.rs` sends the datagrams), but it lives in the
-//! worker, not beside the codec in `http3/`: it works over the engine's exchanges, their
+//! It is socket-free (the worker's endpoint sends the datagrams); it lives beside the
+//! engine, not beside the codec in `http3/`: it works over the engine's exchanges, their
 //! producers and the worker's pool, which `http3/` must not know. This file must not touch a
 //! socket, write HTTP/3 frames itself or know a route.
 
@@ -16,13 +19,86 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use quinn_proto::StreamId;
+use quinn_proto::{StreamId, VarInt};
 
-use super::exchange::{Exchange, FileBody, Gone, Produce, Reset, Sink, SLICE};
 use super::pool::{ExchangeId, Pool, Work};
+use super::{Exchange, FileBody, Gone, Head, Input, Key, Opening, Produce, Reset, Sink, Source, SLICE};
+use crate::error::Error;
 use crate::http::reply::FileRange;
-use crate::http2::ResponseFields;
-use crate::http3::conn::H3Conn;
+use crate::http::service::Env;
+use crate::http2::{Priority, ResponseFields};
+use crate::http3::conn::{Event, H3Conn};
+use crate::http3::head::RequestHead;
+
+impl Key for StreamId {
+    fn id(self, conn: usize, gen: u32) -> ExchangeId {
+        ExchangeId::H3 { conn, stream: VarInt::from(self).into_inner(), gen }
+    }
+}
+
+impl Head for Box<RequestHead> {
+    fn method(&self) -> &str {
+        RequestHead::method(self)
+    }
+
+    fn path(&self) -> &str {
+        RequestHead::path(self)
+    }
+
+    fn authority(&self) -> Option<&str> {
+        RequestHead::authority(self)
+    }
+
+    fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        // Field names are checked lower-case tokens (ASCII).
+        RequestHead::fields(self).map(|(n, v)| (std::str::from_utf8(n).unwrap_or(""), v))
+    }
+}
+
+impl Source for H3Conn {
+    type Head = Box<RequestHead>;
+
+    fn next_input(&mut self, env: &Env) -> Option<Input<StreamId, Box<RequestHead>>> {
+        loop {
+            return Some(match self.poll_event()? {
+                Event::Request { stream, head } => opening(self, stream, head, env),
+                Event::TooLarge { stream } => Input::Refused { stream, error: Error::HeaderTooLarge },
+                Event::HeadTimeout { stream } => Input::Refused { stream, error: Error::RequestTimeout },
+                Event::Data { stream, data } => Input::Data { stream, bytes: data, end: false },
+                Event::End { stream } => Input::Data { stream, bytes: Bytes::new(), end: true },
+                Event::Aborted { stream } => Input::Reset(stream),
+                Event::Writable { .. } => continue,
+                Event::Closed => Input::Closed,
+            });
+        }
+    }
+}
+
+/// The engine's input for a request head on `stream`: what HTTP/3 finds wrong with it.
+fn opening(
+    conn: &mut H3Conn,
+    stream: StreamId,
+    head: Box<RequestHead>,
+    env: &Env,
+) -> Input<StreamId, Box<RequestHead>> {
+    let priority = Priority::from_fields(RequestHead::fields(&head).filter(|(n, _)| *n == b"priority").map(|(_, v)| v));
+    // RFC 9218 urgency 0 (most urgent) .. 7; quinn sends higher priorities first.
+    conn.set_priority(stream, 7 - i32::from(priority.urgency.min(7)));
+    let refused = if head.early && !head.safe_for_early_data() {
+        // RFC 8470: not replay-safe; the client sends it again after the handshake.
+        Some(Error::TooEarly)
+    } else if head.content_length.is_some_and(|n| n > env.max_body) {
+        Some(Error::PayloadTooLarge)
+    } else if head.method() == "CONNECT" {
+        // No extended CONNECT (WebSocket) over HTTP/3, as a plain CONNECT over HTTP/2.
+        Some(Error::bad_request("CONNECT is not supported"))
+    } else {
+        None
+    };
+    // The end of the stream is an event of its own: a body may always follow.
+    let opening = Opening { stream, head, priority, body_follows: true, tunnel: false };
+    Input::Request { opening, refused, complete: false }
+}
 
 impl Sink for H3Conn {
     type Stream = StreamId;

@@ -1,26 +1,31 @@
-//! What a codec's read path reports, in the engine's terms ([`Input`]), and the one place
-//! that applies it to a session's exchanges ([`Exchanges::input`]).
+//! What a codec's read path reports, in the engine's terms ([`Input`]), the one place that
+//! applies it to a session's exchanges ([`Exchanges::input`]), and a multiplexed session's
+//! turn ([`Exchanges::run`]).
 //!
-//! Every multiplexed codec turns its own events (HTTP/2's, HTTP/3's) into [`Input`]s: a
-//! request head with what the codec found wrong with it, body bytes, a reset, the end of the
-//! connection, a head it could not make an exchange of. What the engine does with each is
-//! written here once, whatever the protocol. The HTTP/1.1 codec answers its own requests and
-//! has no input here. This module must not touch a socket or write protocol framing.
+//! Every multiplexed codec is a [`Source`]: it turns its own events (HTTP/2's, HTTP/3's)
+//! into [`Input`]s: a request head with what the codec found wrong with it, body bytes, a
+//! reset, the end of the connection, a head it could not make an exchange of. What the
+//! engine does with each is written here once, whatever the protocol. The HTTP/1.1 codec
+//! answers its own requests and has no input here. This module must not touch a socket or
+//! write protocol framing.
 
 use std::time::Instant;
+
+use bytes::Bytes;
 
 use super::{send_head, Cx, Exchanges, Head, Host, Key, Opening, Sink};
 use crate::error::Error;
 use crate::http::response::{Delimit, RequestMeta};
+use crate::http::service::Env;
 
 /// One thing a codec's peer did, for the exchanges of its session.
-pub(in crate::worker) enum Input<'a, K, H> {
+pub(crate) enum Input<K, H> {
     /// A request head: a new exchange, answered at once with `refused` (what the codec found
     /// wrong with the head), else dispatched when the request is `complete` (else its body
     /// follows as [`Input::Data`]).
     Request { opening: Opening<K, H>, refused: Option<Error>, complete: bool },
     /// Request body bytes on `stream` (`end`: the last).
-    Data { stream: K, bytes: &'a [u8], end: bool },
+    Data { stream: K, bytes: Bytes, end: bool },
     /// The peer reset `stream` (or gave up on it).
     Reset(K),
     /// The connection closed: every exchange goes.
@@ -33,13 +38,7 @@ pub(in crate::worker) enum Input<'a, K, H> {
 impl<K: Key, H: Head> Exchanges<K, H> {
     /// Apply what the peer did. Returns whether it was a reset of an open exchange (one the
     /// peer gave up on before its end).
-    pub(in crate::worker) fn input<S, V>(
-        &mut self,
-        input: Input<'_, K, H>,
-        sink: &mut S,
-        cx: &mut Cx<'_, V>,
-        now: Instant,
-    ) -> bool
+    pub(crate) fn input<S, V>(&mut self, input: Input<K, H>, sink: &mut S, cx: &mut Cx<'_, V>, now: Instant) -> bool
     where
         S: Sink<Stream = K>,
         V: Host,
@@ -53,13 +52,40 @@ impl<K: Key, H: Head> Exchanges<K, H> {
                     None => {}
                 }
             }
-            Input::Data { stream, bytes, end } => self.data(stream, bytes, end, sink, cx, now),
+            Input::Data { stream, bytes, end } => self.data(stream, &bytes, end, sink, cx, now),
             Input::Reset(stream) => return self.cancel(stream, cx.sse),
             Input::Closed => self.close_all(cx.sse),
             Input::Refused { stream, error } => send_whole(sink, cx, stream, error),
         }
         false
     }
+
+    /// A session's turn: apply every input `codec` has, then move the streamed bodies
+    /// ([`Exchanges::service`]). Returns whether anything was queued.
+    pub(crate) fn run<S, V>(&mut self, codec: &mut S, cx: &mut Cx<'_, V>, now: Instant) -> bool
+    where
+        S: Source<Stream = K, Head = H>,
+        V: Host,
+    {
+        while let Some(input) = codec.next_input(cx.env) {
+            if self.input(input, codec, cx, now) {
+                codec.peer_reset();
+            }
+        }
+        self.service(codec, cx)
+    }
+}
+
+/// A multiplexed codec's read side, as the engine reads it: what its peer did, one
+/// [`Input`] at a time, with what the codec finds wrong with a request head.
+pub(crate) trait Source: Sink {
+    /// The codec's request head.
+    type Head: Head;
+    /// What the peer did next, of what the codec has read (`None`: nothing more for now).
+    /// `env` holds the limits a head is checked against.
+    fn next_input(&mut self, env: &Env) -> Option<Input<Self::Stream, Self::Head>>;
+    /// The peer reset an exchange before its end (a reset flood is the codec's to judge).
+    fn peer_reset(&mut self) {}
 }
 
 /// Writes a whole error response on `stream`, which has no exchange.

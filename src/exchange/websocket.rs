@@ -9,35 +9,35 @@
 
 use std::time::{Duration, Instant};
 
+use super::panics::guard;
 use crate::app::{WebSocket, WsAction as Action};
 use crate::proto::ws::{Event, Message, WsConn};
-use crate::worker::panics::guard;
 
 /// How often an idle WebSocket is pinged; a peer that has not answered the
 /// previous ping by the next one is dropped.
-pub(in crate::worker) const WS_PING_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const WS_PING_EVERY: Duration = Duration::from_secs(30);
 
 /// State of one WebSocket.
 pub struct Ws {
-    pub(in crate::worker) conn: WsConn,
+    pub(crate) conn: WsConn,
     /// Who the handler let in (the user; none on the echo endpoint).
-    pub(in crate::worker) peer: WebSocket,
+    pub(crate) peer: WebSocket,
     /// Rooms this client is in.
-    pub(in crate::worker) rooms: Vec<String>,
-    pub(in crate::worker) next_ping: Instant,
-    pub(in crate::worker) awaiting_pong: bool,
+    pub(crate) rooms: Vec<String>,
+    pub(crate) next_ping: Instant,
+    pub(crate) awaiting_pong: bool,
 }
 
 impl Ws {
     /// The WebSocket of `peer`, pinged from `now`.
-    pub(in crate::worker) fn new(conn: WsConn, peer: WebSocket, now: Instant) -> Ws {
+    pub(crate) fn new(conn: WsConn, peer: WebSocket, now: Instant) -> Ws {
         Ws { conn, peer, rooms: Vec::new(), next_ping: now + WS_PING_EVERY, awaiting_pong: false }
     }
 
     /// The WebSocket of `peer` opened, on every protocol: the app's greeting (if any) goes
     /// into `out`. If app code panicked, its close (1011) goes there instead and the second
     /// value is `false`: the caller ends the exchange.
-    pub(in crate::worker) fn open(
+    pub(crate) fn open(
         app: &crate::app::App,
         peer: WebSocket,
         max_message: usize,
@@ -63,7 +63,7 @@ impl Ws {
     /// close (1001) in `out` and `false` back: the caller ends the exchange once it is
     /// flushed. Otherwise a ping goes into `out`, unless the exchange is `backed_up` (a
     /// ping would only queue behind what the peer is not reading).
-    pub(in crate::worker) fn heartbeat(&mut self, now: Instant, backed_up: bool, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn heartbeat(&mut self, now: Instant, backed_up: bool, out: &mut Vec<u8>) -> bool {
         self.next_ping = now + WS_PING_EVERY;
         if self.awaiting_pong {
             log::debug!("WebSocket peer stopped answering pings; dropping it");
@@ -81,7 +81,7 @@ impl Ws {
     /// frames are answered into `out`, and each message does what the app says:
     /// echoed, answered (into `out`), or turned into [`Todo`]s. `Err` if app code
     /// panicked (what came before it stands). `closed`: the peer's close arrived.
-    pub(in crate::worker) fn read(
+    pub(crate) fn read(
         &mut self,
         app: &crate::app::App,
         input: &[u8],
@@ -132,7 +132,7 @@ impl Ws {
 }
 
 /// Work a WebSocket message asks for, done once the connection is released.
-pub(in crate::worker) enum Todo {
+pub(crate) enum Todo {
     Join(String),
     Leave(String),
     Room { room: String, message: String, skip_user: Option<i64> },

@@ -47,12 +47,25 @@ enum Wrote {
 }
 
 /// A sink that records what it is given and takes at most `room` body bytes per feed;
-/// with `cuts`, a failed body is cut short rather than ended.
+/// with `cuts`, a failed body is cut short rather than ended. As a [`Source`], it reads
+/// out `inputs` and counts the resets it is told of.
 #[derive(Default)]
 struct TestSink {
     wrote: Vec<Wrote>,
     room: usize,
     cuts: bool,
+    inputs: std::collections::VecDeque<Input<S, TestHead>>,
+    peer_resets: u32,
+}
+
+impl Source for TestSink {
+    type Head = TestHead;
+    fn next_input(&mut self, _: &Env) -> Option<Input<S, TestHead>> {
+        self.inputs.pop_front()
+    }
+    fn peer_reset(&mut self) {
+        self.peer_resets += 1;
+    }
 }
 
 impl Sink for TestSink {
@@ -144,7 +157,7 @@ impl Bench {
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).expect("waker"));
         Bench {
             ex: Exchanges::new(1, 7, IpAddr::from([127, 0, 0, 1]), Protocol::Http2, None, false, Instant::now()),
-            sink: TestSink { wrote: Vec::new(), room: usize::MAX, cuts: false },
+            sink: TestSink { room: usize::MAX, ..TestSink::default() },
             host: TestHost { reply: Box::new(reply), finished: Vec::new() },
             env: Env::testing(),
             pool: Pool::new(1, waker).expect("pool"),
@@ -522,10 +535,28 @@ fn body_bytes_complete_a_request_then_the_closed_connection_takes_every_exchange
         let request = Input::Request { opening: opening(stream, "POST", true), refused: None, complete: false };
         b.ex.input(request, &mut b.sink, &mut cx, now);
     }
-    b.ex.input(Input::Data { stream: S(1), bytes: b"abc", end: true }, &mut b.sink, &mut cx, now);
+    b.ex.input(Input::Data { stream: S(1), bytes: Bytes::from_static(b"abc"), end: true }, &mut b.sink, &mut cx, now);
     let stages: Vec<Stage> = b.ex.list.iter().map(|e| e.stage).collect();
     assert_eq!(stages, [Stage::Waiting, Stage::Receiving], "the ended body is dispatched, the other still arrives");
     b.ex.input(Input::Closed, &mut b.sink, &mut cx, now);
     assert!(b.ex.is_empty());
     assert!(b.sink.wrote.is_empty(), "{:?}", b.sink.wrote);
+}
+
+#[test]
+fn a_turn_applies_every_input_and_tells_the_codec_of_each_open_exchange_the_peer_reset() {
+    let mut b = Bench::new(|| unreachable!("no request completes"));
+    let (mut cx, now) = (bench_cx!(b), Instant::now());
+    for stream in [1, 3] {
+        let request = Input::Request { opening: opening(stream, "POST", true), refused: None, complete: false };
+        b.sink.inputs.push_back(request);
+    }
+    b.sink.inputs.extend([Input::Reset(S(1)), Input::Reset(S(5))]);
+    b.ex.run(&mut b.sink, &mut cx, now);
+    assert!(b.sink.inputs.is_empty(), "every input is read");
+    assert_eq!(
+        b.sink.peer_resets, 1,
+        "the reset of stream 1 counts; that of stream 5, which has no exchange, does not"
+    );
+    assert_eq!(b.ex.list.iter().map(|e| e.stream).collect::<Vec<_>>(), [S(3)]);
 }

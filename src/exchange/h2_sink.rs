@@ -1,5 +1,7 @@
 //! HTTP/2's sink: how the exchange engine writes an HTTP/2 connection's exchanges through
-//! [`H2Conn`], and the scheduler that decides whose DATA goes next (RFC 9218).
+//! [`H2Conn`], and the scheduler that decides whose DATA goes next (RFC 9218); and its
+//! [`Source`]: the codec's events as the engine's [`Input`]s, with HTTP/2's checks of a
+//! request head and its count of streams the peer reset (a slow reset flood).
 //!
 //! Heads, DATA, resets and window releases go straight to the codec. Streamed bodies go out
 //! in the order of their requests' `priority`: each pass ([`Sink::pump`]) offers the most
@@ -8,19 +10,32 @@
 //! the codec for window. A file body is read ahead on the pool as far as its stream's window
 //! allows ([`read_ahead`]).
 //!
-//! It is socket-free (the session in `h2.rs` moves the codec's bytes), but it lives in the
-//! worker, not beside the codec in `http2/`: it works over the engine's exchanges, their
+//! It is socket-free (the worker's session moves the codec's bytes); it lives beside the
+//! engine, not beside the codec in `http2/`: it works over the engine's exchanges, their
 //! producers and the worker's pool, which `http2/` must not know. This file must not touch a
 //! socket, write HTTP/2 frames itself or know a route.
 
+use std::collections::VecDeque;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::exchange::{Download, Exchange, Gone, Key, Produce, Reset, Sink, SLICE};
 use super::pool::{ExchangeId, Pool, Work};
+use super::{Download, Exchange, Gone, Head, Input, Key, Opening, Produce, Reset, Sink, Source, SLICE};
+use crate::error::Error;
 use crate::http::reply::FileRange;
-use crate::http2::{H2Conn, H2Settings, Priority, Reason, ResponseFields, Scheduler, Sent, StreamId};
+use crate::http::service::Env;
+use crate::http2::request::{self, Fault};
+use crate::http2::{
+    Event, H2Conn, H2Error, H2Settings, Priority, Reason, RequestHead, ResponseFields, Scheduler, Sent, StreamId,
+};
+
+/// Streams the peer may reset before we answered them, per connection; one
+/// more ends the connection with `GOAWAY(ENHANCE_YOUR_CALM)`. The codec catches a
+/// burst of resets; this catches the slow kind (one HEADERS + RST_STREAM per
+/// read), which it never sees as a burst.
+const MAX_PEER_RESETS: u32 = 200;
 
 /// The least a download whose stream has any room reads ahead (a page): a
 /// tiny window does not make a pool job per few bytes.
@@ -35,30 +50,152 @@ const PROVEN: u64 = 256 * 1024;
 /// a less urgent one's buffered tail.
 const QUANTUM: usize = 16 * 1024;
 
-/// The write side of an HTTP/2 connection: the codec, and who of the streams with DATA
-/// ready sends next (RFC 9218).
-pub(super) struct H2Sink {
+/// Both sides of an HTTP/2 connection as the engine sees them: the codec, what it
+/// reported and the engine has not read, and who of the streams with DATA ready sends next
+/// (RFC 9218).
+pub(crate) struct H2Sink {
     /// The codec.
-    pub(super) conn: H2Conn,
+    pub(crate) conn: H2Conn,
     scheduler: Scheduler,
     /// Scratch: the streams with DATA ready, for the scheduler.
     ready: Vec<(StreamId, Priority)>,
+    /// What the codec reported, in order, not yet read as input.
+    events: VecDeque<Event>,
+    /// The client (named in the log of a flood).
+    peer: IpAddr,
+    /// Streams the peer reset before their answer.
+    peer_resets: u32,
+    /// [`Event::Closed`] came: the output is flushed, then the connection closes.
+    pub(crate) closed: bool,
 }
 
 impl H2Sink {
-    /// A sink over a new codec with `settings`.
-    pub(super) fn new(settings: H2Settings) -> H2Sink {
-        H2Sink { conn: H2Conn::new(settings), scheduler: Scheduler::new(), ready: Vec::new() }
+    /// A sink over a new codec with `settings`, for a connection from `peer`.
+    pub(crate) fn new(settings: H2Settings, peer: IpAddr) -> H2Sink {
+        H2Sink {
+            conn: H2Conn::new(settings),
+            scheduler: Scheduler::new(),
+            ready: Vec::new(),
+            events: VecDeque::new(),
+            peer,
+            peer_resets: 0,
+            closed: false,
+        }
+    }
+
+    /// Run the codec over what it was fed ([`H2Conn::advance`]); its events wait to be read
+    /// as input.
+    #[inline]
+    pub(crate) fn advance(&mut self) {
+        self.conn.advance(&mut self.events);
+    }
+
+    /// Events are waiting to be read as input.
+    #[inline]
+    pub(crate) fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+}
+
+impl Key for StreamId {
+    #[inline]
+    fn id(self, conn: usize, gen: u32) -> ExchangeId {
+        ExchangeId::H2 { conn, stream: self.0, gen }
+    }
+}
+
+impl Head for RequestHead {
+    #[inline]
+    fn method(&self) -> &str {
+        RequestHead::method(self)
+    }
+
+    #[inline]
+    fn path(&self) -> &str {
+        RequestHead::path(self)
+    }
+
+    #[inline]
+    fn authority(&self) -> Option<&str> {
+        RequestHead::authority(self)
+    }
+
+    #[inline]
+    fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        RequestHead::fields(self)
+    }
+
+    #[inline]
+    fn field(&self, name: &str) -> Option<&[u8]> {
+        RequestHead::field(self, name)
+    }
+}
+
+impl Source for H2Sink {
+    type Head = RequestHead;
+
+    #[inline]
+    fn next_input(&mut self, env: &Env) -> Option<Input<StreamId, RequestHead>> {
+        loop {
+            return Some(match self.events.pop_front()? {
+                Event::Request { stream, head } => self.opening(stream, head, env),
+                Event::Data { stream, bytes, end } => Input::Data { stream, bytes, end },
+                Event::Writable { .. } => continue,
+                Event::Reset { stream, .. } => Input::Reset(stream),
+                Event::Closed { error } => {
+                    match error {
+                        Some(H2Error::Codec { reason: Some(Reason::ENHANCE_YOUR_CALM), remote: false, .. }) => {
+                            log::info!("HTTP/2 flood from {}: GOAWAY(ENHANCE_YOUR_CALM)", self.peer);
+                        }
+                        Some(e) => log::debug!("HTTP/2 connection ended: {e}"),
+                        None => {}
+                    }
+                    self.closed = true;
+                    Input::Closed
+                }
+            });
+        }
+    }
+
+    fn peer_reset(&mut self) {
+        self.peer_resets += 1;
+        if self.peer_resets > MAX_PEER_RESETS {
+            log::debug!("HTTP/2: too many streams reset by the peer");
+            self.conn.abort(Reason::ENHANCE_YOUR_CALM);
+        }
+    }
+}
+
+impl H2Sink {
+    /// The engine's input for a request head on `stream`: what HTTP/2 finds wrong with it.
+    #[inline]
+    fn opening(&self, stream: StreamId, head: RequestHead, env: &Env) -> Input<StreamId, RequestHead> {
+        // RFC 8441: the stream is the tunnel; the request is complete with its head.
+        let tunnel = head.method() == "CONNECT" && head.protocol() == Some("websocket");
+        let declared =
+            head.field("content-length").and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
+        let priority = Priority::from_fields(head.field_all("priority"));
+        let end_stream = head.end_stream;
+        let refused = match request::check(&head, self.conn.settings().max_header_list_size as usize) {
+            Err(Fault::TooLarge) => Some(Error::HeaderTooLarge),
+            Err(Fault::Malformed(why)) => Some(Error::bad_request(why)),
+            Ok(()) if declared.is_some_and(|n| n > env.max_body) => Some(Error::PayloadTooLarge),
+            Ok(()) => None,
+        };
+        let opening = Opening { stream, head, priority, body_follows: !end_stream, tunnel };
+        Input::Request { opening, refused, complete: end_stream || tunnel }
     }
 }
 
 impl Sink for H2Sink {
     type Stream = StreamId;
 
+    #[inline]
     fn informational(&mut self, stream: StreamId, fields: &ResponseFields) -> Result<(), Gone> {
         self.conn.early_hints_with(stream, fields).map_err(|_| Gone)
     }
 
+    #[inline]
     fn send_head(
         &mut self,
         stream: StreamId,
@@ -69,6 +206,7 @@ impl Sink for H2Sink {
         self.conn.respond_with(stream, status, fields, end).map_err(|_| Gone)
     }
 
+    #[inline]
     fn send_data(&mut self, stream: StreamId, data: Bytes, end: bool) -> Result<(), Gone> {
         self.conn.send_data(stream, data, end).map_err(|_| Gone)
     }
@@ -81,6 +219,7 @@ impl Sink for H2Sink {
         let _ = self.conn.reset(stream, reason);
     }
 
+    #[inline]
     fn release(&mut self, stream: StreamId, n: usize) {
         let _ = self.conn.release(stream, n);
     }
@@ -256,7 +395,7 @@ mod tests {
 
     #[test]
     fn a_head_for_an_unknown_stream_is_refused() {
-        let mut sink = H2Sink::new(H2Settings::default());
+        let mut sink = H2Sink::new(H2Settings::default(), std::net::Ipv4Addr::LOCALHOST.into());
         let fields = ResponseFields::default();
         assert!(sink.send_head(StreamId(1), http::StatusCode::OK, &fields, true).is_err());
     }

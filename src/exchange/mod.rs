@@ -19,34 +19,45 @@
 //! rooms a WebSocket joins or leaves) it returns as [`Effect`] values for the worker to
 //! carry out after the session's turn.
 //!
-//! Beside it, socket-free too: `input.rs` (what a codec's read path reports, applied in
-//! one place), `sink.rs` (what a codec implements), `produce.rs` (the producers),
-//! `download.rs` and `file.rs` (file bodies), `websocket.rs` (one WebSocket). What an
-//! exchange waiting on upstreams holds is `crate::upstream::call`'s.
+//! It sits between the codecs and the app, apart from the worker's loop: it touches no
+//! socket, poll token or connection table, so it is tested without a loop, and the
+//! dependency runs one way (`crate::worker` drives it; it never names the worker).
 //!
-//! This module must not touch a socket, a connection table or a route, and must not write
-//! protocol framing.
+//! Beside it, socket-free too: `input.rs` (what a codec's read path reports, applied in
+//! one place), `sink.rs` (what a codec implements; HTTP/2's sink and scheduler in
+//! `h2_sink.rs`, HTTP/3's in `h3_sink.rs`; HTTP/1.1's writes its socket and is the
+//! worker's), `produce.rs` (the producers), `download.rs` and `file.rs` (file bodies),
+//! `websocket.rs` (one WebSocket), `pool.rs` (the thread pool the engine's jobs run on)
+//! and `panics.rs` (the one door into app code). What an exchange waiting on upstreams
+//! holds is `crate::upstream::call`'s.
+//!
+//! This module must not touch a socket, a poll token, a connection table or a route, and
+//! must not write protocol framing.
 
 mod download;
 mod file;
+pub(crate) mod h2_sink;
+mod h3_sink;
 mod input;
+pub(crate) mod panics;
+pub(crate) mod pool;
 mod produce;
 mod sink;
 #[cfg(test)]
 mod tests;
 mod websocket;
 
-pub(super) use crate::upstream::call::CallState;
-pub(super) use download::Download;
-pub(super) use file::FileBody;
-pub(super) use input::Input;
-pub(super) use produce::{Events, Produce, Subscribers, Tick, Ticking, Tunnel, MAX_BACKLOG};
-pub(super) use sink::{send_head, Gone, Head, Key, Reset, Sink};
-pub(super) use websocket::{Todo, Ws, WS_PING_EVERY};
+pub(crate) use crate::upstream::call::CallState;
+pub(crate) use download::Download;
+pub(crate) use file::FileBody;
+pub(crate) use input::{Input, Source};
+pub(crate) use produce::{Events, Produce, Subscribers, Tick, Ticking, Tunnel, MAX_BACKLOG};
+pub(crate) use sink::{send_head, Gone, Head, Key, Reset, Sink};
+pub(crate) use websocket::{Todo, Ws, WS_PING_EVERY};
 
 /// The unit a body moves in, on every protocol: one disk read of a file body, and the most of
 /// a producer's unsent bytes an exchange takes in (or queues) at a time.
-pub(super) const SLICE: usize = 64 * 1024;
+pub(crate) const SLICE: usize = 64 * 1024;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -54,7 +65,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::pool::{Completion, ExchangeId, Pool, Work};
 use crate::app::{App, Body, Producer, WebSocket};
 use crate::error::Error;
 use crate::http::headers::{valid_request_id, Common};
@@ -65,9 +75,10 @@ use crate::http::service::{Env, Finished, Protocol, Service, HIGH_WATERMARK};
 use crate::http::target::{split_target, valid_host};
 use crate::http2::{Heads, Priority};
 use crate::proto::handshake;
+use pool::{Completion, ExchangeId, Pool, Work};
 
 /// What the engine asks of the service behind it.
-pub(super) trait Host: Service {
+pub(crate) trait Host: Service {
     /// The app (what event streams and WebSockets produce).
     fn app(&self) -> &App;
     /// A WebSocket opened: it is counted. Returns its largest message.
@@ -75,7 +86,7 @@ pub(super) trait Host: Service {
 }
 
 /// What an exchange needs done outside its session, for the worker to carry out.
-pub(super) enum Effect {
+pub(crate) enum Effect {
     /// Start the upstream requests of an exchange (the worker owns the upstream sockets).
     Start(ExchangeId, crate::http::reply::Upstream),
     /// Cancel the upstream wait of an exchange that went away.
@@ -87,28 +98,28 @@ pub(super) enum Effect {
 }
 
 /// What the engine borrows from the worker while it runs.
-pub(super) struct Cx<'a, V> {
-    pub(super) host: &'a mut V,
-    pub(super) env: &'a mut Env,
-    pub(super) pool: &'a Pool,
+pub(crate) struct Cx<'a, V> {
+    pub(crate) host: &'a mut V,
+    pub(crate) env: &'a mut Env,
+    pub(crate) pool: &'a Pool,
     /// The worker's event-stream subscribers.
-    pub(super) sse: &'a mut Subscribers,
+    pub(crate) sse: &'a mut Subscribers,
     /// Builds the response heads.
-    pub(super) heads: &'a mut Heads,
+    pub(crate) heads: &'a mut Heads,
 }
 
 /// The engine's [`Cx`] from the worker's fields, one by one (so a session
 /// borrowed from `conns` or `h3` can live beside it).
 macro_rules! engine_cx {
     ($w:ident, $host:expr, $heads:expr) => {
-        $crate::worker::exchange::Cx { host: $host, env: &mut $w.env, pool: &$w.pool, sse: &mut $w.sse, heads: $heads }
+        $crate::exchange::Cx { host: $host, env: &mut $w.env, pool: &$w.pool, sse: &mut $w.sse, heads: $heads }
     };
 }
-pub(super) use engine_cx;
+pub(crate) use engine_cx;
 
 /// Where an exchange is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Stage {
+pub(crate) enum Stage {
     /// The request body is arriving.
     Receiving,
     /// A pool job or upstreams are working on the answer.
@@ -118,7 +129,7 @@ pub(super) enum Stage {
 }
 
 /// The id answered in `x-request-id`: the client's own when it is valid, else a fresh UUID.
-pub(super) enum RequestId {
+pub(crate) enum RequestId {
     /// A fresh UUID v4.
     Fresh([u8; 36]),
     /// The client's `x-request-id` (checked by `valid_request_id`: ASCII).
@@ -138,7 +149,7 @@ impl RequestId {
         }
     }
 
-    pub(super) fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         match self {
             RequestId::Given(v) => v,
             RequestId::Fresh(u) => u,
@@ -152,36 +163,36 @@ impl RequestId {
 }
 
 /// One request/response exchange: one stream.
-pub(super) struct Exchange<K, H> {
-    pub(super) stream: K,
+pub(crate) struct Exchange<K, H> {
+    pub(crate) stream: K,
     method: Method,
     /// The head as the codec received it, kept whole.
-    pub(super) head: H,
+    pub(crate) head: H,
     /// The request body so far.
     body: Vec<u8>,
-    pub(super) stage: Stage,
+    pub(crate) stage: Stage,
     started: Instant,
     /// The whole body within `limits.body_timeout_ms` of the head.
-    pub(super) deadline: Option<Instant>,
+    pub(crate) deadline: Option<Instant>,
     request_id: RequestId,
     label: u16,
     /// The client the service decided on (behind trusted proxies, not always the peer).
     client: Option<IpAddr>,
-    pub(super) produce: Option<Produce>,
+    pub(crate) produce: Option<Produce>,
     /// Body bytes produced and not yet taken by the stream.
-    pub(super) unsent: Vec<u8>,
+    pub(crate) unsent: Vec<u8>,
     /// The body is complete once `unsent` is sent.
-    pub(super) done: bool,
+    pub(crate) done: bool,
     /// The upstream requests this exchange waits on, or its relay.
-    pub(super) call: Option<CallState>,
+    pub(crate) call: Option<CallState>,
     /// An extended CONNECT for `websocket` (RFC 8441): the stream is the tunnel.
     tunnel: bool,
     /// Its `priority` (RFC 9218): the order its body goes out in.
-    pub(super) priority: Priority,
+    pub(crate) priority: Priority,
     /// Its body ended, or its stream failed, while sending: removed after the pass.
-    pub(super) gone: bool,
+    pub(crate) gone: bool,
     /// Body bytes handed to the stream so far.
-    pub(super) body_sent: u64,
+    pub(crate) body_sent: u64,
     /// Its producer's app code failed: once what it made is sent, the body is abandoned
     /// ([`Sink::abandon`]).
     failed: bool,
@@ -199,7 +210,7 @@ impl<K, H: Head> Exchange<K, H> {
 
 impl<K, H> Exchange<K, H> {
     /// Streaming, with bytes to send or a download still reading.
-    pub(super) fn streaming(&self) -> bool {
+    pub(crate) fn streaming(&self) -> bool {
         self.stage == Stage::Streaming
     }
 
@@ -211,21 +222,21 @@ impl<K, H> Exchange<K, H> {
 }
 
 /// How a request is opened ([`Exchanges::open`]).
-pub(super) struct Opening<K, H> {
-    pub(super) stream: K,
-    pub(super) head: H,
+pub(crate) struct Opening<K, H> {
+    pub(crate) stream: K,
+    pub(crate) head: H,
     /// Its `priority` field.
-    pub(super) priority: Priority,
+    pub(crate) priority: Priority,
     /// A body follows the head (its deadline runs).
-    pub(super) body_follows: bool,
+    pub(crate) body_follows: bool,
     /// An extended CONNECT for `websocket`: complete with its head.
-    pub(super) tunnel: bool,
+    pub(crate) tunnel: bool,
 }
 
 /// One connection's open exchanges.
-pub(super) struct Exchanges<K, H> {
+pub(crate) struct Exchanges<K, H> {
     /// Few; searched linearly.
-    pub(super) list: Vec<Exchange<K, H>>,
+    pub(crate) list: Vec<Exchange<K, H>>,
     conn: usize,
     gen: u32,
     peer: IpAddr,
@@ -236,15 +247,15 @@ pub(super) struct Exchanges<K, H> {
     /// Errors this session answers itself carry `Alt-Svc` (HTTP/2 over TLS).
     announce: bool,
     /// Since when the connection has had no exchange (the keep-alive timer).
-    pub(super) idle_since: Option<Instant>,
+    pub(crate) idle_since: Option<Instant>,
     /// What the worker must do after this turn.
-    pub(super) effects: Vec<Effect>,
+    pub(crate) effects: Vec<Effect>,
 }
 
 impl<K: Key, H: Head> Exchanges<K, H> {
     /// No exchange yet on connection `conn` of generation `gen`, from `peer`, speaking
     /// `protocol` over TLS `tls` (`None`: plain TCP).
-    pub(super) fn new(
+    pub(crate) fn new(
         conn: usize,
         gen: u32,
         peer: IpAddr,
@@ -270,34 +281,34 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// The generation of the connection (in every id of its exchanges).
-    pub(super) fn gen(&self) -> u32 {
+    pub(crate) fn gen(&self) -> u32 {
         self.gen
     }
 
     /// The worker-wide id of the exchange on `stream`.
-    pub(super) fn id(&self, stream: K) -> ExchangeId {
+    pub(crate) fn id(&self, stream: K) -> ExchangeId {
         stream.id(self.conn, self.gen)
     }
 
     /// The index of the exchange on `stream`.
-    pub(super) fn find(&self, stream: K) -> Option<usize> {
+    pub(crate) fn find(&self, stream: K) -> Option<usize> {
         self.list.iter().position(|e| e.stream == stream)
     }
 
     /// No exchange is open.
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 
     /// The earliest deadline of a request body or a producer.
-    pub(super) fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         let producers = self.list.iter().filter_map(|e| e.produce.as_ref()?.deadline());
         self.list.iter().filter_map(|e| e.deadline).chain(producers).min()
     }
 
     /// A new exchange for a request head; its index. The codec then fails it (a malformed
     /// head) or dispatches it once complete.
-    pub(super) fn open(
+    pub(crate) fn open(
         &mut self,
         o: Opening<K, H>,
         common: &mut Common,
@@ -333,7 +344,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     /// Take on an exchange its codec answers (HTTP/1.1: the codec writes and logs the head)
     /// at `stage`: waiting on upstreams, or past its head with its body from `produce`. Its
     /// index.
-    pub(super) fn adopt(&mut self, stream: K, head: H, stage: Stage, produce: Option<Produce>, now: Instant) -> usize {
+    pub(crate) fn adopt(&mut self, stream: K, head: H, stage: Stage, produce: Option<Produce>, now: Instant) -> usize {
         let done = match &produce {
             Some(Produce::Download(d)) => d.done(),
             _ => false,
@@ -365,7 +376,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
 
     /// Request body bytes for the exchange on `stream` (`end`: the last). A WebSocket's are
     /// its frames. Bytes for no exchange are released and dropped.
-    pub(super) fn data<S, V>(
+    pub(crate) fn data<S, V>(
         &mut self,
         stream: K,
         bytes: &[u8],
@@ -405,7 +416,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// The request of exchange `i` is complete: hand it to the app.
-    pub(super) fn dispatch<S, V>(&mut self, i: usize, sink: &mut S, cx: &mut Cx<'_, V>, now: Instant)
+    pub(crate) fn dispatch<S, V>(&mut self, i: usize, sink: &mut S, cx: &mut Cx<'_, V>, now: Instant)
     where
         S: Sink<Stream = K>,
         V: Host,
@@ -507,7 +518,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// Answer exchange `i` with an error response (its stream ends).
-    pub(super) fn fail<S, V>(&mut self, i: usize, e: Error, sink: &mut S, cx: &mut Cx<'_, V>, _now: Instant)
+    pub(crate) fn fail<S, V>(&mut self, i: usize, e: Error, sink: &mut S, cx: &mut Cx<'_, V>, _now: Instant)
     where
         S: Sink<Stream = K>,
         V: Host,
@@ -525,7 +536,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     /// [`Sink::respond`] when it writes its heads). With `Delimit::Length` (or for `HEAD`)
     /// the response is whole and the exchange is forgotten; otherwise its body follows
     /// (returns `true`).
-    pub(super) fn answer<S, V>(
+    pub(crate) fn answer<S, V>(
         &mut self,
         i: usize,
         mut resp: Response,
@@ -588,7 +599,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// Exchange `i`'s head went out; its body comes from `p`.
-    pub(super) fn start_producer<V: Host>(&mut self, i: usize, p: Producer, cx: &mut Cx<'_, V>, now: Instant) {
+    pub(crate) fn start_producer<V: Host>(&mut self, i: usize, p: Producer, cx: &mut Cx<'_, V>, now: Instant) {
         let id = self.id(self.list[i].stream);
         let ex = &mut self.list[i];
         match p {
@@ -665,7 +676,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
 
     /// Forget exchange `i`: its subscription goes; its upstream wait and its WebSocket's
     /// rooms become effects.
-    pub(super) fn remove(&mut self, i: usize, sse: &mut Subscribers) {
+    pub(crate) fn remove(&mut self, i: usize, sse: &mut Subscribers) {
         let ex = self.list.swap_remove(i);
         let id = ex.stream.id(self.conn, self.gen);
         match ex.produce {
@@ -684,7 +695,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// The peer reset `stream` (or gave up on it): its exchange goes. Whether there was one.
-    pub(super) fn cancel(&mut self, stream: K, sse: &mut Subscribers) -> bool {
+    pub(crate) fn cancel(&mut self, stream: K, sse: &mut Subscribers) -> bool {
         match self.find(stream) {
             Some(i) => {
                 self.remove(i, sse);
@@ -695,14 +706,14 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// The connection closed: every exchange goes.
-    pub(super) fn close_all(&mut self, sse: &mut Subscribers) {
+    pub(crate) fn close_all(&mut self, sse: &mut Subscribers) {
         while !self.list.is_empty() {
             self.remove(0, sse);
         }
     }
 
     /// Reset the exchange on `stream` and forget it.
-    pub(super) fn drop_stream<S: Sink<Stream = K>>(
+    pub(crate) fn drop_stream<S: Sink<Stream = K>>(
         &mut self,
         stream: K,
         why: Reset,
@@ -716,7 +727,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     /// Move streaming exchanges' bytes toward their streams, read what a backed-up
     /// WebSocket left waiting, end finished bodies, reset streams whose client stopped
     /// reading. Returns whether anything was queued.
-    pub(super) fn service<S, V>(&mut self, sink: &mut S, cx: &mut Cx<'_, V>) -> bool
+    pub(crate) fn service<S, V>(&mut self, sink: &mut S, cx: &mut Cx<'_, V>) -> bool
     where
         S: Sink<Stream = K>,
         V: Host,
@@ -768,7 +779,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// Heartbeats, tickers and WebSocket pings that are due.
-    pub(super) fn tick(&mut self, host: &impl Host, now: Instant) {
+    pub(crate) fn tick(&mut self, host: &impl Host, now: Instant) {
         for ex in &mut self.list {
             let go = match &mut ex.produce {
                 Some(Produce::Events(e)) => e.beat(host.app(), now, &mut ex.unsent),
@@ -797,7 +808,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// Request bodies late past their deadline: 408.
-    pub(super) fn expire<S, V>(&mut self, sink: &mut S, cx: &mut Cx<'_, V>, now: Instant)
+    pub(crate) fn expire<S, V>(&mut self, sink: &mut S, cx: &mut Cx<'_, V>, now: Instant)
     where
         S: Sink<Stream = K>,
         V: Host,
@@ -808,7 +819,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// A pool result for the exchange on `stream`: its answer, a replay or a download slice.
-    pub(super) fn completed<S, V>(&mut self, stream: K, result: Completion, sink: &mut S, cx: &mut Cx<'_, V>)
+    pub(crate) fn completed<S, V>(&mut self, stream: K, result: Completion, sink: &mut S, cx: &mut Cx<'_, V>)
     where
         S: Sink<Stream = K>,
         V: Host,
@@ -842,7 +853,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// A bus event for the subscription of the exchange on `stream`.
-    pub(super) fn event(&mut self, stream: K, id: i64, event: &Arc<[u8]>) {
+    pub(crate) fn event(&mut self, stream: K, id: i64, event: &Arc<[u8]>) {
         let Some(i) = self.find(stream) else { return };
         let ex = &mut self.list[i];
         if let Some(Produce::Events(e)) = &mut ex.produce {
@@ -852,7 +863,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
 
     /// App code behind the body of the exchange on `stream` failed: a body already begun
     /// ends with what was sent; an exchange not yet answered is reset.
-    pub(super) fn abort<S: Sink<Stream = K>>(&mut self, stream: K, sink: &mut S, sse: &mut Subscribers) {
+    pub(crate) fn abort<S: Sink<Stream = K>>(&mut self, stream: K, sink: &mut S, sse: &mut Subscribers) {
         let Some(i) = self.find(stream) else { return };
         let ex = &mut self.list[i];
         ex.call = None;
@@ -863,19 +874,19 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// Relayed bytes for the exchange on `stream`: queued on it.
-    pub(super) fn relay_data(&mut self, stream: K, bytes: &[u8]) -> bool {
+    pub(crate) fn relay_data(&mut self, stream: K, bytes: &[u8]) -> bool {
         let Some(i) = self.find(stream) else { return false };
         self.list[i].unsent.extend_from_slice(bytes);
         true
     }
 
     /// Whether the exchange on `stream` is behind its client (its relay pauses).
-    pub(super) fn relay_slow(&self, stream: K) -> bool {
+    pub(crate) fn relay_slow(&self, stream: K) -> bool {
         self.find(stream).is_some_and(|i| self.list[i].unsent.len() > HIGH_WATERMARK)
     }
 
     /// The relay of the exchange on `stream` ended: its body ends once sent.
-    pub(super) fn relay_done(&mut self, stream: K) {
+    pub(crate) fn relay_done(&mut self, stream: K) {
         if let Some(i) = self.find(stream) {
             self.list[i].call = None;
             self.list[i].done = true;
@@ -883,7 +894,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// Relayed exchanges whose client caught up (their upstream may read again).
-    pub(super) fn relays_ready(&self) -> impl Iterator<Item = ExchangeId> + '_ {
+    pub(crate) fn relays_ready(&self) -> impl Iterator<Item = ExchangeId> + '_ {
         self.list
             .iter()
             .filter(|e| matches!(e.call, Some(CallState::Relay { .. })) && e.unsent.len() <= HIGH_WATERMARK)
@@ -891,13 +902,13 @@ impl<K: Key, H: Head> Exchanges<K, H> {
     }
 
     /// The upstream wait of the exchange on `stream`, while it is open.
-    pub(super) fn call_slot(&mut self, stream: K) -> Option<&mut Option<CallState>> {
+    pub(crate) fn call_slot(&mut self, stream: K) -> Option<&mut Option<CallState>> {
         let i = self.find(stream)?;
         Some(&mut self.list[i].call)
     }
 
     /// The WebSocket of the exchange on `stream`, its output, and that output's length.
-    pub(super) fn ws_of(&mut self, stream: K) -> Option<(&mut Ws, &mut Vec<u8>, usize)> {
+    pub(crate) fn ws_of(&mut self, stream: K) -> Option<(&mut Ws, &mut Vec<u8>, usize)> {
         let i = self.find(stream)?;
         let ex = &mut self.list[i];
         let backlog = ex.unsent.len();
@@ -909,7 +920,7 @@ impl<K: Key, H: Head> Exchanges<K, H> {
 
     /// Graceful stop: event streams end (their clients reconnect elsewhere); WebSockets
     /// close with 1001 (going away). Returns the ended event streams' ids.
-    pub(super) fn end_event_streams(&mut self, sse: &mut Subscribers) {
+    pub(crate) fn end_event_streams(&mut self, sse: &mut Subscribers) {
         for ex in &mut self.list {
             match &mut ex.produce {
                 Some(Produce::Events(_)) => {

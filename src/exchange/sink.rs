@@ -3,22 +3,22 @@
 //! `send_data`, `reset`, flow control, and how streamed bodies reach the stream; or, for a
 //! codec that writes its own heads, `respond`).
 //!
-//! Each codec implements these for its own streams (`h1_sink.rs`, `h2.rs`, `h3.rs`); the
-//! engine calls only them and never branches on the protocol. This file must not touch a
+//! Each codec implements these for its own streams (`h2_sink.rs`, `h3_sink.rs`, the
+//! worker's `h1_sink.rs`); the engine calls only them and never branches on the protocol. This file must not touch a
 //! socket or write protocol framing.
 
 use bytes::Bytes;
 use http::StatusCode;
 
+use super::pool::{ExchangeId, Pool};
 use super::{Exchange, Produce};
 use crate::http::reply::FileRange;
 use crate::http::response::{Delimit, Response};
 use crate::http::service::{Env, Service};
 use crate::http2::ResponseFields;
-use crate::worker::pool::{ExchangeId, Pool};
 
 /// A request head as a codec received it.
-pub(in crate::worker) trait Head {
+pub(crate) trait Head {
     /// `:method`.
     fn method(&self) -> &str;
     /// `:path` with the query (empty on a plain CONNECT).
@@ -34,14 +34,14 @@ pub(in crate::worker) trait Head {
 }
 
 /// A codec's stream id.
-pub(in crate::worker) trait Key: Copy + Eq {
+pub(crate) trait Key: Copy + Eq {
     /// The worker-wide id of this stream's exchange on connection `conn` (generation `gen`).
     fn id(self, conn: usize, gen: u32) -> ExchangeId;
 }
 
 /// Why a stream is reset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::worker) enum Reset {
+pub(crate) enum Reset {
     /// The exchange is given up (its client stopped reading).
     Cancel,
     /// The server failed mid-response (a download's file shrank, app code failed).
@@ -50,10 +50,10 @@ pub(in crate::worker) enum Reset {
 
 /// The stream is gone (reset, or its connection closed): nothing more can be sent on it.
 #[derive(Debug)]
-pub(in crate::worker) struct Gone;
+pub(crate) struct Gone;
 
 /// A codec's write side, as the engine writes a response through it.
-pub(in crate::worker) trait Sink {
+pub(crate) trait Sink {
     /// The codec's stream id.
     type Stream: Key;
     /// A `103 Early Hints` head.
@@ -108,7 +108,7 @@ pub(in crate::worker) trait Sink {
 /// Send a built head on `stream`: its early hints, the head, and what of its body it holds
 /// (`follows`: the body comes later, the stream stays open).
 #[inline]
-pub(in crate::worker) fn send_head<S: Sink>(
+pub(crate) fn send_head<S: Sink>(
     sink: &mut S,
     stream: S::Stream,
     head: crate::http2::Head,

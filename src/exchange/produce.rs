@@ -19,15 +19,15 @@ use std::time::{Duration, Instant};
 
 use super::download::Download;
 use super::file::FileBody;
+use super::panics::guard;
+use super::pool::{ExchangeId, Pool, Work, REPLAY_PANICKED};
 use super::websocket::Ws;
 use crate::app::App;
 use crate::http::service::HIGH_WATERMARK;
 use crate::resources::audience::Audience;
-use crate::worker::panics::guard;
-use crate::worker::pool::{ExchangeId, Pool, Work, REPLAY_PANICKED};
 
 /// What produces a streamed body after its head.
-pub(in crate::worker) enum Produce {
+pub(crate) enum Produce {
     /// An `/api/events` subscription.
     Events(Events),
     /// Events from a timer (the chat echo).
@@ -42,28 +42,28 @@ pub(in crate::worker) enum Produce {
 }
 
 /// A WebSocket carried by a stream.
-pub(in crate::worker) struct Tunnel {
-    pub(in crate::worker) ws: Ws,
+pub(crate) struct Tunnel {
+    pub(crate) ws: Ws,
     /// Received bytes not yet read as frames: the start of a frame, or, while the stream's
     /// output is backed up, whole frames waiting.
-    pub(super) input: Vec<u8>,
+    pub(crate) input: Vec<u8>,
     /// Bytes of `input` not yet released to the peer's flow control: while the output is
     /// backed up nothing is, so the peer's stream window closes and its frames wait on its
     /// side (back pressure, as an HTTP/1.1 WebSocket stops reading its socket).
-    pub(super) unreleased: usize,
+    pub(crate) unreleased: usize,
     /// The peer ended its side of the stream.
-    pub(super) peer_ended: bool,
+    pub(crate) peer_ended: bool,
 }
 
 impl Produce {
     /// A WebSocket whose frames the codec reads itself (HTTP/1.1 reads them in place from
     /// the connection's input).
-    pub(in crate::worker) fn websocket(ws: Ws) -> Produce {
+    pub(crate) fn websocket(ws: Ws) -> Produce {
         Produce::Ws(Box::new(Tunnel { ws, input: Vec::new(), unreleased: 0, peer_ended: false }))
     }
 
     /// When the producer next has something to do by itself.
-    pub(super) fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         match self {
             Produce::Events(e) => Some(e.next()),
             Produce::Ticker(t) => Some(t.next()),
@@ -78,13 +78,13 @@ const TICK_BACKOFF: Duration = Duration::from_millis(50);
 
 /// This worker's event streams, by exchange, with who each is for (the filter of every
 /// change event).
-pub(in crate::worker) type Subscribers = HashMap<ExchangeId, Audience>;
+pub(crate) type Subscribers = HashMap<ExchangeId, Audience>;
 
 /// Unsent bytes one subscriber may accumulate before it is dropped.
 pub const MAX_BACKLOG: usize = 1 << 20;
 
 /// An `/api/events` subscription on an exchange.
-pub(in crate::worker) struct Events {
+pub(crate) struct Events {
     /// A `Last-Event-ID` replay runs on the pool.
     replaying: bool,
     /// The last notification id sent.
@@ -97,7 +97,7 @@ pub(in crate::worker) struct Events {
 impl Events {
     /// A subscriber that has seen every event up to `last_event_id` (then a replay of what
     /// follows it runs on the pool), or none; heartbeat due at `next_beat`.
-    pub(in crate::worker) fn new(last_event_id: Option<i64>, next_beat: Instant) -> Events {
+    pub(crate) fn new(last_event_id: Option<i64>, next_beat: Instant) -> Events {
         Events { replaying: last_event_id.is_some(), last_id: last_event_id.unwrap_or(0), held: Vec::new(), next_beat }
     }
 
@@ -105,7 +105,7 @@ impl Events {
     /// subscription into `sse`, the replay after `last_event_id` (if any) to the pool. `None`:
     /// app code panicked; end the stream.
     #[allow(clippy::too_many_arguments)]
-    pub(in crate::worker) fn start(
+    pub(crate) fn start(
         app: &App,
         last_event_id: Option<i64>,
         audience: Audience,
@@ -129,12 +129,12 @@ impl Events {
     }
 
     /// When the next heartbeat is due.
-    pub(in crate::worker) fn next(&self) -> Instant {
+    pub(crate) fn next(&self) -> Instant {
         self.next_beat
     }
 
     /// A heartbeat into `out` if one is due; `false`: app code panicked, end the stream.
-    pub(in crate::worker) fn beat(&mut self, app: &App, now: Instant, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn beat(&mut self, app: &App, now: Instant, out: &mut Vec<u8>) -> bool {
         if self.next_beat > now {
             return true;
         }
@@ -150,7 +150,7 @@ impl Events {
 
     /// The replay's result: its events, then the live ones held meanwhile that it did not
     /// cover. `false`: the replay panicked, end the stream.
-    pub(in crate::worker) fn replayed(&mut self, bytes: &[u8], last: i64, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn replayed(&mut self, bytes: &[u8], last: i64, out: &mut Vec<u8>) -> bool {
         if last == REPLAY_PANICKED {
             return false;
         }
@@ -169,7 +169,7 @@ impl Events {
     /// A live event `id` from the bus: whether to send it now. During a replay it is held
     /// (sent after the replay, unless the replay covered it); an event at or below the last
     /// one sent is a duplicate (another worker's copy, or one the replay sent).
-    pub(in crate::worker) fn admit(&mut self, id: i64, event: &Arc<[u8]>) -> bool {
+    pub(crate) fn admit(&mut self, id: i64, event: &Arc<[u8]>) -> bool {
         if self.replaying {
             self.held.push((id, Arc::clone(event)));
             return false;
@@ -182,7 +182,7 @@ impl Events {
     }
 
     /// A live event from the bus, sent into `out` if [`Events::admit`] lets it through.
-    pub(in crate::worker) fn live(&mut self, id: i64, event: &Arc<[u8]>, out: &mut Vec<u8>) {
+    pub(crate) fn live(&mut self, id: i64, event: &Arc<[u8]>, out: &mut Vec<u8>) {
         if self.admit(id, event) {
             out.extend_from_slice(event);
         }
@@ -190,25 +190,25 @@ impl Events {
 }
 
 /// A ticker-driven stream (events from a timer).
-pub(in crate::worker) struct Ticking {
+pub(crate) struct Ticking {
     ticker: Box<dyn crate::app::Ticker>,
     next: Instant,
 }
 
 impl Ticking {
     /// A ticker asked first at `now`.
-    pub(in crate::worker) fn new(ticker: Box<dyn crate::app::Ticker>, now: Instant) -> Ticking {
+    pub(crate) fn new(ticker: Box<dyn crate::app::Ticker>, now: Instant) -> Ticking {
         Ticking { ticker, next: now }
     }
 
     /// When the ticker is asked next.
-    pub(in crate::worker) fn next(&self) -> Instant {
+    pub(crate) fn next(&self) -> Instant {
         self.next
     }
 
     /// Ask the ticker for its event into `out` if it is due, unless the exchange's unsent
     /// output (`backlog` bytes) is past the watermark (then again after a short pause).
-    pub(in crate::worker) fn tick(&mut self, now: Instant, backlog: usize, out: &mut Vec<u8>) -> Tick {
+    pub(crate) fn tick(&mut self, now: Instant, backlog: usize, out: &mut Vec<u8>) -> Tick {
         if self.next > now {
             return Tick::Idle;
         }
@@ -229,7 +229,7 @@ impl Ticking {
 
 /// What one [`Ticking::tick`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::worker) enum Tick {
+pub(crate) enum Tick {
     /// Not due, or held back while the exchange is backed up: nothing written.
     Idle,
     /// The ticker wrote an event and runs on.
@@ -242,7 +242,7 @@ pub(in crate::worker) enum Tick {
 
 impl Tick {
     /// Whether the ticker runs on.
-    pub(in crate::worker) fn goes_on(self) -> bool {
+    pub(crate) fn goes_on(self) -> bool {
         matches!(self, Tick::Idle | Tick::More)
     }
 }

@@ -17,12 +17,12 @@
 use std::sync::Arc;
 
 /// The first read, and the smallest.
-pub(in crate::worker) const MIN_SLICE: usize = 4 * 1024;
+pub(crate) const MIN_SLICE: usize = 4 * 1024;
 /// The largest read: the slice of every protocol.
-pub(in crate::worker) const MAX_SLICE: usize = super::SLICE;
+pub(crate) const MAX_SLICE: usize = super::SLICE;
 
 /// A byte range of a file being sent on one stream.
-pub(in crate::worker) struct FileBody {
+pub(crate) struct FileBody {
     file: Arc<std::fs::File>,
     /// The next byte to ask the pool for.
     next: u64,
@@ -38,13 +38,13 @@ pub(in crate::worker) struct FileBody {
 
 impl FileBody {
     /// `len` bytes of `file` from `offset`.
-    pub(in crate::worker) fn new(file: Arc<std::fs::File>, offset: u64, len: u64) -> FileBody {
+    pub(crate) fn new(file: Arc<std::fs::File>, offset: u64, len: u64) -> FileBody {
         FileBody { file, next: offset, end: offset.saturating_add(len), reading: false, ready: None, size: MIN_SLICE }
     }
 
     /// The next read for the pool (offset, length, a buffer), when the stream's queue is empty
     /// (the caller's to check) and no slice is on the pool or waiting.
-    pub(in crate::worker) fn next_read(&mut self) -> Option<(u64, usize, Vec<u8>)> {
+    pub(crate) fn next_read(&mut self) -> Option<(u64, usize, Vec<u8>)> {
         if self.reading || self.ready.is_some() || self.next >= self.end {
             return None;
         }
@@ -55,7 +55,7 @@ impl FileBody {
 
     /// The read at `offset` completed with `bytes`. `false`: it failed or the file shrank (no
     /// bytes), so the promised length cannot be sent.
-    pub(in crate::worker) fn arrived(&mut self, offset: u64, bytes: Vec<u8>) -> bool {
+    pub(crate) fn arrived(&mut self, offset: u64, bytes: Vec<u8>) -> bool {
         self.reading = false;
         if bytes.is_empty() || offset != self.next {
             return false;
@@ -66,23 +66,23 @@ impl FileBody {
     }
 
     /// The slice that arrived, to queue on the stream.
-    pub(in crate::worker) fn take(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn take(&mut self) -> Option<Vec<u8>> {
         self.ready.take()
     }
 
     /// How the stream took the slice just queued: `whole` (its queue is empty again), so the
     /// next may be twice as large; or not, so the next is half as large.
-    pub(in crate::worker) fn taken(&mut self, whole: bool) {
+    pub(crate) fn taken(&mut self, whole: bool) {
         self.size = if whole { (self.size * 2).min(MAX_SLICE) } else { (self.size / 2).max(MIN_SLICE) };
     }
 
     /// The file being sent.
-    pub(in crate::worker) fn file(&self) -> &Arc<std::fs::File> {
+    pub(crate) fn file(&self) -> &Arc<std::fs::File> {
         &self.file
     }
 
     /// Every byte was read and handed to the stream.
-    pub(in crate::worker) fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.next >= self.end && !self.reading && self.ready.is_none()
     }
 }
