@@ -76,6 +76,16 @@ impl FileBody {
         self.size = if whole { (self.size * 2).min(MAX_SLICE) } else { (self.size / 2).max(MIN_SLICE) };
     }
 
+    /// A read is on the pool, or arrived and waits for the stream.
+    pub(crate) fn reading(&self) -> bool {
+        self.reading || self.ready.is_some()
+    }
+
+    /// Bytes are left to ask the pool for.
+    pub(crate) fn unread(&self) -> bool {
+        self.next < self.end
+    }
+
     /// The file being sent.
     pub(crate) fn file(&self) -> &Arc<std::fs::File> {
         &self.file

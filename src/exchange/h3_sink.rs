@@ -4,11 +4,11 @@
 //! body past the limit 413, a CONNECT 400, none reaching a handler).
 //!
 //! Heads and DATA go into the connection's per-stream queue; quinn sends the queues in their
-//! priority order itself, so there is no scheduler here ([`Sink::pump`] does nothing).
-//! Produced bytes go in while [`H3Conn::may_send`] allows, in pieces of at most [`SLICE`]; a
-//! file body reads its next slice on the pool only once quinn took all of the last one
-//! ([`FileBody`]: its size follows how the stream did). A reset is `H3_REQUEST_CANCELLED` or
-//! `H3_INTERNAL_ERROR`.
+//! priority order itself. Produced bytes go in while [`H3Conn::may_send`] allows, in pieces of
+//! at most [`SLICE`]; a file body reads its next slice on the pool only once quinn took all of
+//! the last one ([`FileBody`]: its size follows how the stream did), and the disk is ordered
+//! too ([`Sink::pump`]): a less urgent download reads only while no more urgent one waits
+//! for it. A reset is `H3_REQUEST_CANCELLED` or `H3_INTERNAL_ERROR`.
 //!
 //! It is socket-free (the worker's endpoint sends the datagrams); it lives beside the
 //! engine, not beside the codec in `http3/`: it works over the engine's exchanges, their
@@ -146,20 +146,14 @@ impl Sink for H3Conn {
         Produce::Slices(FileBody::new(f.file, f.offset, f.len))
     }
 
-    /// A download's read slice goes into the stream's queue, and the next is read once
-    /// quinn took all of it (its size follows how it did); produced bytes go in while the
-    /// stream may send.
-    fn feed<H>(&mut self, ex: &mut Exchange<StreamId, H>, pool: &Pool, id: ExchangeId) -> bool {
+    /// A download's read slice goes into the stream's queue (its next read is asked for by
+    /// [`Sink::pump`]); produced bytes go in while the stream may send.
+    fn feed<H>(&mut self, ex: &mut Exchange<StreamId, H>, _pool: &Pool, _id: ExchangeId) -> bool {
         let mut gone = false;
         if let Some(Produce::Slices(d)) = &mut ex.produce {
             if let Some(bytes) = d.take() {
                 gone = H3Conn::send_data(self, ex.stream, Bytes::from(bytes)).is_err();
                 d.taken(self.queued(ex.stream) == 0);
-            }
-            if !gone && self.queued(ex.stream) == 0 && self.may_send(ex.stream) {
-                if let Some((at, len, buf)) = d.next_read() {
-                    pool.submit(id, Work::Read(Arc::clone(d.file()), at, len, buf));
-                }
             }
             if d.done() {
                 ex.done = true;
@@ -179,8 +173,30 @@ impl Sink for H3Conn {
         gone
     }
 
-    /// quinn sends the streams' queues in their priority order itself.
-    fn pump<H>(&mut self, _: &mut [Exchange<StreamId, H>], _: &Pool, _: usize, _: u32) -> bool {
+    /// quinn sends the streams' queues in their priority order itself; this pass orders the
+    /// disk. A file body asks for its next slice once quinn took all of the last one, and
+    /// only while no more urgent download of the connection waits for the disk (a read on
+    /// the pool, or one to ask for): a less urgent stream reads while the urgent ones are
+    /// held by their windows or done, as the network would have it (RFC 9218 §10).
+    fn pump<H>(&mut self, exchanges: &mut [Exchange<StreamId, H>], pool: &Pool, conn: usize, gen: u32) -> bool {
+        let hungry = |sink: &H3Conn, ex: &Exchange<StreamId, H>| match &ex.produce {
+            Some(Produce::Slices(d)) => {
+                d.reading() || (d.unread() && sink.queued(ex.stream) == 0 && sink.may_send(ex.stream))
+            }
+            _ => false,
+        };
+        let Some(urgency) = exchanges.iter().filter(|ex| hungry(self, ex)).map(|ex| ex.priority.urgency).min() else {
+            return false;
+        };
+        for ex in exchanges.iter_mut().filter(|ex| ex.priority.urgency == urgency) {
+            if let Some(Produce::Slices(d)) = &mut ex.produce {
+                if self.queued(ex.stream) == 0 && self.may_send(ex.stream) {
+                    if let Some((at, len, buf)) = d.next_read() {
+                        pool.submit(ex.stream.id(conn, gen), Work::Read(Arc::clone(d.file()), at, len, buf));
+                    }
+                }
+            }
+        }
         false
     }
 }

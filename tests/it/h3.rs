@@ -602,6 +602,21 @@ fn a_more_urgent_stream_is_sent_first() {
     panic!("in 5 attempts the u=7 stream was always half sent before the u=0 one began");
 }
 
+#[test]
+fn a_less_urgent_stream_goes_on_while_the_urgent_one_waits_for_its_window() {
+    let (server, addr, pki, files) = download_server(1, "");
+    let data = pattern(4 << 20);
+    std::fs::write(files.path().join("a.bin"), &data).expect("write");
+    let mut c = H3Client::connect(addr, &client_config(&pki));
+    let urgent = c.send("GET", "/download/a.bin", &[("priority", "u=0")], b"");
+    // Never read: the urgent stream's window stays where it is once the server filled it.
+    c.streams.remove(&urgent);
+    let lazy = c.send("GET", "/download/a.bin", &[("priority", "u=7")], b"");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    c.run_until(deadline, |c| c.streams.get(&lazy).is_some_and(|s| s.fin || s.reset.is_some()) || c.lost.is_some());
+    assert_eq!(c.response(lazy).body, data, "{}", server.log_tail());
+}
+
 /// The pid `/_debug/pid` names on a new connection by `deadline`, or why not.
 fn try_pid(addr: std::net::SocketAddr, config: &quinn_proto::ClientConfig, deadline: Instant) -> Result<i32, String> {
     let mut c = H3Client::start(addr, config);
