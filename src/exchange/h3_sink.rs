@@ -121,6 +121,22 @@ impl Sink for H3Conn {
         Ok(())
     }
 
+    /// The head and a small body in one chunk (`H3Conn::send_response`).
+    fn send_head_data(
+        &mut self,
+        stream: StreamId,
+        status: http::StatusCode,
+        fields: &ResponseFields,
+        body: Bytes,
+        end: bool,
+    ) -> Result<(), Gone> {
+        self.send_response(stream, status.as_u16(), fields, body).map_err(|_| Gone)?;
+        if end {
+            self.finish(stream).map_err(|_| Gone)?;
+        }
+        Ok(())
+    }
+
     fn send_data(&mut self, stream: StreamId, data: Bytes, end: bool) -> Result<(), Gone> {
         if !data.is_empty() {
             H3Conn::send_data(self, stream, data).map_err(|_| Gone)?;

@@ -68,6 +68,20 @@ pub(crate) trait Sink {
     ) -> Result<(), Gone>;
     /// Body bytes; the stream ends with them when `end`.
     fn send_data(&mut self, stream: Self::Stream, data: Bytes, end: bool) -> Result<(), Gone>;
+    /// The response head and the first of its body (not empty), the stream ending with them
+    /// when `end`: [`Sink::send_head`] then [`Sink::send_data`], unless the codec writes the
+    /// two at once.
+    fn send_head_data(
+        &mut self,
+        stream: Self::Stream,
+        status: StatusCode,
+        fields: &ResponseFields,
+        body: Bytes,
+        end: bool,
+    ) -> Result<(), Gone> {
+        self.send_head(stream, status, fields, false)?;
+        self.send_data(stream, body, end)
+    }
     /// Reset the stream.
     fn reset(&mut self, stream: Self::Stream, why: Reset);
     /// The body's producer failed after the head (its app code panicked) and what it made is
@@ -117,10 +131,9 @@ pub(crate) fn send_head<S: Sink>(
     if let Some(hints) = head.hints {
         sink.informational(stream, &hints)?;
     }
-    let end = head.body.is_empty() && !follows;
-    sink.send_head(stream, head.status, &head.fields, end)?;
-    if !head.body.is_empty() {
-        sink.send_data(stream, head.body, !follows)?;
+    if head.body.is_empty() {
+        sink.send_head(stream, head.status, &head.fields, !follows)
+    } else {
+        sink.send_head_data(stream, head.status, &head.fields, head.body, !follows)
     }
-    Ok(())
 }

@@ -299,7 +299,7 @@ impl H3Conn {
         status: u16,
         fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<(), StreamGone> {
-        self.queue_head(stream, |qpack, id, out| write_response_head(status, fields, qpack, id, out))
+        self.queue_head(stream, &[], |qpack, id, out| write_response_head(status, fields, qpack, id, out))
     }
 
     /// [`Self::send_head`] for a response's [`ResponseFields`]: the run of fields every
@@ -310,14 +310,34 @@ impl H3Conn {
         status: u16,
         fields: &ResponseFields,
     ) -> Result<(), StreamGone> {
-        self.queue_head(stream, |qpack, id, out| write_response_fields(status, fields, qpack, id, out))
+        self.send_response(stream, status, fields, Bytes::new())
     }
 
-    /// Queues the HEADERS frame `write` makes (given the QPACK encoder, the stream's QUIC ID
-    /// and the buffer), and the encoder-stream instructions it left.
+    /// [`Self::send_head_fields`] and then `body` as [`Self::send_data`] would send it; a
+    /// small body goes in the same write as the head: one chunk for the whole response.
+    pub fn send_response(
+        &mut self,
+        stream: StreamId,
+        status: u16,
+        fields: &ResponseFields,
+        body: Bytes,
+    ) -> Result<(), StreamGone> {
+        let small = body.len() <= SMALL_DATA;
+        let along = if small { &body[..] } else { &[] };
+        self.queue_head(stream, along, |qpack, id, out| write_response_fields(status, fields, qpack, id, out))?;
+        if !small {
+            self.send_data(stream, body)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the HEADERS frame `write` makes (given the QPACK encoder, the stream's QUIC ID
+    /// and the buffer), followed by `body` as a DATA frame unless it is empty, and queues
+    /// the encoder-stream instructions the head left.
     fn queue_head(
         &mut self,
         stream: StreamId,
+        body: &[u8],
         write: impl FnOnce(&mut TableEncoder, u64, &mut Vec<u8>),
     ) -> Result<(), StreamGone> {
         if !self.requests.get(&stream).is_some_and(|r| r.outbox.open()) {
@@ -325,9 +345,12 @@ impl H3Conn {
         }
         self.scratch.clear();
         write(&mut self.qpack, VarInt::from(stream).into_inner(), &mut self.scratch);
-        let head = Bytes::copy_from_slice(&self.scratch);
+        if !body.is_empty() {
+            frame::write_header(frame::ty::DATA, body.len() as u64, &mut self.scratch);
+            self.scratch.extend_from_slice(body);
+        }
         self.send_instructions();
-        self.queue(stream, head)
+        self.write_scratch(stream)
     }
 
     /// The encoder side of the client's QPACK dynamic table (for statistics and tests).
@@ -346,8 +369,7 @@ impl H3Conn {
         if data.len() <= SMALL_DATA {
             // One chunk, one allocation: a small payload is cheaper copied than queued apart.
             self.scratch.extend_from_slice(&data);
-            let frame = Bytes::copy_from_slice(&self.scratch);
-            return self.queue(stream, frame);
+            return self.write_scratch(stream);
         }
         let head = Bytes::copy_from_slice(&self.scratch);
         self.queue_frame(stream, head, data)
@@ -684,15 +706,26 @@ impl H3Conn {
         Ok(())
     }
 
-    /// Adds `bytes` to `stream`'s queue and writes what flow control allows.
-    fn queue(&mut self, stream: StreamId, bytes: Bytes) -> Result<(), StreamGone> {
+    /// Writes what `scratch` holds to `stream`: straight into quinn (which copies what it
+    /// takes) while nothing is queued before it, and what quinn does not take (all of it,
+    /// behind a queue) is queued as one copy.
+    fn write_scratch(&mut self, stream: StreamId) -> Result<(), StreamGone> {
         let r = self.requests.get_mut(&stream).filter(|r| r.outbox.open()).ok_or(StreamGone)?;
-        r.outbox.push(bytes);
+        let mut taken = 0;
+        if r.outbox.out.is_empty() {
+            // An error leaves it all queued: the flush below meets it again and acts on it.
+            taken = self.quic.send_stream(stream).write(&self.scratch).unwrap_or(0);
+            if taken == self.scratch.len() {
+                return Ok(());
+            }
+        }
+        r.outbox.push(Bytes::copy_from_slice(&self.scratch[taken..]));
         self.flush(stream);
         Ok(())
     }
 
-    /// [`Self::queue`] for a frame head and its payload, kept as two chunks (no copy).
+    /// Queues a frame head and its payload, kept as two chunks (no copy), and writes what
+    /// flow control allows.
     fn queue_frame(&mut self, stream: StreamId, head: Bytes, payload: Bytes) -> Result<(), StreamGone> {
         let r = self.requests.get_mut(&stream).filter(|r| r.outbox.open()).ok_or(StreamGone)?;
         r.outbox.push(head);

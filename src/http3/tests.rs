@@ -140,7 +140,17 @@ impl Pair {
         conn: ConnLimits,
         cert: (Arc<rustls::sign::CertifiedKey>, CertificateDer<'static>),
     ) -> Pair {
-        let mut pair = Pair::connected(under_load, store, limits, conn, cert);
+        let mut pair = Pair::connected(under_load, store, limits, conn, cert, None);
+        pair.open_client_control(&[]);
+        pair
+    }
+
+    /// A pair whose client grants each stream only `window` bytes until it reads them.
+    fn with_stream_window(window: u32) -> Pair {
+        let limits = setup::Limits { max_field_section: 4096, ..setup::Limits::default() };
+        let mut transport = quinn_proto::TransportConfig::default();
+        transport.stream_receive_window(VarInt::from_u32(window));
+        let mut pair = Pair::connected(false, None, limits, CONN, certificate(), Some(transport));
         pair.open_client_control(&[]);
         pair
     }
@@ -148,18 +158,20 @@ impl Pair {
     /// A pair whose client's decoder allows a QPACK dynamic table of `capacity` bytes.
     fn with_qpack(capacity: u64) -> Pair {
         let limits = setup::Limits { max_field_section: 4096, ..setup::Limits::default() };
-        let mut pair = Pair::connected(false, None, limits, CONN, certificate());
+        let mut pair = Pair::connected(false, None, limits, CONN, certificate(), None);
         pair.open_client_control(&[(frame::setting::QPACK_MAX_TABLE_CAPACITY, capacity)]);
         pair
     }
 
-    /// [`Pair::with_certificate`] with the handshake done and no client control stream yet.
+    /// [`Pair::with_certificate`] with the handshake done and no client control stream yet;
+    /// the client's QUIC settings are `transport` when given.
     fn connected(
         under_load: bool,
         store: Option<Arc<dyn rustls::server::StoresServerSessions>>,
         limits: setup::Limits,
         conn: ConnLimits,
         cert: (Arc<rustls::sign::CertifiedKey>, CertificateDer<'static>),
+        transport: Option<quinn_proto::TransportConfig>,
     ) -> Pair {
         let early = store.is_some();
         let (key, root) = cert;
@@ -177,7 +189,10 @@ impl Pair {
             .with_no_client_auth();
         tls.alpn_protocols = vec![b"h3".to_vec()];
         tls.enable_early_data = early;
-        let client_config = ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).expect("QUIC client")));
+        let mut client_config = ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).expect("QUIC client")));
+        if let Some(transport) = transport {
+            client_config.transport_config(Arc::new(transport));
+        }
         let mut client_ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
         let now = Instant::now();
         let (client_ch, client) =
@@ -562,6 +577,38 @@ fn a_large_response_waits_for_flow_control() {
     assert!(pauses > 0 && writable > 0, "the producer was paused ({pauses}) and resumed ({writable})");
     let resp = p.response(id);
     assert!(resp.body == body, "2 MiB arrive in order, byte for byte ({} bytes)", resp.body.len());
+}
+
+#[test]
+fn a_head_written_with_its_body_arrives_whole_past_a_small_stream_window() {
+    // 300 bytes of window: the first write of each response is cut short, the rest queued.
+    let mut p = Pair::with_stream_window(300);
+    let bodies = [Bytes::from(bytes_of(1000)), Bytes::from(bytes_of(5000)), Bytes::new()];
+    let ids = [p.get("/small"), p.get("/large"), p.get("/none")];
+    for id in ids {
+        p.watch(id);
+    }
+    let fields = crate::http2::ResponseFields::from_pairs(&[("content-type", "text/plain")]).expect("valid");
+    let mut cut = 0;
+    p.run_until(|p| {
+        for (_, event) in p.server_events() {
+            if let Event::Request { stream, .. } = event {
+                let i = ids.iter().position(|id| *id == stream).expect("one of ours");
+                let conn = p.conn();
+                conn.send_response(stream, 200, &fields, bodies[i].clone()).expect("open");
+                cut += usize::from(conn.queued(stream) > 0);
+                conn.finish(stream).expect("open");
+            }
+        }
+        ids.iter().all(|id| p.streams[id].fin)
+    });
+    assert!(cut >= 2, "the window cut {cut} responses");
+    for (id, body) in ids.iter().zip(&bodies) {
+        let resp = p.response(*id);
+        assert_eq!((resp.heads.len(), resp.status()), (1, Some(&b"200"[..])));
+        assert_eq!(resp.heads[0].value(b"content-type"), Some(&b"text/plain"[..]));
+        assert!(resp.body == *body, "{} body bytes arrive in order", body.len());
+    }
 }
 
 #[test]
