@@ -36,7 +36,7 @@ impl Key for StreamId {
     }
 }
 
-impl Head for Box<RequestHead> {
+impl Head for RequestHead {
     fn method(&self) -> &str {
         RequestHead::method(self)
     }
@@ -56,9 +56,9 @@ impl Head for Box<RequestHead> {
 }
 
 impl Source for H3Conn {
-    type Head = Box<RequestHead>;
+    type Head = RequestHead;
 
-    fn next_input(&mut self, env: &Env) -> Option<Input<StreamId, Box<RequestHead>>> {
+    fn next_input(&mut self, env: &Env) -> Option<Input<StreamId, RequestHead>> {
         loop {
             return Some(match self.poll_event()? {
                 Event::Request { stream, head } => opening(self, stream, head, env),
@@ -75,12 +75,7 @@ impl Source for H3Conn {
 }
 
 /// The engine's input for a request head on `stream`: what HTTP/3 finds wrong with it.
-fn opening(
-    conn: &mut H3Conn,
-    stream: StreamId,
-    head: Box<RequestHead>,
-    env: &Env,
-) -> Input<StreamId, Box<RequestHead>> {
+fn opening(conn: &mut H3Conn, stream: StreamId, head: RequestHead, env: &Env) -> Input<StreamId, RequestHead> {
     let priority = Priority::from_fields(RequestHead::fields(&head).filter(|(n, _)| *n == b"priority").map(|(_, v)| v));
     // RFC 9218 urgency 0 (most urgent) .. 7; quinn sends higher priorities first.
     conn.set_priority(stream, 7 - i32::from(priority.urgency.min(7)));

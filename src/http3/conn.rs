@@ -56,7 +56,7 @@ pub enum Event {
         /// The request's stream.
         stream: StreamId,
         /// Its head.
-        head: Box<RequestHead>,
+        head: RequestHead,
     },
     /// A request whose field section passed `SETTINGS_MAX_FIELD_SECTION_SIZE`: answer 431
     /// (its body is discarded).
@@ -153,6 +153,8 @@ pub struct H3Conn {
     /// could not tell its requests in flight were not processed (RFC 9114 §5.2).
     close_after: Option<Instant>,
     closed: bool,
+    /// What a request stream's input meant, kept between reads (no allocation per read).
+    found: VecDeque<Input>,
     /// Where a frame head (and a small payload) is written before it is queued as one exact
     /// allocation.
     scratch: Vec<u8>,
@@ -186,6 +188,7 @@ impl H3Conn {
             goaway: None,
             close_after: None,
             closed: false,
+            found: VecDeque::new(),
             scratch: Vec::new(),
         };
         conn.open_control();
@@ -633,11 +636,18 @@ impl H3Conn {
             None if self.peers.has(id) => false,
             None => return,
         };
-        let (mut input, mut fin, mut reset) = (BytesMut::new(), false, false);
+        // One chunk (the common case) is taken as quinn holds it; more are joined.
+        let (mut input, mut joined, mut fin, mut reset) = (Bytes::new(), BytesMut::new(), false, false);
         if let Ok(mut chunks) = self.quic.recv_stream(id).read(true) {
             loop {
                 match chunks.next(usize::MAX) {
-                    Ok(Some(chunk)) => input.extend_from_slice(&chunk.bytes),
+                    Ok(Some(chunk)) if input.is_empty() && joined.is_empty() => input = chunk.bytes,
+                    Ok(Some(chunk)) => {
+                        if joined.is_empty() {
+                            joined.extend_from_slice(&std::mem::take(&mut input));
+                        }
+                        joined.extend_from_slice(&chunk.bytes);
+                    }
                     Ok(None) => {
                         fin = true;
                         break;
@@ -651,10 +661,13 @@ impl H3Conn {
             }
             let _ = chunks.finalize();
         }
+        if !joined.is_empty() {
+            input = joined.freeze();
+        }
         let result = if is_request {
             self.on_request(now, id, input, fin, reset)
         } else {
-            let next = self.peers.on_input(id, input, fin || reset, &mut self.qpack);
+            let next = self.peers.on_input(id, BytesMut::from(input), fin || reset, &mut self.qpack);
             self.open_encoder();
             match next {
                 Ok(UniNext::Refuse) => {
@@ -672,14 +685,7 @@ impl H3Conn {
 
     /// New bytes (and maybe the end) of request stream `id`: its state says what they mean,
     /// and each meaning becomes an [`Event`].
-    fn on_request(
-        &mut self,
-        now: Instant,
-        id: StreamId,
-        input: BytesMut,
-        fin: bool,
-        reset: bool,
-    ) -> Result<(), H3Error> {
+    fn on_request(&mut self, now: Instant, id: StreamId, input: Bytes, fin: bool, reset: bool) -> Result<(), H3Error> {
         let early = self.quic.is_handshaking();
         let Some(r) = self.requests.get_mut(&id) else { return Ok(()) };
         if reset {
@@ -689,9 +695,9 @@ impl H3Conn {
             self.forget_if_done(now, id);
             return Ok(());
         }
-        let mut found = VecDeque::new();
+        let mut found = std::mem::take(&mut self.found);
         let result = r.on_input(input, fin, early, self.limits.max_field_section, &mut found);
-        for input in found {
+        for input in found.drain(..) {
             self.events.push_back(match input {
                 Input::Head(head) => Event::Request { stream: id, head },
                 Input::TooLarge => Event::TooLarge { stream: id },
@@ -699,6 +705,7 @@ impl H3Conn {
                 Input::End => Event::End { stream: id },
             });
         }
+        self.found = found;
         result?;
         if fin {
             self.forget_if_done(now, id);

@@ -17,14 +17,15 @@ use crate::http2::ResponseFields;
 const CONNECTION_SPECIFIC: [&[u8]; 5] =
     [b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"];
 
-/// A checked request head: the decoded fields and where the pseudo-headers are among them.
+/// A checked request head: the decoded fields, and the pseudo-headers' values as text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestHead {
     fields: Fields,
-    method: usize,
-    scheme: Option<usize>,
-    authority: Option<usize>,
-    path: Option<usize>,
+    /// The values of `:method`, `:scheme`, `:authority` and `:path` (those sent), checked
+    /// visible ASCII once, so each is read as text with no further check.
+    text: String,
+    /// Where each of the four is in `text` (`None`: not sent).
+    spans: [Option<(u32, u32)>; 4],
     /// The first regular field (pseudo-headers come before it).
     regular: usize,
     /// `content-length`, when sent.
@@ -121,13 +122,28 @@ impl RequestHead {
                 }
             }
         }
-        let method = method.ok_or(malformed("no :method"))?;
-        let head = RequestHead { fields, method, scheme, authority, path, regular, content_length, early };
+        if method.is_none() {
+            return Err(malformed("no :method"));
+        }
+        let slots = [method, scheme, authority, path];
+        let mut text =
+            Vec::with_capacity(slots.iter().flatten().filter_map(|&i| fields.get(i)).map(|(_, v)| v.len()).sum());
+        let mut spans = [None; 4];
+        for (span, i) in spans.iter_mut().zip(slots) {
+            if let Some((_, value)) = i.and_then(|i| fields.get(i)) {
+                let start = text.len() as u32;
+                text.extend_from_slice(value);
+                *span = Some((start, text.len() as u32));
+            }
+        }
+        // Checked visible ASCII above: this cannot fail.
+        let text = String::from_utf8(text).map_err(|_| malformed("a pseudo-header value that is not ASCII"))?;
+        let head = RequestHead { fields, text, spans, regular, content_length, early };
         if head.method() == "CONNECT" {
-            if head.scheme.is_some() || head.path.is_some() || head.authority.is_none() {
+            if scheme.is_some() || path.is_some() || authority.is_none() {
                 return Err(malformed("CONNECT needs :authority and no :scheme or :path"));
             }
-        } else if head.scheme.is_none() || head.path().is_empty() {
+        } else if scheme.is_none() || head.path().is_empty() {
             return Err(malformed("no :scheme or an empty :path"));
         }
         if let (Some(authority), Some(host)) = (head.authority(), head.fields.value(b"host")) {
@@ -138,29 +154,30 @@ impl RequestHead {
         Ok(head)
     }
 
-    fn pseudo(&self, i: Option<usize>) -> Option<&str> {
-        // Checked visible ASCII in `from_fields`.
-        i.and_then(|i| self.fields.get(i)).and_then(|(_, v)| std::str::from_utf8(v).ok())
+    /// Pseudo-header `i` (0 `:method`, 1 `:scheme`, 2 `:authority`, 3 `:path`), when sent.
+    fn pseudo(&self, i: usize) -> Option<&str> {
+        let (start, end) = self.spans[i]?;
+        self.text.get(start as usize..end as usize)
     }
 
     /// `:method`.
     pub fn method(&self) -> &str {
-        self.pseudo(Some(self.method)).unwrap_or("")
+        self.pseudo(0).unwrap_or("")
     }
 
     /// `:scheme`, when sent.
     pub fn scheme(&self) -> Option<&str> {
-        self.pseudo(self.scheme)
+        self.pseudo(1)
     }
 
     /// `:authority`, when sent.
     pub fn authority(&self) -> Option<&str> {
-        self.pseudo(self.authority)
+        self.pseudo(2)
     }
 
     /// `:path`: the path and query (`""` for CONNECT).
     pub fn path(&self) -> &str {
-        self.pseudo(self.path).unwrap_or("")
+        self.pseudo(3).unwrap_or("")
     }
 
     /// The regular fields (no pseudo-headers), in order.

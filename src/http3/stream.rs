@@ -77,7 +77,7 @@ pub(super) enum Phase {
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Input {
     /// The checked head.
-    Head(Box<RequestHead>),
+    Head(RequestHead),
     /// A head over the field-section limit (answer 431; the body is dropped).
     TooLarge,
     /// A piece of the body.
@@ -126,45 +126,28 @@ impl Request {
     }
 
     /// New bytes of the stream (`fin`: and its end); `early`: they arrived before the handshake
-    /// completed. Pushes what they mean onto `out`.
+    /// completed. Pushes what they mean onto `out`. Whole frames are read from `fresh` as it
+    /// is (a body piece shares its buffer); only a frame cut short is copied, to wait for
+    /// the rest.
     pub fn on_input(
         &mut self,
-        fresh: BytesMut,
+        fresh: Bytes,
         fin: bool,
         early: bool,
         max: usize,
         out: &mut VecDeque<Input>,
     ) -> Result<(), H3Error> {
-        if self.input.is_empty() {
-            self.input = fresh;
+        let mut input = if self.input.is_empty() {
+            fresh
         } else {
             self.input.extend_from_slice(&fresh);
+            self.input.split().freeze()
+        };
+        let result = self.frames(&mut input, early, max, out);
+        if !input.is_empty() {
+            self.input.extend_from_slice(&input);
         }
-        loop {
-            let (drop, frame) = self.reader.next(&self.input)?;
-            self.input.advance(drop);
-            match frame {
-                None => break,
-                Some(Frame::Headers { len }) => {
-                    let block = self.input.split_to(len);
-                    self.on_headers(&block, early, max, out)?;
-                }
-                Some(Frame::Data { len, .. }) => {
-                    if self.phase != Phase::Body {
-                        return Err(H3Error::conn(Code::FrameUnexpected, "DATA before HEADERS or after trailers"));
-                    }
-                    let data = self.input.split_to(len).freeze();
-                    self.body += len as u64;
-                    if self.content_length.is_some_and(|n| self.body > n) {
-                        return Err(H3Error::stream(Code::MessageError, "more body than content-length"));
-                    }
-                    if !self.discard && !data.is_empty() {
-                        out.push_back(Input::Data(data));
-                    }
-                }
-                Some(_) => return Err(H3Error::conn(Code::FrameUnexpected, "a control frame on a request stream")),
-            }
-        }
+        result?;
         if fin {
             if !self.reader.at_boundary() || !self.input.is_empty() {
                 return Err(H3Error::conn(Code::FrameError, "a request stream ended inside a frame"));
@@ -183,9 +166,40 @@ impl Request {
         Ok(())
     }
 
+    /// Consumes the whole frames at the front of `input`.
+    fn frames(&mut self, input: &mut Bytes, early: bool, max: usize, out: &mut VecDeque<Input>) -> Result<(), H3Error> {
+        loop {
+            let (drop, frame) = self.reader.next(input)?;
+            input.advance(drop);
+            match frame {
+                None => return Ok(()),
+                Some(Frame::Headers { len }) => {
+                    self.on_headers(&input[..len], early, max, out)?;
+                    input.advance(len);
+                }
+                Some(Frame::Data { len, .. }) => {
+                    if self.phase != Phase::Body {
+                        return Err(H3Error::conn(Code::FrameUnexpected, "DATA before HEADERS or after trailers"));
+                    }
+                    let data = input.split_to(len);
+                    self.body += len as u64;
+                    if self.content_length.is_some_and(|n| self.body > n) {
+                        return Err(H3Error::stream(Code::MessageError, "more body than content-length"));
+                    }
+                    if !self.discard && !data.is_empty() {
+                        out.push_back(Input::Data(data));
+                    }
+                }
+                Some(_) => return Err(H3Error::conn(Code::FrameUnexpected, "a control frame on a request stream")),
+            }
+        }
+    }
+
     /// A HEADERS payload: the head, or trailers (decoded, checked, dropped).
     fn on_headers(&mut self, block: &[u8], early: bool, max: usize, out: &mut VecDeque<Input>) -> Result<(), H3Error> {
-        let mut fields = Fields::default();
+        // Room for what a section usually decodes to (static entries and Huffman expand it):
+        // its buffers are sized once rather than grown field by field.
+        let mut fields = Fields::with_capacity(2 * block.len() + 64, 16);
         let decoded = match qpack::decode(block, max, &mut fields) {
             Err(DecodeError::Failed(why)) => return Err(H3Error::conn(Code::QpackDecompressionFailed, why)),
             Err(DecodeError::TooLarge) => false,
@@ -197,7 +211,7 @@ impl Request {
                 if decoded {
                     let head = RequestHead::from_fields(fields, early)?;
                     self.content_length = head.content_length;
-                    out.push_back(Input::Head(Box::new(head)));
+                    out.push_back(Input::Head(head));
                 } else {
                     self.discard = true;
                     out.push_back(Input::TooLarge);
@@ -406,7 +420,7 @@ mod tests {
     fn run(parts: &[Vec<u8>]) -> Result<Vec<Input>, H3Error> {
         let (mut r, mut out) = (Request::new(1024), VecDeque::new());
         for (i, part) in parts.iter().enumerate() {
-            r.on_input(BytesMut::from(&part[..]), i + 1 == parts.len(), false, 1024, &mut out)?;
+            r.on_input(Bytes::copy_from_slice(part), i + 1 == parts.len(), false, 1024, &mut out)?;
         }
         Ok(out.into_iter().collect())
     }

@@ -46,7 +46,7 @@ use crate::http3::server::Server;
 const UNDER_LOAD_SHARE: usize = 2;
 
 /// One QUIC connection's exchanges.
-type Session = Exchanges<StreamId, Box<RequestHead>>;
+type Session = Exchanges<StreamId, RequestHead>;
 
 /// The worker's HTTP/3 side.
 pub(super) struct H3 {

@@ -44,6 +44,11 @@ pub struct Fields {
 }
 
 impl Fields {
+    /// Empty, with room for `bytes` of names and values and `fields` fields.
+    pub fn with_capacity(bytes: usize, fields: usize) -> Fields {
+        Fields { buf: Vec::with_capacity(bytes), spans: Vec::with_capacity(fields), size: 0 }
+    }
+
     /// Empties it, keeping the allocations.
     pub fn clear(&mut self) {
         self.buf.clear();
