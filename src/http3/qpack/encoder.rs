@@ -34,6 +34,10 @@
 //! too and raises the copying section's Required Insert Count, which stays at or below
 //! its Base, the Known Received Count: no copied section can block.
 //!
+//! A field whose value changes per message but whose name is a static entry's (`date`,
+//! `content-length`) is a literal naming that entry, the same line in any section: the last
+//! line of each such name is kept and copied while its value repeats ([`Repeat`]).
+//!
 //! A malformed or impossible decoder-stream instruction is a [`DecoderStreamError`] (the
 //! connection maps it to `QPACK_DECODER_STREAM_ERROR`). Which fields are worth inserting is
 //! HTTP's business (`head.rs` decides); this file knows only QPACK.
@@ -50,6 +54,22 @@ pub const MAX_UNACKNOWLEDGED: usize = 1024;
 
 /// The most fixed runs and static fields a connection keeps the field lines of.
 const RUNS: usize = 8;
+
+/// The most names a connection keeps the last per-message field line of.
+const REPEATS: usize = 4;
+
+/// The last field line written for a field whose value changes per message and whose name
+/// is a static entry's (`date`, `content-length`): a Literal Field Line with a static Name
+/// Reference, the same in any section, so the same value is copied rather than coded again
+/// (`date` changes once a second).
+#[derive(Debug, Default)]
+struct Repeat {
+    /// The name, then the value.
+    field: Vec<u8>,
+    /// The name's length.
+    name: usize,
+    line: Vec<u8>,
+}
 
 /// The field lines a fixed run was written as, and the section state they hold in.
 #[derive(Debug)]
@@ -110,6 +130,8 @@ pub struct TableEncoder {
     prefix: Vec<u8>,
     /// The fixed runs met last, with their field lines.
     runs: Vec<Run>,
+    /// The last line of each per-message field met last (by name).
+    repeats: Vec<Repeat>,
 }
 
 impl TableEncoder {
@@ -237,6 +259,42 @@ impl TableEncoder {
         self.find(name, b"")
     }
 
+    /// Appends the line last written for `name: value` if it is kept (see [`Repeat`]);
+    /// whether it was.
+    fn repeat(&mut self, name: &[u8], value: &[u8]) -> bool {
+        let same = |r: &&Repeat| r.name == name.len() && r.field[..r.name] == *name && r.field[r.name..] == *value;
+        match self.repeats.iter().find(same) {
+            Some(r) => {
+                self.lines.extend_from_slice(&r.line);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Keeps the line written from `start` on in `lines` as `name: value`'s, in place of
+    /// the last one of that name (or of the name met longest ago).
+    fn remember(&mut self, name: &[u8], value: &[u8], start: usize) {
+        let i = match self.repeats.iter().position(|r| r.field[..r.name] == *name) {
+            Some(i) => i,
+            None if self.repeats.len() < REPEATS => {
+                self.repeats.push(Repeat::default());
+                self.repeats.len() - 1
+            }
+            None => {
+                self.repeats.rotate_left(1);
+                REPEATS - 1
+            }
+        };
+        let r = &mut self.repeats[i];
+        r.field.clear();
+        r.field.extend_from_slice(name);
+        r.field.extend_from_slice(value);
+        r.name = name.len();
+        r.line.clear();
+        r.line.extend_from_slice(&self.lines[start..]);
+    }
+
     /// Inserts `name: value` if it fits (an Insert With Name Reference to static entry
     /// `static_name` when there is one, else With Literal Name).
     fn insert(&mut self, name: &[u8], value: &[u8], static_name: Option<usize>) {
@@ -313,6 +371,9 @@ impl Section<'_> {
         if name.iter().any(u8::is_ascii_uppercase) {
             return self.lowered_field(name, value, index);
         }
+        if self.enc.repeat(name, value) {
+            return;
+        }
         // An entry is inserted only when the static table has no exact match, so a field the
         // static table has is never looked for in the dynamic one. A field never to be
         // indexed is not either: it stays a literal.
@@ -326,7 +387,13 @@ impl Section<'_> {
         }
         let insert = index() == Index::Insert;
         if !insert {
-            return self.per_message(name, value, found);
+            let start = self.enc.lines.len();
+            self.per_message(name, value, found);
+            if found.is_some() {
+                // A static name: the line holds in any section (see [`Repeat`]).
+                self.enc.remember(name, value, start);
+            }
+            return;
         }
         let dynamic = self.enc.find(name, value);
         if let Some(abs) = dynamic.filter(|&abs| abs < self.base) {

@@ -331,6 +331,37 @@ fn a_field_never_indexed_stays_a_literal_even_when_the_table_has_it() {
 }
 
 #[test]
+fn a_per_message_field_of_a_static_name_is_its_static_line_whether_coded_or_repeated() {
+    let (mut enc, _) = acknowledged(&RESPONSE, index_of);
+    let names = ["date", "content-length", "etag", "last-modified", "location", "set-cookie"];
+    // More names than are kept, values that repeat, change and come back, in two orders.
+    let rounds: [[&str; 6]; 5] = [
+        ["Sun, 29 Nov 2026 04:00:00 GMT", "15", "\"a\"", "x", "/a", "s=1"],
+        ["Sun, 29 Nov 2026 04:00:00 GMT", "15", "\"a\"", "x", "/a", "s=1"],
+        ["Sun, 29 Nov 2026 04:00:01 GMT", "15", "\"b\"", "x", "/b", "s=1"],
+        ["Sun, 29 Nov 2026 04:00:00 GMT", "2", "\"a\"", "y", "/a", "s=2"],
+        ["Sun, 29 Nov 2026 04:00:01 GMT", "15", "\"b\"", "x", "/b", "s=1"],
+    ];
+    for (round, values) in rounds.iter().enumerate() {
+        let mut order: Vec<(&str, &str)> = names.iter().copied().zip(values.iter().copied()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        let mut want = Vec::new();
+        Encoder.begin(&mut want);
+        let mut got = Vec::new();
+        let mut s = enc.section(4 * round as u64 + 4, &mut got);
+        for (n, v) in &order {
+            Encoder.field(n.as_bytes(), v.as_bytes(), &mut want);
+            s.field_with(n.as_bytes(), v.as_bytes(), || Index::Never);
+        }
+        s.finish();
+        assert_eq!(got, want, "round {round}");
+    }
+    assert!(!enc.has_instructions(), "nothing inserted");
+}
+
+#[test]
 fn what_does_not_fit_stays_a_literal() {
     let mut enc = TableEncoder::default();
     assert!(enc.enable(100, TABLE_BOUND), "a 100-byte table holds one small entry");
