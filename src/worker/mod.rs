@@ -13,7 +13,8 @@
 //!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline;
 //!   `proxy_header.rs`: the PROXY protocol header a listener may require before the rest.
 //! * `crate::exchange`: the engine this loop drives (dispatch, answer, producers, back
-//!   pressure, the HTTP/2 and HTTP/3 sinks, the thread pool, the panic boundary), socket-free;
+//!   pressure, the HTTP/2 and HTTP/3 sinks, the thread pool, the panic boundary, the
+//!   `Glue` service into app code), socket-free;
 //!   `mux.rs`: routes what the loop produced for an `ExchangeId` (HTTP/1.1, HTTP/2 or
 //!   HTTP/3) to its exchange and carries out the engine's effects.
 //! * `h2.rs`: an HTTP/2 connection's session (its reading and ending).
@@ -26,14 +27,12 @@
 //! * `upstream.rs`: the seat in the loop of the upstream connections
 //!   (`crate::upstream::pool`) and which exchange waits on which of them (and gathers);
 //!   `relay.rs`: an upstream stream relayed to its client.
-//! * `glue.rs`: the `Service` into app code (through `crate::exchange::panics`);
-//!   `timers.rs`: the deadline heap; `token.rs`: poll tokens;
+//! * `timers.rs`: the deadline heap; `token.rs`: poll tokens;
 //!   `bufs.rs`: the free list of connection buffers (idle ones hold none).
 
 mod bufs;
 mod conn;
 mod fanout;
-mod glue;
 mod h1_sink;
 mod h2;
 mod h3;
@@ -71,9 +70,8 @@ use crate::sys::signals::SignalSet;
 
 use crate::exchange::panics;
 use crate::exchange::pool::{self, ExchangeId, Pool};
-use crate::exchange::{self, engine_cx};
+use crate::exchange::{self, engine_cx, Glue};
 use conn::{Conn, ConnState, H1};
-use glue::Glue;
 pub use quic::WorkerH3;
 use timers::Timers;
 use token::Tok;
