@@ -44,7 +44,6 @@ mod streams;
 mod timers;
 mod token;
 mod transport;
-mod trim;
 mod upstream;
 
 use crate::cpu::{CpuLane, Standing};
@@ -67,6 +66,7 @@ use crate::shm::metrics::ProcMetrics;
 use crate::shm::{ProcRecord, Region, WorkerState};
 use crate::store::Store;
 use crate::sys::signals::SignalSet;
+use crate::sys::trim::{self, Trim};
 
 use crate::exchange::panics;
 use crate::exchange::pool::{self, ExchangeId, Pool};
@@ -76,7 +76,6 @@ pub use quic::WorkerH3;
 use timers::Timers;
 use token::Tok;
 use transport::Transport;
-use trim::Trim;
 
 /// The loop turns at least this often, so the heartbeat stays fresh when idle.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(500);
