@@ -27,7 +27,8 @@
 //! one place), `sink.rs` (what a codec implements; HTTP/2's sink and scheduler in
 //! `h2_sink.rs`, HTTP/3's in `h3_sink.rs`; HTTP/1.1's writes its socket and is the
 //! worker's), `produce.rs` (the producers), `download.rs` and `file.rs` (file bodies),
-//! `websocket.rs` (one WebSocket), `pool.rs` (the thread pool the engine's jobs run on),
+//! `websocket.rs` (one WebSocket), `relay.rs` (what a relay's sink makes of its upstream),
+//! `pool.rs` (the thread pool the engine's jobs run on),
 //! `panics.rs` (the one door into app code) and `glue.rs` (the [`Service`] and [`Host`]
 //! every codec and the engine reach the app through: the handlers behind that door, the
 //! request counts, the access log). What an exchange waiting on upstreams
@@ -45,6 +46,7 @@ mod input;
 pub(crate) mod panics;
 pub(crate) mod pool;
 mod produce;
+pub(crate) mod relay;
 mod sink;
 #[cfg(test)]
 mod tests;
