@@ -145,7 +145,8 @@ impl Request {
         };
         let result = self.frames(&mut input, early, max, out);
         if !input.is_empty() {
-            self.input.extend_from_slice(&input);
+            // Taken back without a copy when nothing else shares its buffer.
+            self.input = input.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..]));
         }
         result?;
         if fin {
@@ -438,6 +439,30 @@ mod tests {
             found[1..],
             [Input::Data(Bytes::from_static(b"he")), Input::Data(Bytes::from_static(b"llo")), Input::End]
         );
+    }
+
+    #[test]
+    fn a_request_split_at_every_byte_means_the_same() {
+        let whole = [headers(&POST), data(b"he"), data(b"llo"), headers(&[("x-sum", "1")])].concat();
+        // Body pieces follow the cuts; joined, they are the same body.
+        let meaning = |parts: &[Vec<u8>]| {
+            let found = run(parts).expect("valid");
+            let body: Vec<u8> = found
+                .iter()
+                .filter_map(|i| if let Input::Data(d) = i { Some(&d[..]) } else { None })
+                .flatten()
+                .copied()
+                .collect();
+            let rest: Vec<&Input> = found.iter().filter(|i| !matches!(i, Input::Data(_))).collect();
+            (format!("{rest:?}"), body)
+        };
+        let want = meaning(std::slice::from_ref(&whole));
+        assert_eq!(want.1, b"hello");
+        for at in 0..=whole.len() {
+            assert_eq!(meaning(&[whole[..at].to_vec(), whole[at..].to_vec()]), want, "cut at {at}");
+        }
+        let bytes: Vec<Vec<u8>> = whole.iter().map(|b| vec![*b]).collect();
+        assert_eq!(meaning(&bytes), want, "one byte at a time");
     }
 
     #[test]
