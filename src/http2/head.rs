@@ -182,7 +182,9 @@ pub struct Parts<'a> {
 impl<'a> Iterator for Parts<'a> {
     type Item = Part<'a>;
 
-    #[inline]
+    // Its one caller is the HPACK encoder's loop, once per response head: inlined there
+    // whatever units of code generation the build splits the crate into.
+    #[inline(always)]
     fn next(&mut self) -> Option<Part<'a>> {
         if let Some(f) = self.lead.find_map(Option::as_ref) {
             return Some(f.part());
