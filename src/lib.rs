@@ -4,8 +4,9 @@
 //! slot and forks single-threaded workers ([`worker`]), each running one mio
 //! event loop plus a small thread pool. Bytes become requests in the codecs,
 //! each socket-free: [`http1`], [`http2`] and [`http3`] (over QUIC), under the
-//! protocol-neutral request, reply and service of [`http`]; the worker's one
-//! exchange engine drives all three. Requests become responses in [`app`]
+//! protocol-neutral request, reply and service of [`http`]; one exchange engine
+//! (`exchange`), which the worker drives, serves all three (`layering` checks that the
+//! engine never names the worker). Requests become responses in [`app`]
 //! (declared resources in [`resources`], stored by [`store`]); every error is
 //! rendered by [`error`]. State shared across workers lives in [`shm`]; every `unsafe`
 //! operation lives in [`sys`]. See `docs/architecture.md`.
@@ -27,6 +28,8 @@ pub mod http;
 pub mod http1;
 pub mod http2;
 pub mod http3;
+#[cfg(test)]
+mod layering;
 pub mod logging;
 pub mod net;
 pub mod proto;

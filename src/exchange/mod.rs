@@ -27,8 +27,11 @@
 //! one place), `sink.rs` (what a codec implements; HTTP/2's sink and scheduler in
 //! `h2_sink.rs`, HTTP/3's in `h3_sink.rs`; HTTP/1.1's writes its socket and is the
 //! worker's), `produce.rs` (the producers), `download.rs` and `file.rs` (file bodies),
-//! `websocket.rs` (one WebSocket), `pool.rs` (the thread pool the engine's jobs run on)
-//! and `panics.rs` (the one door into app code). What an exchange waiting on upstreams
+//! `websocket.rs` (one WebSocket), `relay.rs` (what a relay's sink makes of its upstream),
+//! `pool.rs` (the thread pool the engine's jobs run on),
+//! `panics.rs` (the one door into app code) and `glue.rs` (the [`Service`] and [`Host`]
+//! every codec and the engine reach the app through: the handlers behind that door, the
+//! request counts, the access log). What an exchange waiting on upstreams
 //! holds is `crate::upstream::call`'s.
 //!
 //! This module must not touch a socket, a poll token, a connection table or a route, and
@@ -36,12 +39,14 @@
 
 mod download;
 mod file;
+mod glue;
 pub(crate) mod h2_sink;
 mod h3_sink;
 mod input;
 pub(crate) mod panics;
 pub(crate) mod pool;
 mod produce;
+pub(crate) mod relay;
 mod sink;
 #[cfg(test)]
 mod tests;
@@ -50,6 +55,7 @@ mod websocket;
 pub(crate) use crate::upstream::call::CallState;
 pub(crate) use download::Download;
 pub(crate) use file::FileBody;
+pub(crate) use glue::Glue;
 pub(crate) use input::{Input, Source};
 pub(crate) use produce::{Events, Produce, Subscribers, Tick, Ticking, Tunnel, MAX_BACKLOG};
 pub(crate) use sink::{send_head, Gone, Head, Key, Reset, Sink};

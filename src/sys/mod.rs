@@ -3,7 +3,8 @@
 //! It owns fork, the shared anonymous mapping, signal registration, the
 //! parent-death signal, process titles (`title`), the counting allocator of
 //! measurement builds (`alloc_count`, cargo feature `count-alloc`), closing inherited
-//! descriptors after fork, reading another process's memory from `/proc`, UDP's
+//! descriptors after fork, reading another process's memory from `/proc`, when a worker
+//! gives its free heap back (`trim`, a pure policy beside `trim_heap`), UDP's
 //! segmentation offloads (`udp`: GSO sends, GRO receives) and the HTTP/3 inbox workers hand
 //! their slot's UDP socket over through (`inbox`). Everything above it gets safe
 //! functions with the obligations written in their docs. It must not know
@@ -14,6 +15,7 @@ pub mod alloc_count;
 pub mod inbox;
 pub mod signals;
 pub mod title;
+pub mod trim;
 pub mod udp;
 
 use std::io;

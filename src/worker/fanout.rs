@@ -27,6 +27,7 @@ use crate::exchange::Reset;
 use crate::exchange::Todo;
 use crate::exchange::MAX_BACKLOG;
 use crate::proto::ws as wire;
+use crate::resources::audience::Audience;
 
 impl Worker {
     /// What a WebSocket message of exchange `id` asked for: join, leave, publish to a room.
@@ -135,11 +136,7 @@ impl Worker {
                     return;
                 };
                 let Some((id, event)) = rendered else { return };
-                let mut targets = std::mem::take(&mut self.sse_targets);
-                targets.clear();
-                targets.extend(self.sse.keys().copied());
-                self.send_event(&targets, id, &event.into());
-                self.sse_targets = targets;
+                self.send_event(id, &event.into(), |_| true);
             }
             Topic::Change => {
                 let app = &self.app;
@@ -150,16 +147,8 @@ impl Worker {
                 let Some(change) = rendered else { return };
                 // Only the streams whose caller may read the record, of the resources they asked for.
                 let registry = &self.config.resources;
-                let mut targets = std::mem::take(&mut self.sse_targets);
-                targets.clear();
-                targets.extend(
-                    self.sse
-                        .iter()
-                        .filter(|(_, audience)| audience.sees(registry, change.resource, change.owner_id))
-                        .map(|(id, _)| *id),
-                );
-                self.send_event(&targets, change.id, &change.event.into());
-                self.sse_targets = targets;
+                let sees = |audience: &Audience| audience.sees(registry, change.resource, change.owner_id);
+                self.send_event(change.id, &change.event.into(), sees);
             }
             Topic::Room => self.deliver_room(payload),
             // For other hosts: this worker already shares the cache it was written to.
@@ -177,10 +166,16 @@ impl Worker {
         }
     }
 
-    /// Send event `id` (rendered once; each subscriber's codec frames it) to `targets`.
-    fn send_event(&mut self, targets: &[ExchangeId], id: i64, event: &Arc<[u8]>) {
-        for &sub in targets {
+    /// Send event `id` (rendered once; each subscriber's codec frames it) to the event
+    /// streams whose audience `sees` it. They are listed first (in a list kept between
+    /// events): a stream may end while it runs.
+    fn send_event(&mut self, id: i64, event: &Arc<[u8]>, sees: impl Fn(&Audience) -> bool) {
+        let mut targets = std::mem::take(&mut self.sse_targets);
+        targets.clear();
+        targets.extend(self.sse.iter().filter(|(_, audience)| sees(audience)).map(|(sub, _)| *sub));
+        for &sub in &targets {
             self.exchange_event(sub, id, event);
         }
+        self.sse_targets = targets;
     }
 }

@@ -13,7 +13,8 @@
 //!   HTTP/1.1; `transport.rs`: its socket, TLS session, buffers and send deadline;
 //!   `proxy_header.rs`: the PROXY protocol header a listener may require before the rest.
 //! * `crate::exchange`: the engine this loop drives (dispatch, answer, producers, back
-//!   pressure, the HTTP/2 and HTTP/3 sinks, the thread pool, the panic boundary), socket-free;
+//!   pressure, the HTTP/2 and HTTP/3 sinks, the thread pool, the panic boundary, the
+//!   `Glue` service into app code), socket-free;
 //!   `mux.rs`: routes what the loop produced for an `ExchangeId` (HTTP/1.1, HTTP/2 or
 //!   HTTP/3) to its exchange and carries out the engine's effects.
 //! * `h2.rs`: an HTTP/2 connection's session (its reading and ending).
@@ -26,14 +27,12 @@
 //! * `upstream.rs`: the seat in the loop of the upstream connections
 //!   (`crate::upstream::pool`) and which exchange waits on which of them (and gathers);
 //!   `relay.rs`: an upstream stream relayed to its client.
-//! * `glue.rs`: the `Service` into app code (through `crate::exchange::panics`);
-//!   `timers.rs`: the deadline heap; `token.rs`: poll tokens;
+//! * `timers.rs`: the deadline heap; `token.rs`: poll tokens;
 //!   `bufs.rs`: the free list of connection buffers (idle ones hold none).
 
 mod bufs;
 mod conn;
 mod fanout;
-mod glue;
 mod h1_sink;
 mod h2;
 mod h3;
@@ -45,7 +44,6 @@ mod streams;
 mod timers;
 mod token;
 mod transport;
-mod trim;
 mod upstream;
 
 use crate::cpu::{CpuLane, Standing};
@@ -68,17 +66,16 @@ use crate::shm::metrics::ProcMetrics;
 use crate::shm::{ProcRecord, Region, WorkerState};
 use crate::store::Store;
 use crate::sys::signals::SignalSet;
+use crate::sys::trim::{self, Trim};
 
 use crate::exchange::panics;
 use crate::exchange::pool::{self, ExchangeId, Pool};
-use crate::exchange::{self, engine_cx};
+use crate::exchange::{self, engine_cx, Glue};
 use conn::{Conn, ConnState, H1};
-use glue::Glue;
 pub use quic::WorkerH3;
 use timers::Timers;
 use token::Tok;
 use transport::Transport;
-use trim::Trim;
 
 /// The loop turns at least this often, so the heartbeat stays fresh when idle.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(500);
@@ -802,103 +799,6 @@ impl Worker {
                 ConnState::Lingering(_) => self.arm(idx),
                 ConnState::ProxyHeader(_) => {}
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    /// The `.rs` files of `dir` by stem (`mod` included), read.
-    fn sources(dir: &std::path::Path) -> BTreeMap<String, String> {
-        let mut files = BTreeMap::new();
-        for entry in std::fs::read_dir(dir).expect("a source folder") {
-            let path = entry.expect("entry").path();
-            if let (Some(stem), Some("rs")) =
-                (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|e| e.to_str()))
-            {
-                files.insert(stem.to_owned(), std::fs::read_to_string(&path).expect("source"));
-            }
-        }
-        files
-    }
-
-    /// The module names `text` reaches through `prefix` (`super::name`), comments aside;
-    /// `super::super::` is not read as `super::`.
-    fn named(text: &str, prefix: &str) -> Vec<String> {
-        let mut words = Vec::new();
-        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
-            for (at, _) in line.match_indices(prefix) {
-                let rest = &line[at + prefix.len()..];
-                if prefix == "super::" && (line[..at].ends_with("super::") || rest.starts_with("super::")) {
-                    continue;
-                }
-                let word: String =
-                    rest.chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
-                words.push(word);
-            }
-        }
-        words
-    }
-
-    /// Each file of `src/<dir>` (`mod.rs` aside) and the sibling files it names, comments
-    /// aside: `super::name` or `crate::<dir>::name`.
-    fn sibling_imports(dir: &str) -> BTreeMap<String, Vec<String>> {
-        let files = sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir));
-        let within = format!("crate::{dir}::");
-        let mut graph = BTreeMap::new();
-        for (name, text) in files.iter().filter(|(name, _)| *name != "mod") {
-            let mut uses: Vec<String> = named(text, "super::")
-                .into_iter()
-                .chain(named(text, &within))
-                .filter(|word| word != name && word != "mod" && files.contains_key(word))
-                .collect();
-            uses.sort();
-            uses.dedup();
-            graph.insert(name.clone(), uses);
-        }
-        graph
-    }
-
-    /// The first cycle found from `at` (depth first), as the files along it.
-    fn cycle(graph: &BTreeMap<String, Vec<String>>, at: &str, path: &mut Vec<String>) -> Option<Vec<String>> {
-        if let Some(start) = path.iter().position(|p| p == at) {
-            let mut found = path[start..].to_vec();
-            found.push(at.to_owned());
-            return Some(found);
-        }
-        path.push(at.to_owned());
-        for next in graph.get(at).into_iter().flatten() {
-            if let Some(found) = cycle(graph, next, path) {
-                return Some(found);
-            }
-        }
-        path.pop();
-        None
-    }
-
-    #[test]
-    fn the_worker_and_engine_files_import_each_other_without_a_cycle() {
-        let worker = sibling_imports("worker");
-        let engine = sibling_imports("exchange");
-        assert!(worker["mux"].contains(&"conn".to_owned()), "the parse sees imports");
-        assert!(engine["produce"].contains(&"download".to_owned()), "and the engine's");
-        for graph in [&worker, &engine] {
-            for file in graph.keys() {
-                if let Some(found) = cycle(graph, file, &mut Vec::new()) {
-                    panic!("an import cycle: {}", found.join(" -> "));
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn the_engine_never_names_the_worker() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/exchange");
-        for (name, text) in sources(&root) {
-            let code = text.lines().filter(|l| !l.trim_start().starts_with("//"));
-            assert!(code.clone().all(|l| !l.contains("worker::")), "exchange/{name}.rs names the worker");
         }
     }
 }

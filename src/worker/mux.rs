@@ -215,8 +215,10 @@ impl Worker {
     pub(super) fn wake(&mut self, id: ExchangeId) {
         match id {
             ExchangeId::H1 { conn, gen } => {
-                if live(&mut self.conns, conn, gen).is_some() {
-                    self.h1_wake(conn);
+                if live(&mut self.conns, conn, gen).is_some()
+                    && self.on_h1_engine(conn, |ex, sink, cx| _ = ex.service(sink, cx))
+                {
+                    self.flush_conn(conn);
                 }
             }
             ExchangeId::H2 { conn, gen, .. } => self.drained.push((conn, gen)),

@@ -1,10 +1,12 @@
 //! Relays: an exchange answered by one upstream stream forwarded as it arrives
-//! (`Upstream::Relay`). The app's relay sink turns the upstream's head and body into the
-//! client's response and events; the first events send the client's head, the rest follow
-//! as its body, and the upstream is read only while the client keeps up (paused while the
-//! exchange is behind its client, resumed by its drain). A relay that fails before its head
-//! is answered with the sink's error response, after it with the sink's failure event and
-//! the end of the body; app code that panics is answered 500, or cuts the body short.
+//! (`Upstream::Relay`), seated in the loop. What the app's relay sink makes of each pass on
+//! the upstream connection (events, the client's head with the first ones, how the stream
+//! ends) is `crate::exchange::relay`'s; this file sends it: the head answers the exchange,
+//! the events follow as its body, and the upstream is read only while the client keeps up
+//! (paused while the exchange is behind its client, resumed by its drain). A relay that
+//! fails before its head is answered with the sink's error response, after it with the
+//! sink's failure event and the end of the body; app code that panics is answered 500, or
+//! cuts the body short.
 //!
 //! The upstream connections are `crate::upstream::pool`'s, seated in the loop by
 //! `upstream.rs`; the exchange is reached through `mux.rs`. This file must not touch a
@@ -13,67 +15,14 @@
 use super::mux::call_of;
 use super::upstream::up_loop;
 use super::Worker;
-use crate::app::RelaySink;
 use crate::error::Error;
 use crate::exchange::panics::{guard, Panicked};
 use crate::exchange::pool::ExchangeId;
+use crate::exchange::relay::{feed, Fed};
 use crate::exchange::CallState;
 use crate::exchange::Reset;
-use crate::http::response::Response;
 use crate::upstream::conn::{client_error, Owner, Step};
-use crate::upstream::wire::{Head, Outbound};
-
-/// What a relay's sink made of one pass on its upstream connection ([`feed`]).
-struct Fed {
-    /// Events for the client, in order.
-    events: Vec<u8>,
-    /// `Ok(true)`: the relay is complete; `Ok(false)`: more follows; `Err`: it failed.
-    outcome: Result<bool, Error>,
-    /// The client's response head, to send before these events: with a relay's first
-    /// events only.
-    head: Option<Response>,
-}
-
-/// Pass what an upstream connection read (`up`: its head, and its body so far, which is
-/// taken) and how its pass ended (`step`) to a relay's `sink`. `head_seen` (the sink has
-/// the upstream's head) and `started` (the client's head is out) are the relay's; the sink
-/// sees the upstream's head once, and its response goes out with the first events. App code
-/// that panics is the [`Panicked`] returned, and the relay's state says how far it got.
-fn feed(
-    sink: &mut dyn RelaySink,
-    head_seen: &mut bool,
-    started: &mut bool,
-    up: Option<(Option<&Head>, &mut Vec<u8>)>,
-    step: Step,
-) -> Result<Fed, Panicked> {
-    let mut events = Vec::new();
-    let mut outcome: Result<bool, Error> = Ok(false);
-    if let Some((head, body)) = up {
-        if !*head_seen {
-            if let Some(h) = head {
-                *head_seen = true;
-                outcome = guard("relay sink head", || sink.head(h.status, h.content_type.as_deref()))?.map(|()| false);
-            }
-        }
-        if outcome.is_ok() && !body.is_empty() {
-            outcome = guard("relay sink body", || sink.body(body, &mut events))?;
-            body.clear();
-        }
-    }
-    let outcome = match (outcome, step) {
-        (Err(e), _) => Err(e),
-        (Ok(true), _) => Ok(true),
-        (Ok(false), Step::Failed(e)) => Err(client_error(&e)),
-        (Ok(false), Step::Done) => sink.ended(&mut events).map(|()| true),
-        (Ok(false), Step::Pending) => Ok(false),
-    };
-    let mut head = None;
-    if !events.is_empty() && !*started {
-        head = Some(guard("relay sink response", || sink.response())?);
-        *started = true;
-    }
-    Ok(Fed { events, outcome, head })
-}
+use crate::upstream::wire::Outbound;
 
 impl Worker {
     /// Start exchange `id`'s relay of `request` (its call slot holds the relay's state).
@@ -200,133 +149,5 @@ impl Worker {
         if self.up.unpause(ui) {
             self.up_ready(ui);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::upstream::wire::ClientError;
-
-    /// A sink that frames each body piece as `<piece>;`, is complete after a piece ending in
-    /// `.`, refuses a 5xx head and panics on a body when `boom`.
-    #[derive(Default)]
-    struct Probe {
-        heads: Vec<u16>,
-        ended: bool,
-        boom: bool,
-    }
-
-    impl RelaySink for Probe {
-        fn head(&mut self, status: u16, _: Option<&str>) -> Result<(), Error> {
-            self.heads.push(status);
-            if status >= 500 {
-                return Err(Error::UpstreamUnavailable("refused".into()));
-            }
-            Ok(())
-        }
-
-        fn body(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
-            assert!(!self.boom, "sink boom");
-            out.extend_from_slice(bytes);
-            out.push(b';');
-            Ok(bytes.ends_with(b"."))
-        }
-
-        fn ended(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
-            self.ended = true;
-            out.extend_from_slice(b"end;");
-            Ok(())
-        }
-
-        fn response(&mut self) -> Response {
-            Response::new(200)
-        }
-
-        fn failed(&mut self, _: &Error, out: &mut Vec<u8>) {
-            out.extend_from_slice(b"failed;");
-        }
-    }
-
-    fn head(status: u16) -> Head {
-        Head { status, keep_alive: true, content_type: Some("text/event-stream".into()) }
-    }
-
-    /// A relay's sink and state, fed passes.
-    #[derive(Default)]
-    struct Relay {
-        sink: Probe,
-        head_seen: bool,
-        started: bool,
-    }
-
-    impl Relay {
-        fn feed(&mut self, up: Option<(Option<&Head>, &mut Vec<u8>)>, step: Step) -> Fed {
-            match feed(&mut self.sink, &mut self.head_seen, &mut self.started, up, step) {
-                Ok(fed) => fed,
-                Err(p) => panic!("the sink panicked: {p:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn the_sink_sees_the_head_once_and_the_clients_head_goes_with_the_first_events() {
-        let mut relay = Relay::default();
-        let h = head(200);
-        let mut body = Vec::new();
-        let fed = relay.feed(Some((Some(&h), &mut body)), Step::Pending);
-        assert!(fed.events.is_empty() && fed.head.is_none(), "no events yet: no client head");
-        assert!(relay.head_seen && !relay.started);
-        body.extend_from_slice(b"a");
-        let fed = relay.feed(Some((Some(&h), &mut body)), Step::Pending);
-        assert_eq!(fed.events, b"a;");
-        assert!(fed.head.is_some_and(|r| r.status == 200));
-        assert!(matches!(fed.outcome, Ok(false)));
-        assert!(body.is_empty(), "the body handed on is taken");
-        body.extend_from_slice(b"b.");
-        let fed = relay.feed(Some((Some(&h), &mut body)), Step::Pending);
-        assert_eq!(fed.events, b"b.;");
-        assert!(fed.head.is_none(), "the client's head went out once");
-        assert!(matches!(fed.outcome, Ok(true)), "the sink said the stream is complete");
-        assert_eq!(relay.sink.heads, [200]);
-    }
-
-    #[test]
-    fn a_clean_upstream_end_asks_the_sink_how_the_stream_ends() {
-        let mut relay = Relay::default();
-        let fed = relay.feed(Some((Some(&head(200)), &mut b"x".to_vec())), Step::Done);
-        assert!(relay.sink.ended);
-        assert_eq!(fed.events, b"x;end;");
-        assert!(matches!(fed.outcome, Ok(true)));
-        assert!(fed.head.is_some());
-    }
-
-    #[test]
-    fn an_upstream_failure_fails_the_relay_with_the_clients_error() {
-        let mut relay = Relay::default();
-        let fed = relay.feed(None, Step::Failed(ClientError::Timeout));
-        assert!(matches!(fed.outcome, Err(Error::UpstreamTimeout)));
-        assert!(fed.events.is_empty() && fed.head.is_none() && !relay.started);
-    }
-
-    #[test]
-    fn a_head_the_sink_refuses_fails_the_relay_before_any_body() {
-        let mut relay = Relay::default();
-        let mut body = b"x".to_vec();
-        let fed = relay.feed(Some((Some(&head(502)), &mut body)), Step::Done);
-        assert!(matches!(fed.outcome, Err(Error::UpstreamUnavailable(_))));
-        assert_eq!(body, b"x", "the body never reached the sink");
-        assert!(!relay.sink.ended, "nor did its end");
-    }
-
-    #[test]
-    fn a_sink_that_panics_is_a_value_and_the_clients_head_not_started() {
-        let mut relay = Relay { sink: Probe { boom: true, ..Probe::default() }, ..Relay::default() };
-        let up = Some((Some(&head(200)), &mut b"x".to_vec()));
-        let Err(p) = feed(&mut relay.sink, &mut relay.head_seen, &mut relay.started, up, Step::Pending) else {
-            panic!("the panic was not caught");
-        };
-        assert_eq!(p.what, "relay sink body");
-        assert!(relay.head_seen && !relay.started);
     }
 }

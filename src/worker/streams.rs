@@ -91,7 +91,7 @@ impl Worker {
     /// stream, once flushed), a body abandoned (no end; it closes once flushed) or cut (it
     /// closes now), an answer the codec wrote (it serves what was pipelined meanwhile).
     /// Returns whether the body goes on.
-    fn on_h1_engine(
+    pub(super) fn on_h1_engine(
         &mut self,
         idx: usize,
         f: impl FnOnce(&mut Exchanges<Current, Answered>, &mut H1Sink<'_>, &mut Cx<'_, Glue<'_>>),
@@ -256,14 +256,15 @@ impl Worker {
         let generation = c.generation;
         shed_buffers(c, &mut self.bufs);
         self.arm(idx);
-        if engine && self.on_h1_engine(idx, |ex, sink, cx| _ = ex.service(sink, cx)) {
-            self.flush_conn(idx);
+        let id = ExchangeId::H1 { conn: idx, gen: generation };
+        if engine {
+            self.wake(id);
         }
         if relay {
-            self.relay_resume(ExchangeId::H1 { conn: idx, gen: generation });
+            self.relay_resume(id);
         }
         for t in todo {
-            self.ws_todo(ExchangeId::H1 { conn: idx, gen: generation }, t);
+            self.ws_todo(id, t);
         }
     }
 
@@ -353,14 +354,6 @@ impl Worker {
         self.bufs.fill(&mut c.io.out);
         c.io.out.extend_from_slice(&bytes[pos..]);
         self.flush_conn(idx);
-    }
-
-    /// Exchange-engine work routed to connection `idx` (`mux.rs`) is done: its exchange
-    /// runs (what was queued goes into the output) and the output is flushed.
-    pub(super) fn h1_wake(&mut self, idx: usize) {
-        if self.on_h1_engine(idx, |ex, sink, cx| _ = ex.service(sink, cx)) {
-            self.flush_conn(idx);
-        }
     }
 
     /// Graceful stop: end every stream (SSE: the last chunk; the client reconnects elsewhere).

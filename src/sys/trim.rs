@@ -1,29 +1,30 @@
 //! When a worker gives the allocator's free memory back to the kernel.
 //!
 //! glibc returns freed memory only from the top of each arena: pages freed
-//! in the middle stay resident until `malloc_trim`. This module decides,
-//! from the worker's connection counts and the time, which give-back is due
-//! this turn; [`super::Worker::give_back_memory`] carries it out. It holds no
-//! state and must not allocate, trim or touch a connection itself.
+//! in the middle stay resident until `malloc_trim` ([`super::trim_heap`]).
+//! This module decides, from a worker's connection counts and the time, which
+//! give-back is due this turn; the worker's loop carries it out. It is a pure
+//! policy: it holds no state and must not allocate, trim or touch a
+//! connection itself.
 
 use std::time::{Duration, Instant};
 
 /// Connections a worker must have held at once before it gives memory back when they go.
-pub(super) const TRIM_PEAK: usize = 1024;
+pub const TRIM_PEAK: usize = 1024;
 /// How often a worker hands the allocator's free pages back to the kernel
 /// whatever happens (glibc `malloc_trim`): without it a worker's RSS creeps
 /// up for its first minutes of mixed load (the pool threads' arenas fill
 /// with holes) although its live heap is flat. One trim costs tens of
 /// microseconds on a worker's few MiB of heap; Ruby does the same after a GC.
-pub(super) const TRIM_EVERY: Duration = Duration::from_secs(30);
+pub const TRIM_EVERY: Duration = Duration::from_secs(30);
 /// The least time between two trims made because the worker's last
 /// connection closed: a worker serving short-lived connections one at a
 /// time trims at most this often.
-pub(super) const QUIET_TRIM_GAP: Duration = Duration::from_secs(1);
+pub const QUIET_TRIM_GAP: Duration = Duration::from_secs(1);
 
 /// The give-back due this turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Trim {
+pub enum Trim {
     /// Nothing.
     No,
     /// [`TRIM_EVERY`] has passed: trim the heap.
@@ -39,7 +40,7 @@ pub(super) enum Trim {
 
 /// The counts and deadlines the decision reads.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct State {
+pub struct State {
     /// TCP connections open now.
     pub live: usize,
     /// Most connections open at once since memory was last given back
@@ -55,7 +56,7 @@ pub(super) struct State {
 /// also shrinks the connection table); a quiet worker trims once per quiet
 /// spell (the caller sets `peak` to 0 after a [`Trim::Quiet`]), and not
 /// twice within [`QUIET_TRIM_GAP`] (it trims on a later turn instead).
-pub(super) fn due(s: State, now: Instant) -> Trim {
+pub fn due(s: State, now: Instant) -> Trim {
     if s.peak >= TRIM_PEAK && s.live <= s.peak / 4 {
         Trim::Crowd
     } else if s.live == 0 && s.peak > 0 && now >= s.next_quiet_trim {

@@ -1,28 +1,30 @@
 //! The bridge from a codec to the app: [`Glue`] is the [`Service`] every
-//! connection (HTTP/1.1, HTTP/2 or HTTP/3) hands complete requests to. It runs
-//! handlers behind the panic boundary, counts finished requests in shared
+//! connection (HTTP/1.1, HTTP/2 or HTTP/3) hands complete requests to, and the
+//! engine's [`Host`]. It runs handlers behind the panic boundary
+//! ([`panics`]), counts finished requests and open WebSockets in shared
 //! memory and writes the access log. The reply goes to the codec whole; what
-//! its body needs from the loop (a pool job, upstreams, a stream) the worker
-//! takes from the codec afterwards. It must not touch a socket or framing.
+//! its body needs from the loop (a pool job, upstreams, a stream) the loop
+//! takes from the codec afterwards. Whoever drives a codec makes one per call
+//! from what the process holds (the app, the configuration, its shared-memory
+//! record and metrics).
+//!
+//! It must not touch a socket, a poll token or framing.
 
+use super::{panics, Host};
 use crate::app::{App, Reply};
 use crate::config::Config;
-use crate::exchange::panics;
 use crate::http::request::Request;
 use crate::http::service::{Finished, Service};
 use crate::shm::metrics::ProcMetrics;
 use crate::shm::{ProcRecord, WorkerState};
 
-/// The bridge from a connection to the app: runs handlers (catching panics),
-/// counts finished requests in shared memory and writes the access log. The
-/// reply goes to the codec whole; what its body needs from the loop (a pool
-/// job, upstreams, a stream) the worker takes from the codec afterwards
-/// ([`Http1::take_body`]).
-pub(super) struct Glue<'g> {
-    pub(super) app: &'g App,
+/// The app, the configuration and this process's shared-memory record and metrics, as
+/// one [`Service`] and [`Host`] (the module doc says what it does with them).
+pub(crate) struct Glue<'g> {
+    app: &'g App,
     config: &'g Config,
     record: &'static ProcRecord,
-    pub(super) metrics: &'static ProcMetrics,
+    metrics: &'static ProcMetrics,
     /// The `/metrics` route slot of the request [`Service::call`] answered last.
     route: u16,
     /// The client of that request, as the app decided it.
@@ -30,7 +32,7 @@ pub(super) struct Glue<'g> {
 }
 
 impl<'g> Glue<'g> {
-    pub(super) fn new(
+    pub(crate) fn new(
         app: &'g App,
         config: &'g Config,
         record: &'static ProcRecord,
@@ -69,7 +71,7 @@ impl Service for Glue<'_> {
     }
 }
 
-impl crate::exchange::Host for Glue<'_> {
+impl Host for Glue<'_> {
     fn app(&self) -> &App {
         self.app
     }
