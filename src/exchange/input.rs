@@ -38,6 +38,7 @@ pub(crate) enum Input<K, H> {
 impl<K: Key, H: Head> Exchanges<K, H> {
     /// Apply what the peer did. Returns whether it was a reset of an open exchange (one the
     /// peer gave up on before its end).
+    #[inline]
     pub(crate) fn input<S, V>(&mut self, input: Input<K, H>, sink: &mut S, cx: &mut Cx<'_, V>, now: Instant) -> bool
     where
         S: Sink<Stream = K>,

@@ -206,6 +206,7 @@ pub(crate) struct Exchange<K, H> {
 
 impl<K, H: Head> Exchange<K, H> {
     /// `:path` with the query, for the handler and the access log (`/` for a plain CONNECT).
+    #[inline]
     fn target(&self) -> &str {
         match self.head.path() {
             "" => "/",

@@ -82,6 +82,7 @@ enum Text {
 }
 
 impl Field {
+    #[inline]
     fn value(&self) -> &[u8] {
         match &self.value {
             Text::Static(s) => s.as_bytes(),
@@ -89,6 +90,7 @@ impl Field {
         }
     }
 
+    #[inline]
     fn part(&self) -> Part<'_> {
         match self.value {
             Text::Static(s) if !self.sensitive => Part::Static(self.name, s),
@@ -141,12 +143,14 @@ impl ResponseFields {
     }
 
     /// The fields as HPACK [`Part`]s: the static run as one.
-    pub fn parts(&self) -> impl Iterator<Item = Part<'_>> {
-        let lead = self.lead.iter().flatten().map(Field::part);
-        let fixed = (!self.fixed.is_empty()).then_some(Part::Fixed(self.fixed));
-        let links = self.links.iter().map(|l| Part::Field(b"link", l.as_bytes(), false));
-        let own = self.own.iter().map(|(n, v)| Part::Field(n.as_bytes(), v.as_bytes(), false));
-        lead.chain(fixed).chain(links).chain(own)
+    #[inline]
+    pub fn parts(&self) -> Parts<'_> {
+        Parts {
+            lead: self.lead.iter(),
+            fixed: (!self.fixed.is_empty()).then_some(self.fixed),
+            links: self.links.iter(),
+            own: self.own.iter(),
+        }
     }
 
     /// The value of the first field named `name`, if any.
@@ -162,6 +166,36 @@ impl ResponseFields {
     /// No field at all.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// [`ResponseFields::parts`]: its four lists one after the other. Written out rather than
+/// chained: it is walked once per response head, and a chain of iterators asks at every
+/// step which list it is in through calls the compiler does not always inline.
+pub struct Parts<'a> {
+    lead: std::slice::Iter<'a, Option<Field>>,
+    fixed: Option<&'static Run>,
+    links: std::slice::Iter<'a, String>,
+    own: std::slice::Iter<'a, (Value, Value)>,
+}
+
+impl<'a> Iterator for Parts<'a> {
+    type Item = Part<'a>;
+
+    // Its one caller is the HPACK encoder's loop, once per response head: inlined there
+    // whatever units of code generation the build splits the crate into.
+    #[inline(always)]
+    fn next(&mut self) -> Option<Part<'a>> {
+        if let Some(f) = self.lead.find_map(Option::as_ref) {
+            return Some(f.part());
+        }
+        if let Some(run) = self.fixed.take() {
+            return Some(Part::Fixed(run));
+        }
+        if let Some(l) = self.links.next() {
+            return Some(Part::Field(b"link", l.as_bytes(), false));
+        }
+        self.own.next().map(|(n, v)| Part::Field(n.as_bytes(), v.as_bytes(), false))
     }
 }
 

@@ -75,6 +75,7 @@ impl RequestHead {
     }
 
     /// `:method`.
+    #[inline]
     pub fn method(&self) -> &str {
         self.fields.method_str().unwrap_or("")
     }
@@ -82,17 +83,20 @@ impl RequestHead {
     /// `:scheme`. Absent on a plain CONNECT, and when the request has no
     /// `:authority` (as an `http::Uri`, which cannot hold a scheme without
     /// an authority).
+    #[inline]
     pub fn scheme(&self) -> Option<&str> {
         self.fields.scheme_str().filter(|_| self.has_scheme)
     }
 
     /// `:authority`.
+    #[inline]
     pub fn authority(&self) -> Option<&str> {
         self.fields.authority_str()
     }
 
     /// `:path` with the query (empty on a plain CONNECT; `/` for an
     /// `OPTIONS` or any request without one but with a scheme).
+    #[inline]
     pub fn path(&self) -> &str {
         match self.fields.path_str() {
             Some(p) => p.get(..self.path_len).unwrap_or(""),
@@ -102,6 +106,7 @@ impl RequestHead {
     }
 
     /// `:protocol`, e.g. `websocket`.
+    #[inline]
     pub fn protocol(&self) -> Option<&str> {
         self.fields.protocol_str()
     }
@@ -112,11 +117,13 @@ impl RequestHead {
     }
 
     /// The value of the first field named `name`.
+    #[inline]
     pub fn field(&self, name: &str) -> Option<&[u8]> {
         self.fields.iter().find(|(n, _)| *n == name.as_bytes()).map(|(_, v)| v)
     }
 
     /// The values of every field named `name`, in order.
+    #[inline]
     pub fn field_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
         self.fields.iter().filter(move |(n, _)| *n == name.as_bytes()).map(|(_, v)| v)
     }

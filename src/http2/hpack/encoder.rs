@@ -216,18 +216,18 @@ impl Encoder {
             digits[2] = b'0' + (code % 10) as u8;
             self.field(out, b":status", &digits, Policy::Index);
         }
-        for part in parts {
-            match part {
-                Part::Field(name, value, sensitive) => {
-                    self.field(out, name, value, if sensitive { Policy::Never } else { policy(name) })
-                }
-                Part::Fixed(run) => self.run(out, [run.as_ptr() as usize, run.len(), 0, 0], run),
-                Part::Static(name, value) => {
-                    let key = [name.as_ptr() as usize, name.len(), value.as_ptr() as usize, value.len()];
-                    self.run(out, key, &[(name, value)]);
-                }
+        // Internal iteration: a chain of parts is walked piece by piece (no check per part of
+        // which piece it is in), the body inlined once.
+        parts.into_iter().for_each(|part| match part {
+            Part::Field(name, value, sensitive) => {
+                self.field(out, name, value, if sensitive { Policy::Never } else { policy(name) })
             }
-        }
+            Part::Fixed(run) => self.run(out, [run.as_ptr() as usize, run.len(), 0, 0], run),
+            Part::Static(name, value) => {
+                let key = [name.as_ptr() as usize, name.len(), value.as_ptr() as usize, value.len()];
+                self.run(out, key, &[(name, value)]);
+            }
+        });
     }
 
     /// Writes the fixed `run` known by `key`: its kept bytes when they are of this

@@ -60,26 +60,31 @@ impl AsRef<[u8]> for Text {
 
 impl Fields<Text> {
     /// `:method` as text.
+    #[inline]
     pub fn method_str(&self) -> Option<&str> {
         self.text(self.method)
     }
 
     /// `:scheme` as text.
+    #[inline]
     pub fn scheme_str(&self) -> Option<&str> {
         self.text(self.scheme)
     }
 
     /// `:authority` as text.
+    #[inline]
     pub fn authority_str(&self) -> Option<&str> {
         self.text(self.authority)
     }
 
     /// `:path` as text.
+    #[inline]
     pub fn path_str(&self) -> Option<&str> {
         self.text(self.path)
     }
 
     /// `:protocol` as text.
+    #[inline]
     pub fn protocol_str(&self) -> Option<&str> {
         self.text(self.protocol)
     }
@@ -90,6 +95,7 @@ impl Fields<Text> {
     }
 
     /// The span as text; `None` for no span, or one that is not UTF-8.
+    #[inline]
     fn text(&self, span: Option<Span>) -> Option<&str> {
         let (start, end) = span?;
         match &self.buf {
@@ -271,10 +277,12 @@ impl<B: AsRef<[u8]>> Fields<B> {
         self.size
     }
 
+    #[inline]
     fn span(&self, (start, end): Span) -> &[u8] {
         &self.buf.as_ref()[start as usize..end as usize]
     }
 
+    #[inline]
     fn get(&self, span: Option<Span>) -> Option<&[u8]> {
         span.map(|s| self.span(s))
     }
