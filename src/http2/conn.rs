@@ -113,6 +113,22 @@ pub struct H2Settings {
 }
 
 impl H2Settings {
+    /// The settings `[http2]` asks for, or `None` when it is off.
+    pub fn from_config(config: &crate::config::Config) -> Option<H2Settings> {
+        let h = &config.http2;
+        h.enabled.then(|| {
+            let base = H2Settings::new(config.limits.max_header_bytes);
+            H2Settings {
+                max_concurrent_streams: h.max_concurrent_streams,
+                initial_window_size: h.initial_window_size,
+                max_frame_size: h.max_frame_size,
+                // Never less than one stream's window, so one upload is not throttled below it.
+                connection_window_size: base.connection_window_size.max(h.initial_window_size),
+                ..base
+            }
+        })
+    }
+
     /// The server's settings, with `max_header_bytes` (the server's
     /// `limits.max_header_bytes`) as SETTINGS_MAX_HEADER_LIST_SIZE.
     pub fn new(max_header_bytes: usize) -> H2Settings {

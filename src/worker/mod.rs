@@ -229,22 +229,6 @@ struct Worker {
     sse_targets: Vec<ExchangeId>,
 }
 
-/// The HTTP/2 settings `[http2]` asks for, or `None` when it is off.
-fn h2_settings(config: &Config) -> Option<H2Settings> {
-    let h = &config.http2;
-    h.enabled.then(|| {
-        let base = H2Settings::new(config.limits.max_header_bytes);
-        H2Settings {
-            max_concurrent_streams: h.max_concurrent_streams,
-            initial_window_size: h.initial_window_size,
-            max_frame_size: h.max_frame_size,
-            // Never less than one stream's window, so one upload is not throttled below it.
-            connection_window_size: base.connection_window_size.max(h.initial_window_size),
-            ..base
-        }
-    })
-}
-
 impl Worker {
     fn new(args: WorkerArgs<'_>) -> io::Result<Worker> {
         // Per-process state, made after fork and kept for the process's life.
@@ -346,7 +330,7 @@ impl Worker {
             // Kept for the worker's life, like the services.
             app: App::new(svc, user_memo, Box::leak(Box::new(args.fixed))),
             env,
-            h2: h2_settings(config),
+            h2: H2Settings::from_config(config),
             h3,
             conns: Vec::new(),
             free: Vec::new(),
