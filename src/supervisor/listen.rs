@@ -91,25 +91,22 @@ pub fn steering_program() -> [libc::sock_filter; 13] {
 /// slot socket is bound, bound in slot order: the kernel numbers a group's sockets in the
 /// order of their `bind`, so group index = slot. Fails on kernels before 4.5.
 pub fn attach_steering(socket: &UdpSocket) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let program = steering_program();
-    let fprog = libc::sock_fprog { len: program.len() as u16, filter: program.as_ptr().cast_mut() };
-    // SAFETY: `fprog` points at `program`, which outlives the call (the kernel copies the
-    // program); the length passed is the size of `fprog`.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_REUSEPORT_CBPF,
-            std::ptr::from_ref(&fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::sys::reuseport::attach_classic(socket, &steering_program())
+}
+
+/// Give each new connection on `first`'s `SO_REUSEPORT` group to the next of its `n` slot
+/// sockets in turn, instead of by the kernel's hash of addresses and ports (which can put
+/// 60 of 100 connections opened together on one of two workers, whose clients then wait
+/// longer). Call once the `n` slot sockets are bound. Fails where loading an eBPF program
+/// is not allowed (no `CAP_BPF`) or the kernel is older than 5.12; the hash then decides
+/// (any program attached before is taken off).
+pub fn spread_in_turn(first: &TcpListener, n: usize) -> io::Result<()> {
+    let n = u32::try_from(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many slots"))?;
+    crate::sys::reuseport::attach_round_robin(first, n).inspect_err(|_| {
+        // A program left from before, counting another number of slots, would starve a
+        // slot added since: without a new one, the hash decides.
+        let _ = crate::sys::reuseport::detach(first);
+    })
 }
 
 /// [`ensure_free`] for a UDP address: a probe without `SO_REUSEPORT` cannot bind while any
@@ -415,5 +412,57 @@ mod tests {
         assert_eq!(url("[2001:db8::1]:9000"), "http://[2001:db8::1]:9000/");
         // A scope id would need %25 in a URL; it is left out, as browsers do not take one.
         assert_eq!(url("[fe80::1%2]:8080"), "http://[fe80::1]:8080/");
+    }
+
+    /// Where each of `count` connections to `group` (opened together, then accepted) landed.
+    fn connections_per_socket(group: &[TcpListener], count: usize) -> Vec<usize> {
+        let addr = group[0].local_addr().expect("addr");
+        let clients: Vec<std::net::TcpStream> =
+            (0..count).map(|_| std::net::TcpStream::connect(addr).expect("connect")).collect();
+        let mut per = vec![0; group.len()];
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while per.iter().sum::<usize>() < count {
+            assert!(std::time::Instant::now() < deadline, "accepted {per:?} of {count}");
+            for (i, l) in group.iter().enumerate() {
+                while l.accept().is_ok() {
+                    per[i] += 1;
+                }
+            }
+            std::thread::yield_now();
+        }
+        drop(clients);
+        per
+    }
+
+    /// Loading eBPF needs `CAP_BPF`; the tests run as root in CI, where it must work.
+    fn may_load_bpf() -> bool {
+        std::fs::read_to_string("/proc/self/status")
+            .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")))
+            .unwrap_or(false)
+    }
+
+    #[test]
+    fn connections_opened_together_are_spread_in_turn() {
+        let first = bind("127.0.0.1:0".parse().expect("literal")).expect("bind");
+        let addr = first.local_addr().expect("addr");
+        let group = vec![first, bind(addr).expect("bind"), bind(addr).expect("bind")];
+        match spread_in_turn(&group[0], group.len()) {
+            Ok(()) => assert_eq!(connections_per_socket(&group, 30), [10, 10, 10]),
+            Err(e) => assert!(!may_load_bpf(), "as root the program must load: {e}"),
+        }
+    }
+
+    #[test]
+    fn a_group_whose_program_is_taken_off_goes_back_to_the_hash() {
+        let first = bind("127.0.0.1:0".parse().expect("literal")).expect("bind");
+        let addr = first.local_addr().expect("addr");
+        let group = vec![first, bind(addr).expect("bind")];
+        // Every connection to the second socket: a program that returns 1, then none.
+        let all_to_one = [libc::sock_filter { code: (libc::BPF_RET | libc::BPF_K) as u16, jt: 0, jf: 0, k: 1 }];
+        crate::sys::reuseport::attach_classic(&group[0], &all_to_one).expect("attach");
+        assert_eq!(connections_per_socket(&group, 8), [0, 8]);
+        crate::sys::reuseport::detach(&group[0]).expect("detach");
+        let per = connections_per_socket(&group, 40);
+        assert!(per[0] > 0 && per[1] > 0, "the hash gives both some of 40: {per:?}");
     }
 }

@@ -79,6 +79,17 @@ struct Slot {
     respawn_at: Option<Instant>,
 }
 
+/// Have the plain and TLS `SO_REUSEPORT` groups give new connections to the `slots` in
+/// turn ([`listen::spread_in_turn`]); called whenever the number of slots changes (the
+/// program counts them).
+fn spread_in_turn(slots: &[Slot]) -> std::io::Result<()> {
+    let first = slots.first();
+    for group in [first.map(|s| &s.listener), first.and_then(|s| s.tls.as_ref())].into_iter().flatten() {
+        listen::spread_in_turn(group, slots.len())?;
+    }
+    Ok(())
+}
+
 struct Supervisor {
     poll: Poll,
     /// Bus endpoints by the worker's shared-memory record index (token = index + 1).
@@ -421,6 +432,9 @@ impl Supervisor {
         match socket {
             Ok((listener, tls, udp)) => {
                 self.slots.push(Slot { listener, tls, udp, fast_failures: 0, respawn_at: Some(Instant::now()) });
+                if let Err(e) = spread_in_turn(&self.slots) {
+                    log::debug!("new connections by the kernel's hash: {e}");
+                }
                 if cause == Cause::Signal {
                     log::info!("SIGTTIN: {} worker(s)", self.slots.len());
                 }
@@ -441,6 +455,9 @@ impl Supervisor {
             self.drain(pid);
         }
         self.slots.pop();
+        if let Err(e) = spread_in_turn(&self.slots) {
+            log::debug!("new connections by the kernel's hash: {e}");
+        }
         if cause == Cause::Signal {
             log::info!("SIGTTOU: {} worker(s)", self.slots.len());
         }

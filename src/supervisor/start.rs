@@ -166,6 +166,9 @@ impl Supervisor {
                 slots[i].tls = Some(tls);
             }
         }
+        if let Err(e) = super::spread_in_turn(&slots) {
+            log::info!("new connections go to the workers by the kernel's hash, not in turn (eBPF: {e})");
+        }
         if let Some(addr) = udp_address(&config, &slots) {
             if let Some(first) = handed_udp.first() {
                 log::info!(

@@ -5,14 +5,16 @@
 //! measurement builds (`alloc_count`, cargo feature `count-alloc`), closing inherited
 //! descriptors after fork, reading another process's memory from `/proc`, when a worker
 //! gives its free heap back (`trim`, a pure policy beside `trim_heap`), UDP's
-//! segmentation offloads (`udp`: GSO sends, GRO receives) and the HTTP/3 inbox workers hand
-//! their slot's UDP socket over through (`inbox`). Everything above it gets safe
+//! segmentation offloads (`udp`: GSO sends, GRO receives), the programs that place new
+//! connections and datagrams in a `SO_REUSEPORT` group (`reuseport`) and the HTTP/3 inbox
+//! workers hand their slot's UDP socket over through (`inbox`). Everything above it gets safe
 //! functions with the obligations written in their docs. It must not know
 //! about HTTP, configuration or the process table.
 
 #[cfg(feature = "count-alloc")]
 pub mod alloc_count;
 pub mod inbox;
+pub mod reuseport;
 pub mod signals;
 pub mod title;
 pub mod trim;

@@ -29,8 +29,9 @@ use crate::util::*;
 
 /// Connection slots (one thread each).
 const CONNS: usize = 8;
-/// What the slots ask for, by slot number: answers at once, and answers after a pool job
-/// of 20 ms (so a draining worker always holds streams it has accepted and not answered).
+/// What the streams ask for, in turn on every connection: answers at once, and answers
+/// after a pool job of 20 ms (so a draining worker always holds streams it has accepted and
+/// not answered, whichever connections the supervisor gave it).
 const PATHS: [&str; 2] = ["/health", "/_debug/sleep?ms=20"];
 /// Streams kept in flight per connection.
 const STREAMS: usize = 8;
@@ -118,7 +119,7 @@ impl Client {
                 && inflight.len() < STREAMS
                 && self.s.c.started.fetch_add(1, Ordering::Relaxed) < MAX_REQUESTS
             {
-                headers_frame(&mut out, next_id, &authority, PATHS[self.s.slot % PATHS.len()]);
+                headers_frame(&mut out, next_id, &authority, PATHS[(self.s.slot + next_id as usize / 2) % PATHS.len()]);
                 inflight.insert(next_id, (Instant::now(), None));
                 next_id += 2;
             }
