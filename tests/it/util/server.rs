@@ -413,8 +413,10 @@ impl Server {
     /// panicking (for probes that may legitimately fail, e.g. while a worker is killed).
     pub fn try_get(&self, path: &str, timeout: Duration) -> io::Result<Response> {
         if self.proto == Proto::H2c {
-            TcpStream::connect_timeout(&self.addr, IO_TIMEOUT)?; // refused → Err, as over HTTP/1.1
-            let mut c = H2Client::h2c(self.addr);
+            // Refused → Err, as over HTTP/1.1; one connection, as over HTTP/1.1 (the
+            // supervisor gives connections to the workers in turn).
+            let s = TcpStream::connect_timeout(&self.addr, IO_TIMEOUT)?;
+            let mut c = H2Client::h2c_on(s, h2::client::Builder::new());
             return h2_exchange(&mut c, "GET", path, &[], b"", timeout).map_err(io::Error::other);
         }
         if self.proto == Proto::H3 {

@@ -76,6 +76,18 @@ impl Server {
         panic!("no connection landed on worker {pid} in 300 attempts\nlog:\n{}", self.log_tail());
     }
 
+    /// The pid of the worker that answered `r`: the `pid=` of the access log line with its
+    /// request id (bounded 5 s). Unlike a `/_debug/pid` on the next connection, it does not
+    /// depend on how the supervisor places connections.
+    pub fn served_by(&self, r: &Response) -> i32 {
+        let id = r.header("x-request-id").unwrap_or_else(|| panic!("no x-request-id in {r:?}")).to_string();
+        let line = self.wait_log_line(Duration::from_secs(5), |l| l.contains(&format!(" id={id} ")));
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("pid="))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no pid= in the access line {line:?}"))
+    }
+
     /// A fresh connection and the pid of the worker serving it.
     pub fn conn_with_pid(&self) -> (Conn, i32) {
         let mut c = self.conn();
