@@ -168,36 +168,27 @@ pub fn attach_round_robin(socket: &impl AsRawFd, n: u32) -> io::Result<()> {
     set_socket_option(socket, libc::SO_ATTACH_REUSEPORT_EBPF, &prog.as_raw_fd())
 }
 
-/// `SO_DETACH_REUSEPORT_BPF` (`asm-generic/socket.h`; the libc crate does not name it
-/// for Linux).
-#[cfg(any(
+/// `SO_DETACH_REUSEPORT_BPF` where it is `asm-generic/socket.h`'s 68 (the libc crate does
+/// not name it for Linux); `None` on the architectures that number it otherwise.
+const SO_DETACH_REUSEPORT_BPF: Option<libc::c_int> = if cfg!(any(
     target_arch = "x86_64",
     target_arch = "x86",
     target_arch = "aarch64",
     target_arch = "arm",
     target_arch = "riscv64"
-))]
-const SO_DETACH_REUSEPORT_BPF: libc::c_int = 68;
+)) {
+    Some(68)
+} else {
+    None
+};
 
 /// Take the program off `socket`'s `SO_REUSEPORT` group: the kernel's hash decides again.
 /// Kernel 5.8 or later; `NotFound` when the group had none.
 pub fn detach(socket: &impl AsRawFd) -> io::Result<()> {
-    #[cfg(any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "aarch64",
-        target_arch = "arm",
-        target_arch = "riscv64"
-    ))]
-    return set_socket_option(socket, SO_DETACH_REUSEPORT_BPF, &0i32);
-    #[cfg(not(any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "aarch64",
-        target_arch = "arm",
-        target_arch = "riscv64"
-    )))]
-    return Err(io::Error::from(io::ErrorKind::Unsupported));
+    match SO_DETACH_REUSEPORT_BPF {
+        Some(option) => set_socket_option(socket, option, &0i32),
+        None => Err(io::Error::from(io::ErrorKind::Unsupported)),
+    }
 }
 
 #[cfg(test)]

@@ -222,16 +222,22 @@ mod tests {
     use super::*;
     use std::cell::Cell;
 
+    /// A `read` for [`read_clear_of_revocations`] that counts its calls in `reads` and
+    /// returns the count as the row.
+    fn counting(reads: &Cell<u32>) -> impl FnMut() -> Result<u32, Error> + '_ {
+        move || {
+            reads.set(reads.get() + 1);
+            Ok(reads.get())
+        }
+    }
+
     /// An account changed at ms 100: a read at 100 is read again, one at 101 is not.
     #[test]
     fn a_read_in_the_millisecond_of_a_revocation_is_made_again() {
         let clock = Cell::new(100);
         let reads = Cell::new(0);
         let (at, row) = read_clear_of_revocations(
-            || {
-                reads.set(reads.get() + 1);
-                Ok(reads.get())
-            },
+            counting(&reads),
             |_| Some(7),
             |id, at| id == 7 && at <= 100,
             || {
@@ -251,16 +257,7 @@ mod tests {
     #[test]
     fn reads_again_a_bounded_number_of_times() {
         let reads = Cell::new(0);
-        let (_, row) = read_clear_of_revocations(
-            || {
-                reads.set(reads.get() + 1);
-                Ok(reads.get())
-            },
-            |_| Some(7),
-            |_, _| true,
-            || 5,
-        )
-        .expect("read");
+        let (_, row) = read_clear_of_revocations(counting(&reads), |_| Some(7), |_, _| true, || 5).expect("read");
         assert_eq!(row, REREADS + 1);
         // No account (an unknown e-mail): nothing to check, one read.
         let (_, none) = read_clear_of_revocations(|| Ok(None::<i64>), |r| *r, |_, _| true, || 5).expect("read");
