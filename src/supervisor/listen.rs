@@ -1,5 +1,8 @@
 //! The listening sockets: one per worker slot, all bound to the same address
-//! with `SO_REUSEPORT`, created and kept by the supervisor.
+//! with `SO_REUSEPORT`, created and kept by the supervisor. Where an eBPF
+//! program may be loaded (root or `CAP_BPF`), the plain and TLS groups give
+//! new connections to the slots in turn ([`spread_in_turn`]); elsewhere the
+//! kernel's hash of addresses and ports places them.
 //!
 //! HTTP/3's UDP slot sockets are bound the same way, in slot order, and carry
 //! a classic BPF program ([`steering_program`]) that sends each QUIC packet to
